@@ -1,0 +1,177 @@
+//===- lib/CostModel.cpp - Static cost of each item -----------------------===//
+#include "lib/CostModel.h"
+
+#include "lib/Error.h"
+
+#include <torch/csrc/jit/api/function_impl.h>
+#include <torch/csrc/jit/ir/ir.h>
+
+#include <unordered_map>
+#include <unordered_set>
+
+using torch::jit::Node;
+using torch::jit::Value;
+
+namespace ppc {
+
+std::optional<CostKind> parseCostKind(llvm::StringRef name) {
+  if (name == "params")
+    return CostKind::Params;
+  if (name == "flops")
+    return CostKind::Flops;
+  if (name == "nodes")
+    return CostKind::Nodes;
+  return std::nullopt;
+}
+
+llvm::StringRef costKindName(CostKind kind) {
+  switch (kind) {
+  case CostKind::Params:
+    return "params";
+  case CostKind::Flops:
+    return "flops";
+  case CostKind::Nodes:
+    return "nodes";
+  }
+  llvm_unreachable("unknown CostKind");
+}
+
+c10::IValue attributeAt(const torch::jit::Module &module, llvm::StringRef path) {
+  c10::IValue v = module._ivalue();
+  if (path.empty())
+    return v;
+  llvm::SmallVector<llvm::StringRef, 8> parts;
+  path.split(parts, '.');
+  for (llvm::StringRef part : parts)
+    v = v.toObjectRef().getAttr(part.str());
+  return v;
+}
+
+static std::vector<int64_t> paramCosts(const ItemGraph &g, const torch::jit::Module &m) {
+  std::vector<int64_t> costs(g.size(), 0);
+  std::unordered_set<const void *> seen;
+  for (size_t i = 0; i < g.size(); ++i)
+    for (Value *v : g.attributeReads(i)) {
+      c10::IValue attr = attributeAt(m, *g.attributePath(v));
+      if (!attr.isTensor())
+        continue;
+      const at::Tensor &t = attr.toTensor();
+      if (seen.insert(t.unsafeGetTensorImpl()).second)
+        costs[i] += static_cast<int64_t>(t.numel() * t.element_size());
+    }
+  return costs;
+}
+
+/// Shapes of every top-level tensor value, from one run of a copy of the
+/// graph that returns them all.
+static llvm::Expected<std::unordered_map<const Value *, std::vector<int64_t>>>
+profileShapes(const ItemGraph &g, const torch::jit::Module *m,
+              const std::vector<c10::IValue> &example) {
+  auto copy = g.graph()->copy();
+  std::unordered_map<const Value *, Value *> toCopy;
+  for (size_t i = 0; i < g.graph()->inputs().size(); ++i)
+    toCopy[g.graph()->inputs()[i]] = copy->inputs()[i];
+  auto orig = g.graph()->nodes().begin();
+  for (Node *n : copy->nodes()) {
+    for (size_t k = 0; k < n->outputs().size(); ++k)
+      toCopy[orig->output(k)] = n->output(k);
+    ++orig;
+  }
+  std::vector<const Value *> recorded;
+  std::vector<Value *> results;
+  for (const auto &[from, to] : toCopy)
+    if (to->type()->kind() == c10::TypeKind::TensorType) {
+      recorded.push_back(from);
+      results.push_back(to);
+    }
+  while (!copy->outputs().empty())
+    copy->eraseOutput(0);
+  copy->registerOutput(copy->insertNode(copy->createTuple(results))->output());
+
+  auto outputs = torchCall("cannot run the model on the example input", [&] {
+    torch::jit::GraphFunction fn("ppc_profile", copy, nullptr);
+    torch::jit::Stack stack;
+    if (m)
+      stack.push_back(m->_ivalue());
+    stack.insert(stack.end(), example.begin(), example.end());
+    fn.run(stack);
+    return stack.back().toTupleRef().elements().vec();
+  });
+  if (!outputs)
+    return outputs.takeError();
+  std::unordered_map<const Value *, std::vector<int64_t>> shapes;
+  for (size_t i = 0; i < recorded.size(); ++i)
+    if ((*outputs)[i].isTensor() && (*outputs)[i].toTensor().defined())
+      shapes[recorded[i]] = (*outputs)[i].toTensor().sizes().vec();
+  return shapes;
+}
+
+static int64_t numel(const std::vector<int64_t> &shape) {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  return n;
+}
+
+static int64_t flops(Node *n,
+                     const std::unordered_map<const Value *, std::vector<int64_t>> &shapes) {
+  auto shape = [&](size_t input) -> const std::vector<int64_t> * {
+    if (input >= n->inputs().size())
+      return nullptr;
+    auto it = shapes.find(n->input(input));
+    return it == shapes.end() ? nullptr : &it->second;
+  };
+  int64_t out = 0;
+  for (Value *v : n->outputs())
+    if (auto it = shapes.find(v); it != shapes.end())
+      out += numel(it->second);
+  std::string kind = n->kind().toQualString();
+  auto lastDim = [](const std::vector<int64_t> *s) {
+    return s && !s->empty() ? s->back() : 1;
+  };
+  if (kind == "aten::linear" || kind == "aten::matmul" || kind == "aten::mm" ||
+      kind == "aten::bmm")
+    return 2 * out * lastDim(shape(0));
+  if (kind == "aten::addmm" || kind == "aten::baddbmm")
+    return 2 * out * lastDim(shape(1));
+  if (kind == "aten::conv1d" || kind == "aten::conv2d" || kind == "aten::conv3d" ||
+      kind == "aten::_convolution") {
+    const auto *w = shape(1);
+    return w && !w->empty() ? 2 * out * (numel(*w) / (*w)[0]) : out;
+  }
+  if (kind == "aten::conv_transpose1d" || kind == "aten::conv_transpose2d" ||
+      kind == "aten::conv_transpose3d") {
+    const auto *x = shape(0), *w = shape(1);
+    return x && w && !w->empty() ? 2 * numel(*x) * (numel(*w) / (*w)[0]) : out;
+  }
+  return std::max<int64_t>(out, 1);
+}
+
+llvm::Expected<std::vector<int64_t>> itemCosts(const ItemGraph &graph,
+                                               const torch::jit::Module *module,
+                                               CostKind kind,
+                                               const std::vector<c10::IValue> *example) {
+  switch (kind) {
+  case CostKind::Nodes:
+    return std::vector<int64_t>(graph.size(), 1);
+  case CostKind::Params:
+    if (!module)
+      return makeError("the params cost model needs a model with parameters");
+    return paramCosts(graph, *module);
+  case CostKind::Flops: {
+    if (!example)
+      return makeError("the flops cost model needs an example input "
+                       "(--example-input IN.pt)");
+    auto shapes = profileShapes(graph, module, *example);
+    if (!shapes)
+      return shapes.takeError();
+    std::vector<int64_t> costs;
+    for (size_t i = 0; i < graph.size(); ++i)
+      costs.push_back(flops(graph.item(i), *shapes));
+    return costs;
+  }
+  }
+  llvm_unreachable("unknown CostKind");
+}
+
+} // namespace ppc

@@ -1,0 +1,48 @@
+//===- lib/CostModel.h - Static cost of each item ---------------*- C++ -*-===//
+//
+// The partitioner balances stage costs under one of these models:
+//  - params: bytes of the parameters and buffers an item reads, counted at
+//    the first item that reads each tensor (balances memory).
+//  - flops: estimated floating-point operations of the item on an example
+//    input: 2*M*N*K for linear/matmul/bmm/addmm, 2*out*(Cin/groups*kernel)
+//    for convolutions, the output size for everything else (balances time).
+//    Shapes come from one run of the model graph on the example input.
+//  - nodes: 1 per item (for graphs without weights, e.g. golden tests).
+//
+//===----------------------------------------------------------------------===//
+#ifndef PPC_LIB_COSTMODEL_H
+#define PPC_LIB_COSTMODEL_H
+
+#include "lib/ItemGraph.h"
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <torch/csrc/jit/api/module.h>
+
+#include <optional>
+#include <vector>
+
+namespace ppc {
+
+enum class CostKind { Params, Flops, Nodes };
+
+std::optional<CostKind> parseCostKind(llvm::StringRef name);
+llvm::StringRef costKindName(CostKind kind);
+
+/// The value at a dotted attribute path of a module ("layer1.0.conv1.weight";
+/// "" is the module itself). The path must exist.
+c10::IValue attributeAt(const torch::jit::Module &module, llvm::StringRef path);
+
+/// Cost of each item of `graph` (which was built from `module`'s forward).
+/// `example` is required for CostKind::Flops and holds the model inputs.
+/// Errors: flops without an example input, or the example run failing
+/// ("cannot run the model on the example input: ...").
+llvm::Expected<std::vector<int64_t>> itemCosts(const ItemGraph &graph,
+                                               const torch::jit::Module *module,
+                                               CostKind kind,
+                                               const std::vector<c10::IValue> *example);
+
+} // namespace ppc
+
+#endif // PPC_LIB_COSTMODEL_H

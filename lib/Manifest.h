@@ -1,0 +1,141 @@
+//===- lib/Manifest.h - The stage manifest written by ppc split -*- C++ -*-===//
+//
+// The manifest is the contract between the compiler (ppc split) and the
+// runtime (ppc run, ppc verify, libppc_runtime). It lists the stage files,
+// each stage's ordered boundary inputs (with their producers) and outputs
+// (with their consumer stages), the model outputs, and tied parameters.
+// docs/manifest.md documents the JSON format field by field.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PPC_LIB_MANIFEST_H
+#define PPC_LIB_MANIFEST_H
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+#include "llvm/Support/JSON.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ppc {
+
+/// The kinds of values that may cross a stage boundary (or be a model input
+/// or output). Everything else is either rematerialized in the consumer stage
+/// (constants, module attributes, cheap non-tensor values) or cannot cross.
+enum class ValueKind { Tensor, TensorList, TensorTuple, Int, Float, Bool, IntList };
+
+/// The manifest spelling of a kind: "Tensor", "Tensor[]", "Tuple[Tensor]",
+/// "int", "float", "bool", "int[]".
+llvm::StringRef kindName(ValueKind kind);
+std::optional<ValueKind> parseKind(llvm::StringRef name);
+
+/// Where a value comes from: model input `modelInput`, or output `output` of
+/// stage `stage`.
+struct ValueRef {
+  int modelInput = -1;
+  int stage = -1;
+  int output = -1;
+
+  static ValueRef fromModelInput(int index) { return {index, -1, -1}; }
+  static ValueRef fromStage(int stage, int output) { return {-1, stage, output}; }
+  bool isModelInput() const { return modelInput >= 0; }
+  bool operator==(const ValueRef &o) const {
+    return modelInput == o.modelInput && stage == o.stage && output == o.output;
+  }
+};
+
+struct ModelInput {
+  std::string name;
+  ValueKind kind = ValueKind::Tensor;
+};
+
+struct StageInput {
+  std::string name;
+  ValueKind kind = ValueKind::Tensor;
+  ValueRef source;
+  /// The stage may write to this input in place; a runtime that hands the
+  /// same object to several places must give this stage its own copy.
+  bool mutated = false;
+};
+
+struct StageOutput {
+  std::string name;
+  ValueKind kind = ValueKind::Tensor;
+  /// Later stages that take this output as an input, ascending.
+  std::vector<int> consumers;
+};
+
+struct StageInfo {
+  int index = 0;
+  /// Path of the stage module, relative to the manifest's directory.
+  std::string file;
+  std::string sha256;
+  int64_t parameterCount = 0; ///< Elements in the stage's parameters.
+  int64_t parameterBytes = 0; ///< Bytes of the stage's parameters.
+  int64_t bufferBytes = 0;    ///< Bytes of the stage's buffers.
+  double predictedCost = 0;   ///< Under the manifest's cost model.
+  /// The module path the stage begins at (from --split-at), if any.
+  std::string beginsAt;
+  std::vector<StageInput> inputs;
+  std::vector<StageOutput> outputs;
+  /// Optional user-given boundary metadata for the runtime ("meta" in JSON);
+  /// interpreted by the runtime, carried through unchanged here.
+  std::optional<llvm::json::Value> meta;
+};
+
+/// One tensor used by several stages: each stage holds its own copy.
+struct TiedParameter {
+  struct Use {
+    int stage;
+    std::string path;
+  };
+  std::vector<Use> uses;
+  int64_t bytes = 0;
+};
+
+struct Manifest {
+  static constexpr int kSchemaVersion = 1;
+
+  int schemaVersion = kSchemaVersion;
+  std::string sourcePath;
+  uint64_t sourceSize = 0;
+  std::string sourceSha256;
+  std::string costModel;
+  std::vector<ModelInput> modelInputs;
+  std::vector<StageInfo> stages;
+  std::vector<ValueRef> modelOutputs;
+  /// Whether the model returns a tuple of `modelOutputs` (otherwise it
+  /// returns modelOutputs[0] alone).
+  bool outputIsTuple = false;
+  std::vector<TiedParameter> tiedParameters;
+
+  llvm::json::Value toJSON() const;
+
+  /// Parses and checks a manifest. Errors: a field missing or of the wrong
+  /// type ("manifest: stages[1].inputs[0]: missing 'source'"), an unknown
+  /// schema version, and anything verify() rejects.
+  static llvm::Expected<Manifest> fromJSON(const llvm::json::Value &json);
+
+  /// Reads `path`. Errors: the file cannot be read, is not JSON, or
+  /// fromJSON() rejects it; messages start with the path.
+  static llvm::Expected<Manifest> load(llvm::StringRef path);
+
+  /// Writes the manifest to `path` atomically (temporary file, then rename).
+  llvm::Error save(llvm::StringRef path) const;
+
+  /// Checks internal consistency: every input refers to an existing model
+  /// input or an output of an earlier stage, consumer lists match the
+  /// inputs that use each output, and model outputs refer to real values.
+  llvm::Error verify() const;
+
+  /// The output a reference names (must be a stage reference).
+  const StageOutput &output(const ValueRef &ref) const {
+    return stages[ref.stage].outputs[ref.output];
+  }
+};
+
+} // namespace ppc
+
+#endif // PPC_LIB_MANIFEST_H

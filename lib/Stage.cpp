@@ -1,0 +1,144 @@
+//===- lib/Stage.cpp - A loaded stage module ------------------------------===//
+#include "lib/Stage.h"
+
+#include "lib/Error.h"
+#include "lib/FileUtil.h"
+
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/Path.h"
+
+#include <torch/script.h>
+
+namespace ppc {
+
+llvm::Expected<torch::jit::Module> loadModule(llvm::StringRef path) {
+  if (!llvm::sys::fs::exists(path))
+    return makeError("cannot open '" + path + "': No such file or directory");
+  if (llvm::sys::fs::is_directory(path))
+    return makeError("cannot open '" + path + "': Is a directory");
+  return torchCall("'" + path + "' is not a TorchScript module",
+                   [&] { return torch::jit::load(path.str()); });
+}
+
+std::string manifestDirectory(llvm::StringRef manifestPath) {
+  llvm::StringRef dir = llvm::sys::path::parent_path(manifestPath);
+  return dir.empty() ? "." : dir.str();
+}
+
+llvm::Expected<Stage> Stage::load(const Manifest &manifest, llvm::StringRef dir,
+                                  int index) {
+  const StageInfo &info = manifest.stages.at(index);
+  llvm::SmallString<256> path(dir);
+  llvm::sys::path::append(path, info.file);
+  auto hash = sha256File(path);
+  if (!hash)
+    return makeError(llvm::formatv("stage {0} file '{1}' is missing", index, path).str());
+  if (*hash != info.sha256)
+    return makeError(llvm::formatv("stage {0} file '{1}' does not match the manifest "
+                                   "(sha256 {2} != {3})",
+                                   index, path, hash->substr(0, 12),
+                                   info.sha256.substr(0, 12)));
+  auto module = loadModule(path);
+  if (!module)
+    return module.takeError();
+  module->eval();
+  return Stage(std::move(*module), info);
+}
+
+bool hasKind(const c10::IValue &value, ValueKind kind) {
+  auto allTensors = [](const auto &elems) {
+    for (const c10::IValue &e : elems)
+      if (!e.isTensor())
+        return false;
+    return true;
+  };
+  switch (kind) {
+  case ValueKind::Tensor:
+    return value.isTensor();
+  case ValueKind::TensorList:
+    return value.isTensorList() || (value.isList() && allTensors(value.toListRef()));
+  case ValueKind::TensorTuple:
+    return value.isTuple() && allTensors(value.toTupleRef().elements());
+  case ValueKind::Int:
+    return value.isInt();
+  case ValueKind::Float:
+    return value.isDouble();
+  case ValueKind::Bool:
+    return value.isBool();
+  case ValueKind::IntList:
+    return value.isIntList();
+  }
+  return false;
+}
+
+llvm::Expected<std::vector<c10::IValue>> Stage::run(std::vector<c10::IValue> inputs) {
+  const StageInfo &info = *info_;
+  if (inputs.size() != info.inputs.size())
+    return makeError(llvm::formatv("stage {0} takes {1} inputs, got {2}", info.index,
+                                   info.inputs.size(), inputs.size()));
+  auto result = torchCall(llvm::formatv("stage {0} failed", info.index),
+                          [&] { return module_.forward(std::move(inputs)); });
+  if (!result)
+    return result.takeError();
+  if (!result->isTuple())
+    return makeError(llvm::formatv("stage {0} returned a {1}, not a tuple", info.index,
+                                   result->tagKind()));
+  std::vector<c10::IValue> outputs = result->toTupleRef().elements().vec();
+  if (outputs.size() != info.outputs.size())
+    return makeError(llvm::formatv("stage {0} returned {1} values; the manifest "
+                                   "declares {2}",
+                                   info.index, outputs.size(), info.outputs.size()));
+  for (size_t i = 0; i < outputs.size(); ++i)
+    if (!hasKind(outputs[i], info.outputs[i].kind))
+      return makeError(llvm::formatv("stage {0} output {1} ('{2}') is a {3}; the "
+                                     "manifest declares {4}",
+                                     info.index, i, info.outputs[i].name,
+                                     outputs[i].tagKind(),
+                                     kindName(info.outputs[i].kind)));
+  return outputs;
+}
+
+llvm::Expected<std::vector<c10::IValue>>
+runSequentially(const Manifest &manifest, llvm::StringRef dir,
+                const std::vector<c10::IValue> &inputs) {
+  if (inputs.size() != manifest.modelInputs.size())
+    return makeError(llvm::formatv("the model takes {0} input{1}, got {2}",
+                                   manifest.modelInputs.size(),
+                                   manifest.modelInputs.size() == 1 ? "" : "s",
+                                   inputs.size()));
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (!hasKind(inputs[i], manifest.modelInputs[i].kind))
+      return makeError(llvm::formatv("model input {0} ('{1}') must be a {2}, got a {3}", i,
+                                     manifest.modelInputs[i].name,
+                                     kindName(manifest.modelInputs[i].kind),
+                                     inputs[i].tagKind()));
+  std::vector<std::vector<c10::IValue>> outputs(manifest.stages.size());
+  auto value = [&](const ValueRef &ref) {
+    return ref.isModelInput() ? inputs[ref.modelInput] : outputs[ref.stage][ref.output];
+  };
+  for (size_t s = 0; s < manifest.stages.size(); ++s) {
+    auto stage = Stage::load(manifest, dir, static_cast<int>(s));
+    if (!stage)
+      return stage.takeError();
+    std::vector<c10::IValue> stageInputs;
+    for (const StageInput &in : manifest.stages[s].inputs) {
+      c10::IValue v = value(in.source);
+      // A stage that writes an input in place gets its own copy, so the
+      // value other stages receive stays as produced.
+      if (in.mutated && v.isTensor())
+        v = v.toTensor().clone();
+      stageInputs.push_back(std::move(v));
+    }
+    auto result = stage->run(std::move(stageInputs));
+    if (!result)
+      return result.takeError();
+    outputs[s] = std::move(*result);
+  }
+  std::vector<c10::IValue> modelOutputs;
+  for (const ValueRef &ref : manifest.modelOutputs)
+    modelOutputs.push_back(value(ref));
+  return modelOutputs;
+}
+
+} // namespace ppc

@@ -1,0 +1,71 @@
+//===- lib/Stage.h - A loaded stage module ----------------------*- C++ -*-===//
+//
+// Loads a stage file named by a manifest (checking its SHA-256) and runs it:
+// inputs and outputs are in manifest order, and outputs are checked against
+// the manifest's declared count and kinds.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PPC_LIB_STAGE_H
+#define PPC_LIB_STAGE_H
+
+#include "lib/Manifest.h"
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <torch/csrc/jit/api/module.h>
+
+#include <vector>
+
+namespace ppc {
+
+/// Loads a TorchScript module. Errors: the file is missing ("cannot open
+/// 'm.pt': No such file or directory") or is not a TorchScript archive
+/// ("'m.pt' is not a TorchScript module: ...").
+llvm::Expected<torch::jit::Module> loadModule(llvm::StringRef path);
+
+/// The directory a manifest's relative stage paths are resolved against.
+std::string manifestDirectory(llvm::StringRef manifestPath);
+
+class Stage {
+public:
+  /// Loads stage `index` of `manifest`, resolving its file against `dir`.
+  /// Errors: a missing or unloadable file, or one whose SHA-256 differs
+  /// from the manifest's ("stage 1 file 'out/stage_1.pt' does not match the
+  /// manifest (sha256 ab12... != cd34...)").
+  static llvm::Expected<Stage> load(const Manifest &manifest, llvm::StringRef dir,
+                                    int index);
+
+  /// Runs the stage. `inputs` follow the manifest's input order. Errors: a
+  /// wrong input count, an exception inside the model (first line of its
+  /// message), or outputs that do not match the manifest's count or kinds.
+  llvm::Expected<std::vector<c10::IValue>> run(std::vector<c10::IValue> inputs);
+
+  int index() const { return info_->index; }
+  const StageInfo &info() const { return *info_; }
+  torch::jit::Module &module() { return module_; }
+
+private:
+  Stage(torch::jit::Module module, const StageInfo &info)
+      : module_(std::move(module)), info_(&info) {}
+
+  torch::jit::Module module_;
+  const StageInfo *info_;
+};
+
+/// Runs every stage of `manifest` in this process, one after the other,
+/// handing each stage the values the manifest routes to it, and returns the
+/// model outputs in order. Stage files are resolved against `dir`. Errors:
+/// Stage::load and Stage::run errors, and inputs that do not fit the model
+/// ("the model takes 2 inputs, got 1"; "model input 0 ('x') must be a
+/// Tensor, got a int").
+llvm::Expected<std::vector<c10::IValue>>
+runSequentially(const Manifest &manifest, llvm::StringRef dir,
+                const std::vector<c10::IValue> &inputs);
+
+/// Whether `value` has the manifest kind `kind`.
+bool hasKind(const c10::IValue &value, ValueKind kind);
+
+} // namespace ppc
+
+#endif // PPC_LIB_STAGE_H

@@ -1,0 +1,50 @@
+//===- passes/Passes.h - Graph passes over TorchScript IR -------*- C++ -*-===//
+//
+// Every pass transforms a torch::jit::Graph in place. Set PPC_DEBUG_PASSES
+// to a comma-separated list of pass names (or "all") to print the graph
+// before and after those passes on stderr, without rebuilding.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PPC_PASSES_PASSES_H
+#define PPC_PASSES_PASSES_H
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <memory>
+#include <vector>
+
+namespace torch::jit {
+struct Graph;
+}
+
+namespace ppc {
+
+using GraphPass = void (*)(const std::shared_ptr<torch::jit::Graph> &);
+
+#define PPC_PASS(name, fn, description)                                        \
+  void fn(const std::shared_ptr<torch::jit::Graph> &graph);
+#include "passes/Passes.def"
+
+struct PassInfo {
+  const char *name;
+  GraphPass run;
+  const char *description;
+};
+
+/// All passes, in the order of Passes.def.
+llvm::ArrayRef<PassInfo> allPasses();
+
+/// Runs the named passes in order. Errors: an unknown name ("unknown pass
+/// 'x'; known passes: ..."), or a pass that throws.
+llvm::Error runPasses(const std::shared_ptr<torch::jit::Graph> &graph,
+                      llvm::ArrayRef<std::string> names);
+
+/// Runs every pass of Passes.def in order: what ppc split does before it
+/// partitions.
+llvm::Error runPreparePipeline(const std::shared_ptr<torch::jit::Graph> &graph);
+
+} // namespace ppc
+
+#endif // PPC_PASSES_PASSES_H

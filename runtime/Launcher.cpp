@@ -1,0 +1,587 @@
+//===- runtime/Launcher.cpp - Start the worker processes of a job ---------===//
+//
+// This file implements ppc::launch: one fork/exec per local rank, a single
+// poll() loop over the workers' output pipes and a self-pipe that the signal
+// handlers write to (so a signal can never be lost between a check and the
+// wait), and the stop sequence: signal every worker's process group, wait for
+// the grace period, SIGKILL.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/Launcher.h"
+
+#include "lib/Error.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <iterator>
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace ppc {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+/// A line longer than this is forwarded in pieces, so a worker that never
+/// prints '\n' (a progress bar redrawn with '\r') cannot grow the buffer.
+constexpr size_t kMaxLine = 64 * 1024;
+
+/// Signals that the launcher catches while it runs. SIGCHLD only wakes the
+/// poll loop; the others are forwarded to the workers.
+constexpr int kCaughtSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD};
+
+std::string signalName(int sig) {
+  if (const char *abbrev = sigabbrev_np(sig))
+    return std::string("SIG") + abbrev;
+  return std::to_string(sig);
+}
+
+std::string formatSeconds(double seconds) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%g", seconds);
+  return buffer;
+}
+
+std::string errnoText(int error) { return std::strerror(error); }
+
+/// Writes all of `data`. A reader that went away (EPIPE, with SIGPIPE
+/// ignored) drops the output rather than stopping the job.
+void writeAll(int fd, const std::string &data) {
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return;
+    done += static_cast<size_t>(n);
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Signals
+//===----------------------------------------------------------------------===//
+
+int gSignalPipeWrite = -1;
+
+extern "C" void forwardToSignalPipe(int sig) {
+  int savedErrno = errno;
+  unsigned char byte = static_cast<unsigned char>(sig);
+  ssize_t ignored = ::write(gSignalPipeWrite, &byte, 1);
+  (void)ignored;
+  errno = savedErrno;
+}
+
+/// Routes kCaughtSignals into a pipe that the poll loop watches and ignores
+/// SIGPIPE; the destructor restores the previous dispositions.
+class SignalPipe {
+public:
+  SignalPipe() = default;
+  SignalPipe(const SignalPipe &) = delete;
+  SignalPipe &operator=(const SignalPipe &) = delete;
+
+  llvm::Error install() {
+    if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0)
+      return makeError("cannot set up signal handling: " + errnoText(errno));
+    gSignalPipeWrite = fds[1];
+    struct sigaction action = {};
+    action.sa_handler = forwardToSignalPipe;
+    action.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+    sigemptyset(&action.sa_mask);
+    for (size_t i = 0; i < std::size(kCaughtSignals); ++i)
+      ::sigaction(kCaughtSignals[i], &action, &previous[i]);
+    struct sigaction ignore = {};
+    ignore.sa_handler = SIG_IGN;
+    ::sigaction(SIGPIPE, &ignore, &previousPipe);
+    installed = true;
+    return llvm::Error::success();
+  }
+
+  ~SignalPipe() {
+    if (installed) {
+      for (size_t i = 0; i < std::size(kCaughtSignals); ++i)
+        ::sigaction(kCaughtSignals[i], &previous[i], nullptr);
+      ::sigaction(SIGPIPE, &previousPipe, nullptr);
+      gSignalPipeWrite = -1;
+    }
+    for (int fd : fds)
+      if (fd >= 0)
+        ::close(fd);
+  }
+
+  int readFd() const { return fds[0]; }
+
+  /// Returns the signals received since the last call, in order.
+  std::vector<int> take() {
+    std::vector<int> signals;
+    unsigned char buffer[64];
+    ssize_t n;
+    while ((n = ::read(fds[0], buffer, sizeof buffer)) > 0 ||
+           (n < 0 && errno == EINTR))
+      for (ssize_t i = 0; i < n; ++i)
+        signals.push_back(buffer[i]);
+    return signals;
+  }
+
+private:
+  int fds[2] = {-1, -1};
+  struct sigaction previous[std::size(kCaughtSignals)] = {};
+  struct sigaction previousPipe = {};
+  bool installed = false;
+};
+
+//===----------------------------------------------------------------------===//
+// Workers
+//===----------------------------------------------------------------------===//
+
+/// The read end of one worker pipe (stdout or stderr) and its unfinished
+/// last line.
+struct OutputStream {
+  int fd = -1;
+  int targetFd = -1;
+  std::string pending;
+};
+
+struct Worker {
+  int rank = 0;
+  pid_t pid = -1;
+  bool running = false;
+  std::string prefix;
+  OutputStream out;
+  OutputStream err;
+};
+
+/// Writes the complete lines of `stream.pending`, each prefixed, in one
+/// write; at EOF (or past kMaxLine) the unfinished rest too, completed with
+/// '\n'.
+void emitLines(OutputStream &stream, const std::string &prefix, bool atEof) {
+  std::string chunk;
+  size_t start = 0;
+  for (size_t newline;
+       (newline = stream.pending.find('\n', start)) != std::string::npos;
+       start = newline + 1) {
+    chunk += prefix;
+    chunk.append(stream.pending, start, newline + 1 - start);
+  }
+  stream.pending.erase(0, start);
+  if (!stream.pending.empty() && (atEof || stream.pending.size() >= kMaxLine)) {
+    chunk += prefix + stream.pending + '\n';
+    stream.pending.clear();
+  }
+  writeAll(stream.targetFd, chunk);
+}
+
+void closeStream(OutputStream &stream, const std::string &prefix) {
+  emitLines(stream, prefix, /*atEof=*/true);
+  ::close(stream.fd);
+  stream.fd = -1;
+}
+
+/// Reads once from `stream`, closing it at EOF. Returns whether more may be
+/// available right now.
+bool readSome(OutputStream &stream, const std::string &prefix) {
+  char buffer[1 << 16];
+  ssize_t n = ::read(stream.fd, buffer, sizeof buffer);
+  if (n < 0 && errno == EINTR)
+    return true;
+  if (n < 0 && errno == EAGAIN)
+    return false;
+  if (n <= 0) {
+    closeStream(stream, prefix);
+    return false;
+  }
+  stream.pending.append(buffer, static_cast<size_t>(n));
+  emitLines(stream, prefix, /*atEof=*/false);
+  return true;
+}
+
+/// Forwards what an exited worker left in its pipe, then closes it: output
+/// from background grandchildren that still hold the pipe is not waited for.
+void drain(OutputStream &stream, const std::string &prefix) {
+  while (stream.fd >= 0 && readSome(stream, prefix)) {
+  }
+  if (stream.fd >= 0)
+    closeStream(stream, prefix);
+}
+
+std::string describeExit(int rank, int status) {
+  std::string who = "rank " + std::to_string(rank);
+  if (WIFSIGNALED(status))
+    return who + " killed by signal " + signalName(WTERMSIG(status));
+  return who + " exited with status " + std::to_string(WEXITSTATUS(status));
+}
+
+/// Everything the child needs, prepared before fork() so that the child only
+/// makes async-signal-safe calls.
+struct ChildSetup {
+  pid_t parent;
+  int stdinFd;
+  int stdoutFd;
+  int stderrFd;
+  int execErrorFd;
+  sigset_t mask;
+  std::vector<char *> argv;
+  std::vector<char *> envp;
+};
+
+/// Makes `to` refer to `from` and survive exec.
+void moveFd(int from, int to) {
+  if (from == to)
+    ::fcntl(to, F_SETFD, 0);
+  else
+    ::dup2(from, to);
+}
+
+[[noreturn]] void runChild(const ChildSetup &setup) {
+  ::setpgid(0, 0);
+  // Own process groups keep a terminal's Ctrl-C from reaching workers
+  // directly; this keeps a SIGKILLed launcher from leaving them behind.
+  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (::getppid() != setup.parent)
+    ::_exit(127);
+  moveFd(setup.stdinFd, STDIN_FILENO);
+  moveFd(setup.stdoutFd, STDOUT_FILENO);
+  moveFd(setup.stderrFd, STDERR_FILENO);
+  struct sigaction defaultAction = {};
+  defaultAction.sa_handler = SIG_DFL;
+  for (int sig : kCaughtSignals)
+    ::sigaction(sig, &defaultAction, nullptr);
+  ::sigaction(SIGPIPE, &defaultAction, nullptr);
+  ::sigprocmask(SIG_SETMASK, &setup.mask, nullptr);
+  ::execvpe(setup.argv[0], setup.argv.data(), setup.envp.data());
+  int error = errno;
+  ssize_t ignored = ::write(setup.execErrorFd, &error, sizeof error);
+  (void)ignored;
+  ::_exit(127);
+}
+
+/// Returns the environment for one worker: the launcher's, with the launch
+/// variables replaced.
+std::vector<std::string> workerEnvironment(const LaunchOptions &options,
+                                           int localRank) {
+  std::vector<std::pair<std::string, std::string>> vars =
+      launchEnvironment(options, localRank);
+  std::vector<std::string> env;
+  for (char **entry = environ; *entry; ++entry) {
+    llvm::StringRef name = llvm::StringRef(*entry).split('=').first;
+    bool replaced = false;
+    for (const auto &var : vars)
+      replaced |= name == var.first;
+    if (!replaced)
+      env.emplace_back(*entry);
+  }
+  for (const auto &var : vars)
+    env.push_back(var.first + "=" + var.second);
+  return env;
+}
+
+/// Runs one job: spawns the workers, then loops until all have exited.
+class Job {
+public:
+  Job(const LaunchOptions &options, SignalPipe &signals, int devNull)
+      : options(options), signals(signals), devNull(devNull) {}
+
+  llvm::Error run() {
+    Clock::time_point start = Clock::now();
+    if (options.timeoutSeconds)
+      timeoutAt = start + toDuration(*options.timeoutSeconds);
+    for (int local = 0; local < options.nprocPerNode && !failure; ++local)
+      spawn(local);
+    while (anyRunning())
+      step();
+    if (failure)
+      return makeError(*failure);
+    return llvm::Error::success();
+  }
+
+private:
+  static Clock::duration toDuration(double seconds) {
+    return std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(seconds));
+  }
+
+  bool anyRunning() const {
+    for (const Worker &worker : workers)
+      if (worker.running)
+        return true;
+    return false;
+  }
+
+  /// Records the first cause of failure and returns true for it; later
+  /// failures are usually consequences of stopping.
+  bool fail(std::string cause) {
+    if (failure)
+      return false;
+    failure = std::move(cause);
+    return true;
+  }
+
+  /// Sends `sig` to every running worker's process group and starts the
+  /// grace period, unless it has already started.
+  void stop(int sig) {
+    for (const Worker &worker : workers)
+      if (worker.running)
+        ::kill(-worker.pid, sig);
+    if (!killAt && !killed)
+      killAt = Clock::now() + toDuration(options.gracePeriodSeconds);
+  }
+
+  void spawn(int local) {
+    Worker worker;
+    worker.rank = options.nodeRank * options.nprocPerNode + local;
+    worker.prefix = "[rank " + std::to_string(worker.rank) + "] ";
+    auto cannotStart = [&](int error) {
+      if (fail("cannot start rank " + std::to_string(worker.rank) + ": " +
+               errnoText(error)))
+        stop(SIGTERM);
+    };
+
+    int outPipe[2], errPipe[2], execPipe[2];
+    if (::pipe2(outPipe, O_CLOEXEC) != 0)
+      return cannotStart(errno);
+    if (::pipe2(errPipe, O_CLOEXEC) != 0) {
+      int error = errno;
+      closeAll({outPipe[0], outPipe[1]});
+      return cannotStart(error);
+    }
+    if (::pipe2(execPipe, O_CLOEXEC) != 0) {
+      int error = errno;
+      closeAll({outPipe[0], outPipe[1], errPipe[0], errPipe[1]});
+      return cannotStart(error);
+    }
+
+    std::vector<std::string> env = workerEnvironment(options, local);
+    ChildSetup setup;
+    setup.parent = ::getpid();
+    setup.stdinFd = devNull;
+    setup.stdoutFd = outPipe[1];
+    setup.stderrFd = errPipe[1];
+    setup.execErrorFd = execPipe[1];
+    for (const std::string &arg : options.command)
+      setup.argv.push_back(const_cast<char *>(arg.c_str()));
+    setup.argv.push_back(nullptr);
+    for (std::string &entry : env)
+      setup.envp.push_back(entry.data());
+    setup.envp.push_back(nullptr);
+
+    // Block signals across fork() so that no handler of ours runs in the
+    // child before it resets them.
+    sigset_t all;
+    sigfillset(&all);
+    ::pthread_sigmask(SIG_SETMASK, &all, &setup.mask);
+    pid_t pid = ::fork();
+    if (pid == 0)
+      runChild(setup);
+    int forkError = errno;
+    ::pthread_sigmask(SIG_SETMASK, &setup.mask, nullptr);
+    closeAll({outPipe[1], errPipe[1], execPipe[1]});
+    if (pid < 0) {
+      closeAll({outPipe[0], errPipe[0], execPipe[0]});
+      return cannotStart(forkError);
+    }
+    // Also here, so the group exists before we may signal it.
+    ::setpgid(pid, pid);
+
+    worker.pid = pid;
+    worker.running = true;
+    worker.out = {outPipe[0], options.stdoutFd, {}};
+    worker.err = {errPipe[0], options.stderrFd, {}};
+    ::fcntl(outPipe[0], F_SETFL, O_NONBLOCK);
+    ::fcntl(errPipe[0], F_SETFL, O_NONBLOCK);
+    workers.push_back(std::move(worker));
+
+    // EOF means exec succeeded; an errno means it did not. Every rank runs
+    // the same command, so the first one tells.
+    int execError = 0;
+    ssize_t n;
+    while ((n = ::read(execPipe[0], &execError, sizeof execError)) < 0 &&
+           errno == EINTR) {
+    }
+    ::close(execPipe[0]);
+    if (n == sizeof execError && fail("cannot run '" + options.command[0] +
+                                      "': " + errnoText(execError)))
+      stop(SIGTERM);
+  }
+
+  static void closeAll(std::initializer_list<int> fds) {
+    for (int fd : fds)
+      ::close(fd);
+  }
+
+  /// One turn of the loop: wait for output, a signal or a deadline, then
+  /// handle all of them.
+  void step() {
+    std::vector<pollfd> fds{{signals.readFd(), POLLIN, 0}};
+    std::vector<std::pair<OutputStream *, const std::string *>> streams;
+    for (Worker &worker : workers)
+      for (OutputStream *stream : {&worker.out, &worker.err})
+        if (stream->fd >= 0) {
+          fds.push_back({stream->fd, POLLIN, 0});
+          streams.emplace_back(stream, &worker.prefix);
+        }
+
+    if (::poll(fds.data(), fds.size(), pollTimeoutMs()) > 0)
+      for (size_t i = 1; i < fds.size(); ++i)
+        if (fds[i].revents)
+          readSome(*streams[i - 1].first, *streams[i - 1].second);
+
+    for (int sig : signals.take()) {
+      // Every signal is forwarded, so a second Ctrl-C reaches workers too.
+      if (sig == SIGCHLD)
+        continue;
+      fail("interrupted by " + signalName(sig));
+      stop(sig);
+    }
+    reap();
+    checkDeadlines();
+  }
+
+  int pollTimeoutMs() const {
+    std::optional<Clock::time_point> next = killAt;
+    if (timeoutAt && !failure && (!next || *timeoutAt < *next))
+      next = timeoutAt;
+    if (!next)
+      return -1;
+    auto ms =
+        std::chrono::ceil<std::chrono::milliseconds>(*next - Clock::now());
+    return static_cast<int>(std::clamp<long long>(ms.count(), 0, INT_MAX));
+  }
+
+  void reap() {
+    for (Worker &worker : workers) {
+      if (!worker.running)
+        continue;
+      int status = 0;
+      pid_t result;
+      while ((result = ::waitpid(worker.pid, &status, WNOHANG)) < 0 &&
+             errno == EINTR) {
+      }
+      if (result == 0)
+        continue;
+      worker.running = false;
+      drain(worker.out, worker.prefix);
+      drain(worker.err, worker.prefix);
+      bool first = false;
+      if (result < 0)
+        first = fail("lost rank " + std::to_string(worker.rank) + ": " +
+                     errnoText(errno));
+      else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        first = fail(describeExit(worker.rank, status));
+      if (first)
+        stop(SIGTERM);
+    }
+  }
+
+  void checkDeadlines() {
+    Clock::time_point now = Clock::now();
+    if (timeoutAt && now >= *timeoutAt &&
+        fail("timed out after " + formatSeconds(*options.timeoutSeconds) +
+             " seconds"))
+      stop(SIGTERM);
+    if (killAt && now >= *killAt) {
+      killAt.reset();
+      killed = true;
+      stop(SIGKILL);
+    }
+  }
+
+  const LaunchOptions &options;
+  SignalPipe &signals;
+  int devNull;
+  std::vector<Worker> workers;
+  std::optional<std::string> failure;
+  std::optional<Clock::time_point> timeoutAt;
+  std::optional<Clock::time_point> killAt;
+  bool killed = false;
+};
+
+} // namespace
+
+llvm::Error validateLaunchOptions(const LaunchOptions &options) {
+  if (options.nprocPerNode < 1)
+    return makeError("--nproc-per-node must be at least 1 (got " +
+                     llvm::Twine(options.nprocPerNode) + ")");
+  if (options.nnodes < 1)
+    return makeError("--nnodes must be at least 1 (got " +
+                     llvm::Twine(options.nnodes) + ")");
+  if (options.nodeRank < 0 || options.nodeRank >= options.nnodes)
+    return makeError("--node-rank must be in [0, " +
+                     llvm::Twine(options.nnodes) + ") (got " +
+                     llvm::Twine(options.nodeRank) + ")");
+  if (options.masterPort < 0 || options.masterPort > 65535)
+    return makeError("--master-port must be in [0, 65535] (got " +
+                     llvm::Twine(options.masterPort) + ")");
+  if (options.timeoutSeconds && !(*options.timeoutSeconds > 0))
+    return makeError("--timeout must be positive (got " +
+                     formatSeconds(*options.timeoutSeconds) + ")");
+  if (!(options.gracePeriodSeconds >= 0))
+    return makeError("--grace-period must not be negative (got " +
+                     formatSeconds(options.gracePeriodSeconds) + ")");
+  if (options.command.empty() || options.command[0].empty())
+    return makeError("no command to launch (put it after '--')");
+  return llvm::Error::success();
+}
+
+llvm::Expected<int> pickFreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return makeError("cannot pick a free port: " + errnoText(errno));
+  sockaddr_in address = {};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_ANY);
+  address.sin_port = 0;
+  socklen_t length = sizeof address;
+  if (::bind(fd, reinterpret_cast<sockaddr *>(&address), sizeof address) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr *>(&address), &length) != 0) {
+    int error = errno;
+    ::close(fd);
+    return makeError("cannot pick a free port: " + errnoText(error));
+  }
+  ::close(fd);
+  return static_cast<int>(ntohs(address.sin_port));
+}
+
+std::vector<std::pair<std::string, std::string>>
+launchEnvironment(const LaunchOptions &options, int localRank) {
+  int rank = options.nodeRank * options.nprocPerNode + localRank;
+  int worldSize = options.nnodes * options.nprocPerNode;
+  return {
+      {"RANK", std::to_string(rank)},
+      {"WORLD_SIZE", std::to_string(worldSize)},
+      {"LOCAL_RANK", std::to_string(localRank)},
+      {"LOCAL_WORLD_SIZE", std::to_string(options.nprocPerNode)},
+      {"GROUP_RANK", std::to_string(options.nodeRank)},
+      {"GROUP_WORLD_SIZE", std::to_string(options.nnodes)},
+      {"ROLE_RANK", std::to_string(rank)},
+      {"ROLE_WORLD_SIZE", std::to_string(worldSize)},
+      {"MASTER_ADDR", options.masterAddr},
+      {"MASTER_PORT", std::to_string(options.masterPort)},
+  };
+}
+
+llvm::Error launch(const LaunchOptions &options) {
+  if (llvm::Error err = validateLaunchOptions(options))
+    return err;
+  int devNull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (devNull < 0)
+    return makeError("cannot open /dev/null: " + errnoText(errno));
+  SignalPipe signals;
+  llvm::Error result = signals.install();
+  if (!result)
+    result = Job(options, signals, devNull).run();
+  ::close(devNull);
+  return result;
+}
+
+} // namespace ppc

@@ -1,0 +1,262 @@
+"""Tests that `ppc launch` starts workers like torchrun and supervises them.
+
+Run: /usr/bin/python3 tests/cli/test_launch.py -v
+The ppc binary comes from $PPC (default build/bin/ppc). Workers are small
+`sh -c` scripts, so these tests need no models and take a few seconds.
+"""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+PPC = os.environ.get("PPC", "build/bin/ppc")
+
+
+def launch(*args, env=None, timeout=20):
+    """Runs `ppc launch ARGS...`; returns (exit code, stdout, stderr, seconds)."""
+    start = time.monotonic()
+    result = subprocess.run([PPC, "launch", *args], capture_output=True,
+                            text=True, env=env, timeout=timeout)
+    return (result.returncode, result.stdout, result.stderr,
+            time.monotonic() - start)
+
+
+def pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+class LaunchTest(unittest.TestCase):
+    def test_env_per_rank(self):
+        code, out, err, _ = launch(
+            "--nproc-per-node", "3", "--",
+            "sh", "-c", "echo $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE "
+            "$GROUP_RANK $MASTER_ADDR $MASTER_PORT")
+        self.assertEqual(code, 0, err)
+        self.assertEqual(sorted(out.splitlines()), [
+            "[rank 0] 0 3 0 3 0 127.0.0.1 29500",
+            "[rank 1] 1 3 1 3 0 127.0.0.1 29500",
+            "[rank 2] 2 3 2 3 0 127.0.0.1 29500",
+        ])
+        self.assertEqual(err, "")
+
+    def test_nnodes_and_node_rank(self):
+        code, out, err, _ = launch(
+            "--nproc-per-node", "2", "--nnodes", "3", "--node-rank", "2",
+            "--master-addr", "10.1.2.3", "--master-port", "1234", "--",
+            "sh", "-c", "echo $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE "
+            "$GROUP_RANK $MASTER_ADDR $MASTER_PORT")
+        self.assertEqual(code, 0, err)
+        self.assertEqual(sorted(out.splitlines()), [
+            "[rank 4] 4 6 0 2 2 10.1.2.3 1234",
+            "[rank 5] 5 6 1 2 2 10.1.2.3 1234",
+        ])
+
+    def test_inherits_environment_and_overrides_launch_variables(self):
+        env = dict(os.environ, PPC_TEST_VALUE="kept", RANK="99",
+                   WORLD_SIZE="99")
+        code, out, err, _ = launch(
+            "--nproc-per-node", "2", "--",
+            "sh", "-c", "echo $PPC_TEST_VALUE $RANK $WORLD_SIZE", env=env)
+        self.assertEqual(code, 0, err)
+        self.assertEqual(sorted(out.splitlines()),
+                         ["[rank 0] kept 0 2", "[rank 1] kept 1 2"])
+
+    def test_command_without_dashes(self):
+        code, out, err, _ = launch("--nproc-per-node", "1", "sh", "-c",
+                                   "echo $0 $1", "--timeout", "x")
+        self.assertEqual(code, 0, err)
+        self.assertEqual(out, "[rank 0] --timeout x\n")
+
+    def test_line_prefixes_per_stream(self):
+        code, out, err, _ = launch(
+            "--nproc-per-node", "2", "--",
+            "sh", "-c", "echo out $RANK; echo err $RANK >&2; printf 'no-eol'")
+        self.assertEqual(code, 0, err)
+        self.assertEqual(sorted(out.splitlines(keepends=True)), [
+            "[rank 0] no-eol\n", "[rank 0] out 0\n",
+            "[rank 1] no-eol\n", "[rank 1] out 1\n",
+        ])
+        self.assertEqual(sorted(err.splitlines(keepends=True)),
+                         ["[rank 0] err 0\n", "[rank 1] err 1\n"])
+
+    def test_lines_are_never_interleaved(self):
+        script = ("import os\n"
+                  "r = os.environ['RANK']\n"
+                  "for i in range(3000):\n"
+                  "    print(f'{r}:{i}:' + r * (i % 500))\n")
+        code, out, err, _ = launch("--nproc-per-node", "4", "--",
+                                   sys.executable, "-c", script)
+        self.assertEqual(code, 0, err)
+        lines = out.splitlines()
+        self.assertEqual(len(lines), 4 * 3000)
+        pattern = re.compile(r"\[rank (\d)\] (\d):(\d+):(\d*)")
+        next_index = {}
+        for line in lines:
+            m = pattern.fullmatch(line)
+            self.assertIsNotNone(m, line[:100])
+            rank, index = m.group(1), int(m.group(3))
+            self.assertEqual(m.group(2), rank)
+            self.assertEqual(m.group(4), rank * (index % 500))
+            self.assertEqual(next_index.get(rank, 0), index)
+            next_index[rank] = index + 1
+
+    def test_stdin_is_dev_null(self):
+        code, out, err, elapsed = launch("--nproc-per-node", "2", "--", "cat")
+        self.assertEqual((code, out, err), (0, "", ""))
+        self.assertLess(elapsed, 5)
+
+    def test_failing_rank_stops_peers(self):
+        with tempfile.TemporaryDirectory() as pids:
+            code, out, err, elapsed = launch(
+                "--nproc-per-node", "3", "--",
+                "sh", "-c",
+                f"echo $$ > {pids}/$RANK; "
+                "if [ $RANK = 1 ]; then sleep 0.2; echo failing; exit 3; fi; "
+                "exec sleep 30")
+            self.assertEqual(code, 2)
+            self.assertLess(elapsed, 5)
+            self.assertIn("[rank 1] failing\n", out)
+            self.assertEqual(err, "error: rank 1 exited with status 3\n")
+            for rank in range(3):
+                with open(os.path.join(pids, str(rank))) as f:
+                    self.assertFalse(pid_alive(int(f.read())), rank)
+
+    def test_rank_killed_by_signal(self):
+        code, _, err, elapsed = launch(
+            "--nproc-per-node", "2", "--",
+            "sh", "-c", "if [ $RANK = 0 ]; then kill -KILL $$; fi; sleep 30")
+        self.assertEqual(code, 2)
+        self.assertLess(elapsed, 5)
+        self.assertEqual(err, "error: rank 0 killed by signal SIGKILL\n")
+
+    def test_peer_ignoring_sigterm_is_killed_after_grace_period(self):
+        code, _, err, elapsed = launch(
+            "--nproc-per-node", "2", "--grace-period", "0.5", "--",
+            "sh", "-c",
+            "if [ $RANK = 0 ]; then sleep 0.2; exit 1; fi; "
+            "trap '' TERM; sleep 30")
+        self.assertEqual(code, 2)
+        self.assertGreater(elapsed, 0.6)
+        self.assertLess(elapsed, 5)
+        self.assertEqual(err, "error: rank 0 exited with status 1\n")
+
+    def test_timeout(self):
+        code, _, err, elapsed = launch("--nproc-per-node", "2", "--timeout",
+                                       "0.5", "--", "sleep", "30")
+        self.assertEqual(code, 2)
+        self.assertLess(elapsed, 5)
+        self.assertEqual(err, "error: timed out after 0.5 seconds\n")
+
+    def start_and_signal(self, sig, to_group):
+        """Starts 2 workers that report `sig`, then signals the launcher (or
+        its whole process group, like a terminal's Ctrl-C)."""
+        name = signal.Signals(sig).name[3:]
+        proc = subprocess.Popen(
+            [PPC, "launch", "--nproc-per-node", "2", "--",
+             "sh", "-c", f"trap 'echo got {name}; exit 0' {name}; "
+             "echo ready; while :; do sleep 0.05; done"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            start_new_session=True)
+        try:
+            ready = [proc.stdout.readline() for _ in range(2)]
+            self.assertEqual(sorted(ready),
+                             ["[rank 0] ready\n", "[rank 1] ready\n"])
+            start = time.monotonic()
+            if to_group:
+                os.killpg(proc.pid, sig)
+            else:
+                proc.send_signal(sig)
+            out, err = proc.communicate(timeout=10)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        self.assertLess(time.monotonic() - start, 5)
+        self.assertEqual(proc.returncode, 2)
+        got = sorted(line for line in out.splitlines() if "got" in line)
+        self.assertEqual(got, [f"[rank 0] got {name}", f"[rank 1] got {name}"])
+        self.assertTrue(err.endswith(f"error: interrupted by SIG{name}\n"), err)
+
+    def test_sigterm_is_forwarded(self):
+        self.start_and_signal(signal.SIGTERM, to_group=False)
+
+    def test_ctrl_c_reaches_workers_through_launcher(self):
+        self.start_and_signal(signal.SIGINT, to_group=True)
+
+    def test_master_port_zero_picks_a_free_port(self):
+        code, out, err, _ = launch("--nproc-per-node", "2", "--master-port",
+                                   "0", "--", "sh", "-c", "echo $MASTER_PORT")
+        self.assertEqual(code, 0, err)
+        m = re.fullmatch(r"note: using MASTER_PORT=(\d+)\n", err)
+        self.assertIsNotNone(m, err)
+        port = m.group(1)
+        self.assertTrue(0 < int(port) < 65536)
+        self.assertEqual(sorted(out.splitlines()),
+                         [f"[rank 0] {port}", f"[rank 1] {port}"])
+
+    def test_command_not_found(self):
+        code, out, err, _ = launch("--nproc-per-node", "2", "--",
+                                   "ppc-no-such-command", "x")
+        self.assertEqual((code, out), (2, ""))
+        self.assertEqual(
+            err,
+            "error: cannot run 'ppc-no-such-command': No such file or "
+            "directory\n")
+
+    def test_bad_arguments(self):
+        cases = [
+            (["--nproc-per-node", "0", "--", "true"],
+             "error: --nproc-per-node must be at least 1 (got 0)"),
+            (["--nproc-per-node", "2"],
+             "error: no command to launch (put it after '--')"),
+            (["--nproc-per-node", "2", "--"],
+             "error: no command to launch (put it after '--')"),
+            (["--nproc-per-node", "2", "--nnodes", "2", "--node-rank", "2",
+              "--", "true"],
+             "error: --node-rank must be in [0, 2) (got 2)"),
+            (["--nproc-per-node", "1", "--nnodes", "0", "--", "true"],
+             "error: --nnodes must be at least 1 (got 0)"),
+            (["--nproc-per-node", "1", "--timeout", "0", "--", "true"],
+             "error: --timeout must be positive (got 0)"),
+            (["--nproc-per-node", "1", "--master-port", "70000", "--",
+              "true"],
+             "error: --master-port must be in [0, 65535] (got 70000)"),
+            (["--nproc-per-node", "1", "--nnodes", "2", "--master-port", "0",
+              "--", "true"],
+             "error: --master-port 0 needs --nnodes 1: the nodes must agree "
+             "on the port"),
+            (["--nproc-per-node", "1", "--grace-period", "-1", "--", "true"],
+             "error: --grace-period must not be negative (got -1)"),
+            (["--", "true"],
+             "error: --nproc-per-node is required (see ppc --help)"),
+        ]
+        for args, message in cases:
+            with self.subTest(args=args):
+                code, out, err, _ = launch(*args)
+                self.assertEqual((code, out, err), (2, "", message + "\n"))
+
+    def test_all_ranks_succeed(self):
+        code, _, err, _ = launch("--nproc-per-node", "4", "--", "true")
+        self.assertEqual((code, err), (0, ""))
+
+    def test_help_explains_every_option(self):
+        result = subprocess.run([PPC, "launch", "--help"], capture_output=True,
+                                text=True, timeout=20)
+        self.assertEqual(result.returncode, 0)
+        for option in ["--nproc-per-node", "--nnodes", "--node-rank",
+                       "--master-addr", "--master-port", "--timeout",
+                       "--grace-period", "command"]:
+            self.assertIn(option, result.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,370 @@
+#!/usr/bin/python3
+"""Generate the TorchScript test models for ppc's tests and benchmarks.
+
+Usage: /usr/bin/python3 tests/models/make_models.py OUTDIR [--only NAME[,NAME...]]
+                                                    [--mlp-layers N[,N...]]
+
+For each model NAME (mlp, resnet18, mobilenet_v3_small, vit, unet, decoder,
+two_io) it writes into OUTDIR:
+  NAME.pt           torch.jit.script(model.eval()) saved with torch.jit.save
+                    (scripted, not traced: module calls and paths survive).
+  NAME.input.pt     example input (torch.save): a tensor, or a tuple for
+                    multi-input models.  Batch 5: not divisible by 2, 3 or 4.
+  NAME.expected.pt  the scripted model's output on it under torch.no_grad().
+  NAME.json         {"name", "inputs": count, "split_at": {"2"|"3"|"4": paths}}:
+                    for N stages, the N-1 module paths (named_modules() names)
+                    where a new stage begins, in execution order.  Cuts are
+                    balanced roughly by multiply-accumulates; for unet and
+                    two_io they make values cross more than one stage.
+  NAME.stamp        hash of this script: a model whose files exist with a
+                    matching stamp is skipped (reruns exit before importing torch).
+--mlp-layers N writes mlp_N (N Linear(16,16)+ReLU blocks in ModuleList `layers`,
+input [5,16], json without split_at) for compile-speed benchmarks; without
+--only, only those are written.  Files are written atomically (temporary name,
+then os.replace); torch.manual_seed(0) before construction makes it deterministic.
+"""
+import argparse
+import hashlib
+import json
+import os
+import sys
+import time
+from typing import Tuple
+
+NAMES = ["mlp", "resnet18", "mobilenet_v3_small", "vit", "unet", "decoder", "two_io"]
+STAMP_SUFFIXES = (".pt", ".input.pt", ".expected.pt", ".json", ".stamp")
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(description="Generate ppc's TorchScript test models.")
+    ap.add_argument("outdir")
+    ap.add_argument("--only", help="comma-separated model names (%s)" % ",".join(NAMES))
+    ap.add_argument("--mlp-layers", help="comma-separated N: also write mlp_N")
+    args = ap.parse_args()
+    names = []
+    if args.only:
+        for n in args.only.split(","):
+            if n not in NAMES:
+                ap.error("unknown model %r (known: %s)" % (n, ", ".join(NAMES)))
+            names.append(n)
+    elif not args.mlp_layers:
+        names = list(NAMES)
+    for n in (args.mlp_layers.split(",") if args.mlp_layers else []):
+        if not n.isdigit() or int(n) < 1:
+            ap.error("--mlp-layers wants positive integers, got %r" % n)
+        names.append("mlp_%d" % int(n))
+    return args.outdir, names
+
+
+def script_hash() -> str:
+    with open(os.path.abspath(__file__), "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()[:16]
+
+
+def up_to_date(outdir: str, name: str, stamp: str) -> bool:
+    base = os.path.join(outdir, name)
+    if not all(os.path.exists(base + s) for s in STAMP_SUFFIXES):
+        return False
+    with open(base + ".stamp") as f:
+        return f.read().strip() == stamp
+
+
+# Fast path: when everything is current, exit before paying for `import torch`.
+if __name__ == "__main__":
+    _outdir, _names = parse_args()
+    if all(up_to_date(_outdir, n, script_hash()) for n in _names):
+        print("0 written, %d up to date" % len(_names))
+        sys.exit(0)
+
+import torch  # noqa: E402  (deliberately after the fast path)
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+import torchvision  # noqa: E402
+
+BATCH = 5
+
+
+class MLP(nn.Module):
+    """`layers` (ModuleList of Linear+ReLU blocks), then an optional `head`."""
+
+    def __init__(self, width: int, depth: int, out: int = 0):
+        super().__init__()
+        self.layers = nn.ModuleList(
+            [nn.Sequential(nn.Linear(width, width), nn.ReLU()) for _ in range(depth)])
+        self.head = nn.Linear(width, out) if out else nn.Identity()
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(x)
+
+
+def conv_relu(cin: int, cout: int) -> nn.Sequential:
+    return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1), nn.ReLU())
+
+
+class Down(nn.Module):
+    """conv-relu-conv-relu, then 2x2 max-pool; returns (skip feature, pooled)."""
+
+    def __init__(self, cin: int, cout: int):
+        super().__init__()
+        self.conv = nn.Sequential(conv_relu(cin, cout), conv_relu(cout, cout))
+        self.pool = nn.MaxPool2d(2)
+
+    def forward(self, x) -> Tuple[torch.Tensor, torch.Tensor]:
+        f = self.conv(x)
+        return f, self.pool(f)
+
+
+class Up(nn.Module):
+    """2x transposed-conv upsample, concat with the encoder skip, conv-relu."""
+
+    def __init__(self, cin: int, cout: int):
+        super().__init__()
+        self.up = nn.ConvTranspose2d(cin, cout, 2, stride=2)
+        self.conv = conv_relu(2 * cout, cout)
+
+    def forward(self, x, skip):
+        return self.conv(torch.cat([self.up(x), skip], dim=1))
+
+
+class UNet(nn.Module):
+    def __init__(self, cin: int = 3, classes: int = 2):
+        super().__init__()
+        self.down1, self.down2, self.down3 = Down(cin, 8), Down(8, 16), Down(16, 32)
+        self.bottleneck = nn.Sequential(conv_relu(32, 64), conv_relu(64, 64))
+        self.up3, self.up2, self.up1 = Up(64, 32), Up(32, 16), Up(16, 8)
+        self.final = nn.Conv2d(8, classes, 1)
+
+    def forward(self, x):
+        s1, x = self.down1(x)
+        s2, x = self.down2(x)
+        s3, x = self.down3(x)
+        x = self.bottleneck(x)
+        x = self.up3(x, s3)
+        x = self.up2(x, s2)
+        x = self.up1(x, s1)
+        return self.final(x)
+
+
+class CausalSelfAttention(nn.Module):
+    """Hand-written multi-head attention (matmul + causal mask + softmax)."""
+
+    def __init__(self, dim: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x, mask):
+        b, t, d = x.shape
+        hd = d // self.heads
+        q, k, v = self.qkv(x).view(b, t, 3, self.heads, hd).permute(2, 0, 3, 1, 4).unbind(0)
+        att = torch.matmul(q, k.transpose(-2, -1)) / (hd ** 0.5)
+        att = F.softmax(att.masked_fill(mask, float("-inf")), dim=-1)
+        y = torch.matmul(att, v).transpose(1, 2).reshape(b, t, d)
+        return self.proj(y)
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block."""
+
+    def __init__(self, dim: int, heads: int):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.attn = CausalSelfAttention(dim, heads)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+
+    def forward(self, x, mask):
+        x = x + self.attn(self.ln1(x), mask)
+        return x + self.mlp(self.ln2(x))
+
+
+class Decoder(nn.Module):
+    """Decoder-only LM; the head shares (ties) its weight with the embedding.
+
+    The causal mask is built once in forward and passed to every block, so it
+    is a tensor that crosses every stage boundary."""
+
+    def __init__(self, vocab: int = 100, dim: int = 32, layers: int = 4,
+                 heads: int = 2, max_len: int = 16):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.pos = nn.Parameter(0.02 * torch.randn(1, max_len, dim))
+        self.blocks = nn.ModuleList([Block(dim, heads) for _ in range(layers)])
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab, bias=False)
+        self.head.weight = self.embed.weight  # tied
+
+    def forward(self, ids):
+        t = ids.size(1)
+        mask = torch.ones(t, t, dtype=torch.bool, device=ids.device).triu(1)
+        x = self.embed(ids) + self.pos[:, :t]
+        for block in self.blocks:
+            x = block(x, mask)
+        return self.head(self.norm(x))
+
+
+class TwoIO(nn.Module):
+    """Two inputs, two outputs.  y is consumed only late (by `b`), and `aux`
+    comes from the first branch, so with the chosen cuts a model input enters
+    a later stage and an early stage's value is a model output."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU())
+        self.a_head = nn.Linear(32, 4)
+        self.c = nn.Sequential(nn.Linear(32, 32), nn.ReLU())
+        self.b = nn.Sequential(nn.Linear(8, 32), nn.ReLU())
+        self.mix = nn.Bilinear(32, 32, 6)  # a stock two-input module
+
+    def forward(self, x, y) -> Tuple[torch.Tensor, torch.Tensor]:
+        ha = self.a(x)
+        aux = self.a_head(ha)
+        hc = self.c(ha)
+        hb = self.b(y)
+        return self.mix(hc, hb), aux
+
+
+def image():
+    return torch.randn(BATCH, 3, 32, 32)
+
+
+ENC = "encoder.layers.encoder_layer_"
+MODELS = {
+    "mlp": (lambda: MLP(64, 8, 10), lambda: torch.randn(BATCH, 64),
+            {2: ["layers.4"], 3: ["layers.3", "layers.6"],
+             4: ["layers.2", "layers.4", "layers.6"]}),
+    # At 32x32 each residual stage costs ~8-9M MACs; the stem ~2M.
+    "resnet18": (lambda: torchvision.models.resnet18(num_classes=10), image,
+                 {2: ["layer3"], 3: ["layer2", "layer4"],
+                  4: ["layer2", "layer3", "layer4"]}),
+    # MAC shares by features.N at 32x32 (classifier alone is ~28%).
+    "mobilenet_v3_small": (lambda: torchvision.models.mobilenet_v3_small(num_classes=10), image,
+                           {2: ["features.10"], 3: ["features.8", "features.12"],
+                            4: ["features.6", "features.10", "features.12"]}),
+    "vit": (lambda: torchvision.models.VisionTransformer(
+                image_size=32, patch_size=8, num_layers=4, num_heads=2, hidden_dim=32,
+                mlp_dim=64, num_classes=10), image,
+            {2: [ENC + "2"], 3: [ENC + "1", ENC + "3"],
+             4: [ENC + "1", ENC + "2", ENC + "3"]}),
+    # 3 stages: s1, s2 (stage 0) -> up1, up2 (stage 2).
+    # 4 stages: s1 (stage 0) -> up1 (stage 3); s2 (stage 0) -> up2 (stage 2).
+    "unet": (UNet, image,
+             {2: ["up3"], 3: ["bottleneck", "up2"], 4: ["down3", "up3", "up1"]}),
+    "decoder": (Decoder, lambda: torch.randint(0, 100, (BATCH, 12), dtype=torch.int64),
+                {2: ["blocks.2"], 3: ["blocks.1", "blocks.3"],
+                 4: ["blocks.1", "blocks.2", "blocks.3"]}),
+    # y enters at stage 1/2/2; aux (stage 0) is a model output; with 4 stages
+    # hc goes from stage 1 to stage 3.
+    "two_io": (TwoIO, lambda: (torch.randn(BATCH, 16), torch.randn(BATCH, 8)),
+               {2: ["b"], 3: ["c", "b"], 4: ["c", "b", "mix"]}),
+}
+
+assert list(MODELS) == NAMES, "keep NAMES (used before torch is imported) in sync"
+
+
+def mlp_n(n: int):
+    return (lambda: MLP(16, n), lambda: torch.randn(BATCH, 16), None)
+
+
+def atomic(path: str, write) -> None:
+    """write(tmp_path) then rename over path."""
+    tmp = "%s.tmp.%d" % (path, os.getpid())
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def write_text(path: str, text: str) -> None:
+    def write(p):
+        with open(p, "w") as f:
+            f.write(text)
+    atomic(path, write)
+
+
+def check_splits(name: str, model: nn.Module, inp, splits) -> None:
+    """Each cut must name a module whose forward runs, in execution order."""
+    mods = dict(model.named_modules())
+    order = []
+    hooks = [m.register_forward_pre_hook(lambda m, i, p=p: order.append(p))
+             for p, m in mods.items()]
+    with torch.no_grad():
+        model(*inp) if isinstance(inp, tuple) else model(inp)
+    for h in hooks:
+        h.remove()
+    first = {}
+    for i, p in enumerate(order):
+        first.setdefault(p, i)
+    for n, paths in splits.items():
+        assert len(paths) == n - 1, "%s: %d stages need %d cuts" % (name, n, n - 1)
+        for p in paths:
+            assert p in first, "%s: split path %r is not an executed submodule" % (name, p)
+        idx = [first[p] for p in paths]
+        assert idx == sorted(idx) and len(set(idx)) == len(idx), \
+            "%s: split paths %r are not in execution order" % (name, paths)
+
+
+def param_bytes(model: nn.Module) -> int:
+    """Bytes of unique parameter and buffer tensors (tied weights count once)."""
+    uniq = {t.data_ptr(): t for t in list(model.parameters()) + list(model.buffers())}
+    return sum(t.numel() * t.element_size() for t in uniq.values())
+
+
+def make(outdir: str, name: str, spec, stamp: str) -> bool:
+    """Write one model's files; return False if they were up to date."""
+    build, make_input, splits = spec
+    base = os.path.join(outdir, name)
+    if up_to_date(outdir, name, stamp):
+        return False
+    if os.path.exists(base + ".stamp"):
+        os.remove(base + ".stamp")  # the set is incomplete until rewritten
+
+    torch.manual_seed(0)
+    model = build().eval()
+    torch.manual_seed(1)
+    inp = make_input()
+    if splits:
+        check_splits(name, model, inp, splits)
+    scripted = torch.jit.script(model)
+    with torch.no_grad():
+        out = scripted(*inp) if isinstance(inp, tuple) else scripted(inp)
+
+    atomic(base + ".pt", lambda p: torch.jit.save(scripted, p))
+    atomic(base + ".input.pt", lambda p: torch.save(inp, p))
+    atomic(base + ".expected.pt", lambda p: torch.save(out, p))
+    meta = {"name": name, "inputs": len(inp) if isinstance(inp, tuple) else 1}
+    if splits:
+        meta["split_at"] = {str(n): paths for n, paths in sorted(splits.items())}
+
+    write_text(base + ".json", json.dumps(meta, indent=2) + "\n")
+
+    if name == "decoder":  # tied weights must survive save/load as one tensor
+        sd = torch.jit.load(base + ".pt").state_dict()
+        if sd["embed.weight"].data_ptr() != sd["head.weight"].data_ptr():
+            print("warning: decoder: embed.weight and head.weight are no longer "
+                  "shared after torch.jit.load", file=sys.stderr)
+
+    write_text(base + ".stamp", stamp + "\n")  # last: marks the set complete
+    print("wrote %-20s %10d param bytes" % (name, param_bytes(model)))
+    return True
+
+
+def main() -> int:
+    outdir, names = parse_args()
+    todo = {n: MODELS[n] if n in MODELS else mlp_n(int(n[4:])) for n in names}
+    os.makedirs(outdir, exist_ok=True)
+    torch.set_num_threads(1)
+    stamp = script_hash()
+    t0 = time.time()
+    written = [n for n, spec in todo.items() if make(outdir, n, spec, stamp)]
+    print("%d written, %d up to date, %.1fs" % (
+        len(written), len(todo) - len(written), time.time() - t0))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+//===- tools/ppc/LaunchCommand.cpp - ppc launch ---------------------------===//
+//
+// `ppc launch`: the built-in torchrun. CLI11 wiring only; the work is
+// ppc::launch() in runtime/Launcher.h.
+//
+//===----------------------------------------------------------------------===//
+#include "tools/ppc/Commands.h"
+
+#include "lib/Error.h"
+#include "runtime/Launcher.h"
+
+#include "llvm/Support/raw_ostream.h"
+
+#include <memory>
+
+namespace ppc {
+
+namespace {
+struct LaunchArgs {
+  LaunchOptions options;
+  double timeoutSeconds = 0;
+  CLI::Option *timeout = nullptr;
+};
+} // namespace
+
+static llvm::Expected<int> runLaunch(const LaunchArgs &args) {
+  LaunchOptions options = args.options;
+  if (args.timeout->count())
+    options.timeoutSeconds = args.timeoutSeconds;
+  if (llvm::Error err = validateLaunchOptions(options))
+    return err;
+  if (options.masterPort == 0) {
+    if (options.nnodes > 1)
+      return makeError(
+          "--master-port 0 needs --nnodes 1: the nodes must agree on the port");
+    llvm::Expected<int> port = pickFreePort();
+    if (!port)
+      return port.takeError();
+    options.masterPort = *port;
+    llvm::errs() << "note: using MASTER_PORT=" << *port << "\n";
+  }
+  if (llvm::Error err = launch(options))
+    return err;
+  return 0;
+}
+
+Command addLaunchCommand(CLI::App &parent) {
+  auto args = std::make_shared<LaunchArgs>();
+  LaunchOptions &options = args->options;
+  CLI::App *app = parent.add_subcommand(
+      "launch", "Run a command as N worker processes with the torchrun "
+                "environment (a built-in torchrun)");
+  app->footer(
+      "Starts --nproc-per-node copies of CMD on this node, each with RANK, "
+      "WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, "
+      "GROUP_WORLD_SIZE, ROLE_RANK, ROLE_WORLD_SIZE, MASTER_ADDR and "
+      "MASTER_PORT set; the rest of the environment is inherited.\n"
+      "Every line a worker prints goes to the same stream (stdout or "
+      "stderr) of ppc, prefixed with '[rank R] '.\n"
+      "Workers run in their own process groups with stdin from /dev/null; "
+      "SIGINT, SIGTERM and SIGHUP sent to ppc are forwarded to all of them "
+      "(so a Ctrl-C reaches each worker once).\n"
+      "As soon as one worker fails, the others get SIGTERM, then SIGKILL "
+      "after the grace period, and ppc reports 'error: rank R exited with "
+      "status S' (or 'killed by signal SIG'). Exit 0 when every worker "
+      "exits with 0, 2 otherwise.\n\n"
+      "Example: ppc launch --nproc-per-node 4 -- python3 train.py "
+      "--epochs 3");
+
+  app->add_option("--nproc-per-node", options.nprocPerNode,
+                  "Worker processes to start on this node (at least 1); "
+                  "local rank l gets RANK = node-rank * N + l")
+      ->required();
+  app->add_option("--nnodes", options.nnodes,
+                  "Nodes in the job, each running its own 'ppc launch'; "
+                  "WORLD_SIZE = nnodes * N")
+      ->capture_default_str();
+  app->add_option("--node-rank", options.nodeRank,
+                  "This node's index in [0, nnodes) (GROUP_RANK)")
+      ->capture_default_str();
+  app->add_option("--master-addr", options.masterAddr,
+                  "Address of the node that runs rank 0 (MASTER_ADDR)")
+      ->capture_default_str();
+  app->add_option("--master-port", options.masterPort,
+                  "Rendezvous port on the master node (MASTER_PORT); 0 picks "
+                  "a free local port and prints it (only with --nnodes 1)")
+      ->capture_default_str();
+  args->timeout = app->add_option(
+      "--timeout", args->timeoutSeconds,
+      "Stop every worker and fail after this many seconds (default: none)");
+  app->add_option("--grace-period", options.gracePeriodSeconds,
+                  "Seconds workers get to exit after SIGTERM before SIGKILL")
+      ->capture_default_str();
+  app->add_option("command", options.command,
+                  "The program (looked up in PATH) and its arguments: "
+                  "everything after '--', or from the first argument that is "
+                  "not an option of ppc launch");
+  app->positionals_at_end();
+  return {app, [args]() { return runLaunch(*args); }};
+}
+
+} // namespace ppc

@@ -1,0 +1,139 @@
+//===- tools/ppc/SplitGraphCommand.cpp - ppc split-graph ------------------===//
+//
+// A developer command behind the golden IR tests: TorchScript graph text in,
+// stage graphs out, with no module involved.
+//
+//===----------------------------------------------------------------------===//
+#include "tools/ppc/Commands.h"
+
+#include "lib/CostModel.h"
+#include "lib/Error.h"
+#include "passes/Compile.h"
+#include "passes/ExtractStage.h"
+#include "passes/Passes.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <torch/csrc/jit/ir/irparser.h>
+
+#include <memory>
+#include <sstream>
+
+namespace ppc {
+
+namespace {
+struct SplitGraphOptions {
+  std::string irPath;
+  int stages = 0;
+  std::vector<std::string> splitBefore;
+  std::vector<std::string> passes;
+};
+} // namespace
+
+/// Stage starts at the items producing the named values ("%x" or "x").
+static llvm::Expected<std::vector<size_t>> startsBefore(const ItemGraph &g,
+                                                        const std::vector<std::string> &names) {
+  std::vector<size_t> starts{0};
+  for (const std::string &raw : names) {
+    std::string name = llvm::StringRef(raw).ltrim('%').str();
+    std::optional<size_t> found;
+    for (size_t i = 0; i < g.size() && !found; ++i)
+      for (torch::jit::Value *v : g.item(i)->outputs())
+        if (v->debugName() == name)
+          found = i;
+    if (!found)
+      return makeError("no operation produces '%" + name + "'");
+    if (auto why = g.cutBlocker(*found))
+      return makeError("cannot begin a stage at '%" + name + "': " + *why);
+    if (*found <= starts.back())
+      return makeError("split points must be in graph order: '%" + name + "'");
+    starts.push_back(*found);
+  }
+  return starts;
+}
+
+static llvm::Expected<int> runSplitGraph(const SplitGraphOptions &o) {
+  auto buffer = llvm::MemoryBuffer::getFile(o.irPath, /*IsText=*/true);
+  if (!buffer)
+    return makeError("cannot read '" + o.irPath + "': " + buffer.getError().message());
+  auto graph = std::make_shared<torch::jit::Graph>();
+  if (llvm::Error err = torchCall("'" + o.irPath + "' is not valid TorchScript IR", [&] {
+        torch::jit::parseIR((*buffer)->getBuffer().str(), graph.get());
+      }))
+    return std::move(err);
+  if (llvm::Error err = runPasses(graph, o.passes))
+    return std::move(err);
+
+  auto items = ItemGraph::build(graph);
+  if (!items)
+    return items.takeError();
+  auto costs = itemCosts(*items, nullptr, CostKind::Nodes, nullptr);
+  if (!costs)
+    return costs.takeError();
+  auto starts = o.splitBefore.empty()
+                    ? choosePartition(*items, *costs, {o.stages, {}}, nullptr)
+                    : startsBefore(*items, o.splitBefore);
+  if (!starts)
+    return starts.takeError();
+  auto plan = PartitionPlan::fromStarts(*items, *starts);
+  if (!plan)
+    return plan.takeError();
+  if (llvm::Error err = plan->verify())
+    return std::move(err);
+
+  for (size_t s = 0; s < plan->numStages(); ++s) {
+    auto stage = extractStage(*plan, s);
+    if (!stage)
+      return stage.takeError();
+    llvm::outs() << "stage " << s << ":\n";
+    for (torch::jit::Value *v : plan->inputs(s)) {
+      int from = plan->stageOfValue(v);
+      llvm::outs() << "  input %" << valueName(v) << " from "
+                   << (from < 0 ? std::string("model input")
+                                : "stage " + std::to_string(from))
+                   << "\n";
+    }
+    for (torch::jit::Value *v : plan->outputs(s)) {
+      std::vector<std::string> to;
+      for (int c : plan->consumers(v))
+        to.push_back(std::to_string(c));
+      llvm::outs() << "  output %" << valueName(v) << " to stages [" << llvm::join(to, ",")
+                   << "]\n";
+    }
+    std::ostringstream os;
+    os << **stage;
+    llvm::outs() << os.str();
+  }
+  return 0;
+}
+
+Command addSplitGraphCommand(CLI::App &parent) {
+  auto o = std::make_shared<SplitGraphOptions>();
+  CLI::App *app = parent.add_subcommand(
+      "split-graph",
+      "(developer) Split TorchScript graph text and print the stage graphs");
+  app->description("Parse a TorchScript graph (the text form printed by graph.str()), "
+                   "optionally run named passes on it, split it like ppc split does "
+                   "(one unit of cost per operation), and print each stage's "
+                   "boundary values and graph. Used by the golden IR tests.");
+  app->add_option("ir", o->irPath, "File with TorchScript graph text")->required();
+  auto *stages = app->add_option("--stages", o->stages, "Number of stages");
+  auto *before = app->add_option("--split-before", o->splitBefore,
+                                 "Begin a stage at the operation producing each of "
+                                 "these values (e.g. %x.3,%7)")
+                     ->delimiter(',');
+  stages->excludes(before);
+  app->add_option("--passes", o->passes,
+                  "Passes to run first, by name (see passes/Passes.def)")
+      ->delimiter(',');
+  return {app, [o, app]() -> llvm::Expected<int> {
+            if (o->splitBefore.empty() && app->count("--stages") == 0)
+              return makeError("ppc split-graph needs --stages N or --split-before VALUES");
+            return runSplitGraph(*o);
+          }};
+}
+
+} // namespace ppc

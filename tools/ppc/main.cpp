@@ -1,0 +1,50 @@
+//===- tools/ppc/main.cpp - The ppc command-line driver -------------------===//
+//
+// Thin: parses the command line with CLI11, runs the chosen subcommand, and
+// is the only place that prints errors.
+//
+//===----------------------------------------------------------------------===//
+#include "tools/ppc/Commands.h"
+
+#include "llvm/Support/raw_ostream.h"
+
+#include <vector>
+
+int main(int argc, char **argv) {
+  CLI::App app{"ppc: a pipeline-parallel compiler and runtime for TorchScript "
+               "models.\n\nCompile a scripted model into stages with 'ppc split', "
+               "check them with 'ppc verify', look at them with 'ppc inspect'."};
+  app.footer("Exit status: 0 on success, 1 when 'ppc verify' finds a mismatch, "
+             "2 on any error (reported as one 'error: ...' line).");
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "ppc 0.1.0");
+
+  std::vector<ppc::Command> commands;
+#define PPC_COMMAND(fn) commands.push_back(ppc::fn(app));
+#include "tools/ppc/Commands.def"
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp &e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp &e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion &e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError &e) {
+    llvm::errs() << "error: " << e.what() << " (see ppc --help)\n";
+    return ppc::kErrorExitCode;
+  }
+
+  for (ppc::Command &command : commands) {
+    if (!command.app->parsed())
+      continue;
+    llvm::Expected<int> code = command.run();
+    if (!code) {
+      llvm::errs() << "error: " << llvm::toString(code.takeError()) << "\n";
+      return ppc::kErrorExitCode;
+    }
+    return *code;
+  }
+  return ppc::kErrorExitCode;
+}
