@@ -111,37 +111,13 @@ static std::vector<Value *> freeInputs(Node *node) {
   return out;
 }
 
-/// The module instance path recorded by the inliner on a node, skipping
-/// "SELF" entries (calls to other methods of the same module).
-static std::string callstackPath(const Node *node) {
-  auto cs = node->callstack();
-  if (!cs)
-    return "";
-  std::string path;
-  for (const auto &entry : (*cs)->vec()) {
-    const auto &info = std::get<2>(entry);
-    if (!info || info->instance_name() == "SELF")
-      continue;
-    if (!path.empty())
-      path += ".";
-    path += info->instance_name();
-  }
-  return path;
-}
-
-/// The inliner records no call stack on some nodes with blocks (prim::If of
-/// an inlined method); take the deepest path found inside them instead.
+/// The module instance path the inliner (passes/InlineCalls.cpp) recorded
+/// as the node's scope; "" for the top-level forward.
 static std::string modulePathOf(Node *node) {
-  std::string path = callstackPath(node);
-  if (!path.empty() || node->blocks().empty())
-    return path;
-  for (Block *b : node->blocks())
-    for (Node *n : b->nodes()) {
-      std::string inner = modulePathOf(n);
-      if (inner.size() > path.size())
-        path = inner;
-    }
-  return path;
+  torch::jit::ScopePtr scope = node->scope();
+  if (!scope || scope->isBlank())
+    return "";
+  return scope->name().toUnqualString();
 }
 
 void ItemGraph::collectNestedAttributeReads(Node *node, std::vector<Value *> &reads) {

@@ -21,6 +21,7 @@
 
 #include <memory>
 #include <sstream>
+#include <unordered_map>
 
 namespace ppc {
 
@@ -60,10 +61,16 @@ static llvm::Expected<int> runSplitGraph(const SplitGraphOptions &o) {
   if (!buffer)
     return makeError("cannot read '" + o.irPath + "': " + buffer.getError().message());
   auto graph = std::make_shared<torch::jit::Graph>();
+  std::unordered_map<std::string, torch::jit::Value *> names;
   if (llvm::Error err = torchCall("'" + o.irPath + "' is not valid TorchScript IR", [&] {
-        torch::jit::parseIR((*buffer)->getBuffer().str(), graph.get());
+        torch::jit::parseIR((*buffer)->getBuffer().str(), graph.get(), names);
       }))
     return std::move(err);
+  // The parser resolves names but does not keep them; keep the readable ones
+  // so the output (and golden checks) can refer to %x rather than %3.
+  for (const auto &[name, value] : names)
+    if (!name.empty() && !isdigit(static_cast<unsigned char>(name[0])))
+      value->setDebugName(name);
   if (llvm::Error err = runPasses(graph, o.passes))
     return std::move(err);
 
@@ -91,7 +98,7 @@ static llvm::Expected<int> runSplitGraph(const SplitGraphOptions &o) {
     llvm::outs() << "stage " << s << ":\n";
     for (torch::jit::Value *v : plan->inputs(s)) {
       int from = plan->stageOfValue(v);
-      llvm::outs() << "  input %" << valueName(v) << " from "
+      llvm::outs() << "  input %" << v->debugName() << " from "
                    << (from < 0 ? std::string("model input")
                                 : "stage " + std::to_string(from))
                    << "\n";
@@ -100,7 +107,7 @@ static llvm::Expected<int> runSplitGraph(const SplitGraphOptions &o) {
       std::vector<std::string> to;
       for (int c : plan->consumers(v))
         to.push_back(std::to_string(c));
-      llvm::outs() << "  output %" << valueName(v) << " to stages [" << llvm::join(to, ",")
+      llvm::outs() << "  output %" << v->debugName() << " to stages [" << llvm::join(to, ",")
                    << "]\n";
     }
     std::ostringstream os;

@@ -1,0 +1,112 @@
+//===- lib/TorchCompat.h - LibTorch version differences ---------*- C++ -*-===//
+//
+// The one place that knows which LibTorch ppc is built against. Every call
+// whose spelling differs between Debian's LibTorch 1.13 and the 2.x wheels
+// (c10d stores, process-group options, work handles, the Gloo device
+// factory) goes through the small inline functions here, so porting to a
+// new LibTorch means changing this file only.
+//
+// Differences covered:
+//  - c10d headers guard ProcessGroupGloo/NCCL behind USE_C10D_GLOO /
+//    USE_C10D_NCCL, which LibTorch's CMake config does not define for users.
+//  - TCPStoreOptions gained fields in 2.x (useLibUV, masterListenFd); the
+//    fields set here exist in both.
+//  - In 1.13 ProcessGroupGloo derives from ProcessGroup, in 2.x from
+//    Backend; both expose the same send/recv/Options::create used here.
+//  - Work::wait(timeout) exists in both; 2.x also throws
+//    c10::DistBackendError (a c10::Error), which torchCall() catches.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PPC_LIB_TORCHCOMPAT_H
+#define PPC_LIB_TORCHCOMPAT_H
+
+#ifndef USE_C10D_GLOO
+#define USE_C10D_GLOO 1
+#endif
+
+#include <torch/csrc/api/include/torch/version.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#ifdef PPC_HAVE_NCCL
+#ifndef USE_C10D_NCCL
+#define USE_C10D_NCCL 1
+#endif
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace ppc::compat {
+
+constexpr int kTorchMajor = TORCH_VERSION_MAJOR;
+constexpr int kTorchMinor = TORCH_VERSION_MINOR;
+
+/// A TCPStore at host:port. The server (rank 0) listens and waits up to
+/// `timeout` for `worldSize` clients; clients retry connecting until
+/// `timeout`. Throws (c10::Error) on failure.
+inline c10::intrusive_ptr<c10d::Store>
+makeTCPStore(const std::string &host, uint16_t port, bool isServer,
+             int worldSize, std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions opts;
+  opts.port = port;
+  opts.isServer = isServer;
+  opts.numWorkers = static_cast<size_t>(worldSize);
+  opts.waitWorkers = true;
+  opts.timeout = timeout;
+  return c10::make_intrusive<c10d::TCPStore>(host, opts);
+}
+
+/// A Gloo device bound to a local address (an IP address or host name).
+inline std::shared_ptr<::gloo::transport::Device>
+makeGlooDeviceForHost(const std::string &address) {
+  return c10d::ProcessGroupGloo::createDeviceForHostname(address);
+}
+
+/// A Gloo device bound to a network interface (e.g. "eth0").
+inline std::shared_ptr<::gloo::transport::Device>
+makeGlooDeviceForInterface(const std::string &interface) {
+  return c10d::ProcessGroupGloo::createDeviceForInterface(interface);
+}
+
+using GlooGroup = c10d::ProcessGroupGloo;
+
+/// Connects a Gloo process group (a full mesh of TCP pairs) through
+/// `store`. `timeout` bounds the connection and every collective. Throws on
+/// failure.
+inline c10::intrusive_ptr<GlooGroup>
+makeGlooGroup(const c10::intrusive_ptr<c10d::Store> &store, int rank,
+              int worldSize, std::chrono::milliseconds timeout,
+              std::shared_ptr<::gloo::transport::Device> device) {
+  auto options = c10d::ProcessGroupGloo::Options::create(timeout);
+  options->devices.push_back(std::move(device));
+  options->threads = 2;
+  return c10::make_intrusive<GlooGroup>(store, rank, worldSize, options);
+}
+
+using WorkPtr = c10::intrusive_ptr<c10d::Work>;
+
+/// Waits for `work` for at most `timeout`. Returns false on timeout (Gloo
+/// throws instead, which the caller's torchCall() turns into an error).
+inline bool waitWork(const WorkPtr &work, std::chrono::milliseconds timeout) {
+  return work->wait(timeout);
+}
+
+#ifdef PPC_HAVE_NCCL
+using NcclGroup = c10d::ProcessGroupNCCL;
+
+inline c10::intrusive_ptr<NcclGroup>
+makeNcclGroup(const c10::intrusive_ptr<c10d::Store> &store, int rank,
+              int worldSize, std::chrono::milliseconds timeout) {
+  auto options = c10d::ProcessGroupNCCL::Options::create();
+  options->timeout = timeout;
+  return c10::make_intrusive<NcclGroup>(store, rank, worldSize, options);
+}
+#endif
+
+} // namespace ppc::compat
+
+#endif // PPC_LIB_TORCHCOMPAT_H
