@@ -321,8 +321,12 @@ llvm::Error ItemGraph::findBlockers() {
     int from = producer(v) + 1, last = lastUse.count(v) ? lastUse[v] : -1;
     for (int i = std::max(from, 0); i < std::min(last, n); ++i)
       if (aliasDb.writesToAlias(items_[i], {v})) {
+        std::string loc = sourceLocation(items_[i]);
         block(i, last,
-              "value '" + valueName(v) + "' is written in place and read later");
+              "value '" + valueName(v) + "' is written in place by " +
+                  items_[i]->kind().toQualString() +
+                  (loc.empty() ? std::string() : " (at " + loc + ")") +
+                  " and read later");
         break;
       }
   }
