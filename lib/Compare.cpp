@@ -19,8 +19,8 @@ static std::string shapeString(const at::Tensor &t) {
 
 static std::string describeDiff(double maxAbsDiff, double rtol, double atol) {
   return llvm::formatv("max abs diff {0} (rtol {1}, atol {2})",
-                       llvm::format("%.3g", maxAbsDiff), llvm::format("%g", rtol),
-                       llvm::format("%g", atol));
+                       llvm::format("%.3g", maxAbsDiff),
+                       llvm::format("%g", rtol), llvm::format("%g", atol));
 }
 
 static OutputComparison compareTensors(const at::Tensor &e, const at::Tensor &a,
@@ -48,17 +48,20 @@ static OutputComparison compareTensors(const at::Tensor &e, const at::Tensor &a,
   at::Tensor bothNan = ed.isnan().logical_and(ad.isnan());
   diff = diff.masked_fill(bothNan, 0);
   out.maxAbsDiff = diff.max().item<double>();
-  bool close = diff.le(atol + rtol * ed.abs()).logical_or(bothNan).all().item<bool>();
+  bool close =
+      diff.le(atol + rtol * ed.abs()).logical_or(bothNan).all().item<bool>();
   out.match = close && !std::isnan(out.maxAbsDiff);
   out.detail = describeDiff(out.maxAbsDiff, rtol, atol);
   return out;
 }
 
-OutputComparison compareValues(const c10::IValue &expected, const c10::IValue &actual,
-                               double rtol, double atol) {
+OutputComparison compareValues(const c10::IValue &expected,
+                               const c10::IValue &actual, double rtol,
+                               double atol) {
   if (expected.isTensor() && actual.isTensor())
     return compareTensors(expected.toTensor(), actual.toTensor(), rtol, atol);
-  auto elements = [](const c10::IValue &v) -> std::optional<std::vector<c10::IValue>> {
+  auto elements =
+      [](const c10::IValue &v) -> std::optional<std::vector<c10::IValue>> {
     if (v.isTuple())
       return v.toTupleRef().elements().vec();
     if (v.isList())
@@ -69,7 +72,8 @@ OutputComparison compareValues(const c10::IValue &expected, const c10::IValue &a
   if (ee && ae) {
     if (ee->size() != ae->size())
       return {false, -1,
-              llvm::formatv("{0} elements != expected {1}", ae->size(), ee->size())};
+              llvm::formatv("{0} elements != expected {1}", ae->size(),
+                            ee->size())};
     OutputComparison out{true, 0, ""};
     for (size_t i = 0; i < ee->size(); ++i) {
       OutputComparison c = compareValues((*ee)[i], (*ae)[i], rtol, atol);

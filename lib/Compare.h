@@ -22,8 +22,9 @@ struct OutputComparison {
 
 /// Compares with torch.allclose semantics (|a - e| <= atol + rtol * |e|),
 /// element by element through tuples and lists.
-OutputComparison compareValues(const c10::IValue &expected, const c10::IValue &actual,
-                               double rtol, double atol);
+OutputComparison compareValues(const c10::IValue &expected,
+                               const c10::IValue &actual, double rtol,
+                               double atol);
 
 } // namespace ppc
 

@@ -36,7 +36,8 @@ llvm::StringRef costKindName(CostKind kind) {
   llvm_unreachable("unknown CostKind");
 }
 
-c10::IValue attributeAt(const torch::jit::Module &module, llvm::StringRef path) {
+c10::IValue attributeAt(const torch::jit::Module &module,
+                        llvm::StringRef path) {
   c10::IValue v = module._ivalue();
   if (path.empty())
     return v;
@@ -47,7 +48,8 @@ c10::IValue attributeAt(const torch::jit::Module &module, llvm::StringRef path) 
   return v;
 }
 
-static std::vector<int64_t> paramCosts(const ItemGraph &g, const torch::jit::Module &m) {
+static std::vector<int64_t> paramCosts(const ItemGraph &g,
+                                       const torch::jit::Module &m) {
   std::vector<int64_t> costs(g.size(), 0);
   std::unordered_set<const void *> seen;
   for (size_t i = 0; i < g.size(); ++i)
@@ -113,8 +115,9 @@ static int64_t numel(const std::vector<int64_t> &shape) {
   return n;
 }
 
-static int64_t flops(Node *n,
-                     const std::unordered_map<const Value *, std::vector<int64_t>> &shapes) {
+static int64_t
+flops(Node *n,
+      const std::unordered_map<const Value *, std::vector<int64_t>> &shapes) {
   auto shape = [&](size_t input) -> const std::vector<int64_t> * {
     if (input >= n->inputs().size())
       return nullptr;
@@ -134,8 +137,8 @@ static int64_t flops(Node *n,
     return 2 * out * lastDim(shape(0));
   if (kind == "aten::addmm" || kind == "aten::baddbmm")
     return 2 * out * lastDim(shape(1));
-  if (kind == "aten::conv1d" || kind == "aten::conv2d" || kind == "aten::conv3d" ||
-      kind == "aten::_convolution") {
+  if (kind == "aten::conv1d" || kind == "aten::conv2d" ||
+      kind == "aten::conv3d" || kind == "aten::_convolution") {
     const auto *w = shape(1);
     return w && !w->empty() ? 2 * out * (numel(*w) / (*w)[0]) : out;
   }
@@ -147,10 +150,9 @@ static int64_t flops(Node *n,
   return std::max<int64_t>(out, 1);
 }
 
-llvm::Expected<std::vector<int64_t>> itemCosts(const ItemGraph &graph,
-                                               const torch::jit::Module *module,
-                                               CostKind kind,
-                                               const std::vector<c10::IValue> *example) {
+llvm::Expected<std::vector<int64_t>>
+itemCosts(const ItemGraph &graph, const torch::jit::Module *module,
+          CostKind kind, const std::vector<c10::IValue> *example) {
   switch (kind) {
   case CostKind::Nodes:
     return std::vector<int64_t>(graph.size(), 1);

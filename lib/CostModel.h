@@ -38,10 +38,9 @@ c10::IValue attributeAt(const torch::jit::Module &module, llvm::StringRef path);
 /// `example` is required for CostKind::Flops and holds the model inputs.
 /// Errors: flops without an example input, or the example run failing
 /// ("cannot run the model on the example input: ...").
-llvm::Expected<std::vector<int64_t>> itemCosts(const ItemGraph &graph,
-                                               const torch::jit::Module *module,
-                                               CostKind kind,
-                                               const std::vector<c10::IValue> *example);
+llvm::Expected<std::vector<int64_t>>
+itemCosts(const ItemGraph &graph, const torch::jit::Module *module,
+          CostKind kind, const std::vector<c10::IValue> *example);
 
 } // namespace ppc
 

@@ -20,9 +20,8 @@ std::string firstLine(const std::string &message) {
   if (start == std::string::npos)
     return "unknown error";
   size_t end = message.find('\n', start);
-  std::string line = message.substr(start, end == std::string::npos
-                                               ? std::string::npos
-                                               : end - start);
+  std::string line = message.substr(
+      start, end == std::string::npos ? std::string::npos : end - start);
   while (!line.empty() && (line.back() == ' ' || line.back() == '\r'))
     line.pop_back();
   return line;

@@ -35,8 +35,7 @@ std::string firstLine(const std::string &message);
 /// message starts with `what` (e.g. "cannot load 'm.pt'"). `fn` returns
 /// either void (torchCall returns llvm::Error) or a value T (torchCall
 /// returns llvm::Expected<T>).
-template <typename Fn>
-auto torchCall(const llvm::Twine &what, Fn &&fn) {
+template <typename Fn> auto torchCall(const llvm::Twine &what, Fn &&fn) {
   using Result = std::invoke_result_t<Fn>;
   auto fail = [&](const std::string &message) {
     return makeError(what + ": " + firstLine(message));

@@ -22,7 +22,8 @@ llvm::Expected<std::string> sha256File(llvm::StringRef path) {
   auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
                                             /*RequiresNullTerminator=*/false);
   if (!buffer)
-    return makeError("cannot read '" + path + "': " + buffer.getError().message());
+    return makeError("cannot read '" + path +
+                     "': " + buffer.getError().message());
   return sha256Hex((*buffer)->getBuffer());
 }
 
@@ -66,27 +67,31 @@ llvm::Error buildDirectoryAtomically(
   bool exists = llvm::sys::fs::exists(dir);
   if (exists) {
     if (!llvm::sys::fs::is_directory(dir))
-      return makeError("output directory '" + dir + "' exists and is not a directory");
+      return makeError("output directory '" + dir +
+                       "' exists and is not a directory");
     std::error_code ec;
     llvm::sys::fs::directory_iterator it(dir, ec), end;
     llvm::SmallString<256> markerPath(dir);
     llvm::sys::path::append(markerPath, marker);
     if (!ec && it != end && !llvm::sys::fs::exists(markerPath))
-      return makeError("output directory '" + dir + "' is not empty and holds no " +
-                       marker + "; refusing to replace it");
+      return makeError("output directory '" + dir +
+                       "' is not empty and holds no " + marker +
+                       "; refusing to replace it");
   }
 
   llvm::SmallString<256> absDir(dir);
   llvm::sys::fs::make_absolute(absDir);
   llvm::StringRef parent = llvm::sys::path::parent_path(absDir);
   if (std::error_code ec = llvm::sys::fs::create_directories(parent))
-    return makeError("cannot create output directory '" + dir + "': " + ec.message());
+    return makeError("cannot create output directory '" + dir +
+                     "': " + ec.message());
 
   llvm::SmallString<256> tmp(absDir);
   tmp += ".tmp-%%%%%%";
   llvm::SmallString<256> tmpDir;
   if (std::error_code ec = llvm::sys::fs::createUniqueDirectory(tmp, tmpDir))
-    return makeError("cannot create output directory '" + dir + "': " + ec.message());
+    return makeError("cannot create output directory '" + dir +
+                     "': " + ec.message());
   // createUniqueDirectory appends its own suffix to the model; keep it.
 
   llvm::Error err = fill(tmpDir);
@@ -108,7 +113,8 @@ llvm::Error buildDirectoryAtomically(
     llvm::sys::fs::remove_directories(oldDir);
   } else if (!err) {
     if (std::error_code ec = llvm::sys::fs::rename(tmpDir, absDir))
-      err = makeError("cannot create output directory '" + dir + "': " + ec.message());
+      err = makeError("cannot create output directory '" + dir +
+                      "': " + ec.message());
   }
   if (err)
     llvm::sys::fs::remove_directories(tmpDir);

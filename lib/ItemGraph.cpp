@@ -120,28 +120,32 @@ static std::string modulePathOf(Node *node) {
   return scope->name().toUnqualString();
 }
 
-void ItemGraph::collectNestedAttributeReads(Node *node, std::vector<Value *> &reads) {
+void ItemGraph::collectNestedAttributeReads(Node *node,
+                                            std::vector<Value *> &reads) {
   for (Block *b : node->blocks())
     for (Node *n : b->nodes()) {
       if (n->kind() == c10::prim::GetAttr && attrPaths_.count(n->input())) {
         const std::string &base = attrPaths_[n->input()];
-        attrPaths_[n->output()] =
-            base.empty() ? n->s(c10::attr::name) : base + "." + n->s(c10::attr::name);
+        attrPaths_[n->output()] = base.empty()
+                                      ? n->s(c10::attr::name)
+                                      : base + "." + n->s(c10::attr::name);
         reads.push_back(n->output());
       }
       collectNestedAttributeReads(n, reads);
     }
 }
 
-llvm::Expected<ItemGraph> ItemGraph::build(std::shared_ptr<torch::jit::Graph> graph) {
+llvm::Expected<ItemGraph>
+ItemGraph::build(std::shared_ptr<torch::jit::Graph> graph) {
   ItemGraph g(std::move(graph));
   g.classify();
   for (size_t i = 0; i < g.modelInputs_.size(); ++i)
     if (!boundaryKind(g.modelInputs_[i]->type()))
-      return makeError(llvm::formatv("model input {0} ('{1}') has type {2}, which "
-                                     "ppc cannot pass between stages",
-                                     i, valueName(g.modelInputs_[i]),
-                                     g.modelInputs_[i]->type()->repr_str()));
+      return makeError(
+          llvm::formatv("model input {0} ('{1}') has type {2}, which "
+                        "ppc cannot pass between stages",
+                        i, valueName(g.modelInputs_[i]),
+                        g.modelInputs_[i]->type()->repr_str()));
   for (size_t i = 0; i < g.modelOutputs_.size(); ++i) {
     Value *v = g.modelOutputs_[i];
     if (!boundaryKind(v->type()))
@@ -149,10 +153,11 @@ llvm::Expected<ItemGraph> ItemGraph::build(std::shared_ptr<torch::jit::Graph> gr
                                      "cannot pass between stages",
                                      i, v->type()->repr_str()));
     if (g.isRematerializable(v))
-      return makeError(llvm::formatv("model output {0} is a constant or a module "
-                                     "attribute; ppc needs outputs computed from "
-                                     "the inputs",
-                                     i));
+      return makeError(
+          llvm::formatv("model output {0} is a constant or a module "
+                        "attribute; ppc needs outputs computed from "
+                        "the inputs",
+                        i));
   }
   if (g.items_.empty())
     return makeError("the model's forward computes nothing to split");
@@ -197,17 +202,20 @@ void ItemGraph::classify() {
   for (Node *n : graph_->nodes()) {
     if (n == packing)
       continue;
-    bool inputsRemat = std::all_of(n->inputs().begin(), n->inputs().end(),
-                                   [&](Value *v) { return remat_.count(v) != 0; });
+    bool inputsRemat =
+        std::all_of(n->inputs().begin(), n->inputs().end(),
+                    [&](Value *v) { return remat_.count(v) != 0; });
     bool remat = false;
-    if (n->kind() == c10::prim::Constant || n->kind() == c10::prim::Uninitialized) {
+    if (n->kind() == c10::prim::Constant ||
+        n->kind() == c10::prim::Uninitialized) {
       remat = true;
     } else if (n->kind() == c10::prim::GetAttr && inputsRemat &&
                attrPaths_.count(n->input())) {
       remat = true;
       const std::string &base = attrPaths_[n->input()];
-      attrPaths_[n->output()] =
-          base.empty() ? n->s(c10::attr::name) : base + "." + n->s(c10::attr::name);
+      attrPaths_[n->output()] = base.empty()
+                                    ? n->s(c10::attr::name)
+                                    : base + "." + n->s(c10::attr::name);
     } else if (inputsRemat && n->blocks().empty() && !n->hasSideEffects() &&
                !n->isNondeterministic() && n->outputs().size() > 0 &&
                std::all_of(n->outputs().begin(), n->outputs().end(),
@@ -305,7 +313,8 @@ llvm::Error ItemGraph::findBlockers() {
       }
   for (const auto &[path, range] : bufferReaders)
     block(range.first, range.second,
-          "buffer '" + path + "' is read on both sides (a buffer lives in one stage)");
+          "buffer '" + path +
+              "' is read on both sides (a buffer lives in one stage)");
 
   // 3. An in-place write stays in one stage with every later read of the
   // value it writes, so no stage sees a stale copy.

@@ -4,10 +4,11 @@
 // top-level nodes of an inlined, cleaned model graph:
 //
 //  1. Rematerializable values are cheap to recompute in every stage that
-//     needs them: constants (and prim::Uninitialized), the module `self` and attribute reads from it
-//     (parameters, buffers, submodules, flags), and pure non-tensor nodes
-//     whose inputs are all rematerializable (e.g. an int list of constants).
-//     Their nodes belong to no stage; each consumer stage clones them.
+//     needs them: constants (and prim::Uninitialized), the module `self` and
+//     attribute reads from it (parameters, buffers, submodules, flags), and
+//     pure non-tensor nodes whose inputs are all rematerializable (e.g. an int
+//     list of constants). Their nodes belong to no stage; each consumer stage
+//     clones them.
 //  2. Every other top-level node is an item. Items keep graph order, which
 //     is topological; a partition is a list of contiguous item ranges. A
 //     node with blocks (prim::If, prim::Loop) is one item, and values its
@@ -55,14 +56,17 @@ public:
   /// ItemGraph is used. If the first graph input is a module, it is `self`.
   /// Errors: a model input or output of a kind that cannot cross
   /// ("model output 0 has type Dict(str, Tensor), which ppc cannot ...").
-  static llvm::Expected<ItemGraph> build(std::shared_ptr<torch::jit::Graph> graph);
+  static llvm::Expected<ItemGraph>
+  build(std::shared_ptr<torch::jit::Graph> graph);
 
   const std::shared_ptr<torch::jit::Graph> &graph() const { return graph_; }
   size_t size() const { return items_.size(); }
   torch::jit::Node *item(size_t i) const { return items_[i]; }
   /// Non-rematerializable values item `i` reads (including from inside its
   /// blocks), in first-use order, without duplicates.
-  const std::vector<torch::jit::Value *> &inputs(size_t i) const { return inputs_[i]; }
+  const std::vector<torch::jit::Value *> &inputs(size_t i) const {
+    return inputs_[i];
+  }
   /// Attribute values (GetAttr results rooted at self) item `i` reads,
   /// including from inside its blocks.
   const std::vector<torch::jit::Value *> &attributeReads(size_t i) const {
@@ -74,8 +78,12 @@ public:
   }
   torch::jit::Value *self() const { return self_; }
   /// Model inputs: the graph inputs other than self.
-  const std::vector<torch::jit::Value *> &modelInputs() const { return modelInputs_; }
-  const std::vector<torch::jit::Value *> &modelOutputs() const { return modelOutputs_; }
+  const std::vector<torch::jit::Value *> &modelInputs() const {
+    return modelInputs_;
+  }
+  const std::vector<torch::jit::Value *> &modelOutputs() const {
+    return modelOutputs_;
+  }
   bool outputIsTuple() const { return outputIsTuple_; }
 
   /// Index of the item producing `v`, or -1 for a model input.
@@ -90,11 +98,16 @@ public:
   const std::string &modulePath(size_t i) const { return modulePaths_[i]; }
 
   /// Whether a stage may begin at item `i` (0 < i < size()); if not, why.
-  const std::optional<std::string> &cutBlocker(size_t i) const { return blockers_[i]; }
-  bool canCutBefore(size_t i) const { return i > 0 && i < size() && !blockers_[i]; }
+  const std::optional<std::string> &cutBlocker(size_t i) const {
+    return blockers_[i];
+  }
+  bool canCutBefore(size_t i) const {
+    return i > 0 && i < size() && !blockers_[i];
+  }
 
 private:
-  explicit ItemGraph(std::shared_ptr<torch::jit::Graph> graph) : graph_(std::move(graph)) {}
+  explicit ItemGraph(std::shared_ptr<torch::jit::Graph> graph)
+      : graph_(std::move(graph)) {}
   void classify();
   void collectNestedAttributeReads(torch::jit::Node *node,
                                    std::vector<torch::jit::Value *> &reads);

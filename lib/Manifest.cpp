@@ -25,9 +25,12 @@ struct KindSpelling {
   const char *name;
 };
 constexpr KindSpelling kKinds[] = {
-    {ValueKind::Tensor, "Tensor"},       {ValueKind::TensorList, "Tensor[]"},
-    {ValueKind::TensorTuple, "Tuple[Tensor]"}, {ValueKind::Int, "int"},
-    {ValueKind::Float, "float"},         {ValueKind::Bool, "bool"},
+    {ValueKind::Tensor, "Tensor"},
+    {ValueKind::TensorList, "Tensor[]"},
+    {ValueKind::TensorTuple, "Tuple[Tensor]"},
+    {ValueKind::Int, "int"},
+    {ValueKind::Float, "float"},
+    {ValueKind::Bool, "bool"},
     {ValueKind::IntList, "int[]"},
 };
 } // namespace
@@ -303,7 +306,8 @@ llvm::Expected<Manifest> Manifest::fromJSON(const Value &json) {
         if (const Array *uses = r.array("uses"))
           for (size_t j = 0; j < uses->size(); ++j) {
             Reader ru((*uses)[j], llvm::formatv("{0}.uses[{1}]", at, j));
-            t.uses.push_back({static_cast<int>(ru.integer("stage")), ru.str("path")});
+            t.uses.push_back(
+                {static_cast<int>(ru.integer("stage")), ru.str("path")});
             r.absorb(ru);
           }
         m.tiedParameters.push_back(std::move(t));
@@ -325,13 +329,13 @@ llvm::Error Manifest::verify() const {
                       const std::string &at) -> llvm::Error {
     if (ref.isModelInput()) {
       if (ref.modelInput >= static_cast<int>(modelInputs.size()))
-        return makeError(llvm::formatv("manifest: {0} refers to model input {1}, "
-                                       "but the model has {2} inputs",
-                                       at, ref.modelInput, modelInputs.size()));
+        return makeError(
+            llvm::formatv("manifest: {0} refers to model input {1}, "
+                          "but the model has {2} inputs",
+                          at, ref.modelInput, modelInputs.size()));
       return llvm::Error::success();
     }
-    if (ref.stage < 0 || ref.stage >= beforeStage ||
-        ref.output < 0 ||
+    if (ref.stage < 0 || ref.stage >= beforeStage || ref.output < 0 ||
         ref.output >= static_cast<int>(stages[ref.stage].outputs.size()))
       return makeError(llvm::formatv("manifest: {0} refers to a missing output "
                                      "{1} of stage {2}",
@@ -342,25 +346,29 @@ llvm::Error Manifest::verify() const {
   for (size_t i = 0; i < stages.size(); ++i) {
     const StageInfo &s = stages[i];
     if (s.index != static_cast<int>(i))
-      return makeError(llvm::formatv("manifest: stages[{0}] has index {1}", i, s.index));
+      return makeError(
+          llvm::formatv("manifest: stages[{0}] has index {1}", i, s.index));
     for (size_t j = 0; j < s.inputs.size(); ++j) {
       const StageInput &in = s.inputs[j];
-      if (llvm::Error err = checkRef(in.source, static_cast<int>(i),
-                                     llvm::formatv("stages[{0}].inputs[{1}]", i, j)))
+      if (llvm::Error err =
+              checkRef(in.source, static_cast<int>(i),
+                       llvm::formatv("stages[{0}].inputs[{1}]", i, j)))
         return err;
       if (!in.source.isModelInput()) {
         const auto &consumers = output(in.source).consumers;
-        if (std::find(consumers.begin(), consumers.end(), static_cast<int>(i)) ==
-            consumers.end())
-          return makeError(llvm::formatv(
-              "manifest: stages[{0}].inputs[{1}] takes output {2} of stage {3}, "
-              "which does not list stage {0} as a consumer",
-              i, j, in.source.output, in.source.stage));
+        if (std::find(consumers.begin(), consumers.end(),
+                      static_cast<int>(i)) == consumers.end())
+          return makeError(
+              llvm::formatv("manifest: stages[{0}].inputs[{1}] takes output "
+                            "{2} of stage {3}, "
+                            "which does not list stage {0} as a consumer",
+                            i, j, in.source.output, in.source.stage));
       }
     }
     for (size_t j = 0; j < s.outputs.size(); ++j)
       for (int c : s.outputs[j].consumers) {
-        bool found = c > static_cast<int>(i) && c < static_cast<int>(stages.size());
+        bool found =
+            c > static_cast<int>(i) && c < static_cast<int>(stages.size());
         if (found) {
           found = false;
           for (const StageInput &in : stages[c].inputs)
@@ -368,16 +376,18 @@ llvm::Error Manifest::verify() const {
                                                       static_cast<int>(j));
         }
         if (!found)
-          return makeError(llvm::formatv("manifest: stages[{0}].outputs[{1}] lists "
-                                         "consumer {2}, which does not take it",
-                                         i, j, c));
+          return makeError(
+              llvm::formatv("manifest: stages[{0}].outputs[{1}] lists "
+                            "consumer {2}, which does not take it",
+                            i, j, c));
       }
   }
   if (modelOutputs.empty())
     return makeError("manifest: no model outputs");
   for (size_t i = 0; i < modelOutputs.size(); ++i)
-    if (llvm::Error err = checkRef(modelOutputs[i], static_cast<int>(stages.size()),
-                                   llvm::formatv("outputs[{0}]", i)))
+    if (llvm::Error err =
+            checkRef(modelOutputs[i], static_cast<int>(stages.size()),
+                     llvm::formatv("outputs[{0}]", i)))
       return err;
   return llvm::Error::success();
 }

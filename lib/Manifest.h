@@ -24,7 +24,15 @@ namespace ppc {
 /// The kinds of values that may cross a stage boundary (or be a model input
 /// or output). Everything else is either rematerialized in the consumer stage
 /// (constants, module attributes, cheap non-tensor values) or cannot cross.
-enum class ValueKind { Tensor, TensorList, TensorTuple, Int, Float, Bool, IntList };
+enum class ValueKind {
+  Tensor,
+  TensorList,
+  TensorTuple,
+  Int,
+  Float,
+  Bool,
+  IntList
+};
 
 /// The manifest spelling of a kind: "Tensor", "Tensor[]", "Tuple[Tensor]",
 /// "int", "float", "bool", "int[]".
@@ -39,7 +47,9 @@ struct ValueRef {
   int output = -1;
 
   static ValueRef fromModelInput(int index) { return {index, -1, -1}; }
-  static ValueRef fromStage(int stage, int output) { return {-1, stage, output}; }
+  static ValueRef fromStage(int stage, int output) {
+    return {-1, stage, output};
+  }
   bool isModelInput() const { return modelInput >= 0; }
   bool operator==(const ValueRef &o) const {
     return modelInput == o.modelInput && stage == o.stage && output == o.output;

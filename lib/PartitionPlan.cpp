@@ -12,8 +12,8 @@ using torch::jit::Value;
 
 namespace ppc {
 
-llvm::Expected<PartitionPlan> PartitionPlan::fromStarts(const ItemGraph &graph,
-                                                        std::vector<size_t> starts) {
+llvm::Expected<PartitionPlan>
+PartitionPlan::fromStarts(const ItemGraph &graph, std::vector<size_t> starts) {
   if (starts.empty() || starts[0] != 0)
     return makeError("a partition must start its first stage at item 0");
   for (size_t s = 1; s < starts.size(); ++s) {
@@ -71,7 +71,8 @@ void PartitionPlan::deriveBoundaries() {
     std::stable_sort(ins.begin(), ins.end(), [&](Value *a, Value *b) {
       auto key = [&](Value *v) {
         int p = g.producer(v);
-        return p < 0 ? std::make_pair(-1, modelInputIndex[v]) : std::make_pair(p, 0);
+        return p < 0 ? std::make_pair(-1, modelInputIndex[v])
+                     : std::make_pair(p, 0);
       };
       return key(a) < key(b);
     });
@@ -81,7 +82,8 @@ void PartitionPlan::deriveBoundaries() {
     inputs_[s] = std::move(ins);
   }
 
-  std::set<const Value *> modelOutputs(g.modelOutputs().begin(), g.modelOutputs().end());
+  std::set<const Value *> modelOutputs(g.modelOutputs().begin(),
+                                       g.modelOutputs().end());
   for (size_t s = 0; s < numStages; ++s)
     for (size_t i = stageBegin(s); i < stageEnd(s); ++i)
       for (Value *v : g.item(i)->outputs())
@@ -92,14 +94,15 @@ void PartitionPlan::deriveBoundaries() {
   // Within a stage, order inputs from other stages by (stage, output index)
   // so both sides derive the same order from the plan alone.
   for (size_t s = 0; s < numStages; ++s)
-    std::stable_sort(inputs_[s].begin(), inputs_[s].end(), [&](Value *a, Value *b) {
-      auto key = [&](Value *v) {
-        int st = stageOfValue(v);
-        return st < 0 ? std::make_pair(-1, modelInputIndex[v])
-                      : std::make_pair(st, outputIndex_[v]);
-      };
-      return key(a) < key(b);
-    });
+    std::stable_sort(inputs_[s].begin(), inputs_[s].end(),
+                     [&](Value *a, Value *b) {
+                       auto key = [&](Value *v) {
+                         int st = stageOfValue(v);
+                         return st < 0 ? std::make_pair(-1, modelInputIndex[v])
+                                       : std::make_pair(st, outputIndex_[v]);
+                       };
+                       return key(a) < key(b);
+                     });
 }
 
 llvm::Error PartitionPlan::verify() const {
@@ -110,42 +113,49 @@ llvm::Error PartitionPlan::verify() const {
     if (stageEnd(s) <= stageBegin(s))
       return makeError(llvm::formatv("plan: stage {0} is empty", s));
     if (s > 0 && !g.canCutBefore(stageBegin(s)))
-      return makeError(llvm::formatv("plan: stage {0} cannot begin there: {1}", s,
-                                     g.cutBlocker(stageBegin(s)).value_or("no cut allowed")));
+      return makeError(llvm::formatv(
+          "plan: stage {0} cannot begin there: {1}", s,
+          g.cutBlocker(stageBegin(s)).value_or("no cut allowed")));
   }
   for (size_t s = 0; s < numStages(); ++s) {
     std::set<const Value *> available(inputs_[s].begin(), inputs_[s].end());
     for (Value *v : inputs_[s]) {
       int from = stageOfValue(v);
       if (from >= static_cast<int>(s))
-        return makeError(llvm::formatv("plan: stage {0} reads '{1}' from stage {2}, "
-                                       "which does not run before it",
-                                       s, valueName(v), from));
+        return makeError(
+            llvm::formatv("plan: stage {0} reads '{1}' from stage {2}, "
+                          "which does not run before it",
+                          s, valueName(v), from));
       if (!boundaryKind(v->type()))
-        return makeError(llvm::formatv("plan: '{0}' of type {1} cannot cross from "
-                                       "stage {2} to stage {3}",
-                                       valueName(v), v->type()->repr_str(), from, s));
+        return makeError(
+            llvm::formatv("plan: '{0}' of type {1} cannot cross from "
+                          "stage {2} to stage {3}",
+                          valueName(v), v->type()->repr_str(), from, s));
       if (from >= 0) {
         const auto &c = consumers(v);
-        if (outputIndex(v) < 0 || std::find(c.begin(), c.end(), static_cast<int>(s)) == c.end())
-          return makeError(llvm::formatv("plan: '{0}' crosses from stage {1} to {2} "
-                                         "but is not declared there",
-                                         valueName(v), from, s));
+        if (outputIndex(v) < 0 ||
+            std::find(c.begin(), c.end(), static_cast<int>(s)) == c.end())
+          return makeError(
+              llvm::formatv("plan: '{0}' crosses from stage {1} to {2} "
+                            "but is not declared there",
+                            valueName(v), from, s));
       }
     }
     for (size_t i = stageBegin(s); i < stageEnd(s); ++i) {
       for (Value *v : g.inputs(i))
         if (!available.count(v))
-          return makeError(llvm::formatv("plan: stage {0} reads '{1}' before it is "
-                                         "produced",
-                                         s, valueName(v)));
+          return makeError(
+              llvm::formatv("plan: stage {0} reads '{1}' before it is "
+                            "produced",
+                            s, valueName(v)));
       for (Value *v : g.item(i)->outputs())
         available.insert(v);
     }
   }
   for (Value *v : g.modelOutputs())
     if (g.producer(v) >= 0 && outputIndex(v) < 0)
-      return makeError("plan: model output '" + valueName(v) + "' is not a stage output");
+      return makeError("plan: model output '" + valueName(v) +
+                       "' is not a stage output");
   return llvm::Error::success();
 }
 

@@ -52,8 +52,12 @@ public:
   /// Stage producing `v`, or -1 for a model input.
   int stageOfValue(const torch::jit::Value *v) const;
 
-  const std::vector<torch::jit::Value *> &inputs(size_t s) const { return inputs_[s]; }
-  const std::vector<torch::jit::Value *> &outputs(size_t s) const { return outputs_[s]; }
+  const std::vector<torch::jit::Value *> &inputs(size_t s) const {
+    return inputs_[s];
+  }
+  const std::vector<torch::jit::Value *> &outputs(size_t s) const {
+    return outputs_[s];
+  }
   /// Later stages reading output `v`, ascending.
   const std::vector<int> &consumers(const torch::jit::Value *v) const;
   /// Index of `v` among its producer stage's outputs.

@@ -16,19 +16,22 @@ std::vector<int64_t> stageCosts(llvm::ArrayRef<int64_t> costs,
   std::vector<int64_t> out;
   for (size_t s = 0; s < starts.size(); ++s) {
     size_t end = s + 1 < starts.size() ? starts[s + 1] : costs.size();
-    out.push_back(std::accumulate(costs.begin() + starts[s], costs.begin() + end,
-                                  int64_t(0)));
+    out.push_back(std::accumulate(costs.begin() + starts[s],
+                                  costs.begin() + end, int64_t(0)));
   }
   return out;
 }
 
-static llvm::Error checkArgs(size_t n, int stages, const std::vector<size_t> &cuts) {
+static llvm::Error checkArgs(size_t n, int stages,
+                             const std::vector<size_t> &cuts) {
   if (stages < 1)
-    return makeError(llvm::formatv("the stage count must be at least 1, got {0}", stages));
+    return makeError(
+        llvm::formatv("the stage count must be at least 1, got {0}", stages));
   if (static_cast<size_t>(stages) - 1 > cuts.size())
-    return makeError(llvm::formatv("cannot split into {0} stages: the graph has only "
-                                   "{1} possible cut point{2} ({3} nodes to place)",
-                                   stages, cuts.size(), cuts.size() == 1 ? "" : "s", n));
+    return makeError(
+        llvm::formatv("cannot split into {0} stages: the graph has only "
+                      "{1} possible cut point{2} ({3} nodes to place)",
+                      stages, cuts.size(), cuts.size() == 1 ? "" : "s", n));
   return llvm::Error::success();
 }
 
@@ -43,7 +46,8 @@ static std::vector<size_t> allowedCuts(size_t n, const CutPredicate &allowed) {
 /// Greedy step 1: the starts of the fewest stages with cost <= bound, or
 /// nullopt if some item range between allowed cuts alone exceeds it.
 static std::optional<std::vector<size_t>>
-greedy(llvm::ArrayRef<int64_t> costs, const std::vector<size_t> &cuts, int64_t bound) {
+greedy(llvm::ArrayRef<int64_t> costs, const std::vector<size_t> &cuts,
+       int64_t bound) {
   // Segments between consecutive allowed cuts are indivisible.
   std::vector<size_t> bounds{0};
   bounds.insert(bounds.end(), cuts.begin(), cuts.end());
@@ -77,9 +81,9 @@ static std::vector<size_t> fillTo(std::vector<size_t> starts,
   return starts;
 }
 
-llvm::Expected<std::vector<size_t>> minMaxPartition(llvm::ArrayRef<int64_t> costs,
-                                                    int stages,
-                                                    const CutPredicate &allowed) {
+llvm::Expected<std::vector<size_t>>
+minMaxPartition(llvm::ArrayRef<int64_t> costs, int stages,
+                const CutPredicate &allowed) {
   std::vector<size_t> cuts = allowedCuts(costs.size(), allowed);
   if (llvm::Error err = checkArgs(costs.size(), stages, cuts))
     return std::move(err);
@@ -96,9 +100,9 @@ llvm::Expected<std::vector<size_t>> minMaxPartition(llvm::ArrayRef<int64_t> cost
   return fillTo(*greedy(costs, cuts, hi), cuts, stages);
 }
 
-llvm::Expected<std::vector<size_t>> bruteForcePartition(llvm::ArrayRef<int64_t> costs,
-                                                        int stages,
-                                                        const CutPredicate &allowed) {
+llvm::Expected<std::vector<size_t>>
+bruteForcePartition(llvm::ArrayRef<int64_t> costs, int stages,
+                    const CutPredicate &allowed) {
   std::vector<size_t> cuts = allowedCuts(costs.size(), allowed);
   if (llvm::Error err = checkArgs(costs.size(), stages, cuts))
     return std::move(err);

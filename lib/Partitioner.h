@@ -35,14 +35,14 @@ using CutPredicate = std::function<bool(size_t)>;
 /// `stages` stages over items with the given non-negative costs, minimizing
 /// the largest stage cost. Errors: stages < 1, or fewer than stages-1
 /// allowed cut positions ("cannot split into 5 stages: only 3 cut points").
-llvm::Expected<std::vector<size_t>> minMaxPartition(llvm::ArrayRef<int64_t> costs,
-                                                    int stages,
-                                                    const CutPredicate &allowed);
+llvm::Expected<std::vector<size_t>>
+minMaxPartition(llvm::ArrayRef<int64_t> costs, int stages,
+                const CutPredicate &allowed);
 
 /// The same answer by exhaustive search; for tests on small inputs only.
-llvm::Expected<std::vector<size_t>> bruteForcePartition(llvm::ArrayRef<int64_t> costs,
-                                                        int stages,
-                                                        const CutPredicate &allowed);
+llvm::Expected<std::vector<size_t>>
+bruteForcePartition(llvm::ArrayRef<int64_t> costs, int stages,
+                    const CutPredicate &allowed);
 
 /// Cost of each stage given its starts.
 std::vector<int64_t> stageCosts(llvm::ArrayRef<int64_t> costs,

@@ -33,12 +33,13 @@ llvm::Expected<Stage> Stage::load(const Manifest &manifest, llvm::StringRef dir,
   llvm::sys::path::append(path, info.file);
   auto hash = sha256File(path);
   if (!hash)
-    return makeError(llvm::formatv("stage {0} file '{1}' is missing", index, path).str());
+    return makeError(
+        llvm::formatv("stage {0} file '{1}' is missing", index, path).str());
   if (*hash != info.sha256)
-    return makeError(llvm::formatv("stage {0} file '{1}' does not match the manifest "
-                                   "(sha256 {2} != {3})",
-                                   index, path, hash->substr(0, 12),
-                                   info.sha256.substr(0, 12)));
+    return makeError(llvm::formatv(
+        "stage {0} file '{1}' does not match the manifest "
+        "(sha256 {2} != {3})",
+        index, path, hash->substr(0, 12), info.sha256.substr(0, 12)));
   auto module = loadModule(path);
   if (!module)
     return module.takeError();
@@ -57,7 +58,8 @@ bool hasKind(const c10::IValue &value, ValueKind kind) {
   case ValueKind::Tensor:
     return value.isTensor();
   case ValueKind::TensorList:
-    return value.isTensorList() || (value.isList() && allTensors(value.toListRef()));
+    return value.isTensorList() ||
+           (value.isList() && allTensors(value.toListRef()));
   case ValueKind::TensorTuple:
     return value.isTuple() && allTensors(value.toTupleRef().elements());
   case ValueKind::Int:
@@ -72,30 +74,33 @@ bool hasKind(const c10::IValue &value, ValueKind kind) {
   return false;
 }
 
-llvm::Expected<std::vector<c10::IValue>> Stage::run(std::vector<c10::IValue> inputs) {
+llvm::Expected<std::vector<c10::IValue>>
+Stage::run(std::vector<c10::IValue> inputs) {
   const StageInfo &info = *info_;
   if (inputs.size() != info.inputs.size())
-    return makeError(llvm::formatv("stage {0} takes {1} inputs, got {2}", info.index,
-                                   info.inputs.size(), inputs.size()));
+    return makeError(llvm::formatv("stage {0} takes {1} inputs, got {2}",
+                                   info.index, info.inputs.size(),
+                                   inputs.size()));
   auto result = torchCall(llvm::formatv("stage {0} failed", info.index),
                           [&] { return module_.forward(std::move(inputs)); });
   if (!result)
     return result.takeError();
   if (!result->isTuple())
-    return makeError(llvm::formatv("stage {0} returned a {1}, not a tuple", info.index,
-                                   result->tagKind()));
+    return makeError(llvm::formatv("stage {0} returned a {1}, not a tuple",
+                                   info.index, result->tagKind()));
   std::vector<c10::IValue> outputs = result->toTupleRef().elements().vec();
   if (outputs.size() != info.outputs.size())
-    return makeError(llvm::formatv("stage {0} returned {1} values; the manifest "
-                                   "declares {2}",
-                                   info.index, outputs.size(), info.outputs.size()));
+    return makeError(
+        llvm::formatv("stage {0} returned {1} values; the manifest "
+                      "declares {2}",
+                      info.index, outputs.size(), info.outputs.size()));
   for (size_t i = 0; i < outputs.size(); ++i)
     if (!hasKind(outputs[i], info.outputs[i].kind))
-      return makeError(llvm::formatv("stage {0} output {1} ('{2}') is a {3}; the "
-                                     "manifest declares {4}",
-                                     info.index, i, info.outputs[i].name,
-                                     outputs[i].tagKind(),
-                                     kindName(info.outputs[i].kind)));
+      return makeError(
+          llvm::formatv("stage {0} output {1} ('{2}') is a {3}; the "
+                        "manifest declares {4}",
+                        info.index, i, info.outputs[i].name,
+                        outputs[i].tagKind(), kindName(info.outputs[i].kind)));
   return outputs;
 }
 
@@ -103,19 +108,19 @@ llvm::Expected<std::vector<c10::IValue>>
 runSequentially(const Manifest &manifest, llvm::StringRef dir,
                 const std::vector<c10::IValue> &inputs) {
   if (inputs.size() != manifest.modelInputs.size())
-    return makeError(llvm::formatv("the model takes {0} input{1}, got {2}",
-                                   manifest.modelInputs.size(),
-                                   manifest.modelInputs.size() == 1 ? "" : "s",
-                                   inputs.size()));
+    return makeError(llvm::formatv(
+        "the model takes {0} input{1}, got {2}", manifest.modelInputs.size(),
+        manifest.modelInputs.size() == 1 ? "" : "s", inputs.size()));
   for (size_t i = 0; i < inputs.size(); ++i)
     if (!hasKind(inputs[i], manifest.modelInputs[i].kind))
-      return makeError(llvm::formatv("model input {0} ('{1}') must be a {2}, got a {3}", i,
-                                     manifest.modelInputs[i].name,
-                                     kindName(manifest.modelInputs[i].kind),
-                                     inputs[i].tagKind()));
+      return makeError(llvm::formatv(
+          "model input {0} ('{1}') must be a {2}, got a {3}", i,
+          manifest.modelInputs[i].name, kindName(manifest.modelInputs[i].kind),
+          inputs[i].tagKind()));
   std::vector<std::vector<c10::IValue>> outputs(manifest.stages.size());
   auto value = [&](const ValueRef &ref) {
-    return ref.isModelInput() ? inputs[ref.modelInput] : outputs[ref.stage][ref.output];
+    return ref.isModelInput() ? inputs[ref.modelInput]
+                              : outputs[ref.stage][ref.output];
   };
   for (size_t s = 0; s < manifest.stages.size(); ++s) {
     auto stage = Stage::load(manifest, dir, static_cast<int>(s));

@@ -33,8 +33,8 @@ public:
   /// Errors: a missing or unloadable file, or one whose SHA-256 differs
   /// from the manifest's ("stage 1 file 'out/stage_1.pt' does not match the
   /// manifest (sha256 ab12... != cd34...)").
-  static llvm::Expected<Stage> load(const Manifest &manifest, llvm::StringRef dir,
-                                    int index);
+  static llvm::Expected<Stage> load(const Manifest &manifest,
+                                    llvm::StringRef dir, int index);
 
   /// Runs the stage. `inputs` follow the manifest's input order. Errors: a
   /// wrong input count, an exception inside the model (first line of its

@@ -53,12 +53,14 @@ private:
       name = dot == std::string::npos ? path : path.substr(dot + 1);
       source = attributeAt(original, path).toModule();
     }
-    std::string className = prefix + (path.empty() ? ".Stage" : ".m_" + sanitize(path));
+    std::string className =
+        prefix + (path.empty() ? ".Stage" : ".m_" + sanitize(path));
     auto type = c10::ClassType::create(c10::QualifiedName(className), cu,
                                        /*is_module=*/true);
     cu->register_type(type);
     Module m(cu, type);
-    m.register_attribute("training", c10::BoolType::get(), source.is_training());
+    m.register_attribute("training", c10::BoolType::get(),
+                         source.is_training());
     if (!path.empty())
       mirror(parentPath).register_module(name, m);
     mirrors.emplace(path, m);
@@ -80,9 +82,11 @@ private:
         auto base = paths.find(n->input());
         if (base != paths.end()) {
           const std::string &name = n->s(c10::attr::name);
-          std::string path = base->second.empty() ? name : base->second + "." + name;
+          std::string path =
+              base->second.empty() ? name : base->second + "." + name;
           paths[n->output()] = path;
-          if (llvm::Error err = addAttribute(base->second, name, path, n->output()))
+          if (llvm::Error err =
+                  addAttribute(base->second, name, path, n->output()))
             return err;
         }
       }
@@ -93,8 +97,9 @@ private:
     return llvm::Error::success();
   }
 
-  llvm::Error addAttribute(const std::string &parentPath, const std::string &name,
-                           const std::string &path, Value *result) {
+  llvm::Error addAttribute(const std::string &parentPath,
+                           const std::string &name, const std::string &path,
+                           Value *result) {
     c10::IValue value = attributeAt(original, path);
     if (value.isModule()) {
       result->setType(mirror(path).type());
@@ -102,16 +107,18 @@ private:
     }
     if (value.isObject())
       return makeError("attribute '" + path + "' is an object of class " +
-                       value.type()->repr_str() + ", which ppc cannot copy into a stage");
+                       value.type()->repr_str() +
+                       ", which ppc cannot copy into a stage");
     Module parent = mirror(parentPath);
     if (parent.type()->hasAttribute(name))
       return llvm::Error::success();
-    const c10::ClassTypePtr &sourceType = attributeAt(original, parentPath).toObjectRef().type();
+    const c10::ClassTypePtr &sourceType =
+        attributeAt(original, parentPath).toObjectRef().type();
     size_t slot = sourceType->getAttributeSlot(name);
     bool isParameter = sourceType->is_parameter(slot);
     bool isBuffer = sourceType->is_buffer(slot);
-    parent.type()->addAttribute(name, sourceType->getAttribute(slot), isParameter,
-                                isBuffer);
+    parent.type()->addAttribute(name, sourceType->getAttribute(slot),
+                                isParameter, isBuffer);
     parent._ivalue()->setAttr(name, value);
     if (value.isTensor())
       tensors.push_back({path, value.toTensor(), isParameter});
@@ -127,13 +134,14 @@ private:
 };
 } // namespace
 
-llvm::Expected<StageModule> buildStageModule(const Module &original,
-                                             std::shared_ptr<torch::jit::Graph> graph,
-                                             int index) {
-  auto result = torchCall("cannot build stage " + std::to_string(index),
-                          [&]() -> llvm::Expected<StageModule> {
-                            return Builder(original, index).build(std::move(graph));
-                          });
+llvm::Expected<StageModule>
+buildStageModule(const Module &original,
+                 std::shared_ptr<torch::jit::Graph> graph, int index) {
+  auto result =
+      torchCall("cannot build stage " + std::to_string(index),
+                [&]() -> llvm::Expected<StageModule> {
+                  return Builder(original, index).build(std::move(graph));
+                });
   if (!result)
     return result.takeError();
   return std::move(*result);

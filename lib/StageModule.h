@@ -1,4 +1,5 @@
-//===- lib/StageModule.h - A standalone module for a stage graph -*- C++ -*-===//
+//===- lib/StageModule.h - A standalone module for a stage graph -*- C++
+//-*-===//
 //
 // Turns a stage graph whose first input is the original model's `self` into
 // a standalone TorchScript module:
@@ -45,9 +46,9 @@ struct StageModule {
 /// becomes the forward method). Errors: the graph has no module input, or
 /// reads an attribute that cannot be copied (an object that is not a
 /// module), named with its path.
-llvm::Expected<StageModule> buildStageModule(const torch::jit::Module &original,
-                                             std::shared_ptr<torch::jit::Graph> graph,
-                                             int index);
+llvm::Expected<StageModule>
+buildStageModule(const torch::jit::Module &original,
+                 std::shared_ptr<torch::jit::Graph> graph, int index);
 
 } // namespace ppc
 

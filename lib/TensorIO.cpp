@@ -15,7 +15,8 @@ llvm::Expected<std::vector<c10::IValue>> loadTensors(llvm::StringRef path) {
   auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
                                             /*RequiresNullTerminator=*/false);
   if (!buffer)
-    return makeError("cannot read input '" + path + "': " + buffer.getError().message());
+    return makeError("cannot read input '" + path +
+                     "': " + buffer.getError().message());
   llvm::StringRef bytes = (*buffer)->getBuffer();
   auto value = torchCall("cannot read input '" + path + "'", [&] {
     return torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
@@ -39,8 +40,8 @@ llvm::Expected<std::vector<c10::IValue>> loadTensors(llvm::StringRef path) {
   return out;
 }
 
-llvm::Error saveTensors(llvm::StringRef path, const std::vector<c10::IValue> &values,
-                        bool asTuple) {
+llvm::Error saveTensors(llvm::StringRef path,
+                        const std::vector<c10::IValue> &values, bool asTuple) {
   c10::IValue value = asTuple || values.size() != 1
                           ? c10::IValue(c10::ivalue::Tuple::create(values))
                           : values[0];

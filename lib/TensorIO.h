@@ -1,4 +1,5 @@
-//===- lib/TensorIO.h - Tensors in files Python reads and writes -*- C++ -*-===//
+//===- lib/TensorIO.h - Tensors in files Python reads and writes -*- C++
+//-*-===//
 //
 // Model inputs and outputs are exchanged with Python users as files written
 // by torch.save / read by torch.load: a tensor, or a tuple or list of them.
@@ -26,8 +27,8 @@ llvm::Expected<std::vector<c10::IValue>> loadTensors(llvm::StringRef path);
 /// Writes `values` so that Python's torch.load reads them back: the single
 /// value itself if `asTuple` is false (values must hold one), else a tuple.
 /// Atomic. Errors: the file cannot be written.
-llvm::Error saveTensors(llvm::StringRef path, const std::vector<c10::IValue> &values,
-                        bool asTuple);
+llvm::Error saveTensors(llvm::StringRef path,
+                        const std::vector<c10::IValue> &values, bool asTuple);
 
 } // namespace ppc
 

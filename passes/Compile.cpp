@@ -24,15 +24,17 @@
 namespace ppc {
 
 /// Whether `path` names a submodule of `module`.
-static bool hasSubmodule(const torch::jit::Module &module, const std::string &path) {
+static bool hasSubmodule(const torch::jit::Module &module,
+                         const std::string &path) {
   for (const auto &named : module.named_modules())
     if (named.name == path)
       return true;
   return false;
 }
 
-static llvm::Expected<size_t> resolveSplitPath(const ItemGraph &g, const std::string &path,
-                                               const torch::jit::Module *module) {
+static llvm::Expected<size_t>
+resolveSplitPath(const ItemGraph &g, const std::string &path,
+                 const torch::jit::Module *module) {
   for (size_t i = 0; i < g.size(); ++i) {
     llvm::StringRef mp = g.modulePath(i);
     if (mp == path || mp.startswith(path + "."))
@@ -45,10 +47,10 @@ static llvm::Expected<size_t> resolveSplitPath(const ItemGraph &g, const std::st
                    "': the model has no submodule of that name");
 }
 
-llvm::Expected<std::vector<size_t>> choosePartition(const ItemGraph &graph,
-                                                    const std::vector<int64_t> &costs,
-                                                    const PartitionRequest &request,
-                                                    const torch::jit::Module *module) {
+llvm::Expected<std::vector<size_t>>
+choosePartition(const ItemGraph &graph, const std::vector<int64_t> &costs,
+                const PartitionRequest &request,
+                const torch::jit::Module *module) {
   if (request.splitAt.empty())
     return minMaxPartition(costs, request.stages,
                            [&](size_t i) { return graph.canCutBefore(i); });
@@ -59,13 +61,15 @@ llvm::Expected<std::vector<size_t>> choosePartition(const ItemGraph &graph,
     if (!item)
       return item.takeError();
     if (*item == 0)
-      return makeError("split path '" + path +
-                       "' begins at the model's first operation; stage 0 would be "
-                       "empty");
+      return makeError(
+          "split path '" + path +
+          "' begins at the model's first operation; stage 0 would be "
+          "empty");
     if (*item <= starts.back())
-      return makeError(llvm::formatv("split paths must be in execution order: '{0}' "
-                                     "does not begin after '{1}'",
-                                     path, request.splitAt[k - 1]));
+      return makeError(
+          llvm::formatv("split paths must be in execution order: '{0}' "
+                        "does not begin after '{1}'",
+                        path, request.splitAt[k - 1]));
     if (auto why = graph.cutBlocker(*item))
       return makeError("cannot begin a stage at '" + path + "': " + *why);
     starts.push_back(*item);
@@ -82,7 +86,8 @@ struct BuiltStage {
 };
 } // namespace
 
-static llvm::Expected<BuiltStage> buildStage(const PartitionPlan &plan, size_t s,
+static llvm::Expected<BuiltStage> buildStage(const PartitionPlan &plan,
+                                             size_t s,
                                              const torch::jit::Module &model) {
   auto graph = extractStage(plan, s);
   if (!graph)
@@ -115,27 +120,32 @@ static void describeBoundaries(const PartitionPlan &plan, Manifest &m) {
       int from = plan.stageOfValue(v);
       ValueRef ref = from < 0 ? ValueRef::fromModelInput(modelInputIndex[v])
                               : ValueRef::fromStage(from, plan.outputIndex(v));
-      info.inputs.push_back({valueName(v), *boundaryKind(v->type()), ref, false});
+      info.inputs.push_back(
+          {valueName(v), *boundaryKind(v->type()), ref, false});
     }
     for (torch::jit::Value *v : plan.outputs(s))
-      info.outputs.push_back({valueName(v), *boundaryKind(v->type()), plan.consumers(v)});
+      info.outputs.push_back(
+          {valueName(v), *boundaryKind(v->type()), plan.consumers(v)});
   }
   for (torch::jit::Value *v : g.modelOutputs()) {
     int from = plan.stageOfValue(v);
-    m.modelOutputs.push_back(from < 0 ? ValueRef::fromModelInput(modelInputIndex[v])
-                                      : ValueRef::fromStage(from, plan.outputIndex(v)));
+    m.modelOutputs.push_back(
+        from < 0 ? ValueRef::fromModelInput(modelInputIndex[v])
+                 : ValueRef::fromStage(from, plan.outputIndex(v)));
   }
   m.outputIsTuple = g.outputIsTuple();
 }
 
 /// Parameter counts per stage and tensors shared by several stages.
-static void describeTensors(const std::vector<BuiltStage> &stages, Manifest &m) {
+static void describeTensors(const std::vector<BuiltStage> &stages,
+                            Manifest &m) {
   std::map<const void *, TiedParameter> byTensor;
   for (size_t s = 0; s < stages.size(); ++s) {
     std::set<const void *> seen;
     for (const auto &t : stages[s].module.tensors) {
       const void *impl = t.tensor.unsafeGetTensorImpl();
-      int64_t bytes = static_cast<int64_t>(t.tensor.numel() * t.tensor.element_size());
+      int64_t bytes =
+          static_cast<int64_t>(t.tensor.numel() * t.tensor.element_size());
       TiedParameter &tied = byTensor[impl];
       tied.bytes = bytes;
       tied.uses.push_back({static_cast<int>(s), t.path});
@@ -185,7 +195,8 @@ llvm::Expected<Manifest> compileModel(const CompileOptions &options) {
       return loaded.takeError();
     example = std::move(*loaded);
   }
-  auto costs = itemCosts(*items, &*model, options.cost, example ? &*example : nullptr);
+  auto costs =
+      itemCosts(*items, &*model, options.cost, example ? &*example : nullptr);
   if (!costs)
     return costs.takeError();
 
@@ -242,8 +253,10 @@ llvm::Expected<Manifest> compileModel(const CompileOptions &options) {
         for (size_t s = 0; s < built.size(); ++s) {
           llvm::SmallString<256> path(tmp);
           llvm::sys::path::append(path, m.stages[s].file);
-          if (llvm::Error e = torchCall("cannot write stage " + std::to_string(s),
-                                        [&] { built[s].module.module.save(path.str().str()); }))
+          if (llvm::Error e =
+                  torchCall("cannot write stage " + std::to_string(s), [&] {
+                    built[s].module.module.save(path.str().str());
+                  }))
             return e;
           auto stageHash = sha256File(path);
           if (!stageHash)

@@ -42,10 +42,10 @@ struct PartitionRequest {
 /// value that cannot cross), and the partitioner's errors for --stages.
 /// `module` may be null (graphs without a module: paths cannot be resolved
 /// against named submodules then).
-llvm::Expected<std::vector<size_t>> choosePartition(const ItemGraph &graph,
-                                                    const std::vector<int64_t> &costs,
-                                                    const PartitionRequest &request,
-                                                    const torch::jit::Module *module);
+llvm::Expected<std::vector<size_t>>
+choosePartition(const ItemGraph &graph, const std::vector<int64_t> &costs,
+                const PartitionRequest &request,
+                const torch::jit::Module *module);
 
 struct CompileOptions {
   std::string modelPath;

@@ -28,8 +28,8 @@ public:
       Node *item = g.item(i);
       Node *clone = out->createClone(item, [&](Value *v) { return lookup(v); });
       if (missing)
-        return makeError("stage " + std::to_string(stage) + " has no value for '" +
-                         valueName(missing) + "'");
+        return makeError("stage " + std::to_string(stage) +
+                         " has no value for '" + valueName(missing) + "'");
       out->insertNode(clone);
       for (size_t k = 0; k < item->outputs().size(); ++k)
         env[item->output(k)] = clone->output(k);
@@ -54,7 +54,8 @@ private:
       return out->addInput(); // placeholder; run() reports the error
     }
     Node *producer = v->node();
-    Node *clone = out->createClone(producer, [&](Value *in) { return lookup(in); });
+    Node *clone =
+        out->createClone(producer, [&](Value *in) { return lookup(in); });
     out->insertNode(clone);
     for (size_t k = 0; k < producer->outputs().size(); ++k)
       env[producer->output(k)] = clone->output(k);
@@ -70,7 +71,8 @@ private:
 };
 } // namespace
 
-llvm::Expected<std::shared_ptr<Graph>> extractStage(const PartitionPlan &plan, size_t stage) {
+llvm::Expected<std::shared_ptr<Graph>> extractStage(const PartitionPlan &plan,
+                                                    size_t stage) {
   return Extractor(plan, stage).run();
 }
 

@@ -23,8 +23,8 @@ namespace ppc {
 /// Module-typed values keep the original model's class types; a module
 /// builder (lib/StageModule.h) retypes them. Errors: a value the plan does
 /// not provide (a broken plan).
-llvm::Expected<std::shared_ptr<torch::jit::Graph>> extractStage(const PartitionPlan &plan,
-                                                                size_t stage);
+llvm::Expected<std::shared_ptr<torch::jit::Graph>>
+extractStage(const PartitionPlan &plan, size_t stage);
 
 } // namespace ppc
 

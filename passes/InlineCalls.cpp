@@ -41,7 +41,8 @@ static std::optional<std::string> modulePath(Value *module, Value *self) {
     Node *n = module->node();
     if (n->kind() != c10::prim::GetAttr)
       return std::nullopt;
-    path = path.empty() ? n->s(c10::attr::name) : n->s(c10::attr::name) + "." + path;
+    path = path.empty() ? n->s(c10::attr::name)
+                        : n->s(c10::attr::name) + "." + path;
     module = n->input();
   }
   return path;
@@ -55,9 +56,11 @@ static torch::jit::ScopePtr scopeFor(const std::string &path) {
 /// Inlines the calls found in one walk over `block`; returns whether any.
 static bool inlineSweep(Block *block, Value *self) {
   bool changed = false;
-  for (auto it = block->nodes().begin(), end = block->nodes().end(); it != end;) {
+  for (auto it = block->nodes().begin(), end = block->nodes().end();
+       it != end;) {
     Node *cur = *it++;
-    if (cur->kind() != c10::prim::CallMethod && cur->kind() != c10::prim::CallFunction) {
+    if (cur->kind() != c10::prim::CallMethod &&
+        cur->kind() != c10::prim::CallFunction) {
       for (Block *b : cur->blocks())
         changed |= inlineSweep(b, self);
       continue;
@@ -85,7 +88,8 @@ static bool inlineSweep(Block *block, Value *self) {
 void inlineCalls(const std::shared_ptr<torch::jit::Graph> &graph) {
   Value *self = nullptr;
   if (!graph->inputs().empty())
-    if (auto cls = graph->inputs()[0]->type()->cast<c10::ClassType>(); cls && cls->is_module())
+    if (auto cls = graph->inputs()[0]->type()->cast<c10::ClassType>();
+        cls && cls->is_module())
       self = graph->inputs()[0];
   while (inlineSweep(graph->block(), self)) {
   }

@@ -33,7 +33,8 @@ static bool debugEnabled(llvm::StringRef pass) {
   return false;
 }
 
-static void dump(const char *when, llvm::StringRef pass, const torch::jit::Graph &graph) {
+static void dump(const char *when, llvm::StringRef pass,
+                 const torch::jit::Graph &graph) {
   std::ostringstream os;
   os << graph;
   llvm::errs() << "*** IR Dump " << when << " " << pass << " ***\n" << os.str();
@@ -50,14 +51,15 @@ llvm::Error runPasses(const std::shared_ptr<torch::jit::Graph> &graph,
       std::vector<std::string> known;
       for (const PassInfo &p : kPasses)
         known.push_back(p.name);
-      return makeError("unknown pass '" + name + "'; known passes: " +
-                       llvm::join(known, ", "));
+      return makeError("unknown pass '" + name +
+                       "'; known passes: " + llvm::join(known, ", "));
     }
     bool debug = debugEnabled(info->name);
     if (debug)
       dump("Before", info->name, *graph);
-    if (llvm::Error err = torchCall(llvm::Twine("pass '") + info->name + "' failed",
-                                    [&] { info->run(graph); }))
+    if (llvm::Error err =
+            torchCall(llvm::Twine("pass '") + info->name + "' failed",
+                      [&] { info->run(graph); }))
       return err;
     if (debug)
       dump("After", info->name, *graph);
@@ -65,7 +67,8 @@ llvm::Error runPasses(const std::shared_ptr<torch::jit::Graph> &graph,
   return llvm::Error::success();
 }
 
-llvm::Error runPreparePipeline(const std::shared_ptr<torch::jit::Graph> &graph) {
+llvm::Error
+runPreparePipeline(const std::shared_ptr<torch::jit::Graph> &graph) {
   std::vector<std::string> names;
   for (const PassInfo &p : kPasses)
     names.push_back(p.name);

@@ -20,23 +20,25 @@ static std::string refString(const Manifest &m, const ValueRef &ref) {
 }
 
 static void printTable(const Manifest &m, llvm::raw_ostream &os) {
-  os << llvm::formatv("model: {0} ({1} bytes, sha256 {2})\n", m.sourcePath, m.sourceSize,
-                      m.sourceSha256.substr(0, 12));
+  os << llvm::formatv("model: {0} ({1} bytes, sha256 {2})\n", m.sourcePath,
+                      m.sourceSize, m.sourceSha256.substr(0, 12));
   double total = 0;
   for (const StageInfo &s : m.stages)
     total += s.predictedCost;
-  os << llvm::formatv("{0,-6} {1,-12} {2,12} {3,12} {4,8} {5,7} {6,8}\n", "stage", "file",
-                      "parameters", "bytes", "cost%", "inputs", "outputs");
+  os << llvm::formatv("{0,-6} {1,-12} {2,12} {3,12} {4,8} {5,7} {6,8}\n",
+                      "stage", "file", "parameters", "bytes", "cost%", "inputs",
+                      "outputs");
   for (const StageInfo &s : m.stages)
-    os << llvm::formatv("{0,-6} {1,-12} {2,12} {3,12} {4,7:f1}% {5,7} {6,8}\n", s.index,
-                        s.file, s.parameterCount, s.parameterBytes + s.bufferBytes,
-                        total > 0 ? 100 * s.predictedCost / total : 0.0, s.inputs.size(),
-                        s.outputs.size());
+    os << llvm::formatv("{0,-6} {1,-12} {2,12} {3,12} {4,7:f1}% {5,7} {6,8}\n",
+                        s.index, s.file, s.parameterCount,
+                        s.parameterBytes + s.bufferBytes,
+                        total > 0 ? 100 * s.predictedCost / total : 0.0,
+                        s.inputs.size(), s.outputs.size());
   os << "\nboundary values:\n";
   for (const StageInfo &s : m.stages)
     for (size_t i = 0; i < s.inputs.size(); ++i)
-      os << llvm::formatv("  stage {0} input {1}: {2} {3} <- {4}{5}\n", s.index, i,
-                          kindName(s.inputs[i].kind), s.inputs[i].name,
+      os << llvm::formatv("  stage {0} input {1}: {2} {3} <- {4}{5}\n", s.index,
+                          i, kindName(s.inputs[i].kind), s.inputs[i].name,
                           refString(m, s.inputs[i].source),
                           s.inputs[i].mutated ? " [written in place]" : "");
   os << "model outputs:";
@@ -65,13 +67,14 @@ static void writeDot(const Manifest &m, llvm::raw_ostream &os) {
       std::string from = in.source.isModelInput()
                              ? "in" + std::to_string(in.source.modelInput)
                              : "s" + std::to_string(in.source.stage);
-      os << llvm::formatv("  {0} -> s{1} [label=\"{2}: {3}\"];\n", from, s.index,
-                          in.name, kindName(in.kind));
+      os << llvm::formatv("  {0} -> s{1} [label=\"{2}: {3}\"];\n", from,
+                          s.index, in.name, kindName(in.kind));
     }
   for (const ValueRef &ref : m.modelOutputs)
     os << llvm::formatv("  {0} -> out;\n",
-                        ref.isModelInput() ? "in" + std::to_string(ref.modelInput)
-                                           : "s" + std::to_string(ref.stage));
+                        ref.isModelInput()
+                            ? "in" + std::to_string(ref.modelInput)
+                            : "s" + std::to_string(ref.stage));
   os << "}\n";
 }
 
@@ -80,21 +83,24 @@ Command addInspectCommand(CLI::App &parent) {
   auto dotPath = std::make_shared<std::string>();
   CLI::App *app = parent.add_subcommand(
       "inspect", "Print the stages of a manifest and the values between them");
-  app->add_option("manifest", *manifestPath, "manifest.json written by ppc split")
+  app->add_option("manifest", *manifestPath,
+                  "manifest.json written by ppc split")
       ->required();
-  app->add_option("--dot", *dotPath,
-                  "Also write the stage graph as Graphviz to this file (render with "
-                  "dot -Tpng)");
+  app->add_option(
+      "--dot", *dotPath,
+      "Also write the stage graph as Graphviz to this file (render with "
+      "dot -Tpng)");
   return {app, [=]() -> llvm::Expected<int> {
             auto m = Manifest::load(*manifestPath);
             if (!m)
               return m.takeError();
             printTable(*m, llvm::outs());
             if (!dotPath->empty()) {
-              if (llvm::Error err = writeFileAtomically(*dotPath, [&](llvm::raw_ostream &os) {
-                    writeDot(*m, os);
-                    return llvm::Error::success();
-                  }))
+              if (llvm::Error err =
+                      writeFileAtomically(*dotPath, [&](llvm::raw_ostream &os) {
+                        writeDot(*m, os);
+                        return llvm::Error::success();
+                      }))
                 return std::move(err);
               llvm::outs() << "wrote " << *dotPath << "\n";
             }

@@ -16,43 +16,52 @@ Command addSplitCommand(CLI::App &parent) {
   auto opts = std::make_shared<CompileOptions>();
   auto cost = std::make_shared<std::string>("params");
   CLI::App *app = parent.add_subcommand(
-      "split", "Compile a TorchScript model into pipeline stages and a manifest");
-  app->description(
-      "Compile a TorchScript model (saved by torch.jit.save) into N standalone stage "
-      "modules OUTDIR/stage_K.pt, each holding only its own weights, and a JSON "
-      "manifest OUTDIR/manifest.json describing the values that flow between them "
-      "(see docs/manifest.md). OUTDIR is replaced atomically: on any error it is "
-      "left as it was.");
+      "split",
+      "Compile a TorchScript model into pipeline stages and a manifest");
+  app->description("Compile a TorchScript model (saved by torch.jit.save) into "
+                   "N standalone stage "
+                   "modules OUTDIR/stage_K.pt, each holding only its own "
+                   "weights, and a JSON "
+                   "manifest OUTDIR/manifest.json describing the values that "
+                   "flow between them "
+                   "(see docs/manifest.md). OUTDIR is replaced atomically: on "
+                   "any error it is "
+                   "left as it was.");
   app->add_option("model", opts->modelPath, "TorchScript model file (MODEL.pt)")
       ->required();
-  app->add_option("-o,--output", opts->outDir,
-                  "Output directory; created, or replaced if it holds an earlier "
-                  "manifest.json")
+  app->add_option(
+         "-o,--output", opts->outDir,
+         "Output directory; created, or replaced if it holds an earlier "
+         "manifest.json")
       ->required();
-  auto *stages = app->add_option(
-      "--stages", opts->partition.stages,
-      "Number of stages: contiguous in graph order, chosen to minimize the most "
-      "expensive stage under --cost");
-  auto *splitAt = app->add_option(
-      "--split-at", opts->partition.splitAt,
-      "Module paths where stages begin, in execution order, as in named_modules() "
-      "(e.g. layer3,fc); a stage begins at the first operation run on behalf of "
-      "that module")
-      ->delimiter(',');
+  auto *stages = app->add_option("--stages", opts->partition.stages,
+                                 "Number of stages: contiguous in graph order, "
+                                 "chosen to minimize the most "
+                                 "expensive stage under --cost");
+  auto *splitAt = app->add_option("--split-at", opts->partition.splitAt,
+                                  "Module paths where stages begin, in "
+                                  "execution order, as in named_modules() "
+                                  "(e.g. layer3,fc); a stage begins at the "
+                                  "first operation run on behalf of "
+                                  "that module")
+                      ->delimiter(',');
   stages->excludes(splitAt);
   splitAt->excludes(stages);
-  app->add_option("--cost", *cost,
-                  "Cost model for --stages: params (parameter and buffer bytes, the "
-                  "default), flops (estimated FLOPs on --example-input), nodes (one per "
-                  "operation)")
+  app->add_option(
+         "--cost", *cost,
+         "Cost model for --stages: params (parameter and buffer bytes, the "
+         "default), flops (estimated FLOPs on --example-input), nodes (one per "
+         "operation)")
       ->check(CLI::IsMember({"params", "flops", "nodes"}));
-  app->add_option("--example-input", opts->exampleInput,
-                  "Input file (torch.save of a tensor or tuple of tensors) whose shapes "
-                  "drive --cost flops");
+  app->add_option(
+      "--example-input", opts->exampleInput,
+      "Input file (torch.save of a tensor or tuple of tensors) whose shapes "
+      "drive --cost flops");
 
   return {app, [=]() -> llvm::Expected<int> {
             if (opts->partition.splitAt.empty() && app->count("--stages") == 0)
-              return makeError("ppc split needs --stages N or --split-at PATHS");
+              return makeError(
+                  "ppc split needs --stages N or --split-at PATHS");
             opts->cost = *parseCostKind(*cost);
             auto manifest = compileModel(*opts);
             if (!manifest)
@@ -60,9 +69,9 @@ Command addSplitCommand(CLI::App &parent) {
             double total = 0;
             for (const StageInfo &s : manifest->stages)
               total += s.predictedCost;
-            llvm::outs() << llvm::formatv("wrote {0} stages to {1} (cost model: {2})\n",
-                                          manifest->stages.size(), opts->outDir,
-                                          manifest->costModel);
+            llvm::outs() << llvm::formatv(
+                "wrote {0} stages to {1} (cost model: {2})\n",
+                manifest->stages.size(), opts->outDir, manifest->costModel);
             for (const StageInfo &s : manifest->stages)
               llvm::outs() << llvm::formatv(
                   "  stage {0}: {1,5:f1}% of predicted cost, {2} parameters, "

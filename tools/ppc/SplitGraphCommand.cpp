@@ -35,8 +35,8 @@ struct SplitGraphOptions {
 } // namespace
 
 /// Stage starts at the items producing the named values ("%x" or "x").
-static llvm::Expected<std::vector<size_t>> startsBefore(const ItemGraph &g,
-                                                        const std::vector<std::string> &names) {
+static llvm::Expected<std::vector<size_t>>
+startsBefore(const ItemGraph &g, const std::vector<std::string> &names) {
   std::vector<size_t> starts{0};
   for (const std::string &raw : names) {
     std::string name = llvm::StringRef(raw).ltrim('%').str();
@@ -59,12 +59,15 @@ static llvm::Expected<std::vector<size_t>> startsBefore(const ItemGraph &g,
 static llvm::Expected<int> runSplitGraph(const SplitGraphOptions &o) {
   auto buffer = llvm::MemoryBuffer::getFile(o.irPath, /*IsText=*/true);
   if (!buffer)
-    return makeError("cannot read '" + o.irPath + "': " + buffer.getError().message());
+    return makeError("cannot read '" + o.irPath +
+                     "': " + buffer.getError().message());
   auto graph = std::make_shared<torch::jit::Graph>();
   std::unordered_map<std::string, torch::jit::Value *> names;
-  if (llvm::Error err = torchCall("'" + o.irPath + "' is not valid TorchScript IR", [&] {
-        torch::jit::parseIR((*buffer)->getBuffer().str(), graph.get(), names);
-      }))
+  if (llvm::Error err =
+          torchCall("'" + o.irPath + "' is not valid TorchScript IR", [&] {
+            torch::jit::parseIR((*buffer)->getBuffer().str(), graph.get(),
+                                names);
+          }))
     return std::move(err);
   // The parser resolves names but does not keep them; keep the readable ones
   // so the output (and golden checks) can refer to %x rather than %3.
@@ -107,8 +110,8 @@ static llvm::Expected<int> runSplitGraph(const SplitGraphOptions &o) {
       std::vector<std::string> to;
       for (int c : plan->consumers(v))
         to.push_back(std::to_string(c));
-      llvm::outs() << "  output %" << v->debugName() << " to stages [" << llvm::join(to, ",")
-                   << "]\n";
+      llvm::outs() << "  output %" << v->debugName() << " to stages ["
+                   << llvm::join(to, ",") << "]\n";
     }
     std::ostringstream os;
     os << **stage;
@@ -122,23 +125,27 @@ Command addSplitGraphCommand(CLI::App &parent) {
   CLI::App *app = parent.add_subcommand(
       "split-graph",
       "(developer) Split TorchScript graph text and print the stage graphs");
-  app->description("Parse a TorchScript graph (the text form printed by graph.str()), "
-                   "optionally run named passes on it, split it like ppc split does "
-                   "(one unit of cost per operation), and print each stage's "
-                   "boundary values and graph. Used by the golden IR tests.");
-  app->add_option("ir", o->irPath, "File with TorchScript graph text")->required();
+  app->description(
+      "Parse a TorchScript graph (the text form printed by graph.str()), "
+      "optionally run named passes on it, split it like ppc split does "
+      "(one unit of cost per operation), and print each stage's "
+      "boundary values and graph. Used by the golden IR tests.");
+  app->add_option("ir", o->irPath, "File with TorchScript graph text")
+      ->required();
   auto *stages = app->add_option("--stages", o->stages, "Number of stages");
-  auto *before = app->add_option("--split-before", o->splitBefore,
-                                 "Begin a stage at the operation producing each of "
-                                 "these values (e.g. %x.3,%7)")
-                     ->delimiter(',');
+  auto *before =
+      app->add_option("--split-before", o->splitBefore,
+                      "Begin a stage at the operation producing each of "
+                      "these values (e.g. %x.3,%7)")
+          ->delimiter(',');
   stages->excludes(before);
   app->add_option("--passes", o->passes,
                   "Passes to run first, by name (see passes/Passes.def)")
       ->delimiter(',');
   return {app, [o, app]() -> llvm::Expected<int> {
             if (o->splitBefore.empty() && app->count("--stages") == 0)
-              return makeError("ppc split-graph needs --stages N or --split-before VALUES");
+              return makeError(
+                  "ppc split-graph needs --stages N or --split-before VALUES");
             return runSplitGraph(*o);
           }};
 }

@@ -32,10 +32,12 @@ static llvm::Expected<int> runVerify(const VerifyOptions &o) {
     return model.takeError();
   model->eval();
 
-  auto actual = runSequentially(*manifest, manifestDirectory(o.manifestPath), *inputs);
+  auto actual =
+      runSequentially(*manifest, manifestDirectory(o.manifestPath), *inputs);
   if (!actual)
     return actual.takeError();
-  auto expected = torchCall("the unsplit model failed", [&] { return model->forward(*inputs); });
+  auto expected = torchCall("the unsplit model failed",
+                            [&] { return model->forward(*inputs); });
   if (!expected)
     return expected.takeError();
 
@@ -45,12 +47,14 @@ static llvm::Expected<int> runVerify(const VerifyOptions &o) {
   else
     expectedOutputs.push_back(*expected);
   if (expectedOutputs.size() != actual->size())
-    return makeError(llvm::formatv("the model returns {0} outputs, the stages {1}",
-                                   expectedOutputs.size(), actual->size()));
+    return makeError(
+        llvm::formatv("the model returns {0} outputs, the stages {1}",
+                      expectedOutputs.size(), actual->size()));
 
   bool all = true;
   for (size_t i = 0; i < actual->size(); ++i) {
-    OutputComparison c = compareValues(expectedOutputs[i], (*actual)[i], o.rtol, o.atol);
+    OutputComparison c =
+        compareValues(expectedOutputs[i], (*actual)[i], o.rtol, o.atol);
     all &= c.match;
     llvm::outs() << llvm::formatv("output {0}: {1}: {2}\n", i,
                                   c.match ? "match" : "MISMATCH", c.detail);
@@ -63,21 +67,29 @@ static llvm::Expected<int> runVerify(const VerifyOptions &o) {
 Command addVerifyCommand(CLI::App &parent) {
   auto o = std::make_shared<VerifyOptions>();
   CLI::App *app = parent.add_subcommand(
-      "verify", "Run the stages one after the other and compare with the unsplit model");
-  app->description(
-      "Load MODEL.pt and the stages of MANIFEST, run both on the same input in this "
-      "process (the stages in order, following the manifest's dataflow), and compare "
-      "every output with torch.allclose semantics. Exit 0 when all match, 1 with a "
-      "per-output report when any differs, 2 on an error.");
-  app->add_option("model", o->modelPath, "The unsplit TorchScript model")->required();
-  app->add_option("manifest", o->manifestPath, "manifest.json written by ppc split")
+      "verify",
+      "Run the stages one after the other and compare with the unsplit model");
+  app->description("Load MODEL.pt and the stages of MANIFEST, run both on the "
+                   "same input in this "
+                   "process (the stages in order, following the manifest's "
+                   "dataflow), and compare "
+                   "every output with torch.allclose semantics. Exit 0 when "
+                   "all match, 1 with a "
+                   "per-output report when any differs, 2 on an error.");
+  app->add_option("model", o->modelPath, "The unsplit TorchScript model")
       ->required();
-  app->add_option("--input", o->inputPath,
-                  "Input file written by torch.save: a tensor or a tuple/list of "
-                  "tensors, one per model input")
+  app->add_option("manifest", o->manifestPath,
+                  "manifest.json written by ppc split")
       ->required();
-  app->add_option("--rtol", o->rtol, "Relative tolerance")->capture_default_str();
-  app->add_option("--atol", o->atol, "Absolute tolerance")->capture_default_str();
+  app->add_option(
+         "--input", o->inputPath,
+         "Input file written by torch.save: a tensor or a tuple/list of "
+         "tensors, one per model input")
+      ->required();
+  app->add_option("--rtol", o->rtol, "Relative tolerance")
+      ->capture_default_str();
+  app->add_option("--atol", o->atol, "Absolute tolerance")
+      ->capture_default_str();
   return {app, [o]() { return runVerify(*o); }};
 }
 

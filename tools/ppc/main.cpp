@@ -11,9 +11,10 @@
 #include <vector>
 
 int main(int argc, char **argv) {
-  CLI::App app{"ppc: a pipeline-parallel compiler and runtime for TorchScript "
-               "models.\n\nCompile a scripted model into stages with 'ppc split', "
-               "check them with 'ppc verify', look at them with 'ppc inspect'."};
+  CLI::App app{
+      "ppc: a pipeline-parallel compiler and runtime for TorchScript "
+      "models.\n\nCompile a scripted model into stages with 'ppc split', "
+      "check them with 'ppc verify', look at them with 'ppc inspect'."};
   app.footer("Exit status: 0 on success, 1 when 'ppc verify' finds a mismatch, "
              "2 on any error (reported as one 'error: ...' line).");
   app.require_subcommand(1);

@@ -66,33 +66,44 @@ TEST(ManifestTest, SavesAtomicallyAndLoads) {
 
 TEST(ManifestTest, MissingFieldNamesItsPath) {
   llvm::json::Value json = twoStages().toJSON();
-  json.getAsObject()->getArray("stages")->back().getAsObject()->getArray("inputs")
-      ->front().getAsObject()->erase("source");
+  json.getAsObject()
+      ->getArray("stages")
+      ->back()
+      .getAsObject()
+      ->getArray("inputs")
+      ->front()
+      .getAsObject()
+      ->erase("source");
   EXPECT_EQ(errorOf(json), "manifest: stages[1].inputs[0]: missing 'source'");
 }
 
 TEST(ManifestTest, RejectsUnknownTypeAndVersion) {
   llvm::json::Value json = twoStages().toJSON();
-  (*json.getAsObject()->getArray("inputs"))[0].getAsObject()->insert({"type", "Dict"});
-  (*(*json.getAsObject()->getArray("inputs"))[0].getAsObject())["type"] = "Dict";
+  (*json.getAsObject()->getArray("inputs"))[0].getAsObject()->insert(
+      {"type", "Dict"});
+  (*(*json.getAsObject()->getArray("inputs"))[0].getAsObject())["type"] =
+      "Dict";
   EXPECT_EQ(errorOf(json), "manifest: inputs[0]: unknown type 'Dict'");
   llvm::json::Value v2 = twoStages().toJSON();
   (*v2.getAsObject())["schema_version"] = 2;
-  EXPECT_EQ(errorOf(v2),
-            "manifest: unsupported schema_version 2 (this ppc reads version 1)");
+  EXPECT_EQ(
+      errorOf(v2),
+      "manifest: unsupported schema_version 2 (this ppc reads version 1)");
 }
 
 TEST(ManifestTest, RejectsInputFromALaterStage) {
   Manifest m = twoStages();
   m.stages[0].inputs[0].source = ValueRef::fromStage(1, 0);
-  EXPECT_EQ(llvm::toString(m.verify()),
-            "manifest: stages[0].inputs[0] refers to a missing output 0 of stage 1");
+  EXPECT_EQ(
+      llvm::toString(m.verify()),
+      "manifest: stages[0].inputs[0] refers to a missing output 0 of stage 1");
 }
 
 TEST(ManifestTest, RejectsConsumerListThatDisagreesWithInputs) {
   Manifest m = twoStages();
   m.stages[0].outputs[1].consumers = {};
-  EXPECT_EQ(llvm::toString(m.verify()),
-            "manifest: stages[1].inputs[1] takes output 1 of stage 0, which does not "
-            "list stage 1 as a consumer");
+  EXPECT_EQ(
+      llvm::toString(m.verify()),
+      "manifest: stages[1].inputs[1] takes output 1 of stage 0, which does not "
+      "list stage 1 as a consumer");
 }

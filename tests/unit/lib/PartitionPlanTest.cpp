@@ -1,6 +1,6 @@
 //===- tests/unit/lib/PartitionPlanTest.cpp - ItemGraph + plan tests ------===//
-#include "lib/ItemGraph.h"
 #include "lib/PartitionPlan.h"
+#include "lib/ItemGraph.h"
 
 #include <torch/csrc/jit/ir/irparser.h>
 
@@ -60,7 +60,8 @@ TEST(PartitionPlanTest, SkipEdgesGoDirectlyAndModelInputsComeFirst) {
   EXPECT_EQ(names(plan->outputs(0)), (std::vector<std::string>{"a"}));
   EXPECT_EQ(plan->consumers(plan->outputs(0)[0]), (std::vector<int>{1, 2}));
   EXPECT_EQ(names(plan->outputs(1)), (std::vector<std::string>{"b", "c"}));
-  EXPECT_EQ(plan->consumers(plan->outputs(1)[0]), (std::vector<int>{})); // model output only
+  EXPECT_EQ(plan->consumers(plan->outputs(1)[0]),
+            (std::vector<int>{})); // model output only
   EXPECT_EQ(names(plan->inputs(2)), (std::vector<std::string>{"w", "a", "c"}));
 }
 
@@ -84,14 +85,16 @@ graph(%x : Tensor):
   ASSERT_TRUE(static_cast<bool>(items));
   ASSERT_EQ(items->size(), 3u);
   EXPECT_FALSE(items->canCutBefore(1));
-  EXPECT_EQ(items->cutBlocker(1).value_or(""),
-            "value 'd' of type Dict[str, Tensor] cannot cross a stage boundary");
+  EXPECT_EQ(
+      items->cutBlocker(1).value_or(""),
+      "value 'd' of type Dict[str, Tensor] cannot cross a stage boundary");
   EXPECT_TRUE(items->canCutBefore(2));
   // A plan cutting there fails verification with the same reason.
   auto plan = PartitionPlan::fromStarts(*items, {0, 1});
   ASSERT_TRUE(static_cast<bool>(plan));
   EXPECT_EQ(llvm::toString(plan->verify()),
-            "plan: stage 1 cannot begin there: value 'd' of type Dict[str, Tensor] cannot "
+            "plan: stage 1 cannot begin there: value 'd' of type Dict[str, "
+            "Tensor] cannot "
             "cross a stage boundary");
 }
 

@@ -9,7 +9,8 @@
 using namespace ppc;
 
 namespace {
-int64_t bottleneck(const std::vector<int64_t> &costs, const std::vector<size_t> &starts) {
+int64_t bottleneck(const std::vector<int64_t> &costs,
+                   const std::vector<size_t> &starts) {
   auto sc = stageCosts(costs, starts);
   return *std::max_element(sc.begin(), sc.end());
 }
@@ -21,7 +22,8 @@ void expectValid(const std::vector<size_t> &starts, size_t n, int stages,
   for (size_t s = 1; s < starts.size(); ++s) {
     EXPECT_LT(starts[s - 1], starts[s]) << "empty stage " << s - 1;
     EXPECT_LT(starts[s], n);
-    EXPECT_TRUE(allowed(starts[s])) << "cut at a forbidden position " << starts[s];
+    EXPECT_TRUE(allowed(starts[s]))
+        << "cut at a forbidden position " << starts[s];
   }
 }
 } // namespace
@@ -32,7 +34,9 @@ TEST(PartitionerTest, MatchesBruteForceOnRandomCosts) {
     size_t n = 1 + rng() % 11;
     std::vector<int64_t> costs(n);
     for (auto &c : costs)
-      c = (rng() % 4 == 0) ? 0 : rng() % 100; // zeros exercise empty-stage avoidance
+      c = (rng() % 4 == 0)
+              ? 0
+              : rng() % 100; // zeros exercise empty-stage avoidance
     std::vector<bool> allowedAt(n, true);
     for (size_t i = 1; i < n; ++i)
       allowedAt[i] = rng() % 5 != 0;
@@ -68,18 +72,20 @@ TEST(PartitionerTest, TooManyStagesIsAnError) {
   std::vector<int64_t> costs(3, 1);
   auto starts = minMaxPartition(costs, 4, [](size_t) { return true; });
   ASSERT_FALSE(static_cast<bool>(starts));
-  EXPECT_EQ(llvm::toString(starts.takeError()),
-            "cannot split into 4 stages: the graph has only 2 possible cut points "
-            "(3 nodes to place)");
+  EXPECT_EQ(
+      llvm::toString(starts.takeError()),
+      "cannot split into 4 stages: the graph has only 2 possible cut points "
+      "(3 nodes to place)");
 }
 
 TEST(PartitionerTest, ForbiddenCutsLimitStages) {
   std::vector<int64_t> costs(4, 1);
   auto starts = minMaxPartition(costs, 3, [](size_t i) { return i == 2; });
   ASSERT_FALSE(static_cast<bool>(starts));
-  EXPECT_EQ(llvm::toString(starts.takeError()),
-            "cannot split into 3 stages: the graph has only 1 possible cut point "
-            "(4 nodes to place)");
+  EXPECT_EQ(
+      llvm::toString(starts.takeError()),
+      "cannot split into 3 stages: the graph has only 1 possible cut point "
+      "(4 nodes to place)");
 }
 
 TEST(PartitionerTest, ZeroStagesIsAnError) {
