@@ -9,7 +9,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build ccache git
   libtorch-dev llvm-14-dev llvm-14-tools libcli11-dev googletest libgtest-dev libgmock-dev libbenchmark-dev
-  libopenblas0-pthread python3-torch python3-torchvision iproute2
+  libgloo-dev libopenblas0-pthread python3-torch python3-torchvision iproute2
 )
 
 missing=()

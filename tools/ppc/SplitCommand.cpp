@@ -18,7 +18,7 @@ Command addSplitCommand(CLI::App &parent) {
   CLI::App *app = parent.add_subcommand(
       "split",
       "Compile a TorchScript model into pipeline stages and a manifest");
-  app->description("Compile a TorchScript model (saved by torch.jit.save) into "
+  app->footer("Compile a TorchScript model (saved by torch.jit.save) into "
                    "N standalone stage "
                    "modules OUTDIR/stage_K.pt, each holding only its own "
                    "weights, and a JSON "

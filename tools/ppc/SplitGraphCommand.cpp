@@ -125,7 +125,7 @@ Command addSplitGraphCommand(CLI::App &parent) {
   CLI::App *app = parent.add_subcommand(
       "split-graph",
       "(developer) Split TorchScript graph text and print the stage graphs");
-  app->description(
+  app->footer(
       "Parse a TorchScript graph (the text form printed by graph.str()), "
       "optionally run named passes on it, split it like ppc split does "
       "(one unit of cost per operation), and print each stage's "

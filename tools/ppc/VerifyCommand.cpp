@@ -69,7 +69,7 @@ Command addVerifyCommand(CLI::App &parent) {
   CLI::App *app = parent.add_subcommand(
       "verify",
       "Run the stages one after the other and compare with the unsplit model");
-  app->description("Load MODEL.pt and the stages of MANIFEST, run both on the "
+  app->footer("Load MODEL.pt and the stages of MANIFEST, run both on the "
                    "same input in this "
                    "process (the stages in order, following the manifest's "
                    "dataflow), and compare "

@@ -1,0 +1,193 @@
+//===- runtime/Pipeline.h - libppc_runtime's public API ---------*- C++ -*-===//
+//
+// Runs a pipeline that `ppc split` produced (a manifest plus stage files) on
+// the ranks of a torchrun-style launch. Each rank of the job creates one
+// Pipeline with the same manifest and options and calls run(); the stages
+// are placed on the ranks, the boundary shapes are inferred from the first
+// real microbatch (or taken from the meta cache or the user), and the
+// microbatches flow through a schedule. `ppc run` is a thin CLI over this
+// header; docs/runtime.md describes the protocol and file formats.
+//
+// A Pipeline's life:
+//   1. LaunchEnv::fromEnvironment() reads RANK, WORLD_SIZE, ...
+//   2. Pipeline::create() loads this rank's stages, builds and checks the
+//      schedule, and meets the other ranks (c10d TCPStore + process group).
+//   3. run() splits the model inputs into microbatches (on the ranks whose
+//      stages read model inputs), agrees with all ranks where the shape
+//      metadata comes from, executes the schedule, and returns the model
+//      outputs on outputRank() (concatenated along dim 0).
+//   4. finish() waits until every rank is done, so no rank leaves while
+//      another still needs it.
+//
+// Every error is one line. A peer that dies or stops answering makes every
+// blocking call fail within the timeout with "lost rank R (...)".
+//
+//===----------------------------------------------------------------------===//
+#ifndef PPC_RUNTIME_PIPELINE_H
+#define PPC_RUNTIME_PIPELINE_H
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <ATen/core/ivalue.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace llvm {
+class raw_ostream;
+}
+
+namespace ppc {
+
+/// The torchrun environment of one rank.
+struct LaunchEnv {
+  int rank = 0;
+  int worldSize = 1;
+  int localRank = 0;
+  int localWorldSize = 1;
+  std::string masterAddr = "127.0.0.1";
+  int masterPort = 29500;
+
+  /// Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and
+  /// MASTER_PORT through `getenv` (the process environment by default).
+  /// RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT are required; LOCAL_RANK
+  /// defaults to RANK and LOCAL_WORLD_SIZE to WORLD_SIZE. Errors: a missing
+  /// variable ("RANK is not set; start ppc run under ppc launch or
+  /// torchrun"), one that is not an integer ("WORLD_SIZE='x' is not an
+  /// integer"), or values out of range ("RANK=4 is not below WORLD_SIZE=4",
+  /// "MASTER_PORT=70000 is not a port number").
+  static llvm::Expected<LaunchEnv> fromEnvironment(
+      const std::function<const char *(const char *)> &getenv = nullptr);
+};
+
+enum class ScheduleKind { GPipe, OneFOneB };
+
+/// "gpipe" / "1f1b".
+llvm::StringRef scheduleName(ScheduleKind kind);
+std::optional<ScheduleKind> parseScheduleName(llvm::StringRef name);
+
+/// Where a run's boundary metadata came from.
+enum class MetaSource { Inferred, Cache, User };
+llvm::StringRef metaSourceName(MetaSource source);
+
+struct RunOptions {
+  /// Microbatches the batch is split into (torch.tensor_split along dim 0).
+  int microbatches = 1;
+  ScheduleKind schedule = ScheduleKind::OneFOneB;
+  /// "cpu" or "cuda" (the latter needs a LibTorch with CUDA).
+  std::string device = "cpu";
+  /// Bound on every wait for another rank (rendezvous, each message).
+  std::chrono::milliseconds timeout{60000};
+  /// Directory of the meta cache files; empty = the manifest's directory.
+  std::string metaCacheDir;
+  bool useMetaCache = true;
+  /// A JSON file with user-given boundary metadata (docs/runtime.md);
+  /// when set, no inference runs.
+  std::string inputMetaPath;
+  /// Intra-op threads per rank; 0 = the machine's cores divided by
+  /// LOCAL_WORLD_SIZE.
+  int threads = 0;
+  /// Where warnings ("warning: ...") go; stderr when null.
+  llvm::raw_ostream *warnings = nullptr;
+};
+
+/// What one rank did, for --stats.
+struct RunStats {
+  int rank = 0;
+  MetaSource metaSource = MetaSource::Inferred;
+  /// Metadata headers this rank sent (0 when the metadata was cached).
+  int64_t metaMessagesSent = 0;
+  /// Point-to-point messages of any kind this rank sent.
+  int64_t messagesSent = 0;
+  /// From the start of run() until this rank finished microbatch 0.
+  double firstOutputMs = 0;
+  /// run() from start to end.
+  double totalMs = 0;
+  /// Whether this rank wrote its meta cache file.
+  bool cacheWritten = false;
+
+  /// One machine-parsable line: "stats: rank=0 meta=inferred
+  /// meta_messages_sent=2 messages_sent=14 first_output_ms=3.1
+  /// total_ms=9.8 cache_written=1".
+  std::string line() const;
+};
+
+class Pipeline {
+public:
+  /// Loads the manifest at `manifestPath` and this rank's stages, builds
+  /// and simulates the schedule, and connects to the other ranks. Errors:
+  /// the manifest cannot be read; the stage count is not a multiple of
+  /// WORLD_SIZE ("4 stages cannot be placed on WORLD_SIZE=3 ranks: the
+  /// stage count must equal WORLD_SIZE or be a multiple of it"); a stage
+  /// file is missing or does not match the manifest's hash; bad options
+  /// (--microbatches below 1, an unknown device); a model output that is a
+  /// model input; the schedule deadlocks (a bug, reported with the stuck
+  /// actions); the rendezvous fails or times out.
+  static llvm::Expected<std::unique_ptr<Pipeline>>
+  create(llvm::StringRef manifestPath, const LaunchEnv &env,
+         const RunOptions &options);
+
+  ~Pipeline();
+
+  /// Whether this rank's stages read model inputs; run() ignores `inputs`
+  /// on the other ranks.
+  bool needsInputs() const;
+  /// The rank that returns the model outputs (the rank of the last stage).
+  int outputRank() const;
+  int rank() const;
+
+  /// This rank's schedule, one action per line.
+  void printSchedule(llvm::raw_ostream &os) const;
+
+  /// Runs the pipeline once over `inputs` (the model inputs, in manifest
+  /// order, each a tensor with the batch along dim 0; only used where
+  /// needsInputs()). Returns the model outputs (concatenated over the
+  /// microbatches; a tuple's elements are separate entries) on
+  /// outputRank(), an empty vector elsewhere. Errors: the inputs do not fit
+  /// the model ("the model takes 2 inputs, got 1"; "input 0 has no batch
+  /// dimension"; "model inputs have different batch sizes (5 and 4)";
+  /// "--microbatches 8 exceeds the batch size 5"); a stage fails (its first
+  /// error line); a value does not match its metadata ("stage 2 input 'x':
+  /// expected float32[2,64], got float32[2,63]"); a peer is lost ("lost
+  /// rank 1 (...)"); a user meta file is unreadable or incomplete. A
+  /// missing, stale or corrupt meta cache is not an error: a warning, then
+  /// inference.
+  llvm::Expected<std::vector<c10::IValue>>
+  run(const std::vector<c10::IValue> &inputs);
+
+  /// Whether the model returns a tuple (else outputs hold one value).
+  bool outputIsTuple() const;
+
+  /// Waits until every rank has called finish(). Errors: "lost rank R".
+  llvm::Error finish();
+
+  const RunStats &stats() const;
+
+private:
+  struct Impl;
+  explicit Pipeline(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+/// The whole of `ppc run` for one rank: creates the pipeline, reads
+/// `inputPath` where needed, runs it, writes the outputs to `outputPath`
+/// on the output rank (torch.load reads it: a tensor, or a tuple if the
+/// model returns one), and finishes. `schedule` (if not null) receives the
+/// printed schedule before the run. Errors: those of Pipeline::create, run
+/// and finish, an unreadable input ("cannot read input 'x.pt': ...") and an
+/// unwritable output.
+llvm::Expected<RunStats>
+runPipelineFiles(llvm::StringRef manifestPath, llvm::StringRef inputPath,
+                 llvm::StringRef outputPath, const LaunchEnv &env,
+                 const RunOptions &options,
+                 llvm::raw_ostream *schedule = nullptr);
+
+} // namespace ppc
+
+#endif // PPC_RUNTIME_PIPELINE_H

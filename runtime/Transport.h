@@ -1,0 +1,118 @@
+//===- runtime/Transport.h - Point-to-point messages between ranks -*- C++
+//-*-===//
+//
+// The runtime moves tensors between ranks through this interface only. The
+// Gloo implementation (CPU tensors) is always built; an NCCL one (CUDA
+// tensors, --device cuda) is compiled when LibTorch has CUDA (PPC_HAVE_NCCL).
+//
+// Every blocking call waits at most the transport's timeout and fails with
+// an error naming the peer: "lost rank 2 (timed out after 60 s waiting for
+// ...)" or "lost rank 2 (Connection closed by peer ...)".
+//
+// Messages are matched by tag. A tag names a channel (channel 0: start-up
+// agreement; channel e+1: boundary edge e of the schedule) and the message's
+// sequence number within that channel and peer: the k-th message rank A
+// sends to rank B on channel c has tag k * channelCount + c, and B's k-th
+// receive from A on channel c asks for that tag. Both sides derive the order
+// of each channel's messages from the same schedule (microbatch order per
+// edge), so metadata and tensors can never be paired with the wrong value,
+// and a disagreement is a clear timeout.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PPC_RUNTIME_TRANSPORT_H
+#define PPC_RUNTIME_TRANSPORT_H
+
+#include "llvm/ADT/Twine.h"
+#include "llvm/Support/Error.h"
+
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace ppc {
+
+struct LaunchEnv;
+
+enum class DeviceKind { CPU, CUDA };
+
+class Transport {
+public:
+  virtual ~Transport() = default;
+
+  int rank() const { return rank_; }
+  int worldSize() const { return worldSize_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+
+  /// The device tensors must live on to be sent or received.
+  virtual c10::Device device() const = 0;
+
+  /// Sets the number of channels (at least 1; channel 0 is the start-up
+  /// channel). Call before any message on channels above 0.
+  void setChannelCount(int count) { channelCount_ = count < 1 ? 1 : count; }
+
+  /// Starts sending `tensor` (contiguous, on device()) to `peer` as the next
+  /// message of `channel`. The tensor is kept alive until the send
+  /// completes. `what` describes the message for errors. Errors: "lost
+  /// rank P (...)", a tag past INT32_MAX.
+  virtual llvm::Error send(const at::Tensor &tensor, int peer, int channel,
+                           const llvm::Twine &what) = 0;
+
+  /// Receives into `tensor` (contiguous, preallocated with the expected
+  /// size) the next message of `channel` from `peer`, blocking up to the
+  /// timeout. Errors: "lost rank P (...)".
+  virtual llvm::Error recv(at::Tensor &tensor, int peer, int channel,
+                           const llvm::Twine &what) = 0;
+
+  /// Waits for every send started so far. Errors: "lost rank P (...)".
+  virtual llvm::Error flushSends() = 0;
+
+  /// Number of point-to-point messages sent so far.
+  int64_t messagesSent() const { return messagesSent_; }
+
+  /// Every rank passes `values` (same length on all ranks); every rank gets
+  /// the element-wise minimum. Built from point-to-point messages through
+  /// rank 0, so a failure names the lost rank. Errors: "lost rank P (...)".
+  llvm::Error agreeMin(std::vector<int64_t> &values);
+
+  /// Rank `root` sends `bytes` to every other rank, which receive them into
+  /// `bytes`. Errors: "lost rank P (...)".
+  llvm::Error broadcastBytes(std::string &bytes, int root);
+
+  /// Returns once every rank has called it. Errors: "lost rank P (...)".
+  llvm::Error barrier();
+
+protected:
+  Transport(int rank, int worldSize, std::chrono::milliseconds timeout)
+      : rank_(rank), worldSize_(worldSize), timeout_(timeout) {}
+
+  /// The next tag for messages to / from `peer` on `channel`.
+  llvm::Expected<int> nextTag(bool sending, int peer, int channel);
+
+  int rank_;
+  int worldSize_;
+  std::chrono::milliseconds timeout_;
+  int64_t messagesSent_ = 0;
+
+private:
+  int channelCount_ = 1;
+  std::map<std::tuple<bool, int, int>, int64_t> sequence_;
+};
+
+/// Meets the other ranks at env.masterAddr:env.masterPort (a c10d::TCPStore
+/// served by rank 0) and connects a process group for `device`. Waits at
+/// most `timeout` for the others. Errors: "rendezvous at HOST:PORT failed
+/// (...)" (a rank did not arrive in time, the port is taken, ...), "--device
+/// cuda needs a LibTorch built with CUDA" when NCCL is not compiled in.
+llvm::Expected<std::unique_ptr<Transport>>
+connectTransport(const LaunchEnv &env, DeviceKind device,
+                 std::chrono::milliseconds timeout);
+
+} // namespace ppc
+
+#endif // PPC_RUNTIME_TRANSPORT_H

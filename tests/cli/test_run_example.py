@@ -1,0 +1,78 @@
+#!/usr/bin/python3
+"""Tests the example program that links libppc_runtime, and the installed
+CMake package: `find_package(ppc)` + `ppc::runtime` in a fresh project.
+
+Env: PPC (the ppc binary), PPC_MODELS_DIR (generated models), PPC_BUILD_DIR
+(the build tree: bin/pipeline_infer, and what `cmake --install` installs).
+"""
+import os
+import shutil
+import subprocess
+import tempfile
+import unittest
+
+import torch
+
+PPC = os.environ.get("PPC", "build/bin/ppc")
+MODELS = os.environ.get("PPC_MODELS_DIR", "build/models")
+BUILD = os.environ.get("PPC_BUILD_DIR", "build")
+SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+class RunExampleTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="ppc-run-example-")
+        cls.manifest = os.path.join(cls.tmp, "mlp", "manifest.json")
+        r = subprocess.run([PPC, "split", os.path.join(MODELS, "mlp.pt"), "-o",
+                            os.path.dirname(cls.manifest), "--stages", "2"],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp)
+
+    def run_example(self, program):
+        r = subprocess.run([PPC, "launch", "--nproc-per-node", "2", "--master-port", "0",
+                            "--", program, self.manifest,
+                            os.path.join(MODELS, "mlp.input.pt"), "3"],
+                           capture_output=True, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        expected = torch.load(os.path.join(MODELS, "mlp.expected.pt"))
+        line = [l for l in r.stdout.splitlines() if "output 0:" in l]
+        self.assertEqual(len(line), 1, r.stdout)
+        self.assertIn("[rank 1] output 0: shape [5,10] sum ", line[0])
+        total = float(line[0].split(" sum ")[1])
+        self.assertAlmostEqual(total, expected.sum().item(), places=4)
+
+    def test_example_program(self):
+        self.run_example(os.path.join(BUILD, "bin", "pipeline_infer"))
+
+    def test_find_package(self):
+        prefix = os.path.join(self.tmp, "prefix")
+        r = subprocess.run(["cmake", "--install", BUILD, "--prefix", prefix],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        project = os.path.join(self.tmp, "user")
+        os.makedirs(project)
+        shutil.copy(os.path.join(SOURCE, "examples", "pipeline_infer.cpp"), project)
+        with open(os.path.join(project, "CMakeLists.txt"), "w") as f:
+            f.write("cmake_minimum_required(VERSION 3.18)\n"
+                    "project(user C CXX)\n"
+                    "set(CMAKE_CXX_STANDARD 17)\n"
+                    "find_package(ppc REQUIRED)\n"
+                    "add_executable(pipeline_infer pipeline_infer.cpp)\n"
+                    "target_link_libraries(pipeline_infer PRIVATE ppc::runtime)\n")
+        build = os.path.join(project, "build")
+        r = subprocess.run(["cmake", "-S", project, "-B", build, "-G", "Ninja",
+                            "-DCMAKE_PREFIX_PATH=" + prefix, "-DCMAKE_BUILD_TYPE=Release"],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        r = subprocess.run(["cmake", "--build", build, "-j2"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.run_example(os.path.join(build, "pipeline_infer"))
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,192 @@
+#!/usr/bin/python3
+"""Tests `ppc run` across nodes and under a real torchrun.
+
+1. Two nodes in network namespaces: two fresh namespaces joined by a veth
+   pair with private addresses (10.213.X.1/24 and 10.213.X.2/24, only inside
+   these namespaces), one `ppc launch --nnodes 2 --node-rank R` in each. The
+   output must equal a single-node 2-rank run's exactly and the model's
+   NAME.expected.pt with allclose(rtol=atol=1e-5). Needs root (ip netns add);
+   skipped otherwise.
+2. A real torchrun (`torchrun --no-python ppc run ...`) when one works here;
+   skipped otherwise.
+
+Env: PPC (the ppc binary), PPC_MODELS_DIR (generated models).
+"""
+import json
+import os
+import random
+import shutil
+import subprocess
+import tempfile
+import unittest
+
+import torch
+
+PPC = os.path.abspath(os.environ.get("PPC", "build/bin/ppc"))
+MODELS = os.path.abspath(os.environ.get("PPC_MODELS_DIR", "build/models"))
+NAME = "two_io"
+STEP_TIMEOUT = 45  # seconds for any one subprocess
+
+
+def as_tuple(v):
+    return tuple(v) if isinstance(v, (tuple, list)) else (v,)
+
+
+def run(cmd, timeout=STEP_TIMEOUT, **kw):
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def communicate(proc, timeout):
+    """Waits for proc; kills it on timeout. Returns (rc, stdout+stderr)."""
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        return None, (out or "") + (err or "") + "\n(timed out after %ss)" % timeout
+    return proc.returncode, out + err
+
+
+class MultiNodeTest(unittest.TestCase):
+    def setUp(self):
+        tmp = tempfile.TemporaryDirectory(prefix="ppc-multinode-")
+        self.addCleanup(tmp.cleanup)
+        self.tmp = tmp.name
+
+    def split(self):
+        out = os.path.join(self.tmp, "split")
+        with open(os.path.join(MODELS, NAME + ".json")) as f:
+            paths = json.load(f)["split_at"]["2"]
+        r = run([PPC, "split", os.path.join(MODELS, NAME + ".pt"), "-o", out,
+                 "--split-at", ",".join(paths)])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        return os.path.join(out, "manifest.json")
+
+    def run_args(self, manifest, output):
+        return [PPC, "run", manifest, "--input", os.path.join(MODELS, NAME + ".input.pt"),
+                "--output", output, "--microbatches", "3", "--no-meta-cache",
+                "--timeout", "30"]
+
+    def check_expected(self, got):
+        expected = torch.load(os.path.join(MODELS, NAME + ".expected.pt"))
+        self.assertEqual(len(as_tuple(expected)), len(as_tuple(got)))
+        for e, g in zip(as_tuple(expected), as_tuple(got)):
+            self.assertEqual(e.shape, g.shape)
+            self.assertTrue(torch.allclose(e, g, rtol=1e-5, atol=1e-5),
+                            "max abs diff %g" % (e - g).abs().max().item())
+
+    def assert_identical(self, a, b):
+        self.assertEqual(len(as_tuple(a)), len(as_tuple(b)))
+        for x, y in zip(as_tuple(a), as_tuple(b)):
+            self.assertEqual(x.shape, y.shape)
+            self.assertEqual(x.dtype, y.dtype)
+            self.assertTrue(torch.equal(x, y),
+                            "max abs diff %g" % (x - y).abs().max().item())
+
+    # -- network namespaces ------------------------------------------------
+
+    def ip(self, *args):
+        r = run(["ip", *args], timeout=15)
+        self.assertEqual(r.returncode, 0, "ip %s: %s" % (" ".join(args), r.stderr))
+
+    def make_namespaces(self):
+        """Two namespaces joined by a veth pair; returns (ns_a, ns_b, addr_a)."""
+        if shutil.which("ip") is None:
+            self.skipTest("network namespaces unavailable: no 'ip' (iproute2)")
+        tag = "ppc-%d-%04x" % (os.getpid(), random.randrange(0x10000))
+        ns_a, ns_b = tag + "-a", tag + "-b"
+        r = run(["ip", "netns", "add", ns_a], timeout=15)
+        if r.returncode != 0:
+            self.skipTest("network namespaces unavailable: " + r.stderr.strip())
+        self.addCleanup(run, ["ip", "netns", "delete", ns_a], timeout=15)
+        r = run(["ip", "netns", "add", ns_b], timeout=15)
+        if r.returncode != 0:
+            self.skipTest("network namespaces unavailable: " + r.stderr.strip())
+        self.addCleanup(run, ["ip", "netns", "delete", ns_b], timeout=15)
+        # The veth ends are created directly inside the namespaces, so nothing
+        # is added to the caller's namespace; deleting a namespace removes
+        # its end and with it the pair.
+        x = random.randrange(1, 255)
+        addr_a, addr_b = "10.213.%d.1" % x, "10.213.%d.2" % x
+        r = run(["ip", "link", "add", "va", "netns", ns_a, "type", "veth",
+                 "peer", "name", "vb", "netns", ns_b], timeout=15)
+        if r.returncode != 0:
+            self.skipTest("network namespaces unavailable: veth: " + r.stderr.strip())
+        for ns, dev, addr in ((ns_a, "va", addr_a), (ns_b, "vb", addr_b)):
+            self.ip("-n", ns, "link", "set", "lo", "up")
+            self.ip("-n", ns, "addr", "add", addr + "/24", "dev", dev)
+            self.ip("-n", ns, "link", "set", dev, "up")
+        # Wait until the link answers (veth carrier comes up asynchronously).
+        r = run(["ip", "netns", "exec", ns_b, "ping", "-c", "1", "-W", "5", addr_a], timeout=15) \
+            if shutil.which("ping") else None
+        if r is not None and r.returncode != 0:
+            self.fail("no connectivity between namespaces: " + r.stdout + r.stderr)
+        return ns_a, ns_b, addr_a
+
+    def test_two_nodes_in_network_namespaces(self):
+        ns_a, ns_b, master = self.make_namespaces()
+        manifest = self.split()
+
+        # Reference: one node, two ranks.
+        single = os.path.join(self.tmp, "single.pt")
+        r = run([PPC, "launch", "--nproc-per-node", "2", "--master-port", "0",
+                 "--timeout", "40", "--"] + self.run_args(manifest, single))
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+        port = str(random.randrange(20000, 40000))
+        procs, outs = [], []
+        for rank, ns in enumerate((ns_a, ns_b)):
+            out = os.path.join(self.tmp, "node%d.pt" % rank)
+            outs.append(out)
+            cmd = ["ip", "netns", "exec", ns, PPC, "launch", "--nnodes", "2",
+                   "--node-rank", str(rank), "--nproc-per-node", "1",
+                   "--master-addr", master, "--master-port", port, "--timeout", "40",
+                   "--"] + self.run_args(manifest, out)
+            procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, text=True))
+        results = [communicate(p, STEP_TIMEOUT) for p in procs]
+        for rank, (rc, text) in enumerate(results):
+            self.assertEqual(rc, 0, "node %d:\n%s" % (rank, text))
+
+        # Stage 1 (the last) runs on rank 1, i.e. on node 1.
+        self.assertFalse(os.path.exists(outs[0]), "node 0 wrote an output")
+        got = torch.load(outs[1])
+        self.assert_identical(torch.load(single), got)
+        self.check_expected(got)
+
+    # -- torchrun ----------------------------------------------------------
+
+    def test_real_torchrun(self):
+        torchrun = shutil.which("torchrun")
+        why = "no torchrun in PATH"
+        if torchrun is not None:
+            try:
+                r = run([torchrun, "--help"], timeout=30)
+                why = None if r.returncode == 0 else \
+                    "torchrun --help exited %d: %s" % (r.returncode,
+                                                       r.stderr.strip().splitlines()[-1:])
+            except subprocess.TimeoutExpired:
+                why = "torchrun --help did not finish within 30 s"
+        if why is not None:
+            self.skipTest("no working torchrun here (Debian's 1.13 torchrun fails on "
+                          "Python 3.11); " + why)
+        manifest = self.split()
+        out = os.path.join(self.tmp, "torchrun.pt")
+        port = str(random.randrange(20000, 40000))
+        p = subprocess.Popen([torchrun, "--nproc_per_node", "2", "--master_port", port,
+                              "--no_python"] + self.run_args(manifest, out),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+        try:
+            text = p.communicate(timeout=STEP_TIMEOUT)
+            rc = p.returncode
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, 9)  # torchrun and its workers, all in this new session
+            text = p.communicate()
+            rc = None
+        self.assertEqual(rc, 0, "torchrun:\n%s\n%s" % text)
+        self.check_expected(torch.load(out))
+
+
+if __name__ == "__main__":
+    unittest.main()

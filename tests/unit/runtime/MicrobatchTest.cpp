@@ -1,0 +1,69 @@
+//===- tests/unit/runtime/MicrobatchTest.cpp - Microbatch splitting -------===//
+#include "runtime/Microbatch.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+using namespace ppc;
+
+TEST(MicrobatchTest, SizesFollowTensorSplit) {
+  EXPECT_EQ(microbatchSizes(5, 3), (std::vector<int64_t>{2, 2, 1}));
+  EXPECT_EQ(microbatchSizes(10, 8),
+            (std::vector<int64_t>{2, 2, 1, 1, 1, 1, 1, 1}));
+  EXPECT_EQ(microbatchSizes(6, 3), (std::vector<int64_t>{2, 2, 2}));
+  for (int b = 1; b < 20; ++b)
+    for (int m = 1; m <= b; ++m) {
+      auto parts = at::tensor_split(at::arange(b), m);
+      std::vector<int64_t> sizes = microbatchSizes(b, m);
+      ASSERT_EQ(parts.size(), sizes.size());
+      for (size_t i = 0; i < parts.size(); ++i)
+        EXPECT_EQ(parts[i].size(0), sizes[i]) << b << "/" << m;
+    }
+}
+
+TEST(MicrobatchTest, SplitAndConcatRoundTrip) {
+  at::Tensor x = at::randn({5, 4});
+  at::Tensor y = at::arange(10).reshape({5, 2});
+  auto mbs = splitMicrobatches({x, y}, 2, 3);
+  ASSERT_TRUE(static_cast<bool>(mbs));
+  ASSERT_EQ(mbs->size(), 3u);
+  EXPECT_EQ(microbatchSignature((*mbs)[0]), "float32[2,4];int64[2,2]");
+  EXPECT_EQ(microbatchSignature((*mbs)[2]), "float32[1,4];int64[1,2]");
+  EXPECT_EQ(signatureBatchSize(microbatchSignature((*mbs)[2])), 1);
+  std::vector<c10::IValue> parts;
+  for (auto &mb : *mbs)
+    parts.push_back(mb[0]);
+  auto joined = concatMicrobatches(parts, ValueKind::Tensor, 0);
+  ASSERT_TRUE(static_cast<bool>(joined));
+  EXPECT_TRUE(at::equal(joined->toTensor(), x));
+}
+
+TEST(MicrobatchTest, ConcatTuples) {
+  std::vector<c10::IValue> parts{
+      c10::ivalue::Tuple::create({at::ones({1, 2}), at::zeros({1})}),
+      c10::ivalue::Tuple::create({at::ones({2, 2}), at::zeros({2})})};
+  auto joined = concatMicrobatches(parts, ValueKind::TensorTuple, 0);
+  ASSERT_TRUE(static_cast<bool>(joined));
+  EXPECT_EQ(joined->toTupleRef().elements()[0].toTensor().size(0), 3);
+  auto bad = concatMicrobatches({c10::IValue(int64_t(1))}, ValueKind::Int, 1);
+  EXPECT_EQ(llvm::toString(bad.takeError()),
+            "model output 1 is a int; only tensors (and lists/tuples of "
+            "tensors) can be "
+            "concatenated");
+}
+
+TEST(MicrobatchTest, Errors) {
+  auto err = [](llvm::Expected<std::vector<std::vector<c10::IValue>>> r) {
+    return r ? std::string() : llvm::toString(r.takeError());
+  };
+  EXPECT_EQ(err(splitMicrobatches({at::zeros({5})}, 2, 1)),
+            "the model takes 2 inputs, got 1");
+  EXPECT_EQ(err(splitMicrobatches({at::zeros({5}), at::zeros({4})}, 2, 1)),
+            "model inputs have different batch sizes (5 and 4)");
+  EXPECT_EQ(err(splitMicrobatches({at::zeros({5})}, 1, 8)),
+            "--microbatches 8 exceeds the batch size 5");
+  EXPECT_EQ(err(splitMicrobatches({at::zeros({})}, 1, 1)),
+            "input 0 has no batch dimension (it is a 0-dim tensor)");
+  EXPECT_EQ(err(splitMicrobatches({at::zeros({5})}, 1, 0)),
+            "--microbatches must be at least 1");
+}

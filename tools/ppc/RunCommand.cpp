@@ -1,0 +1,112 @@
+//===- tools/ppc/RunCommand.cpp - ppc run ---------------------------------===//
+//
+// CLI11 wiring for `ppc run`: one rank of a pipeline job, started by ppc
+// launch or torchrun (the launch environment says which rank). All the work
+// is runPipelineFiles() in libppc_runtime.
+//
+//===----------------------------------------------------------------------===//
+#include "tools/ppc/Commands.h"
+
+#include "runtime/Pipeline.h"
+
+#include "llvm/Support/raw_ostream.h"
+
+#include <memory>
+
+namespace ppc {
+
+namespace {
+struct RunCommandOptions {
+  std::string manifestPath, inputPath, outputPath, schedule = "1f1b";
+  std::string metaCacheDir, inputMeta, device = "cpu";
+  int microbatches = 1;
+  double timeoutSeconds = 60;
+  bool noMetaCache = false, stats = false, printSchedule = false;
+  int threads = 0;
+};
+} // namespace
+
+static llvm::Expected<int> runRun(const RunCommandOptions &o) {
+  auto env = LaunchEnv::fromEnvironment();
+  if (!env)
+    return env.takeError();
+  RunOptions options;
+  options.microbatches = o.microbatches;
+  options.schedule = *parseScheduleName(o.schedule);
+  options.device = o.device;
+  options.timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(o.timeoutSeconds * 1000));
+  options.metaCacheDir = o.metaCacheDir;
+  options.useMetaCache = !o.noMetaCache;
+  options.inputMetaPath = o.inputMeta;
+  options.threads = o.threads;
+  auto stats =
+      runPipelineFiles(o.manifestPath, o.inputPath, o.outputPath, *env, options,
+                       o.printSchedule ? &llvm::outs() : nullptr);
+  if (!stats)
+    return stats.takeError();
+  if (o.stats)
+    llvm::outs() << stats->line() << "\n";
+  llvm::outs().flush();
+  return 0;
+}
+
+Command addRunCommand(CLI::App &parent) {
+  auto o = std::make_shared<RunCommandOptions>();
+  CLI::App *app =
+      parent.add_subcommand("run", "Run one rank of a pipeline (start every "
+                                   "rank with ppc launch or torchrun)");
+  app->footer(
+      "Run the stages of MANIFEST on the ranks of a torchrun-style job (RANK, "
+      "WORLD_SIZE, "
+      "LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT): stage k runs "
+      "on rank k mod "
+      "WORLD_SIZE. The input is split into microbatches along dim 0; the rank "
+      "of the last "
+      "stage writes the concatenated outputs to --output. Boundary shapes are "
+      "inferred from "
+      "the first microbatch and cached beside the manifest for later runs.");
+  app->add_option("manifest", o->manifestPath,
+                  "manifest.json written by ppc split")
+      ->required();
+  app->add_option("--input", o->inputPath,
+                  "Input file written by torch.save: a tensor or a tuple/list "
+                  "of tensors")
+      ->required();
+  app->add_option(
+         "--output", o->outputPath,
+         "Output file (torch.load reads it), written by the last stage's rank")
+      ->required();
+  app->add_option("--microbatches", o->microbatches, "Microbatches per batch")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app->add_option("--schedule", o->schedule, "Pipeline schedule")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"gpipe", "1f1b"}));
+  app->add_option("--device", o->device, "cpu (Gloo) or cuda (NCCL)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  app->add_option("--timeout", o->timeoutSeconds,
+                  "Seconds to wait for another rank before giving up")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app->add_option(
+      "--meta-cache", o->metaCacheDir,
+      "Directory of the meta cache (default: the manifest's directory)");
+  app->add_flag("--no-meta-cache", o->noMetaCache,
+                "Neither read nor write the meta cache");
+  app->add_option(
+      "--input-meta", o->inputMeta,
+      "JSON file with the boundary metadata (docs/runtime.md); no inference");
+  app->add_option(
+      "--threads", o->threads,
+      "Intra-op threads per rank (default: cores / LOCAL_WORLD_SIZE)");
+  app->add_flag("--stats", o->stats,
+                "Print one 'stats: rank=R ...' line per rank");
+  app->add_flag("--print-schedule", o->printSchedule,
+                "Print this rank's schedule ('schedule: rank=R ...' lines) "
+                "before running");
+  return {app, [o] { return runRun(*o); }};
+}
+
+} // namespace ppc
