@@ -53,6 +53,14 @@ namespace ppc {
 namespace {
 using Clock = std::chrono::steady_clock;
 
+/// How errors name the values of one edge and microbatch.
+std::string describeEdge(const Edge &edge, int microbatch) {
+  return llvm::formatv("stage {0} -> {1} of microbatch {2}", edge.producer,
+                       edge.collector ? std::string("output")
+                                      : std::to_string(edge.consumer),
+                       microbatch);
+}
+
 double msSince(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start)
       .count();
@@ -437,11 +445,7 @@ Pipeline::Impl::run(const std::vector<c10::IValue> &inputs) {
     case ActionKind::SendF: {
       const Edge &edge = schedule.edges[a.edge];
       int channel = a.edge + 1;
-      std::string what =
-          llvm::formatv("stage {0} -> {1} of microbatch {2}", edge.producer,
-                        edge.collector ? std::string("output")
-                                       : std::to_string(edge.consumer),
-                        m);
+      std::string what = describeEdge(edge, m);
       std::vector<c10::IValue> vals;
       std::vector<ValueMeta> metas;
       for (int o : edge.outputs) {
@@ -481,11 +485,7 @@ Pipeline::Impl::run(const std::vector<c10::IValue> &inputs) {
     case ActionKind::RecvF: {
       const Edge &edge = schedule.edges[a.edge];
       int channel = a.edge + 1;
-      std::string what =
-          llvm::formatv("stage {0} -> {1} of microbatch {2}", edge.producer,
-                        edge.collector ? std::string("output")
-                                       : std::to_string(edge.consumer),
-                        m);
+      std::string what = describeEdge(edge, m);
       MetaTable &table = tables[signatures[m]];
       if (infer && inferring[m]) {
         at::Tensor length =

@@ -19,14 +19,14 @@ Command addSplitCommand(CLI::App &parent) {
       "split",
       "Compile a TorchScript model into pipeline stages and a manifest");
   app->footer("Compile a TorchScript model (saved by torch.jit.save) into "
-                   "N standalone stage "
-                   "modules OUTDIR/stage_K.pt, each holding only its own "
-                   "weights, and a JSON "
-                   "manifest OUTDIR/manifest.json describing the values that "
-                   "flow between them "
-                   "(see docs/manifest.md). OUTDIR is replaced atomically: on "
-                   "any error it is "
-                   "left as it was.");
+              "N standalone stage "
+              "modules OUTDIR/stage_K.pt, each holding only its own "
+              "weights, and a JSON "
+              "manifest OUTDIR/manifest.json describing the values that "
+              "flow between them "
+              "(see docs/manifest.md). OUTDIR is replaced atomically: on "
+              "any error it is "
+              "left as it was.");
   app->add_option("model", opts->modelPath, "TorchScript model file (MODEL.pt)")
       ->required();
   app->add_option(

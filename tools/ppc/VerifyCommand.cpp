@@ -70,12 +70,12 @@ Command addVerifyCommand(CLI::App &parent) {
       "verify",
       "Run the stages one after the other and compare with the unsplit model");
   app->footer("Load MODEL.pt and the stages of MANIFEST, run both on the "
-                   "same input in this "
-                   "process (the stages in order, following the manifest's "
-                   "dataflow), and compare "
-                   "every output with torch.allclose semantics. Exit 0 when "
-                   "all match, 1 with a "
-                   "per-output report when any differs, 2 on an error.");
+              "same input in this "
+              "process (the stages in order, following the manifest's "
+              "dataflow), and compare "
+              "every output with torch.allclose semantics. Exit 0 when "
+              "all match, 1 with a "
+              "per-output report when any differs, 2 on an error.");
   app->add_option("model", o->modelPath, "The unsplit TorchScript model")
       ->required();
   app->add_option("manifest", o->manifestPath,
