@@ -2,6 +2,7 @@
 #include "lib/CostModel.h"
 
 #include "lib/Error.h"
+#include "lib/Stage.h"
 
 #include <torch/csrc/jit/api/function_impl.h>
 #include <torch/csrc/jit/ir/ir.h>
@@ -34,18 +35,6 @@ llvm::StringRef costKindName(CostKind kind) {
     return "nodes";
   }
   llvm_unreachable("unknown CostKind");
-}
-
-c10::IValue attributeAt(const torch::jit::Module &module,
-                        llvm::StringRef path) {
-  c10::IValue v = module._ivalue();
-  if (path.empty())
-    return v;
-  llvm::SmallVector<llvm::StringRef, 8> parts;
-  path.split(parts, '.');
-  for (llvm::StringRef part : parts)
-    v = v.toObjectRef().getAttr(part.str());
-  return v;
 }
 
 static std::vector<int64_t> paramCosts(const ItemGraph &g,

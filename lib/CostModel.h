@@ -30,10 +30,6 @@ enum class CostKind { Params, Flops, Nodes };
 std::optional<CostKind> parseCostKind(llvm::StringRef name);
 llvm::StringRef costKindName(CostKind kind);
 
-/// The value at a dotted attribute path of a module ("layer1.0.conv1.weight";
-/// "" is the module itself). The path must exist.
-c10::IValue attributeAt(const torch::jit::Module &module, llvm::StringRef path);
-
 /// Cost of each item of `graph` (which was built from `module`'s forward).
 /// `example` is required for CostKind::Flops and holds the model inputs.
 /// Errors: flops without an example input, or the example run failing

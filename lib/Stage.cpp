@@ -21,6 +21,18 @@ llvm::Expected<torch::jit::Module> loadModule(llvm::StringRef path) {
                    [&] { return torch::jit::load(path.str()); });
 }
 
+c10::IValue attributeAt(const torch::jit::Module &module,
+                        llvm::StringRef path) {
+  c10::IValue v = module._ivalue();
+  if (path.empty())
+    return v;
+  llvm::SmallVector<llvm::StringRef, 8> parts;
+  path.split(parts, '.');
+  for (llvm::StringRef part : parts)
+    v = v.toObjectRef().getAttr(part.str());
+  return v;
+}
+
 std::string manifestDirectory(llvm::StringRef manifestPath) {
   llvm::StringRef dir = llvm::sys::path::parent_path(manifestPath);
   return dir.empty() ? "." : dir.str();

@@ -24,6 +24,10 @@ namespace ppc {
 /// ("'m.pt' is not a TorchScript module: ...").
 llvm::Expected<torch::jit::Module> loadModule(llvm::StringRef path);
 
+/// The value at a dotted attribute path of a module ("layer1.0.conv1.weight";
+/// "" is the module itself). The path must exist.
+c10::IValue attributeAt(const torch::jit::Module &module, llvm::StringRef path);
+
 /// The directory a manifest's relative stage paths are resolved against.
 std::string manifestDirectory(llvm::StringRef manifestPath);
 

@@ -1,8 +1,8 @@
 //===- lib/StageModule.cpp - A standalone module for a stage graph --------===//
 #include "lib/StageModule.h"
 
-#include "lib/CostModel.h"
 #include "lib/Error.h"
+#include "lib/Stage.h"
 
 #include <torch/csrc/jit/api/compilation_unit.h>
 #include <torch/csrc/jit/ir/ir.h>

@@ -28,6 +28,14 @@ class SplitErrorsTest(unittest.TestCase):
         self.assertEqual(proc.stderr, f"error: {message}\n")
         return proc
 
+    def expect_not_torchscript(self, path):
+        proc = ppc("split", path, "-o", self.out, "--stages", 2, check=False)
+        self.assertEqual(proc.returncode, 2)
+        self.assertTrue(proc.stderr.startswith(f"error: '{path}' is not a TorchScript module: "),
+                        proc.stderr)
+        self.assertEqual(proc.stderr.count("\n"), 1, proc.stderr)
+        self.assertFalse(os.path.exists(self.out))
+
     def assert_nothing_written(self):
         self.assertEqual(os.listdir(self.dir), [n for n in os.listdir(self.dir) if n != "out"])
         leftovers = [n for n in os.listdir(self.dir) if ".tmp-" in n or ".old-" in n]
@@ -49,22 +57,12 @@ class SplitErrorsTest(unittest.TestCase):
             data[i] ^= 0xFF
         with open(corrupt, "wb") as f:
             f.write(data)
-        proc = ppc("split", corrupt, "-o", self.out, "--stages", 2, check=False)
-        self.assertEqual(proc.returncode, 2)
-        self.assertTrue(proc.stderr.startswith(f"error: '{corrupt}' is not a TorchScript module: "),
-                        proc.stderr)
-        self.assertEqual(proc.stderr.count("\n"), 1, proc.stderr)
-        self.assertFalse(os.path.exists(self.out))
+        self.expect_not_torchscript(corrupt)
 
     def test_not_torchscript(self):
         tensor_file = os.path.join(self.dir, "tensor.pt")
         torch.save(torch.zeros(3), tensor_file)
-        proc = ppc("split", tensor_file, "-o", self.out, "--stages", 2, check=False)
-        self.assertEqual(proc.returncode, 2)
-        self.assertTrue(proc.stderr.startswith(f"error: '{tensor_file}' is not a TorchScript module: "),
-                        proc.stderr)
-        self.assertEqual(proc.stderr.count("\n"), 1, proc.stderr)
-        self.assertFalse(os.path.exists(self.out))
+        self.expect_not_torchscript(tensor_file)
 
     def test_module_without_forward(self):
         path = os.path.join(self.dir, "noforward.pt")
