@@ -5,12 +5,13 @@ Usage: /usr/bin/python3 tests/models/make_models.py OUTDIR [--only NAME[,NAME...
                                                     [--mlp-layers N[,N...]]
 
 For each model NAME (mlp, resnet18, mobilenet_v3_small, vit, unet, decoder,
-two_io) it writes into OUTDIR:
+two_io, values, inplace) it writes into OUTDIR:
   NAME.pt           torch.jit.script(model.eval()) saved with torch.jit.save
                     (scripted, not traced: module calls and paths survive).
   NAME.input.pt     example input (torch.save): a tensor, or a tuple for
                     multi-input models.  Batch 5: not divisible by 2, 3 or 4.
-  NAME.expected.pt  the scripted model's output on it under torch.no_grad().
+  NAME.expected.pt  the scripted model's output on it under torch.no_grad()
+                    (run on a copy: `inplace` writes its inputs).
   NAME.json         {"name", "inputs": count, "split_at": {"2"|"3"|"4": paths}}:
                     for N stages, the N-1 module paths (named_modules() names)
                     where a new stage begins, in execution order.  Cuts are
@@ -24,6 +25,7 @@ input [5,16], json without split_at) for compile-speed benchmarks; without
 then os.replace); torch.manual_seed(0) before construction makes it deterministic.
 """
 import argparse
+import copy
 import hashlib
 import json
 import os
@@ -31,7 +33,8 @@ import sys
 import time
 from typing import Tuple
 
-NAMES = ["mlp", "resnet18", "mobilenet_v3_small", "vit", "unet", "decoder", "two_io"]
+NAMES = ["mlp", "resnet18", "mobilenet_v3_small", "vit", "unet", "decoder", "two_io",
+         "values", "inplace"]
 STAMP_SUFFIXES = (".pt", ".input.pt", ".expected.pt", ".json", ".stamp")
 
 
@@ -226,6 +229,85 @@ class TwoIO(nn.Module):
         return self.mix(hc, hb), aux
 
 
+class Mix(nn.Module):
+    """Takes a tuple and a float, so both cross into the stage beginning here."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.lin = nn.Linear(dim, dim)
+
+    def forward(self, g, pair: Tuple[torch.Tensor, torch.Tensor], scale: float):
+        a, b = pair
+        return self.lin(g) * scale + a - b
+
+
+class Values(nn.Module):
+    """Stage boundaries carrying every non-tensor kind: int, float, bool, int[],
+    Tensor[] and Tuple[Tensor], all made in stage 0 (`enc`) and used after the
+    cuts (`mid`, `post`, `head`).  Each depends on tensor data, so no stage can
+    recompute it from constants (docs/manifest.md): the int and int[] come from
+    the microbatch's shape (rows 2, 2, 1 for batch 5 in 3: they differ between
+    microbatches), the float and bool from weights, the lists from activations.
+    Every row is computed on its own, so microbatching cannot change the output."""
+
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.Linear(8, 12)
+        self.mid = nn.Linear(12, 12)
+        self.post = Mix(12)
+        self.head = nn.Linear(12, 6)
+
+    def forward(self, x):
+        h = torch.relu(self.enc(x))
+        n = h.size(0) * 3                               # int
+        scale = float(self.enc.weight.abs().mean())     # float
+        flip = bool(self.enc.bias.sum() > 0)            # bool
+        shape = h.size()                                # int[]
+        parts = torch.chunk(h, 3, dim=1)                # Tensor[]
+        pair = (h * 0.5, h + 1.0)                       # Tuple[Tensor]
+        g = torch.relu(self.mid(h))
+        u = self.post(g, pair, scale)
+        if flip:
+            u = -u
+        u = u.flatten().view(shape) + torch.cat(parts, 1)
+        return self.head(u).reshape(n // 3, -1)
+
+
+class WriteArgs(nn.Module):
+    """Writes all three arguments in place, then reads them."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.lin = nn.Linear(dim, dim)
+
+    def forward(self, v, x, y):
+        v.mul_(2.0)
+        x.add_(1.0)
+        y.sub_(0.5)
+        return self.lin(v) + x * y
+
+
+class Inplace(nn.Module):
+    """A stage (`c`) that writes its inputs in place (manifest `mutated`): model
+    input x, also read by stage 0; model input y, read by no other stage; and
+    stage 0's v, also read by `b`.  With 4 stages on 2 ranks, rank 0 runs `a`
+    and `c`, so `c` writes v while v is still being sent to `b` on rank 1: only
+    a copy for `c` keeps what rank 1 receives as produced."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(8, 8)
+        self.b = nn.Linear(8, 8)
+        self.c = WriteArgs(8)
+        self.d = nn.Linear(8, 8)
+
+    def forward(self, x, y):
+        v = self.a(x)
+        w = self.b(v)
+        u = self.c(v, x, y)
+        return self.d(w) + u
+
+
 def image():
     return torch.randn(BATCH, 3, 32, 32)
 
@@ -259,6 +341,12 @@ MODELS = {
     # hc goes from stage 1 to stage 3.
     "two_io": (TwoIO, lambda: (torch.randn(BATCH, 16), torch.randn(BATCH, 8)),
                {2: ["b"], 3: ["c", "b"], 4: ["c", "b", "mix"]}),
+    # 2 stages: all six kinds cross the one cut; 3 and 4: they skip stages.
+    "values": (Values, lambda: torch.randn(BATCH, 8),
+               {2: ["post"], 3: ["mid", "head"], 4: ["mid", "post", "head"]}),
+    # c writes x, y and v; 2 stages put a and b together.
+    "inplace": (Inplace, lambda: (torch.randn(BATCH, 8), torch.randn(BATCH, 8)),
+                {2: ["c"], 3: ["b", "c"], 4: ["b", "c", "d"]}),
 }
 
 assert list(MODELS) == NAMES, "keep NAMES (used before torch is imported) in sync"
@@ -292,6 +380,7 @@ def check_splits(name: str, model: nn.Module, inp, splits) -> None:
     order = []
     hooks = [m.register_forward_pre_hook(lambda m, i, p=p: order.append(p))
              for p, m in mods.items()]
+    inp = copy.deepcopy(inp)  # a model may write its inputs
     with torch.no_grad():
         model(*inp) if isinstance(inp, tuple) else model(inp)
     for h in hooks:
@@ -330,8 +419,9 @@ def make(outdir: str, name: str, spec, stamp: str) -> bool:
     if splits:
         check_splits(name, model, inp, splits)
     scripted = torch.jit.script(model)
+    run_on = copy.deepcopy(inp)  # `inp` is saved below as it was made
     with torch.no_grad():
-        out = scripted(*inp) if isinstance(inp, tuple) else scripted(inp)
+        out = scripted(*run_on) if isinstance(run_on, tuple) else scripted(run_on)
 
     atomic(base + ".pt", lambda p: torch.jit.save(scripted, p))
     atomic(base + ".input.pt", lambda p: torch.save(inp, p))
