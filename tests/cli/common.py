@@ -1,4 +1,6 @@
 """Shared helpers for the Python-driven CLI tests (run by ctest)."""
+import copy
+import hashlib
 import json
 import os
 import re
@@ -6,14 +8,23 @@ import socket
 import subprocess
 import sys
 import tempfile
+import unittest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("PPC_BUILD_DIR", os.path.join(ROOT, "build"))
 PPC = os.environ.get("PPC", os.path.join(BUILD, "bin", "ppc"))
 MODELS = os.environ.get("PPC_MODELS_DIR", os.path.join(BUILD, "models"))
 
-# The real models of tests/models/make_models.py.
+# The real models of tests/models/make_models.py (its `values` and `inplace`
+# models exist for the runtime tests of non-tensor and in-place values).
 MODEL_NAMES = ["mlp", "resnet18", "mobilenet_v3_small", "vit", "unet", "decoder", "two_io"]
+
+# The exit status of a test file all of whose tests were skipped: ctest's
+# SKIP_RETURN_CODE in tests/CMakeLists.txt, so ctest reports "Skipped".
+SKIP_RETURN_CODE = 77
+
+# Tolerance of pipeline outputs against the unsplit model's.
+RTOL = ATOL = 1e-5
 
 
 def ppc(*args, check=True, timeout=300, env=None):
@@ -33,6 +44,63 @@ def model_path(name, suffix=".pt"):
 def model_meta(name):
     with open(model_path(name, ".json")) as f:
         return json.load(f)
+
+
+def split_at(name, stages, outdir, *extra):
+    """Splits model NAME at the paths NAME.json lists for `stages` stages
+    into `outdir`; returns the manifest's path. A failing split fails the test."""
+    paths = model_meta(name)["split_at"][str(stages)]
+    ppc("split", model_path(name), "-o", outdir, "--split-at", ",".join(paths), *extra)
+    return os.path.join(outdir, "manifest.json")
+
+
+def expected_output(name):
+    """The unsplit model's output on NAME.input.pt (NAME.expected.pt)."""
+    import torch
+    return torch.load(model_path(name, ".expected.pt"))
+
+
+def unsplit_output(name, inputs):
+    """The unsplit model NAME's output on `inputs` (a tensor or a tuple),
+    computed on a copy, since a model may write its inputs in place."""
+    import torch
+    model = torch.jit.load(model_path(name))
+    args = copy.deepcopy(inputs)
+    with torch.no_grad():
+        return model(*args) if isinstance(args, tuple) else model(args)
+
+
+def assert_outputs_close(test, expected, got, rtol=RTOL, atol=ATOL):
+    """Asserts the same number of outputs, equal shapes and dtypes, and
+    allclose values; returns the largest absolute difference."""
+    import torch
+    expected, got = as_tuple(expected), as_tuple(got)
+    test.assertEqual(len(expected), len(got), "number of outputs")
+    worst = 0.0
+    for i, (e, g) in enumerate(zip(expected, got)):
+        test.assertEqual(e.shape, g.shape, "output %d" % i)
+        test.assertEqual(e.dtype, g.dtype, "output %d" % i)
+        diff = (e.double() - g.double()).abs().max().item() if e.numel() else 0.0
+        test.assertTrue(torch.allclose(e, g, rtol=rtol, atol=atol),
+                        "output %d: max abs diff %g" % (i, diff))
+        worst = max(worst, diff)
+    return worst
+
+
+def assert_identical(test, a, b):
+    """Asserts two outputs are bit-identical (same shapes, dtypes, values)."""
+    import torch
+    a, b = as_tuple(a), as_tuple(b)
+    test.assertEqual(len(a), len(b), "number of outputs")
+    for i, (x, y) in enumerate(zip(a, b)):
+        test.assertEqual((x.shape, x.dtype), (y.shape, y.dtype), "output %d" % i)
+        test.assertTrue(torch.equal(x, y), "output %d: max abs diff %g"
+                        % (i, (x.double() - y.double()).abs().max().item()))
+
+
+def file_sha256(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
 
 
 def load_manifest(outdir):
@@ -58,10 +126,11 @@ def free_port():
         return s.getsockname()[1]
 
 
-def launch(nproc, *args, timeout=300, env=None):
-    """Runs `ppc launch --nproc-per-node NPROC --master-port 0 -- ppc ARGS...`."""
-    cmd = [PPC, "launch", "--nproc-per-node", str(nproc), "--master-port", "0", "--",
-           PPC, *map(str, args)]
+def launch(nproc, *args, timeout=300, env=None, launcher=()):
+    """Runs `ppc launch --nproc-per-node NPROC --master-port 0 LAUNCHER... --
+    ppc ARGS...`."""
+    cmd = [PPC, "launch", "--nproc-per-node", str(nproc), "--master-port", "0",
+           *map(str, launcher), "--", PPC, *map(str, args)]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
 
 
@@ -72,14 +141,16 @@ def rank_env(rank, world, port, **extra):
                 **extra)
 
 
-def start_ranks(world, args, port=None, env=None):
+def start_ranks(world, args, port=None, env=None, rank_args=None):
     """Starts `ppc run ARGS` once per rank, without a launcher; returns the Popens.
-    `env`, if given, maps a rank to extra environment variables."""
+    `env`, if given, maps a rank to extra environment variables; `rank_args`
+    maps a rank to extra arguments appended to its ARGS."""
     port = port or free_port()
     procs = []
     for rank in range(world):
         extra = (env or {}).get(rank, {})
-        procs.append(subprocess.Popen([PPC, "run", *map(str, args)],
+        more = (rank_args or {}).get(rank, [])
+        procs.append(subprocess.Popen([PPC, "run", *map(str, args), *map(str, more)],
                                       env=rank_env(rank, world, port, **extra),
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     return procs
@@ -103,3 +174,27 @@ def finish(procs, timeout=60):
 STATS = re.compile(r"stats: rank=(\d+) meta=(\w+) meta_messages_sent=(\d+) "
                    r"messages_sent=(\d+) first_output_ms=([\d.]+) total_ms=([\d.]+) "
                    r"cache_written=(\d)")
+
+
+def parse_stats(text):
+    """{rank: (meta, meta_messages_sent, messages_sent, first_output_ms,
+    total_ms, cache_written)} from `--stats` lines, as strings."""
+    return {int(m.group(1)): m.groups()[1:] for m in STATS.finditer(text)}
+
+
+def main(module="__main__", argv=None):
+    """unittest.main() for a CLI test file, for ctest: prints each skipped
+    test with its reason and exits SKIP_RETURN_CODE when every test that ran
+    was skipped (0 when all passed, 1 when one failed or none ran)."""
+    prog = unittest.main(module=module, argv=argv, exit=False)
+    result = prog.result
+    for test, reason in result.skipped:
+        print("SKIPPED %s: %s" % (test.id(), reason), file=sys.stderr)
+    if not result.wasSuccessful():
+        sys.exit(1)
+    if result.testsRun == 0:
+        print("error: no test ran", file=sys.stderr)
+        sys.exit(1)
+    if result.testsRun > 0 and len(result.skipped) == result.testsRun:
+        sys.exit(SKIP_RETURN_CODE)
+    sys.exit(0)

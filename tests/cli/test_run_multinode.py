@@ -10,26 +10,27 @@
 2. A real torchrun (`torchrun --no-python ppc run ...`) when one works here;
    skipped otherwise.
 
+Each test is its own ctest entry (tests/CMakeLists.txt), so a skip shows as
+"Skipped" with its reason.
+
 Env: PPC (the ppc binary), PPC_MODELS_DIR (generated models).
 """
-import json
 import os
 import random
 import shutil
 import subprocess
-import tempfile
+import sys
 import unittest
 
 import torch
 
-PPC = os.path.abspath(os.environ.get("PPC", "build/bin/ppc"))
-MODELS = os.path.abspath(os.environ.get("PPC_MODELS_DIR", "build/models"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import (PPC, assert_identical, assert_outputs_close, expected_output,  # noqa: E402
+                    launch, main, model_path, split_at, tmpdir)
+
+PPC = os.path.abspath(PPC)  # `ip netns exec` and torchrun run it from elsewhere
 NAME = "two_io"
 STEP_TIMEOUT = 45  # seconds for any one subprocess
-
-
-def as_tuple(v):
-    return tuple(v) if isinstance(v, (tuple, list)) else (v,)
 
 
 def run(cmd, timeout=STEP_TIMEOUT, **kw):
@@ -49,39 +50,18 @@ def communicate(proc, timeout):
 
 class MultiNodeTest(unittest.TestCase):
     def setUp(self):
-        tmp = tempfile.TemporaryDirectory(prefix="ppc-multinode-")
-        self.addCleanup(tmp.cleanup)
-        self.tmp = tmp.name
+        self.tmp = tmpdir(self)
 
     def split(self):
-        out = os.path.join(self.tmp, "split")
-        with open(os.path.join(MODELS, NAME + ".json")) as f:
-            paths = json.load(f)["split_at"]["2"]
-        r = run([PPC, "split", os.path.join(MODELS, NAME + ".pt"), "-o", out,
-                 "--split-at", ",".join(paths)])
-        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        return os.path.join(out, "manifest.json")
+        return split_at(NAME, 2, os.path.join(self.tmp, "split"))
 
     def run_args(self, manifest, output):
-        return [PPC, "run", manifest, "--input", os.path.join(MODELS, NAME + ".input.pt"),
+        return [PPC, "run", manifest, "--input", os.path.abspath(model_path(NAME, ".input.pt")),
                 "--output", output, "--microbatches", "3", "--no-meta-cache",
                 "--timeout", "30"]
 
     def check_expected(self, got):
-        expected = torch.load(os.path.join(MODELS, NAME + ".expected.pt"))
-        self.assertEqual(len(as_tuple(expected)), len(as_tuple(got)))
-        for e, g in zip(as_tuple(expected), as_tuple(got)):
-            self.assertEqual(e.shape, g.shape)
-            self.assertTrue(torch.allclose(e, g, rtol=1e-5, atol=1e-5),
-                            "max abs diff %g" % (e - g).abs().max().item())
-
-    def assert_identical(self, a, b):
-        self.assertEqual(len(as_tuple(a)), len(as_tuple(b)))
-        for x, y in zip(as_tuple(a), as_tuple(b)):
-            self.assertEqual(x.shape, y.shape)
-            self.assertEqual(x.dtype, y.dtype)
-            self.assertTrue(torch.equal(x, y),
-                            "max abs diff %g" % (x - y).abs().max().item())
+        assert_outputs_close(self, expected_output(NAME), got)
 
     # -- network namespaces ------------------------------------------------
 
@@ -129,8 +109,8 @@ class MultiNodeTest(unittest.TestCase):
 
         # Reference: one node, two ranks.
         single = os.path.join(self.tmp, "single.pt")
-        r = run([PPC, "launch", "--nproc-per-node", "2", "--master-port", "0",
-                 "--timeout", "40", "--"] + self.run_args(manifest, single))
+        r = launch(2, *self.run_args(manifest, single)[1:], timeout=STEP_TIMEOUT,
+                   launcher=("--timeout", "40"))
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
 
         port = str(random.randrange(20000, 40000))
@@ -151,7 +131,7 @@ class MultiNodeTest(unittest.TestCase):
         # Stage 1 (the last) runs on rank 1, i.e. on node 1.
         self.assertFalse(os.path.exists(outs[0]), "node 0 wrote an output")
         got = torch.load(outs[1])
-        self.assert_identical(torch.load(single), got)
+        assert_identical(self, torch.load(single), got)
         self.check_expected(got)
 
     # -- torchrun ----------------------------------------------------------
@@ -203,4 +183,4 @@ class MultiNodeTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    main()
