@@ -4,60 +4,73 @@
 A second identical run must take its metadata from the cache on every rank
 and send no metadata messages (read from --stats); deleting or corrupting
 one rank's cache file makes every rank infer again; a new input shape adds
-an entry; --no-meta-cache and --meta-cache DIR do what they say.
+an entry; --no-meta-cache and --meta-cache DIR do what they say; metadata
+written by hand in docs/runtime.md's format is used as given. Every run that
+succeeds must reproduce the unsplit model's output.
 
 Env: PPC (the ppc binary), PPC_MODELS_DIR (generated models).
 """
 import glob
 import json
 import os
-import re
-import shutil
-import subprocess
-import tempfile
+import sys
 import unittest
 
 import torch
 
-PPC = os.environ.get("PPC", "build/bin/ppc")
-MODELS = os.environ.get("PPC_MODELS_DIR", "build/models")
-STATS = re.compile(r"stats: rank=(\d+) meta=(\w+) meta_messages_sent=(\d+) "
-                   r"messages_sent=(\d+) first_output_ms=([\d.]+) total_ms=([\d.]+) "
-                   r"cache_written=(\d)")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import (assert_identical, assert_outputs_close, expected_output,  # noqa: E402
+                    launch, main, model_path, parse_stats, split_at, tmpdir,
+                    unsplit_output)
+
+NAME = "two_io"
+
+
+def tensor_meta(*sizes):
+    """One float32 tensor in docs/runtime.md's user metadata form; -1 is the
+    microbatch's row count, strides are left out (contiguous)."""
+    return {"kind": "Tensor", "tensors": [{"dtype": "float32", "sizes": list(sizes)}]}
+
+
+# two_io (tests/models/make_models.py) split at c, b: stage 0 runs `a`
+# (Linear 16->32, ReLU, Linear 32->32, ReLU) and `a_head` (32->4), stage 1
+# runs `c` (32->32), stage 2 runs `b` on y and `mix` (Bilinear to 6). Written
+# from the model, not from anything ppc wrote.
+USER_META = {"stages": [
+    {"outputs": [tensor_meta(-1, 32),    # ha, to stage 1
+                 tensor_meta(-1, 4)]},   # aux, model output 1
+    {"outputs": [tensor_meta(-1, 32)]},  # hc, to stage 2
+    {"outputs": [tensor_meta(-1, 6)]},   # mix(hc, b(y)), model output 0
+]}
 
 
 class RunCacheTest(unittest.TestCase):
     def setUp(self):
-        self.tmp = tempfile.mkdtemp(prefix="ppc-run-cache-")
-        # two_io in 3 stages: a model input entering stage 1, a skip edge and
+        self.tmp = tmpdir(self)
+        # two_io in 3 stages: a model input entering stage 2, a skip edge and
         # a model output from stage 0.
         self.out_dir = os.path.join(self.tmp, "two_io")
-        with open(os.path.join(MODELS, "two_io.json")) as f:
-            paths = json.load(f)["split_at"]["3"]
-        r = subprocess.run([PPC, "split", os.path.join(MODELS, "two_io.pt"), "-o",
-                            self.out_dir, "--split-at", ",".join(paths)],
-                           capture_output=True, text=True)
-        self.assertEqual(r.returncode, 0, r.stderr)
-        self.manifest = os.path.join(self.out_dir, "manifest.json")
-        self.input = os.path.join(MODELS, "two_io.input.pt")
+        self.manifest = split_at(NAME, 3, self.out_dir)
+        self.input = model_path(NAME, ".input.pt")
 
-    def tearDown(self):
-        shutil.rmtree(self.tmp)
-
-    def run_pipeline(self, *extra, inp=None, ranks=3, ok=True):
+    def run_pipeline(self, *extra, inp=None, ranks=3, ok=True, expected=None):
+        """Runs the split on `ranks` ranks; when `ok`, checks it succeeded on
+        every rank and that its output is the unsplit model's (`expected`,
+        default NAME.expected.pt). Returns (process, stats, output)."""
         out = os.path.join(self.tmp, "out.pt")
         if os.path.exists(out):
             os.remove(out)
-        cmd = [PPC, "launch", "--nproc-per-node", str(ranks), "--master-port", "0", "--",
-               PPC, "run", self.manifest, "--input", inp or self.input, "--output", out,
-               "--microbatches", "3", "--stats", "--timeout", "60"] + list(extra)
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-        if ok:
-            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        stats = {int(m.group(1)): m.groups()[1:] for m in STATS.finditer(r.stdout)}
-        if ok:
-            self.assertEqual(sorted(stats), list(range(ranks)), r.stdout)
-        return r, stats, (torch.load(out) if ok else None)
+        r = launch(ranks, "run", self.manifest, "--input", inp or self.input, "--output", out,
+                   "--microbatches", "3", "--stats", "--timeout", "60", *extra)
+        if not ok:
+            self.assertFalse(os.path.exists(out), "a failed run wrote its output")
+            return r, None, None
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        stats = parse_stats(r.stdout)
+        self.assertEqual(sorted(stats), list(range(ranks)), r.stdout)
+        got = torch.load(out)
+        assert_outputs_close(self, expected_output(NAME) if expected is None else expected, got)
+        return r, stats, got
 
     def sources(self, stats):
         return {s[0] for s in stats.values()}
@@ -65,31 +78,30 @@ class RunCacheTest(unittest.TestCase):
     def meta_messages(self, stats):
         return sum(int(s[1]) for s in stats.values())
 
+    def cache_file(self, rank):
+        return os.path.join(self.out_dir, "meta_cache.rank%dof3.json" % rank)
+
     def test_second_run_uses_cache(self):
         r1, s1, out1 = self.run_pipeline()
         self.assertEqual(self.sources(s1), {"inferred"})
         self.assertGreater(self.meta_messages(s1), 0)
         self.assertIn("warning: no meta cache at", r1.stderr)
         files = sorted(glob.glob(os.path.join(self.out_dir, "meta_cache.rank*of3.json")))
-        self.assertEqual(len(files), 3)
+        self.assertEqual(files, [self.cache_file(r) for r in range(3)])
 
         r2, s2, out2 = self.run_pipeline()
         self.assertEqual(self.sources(s2), {"cache"})
         self.assertEqual(self.meta_messages(s2), 0)
         self.assertNotIn("warning", r2.stderr)
-        for a, b in zip(out1, out2):
-            self.assertTrue(torch.equal(a, b))
-        expected = torch.load(os.path.join(MODELS, "two_io.expected.pt"))
-        for a, b in zip(expected, out2):
-            self.assertTrue(torch.allclose(a, b, rtol=1e-5, atol=1e-5))
+        assert_identical(self, out1, out2)
 
     def test_deleted_or_corrupt_cache_makes_all_ranks_infer(self):
         self.run_pipeline()
-        rank1 = os.path.join(self.out_dir, "meta_cache.rank1of3.json")
+        rank1 = self.cache_file(1)
         os.remove(rank1)
         r, s, _ = self.run_pipeline()
         self.assertEqual(self.sources(s), {"inferred"})
-        self.assertIn("no meta cache at '%s'" % rank1, r.stderr)
+        self.assertIn("warning: no meta cache at '%s'; inferring shapes" % rank1, r.stderr)
         _, s, _ = self.run_pipeline()
         self.assertEqual(self.sources(s), {"cache"})
 
@@ -98,28 +110,29 @@ class RunCacheTest(unittest.TestCase):
             data[len(data) // 2] = ord("}")
             f.seek(0)
             f.write(data)
-        r, s, out = self.run_pipeline()
+        r, s, _ = self.run_pipeline()
         self.assertEqual(self.sources(s), {"inferred"})
-        self.assertRegex(r.stderr, r"warning: meta cache '.*rank1of3.json' is corrupt")
+        self.assertRegex(r.stderr, r"warning: meta cache '.*rank1of3.json' is corrupt "
+                                   r"\(.*\); inferring shapes")
         _, s, _ = self.run_pipeline()
         self.assertEqual(self.sources(s), {"cache"})
 
     def test_new_input_shape_adds_an_entry(self):
         self.run_pipeline()
-        rank0 = os.path.join(self.out_dir, "meta_cache.rank0of3.json")
-        with open(rank0) as f:
-            before = len(json.load(f)["entries"])
-        self.assertEqual(before, 2)  # batch 5 in 3: rows 2, 2, 1
+        with open(self.cache_file(0)) as f:
+            self.assertEqual(len(json.load(f)["entries"]), 2)  # batch 5 in 3: rows 2, 2, 1
         x, y = torch.load(self.input)
+        bigger_input = (torch.cat([x, x.flip(0)]), torch.cat([y, y.flip(0)]))  # rows 4, 3, 3
         bigger = os.path.join(self.tmp, "bigger.pt")
-        torch.save((torch.cat([x, x]), torch.cat([y, y])), bigger)  # rows 4, 3, 3
-        _, s, _ = self.run_pipeline(inp=bigger)
+        torch.save(bigger_input, bigger)
+        bigger_expected = unsplit_output(NAME, bigger_input)
+        _, s, _ = self.run_pipeline(inp=bigger, expected=bigger_expected)
         self.assertEqual(self.sources(s), {"inferred"})
-        with open(rank0) as f:
+        with open(self.cache_file(0)) as f:
             self.assertEqual(len(json.load(f)["entries"]), 4)
         _, s, _ = self.run_pipeline()
         self.assertEqual(self.sources(s), {"cache"})
-        _, s, _ = self.run_pipeline(inp=bigger)
+        _, s, _ = self.run_pipeline(inp=bigger, expected=bigger_expected)
         self.assertEqual(self.sources(s), {"cache"})
 
     def test_no_meta_cache_and_cache_dir(self):
@@ -143,38 +156,37 @@ class RunCacheTest(unittest.TestCase):
             json.dump(m, f)
         r, s, _ = self.run_pipeline()
         self.assertEqual(self.sources(s), {"inferred"})
-        self.assertIn("is stale (the manifest changed)", r.stderr)
+        self.assertIn("is stale (the manifest changed); inferring shapes", r.stderr)
+
+    def check_manifest_shape(self):
+        """The split USER_META describes: output counts and consumers; returns
+        the stages."""
+        with open(self.manifest) as f:
+            stages = json.load(f)["stages"]
+        self.assertEqual([[o["consumers"] for o in s["outputs"]] for s in stages],
+                         [[[1], []], [[2]], [[]]])
+        return stages
 
     def test_user_meta(self):
-        with open(self.manifest) as f:
-            m = json.load(f)
-        # Take the shapes from an inferred run's cache, leaving the batch open.
-        self.run_pipeline()
-        metas = {}
-        for path in glob.glob(os.path.join(self.out_dir, "meta_cache.rank*of3.json")):
-            with open(path) as f:
-                for v in json.load(f)["entries"][0]["values"]:
-                    for t in v["meta"].get("tensors", []):
-                        t["sizes"][0] = -1
-                        del t["strides"]
-                    metas[(v["stage"], v["output"])] = v["meta"]
-        user = {"stages": [{"outputs": [metas[(s, o)] for o in range(len(st["outputs"]))]}
-                           for s, st in enumerate(m["stages"])]}
+        ha = self.check_manifest_shape()[0]["outputs"][0]["name"]
         path = os.path.join(self.tmp, "meta.json")
         with open(path, "w") as f:
-            json.dump(user, f)
-        _, s, out = self.run_pipeline("--input-meta", path)
+            json.dump(USER_META, f)
+        _, s, _ = self.run_pipeline("--input-meta", path)
         self.assertEqual(self.sources(s), {"user"})
         self.assertEqual(self.meta_messages(s), 0)
+        self.assertEqual({v[5] for v in s.values()}, {"0"})  # no cache written
+        self.assertEqual(glob.glob(os.path.join(self.out_dir, "meta_cache*")), [])
 
         # A wrong user shape is caught where the value is produced.
-        user["stages"][0]["outputs"][0]["tensors"][0]["sizes"][1] += 1
+        wrong = json.loads(json.dumps(USER_META))
+        wrong["stages"][0]["outputs"][0]["tensors"][0]["sizes"] = [-1, 33]
         with open(path, "w") as f:
-            json.dump(user, f)
+            json.dump(wrong, f)
         r, _, _ = self.run_pipeline("--input-meta", path, ok=False)
         self.assertNotEqual(r.returncode, 0)
-        self.assertRegex(r.stderr, r"error: stage 0 output 0 \('.*'\) of microbatch 0: "
-                                   r"expected float32\[2,\d+\], got float32\[2,\d+\]")
+        self.assertIn("[rank 0] error: stage 0 output 0 ('%s') of microbatch 0: "
+                      "expected float32[2,33], got float32[2,32]\n" % ha, r.stdout + r.stderr)
 
     def test_print_schedule(self):
         r, _, _ = self.run_pipeline("--print-schedule", "--schedule", "gpipe")
@@ -184,4 +196,4 @@ class RunCacheTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    main()
