@@ -8,15 +8,12 @@ Env: PPC (the ppc binary), PPC_MODELS_DIR (generated models), PPC_BUILD_DIR
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import unittest
 
-import torch
-
-PPC = os.environ.get("PPC", "build/bin/ppc")
-MODELS = os.environ.get("PPC_MODELS_DIR", "build/models")
-BUILD = os.environ.get("PPC_BUILD_DIR", "build")
-SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import BUILD, PPC, ROOT, expected_output, main, model_path, ppc  # noqa: E402
 
 
 class RunExampleTest(unittest.TestCase):
@@ -24,10 +21,7 @@ class RunExampleTest(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="ppc-run-example-")
         cls.manifest = os.path.join(cls.tmp, "mlp", "manifest.json")
-        r = subprocess.run([PPC, "split", os.path.join(MODELS, "mlp.pt"), "-o",
-                            os.path.dirname(cls.manifest), "--stages", "2"],
-                           capture_output=True, text=True)
-        assert r.returncode == 0, r.stderr
+        ppc("split", model_path("mlp"), "-o", os.path.dirname(cls.manifest), "--stages", "2")
 
     @classmethod
     def tearDownClass(cls):
@@ -35,11 +29,10 @@ class RunExampleTest(unittest.TestCase):
 
     def run_example(self, program):
         r = subprocess.run([PPC, "launch", "--nproc-per-node", "2", "--master-port", "0",
-                            "--", program, self.manifest,
-                            os.path.join(MODELS, "mlp.input.pt"), "3"],
+                            "--", program, self.manifest, model_path("mlp", ".input.pt"), "3"],
                            capture_output=True, text=True, timeout=300)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        expected = torch.load(os.path.join(MODELS, "mlp.expected.pt"))
+        expected = expected_output("mlp")
         line = [l for l in r.stdout.splitlines() if "output 0:" in l]
         self.assertEqual(len(line), 1, r.stdout)
         self.assertIn("[rank 1] output 0: shape [5,10] sum ", line[0])
@@ -56,7 +49,7 @@ class RunExampleTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         project = os.path.join(self.tmp, "user")
         os.makedirs(project)
-        shutil.copy(os.path.join(SOURCE, "examples", "pipeline_infer.cpp"), project)
+        shutil.copy(os.path.join(ROOT, "examples", "pipeline_infer.cpp"), project)
         with open(os.path.join(project, "CMakeLists.txt"), "w") as f:
             f.write("cmake_minimum_required(VERSION 3.18)\n"
                     "project(user C CXX)\n"
@@ -75,4 +68,4 @@ class RunExampleTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    main()
