@@ -1,0 +1,196 @@
+#!/usr/bin/python3
+"""Tests where `ppc run` gets its boundary metadata, and how it fails.
+
+- Metadata in the manifest's `stages[].meta` (docs/manifest.md, written by
+  hand: the stage files' SHA-256s do not cover the manifest) is used like
+  --input-meta, and checked against every produced value.
+- User metadata given on some ranks only, and input ranks whose input files
+  disagree, fail with one `error:` line on the rank that sees it; the others
+  report the lost rank; nothing is written.
+- A meta cache that cannot be written is a warning: the run succeeds with the
+  right output, and the next run infers again on every rank.
+
+Env: PPC (the ppc binary), PPC_MODELS_DIR (generated models).
+"""
+import glob
+import json
+import os
+import sys
+import unittest
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import (assert_outputs_close, expected_output, finish, launch, main,  # noqa: E402
+                    model_path, parse_stats, split_at, start_ranks, tmpdir)
+
+NAME = "two_io"
+
+
+def tensor_meta(*sizes):
+    return {"kind": "Tensor", "tensors": [{"dtype": "float32", "sizes": list(sizes)}]}
+
+
+# two_io split at c, b (3 stages), written from the model in
+# tests/models/make_models.py: stage 0 makes ha [rows, 32] (to stage 1) and
+# aux [rows, 4] (model output 1), stage 1 hc [rows, 32], stage 2 mix [rows, 6].
+STAGE_META = [
+    {"outputs": [tensor_meta(-1, 32), tensor_meta(-1, 4)]},
+    {"outputs": [tensor_meta(-1, 32)]},
+    {"outputs": [tensor_meta(-1, 6)]},
+]
+
+
+class RunMetaTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tmpdir(self)
+        self.outdir = os.path.join(self.tmp, "split")
+        self.manifest = split_at(NAME, 3, self.outdir)
+        with open(self.manifest) as f:
+            self.stages = json.load(f)["stages"]
+        self.assertEqual([[o["consumers"] for o in s["outputs"]] for s in self.stages],
+                         [[[1], []], [[2]], [[]]], "the split STAGE_META describes")
+        self.input = model_path(NAME, ".input.pt")
+        self.out = os.path.join(self.tmp, "out.pt")
+
+    def run_pipeline(self, *extra, ok=True):
+        if os.path.exists(self.out):
+            os.remove(self.out)
+        r = launch(3, "run", self.manifest, "--input", self.input, "--output", self.out,
+                   "--microbatches", "3", "--stats", "--timeout", "60", *extra)
+        if ok:
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            assert_outputs_close(self, expected_output(NAME), torch.load(self.out))
+        else:
+            self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+            self.assertFalse(os.path.exists(self.out), "a failed run wrote its output")
+        return r, parse_stats(r.stdout)
+
+    def write_stage_meta(self, metas):
+        """Adds `meta` to the manifest's stages (None: leaves it out)."""
+        with open(self.manifest) as f:
+            m = json.load(f)
+        for stage, meta in zip(m["stages"], metas):
+            stage.pop("meta", None)
+            if meta is not None:
+                stage["meta"] = meta
+        with open(self.manifest, "w") as f:
+            json.dump(m, f, indent=1)
+
+    def start(self, rank_args, timeout="10"):
+        """Runs 3 ranks without a launcher, rank R with its `rank_args[R]`;
+        returns [(rc, stdout, stderr)] by rank."""
+        args = [self.manifest, "--output", self.out, "--microbatches", "3",
+                "--timeout", timeout, "--no-meta-cache"]
+        return finish(start_ranks(3, args, rank_args=rank_args), timeout=60)
+
+    def assert_one_error(self, result, line):
+        rc, _, err = result
+        self.assertEqual(rc, 2, err)
+        self.assertEqual(err.splitlines()[-1], line, err)
+
+    # -- the manifest's stages[].meta ---------------------------------------
+
+    def test_manifest_stage_meta(self):
+        self.write_stage_meta(STAGE_META)
+        _, stats = self.run_pipeline()
+        self.assertEqual({s[0] for s in stats.values()}, {"user"})
+        self.assertEqual(sum(int(s[1]) for s in stats.values()), 0)
+        self.assertEqual(glob.glob(os.path.join(self.outdir, "meta_cache*")), [])
+
+    def test_manifest_stage_meta_is_checked(self):
+        wrong = json.loads(json.dumps(STAGE_META))
+        wrong[1]["outputs"][0]["tensors"][0]["sizes"] = [-1, 31]
+        self.write_stage_meta(wrong)
+        r, _ = self.run_pipeline(ok=False)
+        self.assertIn("[rank 1] error: stage 1 output 0 ('%s') of microbatch 0: "
+                      "expected float32[2,31], got float32[2,32]\n"
+                      % self.stages[1]["outputs"][0]["name"], r.stdout + r.stderr)
+
+    def test_manifest_stage_meta_missing_on_a_stage(self):
+        self.write_stage_meta([STAGE_META[0], None, STAGE_META[2]])
+        r, _ = self.run_pipeline(ok=False)
+        # Rank 2 receives stage 1's output 0.
+        self.assertIn("[rank 2] error: the manifest's stage meta has no metadata for "
+                      "stage 1 output 0\n", r.stdout + r.stderr)
+
+    def test_input_meta_wins_over_the_manifest(self):
+        wrong = json.loads(json.dumps(STAGE_META))
+        wrong[0]["outputs"][0]["tensors"][0]["sizes"] = [-1, 33]
+        self.write_stage_meta(wrong)
+        path = os.path.join(self.tmp, "meta.json")
+        with open(path, "w") as f:
+            json.dump({"stages": STAGE_META}, f)
+        _, stats = self.run_pipeline("--input-meta", path)
+        self.assertEqual({s[0] for s in stats.values()}, {"user"})
+
+    # -- ranks that disagree ------------------------------------------------
+
+    def test_user_meta_on_some_ranks_only(self):
+        path = os.path.join(self.tmp, "meta.json")
+        with open(path, "w") as f:
+            json.dump({"stages": STAGE_META}, f)
+        inp = ["--input", self.input]
+        results = self.start({0: inp, 1: inp + ["--input-meta", path], 2: inp})
+        self.assert_one_error(results[1], "error: user metadata was given on some ranks only")
+        for rank in (0, 2):
+            rc, _, err = results[rank]
+            self.assertEqual(rc, 2, err)
+            self.assertRegex(err.splitlines()[-1], r"^error: lost rank [01] \(")
+        self.assertFalse(os.path.exists(self.out))
+
+    def test_input_ranks_disagree_on_signatures(self):
+        # Ranks 0 (stage 0: x) and 2 (stage 2: y) both read the model input;
+        # rank 2 is given a file with twice the rows.
+        x, y = torch.load(self.input)
+        other = os.path.join(self.tmp, "other.pt")
+        torch.save((torch.cat([x, x]), torch.cat([y, y])), other)
+        results = self.start({0: ["--input", self.input], 1: ["--input", self.input],
+                              2: ["--input", other]})
+        self.assert_one_error(
+            results[2], "error: the input on rank 2 differs from the input on rank 0 "
+                        "(microbatch 0: float32[4,16];float32[4,8] vs "
+                        "float32[2,16];float32[2,8])")
+        rc, _, err = results[0]
+        self.assertEqual(rc, 2, err)
+        self.assertRegex(err.splitlines()[-1],
+                         r"^error: lost rank 2 \(.*while waiting for the start-up agreement\)$")
+        rc, _, err = results[1]
+        self.assertEqual(rc, 2, err)
+        self.assertRegex(err.splitlines()[-1], r"^error: lost rank [02] \(")
+        self.assertFalse(os.path.exists(self.out))
+
+    # -- a cache that cannot be written -------------------------------------
+
+    def test_cache_directory_is_a_file(self):
+        not_a_dir = os.path.join(self.tmp, "file")
+        with open(not_a_dir, "w") as f:
+            f.write("not a directory\n")
+        r, stats = self.run_pipeline("--meta-cache", not_a_dir)
+        self.assertEqual({s[0] for s in stats.values()}, {"inferred"})
+        self.assertEqual({s[5] for s in stats.values()}, {"0"})  # cache_written
+        for rank in range(3):
+            self.assertIn("[rank %d] warning: cannot save the meta cache: cannot write "
+                          "'%s/meta_cache.rank%dof3.json': Not a directory\n"
+                          % (rank, not_a_dir, rank), r.stderr)
+        with open(not_a_dir) as f:
+            self.assertEqual(f.read(), "not a directory\n")
+
+    def test_one_rank_cannot_write_its_cache(self):
+        cache = os.path.join(self.tmp, "cache")
+        blocked = os.path.join(cache, "meta_cache.rank1of3.json")
+        os.makedirs(blocked)  # a directory where rank 1's file would go
+        for _ in range(2):  # the second run infers again: rank 1 has no cache
+            r, stats = self.run_pipeline("--meta-cache", cache)
+            self.assertEqual({s[0] for s in stats.values()}, {"inferred"})
+            self.assertEqual(stats[1][5], "0")
+            self.assertIn("[rank 1] warning: cannot read meta cache '%s': Is a directory; "
+                          "inferring shapes\n" % blocked, r.stderr)
+            self.assertIn("[rank 1] warning: cannot save the meta cache: cannot write "
+                          "'%s': Is a directory\n" % blocked, r.stderr)
+        self.assertEqual(stats[0][5], "1")
+        self.assertTrue(os.path.isdir(blocked))
+
+
+if __name__ == "__main__":
+    main()
