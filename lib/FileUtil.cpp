@@ -37,32 +37,55 @@ llvm::Expected<uint64_t> fileSize(llvm::StringRef path) {
 llvm::Error writeFileAtomically(
     llvm::StringRef path,
     const std::function<llvm::Error(llvm::raw_ostream &)> &write) {
-  llvm::SmallString<256> tmp;
-  int fd = -1;
-  llvm::SmallString<256> model(path);
-  model += ".tmp-%%%%%%";
-  if (std::error_code ec = llvm::sys::fs::createUniqueFile(model, fd, tmp))
-    return makeError("cannot write '" + path + "': " + ec.message());
-  llvm::Error err = llvm::Error::success();
-  {
-    llvm::raw_fd_ostream os(fd, /*shouldClose=*/true);
-    err = write(os);
+  // Rename replaces whatever the path names: a device such as /dev/null
+  // (when run as root), a FIFO or a directory must not become a regular file.
+  llvm::sys::fs::file_status status;
+  if (!llvm::sys::fs::status(path, status, /*follow=*/true) &&
+      status.type() != llvm::sys::fs::file_type::regular_file)
+    return makeError("cannot write '" + path +
+                     "': it exists and is not a regular file");
+  // writeToOutput reads "-" as stdout; ppc's outputs are files.
+  std::string target = path == "-" ? "./-" : path.str();
+  bool writeFailed = false;
+  llvm::Error err = llvm::writeToOutput(target, [&](llvm::raw_ostream &os) {
+    llvm::Error written = write(os);
     os.flush();
-    if (!err && os.has_error())
-      err = makeError("cannot write '" + path + "': " + os.error().message());
-    os.clear_error();
+    // For any name but "-" and "/dev/null" (excluded above) writeToOutput
+    // hands a raw_fd_ostream, which reports a write error (e.g. disk full)
+    // only through has_error(), and aborts in its destructor if the error
+    // stays unchecked.
+    auto &fileStream = static_cast<llvm::raw_fd_ostream &>(os);
+    if (fileStream.has_error()) {
+      std::error_code ec = fileStream.error();
+      fileStream.clear_error();
+      if (!written)
+        written = makeError("cannot write '" + path + "': " + ec.message());
+    }
+    writeFailed = static_cast<bool>(written);
+    return written;
+  });
+  if (err && writeFailed)
+    return err;
+  if (err) {
+    // writeToOutput's own errors read "'PATH': why" or just "why".
+    std::string why = llvm::toString(std::move(err));
+    llvm::StringRef reason(why);
+    reason.consume_front("'" + target + "': ");
+    return makeError("cannot write '" + path + "': " + reason);
   }
-  if (!err) {
-    if (std::error_code ec = llvm::sys::fs::rename(tmp, path))
-      err = makeError("cannot write '" + path + "': " + ec.message());
-  }
-  if (err)
-    llvm::sys::fs::remove(tmp);
-  return err;
+  // The temporary file is created with execute permission; give the file
+  // the mode any new file gets (0666 less the umask).
+  auto mode = static_cast<llvm::sys::fs::perms>(llvm::sys::fs::all_read |
+                                                llvm::sys::fs::all_write);
+  mode = static_cast<llvm::sys::fs::perms>(mode & ~llvm::sys::fs::getUmask());
+  if (std::error_code ec = llvm::sys::fs::setPermissions(target, mode))
+    return makeError("cannot write '" + path + "': " + ec.message());
+  return llvm::Error::success();
 }
 
 llvm::Error buildDirectoryAtomically(
-    llvm::StringRef dir, llvm::StringRef marker,
+    llvm::StringRef dir,
+    const std::function<llvm::Error(llvm::StringRef dir)> &replaceable,
     const std::function<llvm::Error(llvm::StringRef tmpDir)> &fill) {
   bool exists = llvm::sys::fs::exists(dir);
   if (exists) {
@@ -71,12 +94,12 @@ llvm::Error buildDirectoryAtomically(
                        "' exists and is not a directory");
     std::error_code ec;
     llvm::sys::fs::directory_iterator it(dir, ec), end;
-    llvm::SmallString<256> markerPath(dir);
-    llvm::sys::path::append(markerPath, marker);
-    if (!ec && it != end && !llvm::sys::fs::exists(markerPath))
-      return makeError("output directory '" + dir +
-                       "' is not empty and holds no " + marker +
-                       "; refusing to replace it");
+    if (ec)
+      return makeError("cannot read output directory '" + dir +
+                       "': " + ec.message());
+    if (it != end)
+      if (llvm::Error err = replaceable(dir))
+        return err;
   }
 
   llvm::SmallString<256> absDir(dir);

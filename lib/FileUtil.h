@@ -2,6 +2,7 @@
 //
 // Every file ppc writes appears whole or not at all: contents go to a
 // temporary path beside the destination, which is then renamed over it.
+// Only regular files are ever replaced.
 //
 //===----------------------------------------------------------------------===//
 #ifndef PPC_LIB_FILEUTIL_H
@@ -29,22 +30,28 @@ std::string sha256Hex(llvm::StringRef bytes);
 /// Size of a file in bytes. Errors: the file does not exist.
 llvm::Expected<uint64_t> fileSize(llvm::StringRef path);
 
-/// Writes `path` by calling `write` on a stream to a temporary file in the
-/// same directory, then renaming it over `path`. Errors: the directory is
-/// not writable, `write` fails, or the rename fails; the temporary file is
-/// removed in every case.
+/// Writes `path` whole or not at all (llvm::writeToOutput: `write` fills a
+/// temporary file beside `path`, which is then renamed over it). The file
+/// gets the usual mode of a new file (0666 less the umask). Errors, each
+/// naming the path: `path` exists and is not a regular file (a device, a
+/// FIFO, a directory: nothing is replaced), the directory is not writable,
+/// the write or rename fails; `write`'s own error is returned as it is. The
+/// temporary file is removed in every case.
 llvm::Error writeFileAtomically(
     llvm::StringRef path,
     const std::function<llvm::Error(llvm::raw_ostream &)> &write);
 
 /// Builds directory `dir` atomically: `fill` populates a fresh temporary
 /// directory beside `dir`, which then replaces `dir`. An existing `dir` is
-/// replaced only if it is empty or holds a file named `marker` (i.e. it is
-/// an earlier output of the same kind); otherwise that is an error, so ppc
-/// never deletes a user's unrelated files. On any error the temporary
+/// replaced only if it is empty or `replaceable(dir)` succeeds (the caller
+/// proves it holds nothing but an earlier output); otherwise that error is
+/// returned, so ppc never deletes a user's files. Errors: `dir` exists and
+/// is not a directory or cannot be listed, `replaceable`'s, `fill`'s, and
+/// failures to create or rename directories. On any error the temporary
 /// directory is removed and `dir` is left as it was.
 llvm::Error buildDirectoryAtomically(
-    llvm::StringRef dir, llvm::StringRef marker,
+    llvm::StringRef dir,
+    const std::function<llvm::Error(llvm::StringRef dir)> &replaceable,
     const std::function<llvm::Error(llvm::StringRef tmpDir)> &fill);
 
 } // namespace ppc

@@ -137,6 +137,17 @@ void ItemGraph::collectNestedAttributeReads(Node *node,
 
 llvm::Expected<ItemGraph>
 ItemGraph::build(std::shared_ptr<torch::jit::Graph> graph) {
+  // LibTorch (type queries, AliasDb) may throw on a graph it did not expect.
+  auto built = torchCall(
+      "cannot analyze the model graph",
+      [&]() -> llvm::Expected<ItemGraph> { return analyze(std::move(graph)); });
+  if (!built)
+    return built.takeError();
+  return std::move(*built);
+}
+
+llvm::Expected<ItemGraph>
+ItemGraph::analyze(std::shared_ptr<torch::jit::Graph> graph) {
   ItemGraph g(std::move(graph));
   g.classify();
   for (size_t i = 0; i < g.modelInputs_.size(); ++i)
@@ -162,7 +173,7 @@ ItemGraph::build(std::shared_ptr<torch::jit::Graph> graph) {
   if (g.items_.empty())
     return makeError("the model's forward computes nothing to split");
   if (llvm::Error err = g.findBlockers())
-    return std::move(err);
+    return err;
   return g;
 }
 

@@ -55,7 +55,8 @@ public:
   /// Analyzes `graph`, which must stay alive and unchanged while the
   /// ItemGraph is used. If the first graph input is a module, it is `self`.
   /// Errors: a model input or output of a kind that cannot cross
-  /// ("model output 0 has type Dict(str, Tensor), which ppc cannot ...").
+  /// ("model output 0 has type Dict(str, Tensor), which ppc cannot ..."),
+  /// or LibTorch failing on the graph ("cannot analyze the model graph: ...").
   static llvm::Expected<ItemGraph>
   build(std::shared_ptr<torch::jit::Graph> graph);
 
@@ -108,6 +109,9 @@ public:
 private:
   explicit ItemGraph(std::shared_ptr<torch::jit::Graph> graph)
       : graph_(std::move(graph)) {}
+  /// build() without the exception guard.
+  static llvm::Expected<ItemGraph>
+  analyze(std::shared_ptr<torch::jit::Graph> graph);
   void classify();
   void collectNestedAttributeReads(torch::jit::Node *node,
                                    std::vector<torch::jit::Value *> &reads);

@@ -86,7 +86,7 @@ minMaxPartition(llvm::ArrayRef<int64_t> costs, int stages,
                 const CutPredicate &allowed) {
   std::vector<size_t> cuts = allowedCuts(costs.size(), allowed);
   if (llvm::Error err = checkArgs(costs.size(), stages, cuts))
-    return std::move(err);
+    return err;
   int64_t lo = 0, hi = std::accumulate(costs.begin(), costs.end(), int64_t(0));
   // Invariant: hi is feasible; lo - 1 is not (costs are non-negative).
   while (lo < hi) {
@@ -98,32 +98,6 @@ minMaxPartition(llvm::ArrayRef<int64_t> costs, int stages,
       lo = mid + 1;
   }
   return fillTo(*greedy(costs, cuts, hi), cuts, stages);
-}
-
-llvm::Expected<std::vector<size_t>>
-bruteForcePartition(llvm::ArrayRef<int64_t> costs, int stages,
-                    const CutPredicate &allowed) {
-  std::vector<size_t> cuts = allowedCuts(costs.size(), allowed);
-  if (llvm::Error err = checkArgs(costs.size(), stages, cuts))
-    return std::move(err);
-  std::vector<size_t> best;
-  int64_t bestCost = -1;
-  // Choose stages-1 of the allowed cuts, by a selection mask.
-  std::vector<bool> pick(cuts.size(), false);
-  std::fill(pick.begin(), pick.begin() + (stages - 1), true);
-  do {
-    std::vector<size_t> starts{0};
-    for (size_t i = 0; i < cuts.size(); ++i)
-      if (pick[i])
-        starts.push_back(cuts[i]);
-    auto sc = stageCosts(costs, starts);
-    int64_t worst = *std::max_element(sc.begin(), sc.end());
-    if (bestCost < 0 || worst < bestCost) {
-      bestCost = worst;
-      best = starts;
-    }
-  } while (std::prev_permutation(pick.begin(), pick.end()));
-  return best;
 }
 
 } // namespace ppc

@@ -13,7 +13,7 @@
 //     all: extra cuts at unused allowed positions never raise a stage cost.
 //  3. Bisect over integer B in [max item cost, total cost].
 //
-// bruteForcePartition() enumerates every cut set; tests compare the two.
+// tests/unit/lib/PartitionerTest.cpp compares it with an exhaustive search.
 //
 //===----------------------------------------------------------------------===//
 #ifndef PPC_LIB_PARTITIONER_H
@@ -38,11 +38,6 @@ using CutPredicate = std::function<bool(size_t)>;
 llvm::Expected<std::vector<size_t>>
 minMaxPartition(llvm::ArrayRef<int64_t> costs, int stages,
                 const CutPredicate &allowed);
-
-/// The same answer by exhaustive search; for tests on small inputs only.
-llvm::Expected<std::vector<size_t>>
-bruteForcePartition(llvm::ArrayRef<int64_t> costs, int stages,
-                    const CutPredicate &allowed);
 
 /// Cost of each stage given its starts.
 std::vector<int64_t> stageCosts(llvm::ArrayRef<int64_t> costs,

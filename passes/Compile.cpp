@@ -5,11 +5,12 @@
 #include "lib/FileUtil.h"
 #include "lib/Partitioner.h"
 #include "lib/Stage.h"
-#include "lib/StageModule.h"
 #include "lib/TensorIO.h"
 #include "passes/ExtractStage.h"
 #include "passes/Passes.h"
+#include "passes/StageModule.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -22,60 +23,6 @@
 #include <set>
 
 namespace ppc {
-
-/// Whether `path` names a submodule of `module`.
-static bool hasSubmodule(const torch::jit::Module &module,
-                         const std::string &path) {
-  for (const auto &named : module.named_modules())
-    if (named.name == path)
-      return true;
-  return false;
-}
-
-static llvm::Expected<size_t>
-resolveSplitPath(const ItemGraph &g, const std::string &path,
-                 const torch::jit::Module *module) {
-  for (size_t i = 0; i < g.size(); ++i) {
-    llvm::StringRef mp = g.modulePath(i);
-    if (mp == path || mp.startswith(path + "."))
-      return i;
-  }
-  if (module && !path.empty() && hasSubmodule(*module, path))
-    return makeError("split path '" + path +
-                     "' names a submodule that forward never runs");
-  return makeError("unknown split path '" + path +
-                   "': the model has no submodule of that name");
-}
-
-llvm::Expected<std::vector<size_t>>
-choosePartition(const ItemGraph &graph, const std::vector<int64_t> &costs,
-                const PartitionRequest &request,
-                const torch::jit::Module *module) {
-  if (request.splitAt.empty())
-    return minMaxPartition(costs, request.stages,
-                           [&](size_t i) { return graph.canCutBefore(i); });
-  std::vector<size_t> starts{0};
-  for (size_t k = 0; k < request.splitAt.size(); ++k) {
-    const std::string &path = request.splitAt[k];
-    auto item = resolveSplitPath(graph, path, module);
-    if (!item)
-      return item.takeError();
-    if (*item == 0)
-      return makeError(
-          "split path '" + path +
-          "' begins at the model's first operation; stage 0 would be "
-          "empty");
-    if (*item <= starts.back())
-      return makeError(
-          llvm::formatv("split paths must be in execution order: '{0}' "
-                        "does not begin after '{1}'",
-                        path, request.splitAt[k - 1]));
-    if (auto why = graph.cutBlocker(*item))
-      return makeError("cannot begin a stage at '" + path + "': " + *why);
-    starts.push_back(*item);
-  }
-  return starts;
-}
 
 namespace {
 /// The stage files, their modules' tensors and their boundary facts, built
@@ -93,12 +40,15 @@ static llvm::Expected<BuiltStage> buildStage(const PartitionPlan &plan,
   if (!graph)
     return graph.takeError();
   BuiltStage out;
-  {
-    torch::jit::AliasDb aliasDb(*graph);
-    size_t first = plan.graph().self() ? 1 : 0;
-    for (size_t i = first; i < (*graph)->inputs().size(); ++i)
-      out.mutatedInputs.push_back(aliasDb.hasWriters((*graph)->inputs()[i]));
-  }
+  if (llvm::Error err = torchCall(
+          "cannot analyze stage " + std::to_string(s) + "'s writes", [&] {
+            torch::jit::AliasDb aliasDb(*graph);
+            size_t first = plan.graph().self() ? 1 : 0;
+            for (size_t i = first; i < (*graph)->inputs().size(); ++i)
+              out.mutatedInputs.push_back(
+                  aliasDb.hasWriters((*graph)->inputs()[i]));
+          }))
+    return err;
   auto module = buildStageModule(model, std::move(*graph), static_cast<int>(s));
   if (!module)
     return module.takeError();
@@ -172,22 +122,35 @@ static void describeTensors(const std::vector<BuiltStage> &stages,
             });
 }
 
-llvm::Expected<Manifest> compileModel(const CompileOptions &options) {
-  auto model = loadModule(options.modelPath);
+namespace {
+/// The model with its forward graph copied and prepared by the passes.
+struct PreparedModel {
+  torch::jit::Module module;
+  std::shared_ptr<torch::jit::Graph> graph;
+};
+} // namespace
+
+/// Steps 1 and 2: load the model and run the prepare pipeline on a copy of
+/// its forward graph.
+static llvm::Expected<PreparedModel> loadPrepared(const std::string &path) {
+  auto model = loadModule(path);
   if (!model)
     return model.takeError();
   model->eval();
   auto forward = model->find_method("forward");
   if (!forward)
-    return makeError("'" + options.modelPath + "' has no forward method");
+    return makeError("'" + path + "' has no forward method");
   auto graph = forward->graph()->copy();
   if (llvm::Error err = runPreparePipeline(graph))
-    return std::move(err);
+    return err;
+  return PreparedModel{std::move(*model), std::move(graph)};
+}
 
-  auto items = ItemGraph::build(graph);
-  if (!items)
-    return withContext(items.takeError(), options.modelPath);
-
+/// The cost of each item under the chosen model, running the example input
+/// if it needs one.
+static llvm::Expected<std::vector<int64_t>>
+costsOf(const ItemGraph &items, const torch::jit::Module &model,
+        const CompileOptions &options) {
   std::optional<std::vector<c10::IValue>> example;
   if (options.exampleInput) {
     auto loaded = loadTensors(*options.exampleInput);
@@ -195,43 +158,37 @@ llvm::Expected<Manifest> compileModel(const CompileOptions &options) {
       return loaded.takeError();
     example = std::move(*loaded);
   }
-  auto costs =
-      itemCosts(*items, &*model, options.cost, example ? &*example : nullptr);
-  if (!costs)
-    return costs.takeError();
+  return itemCosts(items, &model, options.cost, example ? &*example : nullptr);
+}
 
-  auto starts = choosePartition(*items, *costs, options.partition, &*model);
-  if (!starts)
-    return starts.takeError();
-  auto plan = PartitionPlan::fromStarts(*items, *starts);
-  if (!plan)
-    return plan.takeError();
-  if (llvm::Error err = plan->verify())
-    return std::move(err);
-
-  std::vector<BuiltStage> built;
-  for (size_t s = 0; s < plan->numStages(); ++s) {
-    auto stage = buildStage(*plan, s, *model);
-    if (!stage)
-      return stage.takeError();
-    built.push_back(std::move(*stage));
-  }
-
-  Manifest m;
-  llvm::SmallString<256> source(options.modelPath);
+/// The manifest's facts about the source model: absolute path, size, hash.
+static llvm::Error describeSource(const std::string &modelPath, Manifest &m) {
+  llvm::SmallString<256> source(modelPath);
   llvm::sys::fs::make_absolute(source);
   m.sourcePath = std::string(source);
-  auto size = fileSize(options.modelPath);
-  auto hash = sha256File(options.modelPath);
+  auto size = fileSize(modelPath);
   if (!size)
     return size.takeError();
+  auto hash = sha256File(modelPath);
   if (!hash)
     return hash.takeError();
   m.sourceSize = *size;
   m.sourceSha256 = *hash;
+  return llvm::Error::success();
+}
+
+/// Everything the manifest says except the stage files' hashes, which exist
+/// only once the files are written.
+static llvm::Expected<Manifest>
+describeManifest(const CompileOptions &options, const PartitionPlan &plan,
+                 llvm::ArrayRef<int64_t> costs,
+                 const std::vector<BuiltStage> &built) {
+  Manifest m;
+  if (llvm::Error err = describeSource(options.modelPath, m))
+    return err;
   m.costModel = costKindName(options.cost).str();
-  std::vector<int64_t> stageCost = stageCosts(*costs, *starts);
-  for (size_t s = 0; s < plan->numStages(); ++s) {
+  std::vector<int64_t> stageCost = stageCosts(costs, plan.starts());
+  for (size_t s = 0; s < plan.numStages(); ++s) {
     StageInfo info;
     info.index = static_cast<int>(s);
     info.file = "stage_" + std::to_string(s) + ".pt";
@@ -240,16 +197,91 @@ llvm::Expected<Manifest> compileModel(const CompileOptions &options) {
       info.beginsAt = options.partition.splitAt[s - 1];
     m.stages.push_back(std::move(info));
   }
-  describeBoundaries(*plan, m);
+  describeBoundaries(plan, m);
   for (size_t s = 0; s < built.size(); ++s)
     for (size_t i = 0; i < built[s].mutatedInputs.size(); ++i)
       m.stages[s].inputs[i].mutated = built[s].mutatedInputs[i];
   describeTensors(built, m);
   if (llvm::Error err = m.verify())
-    return std::move(err);
+    return err;
+  return m;
+}
 
-  llvm::Error err = buildDirectoryAtomically(
-      options.outDir, "manifest.json", [&](llvm::StringRef tmp) -> llvm::Error {
+/// Whether `name` is a meta cache file ppc run writes beside a manifest
+/// (meta_cache.rank<R>of<W>.json, docs/runtime.md).
+static bool isMetaCacheName(llvm::StringRef name) {
+  if (!name.consume_front("meta_cache.rank") || !name.consume_back(".json"))
+    return false;
+  auto [rank, world] = name.split("of");
+  auto digits = [](llvm::StringRef s) {
+    return !s.empty() && llvm::all_of(s, llvm::isDigit);
+  };
+  return digits(rank) && digits(world);
+}
+
+/// Succeeds only if the non-empty directory `dir` is provably an earlier
+/// output of ppc split holding nothing else: a manifest.json that loads as
+/// a ppc manifest, and besides it only regular files the manifest names as
+/// stage files and the meta caches of runs. Anything else is the user's
+/// and must not be deleted by replacing `dir`.
+static llvm::Error checkEarlierOutput(llvm::StringRef dir) {
+  auto refuse = [&](const llvm::Twine &why) {
+    return makeError("output directory '" + dir + "' " + why +
+                     "; refusing to replace it");
+  };
+  llvm::SmallString<256> manifestPath(dir);
+  llvm::sys::path::append(manifestPath, "manifest.json");
+  if (!llvm::sys::fs::exists(manifestPath))
+    return refuse("is not empty and holds no manifest.json");
+  auto manifest = Manifest::load(manifestPath);
+  if (!manifest) {
+    // The loader's reason is about the file's contents; what matters here
+    // is that nothing proves the directory is ppc's.
+    llvm::consumeError(manifest.takeError());
+    return refuse("holds a manifest.json that ppc cannot read as a manifest");
+  }
+  std::set<std::string> named{"manifest.json"};
+  for (const StageInfo &s : manifest->stages)
+    named.insert(s.file);
+  std::error_code ec;
+  for (llvm::sys::fs::directory_iterator it(dir, ec, /*follow=*/false), end;
+       it != end && !ec; it.increment(ec)) {
+    std::string name = llvm::sys::path::filename(it->path()).str();
+    if (!named.count(name) && !isMetaCacheName(name))
+      return refuse("holds '" + name +
+                    "', which is not part of the earlier ppc output there");
+    auto status = it->status();
+    if (!status || status->type() != llvm::sys::fs::file_type::regular_file)
+      return refuse("holds '" + name + "', which is not a regular file");
+  }
+  if (ec)
+    return makeError("cannot read output directory '" + dir +
+                     "': " + ec.message());
+  return llvm::Error::success();
+}
+
+/// Errors if the model file lies inside `dir` (at any depth): replacing
+/// the directory would delete the model the new manifest names.
+static llvm::Error checkNotHoldingModel(llvm::StringRef dir,
+                                        llvm::StringRef modelPath) {
+  llvm::SmallString<256> realDir, realModel;
+  if (llvm::sys::fs::real_path(dir, realDir) ||
+      llvm::sys::fs::real_path(modelPath, realModel))
+    return llvm::Error::success();      // No such directory: it holds nothing.
+  llvm::sys::path::append(realDir, ""); // a trailing separator
+  if (llvm::StringRef(realModel).startswith(realDir))
+    return makeError("output directory '" + dir + "' holds the model '" +
+                     modelPath + "'; write the stages to another directory");
+  return llvm::Error::success();
+}
+
+/// Step 5: writes the stage files, records their hashes in `m`, and writes
+/// the manifest, all into a directory that replaces OUTDIR at the end.
+static llvm::Error writeOutput(const CompileOptions &options,
+                               std::vector<BuiltStage> &built, Manifest &m) {
+  return buildDirectoryAtomically(
+      options.outDir, checkEarlierOutput,
+      [&](llvm::StringRef tmp) -> llvm::Error {
         for (size_t s = 0; s < built.size(); ++s) {
           llvm::SmallString<256> path(tmp);
           llvm::sys::path::append(path, m.stages[s].file);
@@ -267,9 +299,37 @@ llvm::Expected<Manifest> compileModel(const CompileOptions &options) {
         llvm::sys::path::append(manifestPath, "manifest.json");
         return m.save(manifestPath);
       });
-  if (err)
-    return std::move(err);
-  return m;
+}
+
+llvm::Expected<Manifest> compileModel(const CompileOptions &options) {
+  if (llvm::Error err = checkNotHoldingModel(options.outDir, options.modelPath))
+    return err;
+  auto model = loadPrepared(options.modelPath);
+  if (!model)
+    return model.takeError();
+  auto items = ItemGraph::build(model->graph);
+  if (!items)
+    return withContext(items.takeError(), options.modelPath);
+  auto costs = costsOf(*items, model->module, options);
+  if (!costs)
+    return costs.takeError();
+  auto plan = planPartition(*items, *costs, options.partition, &model->module);
+  if (!plan)
+    return plan.takeError();
+
+  std::vector<BuiltStage> built;
+  for (size_t s = 0; s < plan->numStages(); ++s) {
+    auto stage = buildStage(*plan, s, model->module);
+    if (!stage)
+      return stage.takeError();
+    built.push_back(std::move(*stage));
+  }
+  auto manifest = describeManifest(options, *plan, *costs, built);
+  if (!manifest)
+    return manifest.takeError();
+  if (llvm::Error err = writeOutput(options, built, *manifest))
+    return err;
+  return manifest;
 }
 
 } // namespace ppc

@@ -73,7 +73,13 @@ private:
 
 llvm::Expected<std::shared_ptr<Graph>> extractStage(const PartitionPlan &plan,
                                                     size_t stage) {
-  return Extractor(plan, stage).run();
+  auto graph = torchCall("cannot extract stage " + std::to_string(stage),
+                         [&]() -> llvm::Expected<std::shared_ptr<Graph>> {
+                           return Extractor(plan, stage).run();
+                         });
+  if (!graph)
+    return graph.takeError();
+  return std::move(*graph);
 }
 
 } // namespace ppc

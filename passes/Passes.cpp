@@ -3,6 +3,7 @@
 
 #include "lib/Error.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/raw_ostream.h"
@@ -11,6 +12,8 @@
 
 #include <cstdlib>
 #include <sstream>
+#include <string>
+#include <vector>
 
 namespace ppc {
 
@@ -21,16 +24,42 @@ static const PassInfo kPasses[] = {
 
 llvm::ArrayRef<PassInfo> allPasses() { return kPasses; }
 
-static bool debugEnabled(llvm::StringRef pass) {
+static const PassInfo *findPass(llvm::StringRef name) {
+  for (const PassInfo &p : kPasses)
+    if (name == p.name)
+      return &p;
+  return nullptr;
+}
+
+static std::string knownPasses() {
+  std::vector<std::string> known;
+  for (const PassInfo &p : kPasses)
+    known.push_back(p.name);
+  return llvm::join(known, ", ");
+}
+
+/// The passes PPC_DEBUG_PASSES names ("all" for every pass). Errors: a name
+/// that is no pass, since a typo would otherwise silently print nothing.
+static llvm::Expected<std::vector<const PassInfo *>> debuggedPasses() {
+  std::vector<const PassInfo *> out;
   const char *env = std::getenv("PPC_DEBUG_PASSES");
   if (!env)
-    return false;
+    return out;
   llvm::SmallVector<llvm::StringRef, 4> names;
-  llvm::StringRef(env).split(names, ',');
-  for (llvm::StringRef n : names)
-    if (n.trim() == "all" || n.trim() == pass)
-      return true;
-  return false;
+  llvm::StringRef(env).split(names, ',', /*MaxSplit=*/-1, /*KeepEmpty=*/false);
+  for (llvm::StringRef raw : names) {
+    llvm::StringRef name = raw.trim();
+    if (name == "all") {
+      for (const PassInfo &p : kPasses)
+        out.push_back(&p);
+    } else if (const PassInfo *p = findPass(name)) {
+      out.push_back(p);
+    } else {
+      return makeError("PPC_DEBUG_PASSES names unknown pass '" + name +
+                       "'; known passes: all, " + knownPasses());
+    }
+  }
+  return out;
 }
 
 static void dump(const char *when, llvm::StringRef pass,
@@ -42,19 +71,15 @@ static void dump(const char *when, llvm::StringRef pass,
 
 llvm::Error runPasses(const std::shared_ptr<torch::jit::Graph> &graph,
                       llvm::ArrayRef<std::string> names) {
+  auto debugged = debuggedPasses();
+  if (!debugged)
+    return debugged.takeError();
   for (const std::string &name : names) {
-    const PassInfo *info = nullptr;
-    for (const PassInfo &p : kPasses)
-      if (name == p.name)
-        info = &p;
-    if (!info) {
-      std::vector<std::string> known;
-      for (const PassInfo &p : kPasses)
-        known.push_back(p.name);
+    const PassInfo *info = findPass(name);
+    if (!info)
       return makeError("unknown pass '" + name +
-                       "'; known passes: " + llvm::join(known, ", "));
-    }
-    bool debug = debugEnabled(info->name);
+                       "'; known passes: " + knownPasses());
+    bool debug = llvm::is_contained(*debugged, info);
     if (debug)
       dump("Before", info->name, *graph);
     if (llvm::Error err =

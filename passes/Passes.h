@@ -2,7 +2,8 @@
 //
 // Every pass transforms a torch::jit::Graph in place. Set PPC_DEBUG_PASSES
 // to a comma-separated list of pass names (or "all") to print the graph
-// before and after those passes on stderr, without rebuilding.
+// before and after those passes on stderr, without rebuilding; a name that
+// is no pass is an error rather than silence.
 //
 //===----------------------------------------------------------------------===//
 #ifndef PPC_PASSES_PASSES_H
@@ -37,7 +38,8 @@ struct PassInfo {
 llvm::ArrayRef<PassInfo> allPasses();
 
 /// Runs the named passes in order. Errors: an unknown name ("unknown pass
-/// 'x'; known passes: ..."), or a pass that throws.
+/// 'x'; known passes: ..."), an unknown name in PPC_DEBUG_PASSES
+/// ("PPC_DEBUG_PASSES names unknown pass 'x'; ..."), or a pass that throws.
 llvm::Error runPasses(const std::shared_ptr<torch::jit::Graph> &graph,
                       llvm::ArrayRef<std::string> names);
 

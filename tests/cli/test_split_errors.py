@@ -115,6 +115,83 @@ class SplitErrorsTest(unittest.TestCase):
                           "manifest.json; refusing to replace it")
         self.assertEqual(os.listdir(self.out), ["precious.txt"])
 
+    def snapshot(self, d):
+        """Every file under `d` with its bytes."""
+        files = {}
+        for root, _, names in os.walk(d):
+            for n in names:
+                path = os.path.join(root, n)
+                with open(path, "rb") as f:
+                    files[os.path.relpath(path, d)] = f.read()
+        return files
+
+    def test_refuses_directory_with_a_manifest_that_is_not_ppcs(self):
+        os.makedirs(self.out)
+        for name, text in [("manifest.json", "{}"), ("precious.txt", "keep me")]:
+            with open(os.path.join(self.out, name), "w") as f:
+                f.write(text)
+        before = self.snapshot(self.out)
+        self.expect_error(["split", model_path("mlp"), "-o", self.out, "--stages", 2],
+                          f"output directory '{self.out}' holds a manifest.json that ppc cannot "
+                          "read as a manifest; refusing to replace it")
+        self.assertEqual(self.snapshot(self.out), before)
+        self.assertEqual([n for n in os.listdir(self.dir) if n != "out"], [])
+
+    def test_refuses_earlier_output_holding_other_files(self):
+        ppc("split", model_path("mlp"), "-o", self.out, "--stages", 2)
+        with open(os.path.join(self.out, "notes.txt"), "w") as f:
+            f.write("keep me")
+        before = self.snapshot(self.out)
+        self.expect_error(["split", model_path("mlp"), "-o", self.out, "--stages", 3],
+                          f"output directory '{self.out}' holds 'notes.txt', which is not part of "
+                          "the earlier ppc output there; refusing to replace it")
+        self.assertEqual(self.snapshot(self.out), before)
+        os.remove(os.path.join(self.out, "notes.txt"))
+        os.makedirs(os.path.join(self.out, "stage_1.pt.d"))
+        self.expect_error(["split", model_path("mlp"), "-o", self.out, "--stages", 3],
+                          f"output directory '{self.out}' holds 'stage_1.pt.d', which is not part "
+                          "of the earlier ppc output there; refusing to replace it")
+        # A stage file the manifest names must still be a plain file.
+        os.rmdir(os.path.join(self.out, "stage_1.pt.d"))
+        os.remove(os.path.join(self.out, "stage_1.pt"))
+        os.makedirs(os.path.join(self.out, "stage_1.pt"))
+        self.expect_error(["split", model_path("mlp"), "-o", self.out, "--stages", 3],
+                          f"output directory '{self.out}' holds 'stage_1.pt', which is not a "
+                          "regular file; refusing to replace it")
+
+    def test_replaces_earlier_output_with_its_meta_caches(self):
+        ppc("split", model_path("mlp"), "-o", self.out, "--stages", 2)
+        for name in ["meta_cache.rank0of2.json", "meta_cache.rank1of2.json"]:
+            with open(os.path.join(self.out, name), "w") as f:
+                f.write("{}")
+        ppc("split", model_path("mlp"), "-o", self.out, "--stages", 3)
+        self.assertEqual(sorted(os.listdir(self.out)),
+                         ["manifest.json", "stage_0.pt", "stage_1.pt", "stage_2.pt"])
+
+    def test_replaces_an_empty_directory(self):
+        os.makedirs(self.out)
+        ppc("split", model_path("mlp"), "-o", self.out, "--stages", 2)
+        self.assertEqual(sorted(os.listdir(self.out)), ["manifest.json", "stage_0.pt", "stage_1.pt"])
+
+    def test_refuses_directory_holding_the_model(self):
+        for where in [self.out, os.path.join(self.out, "models")]:
+            with self.subTest(where=where):
+                os.makedirs(where)
+                model = os.path.join(where, "mlp.pt")
+                shutil.copy(model_path("mlp"), model)
+                before = self.snapshot(self.out)
+                self.expect_error(["split", model, "-o", self.out, "--stages", 2],
+                                  f"output directory '{self.out}' holds the model '{model}'; write "
+                                  "the stages to another directory")
+                self.assertEqual(self.snapshot(self.out), before)
+                shutil.rmtree(self.out)
+        # Even an earlier ppc output that holds the model (copied in by hand).
+        ppc("split", model_path("mlp"), "-o", self.out, "--stages", 2)
+        model = os.path.join(self.out, "stage_0.pt")
+        self.expect_error(["split", model, "-o", self.out, "--stages", 2],
+                          f"output directory '{self.out}' holds the model '{model}'; write "
+                          "the stages to another directory")
+
     def test_replaces_earlier_output_atomically(self):
         ppc("split", model_path("mlp"), "-o", self.out, "--stages", 3)
         self.assertIn("stage_2.pt", os.listdir(self.out))
@@ -131,6 +208,28 @@ class SplitErrorsTest(unittest.TestCase):
     def test_needs_stages_or_split_at(self):
         self.expect_error(["split", model_path("mlp"), "-o", self.out],
                           "ppc split needs --stages N or --split-at PATHS")
+
+    def test_unknown_cost_model(self):
+        proc = ppc("split", model_path("mlp"), "-o", self.out, "--stages", 2, "--cost", "bytes",
+                   check=False)
+        self.assertEqual(proc.returncode, 2)
+        self.assertEqual(proc.stderr, "error: --cost: 'bytes' is not a cost model (params, flops, "
+                                      "nodes) (see ppc --help)\n")
+        # The enum's numbers are no names.
+        proc = ppc("split", model_path("mlp"), "-o", self.out, "--stages", 2, "--cost", "2",
+                   check=False)
+        self.assertEqual(proc.stderr, "error: --cost: '2' is not a cost model (params, flops, "
+                                      "nodes) (see ppc --help)\n")
+        self.assertFalse(os.path.exists(self.out))
+
+    def test_unknown_pass_in_ppc_debug_passes(self):
+        env = dict(os.environ, PPC_DEBUG_PASSES="inline-calls,functionalise")
+        proc = ppc("split", model_path("mlp"), "-o", self.out, "--stages", 2, check=False, env=env)
+        self.assertEqual(proc.returncode, 2)
+        self.assertEqual(proc.stderr, "error: PPC_DEBUG_PASSES names unknown pass 'functionalise'; "
+                                      "known passes: all, inline-calls, fold-constants, "
+                                      "functionalize, cleanup\n")
+        self.assertFalse(os.path.exists(self.out))
 
     def test_flops_needs_example_input(self):
         self.expect_error(["split", model_path("mlp"), "-o", self.out, "--stages", 2, "--cost", "flops"],
@@ -165,6 +264,25 @@ class VerifyAndInspectErrorsTest(unittest.TestCase):
         self.assertEqual(proc.returncode, 1, proc.stdout + proc.stderr)
         self.assertRegex(proc.stdout, r"output 0: MISMATCH: max abs diff 1 \(rtol 1e-05, atol 1e-05\)")
         self.assertIn("verify: stages DIFFER from the model", proc.stdout)
+
+    def test_inspect_dot_writes_only_regular_files(self):
+        fifo = os.path.join(self.dir, "fifo")
+        os.mkfifo(fifo)
+        for target in ["/dev/null", fifo, self.out]:
+            with self.subTest(target=target):
+                before = os.lstat(target)
+                proc = ppc("inspect", self.manifest, "--dot", target, check=False)
+                self.assertEqual(proc.returncode, 2)
+                self.assertEqual(proc.stderr, f"error: cannot write '{target}': it exists and is "
+                                              "not a regular file\n")
+                after = os.lstat(target)
+                self.assertEqual((before.st_mode, before.st_ino), (after.st_mode, after.st_ino))
+        self.assertEqual(sorted(os.listdir(self.dir)), ["fifo", "out"])
+        dot = os.path.join(self.dir, "stages.dot")
+        ppc("inspect", self.manifest, "--dot", dot)
+        with open(dot) as f:
+            self.assertTrue(f.read().startswith("digraph stages {"))
+        self.assertEqual(os.stat(dot).st_mode & 0o111, 0)
 
     def test_stage_file_changed_after_split(self):
         stage = os.path.join(self.out, "stage_1.pt")

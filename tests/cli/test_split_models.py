@@ -14,11 +14,8 @@ import unittest
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import MODEL_NAMES, load_manifest, model_meta, model_path, ppc, tmpdir  # noqa: E402
-
-
-def as_tuple(v):
-    return tuple(v) if isinstance(v, (tuple, list)) else (v,)
+from common import (MODEL_NAMES, as_tuple, load_manifest, model_meta, model_path,  # noqa: E402
+                    ppc, tmpdir)
 
 
 def unique_tensor_bytes(module):
@@ -113,6 +110,42 @@ class SplitModelsTest(unittest.TestCase):
         for stage in m["stages"]:
             for out in stage["outputs"]:
                 self.assertEqual(out["consumers"], sorted(set(out["consumers"])))
+
+    def test_nodes_cost_model_balances_operation_counts(self):
+        # resnet18 has most parameters late and most operations early: balancing
+        # nodes cuts elsewhere than balancing bytes.
+        nodes = self.check_split("resnet18", ["--stages", 3, "--cost", "nodes"])
+        params = self.check_split("resnet18", ["--stages", 3])
+        self.assertEqual(nodes["cost_model"], "nodes")
+        costs = [s["predicted_cost"] for s in nodes["stages"]]
+        # One unit per operation: whole numbers that add up to the operation
+        # count, split about evenly (ideal 1/3 each).
+        self.assertTrue(all(c == int(c) and c > 0 for c in costs), costs)
+        whole = self.check_split("resnet18", ["--stages", 1, "--cost", "nodes"])
+        self.assertEqual(sum(costs), whole["stages"][0]["predicted_cost"])
+        self.assertGreater(sum(costs), 50)
+        self.assertLess(max(costs) / sum(costs), 0.4)
+        self.assertNotEqual([s["inputs"] for s in nodes["stages"]],
+                            [s["inputs"] for s in params["stages"]])
+
+    def test_debug_passes_prints_graphs_around_the_named_pass(self):
+        out = os.path.join(tmpdir(self), "out")
+        env = dict(os.environ, PPC_DEBUG_PASSES="functionalize")
+        proc = ppc("split", model_path("mlp"), "-o", out, "--stages", 2, env=env)
+        headers = [line for line in proc.stderr.splitlines() if line.startswith("*** IR Dump")]
+        self.assertEqual(headers, ["*** IR Dump Before functionalize ***",
+                                   "*** IR Dump After functionalize ***"])
+        before, after = proc.stderr.split("*** IR Dump After functionalize ***\n")
+        for dump in (before.split("*** IR Dump Before functionalize ***\n")[1], after):
+            self.assertTrue(dump.startswith("graph(%self"), dump[:80])
+            self.assertIn("aten::linear", dump)
+            self.assertIn("return", dump)
+        # Without the variable, nothing is printed.
+        quiet = ppc("split", model_path("mlp"), "-o", out, "--stages", 2)
+        self.assertEqual(quiet.stderr, "")
+        all_passes = ppc("split", model_path("mlp"), "-o", out, "--stages", 2,
+                         env=dict(os.environ, PPC_DEBUG_PASSES="all"))
+        self.assertEqual(all_passes.stderr.count("*** IR Dump Before "), 4)
 
     def test_flops_cost_model_balances_compute(self):
         m = self.check_split("resnet18", ["--stages", 4, "--cost", "flops", "--example-input",

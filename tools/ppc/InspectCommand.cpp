@@ -4,10 +4,13 @@
 #include "lib/FileUtil.h"
 #include "lib/Manifest.h"
 
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <memory>
+#include <string>
+#include <vector>
 
 namespace ppc {
 
@@ -41,15 +44,16 @@ static void printTable(const Manifest &m, llvm::raw_ostream &os) {
                           i, kindName(s.inputs[i].kind), s.inputs[i].name,
                           refString(m, s.inputs[i].source),
                           s.inputs[i].mutated ? " [written in place]" : "");
-  os << "model outputs:";
+  std::vector<std::string> outputs;
   for (const ValueRef &ref : m.modelOutputs)
-    os << " " << refString(m, ref);
-  os << "\n";
+    outputs.push_back(refString(m, ref));
+  os << "model outputs: " << llvm::join(outputs, " ") << "\n";
   for (const TiedParameter &t : m.tiedParameters) {
-    os << llvm::formatv("tied ({0} bytes):", t.bytes);
+    std::vector<std::string> uses;
     for (const auto &u : t.uses)
-      os << llvm::formatv(" stage {0}:{1}", u.stage, u.path);
-    os << "\n";
+      uses.push_back(llvm::formatv("stage {0}:{1}", u.stage, u.path));
+    os << llvm::formatv("tied ({0} bytes): ", t.bytes) << llvm::join(uses, " ")
+       << "\n";
   }
 }
 
@@ -101,7 +105,7 @@ Command addInspectCommand(CLI::App &parent) {
                         writeDot(*m, os);
                         return llvm::Error::success();
                       }))
-                return std::move(err);
+                return err;
               llvm::outs() << "wrote " << *dotPath << "\n";
             }
             return 0;

@@ -4,35 +4,56 @@
 #include "lib/Error.h"
 #include "passes/Compile.h"
 
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <memory>
-#include <numeric>
+#include <optional>
+#include <string>
+#include <vector>
 
 namespace ppc {
 
+/// Reads a cost model name into a CostKind with parseCostKind(). Not
+/// CLI::CheckedTransformer: it would also accept the enum's integer values
+/// ("--cost 2") and name them in its error message.
+static CLI::Validator costKindOption() {
+  std::vector<std::string> names;
+  for (CostKind kind : kAllCostKinds)
+    names.push_back(costKindName(kind).str());
+  std::string list = llvm::join(names, ", ");
+  return CLI::Validator(
+      [list](std::string &value) -> std::string {
+        std::optional<CostKind> kind = parseCostKind(value);
+        if (!kind)
+          return "'" + value + "' is not a cost model (" + list + ")";
+        value = std::to_string(static_cast<int>(*kind));
+        return "";
+      },
+      llvm::join(names, "|"));
+}
+
 Command addSplitCommand(CLI::App &parent) {
   auto opts = std::make_shared<CompileOptions>();
-  auto cost = std::make_shared<std::string>("params");
   CLI::App *app = parent.add_subcommand(
       "split",
       "Compile a TorchScript model into pipeline stages and a manifest");
-  app->footer("Compile a TorchScript model (saved by torch.jit.save) into "
-              "N standalone stage "
-              "modules OUTDIR/stage_K.pt, each holding only its own "
-              "weights, and a JSON "
-              "manifest OUTDIR/manifest.json describing the values that "
-              "flow between them "
-              "(see docs/manifest.md). OUTDIR is replaced atomically: on "
-              "any error it is "
-              "left as it was.");
+  app->footer("Compile a TorchScript model (saved by torch.jit.save) into N "
+              "standalone stage modules OUTDIR/stage_K.pt, each holding only "
+              "its own weights, and a JSON manifest OUTDIR/manifest.json "
+              "describing the values that flow between them (see "
+              "docs/manifest.md). OUTDIR is replaced atomically, and only "
+              "when it is empty or holds nothing but an earlier ppc output "
+              "(its manifest, the stage files it names and meta caches); on "
+              "any error it is left as it was. OUTDIR must not hold the "
+              "model.");
   app->add_option("model", opts->modelPath, "TorchScript model file (MODEL.pt)")
       ->required();
   app->add_option(
          "-o,--output", opts->outDir,
-         "Output directory; created, or replaced if it holds an earlier "
-         "manifest.json")
+         "Output directory; created, or replaced if it holds only an earlier "
+         "ppc split output")
       ->required();
   auto *stages = app->add_option("--stages", opts->partition.stages,
                                  "Number of stages: contiguous in graph order, "
@@ -48,11 +69,11 @@ Command addSplitCommand(CLI::App &parent) {
   stages->excludes(splitAt);
   splitAt->excludes(stages);
   app->add_option(
-         "--cost", *cost,
+         "--cost", opts->cost,
          "Cost model for --stages: params (parameter and buffer bytes, the "
          "default), flops (estimated FLOPs on --example-input), nodes (one per "
          "operation)")
-      ->check(CLI::IsMember({"params", "flops", "nodes"}));
+      ->transform(costKindOption());
   app->add_option(
       "--example-input", opts->exampleInput,
       "Input file (torch.save of a tensor or tuple of tensors) whose shapes "
@@ -62,7 +83,6 @@ Command addSplitCommand(CLI::App &parent) {
             if (opts->partition.splitAt.empty() && app->count("--stages") == 0)
               return makeError(
                   "ppc split needs --stages N or --split-at PATHS");
-            opts->cost = *parseCostKind(*cost);
             auto manifest = compileModel(*opts);
             if (!manifest)
               return manifest.takeError();

@@ -6,11 +6,11 @@
 //===----------------------------------------------------------------------===//
 #include "tools/ppc/Commands.h"
 
-#include "lib/CostModel.h"
 #include "lib/Error.h"
-#include "passes/Compile.h"
+#include "passes/CostModel.h"
 #include "passes/ExtractStage.h"
 #include "passes/Passes.h"
+#include "passes/PlanPartition.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -34,28 +34,6 @@ struct SplitGraphOptions {
 };
 } // namespace
 
-/// Stage starts at the items producing the named values ("%x" or "x").
-static llvm::Expected<std::vector<size_t>>
-startsBefore(const ItemGraph &g, const std::vector<std::string> &names) {
-  std::vector<size_t> starts{0};
-  for (const std::string &raw : names) {
-    std::string name = llvm::StringRef(raw).ltrim('%').str();
-    std::optional<size_t> found;
-    for (size_t i = 0; i < g.size() && !found; ++i)
-      for (torch::jit::Value *v : g.item(i)->outputs())
-        if (v->debugName() == name)
-          found = i;
-    if (!found)
-      return makeError("no operation produces '%" + name + "'");
-    if (auto why = g.cutBlocker(*found))
-      return makeError("cannot begin a stage at '%" + name + "': " + *why);
-    if (*found <= starts.back())
-      return makeError("split points must be in graph order: '%" + name + "'");
-    starts.push_back(*found);
-  }
-  return starts;
-}
-
 static llvm::Expected<int> runSplitGraph(const SplitGraphOptions &o) {
   auto buffer = llvm::MemoryBuffer::getFile(o.irPath, /*IsText=*/true);
   if (!buffer)
@@ -68,14 +46,14 @@ static llvm::Expected<int> runSplitGraph(const SplitGraphOptions &o) {
             torch::jit::parseIR((*buffer)->getBuffer().str(), graph.get(),
                                 names);
           }))
-    return std::move(err);
+    return err;
   // The parser resolves names but does not keep them; keep the readable ones
   // so the output (and golden checks) can refer to %x rather than %3.
   for (const auto &[name, value] : names)
     if (!name.empty() && !isdigit(static_cast<unsigned char>(name[0])))
       value->setDebugName(name);
   if (llvm::Error err = runPasses(graph, o.passes))
-    return std::move(err);
+    return err;
 
   auto items = ItemGraph::build(graph);
   if (!items)
@@ -83,16 +61,17 @@ static llvm::Expected<int> runSplitGraph(const SplitGraphOptions &o) {
   auto costs = itemCosts(*items, nullptr, CostKind::Nodes, nullptr);
   if (!costs)
     return costs.takeError();
-  auto starts = o.splitBefore.empty()
-                    ? choosePartition(*items, *costs, {o.stages, {}}, nullptr)
-                    : startsBefore(*items, o.splitBefore);
-  if (!starts)
-    return starts.takeError();
-  auto plan = PartitionPlan::fromStarts(*items, *starts);
+  auto plan =
+      planPartition(*items, *costs, {o.stages, {}, o.splitBefore}, nullptr);
   if (!plan)
     return plan.takeError();
-  if (llvm::Error err = plan->verify())
-    return std::move(err);
+  // Values the passes created have no name, and each stage graph numbers
+  // its own values afresh: name the boundary values so a golden test can
+  // follow an edge from its producer's graph into its consumer's.
+  for (size_t s = 0; s < plan->numStages(); ++s)
+    for (torch::jit::Value *v : plan->outputs(s))
+      if (!v->hasDebugName())
+        v->setDebugName("v" + std::to_string(v->unique()));
 
   for (size_t s = 0; s < plan->numStages(); ++s) {
     auto stage = extractStage(*plan, s);

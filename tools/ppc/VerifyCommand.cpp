@@ -53,8 +53,14 @@ static llvm::Expected<int> runVerify(const VerifyOptions &o) {
 
   bool all = true;
   for (size_t i = 0; i < actual->size(); ++i) {
-    OutputComparison c =
-        compareValues(expectedOutputs[i], (*actual)[i], o.rtol, o.atol);
+    auto compared =
+        torchCall("cannot compare output " + std::to_string(i), [&] {
+          return compareValues(expectedOutputs[i], (*actual)[i], o.rtol,
+                               o.atol);
+        });
+    if (!compared)
+      return compared.takeError();
+    const OutputComparison &c = *compared;
     all &= c.match;
     llvm::outs() << llvm::formatv("output {0}: {1}: {2}\n", i,
                                   c.match ? "match" : "MISMATCH", c.detail);
@@ -73,7 +79,8 @@ Command addVerifyCommand(CLI::App &parent) {
               "same input in this "
               "process (the stages in order, following the manifest's "
               "dataflow), and compare "
-              "every output with torch.allclose semantics. Exit 0 when "
+              "every output with torch.isclose semantics (equal NaNs match). "
+              "Exit 0 when "
               "all match, 1 with a "
               "per-output report when any differs, 2 on an error.");
   app->add_option("model", o->modelPath, "The unsplit TorchScript model")
@@ -87,9 +94,11 @@ Command addVerifyCommand(CLI::App &parent) {
          "tensors, one per model input")
       ->required();
   app->add_option("--rtol", o->rtol, "Relative tolerance")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app->add_option("--atol", o->atol, "Absolute tolerance")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   return {app, [o]() { return runVerify(*o); }};
 }
 

@@ -1,12 +1,16 @@
-//===- lib/CostModel.cpp - Static cost of each item -----------------------===//
-#include "lib/CostModel.h"
+//===- passes/CostModel.cpp - Static cost of each item --------------------===//
+#include "passes/CostModel.h"
 
 #include "lib/Error.h"
 #include "lib/Stage.h"
 
+#include "llvm/ADT/StringSwitch.h"
+
 #include <torch/csrc/jit/api/function_impl.h>
 #include <torch/csrc/jit/ir/ir.h>
 
+#include <algorithm>
+#include <initializer_list>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -14,16 +18,6 @@ using torch::jit::Node;
 using torch::jit::Value;
 
 namespace ppc {
-
-std::optional<CostKind> parseCostKind(llvm::StringRef name) {
-  if (name == "params")
-    return CostKind::Params;
-  if (name == "flops")
-    return CostKind::Flops;
-  if (name == "nodes")
-    return CostKind::Nodes;
-  return std::nullopt;
-}
 
 llvm::StringRef costKindName(CostKind kind) {
   switch (kind) {
@@ -37,8 +31,17 @@ llvm::StringRef costKindName(CostKind kind) {
   llvm_unreachable("unknown CostKind");
 }
 
-static std::vector<int64_t> paramCosts(const ItemGraph &g,
-                                       const torch::jit::Module &m) {
+std::optional<CostKind> parseCostKind(llvm::StringRef name) {
+  return llvm::StringSwitch<std::optional<CostKind>>(name)
+      .Case("params", CostKind::Params)
+      .Case("flops", CostKind::Flops)
+      .Case("nodes", CostKind::Nodes)
+      .Default(std::nullopt);
+}
+
+/// Byte counts per item; attributeAt() throws if a path does not resolve.
+static std::vector<int64_t> paramCostsUnguarded(const ItemGraph &g,
+                                                const torch::jit::Module &m) {
   std::vector<int64_t> costs(g.size(), 0);
   std::unordered_set<const void *> seen;
   for (size_t i = 0; i < g.size(); ++i)
@@ -51,6 +54,12 @@ static std::vector<int64_t> paramCosts(const ItemGraph &g,
         costs[i] += static_cast<int64_t>(t.numel() * t.element_size());
     }
   return costs;
+}
+
+static llvm::Expected<std::vector<int64_t>>
+paramCosts(const ItemGraph &g, const torch::jit::Module &m) {
+  return torchCall("cannot read the model's parameters",
+                   [&] { return paramCostsUnguarded(g, m); });
 }
 
 /// Shapes of every top-level tensor value, from one run of a copy of the
@@ -117,22 +126,25 @@ flops(Node *n,
   for (Value *v : n->outputs())
     if (auto it = shapes.find(v); it != shapes.end())
       out += numel(it->second);
-  std::string kind = n->kind().toQualString();
+  c10::Symbol kind = n->kind();
+  auto isOneOf = [&](std::initializer_list<c10::Symbol> kinds) {
+    return std::find(kinds.begin(), kinds.end(), kind) != kinds.end();
+  };
   auto lastDim = [](const std::vector<int64_t> *s) {
     return s && !s->empty() ? s->back() : 1;
   };
-  if (kind == "aten::linear" || kind == "aten::matmul" || kind == "aten::mm" ||
-      kind == "aten::bmm")
+  if (isOneOf({c10::aten::linear, c10::aten::matmul, c10::aten::mm,
+               c10::aten::bmm}))
     return 2 * out * lastDim(shape(0));
-  if (kind == "aten::addmm" || kind == "aten::baddbmm")
+  if (isOneOf({c10::aten::addmm, c10::aten::baddbmm}))
     return 2 * out * lastDim(shape(1));
-  if (kind == "aten::conv1d" || kind == "aten::conv2d" ||
-      kind == "aten::conv3d" || kind == "aten::_convolution") {
+  if (isOneOf({c10::aten::conv1d, c10::aten::conv2d, c10::aten::conv3d,
+               c10::aten::_convolution})) {
     const auto *w = shape(1);
     return w && !w->empty() ? 2 * out * (numel(*w) / (*w)[0]) : out;
   }
-  if (kind == "aten::conv_transpose1d" || kind == "aten::conv_transpose2d" ||
-      kind == "aten::conv_transpose3d") {
+  if (isOneOf({c10::aten::conv_transpose1d, c10::aten::conv_transpose2d,
+               c10::aten::conv_transpose3d})) {
     const auto *x = shape(0), *w = shape(1);
     return x && w && !w->empty() ? 2 * numel(*x) * (numel(*w) / (*w)[0]) : out;
   }

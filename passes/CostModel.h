@@ -1,4 +1,4 @@
-//===- lib/CostModel.h - Static cost of each item ---------------*- C++ -*-===//
+//===- passes/CostModel.h - Static cost of each item ------------*- C++ -*-===//
 //
 // The partitioner balances stage costs under one of these models:
 //  - params: bytes of the parameters and buffers an item reads, counted at
@@ -10,8 +10,8 @@
 //  - nodes: 1 per item (for graphs without weights, e.g. golden tests).
 //
 //===----------------------------------------------------------------------===//
-#ifndef PPC_LIB_COSTMODEL_H
-#define PPC_LIB_COSTMODEL_H
+#ifndef PPC_PASSES_COSTMODEL_H
+#define PPC_PASSES_COSTMODEL_H
 
 #include "lib/ItemGraph.h"
 
@@ -27,8 +27,15 @@ namespace ppc {
 
 enum class CostKind { Params, Flops, Nodes };
 
-std::optional<CostKind> parseCostKind(llvm::StringRef name);
+/// Every cost kind, in the order --help lists them.
+inline constexpr CostKind kAllCostKinds[] = {CostKind::Params, CostKind::Flops,
+                                             CostKind::Nodes};
+
+/// The name of a kind on the command line and in the manifest's cost_model.
 llvm::StringRef costKindName(CostKind kind);
+
+/// The kind with that name, or nullopt.
+std::optional<CostKind> parseCostKind(llvm::StringRef name);
 
 /// Cost of each item of `graph` (which was built from `module`'s forward).
 /// `example` is required for CostKind::Flops and holds the model inputs.
@@ -40,4 +47,4 @@ itemCosts(const ItemGraph &graph, const torch::jit::Module *module,
 
 } // namespace ppc
 
-#endif // PPC_LIB_COSTMODEL_H
+#endif // PPC_PASSES_COSTMODEL_H

@@ -1,5 +1,5 @@
-//===- lib/StageModule.cpp - A standalone module for a stage graph --------===//
-#include "lib/StageModule.h"
+//===- passes/StageModule.cpp - A stage graph as a module -----------------===//
+#include "passes/StageModule.h"
 
 #include "lib/Error.h"
 #include "lib/Stage.h"
@@ -32,7 +32,7 @@ public:
     Module root = mirror("");
     self->setType(root.type());
     if (llvm::Error err = walk(graph->block()))
-      return std::move(err);
+      return err;
 
     auto fn = cu->create_function(
         c10::QualifiedName(*root.type()->name(), "forward"), std::move(graph));

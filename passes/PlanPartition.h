@@ -1,0 +1,60 @@
+//===- passes/PlanPartition.h - Choose where stages begin -------*- C++ -*-===//
+//
+// planPartition() turns a request into a verified PartitionPlan. It is the
+// one place that decides where stages begin, for `ppc split` and for
+// `ppc split-graph` (the golden tests), so the tests exercise the real code:
+//
+//  1. Resolve each named split point to the item that begins its stage: a
+//     module path (--split-at) to the first item run on behalf of that
+//     module, a value name (--split-before) to the item producing it. With
+//     no split points, the exact min-max partitioner picks the starts for
+//     the requested stage count over the given item costs.
+//  2. Check the named starts: none at the very first item (stage 0 would be
+//     empty), in execution order, and each a cut the ItemGraph allows.
+//  3. Build the PartitionPlan and verify() it.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PPC_PASSES_PLANPARTITION_H
+#define PPC_PASSES_PLANPARTITION_H
+
+#include "lib/PartitionPlan.h"
+
+#include "llvm/Support/Error.h"
+
+#include <string>
+#include <vector>
+
+namespace torch::jit {
+struct Module;
+}
+
+namespace ppc {
+
+/// How to cut: a stage count, or the points where stages begin (at most one
+/// of splitAt and splitBefore is non-empty).
+struct PartitionRequest {
+  int stages = 0;
+  /// Module paths as in named_modules() ("layer3", "fc"), in execution order.
+  std::vector<std::string> splitAt;
+  /// Values ("%x" or "x") whose producing operations begin stages, in graph
+  /// order; for graphs without a module (split-graph).
+  std::vector<std::string> splitBefore;
+};
+
+/// Chooses the stages of `graph` and returns the verified plan. `costs`
+/// holds one cost per item (used for a stage count only). `module` may be
+/// null (graph text): module paths then resolve only through the scopes
+/// recorded on the graph. Errors, each on one line: an unknown path or value
+/// ("unknown split path 'x': ..."; "no operation produces '%x'"), a path
+/// forward never runs, a point at the first item ("... stage 0 would be
+/// empty"), points out of execution order, a blocked cut ("cannot begin a
+/// stage at 'x': <why>"), the partitioner's errors for a stage count, and
+/// PartitionPlan::verify()'s.
+llvm::Expected<PartitionPlan> planPartition(const ItemGraph &graph,
+                                            llvm::ArrayRef<int64_t> costs,
+                                            const PartitionRequest &request,
+                                            const torch::jit::Module *module);
+
+} // namespace ppc
+
+#endif // PPC_PASSES_PLANPARTITION_H
