@@ -11,6 +11,9 @@
 
 #include "lib/Error.h"
 
+#include "llvm/Support/Errno.h"
+#include "llvm/Support/FormatVariadic.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -19,12 +22,11 @@
 #include <cstdio>
 #include <cstring>
 #include <iterator>
+#include <random>
 
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -53,7 +55,7 @@ std::string formatSeconds(double seconds) {
   return buffer;
 }
 
-std::string errnoText(int error) { return std::strerror(error); }
+std::string errnoText(int error) { return llvm::sys::StrError(error); }
 
 /// Writes all of `data`. A reader that went away (EPIPE, with SIGPIPE
 /// ignored) drops the output rather than stopping the job.
@@ -533,30 +535,17 @@ llvm::Error validateLaunchOptions(const LaunchOptions &options) {
   return llvm::Error::success();
 }
 
-llvm::Expected<int> pickFreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0)
-    return makeError("cannot pick a free port: " + errnoText(errno));
-  sockaddr_in address = {};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_ANY);
-  address.sin_port = 0;
-  socklen_t length = sizeof address;
-  if (::bind(fd, reinterpret_cast<sockaddr *>(&address), sizeof address) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr *>(&address), &length) != 0) {
-    int error = errno;
-    ::close(fd);
-    return makeError("cannot pick a free port: " + errnoText(error));
-  }
-  ::close(fd);
-  return static_cast<int>(ntohs(address.sin_port));
+std::string newJobToken() {
+  std::random_device device;
+  uint64_t value = (static_cast<uint64_t>(device()) << 32) | device();
+  return llvm::formatv("{0:x-16}", value).str();
 }
 
 std::vector<std::pair<std::string, std::string>>
 launchEnvironment(const LaunchOptions &options, int localRank) {
   int rank = options.nodeRank * options.nprocPerNode + localRank;
   int worldSize = options.nnodes * options.nprocPerNode;
-  return {
+  std::vector<std::pair<std::string, std::string>> vars{
       {"RANK", std::to_string(rank)},
       {"WORLD_SIZE", std::to_string(worldSize)},
       {"LOCAL_RANK", std::to_string(localRank)},
@@ -568,6 +557,13 @@ launchEnvironment(const LaunchOptions &options, int localRank) {
       {"MASTER_ADDR", options.masterAddr},
       {"MASTER_PORT", std::to_string(options.masterPort)},
   };
+  if (options.launcherHostsStore) {
+    vars.emplace_back("TORCHELASTIC_USE_AGENT_STORE", "True");
+    vars.emplace_back("TORCHELASTIC_RESTART_COUNT", "0");
+  }
+  if (!options.jobToken.empty())
+    vars.emplace_back("PPC_JOB_TOKEN", options.jobToken);
+  return vars;
 }
 
 llvm::Error launch(const LaunchOptions &options) {

@@ -1,13 +1,14 @@
 //===- runtime/Schedule.cpp - Pipeline schedules as data ------------------===//
 //
-// This file implements placement, edge discovery, schedule generation, the
-// deadlock simulator and schedule printing (see Schedule.h).
+// This file implements the schedule names, placement, edge discovery, schedule
+// generation, the deadlock simulator and schedule printing (see Schedule.h).
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/Schedule.h"
 
 #include "lib/Error.h"
 
+#include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -18,6 +19,23 @@
 #include <tuple>
 
 namespace ppc {
+
+llvm::StringRef scheduleName(ScheduleKind kind) {
+  switch (kind) {
+  case ScheduleKind::GPipe:
+    return "gpipe";
+  case ScheduleKind::OneFOneB:
+    return "1f1b";
+  }
+  llvm_unreachable("unknown schedule kind");
+}
+
+std::optional<ScheduleKind> parseScheduleName(llvm::StringRef name) {
+  return llvm::StringSwitch<std::optional<ScheduleKind>>(name)
+      .Case("gpipe", ScheduleKind::GPipe)
+      .Case("1f1b", ScheduleKind::OneFOneB)
+      .Default(std::nullopt);
+}
 
 llvm::Expected<Placement> Placement::create(int numStages, int worldSize) {
   if (worldSize < 1 || numStages < worldSize || numStages % worldSize != 0)
