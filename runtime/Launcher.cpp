@@ -36,8 +36,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 /// A line longer than this is forwarded in pieces, so a worker that never
-/// prints '\n' (a progress bar redrawn with '\r') cannot grow the buffer.
-constexpr size_t kMaxLine = 64 * 1024;
+/// prints '\n' (a progress bar redrawn with '\r') cannot grow the buffer
+/// without bound; real lines (a JSON record, a long tensor print) are far
+/// shorter and arrive whole.
+constexpr size_t kMaxLine = 1 << 20;
 
 /// Signals that the launcher catches while it runs. SIGCHLD only wakes the
 /// poll loop; the others are forwarded to the workers.

@@ -77,7 +77,7 @@ launchEnvironment(const LaunchOptions &options, int localRank);
 ///   2. Forwards worker stdout lines to options.stdoutFd and stderr lines to
 ///      options.stderrFd, each prefixed "[rank R] " and written whole; a
 ///      last line without '\n' is completed at exit, and a line longer than
-///      64 KiB is split.
+///      1 MiB is split (each piece prefixed).
 ///   3. On the first failure, SIGINT/SIGTERM/SIGHUP to the launcher, or the
 ///      timeout, signals every running worker's process group (SIGTERM, or
 ///      the received signal), waits up to gracePeriodSeconds, then SIGKILLs.
