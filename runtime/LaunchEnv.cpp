@@ -1,10 +1,9 @@
 //===- runtime/LaunchEnv.cpp - The torchrun environment of one rank -------===//
 //
-// This file implements LaunchEnv::fromEnvironment and the small name tables
-// of the public API (schedules, metadata sources, stats lines).
+// This file implements LaunchEnv::fromEnvironment.
 //
 //===----------------------------------------------------------------------===//
-#include "runtime/Pipeline.h"
+#include "runtime/LaunchEnv.h"
 
 #include "lib/Error.h"
 
@@ -12,6 +11,7 @@
 #include "llvm/Support/FormatVariadic.h"
 
 #include <cstdlib>
+#include <optional>
 
 namespace ppc {
 
@@ -43,21 +43,21 @@ llvm::Expected<LaunchEnv> LaunchEnv::fromEnvironment(
 
   LaunchEnv env;
   if (llvm::Error err = readInt("RANK", std::nullopt, env.rank))
-    return std::move(err);
+    return err;
   if (llvm::Error err = readInt("WORLD_SIZE", std::nullopt, env.worldSize))
-    return std::move(err);
+    return err;
   if (llvm::Error err = readInt("LOCAL_RANK", env.rank, env.localRank))
-    return std::move(err);
+    return err;
   if (llvm::Error err =
           readInt("LOCAL_WORLD_SIZE", env.worldSize, env.localWorldSize))
-    return std::move(err);
+    return err;
   const char *addr = get("MASTER_ADDR");
   if (!addr || !*addr)
     return makeError(
         "MASTER_ADDR is not set; start ppc run under ppc launch or torchrun");
   env.masterAddr = addr;
   if (llvm::Error err = readInt("MASTER_PORT", std::nullopt, env.masterPort))
-    return std::move(err);
+    return err;
 
   if (env.worldSize < 1)
     return makeError(
@@ -80,40 +80,20 @@ llvm::Expected<LaunchEnv> LaunchEnv::fromEnvironment(
     return makeError(
         llvm::formatv("MASTER_PORT={0} is not a port number", env.masterPort)
             .str());
-  return env;
-}
-
-llvm::StringRef scheduleName(ScheduleKind kind) {
-  return kind == ScheduleKind::GPipe ? "gpipe" : "1f1b";
-}
-
-std::optional<ScheduleKind> parseScheduleName(llvm::StringRef name) {
-  if (name == "gpipe")
-    return ScheduleKind::GPipe;
-  if (name == "1f1b")
-    return ScheduleKind::OneFOneB;
-  return std::nullopt;
-}
-
-llvm::StringRef metaSourceName(MetaSource source) {
-  switch (source) {
-  case MetaSource::Inferred:
-    return "inferred";
-  case MetaSource::Cache:
-    return "cache";
-  case MetaSource::User:
-    return "user";
+  if (const char *hosted = get("TORCHELASTIC_USE_AGENT_STORE"))
+    env.launcherHostsStore = llvm::StringRef(hosted) == "True";
+  const char *token = get("PPC_JOB_TOKEN");
+  if (!token || !*token)
+    token = get("TORCHELASTIC_RUN_ID");
+  if (token && *token) {
+    llvm::StringRef text(token);
+    if (text.size() > 256 ||
+        llvm::any_of(text, [](char c) { return llvm::isPrint(c) == 0; }))
+      return makeError("PPC_JOB_TOKEN must be at most 256 printable "
+                       "characters");
+    env.jobToken = text.str();
   }
-  return "inferred";
-}
-
-std::string RunStats::line() const {
-  return llvm::formatv(
-      "stats: rank={0} meta={1} meta_messages_sent={2} "
-      "messages_sent={3} first_output_ms={4:f3} total_ms={5:f3} "
-      "cache_written={6}",
-      rank, metaSourceName(metaSource), metaMessagesSent, messagesSent,
-      firstOutputMs, totalMs, cacheWritten ? 1 : 0);
+  return env;
 }
 
 } // namespace ppc

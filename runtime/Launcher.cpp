@@ -11,6 +11,9 @@
 
 #include "lib/Error.h"
 
+#include "llvm/Support/Errno.h"
+#include "llvm/Support/FormatVariadic.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -19,12 +22,11 @@
 #include <cstdio>
 #include <cstring>
 #include <iterator>
+#include <random>
 
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -34,8 +36,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 /// A line longer than this is forwarded in pieces, so a worker that never
-/// prints '\n' (a progress bar redrawn with '\r') cannot grow the buffer.
-constexpr size_t kMaxLine = 64 * 1024;
+/// prints '\n' (a progress bar redrawn with '\r') cannot grow the buffer
+/// without bound; real lines (a JSON record, a long tensor print) are far
+/// shorter and arrive whole.
+constexpr size_t kMaxLine = 1 << 20;
 
 /// Signals that the launcher catches while it runs. SIGCHLD only wakes the
 /// poll loop; the others are forwarded to the workers.
@@ -53,7 +57,7 @@ std::string formatSeconds(double seconds) {
   return buffer;
 }
 
-std::string errnoText(int error) { return std::strerror(error); }
+std::string errnoText(int error) { return llvm::sys::StrError(error); }
 
 /// Writes all of `data`. A reader that went away (EPIPE, with SIGPIPE
 /// ignored) drops the output rather than stopping the job.
@@ -337,37 +341,36 @@ private:
       killAt = Clock::now() + toDuration(options.gracePeriodSeconds);
   }
 
-  void spawn(int local) {
-    Worker worker;
-    worker.rank = options.nodeRank * options.nprocPerNode + local;
-    worker.prefix = "[rank " + std::to_string(worker.rank) + "] ";
-    auto cannotStart = [&](int error) {
-      if (fail("cannot start rank " + std::to_string(worker.rank) + ": " +
-               errnoText(error)))
-        stop(SIGTERM);
-    };
+  /// The three pipes of one worker: stdout, stderr, and the exec-error
+  /// pipe (closed on a successful exec, an errno written otherwise).
+  struct Pipes {
+    int out[2] = {-1, -1}, err[2] = {-1, -1}, exec[2] = {-1, -1};
+  };
 
-    int outPipe[2], errPipe[2], execPipe[2];
-    if (::pipe2(outPipe, O_CLOEXEC) != 0)
-      return cannotStart(errno);
-    if (::pipe2(errPipe, O_CLOEXEC) != 0) {
-      int error = errno;
-      closeAll({outPipe[0], outPipe[1]});
-      return cannotStart(error);
-    }
-    if (::pipe2(execPipe, O_CLOEXEC) != 0) {
-      int error = errno;
-      closeAll({outPipe[0], outPipe[1], errPipe[0], errPipe[1]});
-      return cannotStart(error);
-    }
+  /// Opens all three pipes or none; returns the errno on failure.
+  static int openPipes(Pipes &pipes) {
+    for (int *fds : {pipes.out, pipes.err, pipes.exec})
+      if (::pipe2(fds, O_CLOEXEC) != 0) {
+        int error = errno;
+        for (int *open : {pipes.out, pipes.err, pipes.exec})
+          for (int i = 0; i < 2; ++i)
+            if (open[i] >= 0)
+              ::close(open[i]);
+        return error;
+      }
+    return 0;
+  }
 
+  /// Forks a child that runs the command with worker `local`'s environment
+  /// on `pipes`. Returns the pid, or -1 with errno set.
+  pid_t forkWorker(int local, const Pipes &pipes) {
     std::vector<std::string> env = workerEnvironment(options, local);
     ChildSetup setup;
     setup.parent = ::getpid();
     setup.stdinFd = devNull;
-    setup.stdoutFd = outPipe[1];
-    setup.stderrFd = errPipe[1];
-    setup.execErrorFd = execPipe[1];
+    setup.stdoutFd = pipes.out[1];
+    setup.stderrFd = pipes.err[1];
+    setup.execErrorFd = pipes.exec[1];
     for (const std::string &arg : options.command)
       setup.argv.push_back(const_cast<char *>(arg.c_str()));
     setup.argv.push_back(nullptr);
@@ -385,9 +388,39 @@ private:
       runChild(setup);
     int forkError = errno;
     ::pthread_sigmask(SIG_SETMASK, &setup.mask, nullptr);
-    closeAll({outPipe[1], errPipe[1], execPipe[1]});
+    errno = forkError;
+    return pid;
+  }
+
+  /// Reads the exec-error pipe: EOF means exec succeeded; an errno means
+  /// it did not. Returns 0 or that errno.
+  static int execError(int fd) {
+    int error = 0;
+    ssize_t n;
+    while ((n = ::read(fd, &error, sizeof error)) < 0 && errno == EINTR) {
+    }
+    ::close(fd);
+    return n == sizeof error ? error : 0;
+  }
+
+  void spawn(int local) {
+    Worker worker;
+    worker.rank = options.nodeRank * options.nprocPerNode + local;
+    worker.prefix = "[rank " + std::to_string(worker.rank) + "] ";
+    auto cannotStart = [&](int error) {
+      if (fail("cannot start rank " + std::to_string(worker.rank) + ": " +
+               errnoText(error)))
+        stop(SIGTERM);
+    };
+
+    Pipes pipes;
+    if (int error = openPipes(pipes))
+      return cannotStart(error);
+    pid_t pid = forkWorker(local, pipes);
+    int forkError = errno;
+    closeAll({pipes.out[1], pipes.err[1], pipes.exec[1]});
     if (pid < 0) {
-      closeAll({outPipe[0], errPipe[0], execPipe[0]});
+      closeAll({pipes.out[0], pipes.err[0], pipes.exec[0]});
       return cannotStart(forkError);
     }
     // Also here, so the group exists before we may signal it.
@@ -395,23 +428,16 @@ private:
 
     worker.pid = pid;
     worker.running = true;
-    worker.out = {outPipe[0], options.stdoutFd, {}};
-    worker.err = {errPipe[0], options.stderrFd, {}};
-    ::fcntl(outPipe[0], F_SETFL, O_NONBLOCK);
-    ::fcntl(errPipe[0], F_SETFL, O_NONBLOCK);
+    worker.out = {pipes.out[0], options.stdoutFd, {}};
+    worker.err = {pipes.err[0], options.stderrFd, {}};
+    ::fcntl(pipes.out[0], F_SETFL, O_NONBLOCK);
+    ::fcntl(pipes.err[0], F_SETFL, O_NONBLOCK);
     workers.push_back(std::move(worker));
 
-    // EOF means exec succeeded; an errno means it did not. Every rank runs
-    // the same command, so the first one tells.
-    int execError = 0;
-    ssize_t n;
-    while ((n = ::read(execPipe[0], &execError, sizeof execError)) < 0 &&
-           errno == EINTR) {
-    }
-    ::close(execPipe[0]);
-    if (n == sizeof execError && fail("cannot run '" + options.command[0] +
-                                      "': " + errnoText(execError)))
-      stop(SIGTERM);
+    // Every rank runs the same command, so the first one tells.
+    if (int error = execError(pipes.exec[0]))
+      if (fail("cannot run '" + options.command[0] + "': " + errnoText(error)))
+        stop(SIGTERM);
   }
 
   static void closeAll(std::initializer_list<int> fds) {
@@ -533,30 +559,17 @@ llvm::Error validateLaunchOptions(const LaunchOptions &options) {
   return llvm::Error::success();
 }
 
-llvm::Expected<int> pickFreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0)
-    return makeError("cannot pick a free port: " + errnoText(errno));
-  sockaddr_in address = {};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_ANY);
-  address.sin_port = 0;
-  socklen_t length = sizeof address;
-  if (::bind(fd, reinterpret_cast<sockaddr *>(&address), sizeof address) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr *>(&address), &length) != 0) {
-    int error = errno;
-    ::close(fd);
-    return makeError("cannot pick a free port: " + errnoText(error));
-  }
-  ::close(fd);
-  return static_cast<int>(ntohs(address.sin_port));
+std::string newJobToken() {
+  std::random_device device;
+  uint64_t value = (static_cast<uint64_t>(device()) << 32) | device();
+  return llvm::formatv("{0:x-16}", value).str();
 }
 
 std::vector<std::pair<std::string, std::string>>
 launchEnvironment(const LaunchOptions &options, int localRank) {
   int rank = options.nodeRank * options.nprocPerNode + localRank;
   int worldSize = options.nnodes * options.nprocPerNode;
-  return {
+  std::vector<std::pair<std::string, std::string>> vars{
       {"RANK", std::to_string(rank)},
       {"WORLD_SIZE", std::to_string(worldSize)},
       {"LOCAL_RANK", std::to_string(localRank)},
@@ -568,6 +581,13 @@ launchEnvironment(const LaunchOptions &options, int localRank) {
       {"MASTER_ADDR", options.masterAddr},
       {"MASTER_PORT", std::to_string(options.masterPort)},
   };
+  if (options.launcherHostsStore) {
+    vars.emplace_back("TORCHELASTIC_USE_AGENT_STORE", "True");
+    vars.emplace_back("TORCHELASTIC_RESTART_COUNT", "0");
+  }
+  if (!options.jobToken.empty())
+    vars.emplace_back("PPC_JOB_TOKEN", options.jobToken);
+  return vars;
 }
 
 llvm::Error launch(const LaunchOptions &options) {

@@ -29,8 +29,16 @@ struct LaunchOptions {
   /// This node's index; RANK = nodeRank * nprocPerNode + localRank.
   int nodeRank = 0;
   std::string masterAddr = "127.0.0.1";
-  /// 0 is not passed to workers: resolve it with pickFreePort() first.
+  /// 0 is not passed to workers: serve a StoreHost on port 0 first
+  /// (runtime/Transport.h) and pass its port with launcherHostsStore.
   int masterPort = 29500;
+  /// Whether this process serves the rendezvous store on masterPort:
+  /// workers get TORCHELASTIC_USE_AGENT_STORE=True (and
+  /// TORCHELASTIC_RESTART_COUNT=0), as under torchrun.
+  bool launcherHostsStore = false;
+  /// Passed to workers as PPC_JOB_TOKEN when not empty; ranks of different
+  /// jobs that meet at one rendezvous refuse each other.
+  std::string jobToken;
   /// Stop everything and fail after this many seconds; none when empty.
   std::optional<double> timeoutSeconds;
   /// How long workers get to exit after SIGTERM before SIGKILL.
@@ -52,13 +60,12 @@ struct LaunchOptions {
 ///   "no command to launch (put it after '--')"
 llvm::Error validateLaunchOptions(const LaunchOptions &options);
 
-/// Returns a TCP port that was free on this machine a moment ago (bound to
-/// port 0 on all interfaces, then released). Error: "cannot pick a free
-/// port: <reason>".
-llvm::Expected<int> pickFreePort();
+/// A fresh random job token (16 hex digits).
+std::string newJobToken();
 
-/// The variables set for local rank `localRank`, in a fixed order; the rest
-/// of the environment is inherited.
+/// The variables set for local rank `localRank`, in a fixed order (the
+/// store and token variables last, where set); the rest of the environment
+/// is inherited.
 std::vector<std::pair<std::string, std::string>>
 launchEnvironment(const LaunchOptions &options, int localRank);
 
@@ -70,7 +77,7 @@ launchEnvironment(const LaunchOptions &options, int localRank);
 ///   2. Forwards worker stdout lines to options.stdoutFd and stderr lines to
 ///      options.stderrFd, each prefixed "[rank R] " and written whole; a
 ///      last line without '\n' is completed at exit, and a line longer than
-///      64 KiB is split.
+///      1 MiB is split (each piece prefixed).
 ///   3. On the first failure, SIGINT/SIGTERM/SIGHUP to the launcher, or the
 ///      timeout, signals every running worker's process group (SIGTERM, or
 ///      the received signal), waits up to gracePeriodSeconds, then SIGKILLs.

@@ -39,6 +39,7 @@
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
@@ -46,6 +47,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <c10/util/Logging.h>
 
 #include <chrono>
 #include <map>
@@ -177,6 +179,9 @@ struct Pipeline::Impl {
   /// name for that source in messages.
   llvm::Expected<std::map<int, std::vector<ValueMeta>>>
   userGiven(std::string &source);
+  llvm::Error loadManifest();
+  llvm::Error planSchedule();
+  llvm::Error loadStages(DeviceKind device);
   llvm::Expected<std::map<std::string, MetaTable>>
   userTables(const std::vector<std::string> &signatures);
   /// Splits the inputs (on ranks that read them) and shares the input
@@ -803,75 +808,124 @@ Pipeline::Impl::run(const std::vector<c10::IValue> &inputs) {
 Pipeline::Pipeline(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Pipeline::~Pipeline() = default;
 
-llvm::Expected<std::unique_ptr<Pipeline>>
-Pipeline::create(llvm::StringRef manifestPath, const LaunchEnv &env,
-                 const RunOptions &options) {
-  auto impl = std::make_unique<Impl>();
-  impl->env = env;
-  impl->options = options;
-  impl->manifestPath = manifestPath.str();
-  if (options.microbatches < 1)
-    return makeError("--microbatches must be at least 1");
-  DeviceKind device;
-  if (options.device == "cpu")
-    device = DeviceKind::CPU;
-  else if (options.device == "cuda")
-    device = DeviceKind::CUDA;
-  else
-    return makeError("unknown device '" + options.device +
-                     "' (expected cpu or cuda)");
+namespace {
+/// Checks the options that need no manifest, before anything is built;
+/// returns the device. Everything here bounds what a run may allocate.
+llvm::Expected<DeviceKind> checkOptions(const RunOptions &options) {
+  if (options.microbatches < 1 || options.microbatches > kMaxMicrobatches)
+    return makeError(llvm::formatv("--microbatches {0} is not in 1..{1}",
+                                   options.microbatches, kMaxMicrobatches)
+                         .str());
+  int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  int maxThreads = std::max(4, 4 * cores);
+  if (options.threads < 0 || options.threads > maxThreads)
+    return makeError(llvm::formatv("--threads {0} is not in 1..{1} (4 per "
+                                   "core), or 0 for the default",
+                                   options.threads, maxThreads)
+                         .str());
   if (options.timeout.count() <= 0)
     return makeError("--timeout must be positive");
+  std::optional<DeviceKind> device =
+      llvm::StringSwitch<std::optional<DeviceKind>>(options.device)
+          .Case("cpu", DeviceKind::CPU)
+          .Case("cuda", DeviceKind::CUDA)
+          .Default(std::nullopt);
+  if (!device)
+    return makeError("unknown device '" + options.device +
+                     "' (expected cpu or cuda)");
+  return *device;
+}
 
-  auto manifest = Manifest::load(manifestPath);
-  if (!manifest)
-    return manifest.takeError();
-  impl->manifest = std::move(*manifest);
-  auto sha = sha256File(manifestPath);
-  if (!sha)
-    return sha.takeError();
-  impl->manifestSha256 = *sha;
-  auto placement = Placement::create(
-      static_cast<int>(impl->manifest.stages.size()), env.worldSize);
-  if (!placement)
-    return placement.takeError();
-  impl->placement = *placement;
-  auto schedule = buildSchedule(impl->manifest, impl->placement,
-                                options.schedule, options.microbatches);
-  if (!schedule)
-    return schedule.takeError();
-  impl->schedule = std::move(*schedule);
-  if (llvm::Error err = simulateSchedule(impl->manifest, impl->schedule))
-    return err;
-  if (llvm::Error err = impl->init())
-    return err;
-
-  int threads = options.threads;
+/// Sets this process's intra-op threads: `threads`, or the cores shared by
+/// the ranks on this machine.
+void setThreads(int threads, const LaunchEnv &env) {
   if (threads <= 0)
     threads =
         std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
                         std::max(1, env.localWorldSize));
   at::set_num_threads(threads);
+}
+
+/// c10d and Gloo report through glog, which prints "WARNING: Logging
+/// before InitGoogleLogging()" and socket diagnostics ahead of ppc's own
+/// error line; unless asked for, only fatal messages pass.
+void setTorchLogging(bool show) {
+  FLAGS_minloglevel = show ? google::GLOG_INFO : google::GLOG_FATAL;
+}
+} // namespace
+
+/// Loads the manifest and places its stages on the ranks.
+llvm::Error Pipeline::Impl::loadManifest() {
+  auto loaded = Manifest::load(manifestPath);
+  if (!loaded)
+    return loaded.takeError();
+  manifest = std::move(*loaded);
+  auto sha = sha256File(manifestPath);
+  if (!sha)
+    return sha.takeError();
+  manifestSha256 = *sha;
+  auto placed = Placement::create(static_cast<int>(manifest.stages.size()),
+                                  env.worldSize);
+  if (!placed)
+    return placed.takeError();
+  placement = *placed;
+  return llvm::Error::success();
+}
+
+/// Builds the schedule and proves it deadlock-free before any rank runs it.
+llvm::Error Pipeline::Impl::planSchedule() {
+  auto built = buildSchedule(manifest, placement, options.schedule,
+                             options.microbatches);
+  if (!built)
+    return built.takeError();
+  schedule = std::move(*built);
+  return simulateSchedule(manifest, schedule);
+}
+
+/// Loads this rank's stages (onto the transport's device).
+llvm::Error Pipeline::Impl::loadStages(DeviceKind device) {
+  std::string dir = manifestDirectory(manifestPath);
+  for (int s : placement.stagesOf(env.rank)) {
+    auto stage = Stage::load(manifest, dir, s);
+    if (!stage)
+      return stage.takeError();
+    if (device == DeviceKind::CUDA)
+      stage->module().to(transport->device());
+    stages.emplace(s, std::move(*stage));
+  }
+  return llvm::Error::success();
+}
+
+llvm::Expected<std::unique_ptr<Pipeline>>
+Pipeline::create(llvm::StringRef manifestPath, const LaunchEnv &env,
+                 const RunOptions &options) {
+  auto device = checkOptions(options);
+  if (!device)
+    return device.takeError();
+  setTorchLogging(options.torchLogs);
+  auto impl = std::make_unique<Impl>();
+  impl->env = env;
+  impl->options = options;
+  impl->manifestPath = manifestPath.str();
+  if (llvm::Error err = impl->loadManifest())
+    return err;
+  if (llvm::Error err = impl->planSchedule())
+    return err;
+  if (llvm::Error err = impl->init())
+    return err;
+  setThreads(options.threads, env);
 
   // Meet the others before loading stages: a rank that then fails to load
   // makes the others fail fast with "lost rank R" instead of waiting for a
   // rendezvous that never completes.
-  auto transport = connectTransport(env, device, options.timeout);
+  auto transport = connectTransport(env, *device, options.timeout);
   if (!transport)
     return transport.takeError();
   impl->transport = std::move(*transport);
   impl->transport->setChannelCount(
       static_cast<int>(impl->schedule.edges.size()) + 1);
-
-  std::string dir = manifestDirectory(manifestPath);
-  for (int s : impl->placement.stagesOf(env.rank)) {
-    auto stage = Stage::load(impl->manifest, dir, s);
-    if (!stage)
-      return stage.takeError();
-    if (device == DeviceKind::CUDA)
-      stage->module().to(impl->transport->device());
-    impl->stages.emplace(s, std::move(*stage));
-  }
+  if (llvm::Error err = impl->loadStages(*device))
+    return err;
   return std::unique_ptr<Pipeline>(new Pipeline(std::move(impl)));
 }
 

@@ -26,6 +26,9 @@
 #ifndef PPC_RUNTIME_PIPELINE_H
 #define PPC_RUNTIME_PIPELINE_H
 
+#include "runtime/LaunchEnv.h"
+#include "runtime/ScheduleKind.h"
+
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
@@ -45,39 +48,17 @@ class raw_ostream;
 
 namespace ppc {
 
-/// The torchrun environment of one rank.
-struct LaunchEnv {
-  int rank = 0;
-  int worldSize = 1;
-  int localRank = 0;
-  int localWorldSize = 1;
-  std::string masterAddr = "127.0.0.1";
-  int masterPort = 29500;
-
-  /// Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and
-  /// MASTER_PORT through `getenv` (the process environment by default).
-  /// RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT are required; LOCAL_RANK
-  /// defaults to RANK and LOCAL_WORLD_SIZE to WORLD_SIZE. Errors: a missing
-  /// variable ("RANK is not set; start ppc run under ppc launch or
-  /// torchrun"), one that is not an integer ("WORLD_SIZE='x' is not an
-  /// integer"), or values out of range ("RANK=4 is not below WORLD_SIZE=4",
-  /// "MASTER_PORT=70000 is not a port number").
-  static llvm::Expected<LaunchEnv> fromEnvironment(
-      const std::function<const char *(const char *)> &getenv = nullptr);
-};
-
-enum class ScheduleKind { GPipe, OneFOneB };
-
-/// "gpipe" / "1f1b".
-llvm::StringRef scheduleName(ScheduleKind kind);
-std::optional<ScheduleKind> parseScheduleName(llvm::StringRef name);
-
 /// Where a run's boundary metadata came from.
 enum class MetaSource { Inferred, Cache, User };
 llvm::StringRef metaSourceName(MetaSource source);
 
+/// The most microbatches a run may ask for: bounds the schedule, which is
+/// built before the batch size is known.
+constexpr int kMaxMicrobatches = 65536;
+
 struct RunOptions {
-  /// Microbatches the batch is split into (torch.tensor_split along dim 0).
+  /// Microbatches the batch is split into (torch.tensor_split along dim 0),
+  /// 1..kMaxMicrobatches.
   int microbatches = 1;
   ScheduleKind schedule = ScheduleKind::OneFOneB;
   /// "cpu" or "cuda" (the latter needs a LibTorch with CUDA).
@@ -90,9 +71,13 @@ struct RunOptions {
   /// A JSON file with user-given boundary metadata (docs/runtime.md);
   /// when set, no inference runs.
   std::string inputMetaPath;
-  /// Intra-op threads per rank; 0 = the machine's cores divided by
-  /// LOCAL_WORLD_SIZE.
+  /// Intra-op threads per rank, at most 4 per core (and at least 4); 0 = the
+  /// machine's cores divided by LOCAL_WORLD_SIZE.
   int threads = 0;
+  /// Whether LibTorch's own glog diagnostics (c10d socket warnings, ...)
+  /// print. Off: Pipeline::create raises glog's threshold process-wide, so
+  /// that a failure is one error line.
+  bool torchLogs = false;
   /// Where warnings ("warning: ...") go; stderr when null.
   llvm::raw_ostream *warnings = nullptr;
 };
@@ -126,7 +111,9 @@ public:
   /// WORLD_SIZE ("4 stages cannot be placed on WORLD_SIZE=3 ranks: the
   /// stage count must equal WORLD_SIZE or be a multiple of it"); a stage
   /// file is missing or does not match the manifest's hash; bad options
-  /// (--microbatches below 1, an unknown device); a model output that is a
+  /// ("--microbatches 0 is not in 1..65536", an unknown device, "--threads
+  /// 100000 is not in 1..8 (4 per core), or 0 for the default"); a model
+  /// output that is a
   /// model input; the schedule deadlocks (a bug, reported with the stuck
   /// actions); the rendezvous fails or times out.
   static llvm::Expected<std::unique_ptr<Pipeline>>

@@ -1,13 +1,14 @@
 //===- runtime/Schedule.cpp - Pipeline schedules as data ------------------===//
 //
-// This file implements placement, edge discovery, schedule generation, the
-// deadlock simulator and schedule printing (see Schedule.h).
+// This file implements the schedule names, placement, edge discovery, schedule
+// generation, the deadlock simulator and schedule printing (see Schedule.h).
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/Schedule.h"
 
 #include "lib/Error.h"
 
+#include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -15,9 +16,25 @@
 #include <deque>
 #include <map>
 #include <set>
-#include <tuple>
 
 namespace ppc {
+
+llvm::StringRef scheduleName(ScheduleKind kind) {
+  switch (kind) {
+  case ScheduleKind::GPipe:
+    return "gpipe";
+  case ScheduleKind::OneFOneB:
+    return "1f1b";
+  }
+  llvm_unreachable("unknown schedule kind");
+}
+
+std::optional<ScheduleKind> parseScheduleName(llvm::StringRef name) {
+  return llvm::StringSwitch<std::optional<ScheduleKind>>(name)
+      .Case("gpipe", ScheduleKind::GPipe)
+      .Case("1f1b", ScheduleKind::OneFOneB)
+      .Default(std::nullopt);
+}
 
 llvm::Expected<Placement> Placement::create(int numStages, int worldSize) {
   if (worldSize < 1 || numStages < worldSize || numStages % worldSize != 0)
@@ -106,6 +123,47 @@ std::string Action::str(const std::vector<Edge> &edges) const {
   return "?";
 }
 
+namespace {
+/// Per stage (0..N, N = the collector): the indices of the edges it reads
+/// and of those it feeds, so that building and simulating a schedule never
+/// scans every edge for every action.
+struct EdgeIndex {
+  std::vector<std::vector<int>> in, out;
+
+  explicit EdgeIndex(const Schedule &schedule)
+      : in(schedule.placement.numStages + 1),
+        out(schedule.placement.numStages + 1) {
+    for (size_t e = 0; e < schedule.edges.size(); ++e) {
+      in[schedule.edges[e].consumer].push_back(static_cast<int>(e));
+      out[schedule.edges[e].producer].push_back(static_cast<int>(e));
+    }
+  }
+};
+
+/// Rank `r`'s (stage, microbatch) items in the order of `kind` (see
+/// Schedule.h); stage N is the collector.
+std::vector<std::pair<int, int>> orderedItems(const Placement &placement,
+                                              ScheduleKind kind,
+                                              int microbatches, int r) {
+  std::vector<int> stages = placement.stagesOf(r);
+  if (r == placement.outputRank())
+    stages.push_back(placement.numStages);
+  std::vector<std::pair<int, int>> items;
+  items.reserve(stages.size() * static_cast<size_t>(microbatches));
+  for (int s : stages)
+    for (int m = 0; m < microbatches; ++m)
+      items.emplace_back(s, m);
+  auto key = [kind](const std::pair<int, int> &item) {
+    auto [s, m] = item;
+    return kind == ScheduleKind::GPipe ? std::make_pair(s, m)
+                                       : std::make_pair(s + m, -s);
+  };
+  std::sort(items.begin(), items.end(),
+            [&](const auto &a, const auto &b) { return key(a) < key(b); });
+  return items;
+}
+} // namespace
+
 llvm::Expected<Schedule> buildSchedule(const Manifest &manifest,
                                        const Placement &placement,
                                        ScheduleKind kind, int microbatches) {
@@ -121,158 +179,205 @@ llvm::Expected<Schedule> buildSchedule(const Manifest &manifest,
   schedule.edges = std::move(*edges);
   schedule.ranks.resize(placement.worldSize);
   int n = placement.numStages;
+  EdgeIndex index(schedule);
 
   for (int r = 0; r < placement.worldSize; ++r) {
-    // Items: (stage, microbatch); stage n is the collector.
-    std::vector<int> stages = placement.stagesOf(r);
-    if (r == placement.outputRank())
-      stages.push_back(n);
-    std::vector<std::tuple<int, int, int, int>> items; // key1, key2, stage, mb
-    for (int s : stages)
-      for (int m = 0; m < microbatches; ++m) {
-        if (kind == ScheduleKind::GPipe)
-          items.emplace_back(s, m, s, m);
-        else
-          items.emplace_back(s + m, -s, s, m);
-      }
-    std::sort(items.begin(), items.end());
-
     std::vector<Action> &actions = schedule.ranks[r];
-    for (const auto &[k1, k2, s, m] : items) {
-      for (size_t e = 0; e < schedule.edges.size(); ++e) {
-        const Edge &edge = schedule.edges[e];
-        int from = placement.rankOf(edge.producer);
-        if (edge.consumer == s && from != r)
-          actions.push_back(
-              {ActionKind::RecvF, s, m, static_cast<int>(e), from});
+    for (auto [s, m] : orderedItems(placement, kind, microbatches, r)) {
+      for (int e : index.in[s]) {
+        int from = placement.rankOf(schedule.edges[e].producer);
+        if (from != r)
+          actions.push_back({ActionKind::RecvF, s, m, e, from});
       }
       actions.push_back(
           {s == n ? ActionKind::Output : ActionKind::Forward, s, m});
       if (s == n)
         continue;
-      for (size_t e = 0; e < schedule.edges.size(); ++e) {
-        const Edge &edge = schedule.edges[e];
-        int to = placement.rankOf(edge.consumer);
-        if (edge.producer == s && to != r)
-          actions.push_back({ActionKind::SendF, s, m, static_cast<int>(e), to});
+      for (int e : index.out[s]) {
+        int to = placement.rankOf(schedule.edges[e].consumer);
+        if (to != r)
+          actions.push_back({ActionKind::SendF, s, m, e, to});
       }
     }
   }
   return schedule;
 }
 
-llvm::Error simulateSchedule(const Manifest &manifest,
-                             const Schedule &schedule) {
-  const Placement &placement = schedule.placement;
-  int n = placement.numStages;
-  int world = placement.worldSize;
-  // Per edge: microbatches sent and not yet received, in order.
-  std::vector<std::deque<int>> channels(schedule.edges.size());
-  // Per rank: (stage, mb) run, and (edge, mb) received.
-  std::vector<std::set<std::pair<int, int>>> ran(world), received(world);
-  std::vector<size_t> pc(world, 0);
+namespace {
+/// The simulator of Schedule.h. Ranks that can move are kept in a work
+/// list; a rank blocked on a receive is woken by the send it waits for, so
+/// the simulation costs O(actions), not O(actions x ranks).
+class Simulator {
+public:
+  explicit Simulator(const Schedule &schedule)
+      : schedule(schedule), placement(schedule.placement), index(schedule),
+        channels(schedule.edges.size()), ran(placement.numStages + 1),
+        received(schedule.edges.size()), pc(placement.worldSize, 0),
+        waitingOn(schedule.edges.size(), -1) {}
 
-  auto inputsReady = [&](int r, int stage, int m) -> llvm::Error {
-    auto ready = [&](int producer, int consumer) {
-      if (placement.rankOf(producer) == r)
-        return ran[r].count({producer, m}) > 0;
-      for (size_t e = 0; e < schedule.edges.size(); ++e)
-        if (schedule.edges[e].producer == producer &&
-            schedule.edges[e].consumer == consumer)
-          return received[r].count({static_cast<int>(e), m}) > 0;
-      return false;
-    };
-    std::vector<int> producers;
-    if (stage == n) {
-      for (const ValueRef &ref : manifest.modelOutputs)
-        producers.push_back(ref.stage);
-    } else {
-      for (const StageInput &in : manifest.stages[stage].inputs)
-        if (!in.source.isModelInput())
-          producers.push_back(in.source.stage);
+  llvm::Error run() {
+    std::vector<int> runnable;
+    for (int r = 0; r < placement.worldSize; ++r)
+      runnable.push_back(r);
+    while (!runnable.empty()) {
+      int r = runnable.back();
+      runnable.pop_back();
+      if (llvm::Error err = advance(r, runnable))
+        return err;
     }
-    for (int p : producers)
-      if (!ready(p, stage))
+    return checkFinished();
+  }
+
+private:
+  /// Runs rank r's actions until it blocks on a receive or ends.
+  llvm::Error advance(int r, std::vector<int> &runnable) {
+    const std::vector<Action> &actions = schedule.ranks[r];
+    for (; pc[r] < actions.size(); ++pc[r]) {
+      const Action &a = actions[pc[r]];
+      switch (a.kind) {
+      case ActionKind::RecvF:
+        if (channels[a.edge].empty()) {
+          waitingOn[a.edge] = r;
+          return llvm::Error::success();
+        }
+        if (llvm::Error err = receive(r, a))
+          return err;
+        break;
+      case ActionKind::SendF:
+        if (llvm::Error err = send(r, a, runnable))
+          return err;
+        break;
+      case ActionKind::Forward:
+      case ActionKind::Output:
+        if (placement.rankOf(a.stage) != r)
+          return makeError(llvm::formatv("schedule runs {0} on rank {1}, "
+                                         "not on its rank {2}",
+                                         a.str(schedule.edges), r,
+                                         placement.rankOf(a.stage))
+                               .str());
+        if (llvm::Error err = inputsReady(r, a.stage, a.microbatch))
+          return err;
+        mark(ran[a.stage], a.microbatch);
+        break;
+      default:
+        break;
+      }
+    }
+    return llvm::Error::success();
+  }
+
+  llvm::Error receive(int r, const Action &a) {
+    std::deque<int> &ch = channels[a.edge];
+    if (ch.front() != a.microbatch)
+      return makeError(
+          llvm::formatv("schedule: messages on edge {0}->{1} arrive as "
+                        "mb={2} but rank {3} expects mb={4}",
+                        schedule.edges[a.edge].producer,
+                        schedule.edges[a.edge].consumer, ch.front(), r,
+                        a.microbatch)
+              .str());
+    ch.pop_front();
+    mark(received[a.edge], a.microbatch);
+    return llvm::Error::success();
+  }
+
+  llvm::Error send(int r, const Action &a, std::vector<int> &runnable) {
+    if (placement.rankOf(a.stage) != r || !has(ran[a.stage], a.microbatch))
+      return makeError(llvm::formatv("schedule sends {0} on rank {1} before "
+                                     "it ran the stage",
+                                     a.str(schedule.edges), r)
+                           .str());
+    channels[a.edge].push_back(a.microbatch);
+    if (waitingOn[a.edge] >= 0) {
+      runnable.push_back(waitingOn[a.edge]);
+      waitingOn[a.edge] = -1;
+    }
+    return llvm::Error::success();
+  }
+
+  /// Whether every input of `stage` (or, for the collector, every model
+  /// output) for microbatch m is on rank r: run there, or received.
+  llvm::Error inputsReady(int r, int stage, int m) {
+    for (int e : index.in[stage]) {
+      int producer = schedule.edges[e].producer;
+      bool ready = placement.rankOf(producer) == r ? has(ran[producer], m)
+                                                   : has(received[e], m);
+      if (!ready)
         return makeError(
             llvm::formatv(
                 "schedule runs {0} on rank {1} before its input "
                 "from stage {2}",
-                stage == n
+                stage == placement.numStages
                     ? llvm::formatv("OUT mb={0}", m).str()
                     : llvm::formatv("F stage={0} mb={1}", stage, m).str(),
-                r, p)
+                r, producer)
                 .str());
-    return llvm::Error::success();
-  };
-
-  bool progress = true;
-  while (progress) {
-    progress = false;
-    for (int r = 0; r < world; ++r) {
-      const std::vector<Action> &actions = schedule.ranks[r];
-      while (pc[r] < actions.size()) {
-        const Action &a = actions[pc[r]];
-        if (a.kind == ActionKind::RecvF) {
-          std::deque<int> &ch = channels[a.edge];
-          if (ch.empty())
-            break;
-          if (ch.front() != a.microbatch)
-            return makeError(
-                llvm::formatv("schedule: messages on edge {0}->{1} arrive "
-                              "as mb={2} but rank {3} expects mb={4}",
-                              schedule.edges[a.edge].producer,
-                              schedule.edges[a.edge].consumer, ch.front(), r,
-                              a.microbatch)
-                    .str());
-          ch.pop_front();
-          received[r].insert({a.edge, a.microbatch});
-        } else if (a.kind == ActionKind::SendF) {
-          if (!ran[r].count({a.stage, a.microbatch}))
-            return makeError(
-                llvm::formatv("schedule sends {0} on rank {1} before it "
-                              "ran the stage",
-                              a.str(schedule.edges), r)
-                    .str());
-          channels[a.edge].push_back(a.microbatch);
-        } else if (a.kind == ActionKind::Forward ||
-                   a.kind == ActionKind::Output) {
-          if (llvm::Error err = inputsReady(r, a.stage, a.microbatch))
-            return err;
-          ran[r].insert({a.stage, a.microbatch});
-        }
-        ++pc[r];
-        progress = true;
-      }
     }
+    return llvm::Error::success();
   }
 
-  std::string stuck;
-  for (int r = 0; r < world; ++r)
-    if (pc[r] < schedule.ranks[r].size())
-      stuck +=
-          llvm::formatv("{0}rank {1} waits at {2}", stuck.empty() ? "" : "; ",
-                        r, schedule.ranks[r][pc[r]].str(schedule.edges));
-  if (!stuck.empty())
-    return makeError("schedule deadlocks: " + stuck);
-  for (size_t e = 0; e < channels.size(); ++e)
-    if (!channels[e].empty())
-      return makeError(
-          llvm::formatv("schedule: rank {0} never receives SEND_F {1}->{2} "
-                        "mb={3}",
-                        placement.rankOf(schedule.edges[e].consumer),
-                        schedule.edges[e].producer, schedule.edges[e].consumer,
-                        channels[e].front())
-              .str());
-  // Every stage and microbatch must run exactly where it is placed.
-  for (int s = 0; s <= n; ++s)
-    for (int m = 0; m < schedule.microbatches; ++m)
-      if (!ran[placement.rankOf(s)].count({s, m}))
-        return makeError(llvm::formatv("schedule never runs {0} mb={1}",
-                                       s == n ? std::string("OUT")
-                                              : "F stage=" + std::to_string(s),
-                                       m)
-                             .str());
-  return llvm::Error::success();
+  /// No rank is stuck, no message is left unreceived, and every stage ran
+  /// every microbatch where it is placed.
+  llvm::Error checkFinished() {
+    std::string stuck;
+    for (int r = 0; r < placement.worldSize; ++r)
+      if (pc[r] < schedule.ranks[r].size())
+        stuck +=
+            llvm::formatv("{0}rank {1} waits at {2}", stuck.empty() ? "" : "; ",
+                          r, schedule.ranks[r][pc[r]].str(schedule.edges));
+    if (!stuck.empty())
+      return makeError("schedule deadlocks: " + stuck);
+    for (size_t e = 0; e < channels.size(); ++e)
+      if (!channels[e].empty())
+        return makeError(
+            llvm::formatv("schedule: rank {0} never receives SEND_F {1}->{2} "
+                          "mb={3}",
+                          placement.rankOf(schedule.edges[e].consumer),
+                          schedule.edges[e].producer,
+                          schedule.edges[e].consumer, channels[e].front())
+                .str());
+    for (int s = 0; s <= placement.numStages; ++s)
+      for (int m = 0; m < schedule.microbatches; ++m)
+        if (!has(ran[s], m))
+          return makeError(llvm::formatv("schedule never runs {0} mb={1}",
+                                         s == placement.numStages
+                                             ? std::string("OUT")
+                                             : "F stage=" + std::to_string(s),
+                                         m)
+                               .str());
+    return llvm::Error::success();
+  }
+
+  // Per stage (or edge), a bit per microbatch, allocated on first use.
+  static bool has(const std::vector<bool> &bits, int m) {
+    return static_cast<size_t>(m) < bits.size() && bits[m];
+  }
+  void mark(std::vector<bool> &bits, int m) {
+    if (bits.empty())
+      bits.resize(schedule.microbatches);
+    bits[m] = true;
+  }
+
+  const Schedule &schedule;
+  const Placement &placement;
+  EdgeIndex index;
+  /// Per edge: microbatches sent and not yet received, in order.
+  std::vector<std::deque<int>> channels;
+  /// Per stage: microbatches run (on the stage's own rank: advance()
+  /// refuses any other).
+  std::vector<std::vector<bool>> ran;
+  /// Per edge: microbatches received (by the consumer's rank).
+  std::vector<std::vector<bool>> received;
+  std::vector<size_t> pc;
+  /// Per edge: the rank blocked receiving from it, or -1.
+  std::vector<int> waitingOn;
+};
+} // namespace
+
+llvm::Error simulateSchedule(const Manifest &, const Schedule &schedule) {
+  // The schedule's edges carry everything the manifest says about who
+  // feeds whom.
+  return Simulator(schedule).run();
 }
 
 void printSchedule(const Schedule &schedule, int rank, llvm::raw_ostream &os) {

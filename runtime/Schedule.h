@@ -37,7 +37,7 @@
 #define PPC_RUNTIME_SCHEDULE_H
 
 #include "lib/Manifest.h"
-#include "runtime/Pipeline.h"
+#include "runtime/ScheduleKind.h"
 
 #include "llvm/Support/Error.h"
 

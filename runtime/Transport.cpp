@@ -12,9 +12,10 @@
 #include "runtime/Transport.h"
 
 #include "lib/Error.h"
-#include "lib/TorchCompat.h"
-#include "runtime/Pipeline.h"
+#include "runtime/LaunchEnv.h"
+#include "runtime/TorchCompat.h"
 
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 
 #include <ATen/ATen.h>
@@ -24,10 +25,42 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <thread>
 
 namespace ppc {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+/// The most bytes broadcastBytes() moves; far above any real signature
+/// list, far below what would exhaust memory.
+constexpr uint64_t kMaxBroadcastBytes = 64ull << 20;
+
+/// Sends in flight per transport before send() waits for the oldest: keeps
+/// memory bounded when a receiver falls behind.
+constexpr size_t kMaxPendingSends = 64;
+
+/// "3" or "2.5": a timeout in seconds for messages.
+std::string secondsText(std::chrono::milliseconds timeout) {
+  return timeout.count() % 1000 == 0
+             ? std::to_string(timeout.count() / 1000)
+             : llvm::formatv("{0:f1}", timeout.count() / 1000.0).str();
+}
+
+/// The time left until `deadline`, at least 1 ms (0 means "no timeout" to
+/// c10d and Gloo).
+std::chrono::milliseconds remaining(Clock::time_point deadline) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - Clock::now());
+  return std::max(left, std::chrono::milliseconds(1));
+}
+} // namespace
 
 llvm::Expected<int> Transport::nextTag(bool sending, int peer, int channel) {
   int64_t seq = sequence_[{sending, peer, channel}]++;
@@ -79,6 +112,10 @@ llvm::Error Transport::broadcastBytes(std::string &bytes, int root) {
   auto chars = at::TensorOptions().dtype(at::kByte);
   const char *what = "the microbatch signatures";
   if (rank_ == root) {
+    if (bytes.size() > kMaxBroadcastBytes)
+      return makeError(llvm::formatv("{0} take {1} bytes; the limit is {2}",
+                                     what, bytes.size(), kMaxBroadcastBytes)
+                           .str());
     at::Tensor size =
         at::tensor({static_cast<int64_t>(bytes.size())}, longs).to(device());
     at::Tensor data = at::empty({static_cast<int64_t>(bytes.size())}, chars);
@@ -99,6 +136,12 @@ llvm::Error Transport::broadcastBytes(std::string &bytes, int root) {
   if (llvm::Error err = recv(size, root, 0, what))
     return err;
   int64_t n = size.cpu().item<int64_t>();
+  // The length comes from a peer: check it before allocating.
+  if (n < 0 || static_cast<uint64_t>(n) > kMaxBroadcastBytes)
+    return makeError(llvm::formatv("rank {0} sent a length of {1} bytes for "
+                                   "{2}; the limit is {3}",
+                                   root, n, what, kMaxBroadcastBytes)
+                         .str());
   bytes.assign(static_cast<size_t>(n), '\0');
   if (n > 0) {
     at::Tensor data = at::empty({n}, chars.device(device()));
@@ -122,17 +165,12 @@ llvm::Error lostRank(int peer, std::chrono::milliseconds timeout,
                      const llvm::Twine &what, const std::string &cause) {
   bool timedOut = cause.find("Timed out") != std::string::npos ||
                   cause.find("timed out") != std::string::npos;
-  if (timedOut) {
-    std::string seconds =
-        timeout.count() % 1000 == 0
-            ? std::to_string(timeout.count() / 1000)
-            : llvm::formatv("{0:f1}", timeout.count() / 1000.0).str();
+  if (timedOut)
     return makeError(
         llvm::formatv("lost rank {0} (no answer within {1} s while "
                       "waiting for {2})",
-                      peer, seconds, what.str())
+                      peer, secondsText(timeout), what.str())
             .str());
-  }
   // Gloo prefixes its messages with "[file.cc:line] ".
   llvm::StringRef text(cause);
   if (text.startswith("[") && text.contains("] "))
@@ -181,6 +219,11 @@ public:
                    const llvm::Twine &what) override {
     if (llvm::Error err = reapSends())
       return err;
+    if (pending_.size() >= kMaxPendingSends) {
+      if (llvm::Error err = waitSend(pending_.front(), Clock::now() + timeout_))
+        return err;
+      pending_.erase(pending_.begin());
+    }
     auto tagOr = nextTag(true, peer, channel);
     if (!tagOr)
       return tagOr.takeError();
@@ -210,16 +253,13 @@ public:
     return llvm::Error::success();
   }
 
+  /// All pending sends share one deadline: a stalled peer costs one
+  /// timeout, not one per message.
   llvm::Error flushSends() override {
-    for (Pending &p : pending_) {
-      bool done = false;
-      if (llvm::Error err = guardPeer(p.peer, timeout_, p.what, [&] {
-            done = compat::waitWork(p.work, timeout_);
-          }))
+    Clock::time_point deadline = Clock::now() + timeout_;
+    for (Pending &p : pending_)
+      if (llvm::Error err = waitSend(p, deadline))
         return err;
-      if (!done)
-        return lostRank(p.peer, timeout_, p.what, "timed out");
-    }
     pending_.clear();
     return llvm::Error::success();
   }
@@ -230,6 +270,18 @@ private:
     int peer;
     std::string what;
   };
+
+  /// Waits for `p` until `deadline`. Errors: "lost rank P (...)".
+  llvm::Error waitSend(Pending &p, Clock::time_point deadline) {
+    bool done = false;
+    if (llvm::Error err = guardPeer(p.peer, timeout_, p.what, [&] {
+          done = compat::waitWork(p.work, remaining(deadline));
+        }))
+      return err;
+    if (!done)
+      return lostRank(p.peer, timeout_, p.what, "timed out");
+    return llvm::Error::success();
+  }
 
   /// Drops completed sends so the list stays short; reports failed ones.
   llvm::Error reapSends() {
@@ -254,7 +306,7 @@ private:
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<Group> group_;
   c10::Device device_;
-  std::vector<Pending> pending_;
+  std::deque<Pending> pending_;
 };
 
 /// The local address this machine uses to reach `host` (found by
@@ -293,51 +345,215 @@ llvm::Expected<std::string> localAddressTowards(const std::string &host,
   return result;
 }
 
+/// An error raised on a start-up thread, whose text is the error's.
+struct StepError {
+  std::string message;
+};
+
+/// Where runBounded() leaves the outcome of a call.
+template <typename T> struct BoundedCall {
+  std::mutex mutex;
+  std::condition_variable done;
+  bool finished = false;
+  std::optional<T> value;
+  std::string error;
+};
+
+/// Runs `fn` on a thread of its own and waits for it until `deadline`.
+/// LibTorch 1.13's TCPStore client reads replies without a timeout, so a
+/// store host that stops (SIGSTOP, a frozen machine) would block the call
+/// forever, and a thread blocked in recv() cannot be interrupted. Past the
+/// deadline the call is abandoned: its thread is detached, keeps what it
+/// uses alive through fn's by-value captures, and ends with the process.
+/// `fn` returns T or throws: a StepError (its text is the error), or
+/// anything else (`where`: first line of the message).
+template <typename T, typename Fn>
+llvm::Expected<T> runBounded(Clock::time_point deadline,
+                             const std::string &onTimeout,
+                             const std::string &where, Fn fn) {
+  auto call = std::make_shared<BoundedCall<T>>();
+  std::thread([call, fn = std::move(fn), where]() mutable {
+    std::optional<T> value;
+    std::string error;
+    try {
+      value = fn();
+    } catch (const StepError &e) {
+      error = e.message;
+    } catch (const c10::Error &e) {
+      error = where + " (" + firstLine(e.what_without_backtrace()) + ")";
+    } catch (const std::exception &e) {
+      error = where + " (" + firstLine(e.what()) + ")";
+    }
+    std::lock_guard<std::mutex> lock(call->mutex);
+    call->value = std::move(value);
+    call->error = std::move(error);
+    call->finished = true;
+    call->done.notify_all();
+  }).detach();
+  std::unique_lock<std::mutex> lock(call->mutex);
+  if (!call->done.wait_until(lock, deadline, [&] { return call->finished; }))
+    return makeError(onTimeout);
+  if (!call->value)
+    return makeError(call->error);
+  return std::move(*call->value);
+}
+
+/// Text from a peer, safe to print: printable ASCII, at most 64 bytes.
+std::string printable(const std::vector<uint8_t> &bytes) {
+  std::string out;
+  for (size_t i = 0; i < bytes.size() && i < 64; ++i)
+    out += llvm::isPrint(bytes[i]) ? static_cast<char>(bytes[i]) : '?';
+  return bytes.size() > 64 ? out + "..." : out;
+}
+
+/// The rendezvous store's keys: "ppc/job" holds the job token of the job
+/// that claimed the store; "ppc/rank/R" counts the processes that claimed
+/// rank R. The process group's keys live under "ppc/group/".
+std::string rankKey(int rank) { return "ppc/rank/" + std::to_string(rank); }
+
+/// Explains why the store at `where` could not be served or reached.
+std::string storeFailure(const LaunchEnv &env, bool serve,
+                         const std::string &where,
+                         std::chrono::milliseconds timeout,
+                         const std::string &cause) {
+  if (serve && (cause.find("Address already in use") != std::string::npos ||
+                cause.find("errno: 98") != std::string::npos))
+    return llvm::formatv("MASTER_PORT {0} is taken on this machine (another "
+                         "job?); choose another port",
+                         env.masterPort);
+  if (!serve && cause.find("timed out") != std::string::npos)
+    return env.launcherHostsStore
+               ? llvm::formatv("rendezvous at {0} failed (the launcher's "
+                               "store did not answer within {1} s)",
+                               where, secondsText(timeout))
+                     .str()
+               : llvm::formatv("lost rank 0 (never reached the rendezvous "
+                               "at {0} within {1} s)",
+                               where, secondsText(timeout))
+                     .str();
+  return "rendezvous at " + where + " failed (" + cause + ")";
+}
+
+/// Steps 1-4 of connectTransport(), on a thread of runBounded(): returns
+/// the store for the process group. Throws StepError.
+c10::intrusive_ptr<c10d::Store> meetRanks(const LaunchEnv &env,
+                                          std::chrono::milliseconds timeout,
+                                          Clock::time_point deadline) {
+  std::string where = env.masterAddr + ":" + std::to_string(env.masterPort);
+  bool serve = env.rank == 0 && !env.launcherHostsStore;
+  c10::intrusive_ptr<c10d::TCPStore> store;
+  try {
+    // c10d truncates the connect timeout to whole seconds (0.9 s would fail
+    // at once): round up; the caller's deadline still bounds the step.
+    store = compat::makeTCPStore(
+        env.masterAddr, static_cast<uint16_t>(env.masterPort), serve,
+        std::chrono::ceil<std::chrono::seconds>(remaining(deadline)));
+  } catch (const std::exception &e) {
+    // c10::Error, or c10d's TimeoutError (a std::runtime_error).
+    throw StepError{
+        storeFailure(env, serve, where, timeout, firstLine(e.what()))};
+  }
+  std::vector<uint8_t> token(env.jobToken.begin(), env.jobToken.end());
+  std::vector<uint8_t> holder = store->compareSet("ppc/job", {}, token);
+  if (holder != token)
+    throw StepError{llvm::formatv("another job (job token '{0}') holds the "
+                                  "rendezvous at {1}; give each job its own "
+                                  "MASTER_PORT",
+                                  printable(holder), where)};
+  if (store->add(rankKey(env.rank), 1) != 1)
+    throw StepError{llvm::formatv(
+        "RANK={0} joined the rendezvous at {1} twice: another job with the "
+        "same job token uses this port (set PPC_JOB_TOKEN per job or give "
+        "each job its own MASTER_PORT)",
+        env.rank, where)};
+  std::vector<std::string> keys;
+  for (int r = 0; r < env.worldSize; ++r)
+    keys.push_back(rankKey(r));
+  try {
+    store->wait(keys, remaining(deadline));
+  } catch (const std::exception &) {
+    std::vector<int> missing;
+    for (int r = 0; r < env.worldSize; ++r)
+      if (!store->check({keys[r]}))
+        missing.push_back(r);
+    if (!missing.empty()) {
+      std::string others;
+      for (size_t i = 1; i < missing.size(); ++i)
+        others += (i == 1 ? "; rank " : ", ") + std::to_string(missing[i]);
+      throw StepError{llvm::formatv("lost rank {0} (never reached the "
+                                    "rendezvous at {1} within {2} s{3})",
+                                    missing[0], where, secondsText(timeout),
+                                    others.empty() ? "" : others + " neither")};
+    }
+  }
+  return compat::makePrefixStore("ppc/group/", store);
+}
+
+/// The Gloo device for this rank: on GLOO_SOCKET_IFNAME's first interface,
+/// else on the local address that reaches MASTER_ADDR.
+llvm::Expected<std::shared_ptr<::gloo::transport::Device>>
+glooDevice(const LaunchEnv &env, const std::string &where) {
+  if (const char *ifname = std::getenv("GLOO_SOCKET_IFNAME");
+      ifname && *ifname) {
+    std::string first = llvm::StringRef(ifname).split(',').first.str();
+    return torchCall(where,
+                     [&] { return compat::makeGlooDeviceForInterface(first); });
+  }
+  auto address = localAddressTowards(env.masterAddr, env.masterPort);
+  if (!address)
+    return withContext(address.takeError(), where);
+  return torchCall(where,
+                   [&] { return compat::makeGlooDeviceForHost(*address); });
+}
+
 } // namespace
 
 llvm::Expected<std::unique_ptr<Transport>>
 connectTransport(const LaunchEnv &env, DeviceKind device,
                  std::chrono::milliseconds timeout) {
-  std::string where = llvm::formatv("rendezvous at {0}:{1} failed",
-                                    env.masterAddr, env.masterPort);
+  std::string where = env.masterAddr + ":" + std::to_string(env.masterPort);
+  std::string failed = "rendezvous at " + where + " failed";
 #ifndef PPC_HAVE_NCCL
   if (device == DeviceKind::CUDA)
     return makeError(
         "--device cuda needs a ppc built against a LibTorch with CUDA "
         "(this one has none); use --device cpu");
 #endif
-  auto store = torchCall(where, [&] {
-    return compat::makeTCPStore(env.masterAddr,
-                                static_cast<uint16_t>(env.masterPort),
-                                env.rank == 0, env.worldSize, timeout);
-  });
+  // A little past the deadline, so that the steps' own timeouts, which say
+  // more, normally fire first.
+  constexpr std::chrono::milliseconds kGrace(500);
+  Clock::time_point deadline = Clock::now() + timeout;
+  std::string storeSilent =
+      env.launcherHostsStore
+          ? llvm::formatv("{0} (the launcher's store did not answer within "
+                          "{1} s)",
+                          failed, secondsText(timeout))
+                .str()
+          : llvm::formatv("lost rank 0 (the rendezvous store at {0} did not "
+                          "answer within {1} s)",
+                          where, secondsText(timeout))
+                .str();
+  auto store = runBounded<c10::intrusive_ptr<c10d::Store>>(
+      deadline + kGrace, storeSilent, failed,
+      [env, timeout, deadline] { return meetRanks(env, timeout, deadline); });
   if (!store)
     return store.takeError();
 
+  // Every rank has arrived; connecting the group gets a timeout of its own.
+  deadline = Clock::now() + timeout;
+  std::string groupSilent =
+      llvm::formatv("{0} (connecting the process group took over {1} s)",
+                    failed, secondsText(timeout));
   if (device == DeviceKind::CPU) {
-    std::shared_ptr<::gloo::transport::Device> glooDevice;
-    if (const char *ifname = std::getenv("GLOO_SOCKET_IFNAME");
-        ifname && *ifname) {
-      std::string first = llvm::StringRef(ifname).split(',').first.str();
-      auto dev = torchCall(
-          where, [&] { return compat::makeGlooDeviceForInterface(first); });
-      if (!dev)
-        return dev.takeError();
-      glooDevice = *dev;
-    } else {
-      auto address = localAddressTowards(env.masterAddr, env.masterPort);
-      if (!address)
-        return withContext(address.takeError(), where);
-      auto dev = torchCall(
-          where, [&] { return compat::makeGlooDeviceForHost(*address); });
-      if (!dev)
-        return dev.takeError();
-      glooDevice = *dev;
-    }
-    auto group = torchCall(where, [&] {
-      return compat::makeGlooGroup(*store, env.rank, env.worldSize, timeout,
-                                   glooDevice);
-    });
+    auto glooDev = glooDevice(env, failed);
+    if (!glooDev)
+      return glooDev.takeError();
+    auto group = runBounded<c10::intrusive_ptr<compat::GlooGroup>>(
+        deadline + kGrace, groupSilent, failed,
+        [store = *store, env, timeout, dev = *glooDev] {
+          return compat::makeGlooGroup(store, env.rank, env.worldSize, timeout,
+                                       dev);
+        });
     if (!group)
       return group.takeError();
     return std::make_unique<GroupTransport<compat::GlooGroup>>(
@@ -345,9 +561,10 @@ connectTransport(const LaunchEnv &env, DeviceKind device,
         c10::Device(c10::kCPU));
   }
 #ifdef PPC_HAVE_NCCL
-  auto group = torchCall(where, [&] {
-    return compat::makeNcclGroup(*store, env.rank, env.worldSize, timeout);
-  });
+  auto group = runBounded<c10::intrusive_ptr<compat::NcclGroup>>(
+      deadline + kGrace, groupSilent, failed, [store = *store, env, timeout] {
+        return compat::makeNcclGroup(store, env.rank, env.worldSize, timeout);
+      });
   if (!group)
     return group.takeError();
   return std::make_unique<GroupTransport<compat::NcclGroup>>(
@@ -356,6 +573,31 @@ connectTransport(const LaunchEnv &env, DeviceKind device,
 #else
   return makeError("unreachable: no CUDA transport");
 #endif
+}
+
+struct StoreHost::Impl {
+  c10::intrusive_ptr<c10d::TCPStore> store;
+};
+
+StoreHost::StoreHost(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+StoreHost::~StoreHost() = default;
+
+int StoreHost::port() const { return compat::storePort(*impl_->store); }
+
+llvm::Expected<std::unique_ptr<StoreHost>> StoreHost::start(int port) {
+  auto impl = std::make_unique<Impl>();
+  try {
+    impl->store =
+        compat::makeTCPStore("127.0.0.1", static_cast<uint16_t>(port),
+                             /*isServer=*/true, std::chrono::seconds(60));
+  } catch (const std::exception &e) {
+    LaunchEnv env;
+    env.masterPort = port;
+    return makeError(
+        storeFailure(env, /*serve=*/true, "port " + std::to_string(port),
+                     std::chrono::seconds(60), firstLine(e.what())));
+  }
+  return std::unique_ptr<StoreHost>(new StoreHost(std::move(impl)));
 }
 
 } // namespace ppc

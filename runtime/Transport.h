@@ -104,14 +104,44 @@ private:
   std::map<std::tuple<bool, int, int>, int64_t> sequence_;
 };
 
-/// Meets the other ranks at env.masterAddr:env.masterPort (a c10d::TCPStore
-/// served by rank 0) and connects a process group for `device`. Waits at
-/// most `timeout` for the others. Errors: "rendezvous at HOST:PORT failed
-/// (...)" (a rank did not arrive in time, the port is taken, ...), "--device
-/// cuda needs a LibTorch built with CUDA" when NCCL is not compiled in.
+/// Meets the other ranks at env.masterAddr:env.masterPort and connects a
+/// process group for `device`. The rendezvous store is served by rank 0, or
+/// by the launcher when env.launcherHostsStore. The steps, all within about
+/// `timeout` (a blocking c10d call that outlives it is abandoned):
+///   1. connect to the store (rank 0: serve it);
+///   2. claim the store for env.jobToken, or find that another job holds it;
+///   3. announce this rank, refusing a rank that another process claimed;
+///   4. wait until every rank has announced itself;
+///   5. connect the process group (Gloo or NCCL) through the store.
+/// Errors: "MASTER_PORT P is taken on this machine ...", "lost rank R
+/// (never reached the rendezvous at HOST:PORT within T s)", "lost rank 0
+/// (the rendezvous store at HOST:PORT did not answer within T s)",
+/// "another job (job token 'X') holds the rendezvous at HOST:PORT ...",
+/// "RANK=R joined the rendezvous at HOST:PORT twice ...", "rendezvous at
+/// HOST:PORT failed (...)", "--device cuda needs a LibTorch built with
+/// CUDA" when NCCL is not compiled in.
 llvm::Expected<std::unique_ptr<Transport>>
 connectTransport(const LaunchEnv &env, DeviceKind device,
                  std::chrono::milliseconds timeout);
+
+/// A rendezvous store served by this process for workers it starts (they
+/// get TORCHELASTIC_USE_AGENT_STORE=True, as under torchrun). It binds its
+/// port, 0 = any free one, on all interfaces and holds it until destroyed,
+/// so no other process can take the port between choosing and using it.
+class StoreHost {
+public:
+  /// Errors: "MASTER_PORT P is taken on this machine ...", "cannot serve
+  /// the rendezvous on port P (...)".
+  static llvm::Expected<std::unique_ptr<StoreHost>> start(int port);
+  ~StoreHost();
+  /// The port it listens on.
+  int port() const;
+
+private:
+  struct Impl;
+  explicit StoreHost(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
 
 } // namespace ppc
 

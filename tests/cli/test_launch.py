@@ -1,7 +1,7 @@
 """Tests that `ppc launch` starts workers like torchrun and supervises them.
 
 Run: /usr/bin/python3 tests/cli/test_launch.py -v
-The ppc binary comes from $PPC (default build/bin/ppc). Workers are small
+The ppc binary comes from $PPC (see common.py). Workers are small
 `sh -c` scripts, so these tests need no models and take a few seconds.
 """
 
@@ -14,7 +14,8 @@ import tempfile
 import time
 import unittest
 
-PPC = os.environ.get("PPC", "build/bin/ppc")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import PPC, free_port  # noqa: E402
 
 
 def launch(*args, env=None, timeout=20):
@@ -108,6 +109,59 @@ class LaunchTest(unittest.TestCase):
             self.assertEqual(m.group(4), rank * (index % 500))
             self.assertEqual(next_index.get(rank, 0), index)
             next_index[rank] = index + 1
+
+    def test_long_lines_arrive_whole(self):
+        # A 100 KiB line (a JSON record, a tensor print) arrives as one
+        # prefixed line; only a runaway line without '\n' past 1 MiB is cut.
+        script = ("import os, sys\n"
+                  "r = os.environ['RANK']\n"
+                  "sys.stdout.write(r * 102400 + '\\n')\n"
+                  "sys.stdout.write('z' * (3 << 20))\n")
+        code, out, err, _ = launch("--nproc-per-node", "2", "--",
+                                   sys.executable, "-c", script, timeout=60)
+        self.assertEqual(code, 0, err)
+        lines = out.splitlines()
+        for rank in "01":
+            self.assertIn(f"[rank {rank}] " + rank * 102400, lines)
+            pieces = [l[len("[rank 0] "):] for l in lines
+                      if l.startswith(f"[rank {rank}] z")]
+            self.assertEqual("".join(pieces), "z" * (3 << 20))
+            self.assertTrue(all(len(p) <= 1 << 20 for p in pieces))
+        self.assertEqual(len(lines), 2 + 2 * 3)
+
+    def test_master_port_zero_serves_the_store_in_the_launcher(self):
+        # The launcher holds the port for the whole job (workers meet at its
+        # store), so no other process can take it between choosing and use.
+        script = ("import os, socket\n"
+                  "port = int(os.environ['MASTER_PORT'])\n"
+                  "s = socket.socket()\n"
+                  "try:\n"
+                  "    s.bind(('0.0.0.0', port)); print('free')\n"
+                  "except OSError:\n"
+                  "    print('held')\n"
+                  "print(os.environ.get('TORCHELASTIC_USE_AGENT_STORE'), "
+                  "os.environ.get('PPC_JOB_TOKEN'))\n")
+        tokens = set()
+        for _ in range(2):
+            code, out, err, _ = launch("--nproc-per-node", "2", "--master-port", "0",
+                                       "--", sys.executable, "-c", script)
+            self.assertEqual(code, 0, err)
+            lines = out.splitlines()
+            per_rank = [[l for l in lines if l.startswith(f"[rank {r}] ")] for r in (0, 1)]
+            m = re.fullmatch(r"\[rank 0\] True ([0-9a-f]{16})", per_rank[0][-1])
+            self.assertIsNotNone(m, lines)
+            self.assertEqual(per_rank, [["[rank 0] held", "[rank 0] True " + m.group(1)],
+                                        ["[rank 1] held", "[rank 1] True " + m.group(1)]])
+            tokens.add(m.group(1))
+        self.assertEqual(len(tokens), 2)
+
+    def test_explicit_port_is_left_to_rank_0(self):
+        port = free_port()
+        code, out, err, _ = launch("--nproc-per-node", "1", "--master-port", str(port),
+                                   "--", "sh", "-c",
+                                   "echo ${TORCHELASTIC_USE_AGENT_STORE:-rank0} $MASTER_PORT")
+        self.assertEqual((code, err), (0, ""))
+        self.assertEqual(out, f"[rank 0] rank0 {port}\n")
 
     def test_stdin_is_dev_null(self):
         code, out, err, elapsed = launch("--nproc-per-node", "2", "--", "cat")

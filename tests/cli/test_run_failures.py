@@ -12,44 +12,35 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
+import threading
 import time
 import unittest
 
 import torch
 
-PPC = os.environ.get("PPC", "build/bin/ppc")
-MODELS = os.environ.get("PPC_MODELS_DIR", "build/models")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import MODELS, PPC, finish, free_port, rank_env, start_ranks  # noqa: E402
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def wait_listening(port, proc, limit=30):
+    """Waits until something accepts connections on 127.0.0.1:PORT (rank 0
+    serving the rendezvous) or `proc` exits."""
+    end = time.monotonic() + limit
+    while time.monotonic() < end and proc.poll() is None:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"nothing listens on port {port}")
 
 
-def start_ranks(world, args, port=None):
-    port = port or free_port()
-    procs = []
-    for rank in range(world):
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
-                   LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(port))
-        procs.append(subprocess.Popen([PPC, "run"] + args, env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))
-    return procs
-
-
-def finish(procs, timeout=60):
-    out = []
-    for p in procs:
-        try:
-            o, e = p.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            o, e = p.communicate()
-        out.append((p.returncode, o, e))
-    return out
+def one_rank(rank, world, port, args, **extra):
+    """Starts `ppc run ARGS` as rank RANK of WORLD meeting at PORT."""
+    return subprocess.Popen([PPC, "run", *map(str, args)],
+                            env=rank_env(rank, world, port, **extra),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 class RunFailuresTest(unittest.TestCase):
@@ -184,6 +175,151 @@ class RunFailuresTest(unittest.TestCase):
         self.assertLess(time.time() - start, 15)
         self.assertRegex(self.one_line_error(err),
                          r"^error: lost rank 1 \(no answer within 3 s while waiting for ")
+
+
+    def test_stopped_rank_0_during_start_up_is_named(self):
+        # Rank 0 serves the rendezvous store and stops once it listens: its
+        # store no longer answers, which c10d alone would wait on forever.
+        port = free_port()
+        args = self.args(self.mlp, timeout="3")
+        rank0 = one_rank(0, 2, port, args)
+        try:
+            wait_listening(port, rank0)
+            rank0.send_signal(signal.SIGSTOP)
+            start = time.monotonic()
+            code, _, err = finish([one_rank(1, 2, port, args)], timeout=30)[0]
+            elapsed = time.monotonic() - start
+        finally:
+            rank0.kill()
+            finish([rank0])
+        self.assertEqual(code, 2, err)
+        # 3 s of timeout, plus process start-up on a loaded machine.
+        self.assertLess(elapsed, 12)
+        self.assertEqual(err, "error: lost rank 0 (the rendezvous store at "
+                              f"127.0.0.1:{port} did not answer within 3 s)\n")
+
+    def test_stopped_rank_0_mid_run_is_named(self):
+        procs = start_ranks(2, self.args(self.resnet, self.big_input, "--microbatches", "8",
+                                         "--print-schedule", timeout="3"))
+        self.wait_for_schedule(procs[0])
+        procs[0].send_signal(signal.SIGSTOP)
+        start = time.monotonic()
+        code, _, err = finish(procs[1:], timeout=30)[0]
+        elapsed = time.monotonic() - start
+        procs[0].kill()
+        finish(procs[:1])
+        self.assertEqual(code, 2, err)
+        self.assertLess(elapsed, 12)
+        self.assertRegex(self.one_line_error(err),
+                         r"^error: lost rank 0 \(no answer within 3 s while waiting for ")
+
+    def test_lone_rank_names_the_rank_that_never_arrived(self):
+        for present, missing in ((0, 1), (1, 0)):
+            with self.subTest(present=present):
+                port = free_port()
+                start = time.monotonic()
+                proc = one_rank(present, 2, port, self.args(self.mlp, timeout="3"))
+                code, _, err = finish([proc], timeout=30)[0]
+                self.assertEqual(code, 2, err)
+                self.assertLess(time.monotonic() - start, 12)
+                # The whole of stderr: c10d's glog lines are hidden.
+                self.assertEqual(err, f"error: lost rank {missing} (never reached the "
+                                      f"rendezvous at 127.0.0.1:{port} within 3 s)\n")
+
+    def test_verbose_shows_torch_diagnostics(self):
+        port = free_port()
+        proc = one_rank(1, 2, port, self.args(self.mlp, timeout="2") + ["--verbose"])
+        code, _, err = finish([proc], timeout=30)[0]
+        self.assertEqual(code, 2, err)
+        self.assertIn("socket", err)
+        self.assertEqual(self.one_line_error(err),
+                         f"error: lost rank 0 (never reached the rendezvous at "
+                         f"127.0.0.1:{port} within 2 s)")
+
+    def test_two_jobs_on_one_port_refuse_each_other(self):
+        port = free_port()
+        args_a = self.args(self.mlp, timeout="30")
+        a0 = one_rank(0, 2, port, args_a, PPC_JOB_TOKEN="job-a")
+        try:
+            wait_listening(port, a0)
+            out_b = os.path.join(self.tmp, "out_b.pt")
+            args_b = self.args(self.mlp, timeout="5")
+            args_b[args_b.index("--output") + 1] = out_b
+            (b0, _, e0), (b1, _, e1) = finish(
+                [one_rank(r, 2, port, args_b, PPC_JOB_TOKEN="job-b") for r in (0, 1)])
+            a1 = one_rank(1, 2, port, args_a, PPC_JOB_TOKEN="job-a")
+            (c0, _, ea0), (c1, _, ea1) = finish([a0, a1])
+        finally:
+            a0.kill()
+        self.assertEqual((b0, b1), (2, 2))
+        self.assertEqual(e0, f"error: MASTER_PORT {port} is taken on this machine "
+                             "(another job?); choose another port\n")
+        self.assertEqual(e1, "error: another job (job token 'job-a') holds the rendezvous "
+                             f"at 127.0.0.1:{port}; give each job its own MASTER_PORT\n")
+        self.assertFalse(os.path.exists(out_b))
+        # Job a is not disturbed.
+        self.assertEqual((c0, c1), (0, 0), ea0 + ea1)
+        got = torch.load(os.path.join(self.tmp, "out.pt"))
+        want = torch.load(os.path.join(MODELS, "mlp.expected.pt"))
+        torch.testing.assert_close(got, want)
+
+    def test_huge_microbatch_count_fails_before_building_anything(self):
+        start = time.monotonic()
+        results = finish(start_ranks(2, self.args(self.mlp, None, "--microbatches",
+                                                  "100000000")))
+        self.assertLess(time.monotonic() - start, 20)
+        for code, _, err in results:
+            self.assertEqual(code, 2)
+            self.assertEqual(err, "error: --microbatches 100000000 is not in 1..65536\n")
+
+    def test_microbatches_above_the_batch(self):
+        results = finish(start_ranks(2, self.args(self.mlp, None, "--microbatches", "1000")))
+        (c0, _, e0), (c1, _, e1) = results
+        self.assertEqual((c0, c1), (2, 2))
+        self.assertEqual(self.one_line_error(e0),
+                         "error: --microbatches 1000 exceeds the batch size 5")
+        self.assertTrue(self.one_line_error(e1).startswith("error: lost rank 0 ("), e1)
+
+    def test_threads_out_of_range(self):
+        limit = max(4, 4 * os.cpu_count())
+        for threads in ("-1", "100000"):
+            with self.subTest(threads=threads):
+                results = finish(start_ranks(2, self.args(self.mlp, None, "--threads", threads)))
+                for code, _, err in results:
+                    self.assertEqual(code, 2)
+                    self.assertEqual(err, f"error: --threads {threads} is not in 1..{limit} "
+                                          "(4 per core), or 0 for the default\n")
+
+    def max_threads_of_run(self, threads):
+        """Runs one rank (world 1) with --threads THREADS; returns the most
+        threads its process had, sampled from /proc/PID/task."""
+        port = free_port()
+        proc = one_rank(0, 1, port, self.args(self.resnet, self.big_input, "--microbatches",
+                                              "4", "--threads", threads))
+        most = [0]
+
+        def sample():
+            while proc.poll() is None:
+                try:
+                    most[0] = max(most[0], len(os.listdir(f"/proc/{proc.pid}/task")))
+                except FileNotFoundError:
+                    break
+                time.sleep(0.02)
+
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        code, _, err = finish([proc], timeout=120)[0]
+        sampler.join()
+        self.assertEqual(code, 0, err)
+        return most[0]
+
+    def test_threads_sets_the_intra_op_pool(self):
+        # Each thread pool that honours the setting (OpenMP, and the BLAS
+        # LibTorch was built with) adds THREADS - 1 workers to a rank's fixed
+        # threads (Gloo, store, interop).
+        one, four = self.max_threads_of_run("1"), self.max_threads_of_run("4")
+        self.assertGreater(four, one)
+        self.assertEqual((four - one) % 3, 0, (one, four))
 
 
 if __name__ == "__main__":

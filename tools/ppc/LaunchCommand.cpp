@@ -8,9 +8,11 @@
 
 #include "lib/Error.h"
 #include "runtime/Launcher.h"
+#include "runtime/Transport.h"
 
 #include "llvm/Support/raw_ostream.h"
 
+#include <cstdlib>
 #include <memory>
 
 namespace ppc {
@@ -29,15 +31,24 @@ static llvm::Expected<int> runLaunch(const LaunchArgs &args) {
     options.timeoutSeconds = args.timeoutSeconds;
   if (llvm::Error err = validateLaunchOptions(options))
     return err;
+  // One node's launch can name its job; nodes of a multi-node job share
+  // whatever PPC_JOB_TOKEN the user gives them all (inherited).
+  if (options.nnodes == 1 && !std::getenv("PPC_JOB_TOKEN"))
+    options.jobToken = newJobToken();
+  // Port 0: serve the rendezvous here on a port bound now and held for the
+  // whole job, so no other process can take it before rank 0 would.
+  std::unique_ptr<StoreHost> store;
   if (options.masterPort == 0) {
     if (options.nnodes > 1)
       return makeError(
           "--master-port 0 needs --nnodes 1: the nodes must agree on the port");
-    llvm::Expected<int> port = pickFreePort();
-    if (!port)
-      return port.takeError();
-    options.masterPort = *port;
-    llvm::errs() << "note: using MASTER_PORT=" << *port << "\n";
+    auto host = StoreHost::start(0);
+    if (!host)
+      return host.takeError();
+    store = std::move(*host);
+    options.masterPort = store->port();
+    options.launcherHostsStore = true;
+    llvm::errs() << "note: using MASTER_PORT=" << options.masterPort << "\n";
   }
   if (llvm::Error err = launch(options))
     return err;
@@ -82,8 +93,9 @@ Command addLaunchCommand(CLI::App &parent) {
                   "Address of the node that runs rank 0 (MASTER_ADDR)")
       ->capture_default_str();
   app->add_option("--master-port", options.masterPort,
-                  "Rendezvous port on the master node (MASTER_PORT); 0 picks "
-                  "a free local port and prints it (only with --nnodes 1)")
+                  "Rendezvous port on the master node (MASTER_PORT); 0 makes "
+                  "ppc launch serve the rendezvous store itself on a free "
+                  "port, which it prints (only with --nnodes 1)")
       ->capture_default_str();
   args->timeout = app->add_option(
       "--timeout", args->timeoutSeconds,

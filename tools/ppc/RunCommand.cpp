@@ -11,19 +11,30 @@
 
 #include "llvm/Support/raw_ostream.h"
 
+#include <map>
 #include <memory>
 
 namespace ppc {
 
 namespace {
 struct RunCommandOptions {
-  std::string manifestPath, inputPath, outputPath, schedule = "1f1b";
+  std::string manifestPath, inputPath, outputPath;
   std::string metaCacheDir, inputMeta, device = "cpu";
+  ScheduleKind schedule = ScheduleKind::OneFOneB;
   int microbatches = 1;
   double timeoutSeconds = 60;
   bool noMetaCache = false, stats = false, printSchedule = false;
+  bool verbose = false;
   int threads = 0;
 };
+
+/// The CLI spelling of every schedule, from the runtime's one name table.
+std::map<std::string, ScheduleKind> scheduleNames() {
+  std::map<std::string, ScheduleKind> names;
+  for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB})
+    names.emplace(scheduleName(kind).str(), kind);
+  return names;
+}
 } // namespace
 
 static llvm::Expected<int> runRun(const RunCommandOptions &o) {
@@ -32,7 +43,7 @@ static llvm::Expected<int> runRun(const RunCommandOptions &o) {
     return env.takeError();
   RunOptions options;
   options.microbatches = o.microbatches;
-  options.schedule = *parseScheduleName(o.schedule);
+  options.schedule = o.schedule;
   options.device = o.device;
   options.timeout =
       std::chrono::milliseconds(static_cast<int64_t>(o.timeoutSeconds * 1000));
@@ -40,6 +51,7 @@ static llvm::Expected<int> runRun(const RunCommandOptions &o) {
   options.useMetaCache = !o.noMetaCache;
   options.inputMetaPath = o.inputMeta;
   options.threads = o.threads;
+  options.torchLogs = o.verbose;
   auto stats =
       runPipelineFiles(o.manifestPath, o.inputPath, o.outputPath, *env, options,
                        o.printSchedule ? &llvm::outs() : nullptr);
@@ -81,11 +93,12 @@ Command addRunCommand(CLI::App &parent) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app->add_option("--schedule", o->schedule, "Pipeline schedule")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"gpipe", "1f1b"}));
+      ->default_str("1f1b")
+      ->transform(CLI::CheckedTransformer(scheduleNames()));
   app->add_option("--device", o->device, "cpu (Gloo) or cuda (NCCL)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"cpu", "cuda"}));
+      ->transform(CLI::CheckedTransformer(std::map<std::string, std::string>{
+          {"cpu", "cpu"}, {"cuda", "cuda"}}));
   app->add_option("--timeout", o->timeoutSeconds,
                   "Seconds to wait for another rank before giving up")
       ->capture_default_str()
@@ -100,9 +113,13 @@ Command addRunCommand(CLI::App &parent) {
       "JSON file with the boundary metadata (docs/runtime.md); no inference");
   app->add_option(
       "--threads", o->threads,
-      "Intra-op threads per rank (default: cores / LOCAL_WORLD_SIZE)");
+      "Intra-op threads per rank, at most 4 per core (default: cores / "
+      "LOCAL_WORLD_SIZE)");
   app->add_flag("--stats", o->stats,
                 "Print one 'stats: rank=R ...' line per rank");
+  app->add_flag("--verbose", o->verbose,
+                "Show LibTorch's own diagnostics (c10d, Gloo), hidden by "
+                "default");
   app->add_flag("--print-schedule", o->printSchedule,
                 "Print this rank's schedule ('schedule: rank=R ...' lines) "
                 "before running");

@@ -6,8 +6,13 @@
 //===----------------------------------------------------------------------===//
 #include "tools/ppc/Commands.h"
 
+#include "lib/Error.h"
+
 #include "llvm/Support/raw_ostream.h"
 
+#include <c10/util/Exception.h>
+
+#include <exception>
 #include <vector>
 
 int main(int argc, char **argv) {
@@ -40,12 +45,24 @@ int main(int argc, char **argv) {
   for (ppc::Command &command : commands) {
     if (!command.app->parsed())
       continue;
-    llvm::Expected<int> code = command.run();
-    if (!code) {
-      llvm::errs() << "error: " << llvm::toString(code.takeError()) << "\n";
-      return ppc::kErrorExitCode;
+    // Library code turns exceptions into llvm::Error; anything that still
+    // escapes is a bug, reported like any error rather than as an abort.
+    try {
+      llvm::Expected<int> code = command.run();
+      if (!code) {
+        llvm::errs() << "error: " << llvm::toString(code.takeError()) << "\n";
+        return ppc::kErrorExitCode;
+      }
+      return *code;
+    } catch (const c10::Error &e) {
+      llvm::errs() << "error: " << ppc::firstLine(e.what_without_backtrace())
+                   << "\n";
+    } catch (const std::exception &e) {
+      llvm::errs() << "error: " << ppc::firstLine(e.what()) << "\n";
+    } catch (...) {
+      llvm::errs() << "error: unknown exception\n";
     }
-    return *code;
+    return ppc::kErrorExitCode;
   }
   return ppc::kErrorExitCode;
 }

@@ -1,5 +1,5 @@
 //===- tests/unit/runtime/LaunchEnvTest.cpp - The torchrun environment ----===//
-#include "runtime/Pipeline.h"
+#include "runtime/LaunchEnv.h"
 
 #include <gtest/gtest.h>
 

@@ -6,48 +6,49 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/Transport.h"
-#include "runtime/Pipeline.h"
+#include "runtime/LaunchEnv.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
+#include <chrono>
 #include <functional>
 #include <thread>
 
 using namespace ppc;
 
 namespace {
-int freePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr *>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
+/// The environment of rank `rank` of `world` meeting at `store`.
+LaunchEnv rankEnv(int rank, int world, const StoreHost &store,
+                  std::string token = "test") {
+  LaunchEnv env;
+  env.rank = rank;
+  env.worldSize = world;
+  env.masterAddr = "127.0.0.1";
+  env.masterPort = store.port();
+  env.launcherHostsStore = true;
+  env.jobToken = std::move(token);
+  return env;
 }
 
-/// Runs `body(rank, transport)` on `world` threads; returns each rank's
-/// error text ("" when it succeeded).
+/// Runs `body(rank, transport)` on the threads of ranks `ranks` (all of
+/// 0..world-1 by default) meeting at a store this test serves, as ppc
+/// launch does; returns each rank's error text ("" when it succeeded).
 std::vector<std::string>
 onRanks(int world, std::chrono::milliseconds timeout,
-        const std::function<llvm::Error(int, Transport &)> &body) {
-  int port = freePort();
+        const std::function<llvm::Error(int, Transport &)> &body,
+        std::vector<int> ranks = {}) {
+  auto store = StoreHost::start(0);
+  if (!store)
+    return {llvm::toString(store.takeError())};
+  if (ranks.empty())
+    for (int r = 0; r < world; ++r)
+      ranks.push_back(r);
   std::vector<std::string> errors(world);
   std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r)
+  for (int r : ranks)
     threads.emplace_back([&, r] {
-      LaunchEnv env;
-      env.rank = r;
-      env.worldSize = world;
-      env.masterAddr = "127.0.0.1";
-      env.masterPort = port;
+      LaunchEnv env = rankEnv(r, world, **store);
       auto t = connectTransport(env, DeviceKind::CPU, timeout);
       if (!t) {
         errors[r] = llvm::toString(t.takeError());
@@ -144,4 +145,60 @@ TEST(TransportTest, PeerExitNamesThePeer) {
   EXPECT_NE(errors[1].find("while waiting for stage 0 -> 1 of microbatch 0)"),
             std::string::npos)
       << errors[1];
+}
+
+TEST(TransportTest, MissingRankIsNamedWithinTheTimeout) {
+  auto start = std::chrono::steady_clock::now();
+  auto errors =
+      onRanks(3, std::chrono::milliseconds(1500),
+              [](int, Transport &) { return llvm::Error::success(); }, {0, 2});
+  double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  for (int r : {0, 2})
+    EXPECT_EQ(errors[r].rfind("lost rank 1 (never reached the rendezvous at "
+                              "127.0.0.1:",
+                              0),
+              0u)
+        << errors[r];
+  EXPECT_LT(seconds, 4.0);
+}
+
+TEST(TransportTest, AnotherJobsRanksAreRefused) {
+  auto store = StoreHost::start(0);
+  ASSERT_TRUE(static_cast<bool>(store));
+  std::string mine, theirs, twice;
+  // Job "a" claims the store with its rank 0; it waits for its rank 1.
+  std::thread a0([&] {
+    auto t = connectTransport(rankEnv(0, 2, **store, "a"), DeviceKind::CPU,
+                              std::chrono::milliseconds(2500));
+    mine = t ? "" : llvm::toString(t.takeError());
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  auto b1 = connectTransport(rankEnv(1, 2, **store, "b"), DeviceKind::CPU,
+                             std::chrono::milliseconds(1000));
+  theirs = b1 ? "" : llvm::toString(b1.takeError());
+  auto a0again = connectTransport(rankEnv(0, 2, **store, "a"), DeviceKind::CPU,
+                                  std::chrono::milliseconds(1000));
+  twice = a0again ? "" : llvm::toString(a0again.takeError());
+  a0.join();
+  std::string where = "127.0.0.1:" + std::to_string((*store)->port());
+  EXPECT_EQ(theirs, "another job (job token 'a') holds the rendezvous at " +
+                        where + "; give each job its own MASTER_PORT");
+  EXPECT_EQ(
+      twice.rfind("RANK=0 joined the rendezvous at " + where + " twice", 0), 0u)
+      << twice;
+  EXPECT_EQ(mine.rfind("lost rank 1 (never reached the rendezvous", 0), 0u)
+      << mine;
+}
+
+TEST(TransportTest, TakenPortIsOneClearLine) {
+  auto store = StoreHost::start(0);
+  ASSERT_TRUE(static_cast<bool>(store));
+  auto second = StoreHost::start((*store)->port());
+  ASSERT_FALSE(static_cast<bool>(second));
+  EXPECT_EQ(llvm::toString(second.takeError()),
+            "MASTER_PORT " + std::to_string((*store)->port()) +
+                " is taken on this machine (another job?); choose another "
+                "port");
 }

@@ -1,4 +1,4 @@
-//===- lib/TorchCompat.h - LibTorch version differences ---------*- C++ -*-===//
+//===- runtime/TorchCompat.h - LibTorch version differences -----*- C++ -*-===//
 //
 // The one place that knows which LibTorch ppc is built against. Every call
 // whose spelling differs between Debian's LibTorch 1.13 and the 2.x wheels
@@ -17,14 +17,15 @@
 //    c10::DistBackendError (a c10::Error), which torchCall() catches.
 //
 //===----------------------------------------------------------------------===//
-#ifndef PPC_LIB_TORCHCOMPAT_H
-#define PPC_LIB_TORCHCOMPAT_H
+#ifndef PPC_RUNTIME_TORCHCOMPAT_H
+#define PPC_RUNTIME_TORCHCOMPAT_H
 
 #ifndef USE_C10D_GLOO
 #define USE_C10D_GLOO 1
 #endif
 
 #include <torch/csrc/api/include/torch/version.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
@@ -45,19 +46,33 @@ namespace ppc::compat {
 constexpr int kTorchMajor = TORCH_VERSION_MAJOR;
 constexpr int kTorchMinor = TORCH_VERSION_MINOR;
 
-/// A TCPStore at host:port. The server (rank 0) listens and waits up to
-/// `timeout` for `worldSize` clients; clients retry connecting until
-/// `timeout`. Throws (c10::Error) on failure.
-inline c10::intrusive_ptr<c10d::Store>
+/// A TCPStore at host:port: the server when `isServer` (it binds the port,
+/// 0 = any free one, see storePort()), else a client that retries
+/// connecting until `timeout`. Nobody waits for workers here: the
+/// rendezvous (Transport.cpp) counts arrivals itself, with a deadline.
+/// `timeout` also bounds the store's get() and wait(). Throws (c10::Error)
+/// on failure.
+inline c10::intrusive_ptr<c10d::TCPStore>
 makeTCPStore(const std::string &host, uint16_t port, bool isServer,
-             int worldSize, std::chrono::milliseconds timeout) {
+             std::chrono::milliseconds timeout) {
   c10d::TCPStoreOptions opts;
   opts.port = port;
   opts.isServer = isServer;
-  opts.numWorkers = static_cast<size_t>(worldSize);
-  opts.waitWorkers = true;
+  opts.waitWorkers = false;
   opts.timeout = timeout;
   return c10::make_intrusive<c10d::TCPStore>(host, opts);
+}
+
+/// The port a store serves or connects to (the bound one for port 0).
+inline uint16_t storePort(const c10d::TCPStore &store) {
+  return store.getPort();
+}
+
+/// A view of `store` whose keys all start with `prefix`.
+inline c10::intrusive_ptr<c10d::Store>
+makePrefixStore(const std::string &prefix,
+                c10::intrusive_ptr<c10d::Store> store) {
+  return c10::make_intrusive<c10d::PrefixStore>(prefix, std::move(store));
 }
 
 /// A Gloo device bound to a local address (an IP address or host name).
@@ -109,4 +124,4 @@ makeNcclGroup(const c10::intrusive_ptr<c10d::Store> &store, int rank,
 
 } // namespace ppc::compat
 
-#endif // PPC_LIB_TORCHCOMPAT_H
+#endif // PPC_RUNTIME_TORCHCOMPAT_H
