@@ -39,21 +39,24 @@ llvm::Error writeFileAtomically(
     const std::function<llvm::Error(llvm::raw_ostream &)> &write) {
   // Rename replaces whatever the path names: a device such as /dev/null
   // (when run as root), a FIFO or a directory must not become a regular file.
+  // writeToOutput also treats two names specially: "/dev/null" (always
+  // refused: even where it does not exist, it names no file of ours) and
+  // "-" (stdout; ppc's outputs are files, so it means ./-).
   llvm::sys::fs::file_status status;
-  if (!llvm::sys::fs::status(path, status, /*follow=*/true) &&
-      status.type() != llvm::sys::fs::file_type::regular_file)
+  if (path == "/dev/null" ||
+      (!llvm::sys::fs::status(path, status, /*follow=*/true) &&
+       status.type() != llvm::sys::fs::file_type::regular_file))
     return makeError("cannot write '" + path +
                      "': it exists and is not a regular file");
-  // writeToOutput reads "-" as stdout; ppc's outputs are files.
   std::string target = path == "-" ? "./-" : path.str();
   bool writeFailed = false;
   llvm::Error err = llvm::writeToOutput(target, [&](llvm::raw_ostream &os) {
     llvm::Error written = write(os);
     os.flush();
-    // For any name but "-" and "/dev/null" (excluded above) writeToOutput
-    // hands a raw_fd_ostream, which reports a write error (e.g. disk full)
-    // only through has_error(), and aborts in its destructor if the error
-    // stays unchecked.
+    // For any name but "-" and "/dev/null" (both excluded above)
+    // writeToOutput hands a raw_fd_ostream, which reports a write error (e.g.
+    // disk full) only through has_error(), and aborts in its destructor if the
+    // error stays unchecked.
     auto &fileStream = static_cast<llvm::raw_fd_ostream &>(os);
     if (fileStream.has_error()) {
       std::error_code ec = fileStream.error();

@@ -11,7 +11,9 @@
 //     --split-at paths, or the exact min-max partitioner for --stages.
 //  5. Materialize each stage (extractStage + buildStageModule) and write
 //     the stage files and the manifest into a temporary directory that
-//     replaces OUTDIR only when everything succeeded.
+//     replaces OUTDIR only when everything succeeded, and only if OUTDIR
+//     is absent, empty, or provably an earlier ppc split output holding
+//     nothing else. OUTDIR must not hold the model.
 //
 //===----------------------------------------------------------------------===//
 #ifndef PPC_PASSES_COMPILE_H
@@ -38,7 +40,10 @@ struct CompileOptions {
 };
 
 /// Runs the whole split. Errors: every problem named in the steps above,
-/// each on one line; on any error OUTDIR is left as it was.
+/// each on one line, among them "output directory 'D' holds the model
+/// 'M'; ..." and "output directory 'D' holds 'F', which is not part of the
+/// earlier ppc output there; refusing to replace it"; on any error OUTDIR
+/// is left as it was.
 llvm::Expected<Manifest> compileModel(const CompileOptions &options);
 
 } // namespace ppc
