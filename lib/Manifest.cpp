@@ -326,8 +326,9 @@ static std::string at(const char *what, size_t i) {
 
 /// Stage files are resolved against the manifest's directory and must stay
 /// in it: the manifest is untrusted and must not name arbitrary files.
-static llvm::Error checkStageFile(const StageInfo &s, size_t i) {
+llvm::Error checkStageFile(const StageInfo &s) {
   llvm::StringRef file = s.file;
+  size_t i = static_cast<size_t>(s.index);
   if (file.empty())
     return makeError("manifest: " + at("stages", i) + ".file is empty");
   if (llvm::sys::path::is_absolute(file))
@@ -481,7 +482,7 @@ llvm::Error Manifest::verify() const {
       return makeError(llvm::formatv("manifest: stages[{0}] has index {1}", i,
                                      stages[i].index)
                            .str());
-    if (llvm::Error err = checkStageFile(stages[i], i))
+    if (llvm::Error err = checkStageFile(stages[i]))
       return err;
     if (llvm::Error err = checkCounts(stages[i], i))
       return err;

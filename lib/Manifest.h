@@ -105,6 +105,14 @@ struct TiedParameter {
   int64_t bytes = 0;
 };
 
+/// Checks that a stage's file is a non-empty relative path without '..', so
+/// resolved against the manifest's directory it stays inside it. Errors:
+/// "manifest: stages[1].file '../x.pt' leaves the manifest's directory",
+/// "manifest: stages[1].file '/x.pt' is absolute; stage files must be
+/// relative to the manifest's directory", "manifest: stages[1].file is
+/// empty".
+llvm::Error checkStageFile(const StageInfo &stage);
+
 struct Manifest {
   static constexpr int kSchemaVersion = 1;
 
