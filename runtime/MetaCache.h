@@ -12,6 +12,9 @@
 //
 // The cache never fails a run: a missing, corrupt or stale file loads as an
 // empty cache with a warning, and saving is atomic (temporary file, rename).
+// The file is untrusted: it is read with a size cap and a JSON depth bound,
+// its entries must match the "entries_sha256" checksum written beside them,
+// and every record must pass validateMeta(); anything else is "corrupt".
 //
 //===----------------------------------------------------------------------===//
 #ifndef PPC_RUNTIME_METACACHE_H

@@ -6,10 +6,10 @@
 //
 // The executor, per action of this rank's schedule:
 //   F(s, m)      gathers stage s's inputs (microbatch m's slice of a model
-//                input, or a value produced or received earlier), giving a
-//                stage that mutates an input its own copy when the value has
-//                other uses; runs the stage; checks (or, on an inference
-//                microbatch, records) the metadata of its outputs.
+//                input, or a value produced or received earlier) under the
+//                copy rule of lib/ValueWalk.h; runs the stage; checks (or, on
+//                an inference microbatch, records) the metadata of its
+//                outputs.
 //   SEND_F(e, m) on an inference microbatch first sends the edge's metadata
 //                header (length, then the int64 words), then the values'
 //                wire tensors.
@@ -20,6 +20,11 @@
 // The inference microbatch of a signature is its first microbatch; every
 // stage sees microbatches in increasing order in both schedules, so it is
 // also the first one each stage and edge handles with that signature.
+//
+// Metadata that did not come from this run's own inference (a cache, the
+// user, a peer's header) is validated before any buffer is allocated from
+// it, and every LibTorch call that can throw goes through torchCall(), so a
+// run fails with one error line, never an exception.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/Pipeline.h"
@@ -139,6 +144,22 @@ bool sameFile(llvm::StringRef a, llvm::StringRef b) {
 }
 } // namespace
 
+/// What one run() shares between its action handlers.
+struct RunState {
+  /// Microbatch m's model inputs (on ranks that read them).
+  std::vector<std::vector<c10::IValue>> microbatches;
+  std::vector<std::string> signatures;
+  /// Whether microbatch m is the first of its signature (it infers).
+  std::vector<bool> inferring;
+  bool infer = false;
+  std::map<std::string, MetaTable> tables;
+  /// Values held on this rank and how many of their uses are left.
+  std::map<ValueKey, c10::IValue> values;
+  std::map<ValueKey, int> remaining;
+  /// Per model output, its part of each microbatch (on the output rank).
+  std::vector<std::vector<c10::IValue>> outputParts;
+};
+
 struct Pipeline::Impl {
   LaunchEnv env;
   RunOptions options;
@@ -208,6 +229,19 @@ struct Pipeline::Impl {
   llvm::Error cacheWasWrong(llvm::Error err);
   void saveCache(const std::vector<std::string> &signatures,
                  std::map<std::string, MetaTable> &tables);
+
+  /// Keeps a value for its local uses (dropped when it has none).
+  void store(RunState &state, int stage, int output, int m, c10::IValue value);
+  /// Hands out a kept value, forgetting it after its last use.
+  llvm::Expected<c10::IValue> take(RunState &state, int stage, int output,
+                                   int m);
+  llvm::Expected<const ValueMeta *> metaFor(RunState &state, int m, int stage,
+                                            int output);
+  // One handler per action kind.
+  llvm::Error forward(RunState &state, const Action &a);
+  llvm::Error sendForward(RunState &state, const Action &a);
+  llvm::Error recvForward(RunState &state, const Action &a);
+  llvm::Error collectOutputs(RunState &state, const Action &a);
   llvm::Expected<std::vector<c10::IValue>>
   run(const std::vector<c10::IValue> &inputs);
 };
@@ -573,6 +607,175 @@ void Pipeline::Impl::saveCache(const std::vector<std::string> &signatures,
     stats.cacheWritten = true;
 }
 
+void Pipeline::Impl::store(RunState &state, int stage, int output, int m,
+                           c10::IValue value) {
+  auto it = localUses.find({stage, output});
+  if (it == localUses.end() || it->second == 0)
+    return;
+  state.values[{stage, output, m}] = std::move(value);
+  state.remaining[{stage, output, m}] = it->second;
+}
+
+llvm::Expected<c10::IValue> Pipeline::Impl::take(RunState &state, int stage,
+                                                 int output, int m) {
+  auto it = state.values.find({stage, output, m});
+  if (it == state.values.end())
+    return makeError(llvm::formatv("internal error: stage {0} output {1} of "
+                                   "microbatch {2} is not on rank {3}",
+                                   stage, output, m, env.rank)
+                         .str());
+  c10::IValue v = it->second;
+  if (--state.remaining[{stage, output, m}] == 0) {
+    state.values.erase(it);
+    state.remaining.erase({stage, output, m});
+  }
+  return v;
+}
+
+llvm::Expected<const ValueMeta *>
+Pipeline::Impl::metaFor(RunState &state, int m, int stage, int output) {
+  MetaTable &table = state.tables[state.signatures[m]];
+  auto it = table.find({stage, output});
+  if (it == table.end())
+    return makeError(
+        llvm::formatv("no metadata for stage {0} output {1} ('{2}') for "
+                      "microbatch signature {3}",
+                      stage, output,
+                      manifest.stages[stage].outputs[output].name,
+                      state.signatures[m])
+            .str());
+  return &it->second;
+}
+
+/// F(s, m): gathers the stage's inputs (applying the copy rule), runs it,
+/// and records (inferring) or checks the metadata of its outputs.
+llvm::Error Pipeline::Impl::forward(RunState &state, const Action &a) {
+  const int m = a.microbatch;
+  const StageInfo &info = manifest.stages[a.stage];
+  std::vector<c10::IValue> args;
+  for (const StageInput &in : info.inputs) {
+    c10::IValue v;
+    bool otherUses = false;
+    if (in.source.isModelInput()) {
+      v = state.microbatches[m][in.source.modelInput];
+    } else {
+      auto got = take(state, in.source.stage, in.source.output, m);
+      if (!got)
+        return got.takeError();
+      v = std::move(*got);
+      otherUses = globalUses[{in.source.stage, in.source.output}] > 1;
+    }
+    auto arg = stageArgument(in, std::move(v), otherUses);
+    if (!arg)
+      return arg.takeError();
+    args.push_back(std::move(*arg));
+  }
+  auto outputs = stages.at(a.stage).run(std::move(args));
+  if (!outputs)
+    return outputs.takeError();
+  for (size_t o = 0; o < outputs->size(); ++o) {
+    int out = static_cast<int>(o);
+    MetaTable &table = state.tables[state.signatures[m]];
+    if (state.infer && state.inferring[m] && !table.count({a.stage, out})) {
+      table[{a.stage, out}] =
+          ValueMeta::of((*outputs)[o], info.outputs[o].kind);
+    } else {
+      auto meta = metaFor(state, m, a.stage, out);
+      if (!meta)
+        return meta.takeError();
+      if (llvm::Error err = checkValue(
+              (*outputs)[o], **meta,
+              llvm::formatv("stage {0} output {1} ('{2}') of microbatch {3}",
+                            a.stage, o, info.outputs[o].name, m)))
+        return cacheWasWrong(std::move(err));
+    }
+    store(state, a.stage, out, m, std::move((*outputs)[o]));
+  }
+  return llvm::Error::success();
+}
+
+/// SEND_F(e, m): the header on an inference microbatch, then the values'
+/// wire tensors.
+llvm::Error Pipeline::Impl::sendForward(RunState &state, const Action &a) {
+  const int m = a.microbatch;
+  const Edge &edge = schedule.edges[a.edge];
+  int channel = a.edge + 1;
+  std::string what = describeEdge(edge, m);
+  std::vector<c10::IValue> vals;
+  std::vector<ValueMeta> metas;
+  for (int o : edge.outputs) {
+    auto v = take(state, edge.producer, o, m);
+    if (!v)
+      return v.takeError();
+    auto meta = metaFor(state, m, edge.producer, o);
+    if (!meta)
+      return meta.takeError();
+    metas.push_back(**meta);
+    vals.push_back(std::move(*v));
+  }
+  if (state.infer && state.inferring[m]) {
+    if (llvm::Error err = sendHeader(edge, m, metas, a.peerRank, channel, what))
+      return err;
+    ++stats.metaMessagesSent;
+  }
+  for (size_t k = 0; k < vals.size(); ++k) {
+    auto wire = toWire(vals[k], metas[k].kind, transport->device(), what);
+    if (!wire)
+      return wire.takeError();
+    for (at::Tensor &t : *wire)
+      if (t.numel() > 0)
+        if (llvm::Error err = transport->send(t, a.peerRank, channel, what))
+          return err;
+  }
+  return llvm::Error::success();
+}
+
+/// RECV_F(e, m): the header on an inference microbatch, then buffers
+/// allocated from the (validated) metadata receive the values.
+llvm::Error Pipeline::Impl::recvForward(RunState &state, const Action &a) {
+  const int m = a.microbatch;
+  const Edge &edge = schedule.edges[a.edge];
+  int channel = a.edge + 1;
+  std::string what = describeEdge(edge, m);
+  if (state.infer && state.inferring[m]) {
+    auto metas = recvHeader(edge, m, a.peerRank, channel, what);
+    if (!metas)
+      return metas.takeError();
+    MetaTable &table = state.tables[state.signatures[m]];
+    for (size_t k = 0; k < edge.outputs.size(); ++k)
+      table[{edge.producer, edge.outputs[k]}] = (*metas)[k];
+  }
+  for (int o : edge.outputs) {
+    auto meta = metaFor(state, m, edge.producer, o);
+    if (!meta)
+      return meta.takeError();
+    auto wire = allocateWire(**meta, transport->device(), what);
+    if (!wire)
+      return wire.takeError();
+    for (at::Tensor &t : *wire)
+      if (t.numel() > 0)
+        if (llvm::Error err = transport->recv(t, a.peerRank, channel, what))
+          return err;
+    auto value = fromWire(std::move(*wire), **meta, what);
+    if (!value)
+      return value.takeError();
+    store(state, edge.producer, o, m, std::move(*value));
+  }
+  return llvm::Error::success();
+}
+
+/// OUT(m): keeps microbatch m's model outputs for concatenation.
+llvm::Error Pipeline::Impl::collectOutputs(RunState &state, const Action &a) {
+  for (size_t k = 0; k < manifest.modelOutputs.size(); ++k) {
+    const ValueRef &ref = manifest.modelOutputs[k];
+    auto v = take(state, ref.stage, ref.output, a.microbatch);
+    if (!v)
+      return v.takeError();
+    state.outputParts[k].push_back(std::move(*v));
+  }
+  return llvm::Error::success();
+}
+
 llvm::Expected<std::vector<c10::IValue>>
 Pipeline::Impl::run(const std::vector<c10::IValue> &inputs) {
   Clock::time_point start = Clock::now();
@@ -581,203 +784,59 @@ Pipeline::Impl::run(const std::vector<c10::IValue> &inputs) {
   int64_t sentBefore = transport->messagesSent();
   stats.metaMessagesSent = 0;
   stats.cacheWritten = false;
+  RunState state;
 
   // 1. Microbatches and their signatures, shared by the input root.
-  std::vector<std::vector<c10::IValue>> microbatches;
-  auto shared = shareSignatures(inputs, microbatches);
+  auto shared = shareSignatures(inputs, state.microbatches);
   if (!shared)
     return shared.takeError();
-  const std::vector<std::string> &signatures = *shared;
+  state.signatures = std::move(*shared);
   std::vector<std::string> distinct;
-  std::vector<bool> inferring(count, false);
+  state.inferring.assign(count, false);
   for (int m = 0; m < count; ++m)
-    if (!llvm::is_contained(distinct, signatures[m])) {
-      distinct.push_back(signatures[m]);
-      inferring[m] = true;
+    if (!llvm::is_contained(distinct, state.signatures[m])) {
+      distinct.push_back(state.signatures[m]);
+      state.inferring[m] = true;
     }
 
   // 2. Where the metadata comes from: all ranks agree.
   auto agreed = agreeOnMetadata(distinct);
   if (!agreed)
     return agreed.takeError();
-  std::map<std::string, MetaTable> tables = std::move(*agreed);
-  const bool infer = stats.metaSource == MetaSource::Inferred;
+  state.tables = std::move(*agreed);
+  state.infer = stats.metaSource == MetaSource::Inferred;
 
   // 3. Execute this rank's schedule.
-  std::map<ValueKey, c10::IValue> values;
-  std::map<ValueKey, int> remaining;
-  std::vector<std::vector<c10::IValue>> outputParts(
-      manifest.modelOutputs.size());
+  state.outputParts.resize(manifest.modelOutputs.size());
   const std::vector<Action> &actions = schedule.ranks[env.rank];
   size_t lastOfFirst = 0;
   for (size_t i = 0; i < actions.size(); ++i)
     if (actions[i].microbatch == 0)
       lastOfFirst = i;
-  c10::Device device = transport->device();
-
-  auto store = [&](int stage, int output, int m, c10::IValue value) {
-    auto it = localUses.find({stage, output});
-    if (it == localUses.end() || it->second == 0)
-      return;
-    values[{stage, output, m}] = std::move(value);
-    remaining[{stage, output, m}] = it->second;
-  };
-  auto take = [&](int stage, int output, int m) -> llvm::Expected<c10::IValue> {
-    auto it = values.find({stage, output, m});
-    if (it == values.end())
-      return makeError(llvm::formatv("internal error: stage {0} output {1} of "
-                                     "microbatch {2} is not on rank {3}",
-                                     stage, output, m, env.rank)
-                           .str());
-    c10::IValue v = it->second;
-    if (--remaining[{stage, output, m}] == 0) {
-      values.erase(it);
-      remaining.erase({stage, output, m});
-    }
-    return v;
-  };
-  auto metaFor = [&](int m, int stage,
-                     int output) -> llvm::Expected<const ValueMeta *> {
-    MetaTable &table = tables[signatures[m]];
-    auto it = table.find({stage, output});
-    if (it == table.end())
-      return makeError(
-          llvm::formatv("no metadata for stage {0} output {1} ('{2}') for "
-                        "microbatch signature {3}",
-                        stage, output,
-                        manifest.stages[stage].outputs[output].name,
-                        signatures[m])
-              .str());
-    return &it->second;
-  };
-
   for (size_t i = 0; i < actions.size(); ++i) {
     const Action &a = actions[i];
-    const int m = a.microbatch;
+    llvm::Error err = llvm::Error::success();
     switch (a.kind) {
-    case ActionKind::Forward: {
-      const StageInfo &info = manifest.stages[a.stage];
-      std::vector<c10::IValue> args;
-      for (const StageInput &in : info.inputs) {
-        c10::IValue v;
-        bool otherUses = false;
-        if (in.source.isModelInput()) {
-          v = microbatches[m][in.source.modelInput];
-        } else {
-          auto got = take(in.source.stage, in.source.output, m);
-          if (!got)
-            return got.takeError();
-          v = std::move(*got);
-          otherUses = globalUses[{in.source.stage, in.source.output}] > 1;
-        }
-        auto arg = stageArgument(in, std::move(v), otherUses);
-        if (!arg)
-          return arg.takeError();
-        args.push_back(std::move(*arg));
-      }
-      auto outputs = stages.at(a.stage).run(std::move(args));
-      if (!outputs)
-        return outputs.takeError();
-      for (size_t o = 0; o < outputs->size(); ++o) {
-        int out = static_cast<int>(o);
-        MetaTable &table = tables[signatures[m]];
-        auto it = table.find({a.stage, out});
-        if (infer && inferring[m] && it == table.end()) {
-          table[{a.stage, out}] =
-              ValueMeta::of((*outputs)[o], info.outputs[o].kind);
-        } else {
-          auto meta = metaFor(m, a.stage, out);
-          if (!meta)
-            return meta.takeError();
-          if (llvm::Error err = checkValue(
-                  (*outputs)[o], **meta,
-                  llvm::formatv(
-                      "stage {0} output {1} ('{2}') of microbatch {3}", a.stage,
-                      o, info.outputs[o].name, m)))
-            return cacheWasWrong(std::move(err));
-        }
-        store(a.stage, out, m, std::move((*outputs)[o]));
-      }
+    case ActionKind::Forward:
+      err = forward(state, a);
       break;
-    }
-    case ActionKind::SendF: {
-      const Edge &edge = schedule.edges[a.edge];
-      int channel = a.edge + 1;
-      std::string what = describeEdge(edge, m);
-      std::vector<c10::IValue> vals;
-      std::vector<ValueMeta> metas;
-      for (int o : edge.outputs) {
-        auto v = take(edge.producer, o, m);
-        if (!v)
-          return v.takeError();
-        auto meta = metaFor(m, edge.producer, o);
-        if (!meta)
-          return meta.takeError();
-        metas.push_back(**meta);
-        vals.push_back(std::move(*v));
-      }
-      if (infer && inferring[m]) {
-        if (llvm::Error err =
-                sendHeader(edge, m, metas, a.peerRank, channel, what))
-          return err;
-        ++stats.metaMessagesSent;
-      }
-      for (size_t k = 0; k < vals.size(); ++k) {
-        auto wire = toWire(vals[k], metas[k].kind, device, what);
-        if (!wire)
-          return wire.takeError();
-        for (at::Tensor &t : *wire)
-          if (t.numel() > 0)
-            if (llvm::Error err = transport->send(t, a.peerRank, channel, what))
-              return err;
-      }
+    case ActionKind::SendF:
+      err = sendForward(state, a);
       break;
-    }
-    case ActionKind::RecvF: {
-      const Edge &edge = schedule.edges[a.edge];
-      int channel = a.edge + 1;
-      std::string what = describeEdge(edge, m);
-      MetaTable &table = tables[signatures[m]];
-      if (infer && inferring[m]) {
-        auto metas = recvHeader(edge, m, a.peerRank, channel, what);
-        if (!metas)
-          return metas.takeError();
-        for (size_t k = 0; k < edge.outputs.size(); ++k)
-          table[{edge.producer, edge.outputs[k]}] = (*metas)[k];
-      }
-      for (int o : edge.outputs) {
-        auto meta = metaFor(m, edge.producer, o);
-        if (!meta)
-          return meta.takeError();
-        auto wire = allocateWire(**meta, device, what);
-        if (!wire)
-          return wire.takeError();
-        for (at::Tensor &t : *wire)
-          if (t.numel() > 0)
-            if (llvm::Error err = transport->recv(t, a.peerRank, channel, what))
-              return err;
-        auto value = fromWire(std::move(*wire), **meta, what);
-        if (!value)
-          return value.takeError();
-        store(edge.producer, o, m, std::move(*value));
-      }
+    case ActionKind::RecvF:
+      err = recvForward(state, a);
       break;
-    }
-    case ActionKind::Output: {
-      for (size_t k = 0; k < manifest.modelOutputs.size(); ++k) {
-        const ValueRef &ref = manifest.modelOutputs[k];
-        auto v = take(ref.stage, ref.output, m);
-        if (!v)
-          return v.takeError();
-        outputParts[k].push_back(std::move(*v));
-      }
+    case ActionKind::Output:
+      err = collectOutputs(state, a);
       break;
-    }
     case ActionKind::Backward:
     case ActionKind::SendB:
     case ActionKind::RecvB:
-      return makeError("this runtime runs inference schedules only");
+      err = makeError("this runtime runs inference schedules only");
+      break;
     }
+    if (err)
+      return err;
     if (i == lastOfFirst)
       stats.firstOutputMs = msSince(start);
   }
@@ -787,10 +846,10 @@ Pipeline::Impl::run(const std::vector<c10::IValue> &inputs) {
   // 4. Model outputs on the output rank.
   std::vector<c10::IValue> result;
   if (env.rank == placement.outputRank()) {
-    for (size_t k = 0; k < outputParts.size(); ++k) {
+    for (size_t k = 0; k < state.outputParts.size(); ++k) {
       const ValueRef &ref = manifest.modelOutputs[k];
       auto joined = concatMicrobatches(
-          outputParts[k], manifest.output(ref).kind, static_cast<int>(k));
+          state.outputParts[k], manifest.output(ref).kind, static_cast<int>(k));
       if (!joined)
         return joined.takeError();
       result.push_back(std::move(*joined));
@@ -798,8 +857,8 @@ Pipeline::Impl::run(const std::vector<c10::IValue> &inputs) {
   }
 
   // 5. Save what was inferred.
-  if (infer && cache)
-    saveCache(distinct, tables);
+  if (state.infer && cache)
+    saveCache(distinct, state.tables);
   stats.messagesSent = transport->messagesSent() - sentBefore;
   stats.totalMs = msSince(start);
   return result;
