@@ -1,0 +1,155 @@
+//===- lib/SafeRead.cpp - Reading untrusted files -------------------------===//
+//
+// This file implements bounded reads of regular files and depth-bounded JSON
+// parsing (see SafeRead.h for why each bound exists).
+//
+//===----------------------------------------------------------------------===//
+#include "lib/SafeRead.h"
+
+#include "lib/Error.h"
+
+#include "llvm/Support/Errno.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <cerrno>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace ppc {
+
+namespace {
+/// Closes a file descriptor on every path out of readFileBounded.
+class FileDescriptor {
+public:
+  explicit FileDescriptor(int fd) : fd(fd) {}
+  FileDescriptor(const FileDescriptor &) = delete;
+  FileDescriptor &operator=(const FileDescriptor &) = delete;
+  ~FileDescriptor() {
+    if (fd >= 0)
+      ::close(fd);
+  }
+  int get() const { return fd; }
+
+private:
+  int fd;
+};
+
+const char *fileTypeName(mode_t mode) {
+  if (S_ISDIR(mode))
+    return "a directory";
+  if (S_ISFIFO(mode))
+    return "a FIFO";
+  if (S_ISCHR(mode))
+    return "a character device";
+  if (S_ISBLK(mode))
+    return "a block device";
+  if (S_ISSOCK(mode))
+    return "a socket";
+  return "not a plain file";
+}
+} // namespace
+
+llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>>
+readFileBounded(llvm::StringRef path, uint64_t maxBytes, llvm::StringRef what) {
+  auto cannotRead = [&](int err) {
+    return makeError("cannot read " + what + " '" + path +
+                     "': " + llvm::sys::StrError(err));
+  };
+  std::string pathStr = path.str();
+  // O_NONBLOCK: opening a FIFO without a writer would otherwise block
+  // forever, before fstat could tell us what the file is.
+  FileDescriptor fd(llvm::sys::RetryAfterSignal(-1, ::open, pathStr.c_str(),
+                                                O_RDONLY | O_NONBLOCK |
+                                                    O_NOCTTY | O_CLOEXEC));
+  if (fd.get() < 0)
+    return cannotRead(errno);
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0)
+    return cannotRead(errno);
+  if (!S_ISREG(st.st_mode))
+    return makeError(llvm::formatv("{0} '{1}' is not a regular file ({2})",
+                                   what, path, fileTypeName(st.st_mode))
+                         .str());
+  uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size > maxBytes)
+    return makeError(
+        llvm::formatv("{0} '{1}' is {2} bytes, over the limit of {3}", what,
+                      path, size, maxBytes)
+            .str());
+  std::unique_ptr<llvm::WritableMemoryBuffer> buffer =
+      llvm::WritableMemoryBuffer::getNewUninitMemBuffer(size, path);
+  if (!buffer)
+    return makeError(llvm::formatv("cannot read {0} '{1}': out of memory "
+                                   "for {2} bytes",
+                                   what, path, size)
+                         .str());
+  char *out = buffer->getBufferStart();
+  uint64_t done = 0;
+  while (done < size) {
+    // Large reads are split: read() transfers at most ~2 GiB at a time.
+    size_t chunk = static_cast<size_t>(std::min<uint64_t>(size - done, kGiB));
+    ssize_t n =
+        llvm::sys::RetryAfterSignal(-1, ::read, fd.get(), out + done, chunk);
+    if (n < 0)
+      return cannotRead(errno);
+    if (n == 0)
+      break;
+    done += static_cast<uint64_t>(n);
+  }
+  if (done != size)
+    return makeError(what + " '" + path + "' changed while being read");
+  return std::unique_ptr<llvm::MemoryBuffer>(std::move(buffer));
+}
+
+/// Whether `text` nests arrays and objects more than `maxDepth` deep.
+/// Brackets inside strings do not count; a backslash escapes the next byte,
+/// so "\"" does not end a string. Malformed text is left to the parser.
+static bool nestsDeeperThan(llvm::StringRef text, unsigned maxDepth) {
+  unsigned depth = 0;
+  bool inString = false;
+  for (size_t i = 0, e = text.size(); i < e; ++i) {
+    char c = text[i];
+    if (inString) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        inString = false;
+      continue;
+    }
+    switch (c) {
+    case '"':
+      inString = true;
+      break;
+    case '[':
+    case '{':
+      if (++depth > maxDepth)
+        return true;
+      break;
+    case ']':
+    case '}':
+      if (depth > 0)
+        --depth;
+      break;
+    default:
+      break;
+    }
+  }
+  return false;
+}
+
+llvm::Expected<llvm::json::Value> parseJSONBounded(llvm::StringRef text,
+                                                   unsigned maxDepth,
+                                                   llvm::StringRef what) {
+  if (nestsDeeperThan(text, maxDepth))
+    return makeError(
+        llvm::formatv("{0} nests deeper than {1} levels", what, maxDepth)
+            .str());
+  auto json = llvm::json::parse(text);
+  if (!json)
+    return makeError(what +
+                     " is not valid JSON: " + llvm::toString(json.takeError()));
+  return json;
+}
+
+} // namespace ppc

@@ -1,0 +1,69 @@
+//===- lib/SafeRead.h - Reading untrusted files -----------------*- C++ -*-===//
+//
+// Everything ppc reads from outside (manifests, stage files, meta caches,
+// user metadata, input tensors) is untrusted. These helpers read such files
+// whole without letting the file decide how much memory or time that takes:
+// only regular files are read (a FIFO would block, a device such as
+// /dev/zero would never end), the size is checked against a cap before any
+// allocation, and JSON nesting is bounded before llvm::json::parse, which
+// recurses once per level and overflows the stack on ~50,000 '['.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PPC_LIB_SAFEREAD_H
+#define PPC_LIB_SAFEREAD_H
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
+
+#include <cstdint>
+#include <memory>
+
+namespace ppc {
+
+/// Size caps for files read whole: far above anything ppc writes, yet small
+/// enough that a hostile file cannot exhaust memory before it is rejected.
+constexpr uint64_t kMiB = uint64_t(1) << 20;
+constexpr uint64_t kGiB = uint64_t(1) << 30;
+/// manifest.json takes ~700 bytes per stage (indented), so 256 MiB holds a
+/// 100k-stage manifest with room for per-stage "meta".
+constexpr uint64_t kMaxManifestBytes = 256 * kMiB;
+/// A meta cache file written by ppc run: one entry per boundary value, so
+/// it grows with the stage count like the manifest.
+constexpr uint64_t kMaxMetaCacheBytes = 256 * kMiB;
+/// A user metadata file (--input-meta), written by hand or a script.
+constexpr uint64_t kMaxUserMetaBytes = 16 * kMiB;
+/// A stage module file: it holds the stage's parameters, so it is as large
+/// as the model allows; the cap only turns a runaway size into a message.
+constexpr uint64_t kMaxStageFileBytes = 256 * kGiB;
+/// An input tensor file (torch.save): a batch of model inputs.
+constexpr uint64_t kMaxInputFileBytes = 256 * kGiB;
+/// JSON nesting depth: ppc's own files nest at most ~6 levels; user
+/// metadata a little more. 256 keeps the parser's recursion shallow.
+constexpr unsigned kMaxJSONDepth = 256;
+
+/// Reads the regular file `path` whole, refusing anything else before
+/// reading a byte. `what` names the file's role in messages ("manifest",
+/// "stage 1 file"). The file is opened once (non-blocking, so a FIFO cannot
+/// stall the open), checked with fstat on the open descriptor (so a symlink
+/// to a device is caught), and exactly the checked size is read. Errors,
+/// one line each:
+///   "cannot read manifest 'm.json': No such file or directory"
+///   "manifest 'm.json' is not a regular file (a FIFO)"
+///   "manifest 'm.json' is 300000000 bytes, over the limit of 268435456"
+///   "manifest 'm.json' changed while being read"
+llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>>
+readFileBounded(llvm::StringRef path, uint64_t maxBytes, llvm::StringRef what);
+
+/// Parses `text` as JSON after checking, with a linear scan that respects
+/// strings and escapes, that arrays and objects nest at most `maxDepth`
+/// levels. `what` names the text in messages ("manifest 'm.json'"). Errors:
+///   "manifest 'm.json' nests deeper than 256 levels"
+///   "manifest 'm.json' is not valid JSON: [1:5, byte=4]: Expected , or ]"
+llvm::Expected<llvm::json::Value>
+parseJSONBounded(llvm::StringRef text, unsigned maxDepth, llvm::StringRef what);
+
+} // namespace ppc
+
+#endif // PPC_LIB_SAFEREAD_H
