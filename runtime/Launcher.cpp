@@ -20,7 +20,6 @@
 #include <climits>
 #include <csignal>
 #include <cstdio>
-#include <cstring>
 #include <iterator>
 #include <random>
 

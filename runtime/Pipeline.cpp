@@ -875,7 +875,8 @@ llvm::Expected<DeviceKind> checkOptions(const RunOptions &options) {
     return makeError(llvm::formatv("--microbatches {0} is not in 1..{1}",
                                    options.microbatches, kMaxMicrobatches)
                          .str());
-  int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  int cores =
+      std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   int maxThreads = std::max(4, 4 * cores);
   if (options.threads < 0 || options.threads > maxThreads)
     return makeError(llvm::formatv("--threads {0} is not in 1..{1} (4 per "
@@ -915,14 +916,12 @@ void setTorchLogging(bool show) {
 
 /// Loads the manifest and places its stages on the ranks.
 llvm::Error Pipeline::Impl::loadManifest() {
-  auto loaded = Manifest::load(manifestPath);
+  // Hash the very bytes that are parsed: the cache key then names the
+  // manifest that was used, even if the file changes meanwhile.
+  auto loaded = Manifest::load(manifestPath, &manifestSha256);
   if (!loaded)
     return loaded.takeError();
   manifest = std::move(*loaded);
-  auto sha = sha256File(manifestPath);
-  if (!sha)
-    return sha.takeError();
-  manifestSha256 = *sha;
   auto placed = Placement::create(static_cast<int>(manifest.stages.size()),
                                   env.worldSize);
   if (!placed)

@@ -11,7 +11,8 @@
 // A Pipeline's life:
 //   1. LaunchEnv::fromEnvironment() reads RANK, WORLD_SIZE, ...
 //   2. Pipeline::create() loads this rank's stages, builds and checks the
-//      schedule, and meets the other ranks (c10d TCPStore + process group).
+//      schedule, and meets the other ranks (c10d TCPStore + process group),
+//      every step bounded by the timeout.
 //   3. run() splits the model inputs into microbatches (on the ranks whose
 //      stages read model inputs), agrees with all ranks where the shape
 //      metadata comes from, executes the schedule, and returns the model
@@ -113,9 +114,11 @@ public:
   /// file is missing or does not match the manifest's hash; bad options
   /// ("--microbatches 0 is not in 1..65536", an unknown device, "--threads
   /// 100000 is not in 1..8 (4 per core), or 0 for the default"); a model
-  /// output that is a
-  /// model input; the schedule deadlocks (a bug, reported with the stuck
-  /// actions); the rendezvous fails or times out.
+  /// output that is a model input; the schedule deadlocks (a bug, reported
+  /// with the stuck actions); the rendezvous fails or times out
+  /// (connectTransport() in runtime/Transport.h: "lost rank R (never
+  /// reached the rendezvous ...)", "MASTER_PORT P is taken ...", "another
+  /// job ... holds the rendezvous ...").
   static llvm::Expected<std::unique_ptr<Pipeline>>
   create(llvm::StringRef manifestPath, const LaunchEnv &env,
          const RunOptions &options);

@@ -75,3 +75,34 @@ TEST(LaunchEnvTest, Errors) {
       errorOf(parse(vars)),
       "MASTER_ADDR is not set; start ppc run under ppc launch or torchrun");
 }
+
+TEST(LaunchEnvTest, StoreHostAndJobToken) {
+  auto env = parse(good());
+  ASSERT_TRUE(static_cast<bool>(env));
+  EXPECT_FALSE(env->launcherHostsStore);
+  EXPECT_EQ(env->jobToken, "default");
+
+  // torchrun: its agent store and run id.
+  auto vars = good();
+  vars["TORCHELASTIC_USE_AGENT_STORE"] = "True";
+  vars["TORCHELASTIC_RUN_ID"] = "run-7";
+  env = parse(vars);
+  ASSERT_TRUE(static_cast<bool>(env));
+  EXPECT_TRUE(env->launcherHostsStore);
+  EXPECT_EQ(env->jobToken, "run-7");
+
+  // ppc launch's token wins; only "True" means a launcher's store.
+  vars["PPC_JOB_TOKEN"] = "0123456789abcdef";
+  vars["TORCHELASTIC_USE_AGENT_STORE"] = "False";
+  env = parse(vars);
+  ASSERT_TRUE(static_cast<bool>(env));
+  EXPECT_FALSE(env->launcherHostsStore);
+  EXPECT_EQ(env->jobToken, "0123456789abcdef");
+
+  vars["PPC_JOB_TOKEN"] = "bad\ttoken";
+  EXPECT_EQ(errorOf(parse(vars)),
+            "PPC_JOB_TOKEN must be at most 256 printable characters");
+  vars["PPC_JOB_TOKEN"] = std::string(257, 'a');
+  EXPECT_EQ(errorOf(parse(vars)),
+            "PPC_JOB_TOKEN must be at most 256 printable characters");
+}
