@@ -3,6 +3,7 @@
 
 #include "lib/Error.h"
 #include "lib/FileUtil.h"
+#include "lib/ValueWalk.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -60,30 +61,7 @@ llvm::Expected<Stage> Stage::load(const Manifest &manifest, llvm::StringRef dir,
 }
 
 bool hasKind(const c10::IValue &value, ValueKind kind) {
-  auto allTensors = [](const auto &elems) {
-    for (const c10::IValue &e : elems)
-      if (!e.isTensor())
-        return false;
-    return true;
-  };
-  switch (kind) {
-  case ValueKind::Tensor:
-    return value.isTensor();
-  case ValueKind::TensorList:
-    return value.isTensorList() ||
-           (value.isList() && allTensors(value.toListRef()));
-  case ValueKind::TensorTuple:
-    return value.isTuple() && allTensors(value.toTupleRef().elements());
-  case ValueKind::Int:
-    return value.isInt();
-  case ValueKind::Float:
-    return value.isDouble();
-  case ValueKind::Bool:
-    return value.isBool();
-  case ValueKind::IntList:
-    return value.isIntList();
-  }
-  return false;
+  return forEachTensor(value, kind, [](const at::Tensor &) {});
 }
 
 llvm::Expected<std::vector<c10::IValue>>
@@ -130,6 +108,7 @@ runSequentially(const Manifest &manifest, llvm::StringRef dir,
           manifest.modelInputs[i].name, kindName(manifest.modelInputs[i].kind),
           inputs[i].tagKind()));
   std::vector<std::vector<c10::IValue>> outputs(manifest.stages.size());
+  std::map<std::pair<int, int>, int> uses = outputUses(manifest);
   auto value = [&](const ValueRef &ref) {
     return ref.isModelInput() ? inputs[ref.modelInput]
                               : outputs[ref.stage][ref.output];
@@ -140,12 +119,12 @@ runSequentially(const Manifest &manifest, llvm::StringRef dir,
       return stage.takeError();
     std::vector<c10::IValue> stageInputs;
     for (const StageInput &in : manifest.stages[s].inputs) {
-      c10::IValue v = value(in.source);
-      // A stage that writes an input in place gets its own copy, so the
-      // value other stages receive stays as produced.
-      if (in.mutated && v.isTensor())
-        v = v.toTensor().clone();
-      stageInputs.push_back(std::move(v));
+      bool otherUses = !in.source.isModelInput() &&
+                       uses[{in.source.stage, in.source.output}] > 1;
+      auto v = stageArgument(in, value(in.source), otherUses);
+      if (!v)
+        return v.takeError();
+      stageInputs.push_back(std::move(*v));
     }
     auto result = stage->run(std::move(stageInputs));
     if (!result)

@@ -1,14 +1,23 @@
 //===- runtime/MetaCache.cpp - Boundary metadata saved between runs -------===//
+//
+// The cache file is untrusted input like any other: it is read with a size
+// cap and a JSON depth bound, its entries must match the checksum ppc wrote
+// beside them, and every metadata record is validated before use.
+//
+//===----------------------------------------------------------------------===//
 #include "runtime/MetaCache.h"
 
 #include "lib/Error.h"
 #include "lib/FileUtil.h"
+#include "lib/SafeRead.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
+
+#include <limits>
 
 using llvm::json::Array;
 using llvm::json::Object;
@@ -18,7 +27,8 @@ namespace ppc {
 
 namespace {
 constexpr const char *kFormat = "ppc-meta-cache";
-constexpr int64_t kVersion = 1;
+// Version 2 added "entries_sha256"; a version 1 file is re-inferred.
+constexpr int64_t kVersion = 2;
 } // namespace
 
 Value MetaCacheKey::toJSON() const {
@@ -37,39 +47,77 @@ std::string MetaCache::filePath(llvm::StringRef dir, int rank, int worldSize) {
   return std::string(path);
 }
 
+namespace {
+/// One value of a cache entry, as stored.
+struct CachedValue {
+  int64_t stage = 0;
+  int64_t output = 0;
+  ValueMeta meta;
+};
+
+/// One entry: the metadata of one microbatch signature.
+struct CachedEntry {
+  std::string signature;
+  std::vector<CachedValue> values;
+};
+
+bool mapIndex(llvm::json::ObjectMapper &o, llvm::StringLiteral field,
+              int64_t &out, llvm::json::Path path) {
+  if (!o.map(field, out))
+    return false;
+  if (out < 0 || out > std::numeric_limits<int>::max()) {
+    path.field(field).report("out of range");
+    return false;
+  }
+  return true;
+}
+
+bool fromJSON(const Value &json, CachedValue &out, llvm::json::Path path) {
+  llvm::json::ObjectMapper o(json, path);
+  return o && mapIndex(o, "stage", out.stage, path) &&
+         mapIndex(o, "output", out.output, path) && o.map("meta", out.meta);
+}
+
+bool fromJSON(const Value &json, CachedEntry &out, llvm::json::Path path) {
+  llvm::json::ObjectMapper o(json, path);
+  return o && o.map("signature", out.signature) && o.map("values", out.values);
+}
+
+/// The checksum of the entries: SHA-256 of their compact JSON (keys sorted,
+/// as llvm::json prints them).
+std::string entriesChecksum(const Value &entries) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << entries;
+  return sha256Hex(os.str());
+}
+} // namespace
+
 /// Parses the entries of a cache file whose key matched.
 static llvm::Error parseEntries(const Object &top,
                                 std::map<std::string, MetaTable> &out) {
-  const Array *entries = top.getArray("entries");
-  if (!entries)
+  const Value *entriesJSON = top.get("entries");
+  if (!entriesJSON)
     return makeError("missing 'entries'");
+  // A file whose entries were edited after ppc wrote them is not trusted,
+  // even when each rank's file was edited the same way.
+  if (top.getString("entries_sha256") !=
+      llvm::StringRef(entriesChecksum(*entriesJSON)))
+    return makeError("the entries do not match 'entries_sha256'");
+  auto entries = readJSON<std::vector<CachedEntry>>(*entriesJSON, "entries");
+  if (!entries)
+    return entries.takeError();
   for (size_t i = 0; i < entries->size(); ++i) {
-    std::string at = llvm::formatv("entries[{0}]", i);
-    const Object *e = (*entries)[i].getAsObject();
-    if (!e)
-      return makeError(at + ": expected an object");
-    auto signature = e->getString("signature");
-    const Array *values = e->getArray("values");
-    if (!signature || !values)
-      return makeError(at + ": needs 'signature' and 'values'");
-    MetaTable table;
-    for (size_t j = 0; j < values->size(); ++j) {
-      std::string vat = llvm::formatv("{0}.values[{1}]", at, j);
-      const Object *v = (*values)[j].getAsObject();
-      if (!v)
-        return makeError(vat + ": expected an object");
-      auto stage = v->getInteger("stage");
-      auto output = v->getInteger("output");
-      const Value *meta = v->get("meta");
-      if (!stage || !output || !meta)
-        return makeError(vat + ": needs 'stage', 'output' and 'meta'");
-      auto parsed = metaFromJSON(*meta, vat);
-      if (!parsed)
-        return parsed.takeError();
-      table[{static_cast<int>(*stage), static_cast<int>(*output)}] =
-          std::move(*parsed);
+    MetaTable &table = out[(*entries)[i].signature];
+    for (size_t j = 0; j < (*entries)[i].values.size(); ++j) {
+      CachedValue &v = (*entries)[i].values[j];
+      if (llvm::Error err = resolveMeta(v.meta, /*batchSize=*/-1))
+        return withContext(
+            std::move(err),
+            llvm::formatv("entries[{0}].values[{1}].meta", i, j).str());
+      table[{static_cast<int>(v.stage), static_cast<int>(v.output)}] =
+          std::move(v.meta);
     }
-    out[signature->str()] = std::move(table);
   }
   return llvm::Error::success();
 }
@@ -82,16 +130,15 @@ MetaCache MetaCache::load(llvm::StringRef path, const MetaCacheKey &key,
     warning = "no meta cache at '" + path.str() + "'";
     return cache;
   }
-  auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/true);
-  if (!buffer) {
-    warning = "cannot read meta cache '" + path.str() +
-              "': " + buffer.getError().message();
-    return cache;
-  }
   auto corrupt = [&](const std::string &why) {
     warning = "meta cache '" + path.str() + "' is corrupt (" + why + ")";
   };
-  auto json = llvm::json::parse((*buffer)->getBuffer());
+  auto buffer = readFileBounded(path, kMaxMetaCacheBytes, "meta cache");
+  if (!buffer) {
+    warning = llvm::toString(buffer.takeError());
+    return cache;
+  }
+  auto json = parseJSONBounded((*buffer)->getBuffer(), kMaxJSONDepth, "JSON");
   if (!json) {
     corrupt(llvm::toString(json.takeError()));
     return cache;
@@ -155,10 +202,13 @@ Value MetaCache::toJSON() const {
     entries.push_back(
         Object{{"signature", signature}, {"values", std::move(values)}});
   }
+  Value entriesJSON(std::move(entries));
+  std::string checksum = entriesChecksum(entriesJSON);
   return Object{{"format", kFormat},
                 {"version", kVersion},
                 {"key", key_.toJSON()},
-                {"entries", std::move(entries)}};
+                {"entries", std::move(entriesJSON)},
+                {"entries_sha256", checksum}};
 }
 
 llvm::Error MetaCache::save() const {

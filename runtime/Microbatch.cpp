@@ -10,13 +10,6 @@
 
 namespace ppc {
 
-std::vector<int64_t> microbatchSizes(int64_t batch, int count) {
-  std::vector<int64_t> sizes;
-  for (int m = 0; m < count; ++m)
-    sizes.push_back(batch / count + (m < batch % count ? 1 : 0));
-  return sizes;
-}
-
 llvm::Expected<std::vector<std::vector<c10::IValue>>>
 splitMicrobatches(llvm::ArrayRef<c10::IValue> inputs, size_t expectedInputs,
                   int count) {
@@ -54,14 +47,14 @@ splitMicrobatches(llvm::ArrayRef<c10::IValue> inputs, size_t expectedInputs,
                       batch)
             .str());
   std::vector<std::vector<c10::IValue>> out(count);
-  std::vector<int64_t> sizes = microbatchSizes(batch < 0 ? 0 : batch, count);
   for (const c10::IValue &in : inputs) {
-    const at::Tensor &t = in.toTensor();
-    int64_t start = 0;
-    for (int m = 0; m < count; ++m) {
-      out[m].emplace_back(t.narrow(0, start, sizes[m]));
-      start += sizes[m];
-    }
+    auto parts = torchCall("cannot split the model inputs", [&] {
+      return at::tensor_split(in.toTensor(), count, /*dim=*/0);
+    });
+    if (!parts)
+      return parts.takeError();
+    for (int m = 0; m < count; ++m)
+      out[m].emplace_back((*parts)[m]);
   }
   return out;
 }

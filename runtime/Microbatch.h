@@ -23,11 +23,9 @@
 
 namespace ppc {
 
-/// The row count of each of `count` microbatches of a batch of `batch` rows.
-std::vector<int64_t> microbatchSizes(int64_t batch, int count);
-
 /// Splits `inputs` (the model inputs, each a tensor with the batch along dim
-/// 0) into `count` microbatches; result[m][i] is input i of microbatch m.
+/// 0) into `count` microbatches with at::tensor_split; result[m][i] is
+/// input i of microbatch m, a view of inputs[i].
 /// Errors: "the model takes 2 inputs, got 1"; "input 1 is a int, not a
 /// tensor"; "input 0 has no batch dimension (it is a 0-dim tensor)";
 /// "model inputs have different batch sizes (5 and 4)"; "--microbatches 8

@@ -27,8 +27,10 @@
 #include "lib/Error.h"
 #include "lib/FileUtil.h"
 #include "lib/Manifest.h"
+#include "lib/SafeRead.h"
 #include "lib/Stage.h"
 #include "lib/TensorIO.h"
+#include "lib/ValueWalk.h"
 #include "runtime/MetaCache.h"
 #include "runtime/Microbatch.h"
 #include "runtime/Schedule.h"
@@ -36,9 +38,11 @@
 #include "runtime/Transport.h"
 
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
-#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
+#include "llvm/Support/xxhash.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -69,23 +73,67 @@ double msSince(Clock::time_point start) {
 /// A value of one microbatch: (stage, output, microbatch).
 using ValueKey = std::tuple<int, int, int>;
 
-/// A copy of `value` for a stage that writes to its input in place.
-c10::IValue cloneValue(const c10::IValue &value) {
-  if (value.isTensor())
-    return value.toTensor().clone();
-  if (value.isTensorList()) {
-    c10::List<at::Tensor> out;
-    for (const at::Tensor &t : value.toTensorList())
-      out.push_back(t.clone());
-    return out;
+/// User metadata as read from JSON: per stage, its outputs' metadata, with
+/// sizes of -1 still open.
+struct UserStageMeta {
+  std::optional<std::vector<ValueMeta>> outputs;
+};
+
+bool fromJSON(const llvm::json::Value &json, UserStageMeta &out,
+              llvm::json::Path path) {
+  llvm::json::ObjectMapper o(json, path);
+  std::vector<ValueMeta> outputs;
+  if (!o || !o.mapOptional("outputs", outputs))
+    return false;
+  if (json.getAsObject()->get("outputs"))
+    out.outputs = std::move(outputs);
+  return true;
+}
+
+/// A 62-bit digest of the metadata of `outputs` of stage `producer` over
+/// `signatures`, as `tables` holds it. Two ranks that would disagree on any
+/// of these values get different digests (up to hash collisions).
+int64_t edgeDigest(const std::map<std::string, MetaTable> &tables,
+                   const std::vector<std::string> &signatures, int producer,
+                   const std::vector<int> &outputs) {
+  std::vector<int64_t> words;
+  std::string bytes;
+  for (const std::string &sig : signatures) {
+    bytes += sig;
+    bytes += '\n';
+    const MetaTable &table = tables.at(sig);
+    for (int o : outputs) {
+      auto it = table.find({producer, o});
+      words.clear();
+      if (it != table.end())
+        encodeMeta(it->second, words);
+      words.push_back(-1); // separates records
+      bytes.append(reinterpret_cast<const char *>(words.data()),
+                   words.size() * sizeof(int64_t));
+    }
   }
-  if (value.isTuple()) {
-    std::vector<c10::IValue> elems;
-    for (const c10::IValue &e : value.toTupleRef().elements())
-      elems.push_back(cloneValue(e));
-    return c10::ivalue::Tuple::create(std::move(elems));
-  }
-  return value;
+  return static_cast<int64_t>(llvm::xxHash64(bytes) >> 2);
+}
+
+/// Whether `a` and `b` name the same file, or would once written: the same
+/// existing file (links and other spellings included), or the same name in
+/// the same real directory.
+bool sameFile(llvm::StringRef a, llvm::StringRef b) {
+  bool same = false;
+  if (!llvm::sys::fs::equivalent(a, b, same))
+    return same;
+  auto location = [](llvm::StringRef path) {
+    llvm::SmallString<256> dir, real;
+    dir = llvm::sys::path::parent_path(path);
+    if (dir.empty())
+      dir = ".";
+    if (llvm::sys::fs::real_path(dir, real))
+      return std::string();
+    llvm::sys::path::append(real, llvm::sys::path::filename(path));
+    return std::string(real);
+  };
+  std::string la = location(a);
+  return !la.empty() && la == location(b);
 }
 } // namespace
 
@@ -107,7 +155,6 @@ struct Pipeline::Impl {
   /// Uses of each stage output anywhere in the pipeline (consumer input
   /// slots plus model outputs): above one, a mutating consumer copies.
   std::map<std::pair<int, int>, int> globalUses;
-  std::map<int, int> modelInputUses;
   /// Uses of each stage output on this rank (local input slots, remote
   /// edges it is sent on, model outputs collected here).
   std::map<std::pair<int, int>, int> localUses;
@@ -119,9 +166,43 @@ struct Pipeline::Impl {
     return options.warnings ? *options.warnings : llvm::errs();
   }
 
+  /// The meta cache of this run, when one is used, and its file.
+  std::optional<MetaCache> cache;
+  std::string cachePath;
+
   llvm::Error init();
+  /// The meta cache directory of this run.
+  std::string metaCacheDir() const;
+  /// Per stage, the JSON metadata of its outputs that the user gave, and a
+  /// name for that source in messages.
+  llvm::Expected<std::map<int, std::vector<ValueMeta>>>
+  userGiven(std::string &source);
   llvm::Expected<std::map<std::string, MetaTable>>
   userTables(const std::vector<std::string> &signatures);
+  /// Splits the inputs (on ranks that read them) and shares the input
+  /// root's signatures; returns the signature of each microbatch.
+  llvm::Expected<std::vector<std::string>>
+  shareSignatures(const std::vector<c10::IValue> &inputs,
+                  std::vector<std::vector<c10::IValue>> &microbatches);
+  /// Loads this rank's meta cache and returns whether it holds, for every
+  /// signature, every value this rank needs, with the manifest's kinds.
+  bool loadCache(const std::vector<std::string> &signatures);
+  /// The start-up agreement: where the metadata comes from, on all ranks.
+  llvm::Expected<std::map<std::string, MetaTable>>
+  agreeOnMetadata(const std::vector<std::string> &signatures);
+  /// Sends the metadata header of `edge` for microbatch `m`.
+  llvm::Error sendHeader(const Edge &edge, int m,
+                         const std::vector<ValueMeta> &metas, int peer,
+                         int channel, const std::string &what);
+  /// Receives and checks the metadata header of `edge` for microbatch `m`.
+  llvm::Expected<std::vector<ValueMeta>> recvHeader(const Edge &edge, int m,
+                                                    int peer, int channel,
+                                                    const std::string &what);
+  /// An error for a produced value that contradicts cached metadata: the
+  /// cache lied, so this rank's file is removed and the next run infers.
+  llvm::Error cacheWasWrong(llvm::Error err);
+  void saveCache(const std::vector<std::string> &signatures,
+                 std::map<std::string, MetaTable> &tables);
   llvm::Expected<std::vector<c10::IValue>>
   run(const std::vector<c10::IValue> &inputs);
 };
@@ -143,21 +224,14 @@ llvm::Error Pipeline::Impl::init() {
   if (inputRoot < 0)
     return makeError("manifest: no stage reads a model input");
 
+  globalUses = outputUses(manifest);
   for (const StageInfo &s : manifest.stages)
-    for (const StageInput &in : s.inputs) {
-      if (in.source.isModelInput()) {
-        ++modelInputUses[in.source.modelInput];
-        continue;
-      }
-      ++globalUses[{in.source.stage, in.source.output}];
-      if (placement.rankOf(s.index) == env.rank)
+    for (const StageInput &in : s.inputs)
+      if (!in.source.isModelInput() && placement.rankOf(s.index) == env.rank)
         ++localUses[{in.source.stage, in.source.output}];
-    }
-  for (const ValueRef &ref : manifest.modelOutputs) {
-    ++globalUses[{ref.stage, ref.output}];
-    if (placement.outputRank() == env.rank)
+  if (placement.outputRank() == env.rank)
+    for (const ValueRef &ref : manifest.modelOutputs)
       ++localUses[{ref.stage, ref.output}];
-  }
   std::set<std::pair<int, int>> required;
   for (int s : placement.stagesOf(env.rank))
     for (size_t o = 0; o < manifest.stages[s].outputs.size(); ++o)
@@ -178,73 +252,320 @@ llvm::Error Pipeline::Impl::init() {
   return llvm::Error::success();
 }
 
-/// Reads a JSON file or value of user metadata: {"stages": [{"outputs":
-/// [meta, ...]}, ...]} or, per stage in the manifest, {"outputs": [...]}.
+/// Reads the user metadata: the --input-meta file ({"stages": [{"outputs":
+/// [meta, ...]}, ...]}), or else the manifest's per-stage "meta" objects
+/// ({"outputs": [...]}). Both use the one metadata JSON reader.
+llvm::Expected<std::map<int, std::vector<ValueMeta>>>
+Pipeline::Impl::userGiven(std::string &source) {
+  std::map<int, std::vector<ValueMeta>> given;
+  if (options.inputMetaPath.empty()) {
+    source = "the manifest's stage meta";
+    for (const StageInfo &s : manifest.stages) {
+      if (!s.meta)
+        continue;
+      auto meta = readJSON<UserStageMeta>(
+          *s.meta, llvm::formatv("stages[{0}].meta", s.index).str());
+      if (!meta)
+        return withContext(meta.takeError(), "manifest");
+      if (meta->outputs)
+        given[s.index] = std::move(*meta->outputs);
+    }
+    return given;
+  }
+  source = "input meta '" + options.inputMetaPath + "'";
+  auto buffer =
+      readFileBounded(options.inputMetaPath, kMaxUserMetaBytes, "input meta");
+  if (!buffer)
+    return buffer.takeError();
+  auto json = parseJSONBounded((*buffer)->getBuffer(), kMaxJSONDepth, source);
+  if (!json)
+    return json.takeError();
+  const llvm::json::Object *top = json->getAsObject();
+  const llvm::json::Value *stagesJSON = top ? top->get("stages") : nullptr;
+  if (!stagesJSON)
+    return makeError(source + ": expected {\"stages\": [...]}");
+  auto stages = readJSON<std::vector<UserStageMeta>>(*stagesJSON, "stages");
+  if (!stages)
+    return withContext(stages.takeError(), source);
+  for (size_t s = 0; s < stages->size(); ++s)
+    if ((*stages)[s].outputs)
+      given[static_cast<int>(s)] = std::move(*(*stages)[s].outputs);
+  return given;
+}
+
+/// The user metadata of the values this rank needs, per signature (a size
+/// of -1 becomes the signature's batch size), validated and checked
+/// against the manifest's kinds.
 llvm::Expected<std::map<std::string, MetaTable>>
 Pipeline::Impl::userTables(const std::vector<std::string> &signatures) {
-  // Per stage: the JSON list of output metadata, where given.
-  std::map<int, const llvm::json::Array *> given;
-  std::optional<llvm::json::Value> file;
   std::string source;
-  if (!options.inputMetaPath.empty()) {
-    source = "input meta '" + options.inputMetaPath + "'";
-    auto buffer =
-        llvm::MemoryBuffer::getFile(options.inputMetaPath, /*IsText=*/true);
-    if (!buffer)
-      return makeError("cannot read " + source + ": " +
-                       buffer.getError().message());
-    auto json = llvm::json::parse((*buffer)->getBuffer());
-    if (!json)
-      return makeError(
-          source + " is not valid JSON: " + llvm::toString(json.takeError()));
-    file = std::move(*json);
-    const llvm::json::Object *top = file->getAsObject();
-    const llvm::json::Array *stageArray =
-        top ? top->getArray("stages") : nullptr;
-    if (!stageArray)
-      return makeError(source + ": expected {\"stages\": [...]}");
-    for (size_t s = 0; s < stageArray->size(); ++s)
-      if (const llvm::json::Object *o = (*stageArray)[s].getAsObject())
-        if (const llvm::json::Array *outs = o->getArray("outputs"))
-          given[static_cast<int>(s)] = outs;
-  } else {
-    source = "the manifest's stage meta";
-    for (const StageInfo &s : manifest.stages)
-      if (s.meta)
-        if (const llvm::json::Object *o = s.meta->getAsObject())
-          if (const llvm::json::Array *outs = o->getArray("outputs"))
-            given[s.index] = outs;
-  }
-
+  auto given = userGiven(source);
+  if (!given)
+    return given.takeError();
   std::map<std::string, MetaTable> tables;
   for (const std::string &sig : signatures) {
     MetaTable &table = tables[sig];
-    int64_t batch = signatureBatchSize(sig);
     for (const auto &[stage, output] : requiredMeta) {
-      auto it = given.find(stage);
-      if (it == given.end() || output >= static_cast<int>(it->second->size()))
+      auto it = given->find(stage);
+      if (it == given->end() || output >= static_cast<int>(it->second.size()))
         return makeError(
             llvm::formatv("{0} has no metadata for stage {1} output {2}",
                           source, stage, output)
                 .str());
-      auto meta = metaFromJSON(
-          (*it->second)[output],
-          llvm::formatv("{0}: stages[{1}].outputs[{2}]", source, stage, output),
-          batch);
-      if (!meta)
-        return meta.takeError();
+      ValueMeta meta = it->second[output];
+      if (llvm::Error err = resolveMeta(meta, signatureBatchSize(sig)))
+        return withContext(std::move(err),
+                           llvm::formatv("{0}: stages[{1}].outputs[{2}]",
+                                         source, stage, output)
+                               .str());
       ValueKind declared = manifest.stages[stage].outputs[output].kind;
-      if (meta->kind != declared)
+      if (meta.kind != declared)
         return makeError(
             llvm::formatv("{0}: stage {1} output {2} is a {3} in the "
                           "manifest, not a {4}",
                           source, stage, output, kindName(declared),
-                          kindName(meta->kind))
+                          kindName(meta.kind))
                 .str());
-      table[{stage, output}] = std::move(*meta);
+      table[{stage, output}] = std::move(meta);
     }
   }
   return tables;
+}
+
+llvm::Expected<std::vector<std::string>> Pipeline::Impl::shareSignatures(
+    const std::vector<c10::IValue> &inputs,
+    std::vector<std::vector<c10::IValue>> &microbatches) {
+  const int count = schedule.microbatches;
+  std::vector<std::string> signatures(count);
+  if (readsInputs) {
+    auto split = splitMicrobatches(inputs, manifest.modelInputs.size(), count);
+    if (!split)
+      return split.takeError();
+    microbatches = std::move(*split);
+    for (int m = 0; m < count; ++m)
+      signatures[m] = microbatchSignature(microbatches[m]);
+  }
+  std::string blob = llvm::join(signatures, "\n");
+  if (llvm::Error err = transport->broadcastBytes(blob, inputRoot))
+    return err;
+  llvm::SmallVector<llvm::StringRef, 8> parts;
+  llvm::StringRef(blob).split(parts, '\n');
+  if (static_cast<int>(parts.size()) != count)
+    return makeError(llvm::formatv("rank {0} shared {1} microbatch signatures, "
+                                   "expected {2}",
+                                   inputRoot, parts.size(), count)
+                         .str());
+  for (int m = 0; m < count; ++m) {
+    if (readsInputs && parts[m] != signatures[m])
+      return makeError(
+          llvm::formatv("the input on rank {0} differs from the input "
+                        "on rank {1} (microbatch {2}: {3} vs {4})",
+                        env.rank, inputRoot, m, signatures[m], parts[m])
+              .str());
+    signatures[m] = parts[m].str();
+  }
+  return signatures;
+}
+
+bool Pipeline::Impl::loadCache(const std::vector<std::string> &signatures) {
+  MetaCacheKey key;
+  key.manifestSha256 = manifestSha256;
+  for (const auto &[index, stage] : stages)
+    key.stages.push_back({index, manifest.stages[index].sha256});
+  key.layout = placement.describe();
+  cachePath = MetaCache::filePath(metaCacheDir(), env.rank, env.worldSize);
+  std::string warning;
+  cache = MetaCache::load(cachePath, key, warning);
+  if (!warning.empty()) {
+    warnings() << "warning: " << warning << "; inferring shapes\n";
+    return false;
+  }
+  for (const std::string &sig : signatures) {
+    const MetaTable *table = cache->find(sig, requiredMeta);
+    if (!table)
+      return false;
+    for (const auto &[key, meta] : *table) {
+      const StageInfo *stage =
+          key.first < static_cast<int>(manifest.stages.size())
+              ? &manifest.stages[key.first]
+              : nullptr;
+      if (!stage || key.second >= static_cast<int>(stage->outputs.size()) ||
+          stage->outputs[key.second].kind != meta.kind) {
+        warnings() << "warning: meta cache '" << cachePath
+                   << "' does not match the manifest (stage " << key.first
+                   << " output " << key.second << "); inferring shapes\n";
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+llvm::Expected<std::map<std::string, MetaTable>>
+Pipeline::Impl::agreeOnMetadata(const std::vector<std::string> &signatures) {
+  bool userRequested = !options.inputMetaPath.empty();
+  for (const StageInfo &s : manifest.stages)
+    userRequested |= s.meta.has_value();
+  std::optional<std::map<std::string, MetaTable>> user;
+  if (userRequested) {
+    auto t = userTables(signatures);
+    if (!t)
+      return t.takeError();
+    user = std::move(*t);
+  }
+  bool cacheComplete = options.useMetaCache && !user && loadCache(signatures);
+
+  // One agreement: two flags, then per edge between ranks the smallest
+  // digest and the smallest negated digest of what its producer rank will
+  // send and its consumer rank expects from the cache. The two agree iff
+  // every rank involved holds the same metadata for the edge; ranks not
+  // on the edge (or without a complete cache) pass the neutral maximum.
+  constexpr int64_t kNeutral = std::numeric_limits<int64_t>::max();
+  std::vector<int64_t> agreed{user ? 1 : 0, cacheComplete ? 1 : 0};
+  std::vector<const Edge *> remote;
+  std::map<std::string, MetaTable> cached;
+  if (cacheComplete)
+    for (const std::string &sig : signatures)
+      cached[sig] = *cache->find(sig, requiredMeta);
+  for (const Edge &e : schedule.edges) {
+    int from = placement.rankOf(e.producer), to = placement.rankOf(e.consumer);
+    if (from == to)
+      continue;
+    remote.push_back(&e);
+    if (cacheComplete && (env.rank == from || env.rank == to)) {
+      int64_t d = edgeDigest(cached, signatures, e.producer, e.outputs);
+      agreed.insert(agreed.end(), {d, -d});
+    } else {
+      agreed.insert(agreed.end(), {kNeutral, kNeutral});
+    }
+  }
+  if (llvm::Error err = transport->agreeMin(agreed))
+    return err;
+  if (agreed[0]) {
+    stats.metaSource = MetaSource::User;
+    return std::move(*user);
+  }
+  if (user)
+    return makeError("user metadata was given on some ranks only");
+  stats.metaSource = MetaSource::Inferred;
+  if (!agreed[1])
+    return std::map<std::string, MetaTable>();
+  for (size_t k = 0; k < remote.size(); ++k) {
+    int64_t lowest = agreed[2 + 2 * k], highest = -agreed[3 + 2 * k];
+    if (lowest != highest) {
+      const Edge &e = *remote[k];
+      warnings() << llvm::formatv(
+          "warning: the meta caches of ranks {0} and {1} disagree on stage "
+          "{2} -> {3}; inferring shapes\n",
+          placement.rankOf(e.producer), placement.rankOf(e.consumer),
+          e.producer,
+          e.collector ? std::string("output") : std::to_string(e.consumer));
+      return std::map<std::string, MetaTable>();
+    }
+  }
+  stats.metaSource = MetaSource::Cache;
+  return cached;
+}
+
+llvm::Error Pipeline::Impl::sendHeader(const Edge &edge, int m,
+                                       const std::vector<ValueMeta> &metas,
+                                       int peer, int channel,
+                                       const std::string &what) {
+  std::vector<int64_t> words =
+      encodeHeader(edge.producer, edge.consumer, m, metas);
+  c10::Device device = transport->device();
+  auto tensors = torchCall("cannot prepare the metadata of " + what, [&] {
+    return std::make_pair(
+        at::tensor({static_cast<int64_t>(words.size())}, at::kLong).to(device),
+        at::tensor(words, at::kLong).to(device));
+  });
+  if (!tensors)
+    return tensors.takeError();
+  if (llvm::Error err = transport->send(tensors->first, peer, channel,
+                                        "the metadata of " + what))
+    return err;
+  return transport->send(tensors->second, peer, channel,
+                         "the metadata of " + what);
+}
+
+llvm::Expected<std::vector<ValueMeta>>
+Pipeline::Impl::recvHeader(const Edge &edge, int m, int peer, int channel,
+                           const std::string &what) {
+  // Bounded before the header buffer is allocated.
+  constexpr int64_t kMaxHeaderWords = int64_t(1) << 24;
+  ValueMeta lengthMeta;
+  lengthMeta.kind = ValueKind::Int;
+  auto length =
+      allocateWire(lengthMeta, transport->device(), "the metadata of " + what);
+  if (!length)
+    return length.takeError();
+  if (llvm::Error err = transport->recv((*length)[0], peer, channel,
+                                        "the metadata of " + what))
+    return err;
+  auto words = torchCall("cannot read the metadata of " + what,
+                         [&] { return (*length)[0].cpu().item<int64_t>(); });
+  if (!words)
+    return words.takeError();
+  if (*words < 6 || *words > kMaxHeaderWords)
+    return makeError(
+        llvm::formatv("metadata header of {0}: bad length {1}", what, *words)
+            .str());
+  ValueMeta headerMeta;
+  headerMeta.kind = ValueKind::IntList;
+  headerMeta.length = *words;
+  auto header =
+      allocateWire(headerMeta, transport->device(), "the metadata of " + what);
+  if (!header)
+    return header.takeError();
+  if (llvm::Error err = transport->recv((*header)[0], peer, channel,
+                                        "the metadata of " + what))
+    return err;
+  auto onHost = torchCall("cannot read the metadata of " + what,
+                          [&] { return (*header)[0].cpu(); });
+  if (!onHost)
+    return onHost.takeError();
+  auto metas =
+      decodeHeader(llvm::ArrayRef<int64_t>(onHost->data_ptr<int64_t>(), *words),
+                   edge.producer, edge.consumer, m, edge.outputs.size());
+  if (!metas)
+    return metas.takeError();
+  for (size_t k = 0; k < edge.outputs.size(); ++k) {
+    ValueKind declared =
+        manifest.stages[edge.producer].outputs[edge.outputs[k]].kind;
+    if ((*metas)[k].kind != declared)
+      return makeError(llvm::formatv("{0}: value {1} is a {2}, the manifest "
+                                     "declares {3}",
+                                     what, k, kindName((*metas)[k].kind),
+                                     kindName(declared))
+                           .str());
+  }
+  return metas;
+}
+
+llvm::Error Pipeline::Impl::cacheWasWrong(llvm::Error err) {
+  if (stats.metaSource != MetaSource::Cache)
+    return err;
+  std::error_code removed = llvm::sys::fs::remove(cachePath);
+  return makeError(llvm::toString(std::move(err)) + " (the meta cache '" +
+                   cachePath + "' is wrong; " +
+                   (removed ? "remove it and run again to infer)"
+                            : "it was removed; run again to infer)"));
+}
+
+void Pipeline::Impl::saveCache(const std::vector<std::string> &signatures,
+                               std::map<std::string, MetaTable> &tables) {
+  for (const std::string &sig : signatures) {
+    MetaTable kept;
+    for (const auto &key : requiredMeta)
+      if (tables[sig].count(key))
+        kept[key] = tables[sig][key];
+    cache->put(sig, std::move(kept));
+  }
+  if (llvm::Error err = cache->save())
+    warnings() << "warning: cannot save the meta cache: "
+               << llvm::toString(std::move(err)) << "\n";
+  else
+    stats.cacheWritten = true;
 }
 
 llvm::Expected<std::vector<c10::IValue>>
@@ -258,93 +579,23 @@ Pipeline::Impl::run(const std::vector<c10::IValue> &inputs) {
 
   // 1. Microbatches and their signatures, shared by the input root.
   std::vector<std::vector<c10::IValue>> microbatches;
-  std::vector<std::string> signatures(count);
-  if (readsInputs) {
-    auto split = splitMicrobatches(inputs, manifest.modelInputs.size(), count);
-    if (!split)
-      return split.takeError();
-    microbatches = std::move(*split);
-    for (int m = 0; m < count; ++m)
-      signatures[m] = microbatchSignature(microbatches[m]);
-  }
-  std::string blob = llvm::join(signatures, "\n");
-  if (llvm::Error err = transport->broadcastBytes(blob, inputRoot))
-    return std::move(err);
-  {
-    llvm::SmallVector<llvm::StringRef, 8> parts;
-    llvm::StringRef(blob).split(parts, '\n');
-    if (static_cast<int>(parts.size()) != count)
-      return makeError(
-          llvm::formatv("rank {0} shared {1} microbatch signatures, "
-                        "expected {2}",
-                        inputRoot, parts.size(), count)
-              .str());
-    for (int m = 0; m < count; ++m) {
-      if (readsInputs && parts[m] != signatures[m])
-        return makeError(
-            llvm::formatv("the input on rank {0} differs from the input "
-                          "on rank {1} (microbatch {2}: {3} vs {4})",
-                          env.rank, inputRoot, m, signatures[m], parts[m])
-                .str());
-      signatures[m] = parts[m].str();
-    }
-  }
+  auto shared = shareSignatures(inputs, microbatches);
+  if (!shared)
+    return shared.takeError();
+  const std::vector<std::string> &signatures = *shared;
   std::vector<std::string> distinct;
   std::vector<bool> inferring(count, false);
   for (int m = 0; m < count; ++m)
-    if (std::find(distinct.begin(), distinct.end(), signatures[m]) ==
-        distinct.end()) {
+    if (!llvm::is_contained(distinct, signatures[m])) {
       distinct.push_back(signatures[m]);
       inferring[m] = true;
     }
 
   // 2. Where the metadata comes from: all ranks agree.
-  bool userRequested = !options.inputMetaPath.empty();
-  for (const StageInfo &s : manifest.stages)
-    userRequested |= s.meta.has_value();
-  std::map<std::string, MetaTable> tables;
-  std::optional<std::map<std::string, MetaTable>> user;
-  if (userRequested) {
-    auto t = userTables(distinct);
-    if (!t)
-      return t.takeError();
-    user = std::move(*t);
-  }
-  std::optional<MetaCache> cache;
-  bool cacheComplete = false;
-  if (options.useMetaCache && !user) {
-    MetaCacheKey key;
-    key.manifestSha256 = manifestSha256;
-    for (const auto &[index, stage] : stages)
-      key.stages.push_back({index, manifest.stages[index].sha256});
-    key.layout = placement.describe();
-    std::string dir = options.metaCacheDir.empty()
-                          ? manifestDirectory(manifestPath)
-                          : options.metaCacheDir;
-    std::string warning;
-    cache = MetaCache::load(MetaCache::filePath(dir, env.rank, env.worldSize),
-                            key, warning);
-    if (!warning.empty())
-      warnings() << "warning: " << warning << "; inferring shapes\n";
-    cacheComplete = true;
-    for (const std::string &sig : distinct)
-      cacheComplete &= cache->find(sig, requiredMeta) != nullptr;
-  }
-  std::vector<int64_t> flags{user ? 1 : 0, cacheComplete ? 1 : 0};
-  if (llvm::Error err = transport->agreeMin(flags))
-    return std::move(err);
-  if (flags[0]) {
-    stats.metaSource = MetaSource::User;
-    tables = std::move(*user);
-  } else if (flags[1]) {
-    stats.metaSource = MetaSource::Cache;
-    for (const std::string &sig : distinct)
-      tables[sig] = *cache->find(sig, requiredMeta);
-  } else {
-    if (user)
-      return makeError("user metadata was given on some ranks only");
-    stats.metaSource = MetaSource::Inferred;
-  }
+  auto agreed = agreeOnMetadata(distinct);
+  if (!agreed)
+    return agreed.takeError();
+  std::map<std::string, MetaTable> tables = std::move(*agreed);
   const bool infer = stats.metaSource == MetaSource::Inferred;
 
   // 3. Execute this rank's schedule.
@@ -404,18 +655,20 @@ Pipeline::Impl::run(const std::vector<c10::IValue> &inputs) {
       std::vector<c10::IValue> args;
       for (const StageInput &in : info.inputs) {
         c10::IValue v;
-        bool shared;
+        bool otherUses = false;
         if (in.source.isModelInput()) {
           v = microbatches[m][in.source.modelInput];
-          shared = modelInputUses[in.source.modelInput] > 1;
         } else {
           auto got = take(in.source.stage, in.source.output, m);
           if (!got)
             return got.takeError();
           v = std::move(*got);
-          shared = globalUses[{in.source.stage, in.source.output}] > 1;
+          otherUses = globalUses[{in.source.stage, in.source.output}] > 1;
         }
-        args.push_back(in.mutated && shared ? cloneValue(v) : v);
+        auto arg = stageArgument(in, std::move(v), otherUses);
+        if (!arg)
+          return arg.takeError();
+        args.push_back(std::move(*arg));
       }
       auto outputs = stages.at(a.stage).run(std::move(args));
       if (!outputs)
@@ -436,7 +689,7 @@ Pipeline::Impl::run(const std::vector<c10::IValue> &inputs) {
                   llvm::formatv(
                       "stage {0} output {1} ('{2}') of microbatch {3}", a.stage,
                       o, info.outputs[o].name, m)))
-            return std::move(err);
+            return cacheWasWrong(std::move(err));
         }
         store(a.stage, out, m, std::move((*outputs)[o]));
       }
@@ -459,27 +712,20 @@ Pipeline::Impl::run(const std::vector<c10::IValue> &inputs) {
         vals.push_back(std::move(*v));
       }
       if (infer && inferring[m]) {
-        std::vector<int64_t> words =
-            encodeHeader(edge.producer, edge.consumer, m, metas);
-        at::Tensor length =
-            at::tensor({static_cast<int64_t>(words.size())}, at::kLong);
-        at::Tensor header = at::tensor(words, at::kLong);
         if (llvm::Error err =
-                transport->send(length.to(device), a.peerRank, channel,
-                                "the metadata of " + what))
-          return std::move(err);
-        if (llvm::Error err =
-                transport->send(header.to(device), a.peerRank, channel,
-                                "the metadata of " + what))
-          return std::move(err);
+                sendHeader(edge, m, metas, a.peerRank, channel, what))
+          return err;
         ++stats.metaMessagesSent;
       }
-      for (size_t k = 0; k < vals.size(); ++k)
-        for (at::Tensor &t : toWire(vals[k], metas[k].kind))
+      for (size_t k = 0; k < vals.size(); ++k) {
+        auto wire = toWire(vals[k], metas[k].kind, device, what);
+        if (!wire)
+          return wire.takeError();
+        for (at::Tensor &t : *wire)
           if (t.numel() > 0)
-            if (llvm::Error err =
-                    transport->send(t.to(device), a.peerRank, channel, what))
-              return std::move(err);
+            if (llvm::Error err = transport->send(t, a.peerRank, channel, what))
+              return err;
+      }
       break;
     }
     case ActionKind::RecvF: {
@@ -488,51 +734,27 @@ Pipeline::Impl::run(const std::vector<c10::IValue> &inputs) {
       std::string what = describeEdge(edge, m);
       MetaTable &table = tables[signatures[m]];
       if (infer && inferring[m]) {
-        at::Tensor length =
-            at::empty({1}, at::TensorOptions(at::kLong).device(device));
-        if (llvm::Error err = transport->recv(length, a.peerRank, channel,
-                                              "the metadata of " + what))
-          return std::move(err);
-        int64_t words = length.cpu().item<int64_t>();
-        if (words < 6 || words > (int64_t(1) << 24))
-          return makeError(
-              llvm::formatv("metadata header of {0}: bad length {1}", what,
-                            words)
-                  .str());
-        at::Tensor header =
-            at::empty({words}, at::TensorOptions(at::kLong).device(device));
-        if (llvm::Error err = transport->recv(header, a.peerRank, channel,
-                                              "the metadata of " + what))
-          return std::move(err);
-        header = header.cpu();
-        auto metas = decodeHeader(
-            llvm::ArrayRef<int64_t>(header.data_ptr<int64_t>(), words),
-            edge.producer, edge.consumer, m, edge.outputs.size());
+        auto metas = recvHeader(edge, m, a.peerRank, channel, what);
         if (!metas)
           return metas.takeError();
-        for (size_t k = 0; k < edge.outputs.size(); ++k) {
-          ValueKind declared =
-              manifest.stages[edge.producer].outputs[edge.outputs[k]].kind;
-          if ((*metas)[k].kind != declared)
-            return makeError(
-                llvm::formatv("{0}: value {1} is a {2}, the manifest "
-                              "declares {3}",
-                              what, k, kindName((*metas)[k].kind),
-                              kindName(declared))
-                    .str());
+        for (size_t k = 0; k < edge.outputs.size(); ++k)
           table[{edge.producer, edge.outputs[k]}] = (*metas)[k];
-        }
       }
       for (int o : edge.outputs) {
         auto meta = metaFor(m, edge.producer, o);
         if (!meta)
           return meta.takeError();
-        std::vector<at::Tensor> wire = allocateWire(**meta, device);
-        for (at::Tensor &t : wire)
+        auto wire = allocateWire(**meta, device, what);
+        if (!wire)
+          return wire.takeError();
+        for (at::Tensor &t : *wire)
           if (t.numel() > 0)
             if (llvm::Error err = transport->recv(t, a.peerRank, channel, what))
-              return std::move(err);
-        store(edge.producer, o, m, fromWire(std::move(wire), **meta));
+              return err;
+        auto value = fromWire(std::move(*wire), **meta, what);
+        if (!value)
+          return value.takeError();
+        store(edge.producer, o, m, std::move(*value));
       }
       break;
     }
@@ -555,7 +777,7 @@ Pipeline::Impl::run(const std::vector<c10::IValue> &inputs) {
       stats.firstOutputMs = msSince(start);
   }
   if (llvm::Error err = transport->flushSends())
-    return std::move(err);
+    return err;
 
   // 4. Model outputs on the output rank.
   std::vector<c10::IValue> result;
@@ -566,25 +788,13 @@ Pipeline::Impl::run(const std::vector<c10::IValue> &inputs) {
           outputParts[k], manifest.output(ref).kind, static_cast<int>(k));
       if (!joined)
         return joined.takeError();
-      result.push_back(device.is_cpu() ? *joined : *joined);
+      result.push_back(std::move(*joined));
     }
   }
 
   // 5. Save what was inferred.
-  if (infer && cache) {
-    for (const std::string &sig : distinct) {
-      MetaTable kept;
-      for (const auto &key : requiredMeta)
-        if (tables[sig].count(key))
-          kept[key] = tables[sig][key];
-      cache->put(sig, std::move(kept));
-    }
-    if (llvm::Error err = cache->save())
-      warnings() << "warning: cannot save the meta cache: "
-                 << llvm::toString(std::move(err)) << "\n";
-    else
-      stats.cacheWritten = true;
-  }
+  if (infer && cache)
+    saveCache(distinct, tables);
   stats.messagesSent = transport->messagesSent() - sentBefore;
   stats.totalMs = msSince(start);
   return result;
@@ -632,9 +842,9 @@ Pipeline::create(llvm::StringRef manifestPath, const LaunchEnv &env,
     return schedule.takeError();
   impl->schedule = std::move(*schedule);
   if (llvm::Error err = simulateSchedule(impl->manifest, impl->schedule))
-    return std::move(err);
+    return err;
   if (llvm::Error err = impl->init())
-    return std::move(err);
+    return err;
 
   int threads = options.threads;
   if (threads <= 0)
@@ -677,27 +887,85 @@ void Pipeline::printSchedule(llvm::raw_ostream &os) const {
 
 llvm::Expected<std::vector<c10::IValue>>
 Pipeline::run(const std::vector<c10::IValue> &inputs) {
-  std::vector<c10::IValue> onDevice;
   c10::Device device = impl_->transport->device();
-  for (const c10::IValue &v : inputs)
-    onDevice.push_back(v.isTensor() && !device.is_cpu()
-                           ? c10::IValue(v.toTensor().to(device))
-                           : v);
-  auto result = impl_->run(onDevice);
+  auto onDevice = torchCall("cannot move the inputs to " + device.str(), [&] {
+    std::vector<c10::IValue> out;
+    for (const c10::IValue &v : inputs)
+      out.push_back(v.isTensor() && !device.is_cpu()
+                        ? c10::IValue(v.toTensor().to(device))
+                        : v);
+    return out;
+  });
+  if (!onDevice)
+    return onDevice.takeError();
+  auto result = impl_->run(*onDevice);
   if (!result)
     return result.takeError();
-  for (c10::IValue &v : *result)
-    if (v.isTensor())
-      v = v.toTensor().cpu();
+  if (llvm::Error err = torchCall("cannot move the outputs to the CPU", [&] {
+        for (c10::IValue &v : *result)
+          if (v.isTensor())
+            v = v.toTensor().cpu();
+      }))
+    return err;
   return result;
 }
 
 llvm::Error Pipeline::finish() { return impl_->transport->barrier(); }
 
+/// The meta cache directory of a run with `options`.
+static std::string metaCacheDirOf(const RunOptions &options,
+                                  llvm::StringRef manifestPath) {
+  return options.metaCacheDir.empty() ? manifestDirectory(manifestPath)
+                                      : options.metaCacheDir;
+}
+
+std::string Pipeline::Impl::metaCacheDir() const {
+  return metaCacheDirOf(options, manifestPath);
+}
+
+/// Refuses an --output that would replace a file the run reads or keeps:
+/// the input, the manifest, a stage file or a meta cache file. Every rank
+/// checks (before meeting the others), so all fail alike and at once.
+static llvm::Error checkOutputPath(llvm::StringRef manifestPath,
+                                   llvm::StringRef inputPath,
+                                   llvm::StringRef outputPath,
+                                   const LaunchEnv &env,
+                                   const RunOptions &options) {
+  auto refuse = [&](const llvm::Twine &what) {
+    return makeError("--output '" + outputPath + "' is " + what +
+                     "; refusing to overwrite it");
+  };
+  if (sameFile(outputPath, inputPath))
+    return refuse("the input file");
+  if (sameFile(outputPath, manifestPath))
+    return refuse("the manifest");
+  std::string cacheDir = metaCacheDirOf(options, manifestPath);
+  for (int r = 0; r < env.worldSize; ++r)
+    if (sameFile(outputPath, MetaCache::filePath(cacheDir, r, env.worldSize)))
+      return refuse("a meta cache file");
+  // A manifest that does not load is reported by Pipeline::create.
+  auto manifest = Manifest::load(manifestPath);
+  if (!manifest) {
+    llvm::consumeError(manifest.takeError());
+    return llvm::Error::success();
+  }
+  std::string dir = manifestDirectory(manifestPath);
+  for (const StageInfo &stage : manifest->stages) {
+    llvm::SmallString<256> path(dir);
+    llvm::sys::path::append(path, stage.file);
+    if (sameFile(outputPath, path))
+      return refuse(llvm::formatv("the file of stage {0}", stage.index));
+  }
+  return llvm::Error::success();
+}
+
 llvm::Expected<RunStats>
 runPipelineFiles(llvm::StringRef manifestPath, llvm::StringRef inputPath,
                  llvm::StringRef outputPath, const LaunchEnv &env,
                  const RunOptions &options, llvm::raw_ostream *schedule) {
+  if (llvm::Error err =
+          checkOutputPath(manifestPath, inputPath, outputPath, env, options))
+    return err;
   auto pipeline = Pipeline::create(manifestPath, env, options);
   if (!pipeline)
     return pipeline.takeError();
@@ -718,9 +986,9 @@ runPipelineFiles(llvm::StringRef manifestPath, llvm::StringRef inputPath,
   if (env.rank == (*pipeline)->outputRank())
     if (llvm::Error err =
             saveTensors(outputPath, *outputs, (*pipeline)->outputIsTuple()))
-      return std::move(err);
+      return err;
   if (llvm::Error err = (*pipeline)->finish())
-    return std::move(err);
+    return err;
   return (*pipeline)->stats();
 }
 

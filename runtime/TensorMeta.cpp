@@ -1,8 +1,8 @@
 //===- runtime/TensorMeta.cpp - Metadata of boundary values ---------------===//
 //
-// This file implements metadata capture, comparison, the int64 header codec,
-// the JSON form used by the meta cache and user meta files, and the mapping
-// between values and the tensors that carry them.
+// This file implements metadata capture, comparison and validation, the
+// int64 header codec, the JSON form used by the meta cache and user meta
+// files, and the mapping between values and the tensors that carry them.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/TensorMeta.h"
@@ -12,7 +12,9 @@
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MathExtras.h"
 
 #include <ATen/ATen.h>
 
@@ -22,45 +24,73 @@ namespace {
 constexpr int64_t kHeaderMagic = 0x7070634d; // "ppcM"
 constexpr int64_t kHeaderVersion = 1;
 
-struct DtypeSpelling {
-  c10::ScalarType dtype;
-  const char *name;
-};
-constexpr DtypeSpelling kDtypes[] = {
-    {c10::ScalarType::Byte, "uint8"},
-    {c10::ScalarType::Char, "int8"},
-    {c10::ScalarType::Short, "int16"},
-    {c10::ScalarType::Int, "int32"},
-    {c10::ScalarType::Long, "int64"},
-    {c10::ScalarType::Half, "float16"},
-    {c10::ScalarType::Float, "float32"},
-    {c10::ScalarType::Double, "float64"},
-    {c10::ScalarType::ComplexFloat, "complex64"},
-    {c10::ScalarType::ComplexDouble, "complex128"},
-    {c10::ScalarType::Bool, "bool"},
-    {c10::ScalarType::BFloat16, "bfloat16"},
-};
-
-std::string sizesStr(llvm::ArrayRef<int64_t> sizes) {
-  std::string out = "[";
-  for (size_t i = 0; i < sizes.size(); ++i)
-    out += (i ? "," : "") + std::to_string(sizes[i]);
-  return out + "]";
+std::string intsStr(llvm::ArrayRef<int64_t> ints) {
+  return "[" +
+         llvm::join(
+             llvm::map_range(ints, [](int64_t i) { return std::to_string(i); }),
+             ",") +
+         "]";
 }
 } // namespace
 
-std::string dtypeName(c10::ScalarType dtype) {
-  for (const auto &d : kDtypes)
-    if (d.dtype == dtype)
-      return d.name;
-  return c10::toString(dtype);
+std::optional<c10::ScalarType> parseDtype(llvm::StringRef name) {
+  using T = c10::ScalarType;
+  return llvm::StringSwitch<std::optional<T>>(name)
+      .Case("uint8", T::Byte)
+      .Case("int8", T::Char)
+      .Case("int16", T::Short)
+      .Case("int32", T::Int)
+      .Case("int64", T::Long)
+      .Case("float16", T::Half)
+      .Case("float32", T::Float)
+      .Case("float64", T::Double)
+      .Case("complex64", T::ComplexFloat)
+      .Case("complex128", T::ComplexDouble)
+      .Case("bool", T::Bool)
+      .Case("bfloat16", T::BFloat16)
+      .Default(std::nullopt);
 }
 
-llvm::Expected<c10::ScalarType> parseDtype(llvm::StringRef name) {
-  for (const auto &d : kDtypes)
-    if (name == d.name)
-      return d.dtype;
-  return makeError("unknown dtype '" + name + "'");
+/// The spelling of an allowed dtype; empty for any other.
+static llvm::StringRef allowedDtypeName(c10::ScalarType dtype) {
+  using T = c10::ScalarType;
+  switch (dtype) {
+  case T::Byte:
+    return "uint8";
+  case T::Char:
+    return "int8";
+  case T::Short:
+    return "int16";
+  case T::Int:
+    return "int32";
+  case T::Long:
+    return "int64";
+  case T::Half:
+    return "float16";
+  case T::Float:
+    return "float32";
+  case T::Double:
+    return "float64";
+  case T::ComplexFloat:
+    return "complex64";
+  case T::ComplexDouble:
+    return "complex128";
+  case T::Bool:
+    return "bool";
+  case T::BFloat16:
+    return "bfloat16";
+  default:
+    return "";
+  }
+}
+
+bool isAllowedDtype(c10::ScalarType dtype) {
+  return !allowedDtypeName(dtype).empty();
+}
+
+std::string dtypeName(c10::ScalarType dtype) {
+  llvm::StringRef name = allowedDtypeName(dtype);
+  return name.empty() ? std::string(c10::toString(dtype)) : name.str();
 }
 
 TensorMeta TensorMeta::of(const at::Tensor &t) {
@@ -73,32 +103,17 @@ TensorMeta TensorMeta::of(const at::Tensor &t) {
 }
 
 std::string TensorMeta::str() const {
-  return dtypeName(dtype) + sizesStr(sizes);
+  return dtypeName(dtype) + intsStr(sizes);
 }
 
 ValueMeta ValueMeta::of(const c10::IValue &value, ValueKind kind) {
   ValueMeta m;
   m.kind = kind;
-  switch (kind) {
-  case ValueKind::Tensor:
-    m.tensors.push_back(TensorMeta::of(value.toTensor()));
-    break;
-  case ValueKind::TensorList:
-    for (const c10::IValue &e : value.toListRef())
-      m.tensors.push_back(TensorMeta::of(e.toTensor()));
-    break;
-  case ValueKind::TensorTuple:
-    for (const c10::IValue &e : value.toTupleRef().elements())
-      m.tensors.push_back(TensorMeta::of(e.toTensor()));
-    break;
-  case ValueKind::IntList:
+  forEachTensor(value, kind, [&](const at::Tensor &t) {
+    m.tensors.push_back(TensorMeta::of(t));
+  });
+  if (kind == ValueKind::IntList)
     m.length = static_cast<int64_t>(value.toIntList().size());
-    break;
-  case ValueKind::Int:
-  case ValueKind::Float:
-  case ValueKind::Bool:
-    break;
-  }
   return m;
 }
 
@@ -140,6 +155,73 @@ llvm::Error checkValue(const c10::IValue &value, const ValueMeta &meta,
 
 static int64_t kindCode(ValueKind kind) { return static_cast<int64_t>(kind); }
 
+/// Checks one tensor's metadata; `bytes` accumulates the value's bytes.
+static llvm::Error validateTensor(const TensorMeta &t, int64_t &bytes) {
+  if (!isAllowedDtype(t.dtype))
+    return makeError(llvm::formatv("dtype {0} is not one ppc carries",
+                                   static_cast<int64_t>(t.dtype))
+                         .str());
+  int64_t ndim = static_cast<int64_t>(t.sizes.size());
+  if (ndim > kMaxMetaNdim)
+    return makeError(llvm::formatv("{0} dimensions exceed the limit of {1}",
+                                   ndim, kMaxMetaNdim)
+                         .str());
+  for (int64_t s : t.sizes)
+    if (s < 0)
+      return makeError(
+          llvm::formatv("negative size {0} in {1}", s, t.str()).str());
+  if (t.strides.size() != t.sizes.size())
+    return makeError("strides " + intsStr(t.strides) + " do not match sizes " +
+                     intsStr(t.sizes));
+  for (int64_t s : t.strides)
+    if (s < 0)
+      return makeError("negative stride in " + t.str() + " (strides " +
+                       intsStr(t.strides) + ")");
+  // Elements and bytes with overflow checks: sizes from a peer or a file
+  // must not wrap around into a small (or negative) allocation.
+  int64_t elements = 1;
+  bool tooBig = false;
+  if (!llvm::is_contained(t.sizes, 0))
+    for (int64_t s : t.sizes)
+      tooBig |= static_cast<bool>(llvm::MulOverflow(elements, s, elements));
+  int64_t tensorBytes = 0;
+  tooBig = tooBig ||
+           llvm::MulOverflow(elements,
+                             static_cast<int64_t>(c10::elementSize(t.dtype)),
+                             tensorBytes) ||
+           llvm::AddOverflow(bytes, tensorBytes, bytes) ||
+           bytes > kMaxValueBytes;
+  if (tooBig)
+    return makeError(t.str() + " needs more than 64 GiB");
+  return llvm::Error::success();
+}
+
+llvm::Error validateMeta(const ValueMeta &meta) {
+  int64_t count = static_cast<int64_t>(meta.tensors.size());
+  if (!isTensorKind(meta.kind) && count != 0)
+    return makeError(llvm::formatv("a {0} record with {1} tensors",
+                                   kindName(meta.kind), count)
+                         .str());
+  if (meta.kind == ValueKind::Tensor && count != 1)
+    return makeError(
+        llvm::formatv("a Tensor record with {0} tensors", count).str());
+  if (count > kMaxValueTensors)
+    return makeError(llvm::formatv("{0} tensors in one value exceed the "
+                                   "limit of {1}",
+                                   count, kMaxValueTensors)
+                         .str());
+  if (meta.length < 0 || meta.length > kMaxIntListLength ||
+      (meta.kind != ValueKind::IntList && meta.length != 0))
+    return makeError(llvm::formatv("an int[] length of {0} (at most {1})",
+                                   meta.length, kMaxIntListLength)
+                         .str());
+  int64_t bytes = 0;
+  for (const TensorMeta &t : meta.tensors)
+    if (llvm::Error err = validateTensor(t, bytes))
+      return err;
+  return llvm::Error::success();
+}
+
 void encodeMeta(const ValueMeta &meta, std::vector<int64_t> &out) {
   out.push_back(kindCode(meta.kind));
   out.push_back(meta.kind == ValueKind::IntList
@@ -154,20 +236,59 @@ void encodeMeta(const ValueMeta &meta, std::vector<int64_t> &out) {
   }
 }
 
-llvm::Expected<ValueMeta> decodeMeta(llvm::ArrayRef<int64_t> words,
-                                     size_t &pos) {
-  auto take = [&](int64_t &out) {
+namespace {
+/// Reads words of a header, never past its end.
+struct WordReader {
+  llvm::ArrayRef<int64_t> words;
+  size_t &pos;
+
+  bool take(int64_t &out) {
     if (pos >= words.size())
       return false;
     out = words[pos++];
     return true;
-  };
-  auto truncated = [] {
-    return makeError("metadata header: truncated record");
-  };
+  }
+  /// Takes `n` words into `out`; `n` was bounded by the caller.
+  bool take(int64_t n, std::vector<int64_t> &out) {
+    if (n < 0 || static_cast<uint64_t>(n) > words.size() - pos)
+      return false;
+    out.assign(words.begin() + pos, words.begin() + pos + n);
+    pos += n;
+    return true;
+  }
+};
+
+llvm::Error truncatedRecord() {
+  return makeError("metadata header: truncated record");
+}
+
+/// One tensor entry of a record: dtype, requires_grad, ndim, sizes, strides.
+llvm::Expected<TensorMeta> decodeTensor(WordReader &in) {
+  int64_t dtype, grad, ndim;
+  if (!in.take(dtype) || !in.take(grad) || !in.take(ndim))
+    return truncatedRecord();
+  if (dtype < 0 || dtype >= static_cast<int64_t>(c10::ScalarType::NumOptions) ||
+      !isAllowedDtype(static_cast<c10::ScalarType>(dtype)))
+    return makeError(
+        llvm::formatv("metadata header: unknown dtype {0}", dtype).str());
+  if (ndim < 0 || ndim > kMaxMetaNdim)
+    return makeError(
+        llvm::formatv("metadata header: bad rank {0}", ndim).str());
+  TensorMeta t;
+  t.dtype = static_cast<c10::ScalarType>(dtype);
+  t.requiresGrad = grad != 0;
+  if (!in.take(ndim, t.sizes) || !in.take(ndim, t.strides))
+    return truncatedRecord();
+  return t;
+}
+} // namespace
+
+llvm::Expected<ValueMeta> decodeMeta(llvm::ArrayRef<int64_t> words,
+                                     size_t &pos) {
+  WordReader in{words, pos};
   int64_t kind, count;
-  if (!take(kind) || !take(count))
-    return truncated();
+  if (!in.take(kind) || !in.take(count))
+    return truncatedRecord();
   if (kind < 0 || kind > kindCode(ValueKind::IntList))
     return makeError(
         llvm::formatv("metadata header: unknown kind {0}", kind).str());
@@ -176,44 +297,28 @@ llvm::Expected<ValueMeta> decodeMeta(llvm::ArrayRef<int64_t> words,
         llvm::formatv("metadata header: negative count {0}", count).str());
   ValueMeta meta;
   meta.kind = static_cast<ValueKind>(kind);
-  bool hasTensors = meta.kind == ValueKind::Tensor ||
-                    meta.kind == ValueKind::TensorList ||
-                    meta.kind == ValueKind::TensorTuple;
   if (meta.kind == ValueKind::IntList)
     meta.length = count;
-  if (!hasTensors)
-    return meta;
-  if (meta.kind == ValueKind::Tensor && count != 1)
-    return makeError(
-        llvm::formatv("metadata header: a Tensor record with {0} tensors",
-                      count)
-            .str());
-  for (int64_t i = 0; i < count; ++i) {
-    TensorMeta t;
-    int64_t dtype, grad, ndim;
-    if (!take(dtype) || !take(grad) || !take(ndim))
-      return truncated();
-    if (dtype < 0 || dtype >= static_cast<int64_t>(c10::ScalarType::NumOptions))
-      return makeError(
-          llvm::formatv("metadata header: unknown dtype {0}", dtype).str());
-    if (ndim < 0 || ndim > 64)
-      return makeError(
-          llvm::formatv("metadata header: bad rank {0}", ndim).str());
-    t.dtype = static_cast<c10::ScalarType>(dtype);
-    t.requiresGrad = grad != 0;
-    t.sizes.resize(ndim);
-    t.strides.resize(ndim);
-    for (auto &s : t.sizes)
-      if (!take(s))
-        return truncated();
-    for (auto &s : t.strides)
-      if (!take(s))
-        return truncated();
-    for (int64_t s : t.sizes)
-      if (s < 0)
-        return makeError("metadata header: negative size");
-    meta.tensors.push_back(std::move(t));
-  }
+  else if (isTensorKind(meta.kind)) {
+    // Bound the count before reserving anything for it.
+    if (count > kMaxValueTensors)
+      return makeError(llvm::formatv("metadata header: {0} tensors in one "
+                                     "value exceed the limit of {1}",
+                                     count, kMaxValueTensors)
+                           .str());
+    for (int64_t i = 0; i < count; ++i) {
+      auto t = decodeTensor(in);
+      if (!t)
+        return t.takeError();
+      meta.tensors.push_back(std::move(*t));
+    }
+  } else if (count != 0)
+    return makeError(llvm::formatv("metadata header: a {0} record with count "
+                                   "{1}",
+                                   kindName(meta.kind), count)
+                         .str());
+  if (llvm::Error err = validateMeta(meta))
+    return withContext(std::move(err), "metadata header");
   return meta;
 }
 
@@ -267,205 +372,174 @@ llvm::json::Value metaToJSON(const ValueMeta &meta) {
     o["length"] = meta.length;
   if (!meta.tensors.empty()) {
     llvm::json::Array tensors;
-    for (const TensorMeta &t : meta.tensors) {
-      llvm::json::Array sizes, strides;
-      for (int64_t s : t.sizes)
-        sizes.push_back(s);
-      for (int64_t s : t.strides)
-        strides.push_back(s);
+    for (const TensorMeta &t : meta.tensors)
       tensors.push_back(llvm::json::Object{{"dtype", dtypeName(t.dtype)},
-                                           {"sizes", std::move(sizes)},
-                                           {"strides", std::move(strides)},
+                                           {"sizes", t.sizes},
+                                           {"strides", t.strides},
                                            {"requires_grad", t.requiresGrad}});
-    }
     o["tensors"] = std::move(tensors);
   }
   return o;
 }
 
+bool fromJSON(const llvm::json::Value &json, TensorMeta &out,
+              llvm::json::Path path) {
+  llvm::json::ObjectMapper o(json, path);
+  std::string dtype;
+  if (!o || !o.map("dtype", dtype) || !o.map("sizes", out.sizes) ||
+      !o.mapOptional("strides", out.strides) ||
+      !o.mapOptional("requires_grad", out.requiresGrad))
+    return false;
+  std::optional<c10::ScalarType> parsed = parseDtype(dtype);
+  if (!parsed) {
+    path.field("dtype").report("unknown dtype (ppc carries uint8, int8, "
+                               "int16, int32, int64, float16, float32, "
+                               "float64, complex64, complex128, bool and "
+                               "bfloat16)");
+    return false;
+  }
+  out.dtype = *parsed;
+  // Bound what the JSON may make us hold before resolveMeta() looks closer.
+  if (static_cast<int64_t>(out.sizes.size()) > kMaxMetaNdim) {
+    path.field("sizes").report("too many dimensions (at most 64)");
+    return false;
+  }
+  return true;
+}
+
+bool fromJSON(const llvm::json::Value &json, ValueMeta &out,
+              llvm::json::Path path) {
+  llvm::json::ObjectMapper o(json, path);
+  std::string kind;
+  if (!o || !o.map("kind", kind))
+    return false;
+  std::optional<ValueKind> parsed = parseKind(kind);
+  if (!parsed) {
+    path.field("kind").report("unknown kind (expected Tensor, Tensor[], "
+                              "Tuple[Tensor], int, float, bool or int[])");
+    return false;
+  }
+  out.kind = *parsed;
+  if (out.kind == ValueKind::IntList && !o.map("length", out.length))
+    return false;
+  if (!isTensorKind(out.kind))
+    return true;
+  const llvm::json::Array *tensors = json.getAsObject()->getArray("tensors");
+  if (tensors && static_cast<int64_t>(tensors->size()) > kMaxValueTensors) {
+    path.field("tensors").report("too many tensors in one value (at most "
+                                 "4096)");
+    return false;
+  }
+  return o.map("tensors", out.tensors);
+}
+
+llvm::Error resolveMeta(ValueMeta &meta, int64_t batchSize) {
+  for (TensorMeta &t : meta.tensors) {
+    if (batchSize >= 0)
+      std::replace(t.sizes.begin(), t.sizes.end(), int64_t(-1), batchSize);
+    if (t.strides.empty() && !t.sizes.empty() &&
+        llvm::none_of(t.sizes, [](int64_t s) { return s < 0; })) {
+      t.strides.assign(t.sizes.size(), 1);
+      for (size_t d = t.sizes.size() - 1; d > 0; --d)
+        if (llvm::MulOverflow(t.strides[d], std::max<int64_t>(t.sizes[d], 1),
+                              t.strides[d - 1]))
+          return makeError(t.str() + " needs more than 64 GiB");
+    }
+  }
+  return validateMeta(meta);
+}
+
 llvm::Expected<ValueMeta> metaFromJSON(const llvm::json::Value &json,
                                        const llvm::Twine &where,
                                        int64_t batchSize) {
-  auto fail = [&](const llvm::Twine &message) {
-    return makeError(where + ": " + message);
-  };
-  const llvm::json::Object *o = json.getAsObject();
-  if (!o)
-    return fail("expected an object");
-  auto kindText = o->getString("kind");
-  if (!kindText)
-    return fail("missing 'kind'");
-  auto kind = parseKind(*kindText);
-  if (!kind)
-    return fail("unknown kind '" + *kindText + "'");
-  ValueMeta meta;
-  meta.kind = *kind;
-  if (meta.kind == ValueKind::IntList) {
-    auto length = o->getInteger("length");
-    if (!length || *length < 0)
-      return fail("int[] needs a non-negative 'length'");
-    meta.length = *length;
-  }
-  bool hasTensors = meta.kind == ValueKind::Tensor ||
-                    meta.kind == ValueKind::TensorList ||
-                    meta.kind == ValueKind::TensorTuple;
-  if (!hasTensors)
-    return meta;
-  const llvm::json::Array *tensors = o->getArray("tensors");
-  if (!tensors)
-    return fail("missing 'tensors'");
-  if (meta.kind == ValueKind::Tensor && tensors->size() != 1)
-    return fail("a Tensor needs exactly one entry in 'tensors'");
-  for (size_t i = 0; i < tensors->size(); ++i) {
-    std::string at = llvm::formatv("tensors[{0}]", i);
-    const llvm::json::Object *t = (*tensors)[i].getAsObject();
-    if (!t)
-      return fail(at + ": expected an object");
-    TensorMeta tm;
-    auto dtype = t->getString("dtype");
-    if (!dtype)
-      return fail(at + ": missing 'dtype'");
-    auto parsed = parseDtype(*dtype);
-    if (!parsed)
-      return withContext(parsed.takeError(), where + ": " + at);
-    tm.dtype = *parsed;
-    auto readInts = [&](llvm::StringRef key, std::vector<int64_t> &out,
-                        bool required) -> llvm::Error {
-      const llvm::json::Array *a = t->getArray(key);
-      if (!a)
-        return required ? fail(at + ": missing '" + key + "'")
-                        : llvm::Error::success();
-      for (const llvm::json::Value &v : *a) {
-        auto i = v.getAsInteger();
-        if (!i)
-          return fail(at + ": '" + key + "' must hold integers");
-        out.push_back(*i);
-      }
-      return llvm::Error::success();
-    };
-    if (llvm::Error err = readInts("sizes", tm.sizes, true))
-      return std::move(err);
-    if (llvm::Error err = readInts("strides", tm.strides, false))
-      return std::move(err);
-    for (int64_t &s : tm.sizes) {
-      if (s == -1 && batchSize >= 0)
-        s = batchSize;
-      if (s < 0)
-        return fail(at + ": negative size");
-    }
-    if (tm.strides.empty()) {
-      tm.strides.assign(tm.sizes.size(), 1);
-      for (int64_t d = static_cast<int64_t>(tm.sizes.size()) - 2; d >= 0; --d)
-        tm.strides[d] =
-            tm.strides[d + 1] * std::max<int64_t>(tm.sizes[d + 1], 1);
-    }
-    if (tm.strides.size() != tm.sizes.size())
-      return fail(at + ": 'strides' and 'sizes' differ in length");
-    tm.requiresGrad = t->getBoolean("requires_grad").getValueOr(false);
-    meta.tensors.push_back(std::move(tm));
-  }
+  auto meta = readJSON<ValueMeta>(json, "meta");
+  if (!meta)
+    return withContext(meta.takeError(), where);
+  if (llvm::Error err = resolveMeta(*meta, batchSize))
+    return withContext(std::move(err), where);
   return meta;
 }
 
-std::vector<at::Tensor> toWire(const c10::IValue &value, ValueKind kind) {
-  std::vector<at::Tensor> out;
-  switch (kind) {
-  case ValueKind::Tensor:
-    out.push_back(value.toTensor().contiguous());
-    break;
-  case ValueKind::TensorList:
-    for (const c10::IValue &e : value.toListRef())
-      out.push_back(e.toTensor().contiguous());
-    break;
-  case ValueKind::TensorTuple:
-    for (const c10::IValue &e : value.toTupleRef().elements())
-      out.push_back(e.toTensor().contiguous());
-    break;
-  case ValueKind::Int:
-    out.push_back(at::tensor({value.toInt()}, at::kLong));
-    break;
-  case ValueKind::Float:
-    out.push_back(at::tensor({value.toDouble()}, at::kDouble));
-    break;
-  case ValueKind::Bool:
-    out.push_back(
-        at::tensor({static_cast<int64_t>(value.toBool())}, at::kLong));
-    break;
-  case ValueKind::IntList: {
-    auto list = value.toIntList();
-    std::vector<int64_t> v(list.begin(), list.end());
-    out.push_back(at::tensor(v, at::kLong));
-    break;
-  }
-  }
-  return out;
+llvm::Expected<std::vector<at::Tensor>> toWire(const c10::IValue &value,
+                                               ValueKind kind,
+                                               c10::Device device,
+                                               const llvm::Twine &what) {
+  return torchCall("cannot prepare " + what, [&] {
+    std::vector<at::Tensor> out;
+    switch (kind) {
+    case ValueKind::Int:
+      out.push_back(at::tensor({value.toInt()}, at::kLong));
+      break;
+    case ValueKind::Float:
+      out.push_back(at::tensor({value.toDouble()}, at::kDouble));
+      break;
+    case ValueKind::Bool:
+      out.push_back(
+          at::tensor({static_cast<int64_t>(value.toBool())}, at::kLong));
+      break;
+    case ValueKind::IntList:
+      out.push_back(at::tensor(value.toIntList().vec(), at::kLong));
+      break;
+    default:
+      out = tensorsOf(value, kind);
+      for (at::Tensor &t : out)
+        t = t.contiguous();
+    }
+    for (at::Tensor &t : out)
+      t = t.to(device);
+    return out;
+  });
 }
 
-std::vector<at::Tensor> allocateWire(const ValueMeta &meta,
-                                     c10::Device device) {
-  std::vector<at::Tensor> out;
-  auto opts = at::TensorOptions().device(device);
-  switch (meta.kind) {
-  case ValueKind::Tensor:
-  case ValueKind::TensorList:
-  case ValueKind::TensorTuple:
-    for (const TensorMeta &t : meta.tensors)
-      out.push_back(at::empty(t.sizes, opts.dtype(t.dtype)));
-    break;
-  case ValueKind::Int:
-  case ValueKind::Bool:
-    out.push_back(at::empty({1}, opts.dtype(at::kLong)));
-    break;
-  case ValueKind::Float:
-    out.push_back(at::empty({1}, opts.dtype(at::kDouble)));
-    break;
-  case ValueKind::IntList:
-    out.push_back(at::empty({meta.length}, opts.dtype(at::kLong)));
-    break;
-  }
-  return out;
+llvm::Expected<std::vector<at::Tensor>> allocateWire(const ValueMeta &meta,
+                                                     c10::Device device,
+                                                     const llvm::Twine &what) {
+  return torchCall("cannot allocate " + what, [&] {
+    std::vector<at::Tensor> out;
+    auto opts = at::TensorOptions().device(device);
+    switch (meta.kind) {
+    case ValueKind::Int:
+    case ValueKind::Bool:
+      out.push_back(at::empty({1}, opts.dtype(at::kLong)));
+      break;
+    case ValueKind::Float:
+      out.push_back(at::empty({1}, opts.dtype(at::kDouble)));
+      break;
+    case ValueKind::IntList:
+      out.push_back(at::empty({meta.length}, opts.dtype(at::kLong)));
+      break;
+    default:
+      for (const TensorMeta &t : meta.tensors)
+        out.push_back(at::empty(t.sizes, opts.dtype(t.dtype)));
+    }
+    return out;
+  });
 }
 
-c10::IValue fromWire(std::vector<at::Tensor> wire, const ValueMeta &meta) {
-  auto setGrad = [&](size_t i) {
-    if (meta.tensors[i].requiresGrad &&
-        at::isFloatingType(wire[i].scalar_type()))
-      wire[i].requires_grad_(true);
-  };
-  switch (meta.kind) {
-  case ValueKind::Tensor:
-    setGrad(0);
-    return wire[0];
-  case ValueKind::TensorList: {
-    c10::List<at::Tensor> list;
-    for (size_t i = 0; i < wire.size(); ++i) {
-      setGrad(i);
-      list.push_back(wire[i]);
+llvm::Expected<c10::IValue> fromWire(std::vector<at::Tensor> wire,
+                                     const ValueMeta &meta,
+                                     const llvm::Twine &what) {
+  return torchCall("cannot read " + what, [&]() -> c10::IValue {
+    switch (meta.kind) {
+    case ValueKind::Int:
+      return wire.at(0).cpu().item<int64_t>();
+    case ValueKind::Bool:
+      return wire.at(0).cpu().item<int64_t>() != 0;
+    case ValueKind::Float:
+      return wire.at(0).cpu().item<double>();
+    case ValueKind::IntList: {
+      at::Tensor t = wire.at(0).cpu();
+      return c10::List<int64_t>(std::vector<int64_t>(
+          t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel()));
     }
-    return list;
-  }
-  case ValueKind::TensorTuple: {
-    std::vector<c10::IValue> elems;
-    for (size_t i = 0; i < wire.size(); ++i) {
-      setGrad(i);
-      elems.emplace_back(wire[i]);
+    default:
+      for (size_t i = 0; i < wire.size(); ++i)
+        if (meta.tensors.at(i).requiresGrad &&
+            at::isFloatingType(wire[i].scalar_type()))
+          wire[i].requires_grad_(true);
+      return valueOfTensors(meta.kind, std::move(wire));
     }
-    return c10::ivalue::Tuple::create(std::move(elems));
-  }
-  case ValueKind::Int:
-    return wire[0].cpu().item<int64_t>();
-  case ValueKind::Bool:
-    return wire[0].cpu().item<int64_t>() != 0;
-  case ValueKind::Float:
-    return wire[0].cpu().item<double>();
-  case ValueKind::IntList: {
-    at::Tensor t = wire[0].cpu();
-    std::vector<int64_t> v(t.data_ptr<int64_t>(),
-                           t.data_ptr<int64_t>() + t.numel());
-    return c10::List<int64_t>(v);
-  }
-  }
-  return {};
+  });
 }
 
 } // namespace ppc

@@ -11,11 +11,19 @@
 // int64/float64/bool tensor, an int[] as one int64 tensor. Wire tensors
 // with no elements are not sent; both sides know them from the metadata.
 //
+// Metadata comes from outside (a peer's header, a meta cache file, a user
+// meta file), so every decoder validates it before anything is allocated
+// from it: allowed dtypes only, bounded ndim, sizes >= 0, element counts and
+// bytes computed with overflow checks and capped, strides of the right
+// length and non-negative, bounded element counts for lists and int[]s
+// (docs/runtime.md, "Trust model").
+//
 //===----------------------------------------------------------------------===//
 #ifndef PPC_RUNTIME_TENSORMETA_H
 #define PPC_RUNTIME_TENSORMETA_H
 
 #include "lib/Manifest.h"
+#include "lib/ValueWalk.h"
 
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/Twine.h"
@@ -26,11 +34,22 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace ppc {
+
+/// Caps on metadata read from outside (docs/runtime.md, "Trust model").
+/// Dimensions of one tensor.
+constexpr int64_t kMaxMetaNdim = 64;
+/// Bytes of one value (all its tensors together): 64 GiB.
+constexpr int64_t kMaxValueBytes = int64_t(1) << 36;
+/// Tensors in one Tensor[] or Tuple[Tensor] value.
+constexpr int64_t kMaxValueTensors = 4096;
+/// Elements of one int[] value.
+constexpr int64_t kMaxIntListLength = int64_t(1) << 20;
 
 struct TensorMeta {
   c10::ScalarType dtype = c10::ScalarType::Float;
@@ -68,9 +87,21 @@ struct ValueMeta {
 /// (stage, output) -> metadata.
 using MetaTable = std::map<std::pair<int, int>, ValueMeta>;
 
-/// dtype spellings: "float32", "int64", "bool", ... Errors on unknown names.
+/// The dtypes ppc carries between ranks, by name: "uint8", "int8",
+/// "int16", "int32", "int64", "float16", "float32", "float64", "complex64",
+/// "complex128", "bool", "bfloat16". Other dtypes are refused wherever
+/// metadata is read.
+std::optional<c10::ScalarType> parseDtype(llvm::StringRef name);
+/// The name of an allowed dtype; c10's spelling for any other.
 std::string dtypeName(c10::ScalarType dtype);
-llvm::Expected<c10::ScalarType> parseDtype(llvm::StringRef name);
+bool isAllowedDtype(c10::ScalarType dtype);
+
+/// Checks metadata read from outside against the caps above. Errors: "a
+/// Tensor record with 2 tensors", "dtype 7 is not one ppc carries",
+/// "negative size -1 in float32[-1,4]", "float32[1000000000,1000000] needs
+/// more than 64 GiB", "strides [1] do not match sizes [2,3]", "int[] of
+/// length 2000000 exceeds 1048576", ...
+llvm::Error validateMeta(const ValueMeta &meta);
 
 /// Checks `value` against `meta`. Errors (prefixed with `what`, e.g.
 /// "stage 2 input 'x'"): "expected float32[2,64], got float32[2,63]".
@@ -95,20 +126,59 @@ llvm::Expected<std::vector<ValueMeta>>
 decodeHeader(llvm::ArrayRef<int64_t> words, int producer, int consumer,
              int microbatch, size_t valueCount);
 
+/// The JSON form of docs/runtime.md ("meta" in caches and user files).
 llvm::json::Value metaToJSON(const ValueMeta &meta);
-/// Errors name `where` ("meta cache: entries[0].values[2]: ...").
-/// `batchSize`, when non-negative, replaces sizes of -1 (user-given
-/// metadata may leave the microbatch dimension open).
+
+/// The one reader of that form, for llvm::json::ObjectMapper: reads the
+/// fields and reports type errors and unknown kinds and dtypes to `path`.
+/// Sizes may be -1 (an open batch dimension) and strides may be left out;
+/// resolveMeta() finishes and validates the result.
+bool fromJSON(const llvm::json::Value &json, TensorMeta &out,
+              llvm::json::Path path);
+bool fromJSON(const llvm::json::Value &json, ValueMeta &out,
+              llvm::json::Path path);
+
+/// Replaces sizes of -1 by `batchSize` (when it is non-negative), fills left
+/// out strides with contiguous ones, and validates (validateMeta()).
+/// Errors: validateMeta's.
+llvm::Error resolveMeta(ValueMeta &meta, int64_t batchSize);
+
+/// Reads `json` into a T with fromJSON; errors say where, e.g. "expected
+/// integer at entries[0].values[1].stage" with `rootName` "entries".
+template <typename T>
+llvm::Expected<T> readJSON(const llvm::json::Value &json,
+                           llvm::StringRef rootName) {
+  T out;
+  llvm::json::Path::Root root(rootName);
+  if (!fromJSON(json, out, root))
+    return root.getError();
+  return out;
+}
+
+/// readJSON + resolveMeta for one value's metadata. Errors are prefixed
+/// with `where` ("meta cache 'x': entries[0].values[2].meta: ...").
 llvm::Expected<ValueMeta> metaFromJSON(const llvm::json::Value &json,
                                        const llvm::Twine &where,
                                        int64_t batchSize = -1);
 
-/// The tensors that carry `value` between ranks (see the file comment).
-std::vector<at::Tensor> toWire(const c10::IValue &value, ValueKind kind);
+/// The tensors that carry `value` (of kind `kind`) between ranks, on
+/// `device` (see the file comment). Errors: LibTorch fails (out of memory,
+/// a device copy), "cannot prepare V: ..." with `what` naming the value.
+llvm::Expected<std::vector<at::Tensor>> toWire(const c10::IValue &value,
+                                               ValueKind kind,
+                                               c10::Device device,
+                                               const llvm::Twine &what);
 /// Empty receive buffers for a value with metadata `meta`, on `device`.
-std::vector<at::Tensor> allocateWire(const ValueMeta &meta, c10::Device device);
-/// Rebuilds a value from its received wire tensors.
-c10::IValue fromWire(std::vector<at::Tensor> wire, const ValueMeta &meta);
+/// `meta` must have passed validateMeta(). Errors: the allocation fails
+/// ("cannot allocate V: ...").
+llvm::Expected<std::vector<at::Tensor>> allocateWire(const ValueMeta &meta,
+                                                     c10::Device device,
+                                                     const llvm::Twine &what);
+/// Rebuilds a value from its received wire tensors. Errors: LibTorch fails
+/// reading a scalar back ("cannot read V: ...").
+llvm::Expected<c10::IValue> fromWire(std::vector<at::Tensor> wire,
+                                     const ValueMeta &meta,
+                                     const llvm::Twine &what);
 
 } // namespace ppc
 

@@ -2,6 +2,8 @@
 #include "runtime/MetaCache.h"
 
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -104,4 +106,101 @@ TEST_F(MetaCacheTest, CorruptFileWarns) {
   MetaCache::load(path, key, warning);
   EXPECT_EQ(warning,
             "meta cache '" + path + "' is corrupt (not a ppc meta cache)");
+}
+
+namespace {
+/// tests/unit/fixtures/meta/NAME, written by hand from docs/runtime.md.
+std::string fixture(llvm::StringRef name) {
+  llvm::SmallString<256> path(llvm::sys::path::parent_path(__FILE__));
+  llvm::sys::path::append(path, "..", "fixtures", "meta", name);
+  auto buffer = llvm::MemoryBuffer::getFile(path);
+  EXPECT_TRUE(static_cast<bool>(buffer)) << path.str().str();
+  return buffer ? (*buffer)->getBuffer().str() : std::string();
+}
+
+TensorMeta tensor(c10::ScalarType dtype, std::vector<int64_t> sizes,
+                  std::vector<int64_t> strides, bool grad) {
+  TensorMeta t;
+  t.dtype = dtype;
+  t.sizes = std::move(sizes);
+  t.strides = std::move(strides);
+  t.requiresGrad = grad;
+  return t;
+}
+
+/// The fixture's two entries, built by hand.
+std::map<std::string, MetaTable> fixtureTables() {
+  std::map<std::string, MetaTable> tables;
+  ValueMeta i, t, list, tuple;
+  i.kind = ValueKind::Int;
+  t.tensors = {tensor(c10::ScalarType::Float, {1, 8}, {8, 1}, false)};
+  list.kind = ValueKind::IntList;
+  list.length = 3;
+  tuple.kind = ValueKind::TensorTuple;
+  tuple.tensors = {tensor(c10::ScalarType::Long, {2}, {1}, false),
+                   tensor(c10::ScalarType::BFloat16, {8, 2}, {1, 8}, true)};
+  tables["float32[1,8]"] = {{{0, 1}, i}, {{1, 0}, t}};
+  tables["float32[2,8]"] = {{{0, 1}, list}, {{1, 0}, tuple}};
+  return tables;
+}
+} // namespace
+
+TEST_F(MetaCacheTest, ReadsTheDocumentedLayout) {
+  write(fixture("meta_cache.rank1of2.json"));
+  std::string warning;
+  MetaCache cache = MetaCache::load(path, key, warning);
+  EXPECT_EQ(warning, "");
+  ASSERT_EQ(cache.size(), 2u);
+  for (const auto &[signature, expected] : fixtureTables()) {
+    const MetaTable *found = cache.find(signature, required);
+    ASSERT_NE(found, nullptr) << signature;
+    ASSERT_EQ(found->size(), expected.size());
+    for (const auto &[k, meta] : expected) {
+      const ValueMeta &got = found->at(k);
+      EXPECT_EQ(got.kind, meta.kind);
+      EXPECT_EQ(got.length, meta.length);
+      ASSERT_EQ(got.tensors.size(), meta.tensors.size());
+      for (size_t n = 0; n < meta.tensors.size(); ++n) {
+        EXPECT_EQ(got.tensors[n].dtype, meta.tensors[n].dtype);
+        EXPECT_EQ(got.tensors[n].sizes, meta.tensors[n].sizes);
+        EXPECT_EQ(got.tensors[n].strides, meta.tensors[n].strides);
+        EXPECT_EQ(got.tensors[n].requiresGrad, meta.tensors[n].requiresGrad);
+      }
+    }
+  }
+}
+
+TEST_F(MetaCacheTest, WritesTheDocumentedLayout) {
+  std::string warning;
+  MetaCache cache = MetaCache::load(path, key, warning);
+  for (auto &[signature, table] : fixtureTables())
+    cache.put(signature, table);
+  auto expected = llvm::json::parse(fixture("meta_cache.rank1of2.json"));
+  ASSERT_TRUE(static_cast<bool>(expected));
+  EXPECT_EQ(cache.toJSON(), *expected)
+      << llvm::formatv("{0:2}", cache.toJSON()).str();
+}
+
+TEST_F(MetaCacheTest, EditedEntriesAreNotTrusted) {
+  // The same edit on every rank's file would pass the start-up agreement;
+  // the checksum beside the entries catches it.
+  std::string text = fixture("meta_cache.rank1of2.json");
+  size_t at = text.find("\"sizes\": [1, 8]");
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, 15, "\"sizes\": [1, 9]");
+  write(text);
+  std::string warning;
+  MetaCache cache = MetaCache::load(path, key, warning);
+  EXPECT_EQ(warning, "meta cache '" + path +
+                         "' is corrupt (the entries do not match "
+                         "'entries_sha256')");
+  EXPECT_EQ(cache.size(), 0u);
+}
+
+TEST_F(MetaCacheTest, DeepNestingIsCorruptNotACrash) {
+  write(std::string(100000, '[') + std::string(100000, ']'));
+  std::string warning;
+  MetaCache::load(path, key, warning);
+  EXPECT_EQ(warning, "meta cache '" + path +
+                         "' is corrupt (JSON nests deeper than 256 levels)");
 }
