@@ -1,8 +1,135 @@
 #!/usr/bin/env bash
-# Sets up, builds and runs the whole test suite (unit, golden IR, CLI and model tests) with ctest.
-set -euo pipefail
+# Sets up, builds and runs the whole test suite; CI runs this (.ci/run). Three stages:
+#   1. default build (gcc, -Werror) and ctest: unit, golden IR, CLI and model tests;
+#   2. sanitizers: one clang build with AddressSanitizer + UndefinedBehaviorSanitizer and
+#      libFuzzer coverage (build-sanitize/), running the unit tests, a two-rank pipeline
+#      run compared with the model's expected output, and the fuzz regression inputs;
+#   3. fuzzing: each fuzz target for PPC_FUZZ_SECONDS (default 60) from the seeds.
+# Every stage runs even when an earlier one failed; the last line is "N passed, N failed".
+#
+#   scripts/test.sh [CTEST ARGS...]       e.g. -R cli_ to run part of stage 1 only
+#   PPC_TEST_STAGES="default sanitize fuzz" (default) picks stages;
+#   PPC_FUZZ_SECONDS=600 fuzzes longer (see README, "Tests").
+set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-"$root/scripts/setup.sh"
-"$root/scripts/build.sh"
-cd "${PPC_BUILD_DIR:-$root/build}"
-ctest --output-on-failure -j "${PPC_TEST_JOBS:-2}" "$@"
+build=${PPC_BUILD_DIR:-$root/build}
+sanitize_build=${PPC_SANITIZE_BUILD_DIR:-$root/build-sanitize}
+stages=${PPC_TEST_STAGES:-default sanitize fuzz}
+fuzz_seconds=${PPC_FUZZ_SECONDS:-60}
+jobs=${PPC_JOBS:-$(nproc)}
+export CCACHE_BASEDIR=$root
+
+"$root/scripts/setup.sh" || exit 2
+
+# Runtime options for sanitized programs. LeakSanitizer is off: LibTorch (not instrumented)
+# keeps allocations reachable only from its own static registries at exit, which LSan
+# reports as leaks in every program; ASan's memory errors and UBSan are unaffected.
+export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1
+export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+
+passed=0 failed=0 summary=()
+# step NAME COMMAND...: runs one step, records its result and time.
+step() {
+  local name=$1 start=$SECONDS rc
+  shift
+  echo "=== $name"
+  "$@"
+  rc=$?
+  if [ $rc -eq 0 ]; then
+    passed=$((passed + 1)) summary+=("PASS  $name ($((SECONDS - start)) s)")
+  else
+    failed=$((failed + 1)) summary+=("FAIL  $name ($((SECONDS - start)) s, exit $rc)")
+  fi
+  return $rc
+}
+
+default_build() {
+  # PPC_WERROR turns warnings into errors (root CMakeLists.txt). The explicit configure
+  # applies it to an existing build directory too.
+  local launcher=()
+  command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=${PPC_BUILD_TYPE:-Release} "${launcher[@]}" \
+    -DPPC_WERROR=ON >/dev/null && PPC_BUILD_DIR=$build "$root/scripts/build.sh"
+}
+
+sanitize_build() {
+  local launcher=()
+  command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+  # -O1 keeps sanitized code fast enough; line tables make the reports name file:line.
+  cmake -S "$root" -B "$sanitize_build" -G Ninja -DCMAKE_BUILD_TYPE=Sanitize \
+    -DCMAKE_CXX_FLAGS_SANITIZE="-O1 -gline-tables-only" -DCMAKE_C_FLAGS_SANITIZE="-O1" \
+    -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_C_COMPILER=clang-14 "${launcher[@]}" \
+    -DPPC_SANITIZE=address,undefined -DPPC_FUZZ=ON -DPPC_SEED_BUILD_DIR="$build" >/dev/null &&
+    cmake --build "$sanitize_build" -j "$jobs" --target ppc ppc_unit_tests \
+      fuzz_manifest fuzz_meta_cache fuzz_user_meta fuzz_meta_header fuzz_tensor_file make_header_seeds
+}
+
+# A two-rank run of the mlp test model under the sanitizers, twice: the first infers the
+# boundary metadata and writes the meta caches, the second reads them. Both outputs must
+# match the unsplit model's output.
+sanitize_pipeline() {
+  local ppc=$sanitize_build/bin/ppc models=$build/models tmp rc=0
+  tmp=$(mktemp -d) || return 2
+  "$ppc" split "$models/mlp.pt" -o "$tmp/split" --stages 2 || rc=1
+  for run in infer cached; do
+    [ $rc -eq 0 ] || break
+    "$ppc" launch --nproc-per-node 2 --master-port 0 --timeout 300 -- \
+      "$ppc" run "$tmp/split/manifest.json" --input "$models/mlp.input.pt" \
+      --output "$tmp/$run.pt" --microbatches 2 --stats || rc=1
+    [ $rc -eq 0 ] && /usr/bin/python3 - "$tmp/$run.pt" "$models/mlp.expected.pt" <<'PY' || rc=1
+import sys, torch
+got, want = torch.load(sys.argv[1]), torch.load(sys.argv[2])
+if not torch.allclose(got, want, rtol=1e-4, atol=1e-5):
+    sys.exit("output differs from the unsplit model: max abs diff %g" % (got - want).abs().max())
+print("output matches the unsplit model")
+PY
+  done
+  rm -rf "$tmp"
+  return $rc
+}
+
+fuzz_target() {
+  local name=$1 corpus=$sanitize_build/fuzz-corpus/$1 artifacts=$sanitize_build/fuzz-artifacts/$1/
+  mkdir -p "$corpus" "$artifacts"
+  # The first directory collects new inputs; seeds and regressions are only read.
+  "$sanitize_build/bin/fuzz_$name" -max_total_time="$fuzz_seconds" -timeout=20 -rss_limit_mb=4096 -malloc_limit_mb=1024 \
+    -artifact_prefix="$artifacts" -print_final_stats=1 \
+    "$corpus" "$sanitize_build/fuzz-seeds/$name" "$root/fuzz/regressions/$name" 2>&1 | tail -n 25
+  local rc=${PIPESTATUS[0]}
+  [ $rc -eq 0 ] || echo "fuzz_$name failed; the input is in $artifacts (add it to fuzz/regressions/$name/)"
+  return $rc
+}
+
+run_ctest() { (cd "$build" && ctest --output-on-failure -j "${PPC_TEST_JOBS:-2}" "$@"); }
+fuzz_regressions() { (cd "$sanitize_build" && ctest --output-on-failure -R '^fuzz_regressions_'); }
+
+sanitize_built=no
+for stage in $stages; do
+  case $stage in
+  default)
+    step "default build" default_build && step "ctest" run_ctest "$@"
+    ;;
+  sanitize | fuzz)
+    if [ $sanitize_built = no ]; then
+      step "sanitizer build" sanitize_build && sanitize_built=yes || sanitize_built=failed
+    fi
+    [ $sanitize_built = yes ] || continue
+    if [ "$stage" = sanitize ]; then
+      step "unit tests (asan+ubsan)" "$sanitize_build/bin/ppc_unit_tests" --gtest_brief=1
+      step "two-rank run (asan+ubsan)" sanitize_pipeline
+      step "fuzz regressions" fuzz_regressions
+    elif step "fuzz seeds" cmake --build "$sanitize_build" --target fuzz_seeds; then
+      for name in manifest meta_cache user_meta meta_header tensor_file; do
+        step "fuzz $name (${fuzz_seconds} s)" fuzz_target "$name"
+      done
+    fi
+    ;;
+  *) echo "test.sh: unknown stage '$stage' (default, sanitize, fuzz)"; exit 2 ;;
+  esac
+done
+
+echo
+echo "=== summary"
+printf '%s\n' "${summary[@]}"
+echo "$passed passed, $failed failed"
+[ $failed -eq 0 ]

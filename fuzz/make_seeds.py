@@ -1,0 +1,91 @@
+#!/usr/bin/python3
+"""Writes the fuzz targets' seed corpora from real files: a manifest from `ppc split` of the
+test models, meta cache files written by a two-rank `ppc run`, user metadata made from those
+caches, and input files written by torch.save (the test models' inputs and the shapes the docs
+allow: a tensor, a tuple, a list, plus things loadTensors must refuse). Header seeds come from
+make_header_seeds (encodeHeader itself).
+
+usage: make_seeds.py PPC MODELS_DIR OUT_DIR   (OUT_DIR/<target>/ gets the files)
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import torch
+
+# fuzz_meta_cache.cpp's fixed key: seeds get it so that mutations reach the entries.
+FUZZ_KEY = {"manifest_sha256": "a" * 64,
+            "stages": [{"stage": 0, "sha256": "b" * 64}, {"stage": 1, "sha256": "c" * 64}],
+            "layout": "0:0 1:1"}
+
+
+def run(*cmd):
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        sys.exit("make_seeds: %s failed (exit %d):\n%s%s" % (" ".join(cmd), done.returncode, done.stdout, done.stderr))
+
+
+def main():
+    ppc, models, out = sys.argv[1:4]
+    dirs = {t: os.path.join(out, t) for t in ("manifest", "meta_cache", "user_meta", "tensor_file")}
+    for d in dirs.values():
+        os.makedirs(d, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        for model, stages in (("mlp", 2), ("two_io", 2), ("decoder", 3)):
+            split = os.path.join(tmp, model)
+            run(ppc, "split", os.path.join(models, model + ".pt"), "-o", split, "--stages", str(stages))
+            shutil.copy(os.path.join(split, "manifest.json"), os.path.join(dirs["manifest"], model + ".json"))
+            if model != "mlp":
+                continue
+            run(ppc, "launch", "--nproc-per-node", "2", "--master-port", "0", "--timeout", "120", "--",
+                ppc, "run", os.path.join(split, "manifest.json"), "--input",
+                os.path.join(models, model + ".input.pt"), "--output", os.path.join(tmp, "out.pt"),
+                "--microbatches", "2")
+            user = {"stages": []}
+            for rank in (0, 1):
+                name = "meta_cache.rank%dof2.json" % rank
+                with open(os.path.join(split, name)) as f:
+                    cache = json.load(f)
+                cache["key"] = FUZZ_KEY
+                with open(os.path.join(dirs["meta_cache"], name), "w") as f:
+                    json.dump(cache, f, indent=2)
+                for entry in cache["entries"]:
+                    for v in entry["values"]:
+                        while len(user["stages"]) <= v["stage"]:
+                            user["stages"].append({"outputs": []})
+                        outs = user["stages"][v["stage"]]["outputs"]
+                        while len(outs) <= v["output"]:
+                            outs.append(None)
+                        meta = dict(v["meta"])
+                        outs[v["output"]] = meta
+            with open(os.path.join(dirs["user_meta"], "mlp.json"), "w") as f:
+                json.dump(user, f, indent=2)
+    # User metadata in the documented forms: an open batch dimension, no strides, every kind.
+    every_kind = {"stages": [{"outputs": [
+        {"kind": "Tensor", "tensors": [{"dtype": "float32", "sizes": [-1, 64]}]},
+        {"kind": "Tuple[Tensor]", "tensors": [{"dtype": "int64", "sizes": [-1]},
+                                              {"dtype": "bool", "sizes": [2, 3], "strides": [3, 1]}]},
+        {"kind": "Tensor[]", "tensors": [{"dtype": "float64", "sizes": [0, 4], "requires_grad": True}]},
+        {"kind": "int"}, {"kind": "float"}, {"kind": "bool"}, {"kind": "int[]", "length": 3}]}]}
+    with open(os.path.join(dirs["user_meta"], "every_kind.json"), "w") as f:
+        json.dump(every_kind, f, indent=2)
+
+    t = dirs["tensor_file"]
+    for model in ("mlp", "two_io"):
+        shutil.copy(os.path.join(models, model + ".input.pt"), os.path.join(t, model + ".input.pt"))
+    x = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    samples = {
+        "tensor": x, "tuple": (x, torch.tensor([1, 2], dtype=torch.int64)), "list": [x],
+        "view": x[1:, 1:3], "transposed": x.t(), "bool": torch.tensor([True, False]),
+        "empty": torch.zeros(0, 3), "scalar": torch.tensor(2.5, dtype=torch.float64),
+        "dict": {"x": x}, "int": 3,
+    }
+    for name, value in samples.items():
+        torch.save(value, os.path.join(t, name + ".pt"))
+
+
+if __name__ == "__main__":
+    main()
