@@ -19,9 +19,11 @@
 
 namespace ppc {
 
-/// Loads a TorchScript module. Errors: the file is missing ("cannot open
-/// 'm.pt': No such file or directory") or is not a TorchScript archive
-/// ("'m.pt' is not a TorchScript module: ...").
+/// Loads a TorchScript module, reading the file once as a regular file.
+/// Errors: the file is missing ("cannot open 'm.pt': No such file or
+/// directory"), is not a regular file ("model 'm.pt' is not a regular file
+/// (a FIFO)") or is not a TorchScript archive ("'m.pt' is not a TorchScript
+/// module: ...").
 llvm::Expected<torch::jit::Module> loadModule(llvm::StringRef path);
 
 /// The value at a dotted attribute path of a module ("layer1.0.conv1.weight";
@@ -34,15 +36,21 @@ std::string manifestDirectory(llvm::StringRef manifestPath);
 class Stage {
 public:
   /// Loads stage `index` of `manifest`, resolving its file against `dir`.
-  /// Errors: a missing or unloadable file, or one whose SHA-256 differs
-  /// from the manifest's ("stage 1 file 'out/stage_1.pt' does not match the
-  /// manifest (sha256 ab12... != cd34...)").
+  /// The file must stay inside `dir` (checkStageFile), is read once as a
+  /// regular file of at most kMaxStageFileBytes, and the bytes hashed are the
+  /// bytes loaded. Errors: checkStageFile's; a missing file ("stage 1 file
+  /// 'out/stage_1.pt' is missing"); readFileBounded's ("stage 1 file
+  /// 'out/stage_1.pt' is not a regular file (a FIFO)"); a SHA-256 that
+  /// differs from the manifest's ("stage 1 file 'out/stage_1.pt' does not
+  /// match the manifest (sha256 ab12... != cd34...)"); an unloadable module.
   static llvm::Expected<Stage> load(const Manifest &manifest,
                                     llvm::StringRef dir, int index);
 
   /// Runs the stage. `inputs` follow the manifest's input order. Errors: a
-  /// wrong input count, an exception inside the model (first line of its
-  /// message), or outputs that do not match the manifest's count or kinds.
+  /// wrong input count, an exception inside the model (the line naming its
+  /// cause, see firstLine(): "stage 0 failed: mat1 and mat2 shapes cannot be
+  /// multiplied (5x63 and 64x64)"), or outputs that do not match the
+  /// manifest's count or kinds.
   llvm::Expected<std::vector<c10::IValue>> run(std::vector<c10::IValue> inputs);
 
   int index() const { return info_->index; }

@@ -1,5 +1,4 @@
-//===- lib/TensorIO.h - Tensors in files Python reads and writes -*- C++
-//-*-===//
+//===- lib/TensorIO.h - Tensors in files Python reads and writes *- C++ -*-===//
 //
 // Model inputs and outputs are exchanged with Python users as files written
 // by torch.save / read by torch.load: a tensor, or a tuple or list of them.
@@ -18,10 +17,21 @@
 namespace ppc {
 
 /// Reads a file written by Python's torch.save holding a tensor (one input)
-/// or a tuple/list of tensors (one input each). Errors: the file is missing
-/// or unreadable ("cannot read input 'x.pt': ..."), or holds something else
-/// ("input 'x.pt' holds a dict; expected a tensor or a tuple/list of
-/// tensors").
+/// or a tuple/list of tensors (one input each). The file is untrusted: it is
+/// read once as a regular file of at most kMaxInputFileBytes, its pickle is
+/// checked before it is unpickled, and every tensor is checked as torch.load
+/// checks it before anything reads its data. Errors:
+///   readFileBounded's ("cannot read input 'x.pt': No such file or
+///   directory", "input 'x.pt' is not a regular file (a FIFO)");
+///   a malformed archive or pickle ("cannot read input 'x.pt': a pickle
+///   opcode pops an empty stack at byte 2 of data.pkl");
+///   other contents ("input 'x.pt' holds a dict; expected a tensor or a
+///   tuple/list of tensors (one per model input)", "input 'x.pt' holds a
+///   Int element; expected only tensors");
+///   a malformed tensor ("input 'x.pt' tensor 0 is malformed: its view needs
+///   1280 bytes but its storage holds 40"; also a dtype outside the allowed
+///   list, a negative offset, overflowing sizes and strides, or a storage
+///   larger than the bytes the file holds for it).
 llvm::Expected<std::vector<c10::IValue>> loadTensors(llvm::StringRef path);
 
 /// Writes `values` so that Python's torch.load reads them back: the single
