@@ -322,5 +322,17 @@ class RunFailuresTest(unittest.TestCase):
         self.assertEqual((four - one) % 3, 0, (one, four))
 
 
+    def test_schedule_names(self):
+        # The names come from the runtime's one table; an enum's number is
+        # not a name.
+        for name in ("bogus", "0"):
+            with self.subTest(name=name):
+                r = subprocess.run([PPC, "run", *self.args(self.mlp), "--schedule", name],
+                                   capture_output=True, text=True, timeout=60)
+                self.assertEqual((r.returncode, r.stdout), (2, ""))
+                self.assertEqual(r.stderr, f"error: --schedule: must be gpipe or 1f1b (got "
+                                           f"'{name}') (see ppc --help)\n")
+
+
 if __name__ == "__main__":
     unittest.main()

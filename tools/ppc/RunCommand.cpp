@@ -11,8 +11,8 @@
 
 #include "llvm/Support/raw_ostream.h"
 
-#include <map>
 #include <memory>
+#include <optional>
 
 namespace ppc {
 
@@ -28,12 +28,18 @@ struct RunCommandOptions {
   int threads = 0;
 };
 
-/// The CLI spelling of every schedule, from the runtime's one name table.
-std::map<std::string, ScheduleKind> scheduleNames() {
-  std::map<std::string, ScheduleKind> names;
-  for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB})
-    names.emplace(scheduleName(kind).str(), kind);
-  return names;
+/// Turns a schedule name into its ScheduleKind (as the number CLI11 then
+/// stores), with the runtime's one name table; the error lists the names.
+CLI::Validator scheduleKind() {
+  return CLI::Validator(
+      [](std::string &name) -> std::string {
+        std::optional<ScheduleKind> kind = parseScheduleName(name);
+        if (!kind)
+          return "must be gpipe or 1f1b (got '" + name + "')";
+        name = std::to_string(static_cast<int>(*kind));
+        return "";
+      },
+      "gpipe|1f1b");
 }
 } // namespace
 
@@ -94,11 +100,10 @@ Command addRunCommand(CLI::App &parent) {
       ->check(CLI::PositiveNumber);
   app->add_option("--schedule", o->schedule, "Pipeline schedule")
       ->default_str("1f1b")
-      ->transform(CLI::CheckedTransformer(scheduleNames()));
+      ->transform(scheduleKind());
   app->add_option("--device", o->device, "cpu (Gloo) or cuda (NCCL)")
       ->capture_default_str()
-      ->transform(CLI::CheckedTransformer(std::map<std::string, std::string>{
-          {"cpu", "cpu"}, {"cuda", "cuda"}}));
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   app->add_option("--timeout", o->timeoutSeconds,
                   "Seconds to wait for another rank before giving up")
       ->capture_default_str()

@@ -202,3 +202,36 @@ TEST(TransportTest, TakenPortIsOneClearLine) {
                 " is taken on this machine (another job?); choose another "
                 "port");
 }
+
+TEST(TransportTest, FlushWaitsOneTimeoutForAllPendingSends) {
+  // Rank 1 takes 0.4 s per message: each send alone would finish within
+  // the 1 s timeout, but all eight take 3.2 s. flushSends() has one
+  // deadline for all of them, so a peer that drains too slowly cannot
+  // stretch it to a timeout per message.
+  double flushSeconds = 0;
+  auto errors =
+      onRanks(2, std::chrono::milliseconds(1000),
+              [&](int rank, Transport &t) -> llvm::Error {
+                if (rank == 1) {
+                  for (int i = 0; i < 8; ++i) {
+                    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+                    at::Tensor buf = at::empty({4});
+                    if (llvm::Error err = t.recv(buf, 0, 1, "m"))
+                      return err;
+                  }
+                  return llvm::Error::success();
+                }
+                for (int i = 0; i < 8; ++i)
+                  if (llvm::Error err = t.send(at::full({4}, 1.0), 1, 1, "m"))
+                    return err;
+                auto start = std::chrono::steady_clock::now();
+                llvm::Error err = t.flushSends();
+                flushSeconds = std::chrono::duration<double>(
+                                   std::chrono::steady_clock::now() - start)
+                                   .count();
+                return err;
+              });
+  EXPECT_EQ(errors[0],
+            "lost rank 1 (no answer within 1 s while waiting for m)");
+  EXPECT_LT(flushSeconds, 2.0);
+}
