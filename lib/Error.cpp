@@ -1,6 +1,12 @@
 //===- lib/Error.cpp - Errors as values at library boundaries -------------===//
 #include "lib/Error.h"
 
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringRef.h"
+
+#include <optional>
+
 namespace ppc {
 
 llvm::Error makeError(const llvm::Twine &message) {
@@ -15,7 +21,42 @@ llvm::Error withContext(llvm::Error err, const llvm::Twine &context) {
   return makeError(prefix + ": " + llvm::toString(std::move(err)));
 }
 
+/// The line of a TorchScript interpreter error that names the cause. Its
+/// message reads:
+///   The following operation failed in the TorchScript interpreter.
+///   Traceback of TorchScript (most recent call last):
+///     File "code/__torch__.py", line 9, in forward
+///       ...
+///   RuntimeError: mat1 and mat2 shapes cannot be multiplied (2x5 and 3x4)
+/// (a loaded module may show two tracebacks, serialized and original code).
+/// The cause is the first unindented line after the header and tracebacks.
+static std::optional<llvm::StringRef>
+torchScriptCause(llvm::StringRef message) {
+  llvm::SmallVector<llvm::StringRef, 16> lines;
+  message.split(lines, '\n', /*MaxSplit=*/-1, /*KeepEmpty=*/false);
+  if (lines.empty() ||
+      !lines.front().trim().endswith("failed in the TorchScript interpreter."))
+    return std::nullopt;
+  for (llvm::StringRef line : llvm::drop_begin(lines)) {
+    if (line.trim().empty() || line.startswith(" ") || line.startswith("\t") ||
+        line.startswith("Traceback of TorchScript") ||
+        line.endswith("failed in the TorchScript interpreter."))
+      continue;
+    // "RuntimeError" is the interpreter's default class and says nothing;
+    // a Python exception raised by the model keeps its name ("ValueError:").
+    line = line.trim();
+    if (line.consume_front("RuntimeError: "))
+      return line;
+    line.consume_front("builtins.");
+    return line;
+  }
+  return std::nullopt;
+}
+
 std::string firstLine(const std::string &message) {
+  if (auto cause = torchScriptCause(message))
+    if (!cause->empty())
+      return cause->str();
   size_t start = message.find_first_not_of(" \n\t");
   if (start == std::string::npos)
     return "unknown error";

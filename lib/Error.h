@@ -26,9 +26,13 @@ llvm::Error makeError(const llvm::Twine &message);
 /// Prefixes every message in `err` with `context: `, e.g. a file name.
 llvm::Error withContext(llvm::Error err, const llvm::Twine &context);
 
-/// Returns the first line of a LibTorch exception message: LibTorch appends
-/// C++ backtraces and TorchScript call stacks that do not belong in a
-/// one-line diagnostic.
+/// Returns the one line of a LibTorch exception message that names the
+/// problem: LibTorch appends C++ backtraces and TorchScript call stacks that
+/// do not belong in a one-line diagnostic. Usually that is the first line;
+/// for an error inside the TorchScript interpreter, whose first line is only
+/// "The following operation failed in the TorchScript interpreter.", it is
+/// the cause after the traceback, without the uninformative "RuntimeError: "
+/// ("mat1 and mat2 shapes cannot be multiplied (2x5 and 3x4)").
 std::string firstLine(const std::string &message);
 
 /// Runs `fn`, turning any exception it throws into an llvm::Error whose

@@ -8,10 +8,16 @@
 
 #include "lib/Error.h"
 #include "lib/FileUtil.h"
+#include "lib/SafeRead.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringSwitch.h"
 
 #include "llvm/Support/FormatVariadic.h"
-#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
+
+#include <limits>
 
 using llvm::json::Array;
 using llvm::json::Object;
@@ -19,34 +25,36 @@ using llvm::json::Value;
 
 namespace ppc {
 
-namespace {
-struct KindSpelling {
-  ValueKind kind;
-  const char *name;
-};
-constexpr KindSpelling kKinds[] = {
-    {ValueKind::Tensor, "Tensor"},
-    {ValueKind::TensorList, "Tensor[]"},
-    {ValueKind::TensorTuple, "Tuple[Tensor]"},
-    {ValueKind::Int, "int"},
-    {ValueKind::Float, "float"},
-    {ValueKind::Bool, "bool"},
-    {ValueKind::IntList, "int[]"},
-};
-} // namespace
-
 llvm::StringRef kindName(ValueKind kind) {
-  for (const auto &k : kKinds)
-    if (k.kind == kind)
-      return k.name;
+  switch (kind) {
+  case ValueKind::Tensor:
+    return "Tensor";
+  case ValueKind::TensorList:
+    return "Tensor[]";
+  case ValueKind::TensorTuple:
+    return "Tuple[Tensor]";
+  case ValueKind::Int:
+    return "int";
+  case ValueKind::Float:
+    return "float";
+  case ValueKind::Bool:
+    return "bool";
+  case ValueKind::IntList:
+    return "int[]";
+  }
   llvm_unreachable("unknown ValueKind");
 }
 
 std::optional<ValueKind> parseKind(llvm::StringRef name) {
-  for (const auto &k : kKinds)
-    if (name == k.name)
-      return k.kind;
-  return std::nullopt;
+  return llvm::StringSwitch<std::optional<ValueKind>>(name)
+      .Case("Tensor", ValueKind::Tensor)
+      .Case("Tensor[]", ValueKind::TensorList)
+      .Case("Tuple[Tensor]", ValueKind::TensorTuple)
+      .Case("int", ValueKind::Int)
+      .Case("float", ValueKind::Float)
+      .Case("bool", ValueKind::Bool)
+      .Case("int[]", ValueKind::IntList)
+      .Default(std::nullopt);
 }
 
 static Value refToJSON(const ValueRef &ref) {
@@ -119,291 +127,403 @@ Value Manifest::toJSON() const {
                 {"tied_parameters", std::move(tied)}};
 }
 
+// Reading: one fromJSON per manifest struct, in llvm::json's ObjectMapper
+// idiom, so every error names its JSON path ("missing value at
+// manifest.stages[1].inputs[0].source"). They are found by argument-dependent
+// lookup from ObjectMapper::map, so they live in namespace ppc (or, for the
+// reader's own helper types, beside those types).
+
 namespace {
-/// Reads fields of one JSON object, naming the object's path in errors.
-class Reader {
-public:
-  Reader(const Value &v, std::string where) : where(std::move(where)) {
-    obj = v.getAsObject();
-    if (!obj)
-      fail("expected an object");
-  }
+/// An integer field in [0, max(T)]. llvm::json's fromJSON(int&) narrows an
+/// int64 silently (2^32 would read as 0) and accepts negative counts, so
+/// every integer in the manifest is read through this.
+template <typename T> struct NonNegative { T value = 0; };
 
-  const Value *field(llvm::StringRef key) {
-    if (!obj)
-      return nullptr;
-    const Value *v = obj->get(key);
-    if (!v)
-      fail("missing '" + key.str() + "'");
-    return v;
+template <typename T>
+bool fromJSON(const Value &v, NonNegative<T> &out, llvm::json::Path p) {
+  std::optional<int64_t> i;
+  if (auto n = v.getAsInteger())
+    i = *n;
+  if (!i || *i < 0 ||
+      static_cast<uint64_t>(*i) >
+          static_cast<uint64_t>(std::numeric_limits<T>::max())) {
+    if constexpr (sizeof(T) < sizeof(int64_t))
+      p.report("expected an integer from 0 to 2147483647");
+    else
+      p.report("expected a non-negative integer");
+    return false;
   }
-  std::string str(llvm::StringRef key) {
-    if (const Value *v = field(key)) {
-      if (auto s = v->getAsString())
-        return s->str();
-      fail("'" + key.str() + "' must be a string");
-    }
-    return {};
-  }
-  int64_t integer(llvm::StringRef key) {
-    if (const Value *v = field(key)) {
-      if (auto i = v->getAsInteger())
-        return *i;
-      fail("'" + key.str() + "' must be an integer");
-    }
-    return 0;
-  }
-  double number(llvm::StringRef key) {
-    if (const Value *v = field(key)) {
-      if (auto d = v->getAsNumber())
-        return *d;
-      fail("'" + key.str() + "' must be a number");
-    }
-    return 0;
-  }
-  bool boolean(llvm::StringRef key, bool fallback) {
-    if (!obj || !obj->get(key))
-      return fallback;
-    if (auto b = obj->get(key)->getAsBoolean())
-      return *b;
-    fail("'" + key.str() + "' must be a boolean");
-    return fallback;
-  }
-  const Array *array(llvm::StringRef key) {
-    if (const Value *v = field(key)) {
-      if (const Array *a = v->getAsArray())
-        return a;
-      fail("'" + key.str() + "' must be an array");
-    }
-    return nullptr;
-  }
-  ValueKind kind(llvm::StringRef key) {
-    std::string name = str(key);
-    if (auto k = parseKind(name))
-      return *k;
-    if (!error)
-      fail("unknown type '" + name + "'");
-    return ValueKind::Tensor;
-  }
-  ValueRef ref(const Value &v, const std::string &at) {
-    Reader r(v, at);
-    ValueRef out;
-    if (r.obj && r.obj->get("model_input"))
-      out.modelInput = static_cast<int>(r.integer("model_input"));
-    else {
-      out.stage = static_cast<int>(r.integer("stage"));
-      out.output = static_cast<int>(r.integer("output"));
-    }
-    absorb(r);
-    return out;
-  }
+  out.value = static_cast<T>(*i);
+  return true;
+}
 
-  void fail(const std::string &message) {
-    if (!error)
-      error = where + ": " + message;
-  }
-  void absorb(Reader &child) {
-    if (child.error && !error)
-      error = child.error;
-  }
-
-  std::string where;
-  const Object *obj = nullptr;
-  std::optional<std::string> error;
+/// The "source" object: the model that was split.
+struct SourceInfo {
+  std::string path;
+  NonNegative<int64_t> size;
+  std::string sha256;
 };
+
+bool fromJSON(const Value &v, SourceInfo &out, llvm::json::Path p) {
+  llvm::json::ObjectMapper o(v, p);
+  return o && o.map("path", out.path) && o.map("size", out.size) &&
+         o.map("sha256", out.sha256);
+}
 } // namespace
 
-llvm::Expected<Manifest> Manifest::fromJSON(const Value &json) {
-  Manifest m;
-  Reader top(json, "manifest");
-  m.schemaVersion = static_cast<int>(top.integer("schema_version"));
-  if (!top.error && m.schemaVersion != kSchemaVersion)
+static bool fromJSON(const Value &v, ValueKind &out, llvm::json::Path p) {
+  auto name = v.getAsString();
+  std::optional<ValueKind> kind = name ? parseKind(*name) : std::nullopt;
+  if (!kind) {
+    p.report("expected one of Tensor, Tensor[], Tuple[Tensor], int, float, "
+             "bool, int[]");
+    return false;
+  }
+  out = *kind;
+  return true;
+}
+
+static bool fromJSON(const Value &v, ValueRef &out, llvm::json::Path p) {
+  llvm::json::ObjectMapper o(v, p);
+  if (!o)
+    return false;
+  const Object &obj = *v.getAsObject();
+  NonNegative<int> a, b;
+  if (obj.get("model_input")) {
+    if (obj.get("stage") || obj.get("output")) {
+      p.report("expected either 'model_input' or 'stage' and 'output', not "
+               "both");
+      return false;
+    }
+    if (!o.map("model_input", a))
+      return false;
+    out = ValueRef::fromModelInput(a.value);
+    return true;
+  }
+  if (!o.map("stage", a) || !o.map("output", b))
+    return false;
+  out = ValueRef::fromStage(a.value, b.value);
+  return true;
+}
+
+static bool fromJSON(const Value &v, ModelInput &out, llvm::json::Path p) {
+  llvm::json::ObjectMapper o(v, p);
+  return o && o.map("name", out.name) && o.map("type", out.kind);
+}
+
+static bool fromJSON(const Value &v, StageInput &out, llvm::json::Path p) {
+  llvm::json::ObjectMapper o(v, p);
+  return o && o.map("name", out.name) && o.map("type", out.kind) &&
+         o.map("source", out.source) && o.mapOptional("mutated", out.mutated);
+}
+
+static bool fromJSON(const Value &v, StageOutput &out, llvm::json::Path p) {
+  llvm::json::ObjectMapper o(v, p);
+  std::vector<NonNegative<int>> consumers;
+  if (!(o && o.map("name", out.name) && o.map("type", out.kind) &&
+        o.map("consumers", consumers)))
+    return false;
+  out.consumers.clear();
+  for (const auto &c : consumers)
+    out.consumers.push_back(c.value);
+  return true;
+}
+
+static bool fromJSON(const Value &v, StageInfo &out, llvm::json::Path p) {
+  llvm::json::ObjectMapper o(v, p);
+  NonNegative<int> index;
+  NonNegative<int64_t> count, parameterBytes, bufferBytes;
+  if (!(o && o.map("index", index) && o.map("file", out.file) &&
+        o.map("sha256", out.sha256) && o.map("parameter_count", count) &&
+        o.map("parameter_bytes", parameterBytes) &&
+        o.map("buffer_bytes", bufferBytes) &&
+        o.map("predicted_cost", out.predictedCost) &&
+        o.mapOptional("begins_at", out.beginsAt) &&
+        o.map("inputs", out.inputs) && o.map("outputs", out.outputs)))
+    return false;
+  if (out.predictedCost < 0) {
+    p.field("predicted_cost").report("expected a non-negative number");
+    return false;
+  }
+  out.index = index.value;
+  out.parameterCount = count.value;
+  out.parameterBytes = parameterBytes.value;
+  out.bufferBytes = bufferBytes.value;
+  // The runtime interprets "meta" (docs/runtime.md); it is carried as is.
+  if (const Value *meta = v.getAsObject()->get("meta"))
+    out.meta = *meta;
+  return true;
+}
+
+static bool fromJSON(const Value &v, TiedParameter::Use &out,
+                     llvm::json::Path p) {
+  llvm::json::ObjectMapper o(v, p);
+  NonNegative<int> stage;
+  if (!(o && o.map("stage", stage) && o.map("path", out.path)))
+    return false;
+  out.stage = stage.value;
+  return true;
+}
+
+static bool fromJSON(const Value &v, TiedParameter &out, llvm::json::Path p) {
+  llvm::json::ObjectMapper o(v, p);
+  NonNegative<int64_t> bytes;
+  if (!(o && o.map("bytes", bytes) && o.map("uses", out.uses)))
+    return false;
+  out.bytes = bytes.value;
+  return true;
+}
+
+static bool fromJSON(const Value &v, Manifest &out, llvm::json::Path p) {
+  llvm::json::ObjectMapper o(v, p);
+  SourceInfo source;
+  if (!(o && o.map("source", source) && o.map("cost_model", out.costModel) &&
+        o.map("inputs", out.modelInputs) && o.map("stages", out.stages) &&
+        o.map("outputs", out.modelOutputs) &&
+        o.mapOptional("output_is_tuple", out.outputIsTuple) &&
+        o.mapOptional("tied_parameters", out.tiedParameters)))
+    return false;
+  out.sourcePath = std::move(source.path);
+  out.sourceSize = static_cast<uint64_t>(source.size.value);
+  out.sourceSha256 = std::move(source.sha256);
+  return true;
+}
+
+/// The schema version comes first: a manifest of another version may
+/// differ in any other field, so that is the one error worth reporting.
+static llvm::Error checkSchemaVersion(const Value &json) {
+  llvm::json::Path::Root root("manifest");
+  llvm::json::ObjectMapper o(json, root);
+  NonNegative<int> version;
+  if (!o || !o.map("schema_version", version))
+    return root.getError();
+  if (version.value != Manifest::kSchemaVersion)
     return makeError(llvm::formatv("manifest: unsupported schema_version {0} "
                                    "(this ppc reads version {1})",
-                                   m.schemaVersion, kSchemaVersion)
+                                   version.value, Manifest::kSchemaVersion)
                          .str());
-  if (const Value *src = top.field("source")) {
-    Reader r(*src, "manifest: source");
-    m.sourcePath = r.str("path");
-    m.sourceSize = static_cast<uint64_t>(r.integer("size"));
-    m.sourceSha256 = r.str("sha256");
-    top.absorb(r);
-  }
-  m.costModel = top.str("cost_model");
-  m.outputIsTuple = top.boolean("output_is_tuple", false);
+  return llvm::Error::success();
+}
 
-  if (const Array *inputs = top.array("inputs")) {
-    for (size_t i = 0; i < inputs->size(); ++i) {
-      Reader r((*inputs)[i], llvm::formatv("manifest: inputs[{0}]", i));
-      m.modelInputs.push_back({r.str("name"), r.kind("type")});
-      top.absorb(r);
-    }
-  }
-  if (const Array *stages = top.array("stages")) {
-    for (size_t i = 0; i < stages->size(); ++i) {
-      std::string at = llvm::formatv("manifest: stages[{0}]", i);
-      Reader r((*stages)[i], at);
-      StageInfo s;
-      s.index = static_cast<int>(r.integer("index"));
-      s.file = r.str("file");
-      s.sha256 = r.str("sha256");
-      s.parameterCount = r.integer("parameter_count");
-      s.parameterBytes = r.integer("parameter_bytes");
-      s.bufferBytes = r.integer("buffer_bytes");
-      s.predictedCost = r.number("predicted_cost");
-      if (r.obj) {
-        if (auto b = r.obj->getString("begins_at"))
-          s.beginsAt = b->str();
-        if (const Value *meta = r.obj->get("meta"))
-          s.meta = *meta;
-      }
-      if (const Array *ins = r.array("inputs")) {
-        for (size_t j = 0; j < ins->size(); ++j) {
-          std::string inAt = llvm::formatv("{0}.inputs[{1}]", at, j);
-          Reader ri((*ins)[j], inAt);
-          StageInput in;
-          in.name = ri.str("name");
-          in.kind = ri.kind("type");
-          if (const Value *src = ri.field("source"))
-            in.source = ri.ref(*src, inAt + ".source");
-          in.mutated = ri.boolean("mutated", false);
-          s.inputs.push_back(std::move(in));
-          r.absorb(ri);
-        }
-      }
-      if (const Array *outs = r.array("outputs")) {
-        for (size_t j = 0; j < outs->size(); ++j) {
-          Reader ro((*outs)[j], llvm::formatv("{0}.outputs[{1}]", at, j));
-          StageOutput out;
-          out.name = ro.str("name");
-          out.kind = ro.kind("type");
-          if (const Array *cs = ro.array("consumers"))
-            for (const Value &c : *cs) {
-              if (auto ci = c.getAsInteger())
-                out.consumers.push_back(static_cast<int>(*ci));
-              else
-                ro.fail("'consumers' must hold integers");
-            }
-          s.outputs.push_back(std::move(out));
-          r.absorb(ro);
-        }
-      }
-      m.stages.push_back(std::move(s));
-      top.absorb(r);
-    }
-  }
-  if (const Array *outputs = top.array("outputs"))
-    for (size_t i = 0; i < outputs->size(); ++i)
-      m.modelOutputs.push_back(
-          top.ref((*outputs)[i], llvm::formatv("manifest: outputs[{0}]", i)));
-  if (top.obj && top.obj->get("tied_parameters")) {
-    if (const Array *tied = top.array("tied_parameters")) {
-      for (size_t i = 0; i < tied->size(); ++i) {
-        std::string at = llvm::formatv("manifest: tied_parameters[{0}]", i);
-        Reader r((*tied)[i], at);
-        TiedParameter t;
-        t.bytes = r.integer("bytes");
-        if (const Array *uses = r.array("uses"))
-          for (size_t j = 0; j < uses->size(); ++j) {
-            Reader ru((*uses)[j], llvm::formatv("{0}.uses[{1}]", at, j));
-            t.uses.push_back(
-                {static_cast<int>(ru.integer("stage")), ru.str("path")});
-            r.absorb(ru);
-          }
-        m.tiedParameters.push_back(std::move(t));
-        top.absorb(r);
-      }
-    }
-  }
-  if (top.error)
-    return makeError(*top.error);
+llvm::Expected<Manifest> Manifest::fromJSON(const Value &json) {
+  if (llvm::Error err = checkSchemaVersion(json))
+    return err;
+  Manifest m;
+  llvm::json::Path::Root root("manifest");
+  if (!ppc::fromJSON(json, m, root))
+    return root.getError();
   if (llvm::Error err = m.verify())
-    return std::move(err);
+    return err;
   return m;
+}
+
+// Checking: verify() runs one check per rule of docs/manifest.md, each
+// naming the first offending entry.
+
+static std::string at(const char *what, size_t i) {
+  return llvm::formatv("{0}[{1}]", what, i);
+}
+
+/// Stage files are resolved against the manifest's directory and must stay
+/// in it: the manifest is untrusted and must not name arbitrary files.
+llvm::Error checkStageFile(const StageInfo &s) {
+  llvm::StringRef file = s.file;
+  size_t i = static_cast<size_t>(s.index);
+  if (file.empty())
+    return makeError("manifest: " + at("stages", i) + ".file is empty");
+  if (llvm::sys::path::is_absolute(file))
+    return makeError(llvm::formatv("manifest: {0}.file '{1}' is absolute; "
+                                   "stage files must be relative to the "
+                                   "manifest's directory",
+                                   at("stages", i), file)
+                         .str());
+  for (auto part = llvm::sys::path::begin(file),
+            end = llvm::sys::path::end(file);
+       part != end; ++part)
+    if (*part == "..")
+      return makeError(llvm::formatv("manifest: {0}.file '{1}' leaves the "
+                                     "manifest's directory",
+                                     at("stages", i), file)
+                           .str());
+  return llvm::Error::success();
+}
+
+static llvm::Error checkCounts(const StageInfo &s, size_t i) {
+  if (s.parameterCount < 0 || s.parameterBytes < 0 || s.bufferBytes < 0 ||
+      s.predictedCost < 0)
+    return makeError("manifest: " + at("stages", i) +
+                     " has a negative count, size or cost");
+  return llvm::Error::success();
+}
+
+/// `ref` must name a model input, or an output of a stage before
+/// `beforeStage`; `kind`, if given, must be the kind of what it names.
+static llvm::Error checkRef(const Manifest &m, const ValueRef &ref,
+                            int beforeStage, const std::string &where,
+                            std::optional<ValueKind> kind) {
+  if (ref.isModelInput()) {
+    if (ref.stage >= 0 || ref.output >= 0)
+      return makeError("manifest: " + where +
+                       " names both a model input and a stage output");
+    if (ref.modelInput >= static_cast<int>(m.modelInputs.size()))
+      return makeError(llvm::formatv("manifest: {0} refers to model input "
+                                     "{1}, but the model has {2} inputs",
+                                     where, ref.modelInput,
+                                     m.modelInputs.size())
+                           .str());
+    ValueKind made = m.modelInputs[ref.modelInput].kind;
+    if (kind && *kind != made)
+      return makeError(llvm::formatv("manifest: {0} is a {1} but model "
+                                     "input {2} is a {3}",
+                                     where, kindName(*kind), ref.modelInput,
+                                     kindName(made))
+                           .str());
+    return llvm::Error::success();
+  }
+  if (ref.stage < 0 || ref.stage >= beforeStage || ref.output < 0 ||
+      ref.output >= static_cast<int>(m.stages[ref.stage].outputs.size()))
+    return makeError(llvm::formatv("manifest: {0} refers to a missing output "
+                                   "{1} of stage {2}",
+                                   where, ref.output, ref.stage)
+                         .str());
+  ValueKind made = m.output(ref).kind;
+  if (kind && *kind != made)
+    return makeError(llvm::formatv("manifest: {0} is a {1} but output {2} "
+                                   "of stage {3} is a {4}",
+                                   where, kindName(*kind), ref.output,
+                                   ref.stage, kindName(made))
+                         .str());
+  return llvm::Error::success();
+}
+
+/// Every input names an earlier value of its own kind, and the producer
+/// lists this stage as a consumer.
+static llvm::Error checkInputs(const Manifest &m, size_t i) {
+  const StageInfo &s = m.stages[i];
+  for (size_t j = 0; j < s.inputs.size(); ++j) {
+    const StageInput &in = s.inputs[j];
+    std::string where = at("stages", i) + at(".inputs", j);
+    if (llvm::Error err =
+            checkRef(m, in.source, static_cast<int>(i), where, in.kind))
+      return err;
+    if (in.source.isModelInput())
+      continue;
+    if (!llvm::is_contained(m.output(in.source).consumers, static_cast<int>(i)))
+      return makeError(
+          llvm::formatv("manifest: {0} takes output {1} of stage {2}, which "
+                        "does not list stage {3} as a consumer",
+                        where, in.source.output, in.source.stage, i)
+              .str());
+  }
+  return llvm::Error::success();
+}
+
+/// Every consumer list is strictly ascending and names exactly later
+/// stages that take the output.
+static llvm::Error checkConsumers(const Manifest &m, size_t i) {
+  const StageInfo &s = m.stages[i];
+  for (size_t j = 0; j < s.outputs.size(); ++j) {
+    std::string where = at("stages", i) + at(".outputs", j);
+    const std::vector<int> &consumers = s.outputs[j].consumers;
+    for (size_t k = 1; k < consumers.size(); ++k)
+      if (consumers[k] <= consumers[k - 1])
+        return makeError(
+            consumers[k] == consumers[k - 1]
+                ? llvm::formatv("manifest: {0} lists consumer {1} twice", where,
+                                consumers[k])
+                      .str()
+                : llvm::formatv("manifest: {0} lists its consumers out of "
+                                "order ({1} after {2})",
+                                where, consumers[k], consumers[k - 1])
+                      .str());
+    ValueRef self =
+        ValueRef::fromStage(static_cast<int>(i), static_cast<int>(j));
+    for (int c : consumers) {
+      bool takes =
+          c > static_cast<int>(i) && c < static_cast<int>(m.stages.size()) &&
+          llvm::any_of(m.stages[c].inputs,
+                       [&](const StageInput &in) { return in.source == self; });
+      if (!takes)
+        return makeError(llvm::formatv("manifest: {0} lists consumer {1}, "
+                                       "which does not take it",
+                                       where, c)
+                             .str());
+    }
+  }
+  return llvm::Error::success();
+}
+
+static llvm::Error checkTiedParameters(const Manifest &m) {
+  for (size_t i = 0; i < m.tiedParameters.size(); ++i) {
+    const TiedParameter &t = m.tiedParameters[i];
+    if (t.bytes < 0)
+      return makeError("manifest: " + at("tied_parameters", i) +
+                       " has negative bytes");
+    if (t.uses.size() < 2)
+      return makeError("manifest: " + at("tied_parameters", i) +
+                       " must list at least two uses");
+    for (size_t j = 0; j < t.uses.size(); ++j)
+      if (t.uses[j].stage < 0 ||
+          t.uses[j].stage >= static_cast<int>(m.stages.size()))
+        return makeError(llvm::formatv("manifest: {0}.uses[{1}] names stage "
+                                       "{2}, but there are {3} stages",
+                                       at("tied_parameters", i), j,
+                                       t.uses[j].stage, m.stages.size())
+                             .str());
+  }
+  return llvm::Error::success();
 }
 
 llvm::Error Manifest::verify() const {
   if (stages.empty())
     return makeError("manifest: no stages");
-  auto checkRef = [&](const ValueRef &ref, int beforeStage,
-                      const std::string &at) -> llvm::Error {
-    if (ref.isModelInput()) {
-      if (ref.modelInput >= static_cast<int>(modelInputs.size()))
-        return makeError(
-            llvm::formatv("manifest: {0} refers to model input {1}, "
-                          "but the model has {2} inputs",
-                          at, ref.modelInput, modelInputs.size()));
-      return llvm::Error::success();
-    }
-    if (ref.stage < 0 || ref.stage >= beforeStage || ref.output < 0 ||
-        ref.output >= static_cast<int>(stages[ref.stage].outputs.size()))
-      return makeError(llvm::formatv("manifest: {0} refers to a missing output "
-                                     "{1} of stage {2}",
-                                     at, ref.output, ref.stage));
-    return llvm::Error::success();
-  };
-
   for (size_t i = 0; i < stages.size(); ++i) {
-    const StageInfo &s = stages[i];
-    if (s.index != static_cast<int>(i))
-      return makeError(
-          llvm::formatv("manifest: stages[{0}] has index {1}", i, s.index));
-    for (size_t j = 0; j < s.inputs.size(); ++j) {
-      const StageInput &in = s.inputs[j];
-      if (llvm::Error err =
-              checkRef(in.source, static_cast<int>(i),
-                       llvm::formatv("stages[{0}].inputs[{1}]", i, j)))
-        return err;
-      if (!in.source.isModelInput()) {
-        const auto &consumers = output(in.source).consumers;
-        if (std::find(consumers.begin(), consumers.end(),
-                      static_cast<int>(i)) == consumers.end())
-          return makeError(
-              llvm::formatv("manifest: stages[{0}].inputs[{1}] takes output "
-                            "{2} of stage {3}, "
-                            "which does not list stage {0} as a consumer",
-                            i, j, in.source.output, in.source.stage));
-      }
-    }
-    for (size_t j = 0; j < s.outputs.size(); ++j)
-      for (int c : s.outputs[j].consumers) {
-        bool found =
-            c > static_cast<int>(i) && c < static_cast<int>(stages.size());
-        if (found) {
-          found = false;
-          for (const StageInput &in : stages[c].inputs)
-            found |= in.source == ValueRef::fromStage(static_cast<int>(i),
-                                                      static_cast<int>(j));
-        }
-        if (!found)
-          return makeError(
-              llvm::formatv("manifest: stages[{0}].outputs[{1}] lists "
-                            "consumer {2}, which does not take it",
-                            i, j, c));
-      }
+    if (stages[i].index != static_cast<int>(i))
+      return makeError(llvm::formatv("manifest: stages[{0}] has index {1}", i,
+                                     stages[i].index)
+                           .str());
+    if (llvm::Error err = checkStageFile(stages[i]))
+      return err;
+    if (llvm::Error err = checkCounts(stages[i], i))
+      return err;
+    if (llvm::Error err = checkInputs(*this, i))
+      return err;
+    if (llvm::Error err = checkConsumers(*this, i))
+      return err;
   }
   if (modelOutputs.empty())
     return makeError("manifest: no model outputs");
   for (size_t i = 0; i < modelOutputs.size(); ++i)
     if (llvm::Error err =
-            checkRef(modelOutputs[i], static_cast<int>(stages.size()),
-                     llvm::formatv("outputs[{0}]", i)))
+            checkRef(*this, modelOutputs[i], static_cast<int>(stages.size()),
+                     at("outputs", i), std::nullopt))
       return err;
-  return llvm::Error::success();
+  return checkTiedParameters(*this);
 }
 
-llvm::Expected<Manifest> Manifest::load(llvm::StringRef path) {
-  auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/true);
-  if (!buffer)
-    return makeError("cannot read manifest '" + path +
-                     "': " + buffer.getError().message());
-  auto json = llvm::json::parse((*buffer)->getBuffer());
+llvm::Expected<Manifest> Manifest::parse(llvm::StringRef text,
+                                         llvm::StringRef name) {
+  auto json =
+      parseJSONBounded(text, kMaxJSONDepth, ("manifest '" + name + "'").str());
   if (!json)
-    return makeError("'" + path + "' is not a valid manifest: " +
-                     llvm::toString(json.takeError()));
+    return json.takeError();
   auto manifest = fromJSON(*json);
   if (!manifest)
-    return withContext(manifest.takeError(), path);
+    return withContext(manifest.takeError(), name);
+  return manifest;
+}
+
+llvm::Expected<Manifest> Manifest::load(llvm::StringRef path,
+                                        std::string *sha256) {
+  auto buffer = readFileBounded(path, kMaxManifestBytes, "manifest");
+  if (!buffer)
+    return buffer.takeError();
+  // Parsed and hashed from the same bytes: a manifest rewritten between a
+  // read and a hash would otherwise pass as the file it replaced.
+  llvm::StringRef bytes = (*buffer)->getBuffer();
+  auto manifest = parse(bytes, path);
+  if (manifest && sha256)
+    *sha256 = sha256Hex(bytes);
   return manifest;
 }
 

@@ -105,6 +105,14 @@ struct TiedParameter {
   int64_t bytes = 0;
 };
 
+/// Checks that a stage's file is a non-empty relative path without '..', so
+/// resolved against the manifest's directory it stays inside it. Errors:
+/// "manifest: stages[1].file '../x.pt' leaves the manifest's directory",
+/// "manifest: stages[1].file '/x.pt' is absolute; stage files must be
+/// relative to the manifest's directory", "manifest: stages[1].file is
+/// empty".
+llvm::Error checkStageFile(const StageInfo &stage);
+
 struct Manifest {
   static constexpr int kSchemaVersion = 1;
 
@@ -123,21 +131,47 @@ struct Manifest {
 
   llvm::json::Value toJSON() const;
 
-  /// Parses and checks a manifest. Errors: a field missing or of the wrong
-  /// type ("manifest: stages[1].inputs[0]: missing 'source'"), an unknown
-  /// schema version, and anything verify() rejects.
+  /// Checks a parsed manifest and converts it. Errors: the schema version
+  /// is not kSchemaVersion ("manifest: unsupported schema_version 2 (this
+  /// ppc reads version 1)"); a field is missing, of the wrong type, out of
+  /// range (every integer is checked before narrowing: indices fit an int,
+  /// counts and bytes are non-negative) or a source names both a model input
+  /// and a stage, reported with its JSON path in llvm::json's form
+  /// ("missing value at manifest.stages[1].inputs[0].source"); and anything
+  /// verify() rejects.
   static llvm::Expected<Manifest> fromJSON(const llvm::json::Value &json);
 
-  /// Reads `path`. Errors: the file cannot be read, is not JSON, or
-  /// fromJSON() rejects it; messages start with the path.
-  static llvm::Expected<Manifest> load(llvm::StringRef path);
+  /// Parses manifest text: JSON with at most kMaxJSONDepth levels of
+  /// nesting, then fromJSON(). `name` (usually the file's path) prefixes
+  /// every message. Errors: "manifest 'NAME' is not valid JSON: ...",
+  /// "manifest 'NAME' nests deeper than 256 levels", and fromJSON()'s
+  /// errors as "NAME: ...".
+  static llvm::Expected<Manifest> parse(llvm::StringRef text,
+                                        llvm::StringRef name);
+
+  /// Reads and parses the manifest at `path`, reading it once: a regular
+  /// file of at most kMaxManifestBytes (readFileBounded). If `sha256` is
+  /// given, it receives the lower-case hex SHA-256 of exactly the bytes that
+  /// were parsed. Errors: readFileBounded's ("cannot read manifest 'PATH':
+  /// ...", "manifest 'PATH' is not a regular file (a FIFO)", "... over the
+  /// limit of N") and parse()'s with NAME = `path`.
+  static llvm::Expected<Manifest> load(llvm::StringRef path,
+                                       std::string *sha256 = nullptr);
 
   /// Writes the manifest to `path` atomically (temporary file, then rename).
   llvm::Error save(llvm::StringRef path) const;
 
-  /// Checks internal consistency: every input refers to an existing model
-  /// input or an output of an earlier stage, consumer lists match the
-  /// inputs that use each output, and model outputs refer to real values.
+  /// Checks internal consistency, the rules of docs/manifest.md: at least
+  /// one stage and one model output; stages[i].index == i; stage files are
+  /// non-empty relative paths without '..' (confined to the manifest's
+  /// directory); no negative counts, bytes or costs; every input refers to a
+  /// model input or an output of an earlier stage, of the input's own kind,
+  /// and never to both; consumer lists are strictly ascending and name
+  /// exactly the later stages that take each output; model outputs refer to
+  /// real values; tied parameters have non-negative bytes and at least two
+  /// uses, each naming an existing stage. Errors name the first offending
+  /// entry ("manifest: stages[1].inputs[0] is a Tensor but output 0 of stage
+  /// 0 is a int").
   llvm::Error verify() const;
 
   /// The output a reference names (must be a stage reference).

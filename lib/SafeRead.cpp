@@ -11,7 +11,11 @@
 #include "llvm/Support/Errno.h"
 #include "llvm/Support/FormatVariadic.h"
 
+#include <caffe2/serialize/read_adapter_interface.h>
+
+#include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -150,6 +154,31 @@ llvm::Expected<llvm::json::Value> parseJSONBounded(llvm::StringRef text,
     return makeError(what +
                      " is not valid JSON: " + llvm::toString(json.takeError()));
   return json;
+}
+
+namespace {
+class BufferReadAdapter final : public caffe2::serialize::ReadAdapterInterface {
+public:
+  explicit BufferReadAdapter(llvm::StringRef bytes) : bytes(bytes) {}
+  size_t size() const override { return bytes.size(); }
+  size_t read(uint64_t pos, void *buf, size_t n,
+              const char * /*what*/) const override {
+    if (pos >= bytes.size())
+      return 0;
+    size_t count =
+        static_cast<size_t>(std::min<uint64_t>(n, bytes.size() - pos));
+    std::memcpy(buf, bytes.data() + pos, count);
+    return count;
+  }
+
+private:
+  llvm::StringRef bytes;
+};
+} // namespace
+
+std::shared_ptr<caffe2::serialize::ReadAdapterInterface>
+makeArchiveReader(llvm::StringRef bytes) {
+  return std::make_shared<BufferReadAdapter>(bytes);
 }
 
 } // namespace ppc

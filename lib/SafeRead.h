@@ -20,6 +20,10 @@
 #include <cstdint>
 #include <memory>
 
+namespace caffe2::serialize {
+class ReadAdapterInterface;
+}
+
 namespace ppc {
 
 /// Size caps for files read whole: far above anything ppc writes, yet small
@@ -63,6 +67,14 @@ readFileBounded(llvm::StringRef path, uint64_t maxBytes, llvm::StringRef what);
 ///   "manifest 'm.json' is not valid JSON: [1:5, byte=4]: Expected , or ]"
 llvm::Expected<llvm::json::Value>
 parseJSONBounded(llvm::StringRef text, unsigned maxDepth, llvm::StringRef what);
+
+/// A LibTorch archive reader (for torch::jit::load and PyTorchStreamReader)
+/// over `bytes`, which must outlive it: a file is loaded from exactly the
+/// bytes that were read and checked. Unlike LibTorch's MemoryReadAdapter,
+/// reads are clipped to the buffer, since the zip offsets come from the
+/// untrusted file; the archive reader reports the short read.
+std::shared_ptr<caffe2::serialize::ReadAdapterInterface>
+makeArchiveReader(llvm::StringRef bytes);
 
 } // namespace ppc
 

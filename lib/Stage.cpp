@@ -3,6 +3,7 @@
 
 #include "lib/Error.h"
 #include "lib/FileUtil.h"
+#include "lib/SafeRead.h"
 #include "lib/ValueWalk.h"
 
 #include "llvm/Support/FileSystem.h"
@@ -13,13 +14,20 @@
 
 namespace ppc {
 
+/// Loads a TorchScript module from `bytes`; `path` names it in errors.
+static llvm::Expected<torch::jit::Module>
+loadModuleFromBytes(llvm::StringRef bytes, llvm::StringRef path) {
+  return torchCall("'" + path + "' is not a TorchScript module",
+                   [&] { return torch::jit::load(makeArchiveReader(bytes)); });
+}
+
 llvm::Expected<torch::jit::Module> loadModule(llvm::StringRef path) {
   if (!llvm::sys::fs::exists(path))
     return makeError("cannot open '" + path + "': No such file or directory");
-  if (llvm::sys::fs::is_directory(path))
-    return makeError("cannot open '" + path + "': Is a directory");
-  return torchCall("'" + path + "' is not a TorchScript module",
-                   [&] { return torch::jit::load(path.str()); });
+  auto buffer = readFileBounded(path, kMaxStageFileBytes, "model");
+  if (!buffer)
+    return buffer.takeError();
+  return loadModuleFromBytes((*buffer)->getBuffer(), path);
 }
 
 c10::IValue attributeAt(const torch::jit::Module &module,
@@ -42,18 +50,28 @@ std::string manifestDirectory(llvm::StringRef manifestPath) {
 llvm::Expected<Stage> Stage::load(const Manifest &manifest, llvm::StringRef dir,
                                   int index) {
   const StageInfo &info = manifest.stages.at(index);
+  // Manifest::verify() checks this too; a manifest built in code may not
+  // have been verified, and the check is what keeps the path inside `dir`.
+  if (llvm::Error err = checkStageFile(info))
+    return err;
   llvm::SmallString<256> path(dir);
   llvm::sys::path::append(path, info.file);
-  auto hash = sha256File(path);
-  if (!hash)
+  if (!llvm::sys::fs::exists(path))
     return makeError(
         llvm::formatv("stage {0} file '{1}' is missing", index, path).str());
-  if (*hash != info.sha256)
+  // Read once: the bytes hashed are the bytes loaded.
+  auto buffer = readFileBounded(path, kMaxStageFileBytes,
+                                llvm::formatv("stage {0} file", index).str());
+  if (!buffer)
+    return buffer.takeError();
+  llvm::StringRef bytes = (*buffer)->getBuffer();
+  std::string hash = sha256Hex(bytes);
+  if (hash != info.sha256)
     return makeError(llvm::formatv(
         "stage {0} file '{1}' does not match the manifest "
         "(sha256 {2} != {3})",
-        index, path, hash->substr(0, 12), info.sha256.substr(0, 12)));
-  auto module = loadModule(path);
+        index, path, hash.substr(0, 12), info.sha256.substr(0, 12)));
+  auto module = loadModuleFromBytes(bytes, path);
   if (!module)
     return module.takeError();
   module->eval();

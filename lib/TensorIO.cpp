@@ -1,26 +1,401 @@
 //===- lib/TensorIO.cpp - Tensors in files Python reads and writes --------===//
+//
+// This file implements reading torch.save files as untrusted input and
+// writing files torch.load reads.
+//
+// Reading does what torch::pickle_load does (open the zip archive, unpickle
+// data.pkl, fetch each storage record) with three additions:
+//  1. The pickle is walked once before LibTorch's Unpickler sees it: every
+//     opcode must be known, no opcode may pop more than the stack holds, and
+//     memo indices grow one at a time (the Unpickler resizes its memo to any
+//     index it is given). The walk also rewrites APPEND and SETITEM, which
+//     Python emits for a list of one element or a dict of one item and which
+//     LibTorch 1.13's Unpickler does not know ("Unknown opcode for unpickling
+//     at 0x61"), into their batched forms MARK ... APPENDS / SETITEMS.
+//  2. Storages are forced onto the CPU, and the size of each record read is
+//     remembered: the Unpickler sizes a storage by the element count the
+//     pickle claims, not by the bytes the record holds.
+//  3. Every tensor is checked as torch.load checks it: an allowed dtype, a
+//     dense strided layout, non-negative sizes, strides and offset, and a
+//     view that fits in its storage, which fits in its record.
+//
+//===----------------------------------------------------------------------===//
 #include "lib/TensorIO.h"
 
 #include "lib/Error.h"
 #include "lib/FileUtil.h"
+#include "lib/SafeRead.h"
 
-#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/unpickler.h>
 #include <torch/serialize.h>
+
+#include <cstring>
+#include <map>
+#include <optional>
 
 namespace ppc {
 
-llvm::Expected<std::vector<c10::IValue>> loadTensors(llvm::StringRef path) {
-  auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
-                                            /*RequiresNullTerminator=*/false);
-  if (!buffer)
-    return makeError("cannot read input '" + path +
-                     "': " + buffer.getError().message());
-  llvm::StringRef bytes = (*buffer)->getBuffer();
-  auto value = torchCall("cannot read input '" + path + "'", [&] {
-    return torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
+namespace {
+/// Checks a pickle's opcode stream and rewrites APPEND / SETITEM (see the
+/// file comment). It simulates the stack as the start offset of each item,
+/// so the MARK that batched forms need can be inserted where the item (or
+/// the key) begins.
+class PickleCheck {
+public:
+  explicit PickleCheck(llvm::StringRef bytes) : in(bytes) {}
+
+  /// The rewritten pickle, or a one-line reason it is malformed.
+  llvm::Expected<std::string> run();
+
+private:
+  struct Mark {
+    size_t depth;
+    size_t offset;
+  };
+
+  llvm::Error fail(const llvm::Twine &why, size_t at) {
+    return makeError(llvm::formatv("{0} at byte {1} of data.pkl", why, at));
+  }
+  /// Reads an n-byte little-endian unsigned argument.
+  bool arg(size_t n, uint64_t &out) {
+    if (in.size() - pos < n)
+      return false;
+    out = 0;
+    for (size_t i = 0; i < n; ++i)
+      out |= static_cast<uint64_t>(static_cast<unsigned char>(in[pos + i]))
+             << (8 * i);
+    pos += n;
+    return true;
+  }
+  bool skip(uint64_t n) {
+    if (in.size() - pos < n)
+      return false;
+    pos += n;
+    return true;
+  }
+  /// Items above the innermost mark.
+  size_t available() const {
+    return starts.size() - (marks.empty() ? 0 : marks.back().depth);
+  }
+  llvm::Error pop(size_t n, size_t at) {
+    if (available() < n)
+      return fail("a pickle opcode pops an empty stack", at);
+    starts.resize(starts.size() - n);
+    return llvm::Error::success();
+  }
+  llvm::Error popToMark(size_t at, bool keepsTarget) {
+    if (marks.empty())
+      return fail("a pickle opcode needs a MARK", at);
+    Mark m = marks.back();
+    marks.pop_back();
+    if (keepsTarget &&
+        (m.depth == 0 || (!marks.empty() && marks.back().depth >= m.depth)))
+      return fail("a pickle opcode pops an empty stack", at);
+    starts.resize(m.depth);
+    return llvm::Error::success();
+  }
+  llvm::Error step(char op, size_t at);
+
+  llvm::StringRef in;
+  size_t pos = 0;
+  std::vector<size_t> starts;
+  std::vector<Mark> marks;
+  std::vector<size_t> inserts;
+  std::map<size_t, char> rewritten;
+  uint64_t memoSize = 0;
+};
+} // namespace
+
+llvm::Error PickleCheck::step(char op, size_t at) {
+  uint64_t n = 0;
+  auto truncated = [&] { return fail("the pickle is truncated", at); };
+  auto push = [&] {
+    starts.push_back(at);
+    return llvm::Error::success();
+  };
+  switch (static_cast<unsigned char>(op)) {
+  case 0x80: // PROTO
+    return arg(1, n) ? llvm::Error::success() : truncated();
+  case '(': // MARK
+    marks.push_back({starts.size(), at});
+    return llvm::Error::success();
+  case ']':  // EMPTY_LIST
+  case ')':  // EMPTY_TUPLE
+  case '}':  // EMPTY_DICT
+  case 0x8f: // EMPTY_SET
+  case 'N':  // NONE
+  case 0x88: // NEWTRUE
+  case 0x89: // NEWFALSE
+    return push();
+  case 'K': // BININT1
+  case 'M': // BININT2
+  case 'J': // BININT
+  case 'G': // BINFLOAT
+    return arg(op == 'K'   ? 1
+               : op == 'M' ? 2
+               : op == 'J' ? 4
+                           : 8,
+               n)
+               ? push()
+               : truncated();
+  case 0x8a: // LONG1
+  case 'U':  // SHORT_BINSTRING
+  case 'C':  // SHORT_BINBYTES
+  case 0x8c: // SHORT_BINUNICODE
+    return arg(1, n) && skip(n) ? push() : truncated();
+  case 0x8b: // LONG4
+  case 'T':  // BINSTRING
+  case 'B':  // BINBYTES
+  case 'X':  // BINUNICODE
+    return arg(4, n) && skip(n) ? push() : truncated();
+  case 0x8d: // BINUNICODE8
+    return arg(8, n) && skip(n) ? push() : truncated();
+  case 'c': { // GLOBAL: module and name, each ending in a newline
+    for (int line = 0; line < 2; ++line) {
+      size_t end = in.find('\n', pos);
+      if (end == llvm::StringRef::npos)
+        return truncated();
+      pos = end + 1;
+    }
+    return push();
+  }
+  case 'q': // BINPUT
+  case 'r': // LONG_BINPUT
+    if (!arg(op == 'q' ? 1 : 4, n))
+      return truncated();
+    if (available() < 1)
+      return fail("a pickle opcode pops an empty stack", at);
+    if (n > memoSize)
+      return fail("a pickle memo index skips ahead", at);
+    memoSize = std::max(memoSize, n + 1);
+    return llvm::Error::success();
+  case 'h': // BINGET
+  case 'j': // LONG_BINGET
+    if (!arg(op == 'h' ? 1 : 4, n))
+      return truncated();
+    if (n >= memoSize)
+      return fail("a pickle memo index is unset", at);
+    return push();
+  case 'a': { // APPEND: list, item -> MARK item APPENDS
+    if (available() < 2)
+      return fail("a pickle opcode pops an empty stack", at);
+    inserts.push_back(starts.back());
+    starts.pop_back();
+    rewritten[at] = 'e';
+    return llvm::Error::success();
+  }
+  case 's': { // SETITEM: dict, key, value -> MARK key value SETITEMS
+    if (available() < 3)
+      return fail("a pickle opcode pops an empty stack", at);
+    inserts.push_back(starts[starts.size() - 2]);
+    starts.resize(starts.size() - 2);
+    rewritten[at] = 'u';
+    return llvm::Error::success();
+  }
+  case 'e':  // APPENDS
+  case 'u':  // SETITEMS
+  case 0x90: // ADDITEMS
+    return popToMark(at, /*keepsTarget=*/true);
+  case 't': { // TUPLE
+    if (marks.empty())
+      return fail("a pickle opcode needs a MARK", at);
+    size_t start = marks.back().offset;
+    if (llvm::Error err = popToMark(at, /*keepsTarget=*/false))
+      return err;
+    starts.push_back(start);
+    return llvm::Error::success();
+  }
+  case 0x85:   // TUPLE1
+  case 0x86:   // TUPLE2
+  case 0x87:   // TUPLE3
+  case 'R':    // REDUCE: callable, args
+  case 0x81: { // NEWOBJ: class, args
+    size_t k = static_cast<unsigned char>(op) >= 0x85 &&
+                       static_cast<unsigned char>(op) <= 0x87
+                   ? static_cast<unsigned char>(op) - 0x84
+                   : 2;
+    if (available() < k)
+      return fail("a pickle opcode pops an empty stack", at);
+    size_t start = starts[starts.size() - k];
+    starts.resize(starts.size() - k);
+    starts.push_back(start);
+    return llvm::Error::success();
+  }
+  case 'b': // BUILD: object, state
+    if (available() < 2)
+      return fail("a pickle opcode pops an empty stack", at);
+    return pop(1, at);
+  case 'Q': // BINPERSID: replaces the persistent id with the storage
+    if (available() < 1)
+      return fail("a pickle opcode pops an empty stack", at);
+    return llvm::Error::success();
+  default:
+    return fail(llvm::formatv("unsupported pickle opcode 0x{0:x-2}",
+                              static_cast<unsigned char>(op)),
+                at);
+  }
+}
+
+llvm::Expected<std::string> PickleCheck::run() {
+  while (pos < in.size()) {
+    size_t at = pos++;
+    char op = in[at];
+    if (op == '.') { // STOP
+      if (starts.size() != 1 || !marks.empty())
+        return fail("the pickle does not end with exactly one value", at);
+      std::string out;
+      out.reserve(in.size() + inserts.size());
+      std::sort(inserts.begin(), inserts.end());
+      size_t next = 0;
+      for (size_t i = 0; i <= at; ++i) {
+        while (next < inserts.size() && inserts[next] == i) {
+          out.push_back('(');
+          ++next;
+        }
+        auto it = rewritten.find(i);
+        out.push_back(it == rewritten.end() ? in[i] : it->second);
+      }
+      return out;
+    }
+    if (llvm::Error err = step(op, at))
+      return err;
+  }
+  return fail("the pickle has no STOP", in.size());
+}
+
+/// The dtypes a model input may have (those torch.save writes for ordinary
+/// tensors); quantized and other exotic storages are refused.
+static bool allowedDtype(at::ScalarType t) {
+  switch (t) {
+  case at::kFloat:
+  case at::kDouble:
+  case at::kHalf:
+  case at::kBFloat16:
+  case at::kComplexFloat:
+  case at::kComplexDouble:
+  case at::kByte:
+  case at::kChar:
+  case at::kShort:
+  case at::kInt:
+  case at::kLong:
+  case at::kBool:
+    return true;
+  default:
+    return false;
+  }
+}
+
+/// Bytes of storage the view of `t` reaches, or nullopt on overflow.
+static std::optional<uint64_t> viewBytes(const at::Tensor &t) {
+  uint64_t last = static_cast<uint64_t>(t.storage_offset());
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.sizes()[d] == 0)
+      return 0;
+    uint64_t step;
+    if (__builtin_mul_overflow(static_cast<uint64_t>(t.sizes()[d] - 1),
+                               static_cast<uint64_t>(t.strides()[d]), &step) ||
+        __builtin_add_overflow(last, step, &last))
+      return std::nullopt;
+  }
+  uint64_t bytes;
+  if (__builtin_add_overflow(last, 1, &last) ||
+      __builtin_mul_overflow(last, t.element_size(), &bytes))
+    return std::nullopt;
+  return bytes;
+}
+
+/// Checks a loaded tensor as torch.load does before anything reads it.
+/// `recordBytes` maps each storage record's data to its size in the file.
+static llvm::Error checkTensor(const at::Tensor &t, size_t index,
+                               const std::map<const void *, size_t> &records,
+                               llvm::StringRef path) {
+  auto bad = [&](const llvm::Twine &why) {
+    return makeError(llvm::formatv("input '{0}' tensor {1} is malformed: {2}",
+                                   path, index, why.str())
+                         .str());
+  };
+  if (!t.defined())
+    return bad("it is undefined");
+  if (t.layout() != at::kStrided || !t.device().is_cpu())
+    return bad("it is not a dense CPU tensor");
+  if (!allowedDtype(t.scalar_type()))
+    return bad(llvm::formatv("dtype {0} is not supported",
+                             c10::toString(t.scalar_type())));
+  if (t.storage_offset() < 0)
+    return bad("its storage offset is negative");
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.sizes()[d] < 0 || t.strides()[d] < 0)
+      return bad("a size or stride is negative");
+  const c10::Storage &storage = t.storage();
+  std::optional<uint64_t> needed = viewBytes(t);
+  if (!needed)
+    return bad("its sizes and strides overflow");
+  if (*needed > storage.nbytes())
+    return bad(llvm::formatv("its view needs {0} bytes but its storage holds "
+                             "{1}",
+                             *needed, storage.nbytes()));
+  if (storage.nbytes() == 0)
+    return llvm::Error::success();
+  auto record = records.find(storage.data());
+  if (record == records.end() || storage.nbytes() > record->second)
+    return bad(llvm::formatv("its storage claims {0} bytes but the file "
+                             "holds {1}",
+                             storage.nbytes(),
+                             record == records.end() ? 0 : record->second));
+  return llvm::Error::success();
+}
+
+/// Unpickles data.pkl of a torch.save archive held in `bytes`, recording the
+/// size of every storage record it reads in `records`.
+static llvm::Expected<c10::IValue>
+unpickleArchive(llvm::StringRef bytes, llvm::StringRef path,
+                std::map<const void *, size_t> &records) {
+  std::string what = ("cannot read input '" + path + "'").str();
+  auto reader = torchCall(what, [&] {
+    return std::make_shared<caffe2::serialize::PyTorchStreamReader>(
+        makeArchiveReader(bytes));
   });
+  if (!reader)
+    return reader.takeError();
+  auto pickle = torchCall(what, [&] {
+    auto [data, size] = (*reader)->getRecord("data.pkl");
+    return std::string(static_cast<const char *>(data.get()), size);
+  });
+  if (!pickle)
+    return pickle.takeError();
+  auto checked = PickleCheck(*pickle).run();
+  if (!checked)
+    return withContext(checked.takeError(), what);
+  return torchCall(what, [&] {
+    size_t offset = 0;
+    auto read = [&](char *out, size_t n) {
+      n = std::min(n, checked->size() - offset);
+      std::memcpy(out, checked->data() + offset, n);
+      offset += n;
+      return n;
+    };
+    auto readRecord = [&](const std::string &name) {
+      auto [data, size] = (*reader)->getRecord("data/" + name);
+      records[data.get()] = size;
+      return std::move(data);
+    };
+    torch::jit::Unpickler unpickler(read, nullptr, nullptr, readRecord,
+                                    c10::Device(c10::kCPU));
+    unpickler.set_version((*reader)->version());
+    return unpickler.parse_ivalue();
+  });
+}
+
+llvm::Expected<std::vector<c10::IValue>> loadTensors(llvm::StringRef path) {
+  auto buffer = readFileBounded(path, kMaxInputFileBytes, "input");
+  if (!buffer)
+    return buffer.takeError();
+  std::map<const void *, size_t> records;
+  auto value = unpickleArchive((*buffer)->getBuffer(), path, records);
   if (!value)
     return value.takeError();
   std::vector<c10::IValue> out;
@@ -30,13 +405,20 @@ llvm::Expected<std::vector<c10::IValue>> loadTensors(llvm::StringRef path) {
     out = value->toTupleRef().elements().vec();
   else if (value->isList())
     out = value->toList().vec();
+  else if (value->isGenericDict())
+    return makeError("input '" + path +
+                     "' holds a dict; expected a tensor or a tuple/list of "
+                     "tensors (one per model input)");
   else
     return makeError("input '" + path + "' holds a " + value->tagKind() +
                      "; expected a tensor or a tuple/list of tensors");
-  for (const c10::IValue &v : out)
-    if (!v.isTensor())
-      return makeError("input '" + path + "' holds a " + v.tagKind() +
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (!out[i].isTensor())
+      return makeError("input '" + path + "' holds a " + out[i].tagKind() +
                        " element; expected only tensors");
+    if (llvm::Error err = checkTensor(out[i].toTensor(), i, records, path))
+      return err;
+  }
   return out;
 }
 

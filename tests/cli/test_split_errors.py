@@ -209,13 +209,13 @@ class VerifyAndInspectErrorsTest(unittest.TestCase):
             f.write(text.replace('"consumers"', '"consumerz"', 1))
         proc = ppc("inspect", self.manifest, check=False)
         self.assertEqual(proc.returncode, 2)
-        self.assertEqual(proc.stderr, f"error: {self.manifest}: manifest: stages[0].outputs[0]: "
-                                      "missing 'consumers'\n")
+        self.assertEqual(proc.stderr, f"error: {self.manifest}: missing value at "
+                                      "manifest.stages[0].outputs[0].consumers\n")
         with open(self.manifest, "w") as f:
             f.write(text[: len(text) // 2])
         proc = ppc("inspect", self.manifest, check=False)
         self.assertEqual(proc.returncode, 2)
-        self.assertTrue(proc.stderr.startswith(f"error: '{self.manifest}' is not a valid manifest: "),
+        self.assertTrue(proc.stderr.startswith(f"error: manifest '{self.manifest}' is not valid JSON: "),
                         proc.stderr)
 
     def test_inspect_prints_table_and_dot(self):

@@ -1,0 +1,269 @@
+#!/usr/bin/python3
+"""Tests that every file ppc reads is treated as untrusted (issue #9).
+
+Each class of hostile file -- an inconsistent or out-of-range manifest, a
+stage path leaving the manifest's directory, a FIFO / device / /dev/zero
+symlink where a file is expected, huge or deeply nested JSON, a crafted
+tensor file -- must give one `error:` line and exit 2 through `ppc inspect`,
+`ppc verify` and `ppc run` (under `ppc launch`, where the rank that reads
+the bad file names it and the launcher names that rank), within the timeout,
+without writing an output and without touching the user's files.
+
+Env: PPC (the ppc binary), PPC_MODELS_DIR (generated models).
+"""
+import collections
+import json
+import os
+import shutil
+import stat
+import time
+import tempfile
+import unittest
+
+import torch
+
+from common import launch, model_path, ppc, tmpdir
+
+TIMEOUT = 10  # --timeout of each run; a hostile file must never make a rank wait longer.
+
+
+def crafted_tensor(storage, offset, size, stride):
+    """An object torch.save pickles exactly as it pickles a tensor, but with a
+    view the storage does not hold (what a hand-edited file could contain)."""
+
+    class Crafted:
+        def __reduce_ex__(self, protocol):
+            return (torch._utils._rebuild_tensor_v2,
+                    (storage, offset, size, stride, False, collections.OrderedDict()))
+
+    return Crafted()
+
+
+class HostileFilesTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls._dir = tempfile.TemporaryDirectory(prefix="ppc-hostile-")
+        cls.split = os.path.join(cls._dir.name, "split")
+        ppc("split", model_path("mlp"), "-o", cls.split, "--stages", 2)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls._dir.cleanup()
+
+    def setUp(self):
+        self.dir = tmpdir(self)
+        self.out = os.path.join(self.dir, "out")
+        shutil.copytree(self.split, self.out)
+        self.manifest = os.path.join(self.out, "manifest.json")
+        self.input = os.path.join(self.dir, "x.pt")
+        shutil.copy(model_path("mlp", ".input.pt"), self.input)
+        self.output = os.path.join(self.dir, "y.pt")
+
+    # --- helpers ---------------------------------------------------------
+
+    def snapshot(self):
+        """Names, kinds and bytes of every user file, to check nothing changed."""
+        files = {}
+        for root, dirs, names in os.walk(self.dir):
+            for n in sorted(dirs + names):
+                p = os.path.join(root, n)
+                st = os.lstat(p)
+                data = None
+                if stat.S_ISREG(st.st_mode):
+                    with open(p, "rb") as f:
+                        data = f.read()
+                elif stat.S_ISLNK(st.st_mode):
+                    data = os.readlink(p)
+                files[p] = (stat.S_IFMT(st.st_mode), data)
+        return files
+
+    def edit_manifest(self, edit):
+        with open(self.manifest) as f:
+            m = json.load(f)
+        edit(m)
+        with open(self.manifest, "w") as f:
+            json.dump(m, f)
+
+    def expect(self, args, message):
+        """Runs ppc ARGS; expects exactly `error: MESSAGE` and exit 2."""
+        before = self.snapshot()
+        proc = ppc(*args, check=False, timeout=60)
+        self.assertEqual((proc.returncode, proc.stderr), (2, f"error: {message}\n"), proc.stdout)
+        self.assertEqual(self.snapshot(), before)
+        return proc
+
+    def expect_everywhere(self, message, inspect=True):
+        """The same one-line error through inspect, verify and a 2-rank run."""
+        if inspect:
+            self.expect(["inspect", self.manifest], message)
+        self.expect(["verify", model_path("mlp"), self.manifest, "--input", self.input], message)
+        self.expect_run({0: message, 1: message})
+
+    def expect_run(self, messages):
+        """A 2-rank `ppc run` under `ppc launch`: each rank in `messages` prints
+        its message as its one error line, the launcher names a failed rank,
+        everything ends within the timeout, and no output or file is written."""
+        before = self.snapshot()
+        start = time.monotonic()
+        proc = launch(2, "run", self.manifest, "--input", self.input, "--output", self.output,
+                      "--timeout", TIMEOUT, "--no-meta-cache", timeout=120)
+        elapsed = time.monotonic() - start
+        self.assertEqual(proc.returncode, 2, proc.stdout + proc.stderr)
+        self.assertLess(elapsed, 2 * TIMEOUT + 10, proc.stderr)
+        lines = proc.stderr.splitlines()
+        for rank, message in messages.items():
+            self.assertIn(f"[rank {rank}] error: {message}", lines, proc.stderr)
+        failed = [l for l in lines if l.startswith("error: rank ")]
+        self.assertEqual(len(failed), 1, proc.stderr)
+        self.assertRegex(failed[0], r"^error: rank [01] exited with status 2$")
+        self.assertFalse(os.path.exists(self.output))
+        self.assertEqual(self.snapshot(), before)
+
+    # --- the manifest -----------------------------------------------------
+
+    def test_index_beyond_int_is_not_narrowed(self):
+        # 2^32 used to read as 0: a valid reference to stage 0's output 0.
+        self.edit_manifest(lambda m: m["stages"][1]["inputs"][0]["source"].update(stage=2**32))
+        self.expect_everywhere(f"{self.manifest}: expected an integer from 0 to 2147483647 at "
+                               "manifest.stages[1].inputs[0].source.stage")
+
+    def test_negative_count(self):
+        self.edit_manifest(lambda m: m["stages"][0].update(parameter_bytes=-1))
+        self.expect_everywhere(f"{self.manifest}: expected a non-negative integer at "
+                               "manifest.stages[0].parameter_bytes")
+
+    def test_source_with_model_input_and_stage(self):
+        self.edit_manifest(lambda m: m["stages"][1]["inputs"][0]["source"].update(model_input=0))
+        self.expect_everywhere(f"{self.manifest}: expected either 'model_input' or 'stage' and "
+                               "'output', not both at manifest.stages[1].inputs[0].source")
+
+    def test_duplicate_consumers(self):
+        self.edit_manifest(lambda m: m["stages"][0]["outputs"][0].update(consumers=[1, 1]))
+        self.expect_everywhere(f"{self.manifest}: manifest: stages[0].outputs[0] lists "
+                               "consumer 1 twice")
+
+    def test_kind_mismatch(self):
+        self.edit_manifest(lambda m: m["stages"][1]["inputs"][0].update(type="int"))
+        self.expect_everywhere(f"{self.manifest}: manifest: stages[1].inputs[0] is a int but "
+                               "output 0 of stage 0 is a Tensor")
+
+    def test_tied_parameter_naming_a_missing_stage(self):
+        def edit(m):
+            m["tied_parameters"] = [{"bytes": 4, "uses": [{"stage": 0, "path": "a"},
+                                                          {"stage": 7, "path": "b"}]}]
+        self.edit_manifest(edit)
+        self.expect_everywhere(f"{self.manifest}: manifest: tied_parameters[0].uses[1] names "
+                               "stage 7, but there are 2 stages")
+
+    def test_stage_path_leaving_the_directory(self):
+        outside = os.path.join(self.dir, "stage_1.pt")
+        shutil.copy(os.path.join(self.out, "stage_1.pt"), outside)
+        self.edit_manifest(lambda m: m["stages"][1].update(file="../stage_1.pt"))
+        self.expect_everywhere(f"{self.manifest}: manifest: stages[1].file '../stage_1.pt' "
+                               "leaves the manifest's directory")
+        self.edit_manifest(lambda m: m["stages"][1].update(file=outside))
+        self.expect_everywhere(f"{self.manifest}: manifest: stages[1].file '{outside}' is "
+                               "absolute; stage files must be relative to the manifest's "
+                               "directory")
+
+    def test_deeply_nested_json(self):
+        with open(self.manifest, "w") as f:
+            f.write("[" * 50000)
+        self.expect_everywhere(f"manifest '{self.manifest}' nests deeper than 256 levels")
+
+    def test_huge_manifest(self):
+        # A sparse file: its size is checked before a byte is read.
+        with open(self.manifest, "r+") as f:
+            f.truncate(300 * 2**20)
+        self.expect_everywhere(f"manifest '{self.manifest}' is {300 * 2**20} bytes, over the "
+                               f"limit of {256 * 2**20}")
+
+    def test_manifest_fifo_and_devices(self):
+        os.remove(self.manifest)
+        os.mkfifo(self.manifest)
+        self.expect_everywhere(f"manifest '{self.manifest}' is not a regular file (a FIFO)")
+        os.remove(self.manifest)
+        os.symlink("/dev/zero", self.manifest)
+        self.expect_everywhere(f"manifest '{self.manifest}' is not a regular file "
+                               "(a character device)")
+
+    # --- stage files -------------------------------------------------------
+
+    def test_stage_file_fifo_and_dev_zero(self):
+        stage = os.path.join(self.out, "stage_1.pt")
+        for make, kind in ((os.mkfifo, "a FIFO"),
+                           (lambda p: os.symlink("/dev/zero", p), "a character device")):
+            os.remove(stage)
+            make(stage)
+            message = f"stage 1 file '{stage}' is not a regular file ({kind})"
+            self.expect(["verify", model_path("mlp"), self.manifest, "--input", self.input],
+                        message)
+            self.expect_run({1: message})
+
+    # --- input files -------------------------------------------------------
+
+    def test_input_fifo_and_dev_zero(self):
+        os.remove(self.input)
+        os.mkfifo(self.input)
+        message = f"input '{self.input}' is not a regular file (a FIFO)"
+        self.expect(["verify", model_path("mlp"), self.manifest, "--input", self.input], message)
+        self.expect_run({0: message})
+        os.remove(self.input)
+        os.symlink("/dev/zero", self.input)
+        message = f"input '{self.input}' is not a regular file (a character device)"
+        self.expect(["verify", model_path("mlp"), self.manifest, "--input", self.input], message)
+        self.expect_run({0: message})
+
+    def test_view_larger_than_storage(self):
+        # torch.load refuses this file; ppc used to read past the storage.
+        torch.save(crafted_tensor(torch.zeros(10).storage(), 0, (5, 64), (64, 1)), self.input)
+        with self.assertRaises(RuntimeError):
+            torch.load(self.input)
+        message = (f"input '{self.input}' tensor 0 is malformed: its view needs 1280 bytes "
+                   "but its storage holds 40")
+        self.expect(["verify", model_path("mlp"), self.manifest, "--input", self.input], message)
+        self.expect_run({0: message})
+
+    def test_negative_offset_and_overflowing_strides(self):
+        # (LibTorch itself turns negative strides into contiguous ones and
+        # refuses negative sizes; these two reach ppc's own checks.)
+        storage = torch.zeros(320).storage()
+        torch.save(crafted_tensor(storage, -3, (5, 64), (64, 1)), self.input)
+        self.expect(["verify", model_path("mlp"), self.manifest, "--input", self.input],
+                    f"input '{self.input}' tensor 0 is malformed: its storage offset is negative")
+        torch.save(crafted_tensor(storage, 0, (2, 64), (2**62, 1)), self.input)
+        message = f"input '{self.input}' tensor 0 is malformed: its sizes and strides overflow"
+        self.expect(["verify", model_path("mlp"), self.manifest, "--input", self.input], message)
+        self.expect_run({0: message})
+
+    def test_list_of_one_tensor_is_an_input(self):
+        x = torch.load(self.input)
+        torch.save([x], self.input)
+        proc = ppc("verify", model_path("mlp"), self.manifest, "--input", self.input)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        proc = launch(2, "run", self.manifest, "--input", self.input, "--output", self.output,
+                      "--timeout", TIMEOUT, "--no-meta-cache", timeout=120)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        expected = torch.load(model_path("mlp", ".expected.pt"))
+        torch.testing.assert_close(torch.load(self.output), expected)
+
+    def test_dict_input(self):
+        x = torch.load(self.input)
+        for value in ({"x": x}, {"x": x, "y": x}):
+            torch.save(value, self.input)
+            message = (f"input '{self.input}' holds a dict; expected a tensor or a tuple/list "
+                       "of tensors (one per model input)")
+            self.expect(["verify", model_path("mlp"), self.manifest, "--input", self.input],
+                        message)
+        self.expect_run({0: message})
+
+    # --- a stage that fails ------------------------------------------------
+
+    def test_stage_failure_names_its_cause(self):
+        torch.save(torch.zeros(5, 63), self.input)
+        self.expect(["verify", model_path("mlp"), self.manifest, "--input", self.input],
+                    "stage 0 failed: mat1 and mat2 shapes cannot be multiplied (5x63 and 64x64)")
+
+
+if __name__ == "__main__":
+    unittest.main()
