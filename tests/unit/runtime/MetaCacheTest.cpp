@@ -111,8 +111,8 @@ TEST_F(MetaCacheTest, CorruptFileWarns) {
 namespace {
 /// tests/unit/fixtures/meta/NAME, written by hand from docs/runtime.md.
 std::string fixture(llvm::StringRef name) {
-  llvm::SmallString<256> path(llvm::sys::path::parent_path(__FILE__));
-  llvm::sys::path::append(path, "..", "fixtures", "meta", name);
+  llvm::SmallString<256> path(PPC_FIXTURES_DIR);
+  llvm::sys::path::append(path, "meta", name);
   auto buffer = llvm::MemoryBuffer::getFile(path);
   EXPECT_TRUE(static_cast<bool>(buffer)) << path.str().str();
   return buffer ? (*buffer)->getBuffer().str() : std::string();
