@@ -69,11 +69,19 @@ inline void checkAllocatable(const ValueMeta &meta, const llvm::Twine &where) {
     if (t.strides.size() != t.sizes.size() ||
         static_cast<int64_t>(t.sizes.size()) > kMaxMetaNdim)
       fail(where + ": accepted bad rank or strides in " + meta.str());
+    // A zero size makes the tensor empty whatever the other sizes are.
     int64_t count = 1;
+    bool empty = false;
+    for (int64_t s : t.sizes) {
+      if (s < 0)
+        fail(where + ": accepted a negative size in " + meta.str());
+      empty |= s == 0;
+    }
     for (int64_t s : t.sizes)
-      if (s < 0 || __builtin_mul_overflow(count, s, &count))
-        fail(where + ": accepted sizes of " + meta.str() +
-             " are negative or overflow");
+      if (!empty && __builtin_mul_overflow(count, s, &count))
+        fail(where + ": accepted sizes of " + meta.str() + " that overflow");
+    if (empty)
+      count = 0;
     int64_t bytes;
     if (__builtin_mul_overflow(
             count, static_cast<int64_t>(c10::elementSize(t.dtype)), &bytes))
