@@ -370,7 +370,9 @@ llvm::json::Value metaToJSON(const ValueMeta &meta) {
   llvm::json::Object o{{"kind", kindName(meta.kind)}};
   if (meta.kind == ValueKind::IntList)
     o["length"] = meta.length;
-  if (!meta.tensors.empty()) {
+  // A tensor kind always writes "tensors" (the reader requires it), even
+  // for an empty Tensor[].
+  if (isTensorKind(meta.kind)) {
     llvm::json::Array tensors;
     for (const TensorMeta &t : meta.tensors)
       tensors.push_back(llvm::json::Object{{"dtype", dtypeName(t.dtype)},

@@ -87,6 +87,16 @@ TEST(TensorMetaTest, JSONRoundTrip) {
   }
 }
 
+// Found by fuzz_user_meta: an empty Tensor[] was written without "tensors",
+// which the reader requires, so a cache holding one read back as corrupt.
+TEST(TensorMetaTest, EmptyTensorListRoundTrips) {
+  ValueMeta empty;
+  empty.kind = ValueKind::TensorList;
+  auto back = metaFromJSON(metaToJSON(empty), "test");
+  ASSERT_TRUE(static_cast<bool>(back)) << llvm::toString(back.takeError());
+  EXPECT_EQ(*back, empty);
+}
+
 TEST(TensorMetaTest, UserJSONMayLeaveBatchOpen) {
   auto parsed = llvm::json::parse(
       R"({"kind": "Tensor", "tensors": [{"dtype": "float32", "sizes": [-1, 8]}]})");
