@@ -184,10 +184,10 @@ class RunMetaTest(unittest.TestCase):
             r, stats = self.run_pipeline("--meta-cache", cache)
             self.assertEqual({s[0] for s in stats.values()}, {"inferred"})
             self.assertEqual(stats[1][5], "0")
-            self.assertIn("[rank 1] warning: cannot read meta cache '%s': Is a directory; "
-                          "inferring shapes\n" % blocked, r.stderr)
+            self.assertIn("[rank 1] warning: meta cache '%s' is not a regular file "
+                          "(a directory); inferring shapes\n" % blocked, r.stderr)
             self.assertIn("[rank 1] warning: cannot save the meta cache: cannot write "
-                          "'%s': Is a directory\n" % blocked, r.stderr)
+                          "'%s': it exists and is not a regular file\n" % blocked, r.stderr)
         self.assertEqual(stats[0][5], "1")
         self.assertTrue(os.path.isdir(blocked))
 
