@@ -179,19 +179,17 @@ static llvm::Error validateTensor(const TensorMeta &t, int64_t &bytes) {
                        intsStr(t.strides) + ")");
   // Elements and bytes with overflow checks: sizes from a peer or a file
   // must not wrap around into a small (or negative) allocation.
-  int64_t elements = 1;
-  bool tooBig = false;
-  if (!llvm::is_contained(t.sizes, 0))
-    for (int64_t s : t.sizes)
-      tooBig |= static_cast<bool>(llvm::MulOverflow(elements, s, elements));
-  int64_t tensorBytes = 0;
-  tooBig = tooBig ||
-           llvm::MulOverflow(elements,
-                             static_cast<int64_t>(c10::elementSize(t.dtype)),
-                             tensorBytes) ||
-           llvm::AddOverflow(bytes, tensorBytes, bytes) ||
-           bytes > kMaxValueBytes;
-  if (tooBig)
+  // A zero size makes the tensor empty, but LibTorch still multiplies all
+  // sizes (and the element size) when it allocates, so the product of the
+  // other sizes must not overflow either (fuzz_meta_header found
+  // [1,4294967296000000003,1099511902653906944,0]).
+  int64_t elementBytes = static_cast<int64_t>(c10::elementSize(t.dtype));
+  int64_t product = elementBytes;
+  for (int64_t s : t.sizes)
+    if (s != 0 && llvm::MulOverflow(product, s, product))
+      return makeError(t.str() + " has sizes whose product overflows");
+  int64_t tensorBytes = llvm::is_contained(t.sizes, 0) ? 0 : product;
+  if (llvm::AddOverflow(bytes, tensorBytes, bytes) || bytes > kMaxValueBytes)
     return makeError(t.str() + " needs more than 64 GiB");
   return llvm::Error::success();
 }
