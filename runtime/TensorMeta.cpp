@@ -183,13 +183,17 @@ static llvm::Error validateTensor(const TensorMeta &t, int64_t &bytes) {
   // sizes (and the element size) when it allocates, so the product of the
   // other sizes must not overflow either (fuzz_meta_header found
   // [1,4294967296000000003,1099511902653906944,0]).
-  int64_t elementBytes = static_cast<int64_t>(c10::elementSize(t.dtype));
-  int64_t product = elementBytes;
+  const bool empty = llvm::is_contained(t.sizes, 0);
+  int64_t product = static_cast<int64_t>(c10::elementSize(t.dtype));
+  bool overflow = false;
   for (int64_t s : t.sizes)
-    if (s != 0 && llvm::MulOverflow(product, s, product))
-      return makeError(t.str() + " has sizes whose product overflows");
-  int64_t tensorBytes = llvm::is_contained(t.sizes, 0) ? 0 : product;
-  if (llvm::AddOverflow(bytes, tensorBytes, bytes) || bytes > kMaxValueBytes)
+    if (s != 0)
+      overflow |= static_cast<bool>(llvm::MulOverflow(product, s, product));
+  if (overflow && empty)
+    return makeError(t.str() + " has sizes whose product overflows");
+  int64_t tensorBytes = empty ? 0 : product;
+  if (overflow || llvm::AddOverflow(bytes, tensorBytes, bytes) ||
+      bytes > kMaxValueBytes)
     return makeError(t.str() + " needs more than 64 GiB");
   return llvm::Error::success();
 }

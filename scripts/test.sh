@@ -4,7 +4,9 @@
 #   2. sanitizers: one clang build with AddressSanitizer + UndefinedBehaviorSanitizer and
 #      libFuzzer coverage (build-sanitize/), running the unit tests, a two-rank pipeline
 #      run compared with the model's expected output, and the fuzz regression inputs;
-#   3. fuzzing: each fuzz target for PPC_FUZZ_SECONDS (default 60) from the seeds.
+#   3. fuzzing: each fuzz target from the seeds, a fixed number of inputs with a fixed seed
+#      (so CI fuzzes exactly what was fuzzed before the submission), or, with
+#      PPC_FUZZ_SECONDS=N, for N seconds each with a random seed (exploration).
 # Every stage runs even when an earlier one failed; the last line is "N passed, N failed".
 #
 #   scripts/test.sh [CTEST ARGS...]       e.g. -R cli_ to run part of stage 1 only
@@ -15,7 +17,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=${PPC_BUILD_DIR:-$root/build}
 sanitize_build=${PPC_SANITIZE_BUILD_DIR:-$root/build-sanitize}
 stages=${PPC_TEST_STAGES:-default sanitize fuzz}
-fuzz_seconds=${PPC_FUZZ_SECONDS:-60}
+fuzz_seconds=${PPC_FUZZ_SECONDS:-}
 jobs=${PPC_JOBS:-$(nproc)}
 export CCACHE_BASEDIR=$root
 
@@ -88,11 +90,17 @@ PY
   return $rc
 }
 
+# fuzz_target NAME RUNS: RUNS inputs from seed 1 (about 45 s each here), or
+# PPC_FUZZ_SECONDS seconds from a random seed.
 fuzz_target() {
   local name=$1 corpus=$sanitize_build/fuzz-corpus/$1 artifacts=$sanitize_build/fuzz-artifacts/$1/
+  local budget=(-seed=1 -runs="$2")
+  [ -n "$fuzz_seconds" ] && budget=(-max_total_time="$fuzz_seconds")
+  # A fixed-seed run starts from the seeds alone, so it is the same run every time.
+  [ -n "$fuzz_seconds" ] || rm -rf "$corpus"
   mkdir -p "$corpus" "$artifacts"
   # The first directory collects new inputs; seeds and regressions are only read.
-  "$sanitize_build/bin/fuzz_$name" -max_total_time="$fuzz_seconds" -timeout=20 -rss_limit_mb=4096 -malloc_limit_mb=1024 \
+  "$sanitize_build/bin/fuzz_$name" "${budget[@]}" -timeout=20 -rss_limit_mb=4096 -malloc_limit_mb=1024 \
     -artifact_prefix="$artifacts" -print_final_stats=1 \
     "$corpus" "$sanitize_build/fuzz-seeds/$name" "$root/fuzz/regressions/$name" 2>&1 | tail -n 25
   local rc=${PIPESTATUS[0]}
@@ -119,8 +127,8 @@ for stage in $stages; do
       step "two-rank run (asan+ubsan)" sanitize_pipeline
       step "fuzz regressions" fuzz_regressions
     elif step "fuzz seeds" cmake --build "$sanitize_build" --target fuzz_seeds; then
-      for name in manifest meta_cache user_meta meta_header tensor_file; do
-        step "fuzz $name (${fuzz_seconds} s)" fuzz_target "$name"
+      for target in manifest:60000 meta_cache:80000 user_meta:400000 meta_header:400000 tensor_file:20000; do
+        step "fuzz ${target%%:*}" fuzz_target "${target%%:*}" "${target##*:}"
       done
     fi
     ;;

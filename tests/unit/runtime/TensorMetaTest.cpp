@@ -356,6 +356,11 @@ TEST(TensorMetaTest, HostileHeadersAreRefusedBeforeAllocating) {
   EXPECT_EQ(decodeError({0, 1, 6, 0, 2, int64_t(1) << 62, 4, 4, 1}),
             "metadata header: float32[4611686018427387904,4] needs more than "
             "64 GiB");
+  // Empty, yet LibTorch multiplies every size when it allocates
+  // (fuzz_meta_header).
+  EXPECT_EQ(decodeError({0, 1, 6, 0, 3, int64_t(1) << 62, 4, 0, 0, 0, 0}),
+            "metadata header: float32[4611686018427387904,4,0] has sizes whose "
+            "product overflows");
   EXPECT_EQ(decodeError({0, 1, 6, 0, 2, -1, int64_t(1) << 62, 1, 1}),
             "metadata header: negative size -1 in "
             "float32[-1,4611686018427387904]");
