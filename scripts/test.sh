@@ -127,7 +127,7 @@ for stage in $stages; do
       step "two-rank run (asan+ubsan)" sanitize_pipeline
       step "fuzz regressions" fuzz_regressions
     elif step "fuzz seeds" cmake --build "$sanitize_build" --target fuzz_seeds; then
-      for target in manifest:60000 meta_cache:80000 user_meta:400000 meta_header:400000 tensor_file:20000; do
+      for target in manifest:60000 meta_cache:80000 user_meta:400000 meta_header:400000 tensor_file:80000; do
         step "fuzz ${target%%:*}" fuzz_target "${target%%:*}" "${target##*:}"
       done
     fi
