@@ -1,5 +1,6 @@
 //===- tests/unit/runtime/MetaCacheTest.cpp - The meta cache --------------===//
 #include "runtime/MetaCache.h"
+#include "tests/unit/runtime/MetaBuilders.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -118,27 +119,17 @@ std::string fixture(llvm::StringRef name) {
   return buffer ? (*buffer)->getBuffer().str() : std::string();
 }
 
-TensorMeta tensor(c10::ScalarType dtype, std::vector<int64_t> sizes,
-                  std::vector<int64_t> strides, bool grad) {
-  TensorMeta t;
-  t.dtype = dtype;
-  t.sizes = std::move(sizes);
-  t.strides = std::move(strides);
-  t.requiresGrad = grad;
-  return t;
-}
-
 /// The fixture's two entries, built by hand.
 std::map<std::string, MetaTable> fixtureTables() {
   std::map<std::string, MetaTable> tables;
   ValueMeta i, t, list, tuple;
   i.kind = ValueKind::Int;
-  t.tensors = {tensor(c10::ScalarType::Float, {1, 8}, {8, 1}, false)};
+  t.tensors = {tensorMeta(c10::ScalarType::Float, {1, 8}, {8, 1}, false)};
   list.kind = ValueKind::IntList;
   list.length = 3;
   tuple.kind = ValueKind::TensorTuple;
-  tuple.tensors = {tensor(c10::ScalarType::Long, {2}, {1}, false),
-                   tensor(c10::ScalarType::BFloat16, {8, 2}, {1, 8}, true)};
+  tuple.tensors = {tensorMeta(c10::ScalarType::Long, {2}, {1}, false),
+                   tensorMeta(c10::ScalarType::BFloat16, {8, 2}, {1, 8}, true)};
   tables["float32[1,8]"] = {{{0, 1}, i}, {{1, 0}, t}};
   tables["float32[2,8]"] = {{{0, 1}, list}, {{1, 0}, tuple}};
   return tables;

@@ -1,5 +1,6 @@
 //===- tests/unit/runtime/TensorMetaTest.cpp - Boundary metadata ----------===//
 #include "runtime/TensorMeta.h"
+#include "tests/unit/runtime/MetaBuilders.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -155,15 +156,6 @@ TEST(TensorMetaTest, WireRoundTrip) {
 }
 
 namespace {
-TensorMeta tensorMeta(c10::ScalarType dtype, std::vector<int64_t> sizes,
-                      std::vector<int64_t> strides, bool grad = false) {
-  TensorMeta t;
-  t.dtype = dtype;
-  t.sizes = std::move(sizes);
-  t.strides = std::move(strides);
-  t.requiresGrad = grad;
-  return t;
-}
 
 ValueMeta valueMeta(ValueKind kind, std::vector<TensorMeta> tensors,
                     int64_t length = 0) {
