@@ -411,8 +411,9 @@ static llvm::Error checkRecordSizes(llvm::StringRef bytes,
 /// size of every storage record it reads in `records`.
 static llvm::Expected<c10::IValue>
 unpickleArchive(llvm::StringRef bytes, llvm::StringRef path,
-                std::map<const void *, size_t> &records) {
-  std::string what = ("cannot read input '" + path + "'").str();
+                std::map<const void *, size_t> &records,
+                llvm::StringRef noun = "input") {
+  std::string what = ("cannot read " + noun + " '" + path + "'").str();
   if (llvm::Error err = checkRecordSizes(bytes, path))
     return err;
   auto reader = torchCall(what, [&] {
@@ -480,6 +481,49 @@ llvm::Expected<std::vector<c10::IValue>> loadTensors(llvm::StringRef path) {
       return err;
   }
   return out;
+}
+
+/// Checks every tensor of `value`, tuples and lists `depth` levels deep at
+/// most; `where` names the element ("data 'd.pt' element [1][0]").
+static llvm::Error checkTree(const c10::IValue &value, int depth,
+                             const std::string &where, size_t &index,
+                             const std::map<const void *, size_t> &records,
+                             llvm::StringRef path) {
+  if (value.isTensor())
+    return checkTensor(value.toTensor(), index++, records, path);
+  std::vector<c10::IValue> items;
+  if (value.isTuple())
+    items = value.toTupleRef().elements().vec();
+  else if (value.isList())
+    items = value.toList().vec();
+  else
+    return makeError(where + " is a " + value.tagKind() +
+                     "; expected a tensor, tuple or list");
+  if (depth == 0)
+    return makeError(where + " nests tuples and lists too deeply");
+  for (size_t i = 0; i < items.size(); ++i)
+    if (llvm::Error err = checkTree(items[i], depth - 1,
+                                    where + "[" + std::to_string(i) + "]",
+                                    index, records, path))
+      return err;
+  return llvm::Error::success();
+}
+
+llvm::Expected<c10::IValue> loadTensorTree(llvm::StringRef path,
+                                           llvm::StringRef noun, int depth) {
+  auto buffer = readFileBounded(path, kMaxInputFileBytes, noun);
+  if (!buffer)
+    return buffer.takeError();
+  std::map<const void *, size_t> records;
+  auto value = unpickleArchive((*buffer)->getBuffer(), path, records, noun);
+  if (!value)
+    return value.takeError();
+  size_t index = 0;
+  if (llvm::Error err =
+          checkTree(*value, depth, (noun + " '" + path + "'").str(), index,
+                    records, path))
+    return err;
+  return value;
 }
 
 llvm::Error saveTensors(llvm::StringRef path,

@@ -34,6 +34,15 @@ namespace ppc {
 ///   larger than the bytes the file holds for it).
 llvm::Expected<std::vector<c10::IValue>> loadTensors(llvm::StringRef path);
 
+/// Reads a file written by Python's torch.save holding tensors in tuples
+/// and lists at most `depth` levels deep (training data: a list of
+/// (input, target) pairs), checked as loadTensors() checks them; `noun`
+/// names the file in messages ("data"). Errors: loadTensors's, and other
+/// contents ("data 'd.pt' element [0][1] is a str; expected a tensor, tuple
+/// or list", "data 'd.pt' element [0] nests tuples and lists too deeply").
+llvm::Expected<c10::IValue> loadTensorTree(llvm::StringRef path,
+                                           llvm::StringRef noun, int depth);
+
 /// Writes `values` so that Python's torch.load reads them back: the single
 /// value itself if `asTuple` is false (values must hold one), else a tuple.
 /// Atomic. Errors: the file cannot be written.

@@ -2,32 +2,16 @@
 //
 // This file implements Pipeline: set-up (manifest, placement, schedule,
 // rendezvous, stage loading), the start-up agreement on where metadata comes
-// from, and the one executor that runs any schedule.
+// from, and the meta cache. The executor (Executor.h) runs the schedule.
 //
-// The executor, per action of this rank's schedule:
-//   F(s, m)      gathers stage s's inputs (microbatch m's slice of a model
-//                input, or a value produced or received earlier) under the
-//                copy rule of lib/ValueWalk.h; runs the stage; checks (or, on
-//                an inference microbatch, records) the metadata of its
-//                outputs.
-//   SEND_F(e, m) on an inference microbatch first sends the edge's metadata
-//                header (length, then the int64 words), then the values'
-//                wire tensors.
-//   RECV_F(e, m) on an inference microbatch first receives the header and
-//                records it; then allocates buffers from the metadata and
-//                receives the wire tensors.
-//   OUT(m)       keeps microbatch m's model outputs for concatenation.
-// The inference microbatch of a signature is its first microbatch; every
-// stage sees microbatches in increasing order in both schedules, so it is
-// also the first one each stage and edge handles with that signature.
-//
-// Metadata that did not come from this run's own inference (a cache, the
-// user, a peer's header) is validated before any buffer is allocated from
-// it, and every LibTorch call that can throw goes through torchCall(), so a
-// run fails with one error line, never an exception.
+// Metadata is settled once per microbatch signature and pipeline: a later
+// run() whose signatures are all known runs with no agreement round and no
+// metadata messages. Every rank sees the same signatures (the input root
+// shares them), so every rank takes the same decision.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/Pipeline.h"
+#include "runtime/PipelineImpl.h"
 
 #include "lib/Error.h"
 #include "lib/FileUtil.h"
@@ -64,21 +48,10 @@ namespace ppc {
 namespace {
 using Clock = std::chrono::steady_clock;
 
-/// How errors name the values of one edge and microbatch.
-std::string describeEdge(const Edge &edge, int microbatch) {
-  return llvm::formatv("stage {0} -> {1} of microbatch {2}", edge.producer,
-                       edge.collector ? std::string("output")
-                                      : std::to_string(edge.consumer),
-                       microbatch);
-}
-
 double msSince(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start)
       .count();
 }
-
-/// A value of one microbatch: (stage, output, microbatch).
-using ValueKey = std::tuple<int, int, int>;
 
 /// User metadata as read from JSON: per stage, its outputs' metadata, with
 /// sizes of -1 still open.
@@ -144,108 +117,6 @@ bool sameFile(llvm::StringRef a, llvm::StringRef b) {
 }
 } // namespace
 
-/// What one run() shares between its action handlers.
-struct RunState {
-  /// Microbatch m's model inputs (on ranks that read them).
-  std::vector<std::vector<c10::IValue>> microbatches;
-  std::vector<std::string> signatures;
-  /// Whether microbatch m is the first of its signature (it infers).
-  std::vector<bool> inferring;
-  bool infer = false;
-  std::map<std::string, MetaTable> tables;
-  /// Values held on this rank and how many of their uses are left.
-  std::map<ValueKey, c10::IValue> values;
-  std::map<ValueKey, int> remaining;
-  /// Per model output, its part of each microbatch (on the output rank).
-  std::vector<std::vector<c10::IValue>> outputParts;
-};
-
-struct Pipeline::Impl {
-  LaunchEnv env;
-  RunOptions options;
-  std::string manifestPath;
-  Manifest manifest;
-  std::string manifestSha256;
-  Placement placement;
-  Schedule schedule;
-  std::map<int, Stage> stages;
-  std::unique_ptr<Transport> transport;
-  RunStats stats;
-
-  /// Lowest rank whose stages read model inputs: it shares the signatures.
-  int inputRoot = 0;
-  bool readsInputs = false;
-  /// Uses of each stage output anywhere in the pipeline (consumer input
-  /// slots plus model outputs): above one, a mutating consumer copies.
-  std::map<std::pair<int, int>, int> globalUses;
-  /// Uses of each stage output on this rank (local input slots, remote
-  /// edges it is sent on, model outputs collected here).
-  std::map<std::pair<int, int>, int> localUses;
-  /// The metadata keys this rank needs: its stages' outputs and the values
-  /// it receives.
-  std::vector<std::pair<int, int>> requiredMeta;
-
-  llvm::raw_ostream &warnings() {
-    return options.warnings ? *options.warnings : llvm::errs();
-  }
-
-  /// The meta cache of this run, when one is used, and its file.
-  std::optional<MetaCache> cache;
-  std::string cachePath;
-
-  llvm::Error init();
-  /// The meta cache directory of this run.
-  std::string metaCacheDir() const;
-  /// Per stage, the JSON metadata of its outputs that the user gave, and a
-  /// name for that source in messages.
-  llvm::Expected<std::map<int, std::vector<ValueMeta>>>
-  userGiven(std::string &source);
-  llvm::Error loadManifest();
-  llvm::Error planSchedule();
-  llvm::Error loadStages(DeviceKind device);
-  llvm::Expected<std::map<std::string, MetaTable>>
-  userTables(const std::vector<std::string> &signatures);
-  /// Splits the inputs (on ranks that read them) and shares the input
-  /// root's signatures; returns the signature of each microbatch.
-  llvm::Expected<std::vector<std::string>>
-  shareSignatures(const std::vector<c10::IValue> &inputs,
-                  std::vector<std::vector<c10::IValue>> &microbatches);
-  /// Loads this rank's meta cache and returns whether it holds, for every
-  /// signature, every value this rank needs, with the manifest's kinds.
-  bool loadCache(const std::vector<std::string> &signatures);
-  /// The start-up agreement: where the metadata comes from, on all ranks.
-  llvm::Expected<std::map<std::string, MetaTable>>
-  agreeOnMetadata(const std::vector<std::string> &signatures);
-  /// Sends the metadata header of `edge` for microbatch `m`.
-  llvm::Error sendHeader(const Edge &edge, int m,
-                         const std::vector<ValueMeta> &metas, int peer,
-                         int channel, const std::string &what);
-  /// Receives and checks the metadata header of `edge` for microbatch `m`.
-  llvm::Expected<std::vector<ValueMeta>> recvHeader(const Edge &edge, int m,
-                                                    int peer, int channel,
-                                                    const std::string &what);
-  /// An error for a produced value that contradicts cached metadata: the
-  /// cache lied, so this rank's file is removed and the next run infers.
-  llvm::Error cacheWasWrong(llvm::Error err);
-  void saveCache(const std::vector<std::string> &signatures,
-                 std::map<std::string, MetaTable> &tables);
-
-  /// Keeps a value for its local uses (dropped when it has none).
-  void store(RunState &state, int stage, int output, int m, c10::IValue value);
-  /// Hands out a kept value, forgetting it after its last use.
-  llvm::Expected<c10::IValue> take(RunState &state, int stage, int output,
-                                   int m);
-  llvm::Expected<const ValueMeta *> metaFor(RunState &state, int m, int stage,
-                                            int output);
-  // One handler per action kind.
-  llvm::Error forward(RunState &state, const Action &a);
-  llvm::Error sendForward(RunState &state, const Action &a);
-  llvm::Error recvForward(RunState &state, const Action &a);
-  llvm::Error collectOutputs(RunState &state, const Action &a);
-  llvm::Expected<std::vector<c10::IValue>>
-  run(const std::vector<c10::IValue> &inputs);
-};
-
 llvm::Error Pipeline::Impl::init() {
   int n = static_cast<int>(manifest.stages.size());
   for (int s = 0; s < n; ++s)
@@ -263,12 +134,19 @@ llvm::Error Pipeline::Impl::init() {
   if (inputRoot < 0)
     return makeError("manifest: no stage reads a model input");
 
-  globalUses = outputUses(manifest);
+  plan.manifest = &manifest;
+  plan.schedule = &schedule;
+  plan.rank = env.rank;
+  plan.stages = &stages;
+  plan.loss = loss;
+  plan.globalUses = outputUses(manifest);
+  std::map<std::pair<int, int>, int> &localUses = plan.localUses;
   for (const StageInfo &s : manifest.stages)
     for (const StageInput &in : s.inputs)
       if (!in.source.isModelInput() && placement.rankOf(s.index) == env.rank)
         ++localUses[{in.source.stage, in.source.output}];
-  if (placement.outputRank() == env.rank)
+  // Training collects no model outputs: the loss stage keeps its own.
+  if (placement.outputRank() == env.rank && !training())
     for (const ValueRef &ref : manifest.modelOutputs)
       ++localUses[{ref.stage, ref.output}];
   std::set<std::pair<int, int>> required;
@@ -420,7 +298,7 @@ bool Pipeline::Impl::loadCache(const std::vector<std::string> &signatures) {
     return false;
   }
   for (const std::string &sig : signatures) {
-    const MetaTable *table = cache->find(sig, requiredMeta);
+    const MetaTable *table = cache->find(cacheEntry(sig), requiredMeta);
     if (!table)
       return false;
     for (const auto &[key, meta] : *table) {
@@ -465,7 +343,7 @@ Pipeline::Impl::agreeOnMetadata(const std::vector<std::string> &signatures) {
   std::map<std::string, MetaTable> cached;
   if (cacheComplete)
     for (const std::string &sig : signatures)
-      cached[sig] = *cache->find(sig, requiredMeta);
+      cached[sig] = *cache->find(cacheEntry(sig), requiredMeta);
   for (const Edge &e : schedule.edges) {
     int from = placement.rankOf(e.producer), to = placement.rankOf(e.consumer);
     if (from == to)
@@ -506,81 +384,6 @@ Pipeline::Impl::agreeOnMetadata(const std::vector<std::string> &signatures) {
   return cached;
 }
 
-llvm::Error Pipeline::Impl::sendHeader(const Edge &edge, int m,
-                                       const std::vector<ValueMeta> &metas,
-                                       int peer, int channel,
-                                       const std::string &what) {
-  std::vector<int64_t> words =
-      encodeHeader(edge.producer, edge.consumer, m, metas);
-  c10::Device device = transport->device();
-  auto tensors = torchCall("cannot prepare the metadata of " + what, [&] {
-    return std::make_pair(
-        at::tensor({static_cast<int64_t>(words.size())}, at::kLong).to(device),
-        at::tensor(words, at::kLong).to(device));
-  });
-  if (!tensors)
-    return tensors.takeError();
-  if (llvm::Error err = transport->send(tensors->first, peer, channel,
-                                        "the metadata of " + what))
-    return err;
-  return transport->send(tensors->second, peer, channel,
-                         "the metadata of " + what);
-}
-
-llvm::Expected<std::vector<ValueMeta>>
-Pipeline::Impl::recvHeader(const Edge &edge, int m, int peer, int channel,
-                           const std::string &what) {
-  // Bounded before the header buffer is allocated.
-  constexpr int64_t kMaxHeaderWords = int64_t(1) << 24;
-  ValueMeta lengthMeta;
-  lengthMeta.kind = ValueKind::Int;
-  auto length =
-      allocateWire(lengthMeta, transport->device(), "the metadata of " + what);
-  if (!length)
-    return length.takeError();
-  if (llvm::Error err = transport->recv((*length)[0], peer, channel,
-                                        "the metadata of " + what))
-    return err;
-  auto words = torchCall("cannot read the metadata of " + what,
-                         [&] { return (*length)[0].cpu().item<int64_t>(); });
-  if (!words)
-    return words.takeError();
-  if (*words < 6 || *words > kMaxHeaderWords)
-    return makeError(
-        llvm::formatv("metadata header of {0}: bad length {1}", what, *words)
-            .str());
-  ValueMeta headerMeta;
-  headerMeta.kind = ValueKind::IntList;
-  headerMeta.length = *words;
-  auto header =
-      allocateWire(headerMeta, transport->device(), "the metadata of " + what);
-  if (!header)
-    return header.takeError();
-  if (llvm::Error err = transport->recv((*header)[0], peer, channel,
-                                        "the metadata of " + what))
-    return err;
-  auto onHost = torchCall("cannot read the metadata of " + what,
-                          [&] { return (*header)[0].cpu(); });
-  if (!onHost)
-    return onHost.takeError();
-  auto metas =
-      decodeHeader(llvm::ArrayRef<int64_t>(onHost->data_ptr<int64_t>(), *words),
-                   edge.producer, edge.consumer, m, edge.outputs.size());
-  if (!metas)
-    return metas.takeError();
-  for (size_t k = 0; k < edge.outputs.size(); ++k) {
-    ValueKind declared =
-        manifest.stages[edge.producer].outputs[edge.outputs[k]].kind;
-    if ((*metas)[k].kind != declared)
-      return makeError(llvm::formatv("{0}: value {1} is a {2}, the manifest "
-                                     "declares {3}",
-                                     what, k, kindName((*metas)[k].kind),
-                                     kindName(declared))
-                           .str());
-  }
-  return metas;
-}
-
 llvm::Error Pipeline::Impl::cacheWasWrong(llvm::Error err) {
   if (stats.metaSource != MetaSource::Cache)
     return err;
@@ -598,7 +401,7 @@ void Pipeline::Impl::saveCache(const std::vector<std::string> &signatures,
     for (const auto &key : requiredMeta)
       if (tables[sig].count(key))
         kept[key] = tables[sig][key];
-    cache->put(sig, std::move(kept));
+    cache->put(cacheEntry(sig), std::move(kept));
   }
   if (llvm::Error err = cache->save())
     warnings() << "warning: cannot save the meta cache: "
@@ -607,258 +410,83 @@ void Pipeline::Impl::saveCache(const std::vector<std::string> &signatures,
     stats.cacheWritten = true;
 }
 
-void Pipeline::Impl::store(RunState &state, int stage, int output, int m,
-                           c10::IValue value) {
-  auto it = localUses.find({stage, output});
-  if (it == localUses.end() || it->second == 0)
-    return;
-  state.values[{stage, output, m}] = std::move(value);
-  state.remaining[{stage, output, m}] = it->second;
-}
+llvm::Error Pipeline::Impl::prepareStep(const std::vector<c10::IValue> &inputs,
+                                        ExecutorStep &step,
+                                        std::vector<std::string> &fresh) {
+  const int count = schedule.microbatches;
+  // 1. Microbatches and their signatures, shared by the input root.
+  auto shared = shareSignatures(inputs, step.microbatches);
+  if (!shared)
+    return shared.takeError();
+  step.signatures = std::move(*shared);
+  step.tables = &known;
+  step.inferring.assign(count, false);
+  fresh.clear();
+  for (int m = 0; m < count; ++m)
+    if (!known.count(step.signatures[m]) &&
+        !llvm::is_contained(fresh, step.signatures[m]))
+      fresh.push_back(step.signatures[m]);
+  step.onMetaMismatch = [this](llvm::Error err) {
+    return cacheWasWrong(std::move(err));
+  };
+  if (fresh.empty())
+    return llvm::Error::success();
 
-llvm::Expected<c10::IValue> Pipeline::Impl::take(RunState &state, int stage,
-                                                 int output, int m) {
-  auto it = state.values.find({stage, output, m});
-  if (it == state.values.end())
-    return makeError(llvm::formatv("internal error: stage {0} output {1} of "
-                                   "microbatch {2} is not on rank {3}",
-                                   stage, output, m, env.rank)
-                         .str());
-  c10::IValue v = it->second;
-  if (--state.remaining[{stage, output, m}] == 0) {
-    state.values.erase(it);
-    state.remaining.erase({stage, output, m});
-  }
-  return v;
-}
-
-llvm::Expected<const ValueMeta *>
-Pipeline::Impl::metaFor(RunState &state, int m, int stage, int output) {
-  MetaTable &table = state.tables[state.signatures[m]];
-  auto it = table.find({stage, output});
-  if (it == table.end())
-    return makeError(
-        llvm::formatv("no metadata for stage {0} output {1} ('{2}') for "
-                      "microbatch signature {3}",
-                      stage, output,
-                      manifest.stages[stage].outputs[output].name,
-                      state.signatures[m])
-            .str());
-  return &it->second;
-}
-
-/// F(s, m): gathers the stage's inputs (applying the copy rule), runs it,
-/// and records (inferring) or checks the metadata of its outputs.
-llvm::Error Pipeline::Impl::forward(RunState &state, const Action &a) {
-  const int m = a.microbatch;
-  const StageInfo &info = manifest.stages[a.stage];
-  std::vector<c10::IValue> args;
-  for (const StageInput &in : info.inputs) {
-    c10::IValue v;
-    bool otherUses = false;
-    if (in.source.isModelInput()) {
-      v = state.microbatches[m][in.source.modelInput];
-    } else {
-      auto got = take(state, in.source.stage, in.source.output, m);
-      if (!got)
-        return got.takeError();
-      v = std::move(*got);
-      otherUses = globalUses[{in.source.stage, in.source.output}] > 1;
-    }
-    auto arg = stageArgument(in, std::move(v), otherUses);
-    if (!arg)
-      return arg.takeError();
-    args.push_back(std::move(*arg));
-  }
-  auto outputs = stages.at(a.stage).run(std::move(args));
-  if (!outputs)
-    return outputs.takeError();
-  for (size_t o = 0; o < outputs->size(); ++o) {
-    int out = static_cast<int>(o);
-    MetaTable &table = state.tables[state.signatures[m]];
-    if (state.infer && state.inferring[m] && !table.count({a.stage, out})) {
-      table[{a.stage, out}] =
-          ValueMeta::of((*outputs)[o], info.outputs[o].kind);
-    } else {
-      auto meta = metaFor(state, m, a.stage, out);
-      if (!meta)
-        return meta.takeError();
-      if (llvm::Error err = checkValue(
-              (*outputs)[o], **meta,
-              llvm::formatv("stage {0} output {1} ('{2}') of microbatch {3}",
-                            a.stage, o, info.outputs[o].name, m)))
-        return cacheWasWrong(std::move(err));
-    }
-    store(state, a.stage, out, m, std::move((*outputs)[o]));
+  // 2. Where the metadata of new signatures comes from: all ranks agree.
+  auto agreed = agreeOnMetadata(fresh);
+  if (!agreed)
+    return agreed.takeError();
+  for (auto &[sig, table] : *agreed)
+    known[sig] = std::move(table);
+  if (stats.metaSource == MetaSource::Inferred) {
+    std::vector<std::string> seen;
+    for (int m = 0; m < count; ++m)
+      if (llvm::is_contained(fresh, step.signatures[m]) &&
+          !llvm::is_contained(seen, step.signatures[m])) {
+        seen.push_back(step.signatures[m]);
+        step.inferring[m] = true;
+      }
   }
   return llvm::Error::success();
 }
 
-/// SEND_F(e, m): the header on an inference microbatch, then the values'
-/// wire tensors.
-llvm::Error Pipeline::Impl::sendForward(RunState &state, const Action &a) {
-  const int m = a.microbatch;
-  const Edge &edge = schedule.edges[a.edge];
-  int channel = a.edge + 1;
-  std::string what = describeEdge(edge, m);
-  std::vector<c10::IValue> vals;
-  std::vector<ValueMeta> metas;
-  for (int o : edge.outputs) {
-    auto v = take(state, edge.producer, o, m);
-    if (!v)
-      return v.takeError();
-    auto meta = metaFor(state, m, edge.producer, o);
-    if (!meta)
-      return meta.takeError();
-    metas.push_back(**meta);
-    vals.push_back(std::move(*v));
-  }
-  if (state.infer && state.inferring[m]) {
-    if (llvm::Error err = sendHeader(edge, m, metas, a.peerRank, channel, what))
-      return err;
-    ++stats.metaMessagesSent;
-  }
-  for (size_t k = 0; k < vals.size(); ++k) {
-    auto wire = toWire(vals[k], metas[k].kind, transport->device(), what);
-    if (!wire)
-      return wire.takeError();
-    for (at::Tensor &t : *wire)
-      if (t.numel() > 0)
-        if (llvm::Error err = transport->send(t, a.peerRank, channel, what))
-          return err;
-  }
-  return llvm::Error::success();
-}
-
-/// RECV_F(e, m): the header on an inference microbatch, then buffers
-/// allocated from the (validated) metadata receive the values.
-llvm::Error Pipeline::Impl::recvForward(RunState &state, const Action &a) {
-  const int m = a.microbatch;
-  const Edge &edge = schedule.edges[a.edge];
-  int channel = a.edge + 1;
-  std::string what = describeEdge(edge, m);
-  if (state.infer && state.inferring[m]) {
-    auto metas = recvHeader(edge, m, a.peerRank, channel, what);
-    if (!metas)
-      return metas.takeError();
-    MetaTable &table = state.tables[state.signatures[m]];
-    for (size_t k = 0; k < edge.outputs.size(); ++k)
-      table[{edge.producer, edge.outputs[k]}] = (*metas)[k];
-  }
-  for (int o : edge.outputs) {
-    auto meta = metaFor(state, m, edge.producer, o);
-    if (!meta)
-      return meta.takeError();
-    auto wire = allocateWire(**meta, transport->device(), what);
-    if (!wire)
-      return wire.takeError();
-    for (at::Tensor &t : *wire)
-      if (t.numel() > 0)
-        if (llvm::Error err = transport->recv(t, a.peerRank, channel, what))
-          return err;
-    auto value = fromWire(std::move(*wire), **meta, what);
-    if (!value)
-      return value.takeError();
-    store(state, edge.producer, o, m, std::move(*value));
-  }
-  return llvm::Error::success();
-}
-
-/// OUT(m): keeps microbatch m's model outputs for concatenation.
-llvm::Error Pipeline::Impl::collectOutputs(RunState &state, const Action &a) {
-  for (size_t k = 0; k < manifest.modelOutputs.size(); ++k) {
-    const ValueRef &ref = manifest.modelOutputs[k];
-    auto v = take(state, ref.stage, ref.output, a.microbatch);
-    if (!v)
-      return v.takeError();
-    state.outputParts[k].push_back(std::move(*v));
-  }
-  return llvm::Error::success();
+void Pipeline::Impl::finishStep(const std::vector<std::string> &fresh) {
+  if (!fresh.empty() && stats.metaSource == MetaSource::Inferred && cache)
+    saveCache(fresh, known);
 }
 
 llvm::Expected<std::vector<c10::IValue>>
 Pipeline::Impl::run(const std::vector<c10::IValue> &inputs) {
   Clock::time_point start = Clock::now();
   at::NoGradGuard noGrad;
-  const int count = schedule.microbatches;
   int64_t sentBefore = transport->messagesSent();
   stats.metaMessagesSent = 0;
   stats.cacheWritten = false;
-  RunState state;
 
-  // 1. Microbatches and their signatures, shared by the input root.
-  auto shared = shareSignatures(inputs, state.microbatches);
-  if (!shared)
-    return shared.takeError();
-  state.signatures = std::move(*shared);
-  std::vector<std::string> distinct;
-  state.inferring.assign(count, false);
-  for (int m = 0; m < count; ++m)
-    if (!llvm::is_contained(distinct, state.signatures[m])) {
-      distinct.push_back(state.signatures[m]);
-      state.inferring[m] = true;
-    }
-
-  // 2. Where the metadata comes from: all ranks agree.
-  auto agreed = agreeOnMetadata(distinct);
-  if (!agreed)
-    return agreed.takeError();
-  state.tables = std::move(*agreed);
-  state.infer = stats.metaSource == MetaSource::Inferred;
-
-  // 3. Execute this rank's schedule.
-  state.outputParts.resize(manifest.modelOutputs.size());
-  const std::vector<Action> &actions = schedule.ranks[env.rank];
-  size_t lastOfFirst = 0;
-  for (size_t i = 0; i < actions.size(); ++i)
-    if (actions[i].microbatch == 0)
-      lastOfFirst = i;
-  for (size_t i = 0; i < actions.size(); ++i) {
-    const Action &a = actions[i];
-    llvm::Error err = llvm::Error::success();
-    switch (a.kind) {
-    case ActionKind::Forward:
-      err = forward(state, a);
-      break;
-    case ActionKind::SendF:
-      err = sendForward(state, a);
-      break;
-    case ActionKind::RecvF:
-      err = recvForward(state, a);
-      break;
-    case ActionKind::Output:
-      err = collectOutputs(state, a);
-      break;
-    case ActionKind::Backward:
-    case ActionKind::SendB:
-    case ActionKind::RecvB:
-      err = makeError("this runtime runs inference schedules only");
-      break;
-    }
-    if (err)
-      return err;
-    if (i == lastOfFirst)
-      stats.firstOutputMs = msSince(start);
-  }
-  if (llvm::Error err = transport->flushSends())
+  ExecutorStep step;
+  std::vector<std::string> fresh;
+  if (llvm::Error err = prepareStep(inputs, step, fresh))
     return err;
+  double preparedMs = msSince(start);
+  auto done = execute(plan, step);
+  if (!done)
+    return done.takeError();
+  stats.metaMessagesSent = done->metaMessagesSent;
+  stats.firstOutputMs = preparedMs + done->firstOutputMs;
 
-  // 4. Model outputs on the output rank.
+  // Model outputs on the output rank.
   std::vector<c10::IValue> result;
   if (env.rank == placement.outputRank()) {
-    for (size_t k = 0; k < state.outputParts.size(); ++k) {
+    for (size_t k = 0; k < done->outputParts.size(); ++k) {
       const ValueRef &ref = manifest.modelOutputs[k];
       auto joined = concatMicrobatches(
-          state.outputParts[k], manifest.output(ref).kind, static_cast<int>(k));
+          done->outputParts[k], manifest.output(ref).kind, static_cast<int>(k));
       if (!joined)
         return joined.takeError();
       result.push_back(std::move(*joined));
     }
   }
-
-  // 5. Save what was inferred.
-  if (state.infer && cache)
-    saveCache(distinct, state.tables);
+  finishStep(fresh);
   stats.messagesSent = transport->messagesSent() - sentBefore;
   stats.totalMs = msSince(start);
   return result;
@@ -932,11 +560,19 @@ llvm::Error Pipeline::Impl::loadManifest() {
 
 /// Builds the schedule and proves it deadlock-free before any rank runs it.
 llvm::Error Pipeline::Impl::planSchedule() {
-  auto built = buildSchedule(manifest, placement, options.schedule,
-                             options.microbatches);
+  auto built =
+      !training() ? buildSchedule(manifest, placement, options.schedule,
+                                  options.microbatches)
+      : scheduleCSV.empty()
+          ? buildTrainingSchedule(manifest, placement, options.schedule,
+                                  options.microbatches)
+          : trainingScheduleFromCSV(manifest, placement, scheduleCSV,
+                                    options.microbatches, "--schedule-csv");
   if (!built)
     return built.takeError();
   schedule = std::move(*built);
+  if (schedule.training) // TEMPORARY until the training simulator lands
+    return llvm::Error::success();
   return simulateSchedule(manifest, schedule);
 }
 
@@ -954,9 +590,38 @@ llvm::Error Pipeline::Impl::loadStages(DeviceKind device) {
   return llvm::Error::success();
 }
 
-llvm::Expected<std::unique_ptr<Pipeline>>
-Pipeline::create(llvm::StringRef manifestPath, const LaunchEnv &env,
-                 const RunOptions &options) {
+/// Finds the stage output the loss reads: model output `loss.modelOutput`,
+/// a Tensor produced by a stage.
+static llvm::Error resolveLoss(const Manifest &manifest, LossSpec &loss) {
+  int outputs = static_cast<int>(manifest.modelOutputs.size());
+  if (loss.modelOutput < 0 || loss.modelOutput >= outputs)
+    return makeError(llvm::formatv("--loss-output {0} is not in 0..{1} (the "
+                                   "model has {2} output{3})",
+                                   loss.modelOutput, outputs - 1, outputs,
+                                   outputs == 1 ? "" : "s")
+                         .str());
+  const ValueRef &ref = manifest.modelOutputs[loss.modelOutput];
+  if (ref.isModelInput())
+    return makeError(llvm::formatv("model output {0} is model input {1} "
+                                   "itself; there is nothing to train",
+                                   loss.modelOutput, ref.modelInput)
+                         .str());
+  ValueKind kind = manifest.output(ref).kind;
+  if (kind != ValueKind::Tensor)
+    return makeError(llvm::formatv("model output {0} is a {1}; the loss needs "
+                                   "a Tensor (choose another with "
+                                   "--loss-output)",
+                                   loss.modelOutput, kindName(kind))
+                         .str());
+  loss.stage = ref.stage;
+  loss.output = ref.output;
+  return llvm::Error::success();
+}
+
+llvm::Expected<std::unique_ptr<Pipeline::Impl>>
+Pipeline::Impl::create(llvm::StringRef manifestPath, const LaunchEnv &env,
+                       const RunOptions &options, std::optional<LossSpec> loss,
+                       std::string scheduleCSV) {
   auto device = checkOptions(options);
   if (!device)
     return device.takeError();
@@ -965,8 +630,14 @@ Pipeline::create(llvm::StringRef manifestPath, const LaunchEnv &env,
   impl->env = env;
   impl->options = options;
   impl->manifestPath = manifestPath.str();
+  impl->scheduleCSV = std::move(scheduleCSV);
   if (llvm::Error err = impl->loadManifest())
     return err;
+  if (loss) {
+    if (llvm::Error err = resolveLoss(impl->manifest, *loss))
+      return err;
+    impl->loss = loss;
+  }
   if (llvm::Error err = impl->planSchedule())
     return err;
   if (llvm::Error err = impl->init())
@@ -975,16 +646,27 @@ Pipeline::create(llvm::StringRef manifestPath, const LaunchEnv &env,
 
   // Meet the others before loading stages: a rank that then fails to load
   // makes the others fail fast with "lost rank R" instead of waiting for a
-  // rendezvous that never completes.
+  // rendezvous that never completes. Training uses one more channel, for
+  // the tied parameters' gradients.
   auto transport = connectTransport(env, *device, options.timeout);
   if (!transport)
     return transport.takeError();
   impl->transport = std::move(*transport);
-  impl->transport->setChannelCount(
-      static_cast<int>(impl->schedule.edges.size()) + 1);
+  impl->plan.transport = impl->transport.get();
+  impl->transport->setChannelCount(impl->schedule.channelCount() +
+                                   (impl->training() ? 1 : 0));
   if (llvm::Error err = impl->loadStages(*device))
     return err;
-  return std::unique_ptr<Pipeline>(new Pipeline(std::move(impl)));
+  return impl;
+}
+
+llvm::Expected<std::unique_ptr<Pipeline>>
+Pipeline::create(llvm::StringRef manifestPath, const LaunchEnv &env,
+                 const RunOptions &options) {
+  auto impl = Impl::create(manifestPath, env, options, std::nullopt, "");
+  if (!impl)
+    return impl.takeError();
+  return std::unique_ptr<Pipeline>(new Pipeline(std::move(*impl)));
 }
 
 bool Pipeline::needsInputs() const { return impl_->readsInputs; }

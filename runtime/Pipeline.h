@@ -160,6 +160,9 @@ public:
   const RunStats &stats() const;
 
 private:
+  /// Trainer (runtime/Trainer.h) runs the same set-up with a training
+  /// schedule.
+  friend class Trainer;
   struct Impl;
   explicit Pipeline(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;

@@ -25,6 +25,10 @@ llvm::StringRef scheduleName(ScheduleKind kind) {
     return "gpipe";
   case ScheduleKind::OneFOneB:
     return "1f1b";
+  case ScheduleKind::Interleaved1F1B:
+    return "interleaved-1f1b";
+  case ScheduleKind::ZeroBubbleH1:
+    return "zb-h1";
   }
   llvm_unreachable("unknown schedule kind");
 }
@@ -33,6 +37,8 @@ std::optional<ScheduleKind> parseScheduleName(llvm::StringRef name) {
   return llvm::StringSwitch<std::optional<ScheduleKind>>(name)
       .Case("gpipe", ScheduleKind::GPipe)
       .Case("1f1b", ScheduleKind::OneFOneB)
+      .Case("interleaved-1f1b", ScheduleKind::Interleaved1F1B)
+      .Case("zb-h1", ScheduleKind::ZeroBubbleH1)
       .Default(std::nullopt);
 }
 
@@ -113,6 +119,10 @@ std::string Action::str(const std::vector<Edge> &edges) const {
     return llvm::formatv("OUT mb={0}", microbatch);
   case ActionKind::Backward:
     return llvm::formatv("B stage={0} mb={1}", stage, microbatch);
+  case ActionKind::BackwardInput:
+    return llvm::formatv("I stage={0} mb={1}", stage, microbatch);
+  case ActionKind::BackwardWeight:
+    return llvm::formatv("W stage={0} mb={1}", stage, microbatch);
   case ActionKind::SendB:
     return llvm::formatv("SEND_B {0} mb={1} to={2}", edgeText(), microbatch,
                          peerRank);
@@ -201,6 +211,82 @@ llvm::Expected<Schedule> buildSchedule(const Manifest &manifest,
     }
   }
   return schedule;
+}
+
+int channelOf(const Schedule &schedule, const Action &action) {
+  bool backward =
+      action.kind == ActionKind::SendB || action.kind == ActionKind::RecvB;
+  return 1 + action.edge +
+         (backward ? static_cast<int>(schedule.edges.size()) : 0);
+}
+
+// TEMPORARY (replaced by the schedule generator): GPipe for training.
+llvm::Expected<Schedule> buildTrainingSchedule(const Manifest &manifest,
+                                               const Placement &placement,
+                                               ScheduleKind kind,
+                                               int microbatches) {
+  auto all = boundaryEdges(manifest);
+  if (!all)
+    return all.takeError();
+  Schedule schedule;
+  schedule.kind = kind;
+  schedule.training = true;
+  schedule.microbatches = microbatches;
+  schedule.placement = placement;
+  for (const Edge &e : *all)
+    if (!e.collector)
+      schedule.edges.push_back(e);
+  schedule.ranks.resize(placement.worldSize);
+  int n = placement.numStages;
+  for (int r = 0; r < placement.worldSize; ++r) {
+    std::vector<Action> &actions = schedule.ranks[r];
+    std::vector<int> stages = placement.stagesOf(r);
+    for (int s : stages)
+      for (int m = 0; m < microbatches; ++m) {
+        for (size_t e = 0; e < schedule.edges.size(); ++e)
+          if (schedule.edges[e].consumer == s &&
+              placement.rankOf(schedule.edges[e].producer) != r)
+            actions.push_back({ActionKind::RecvF, s, m, int(e),
+                               placement.rankOf(schedule.edges[e].producer)});
+        actions.push_back({ActionKind::Forward, s, m});
+        for (size_t e = 0; e < schedule.edges.size(); ++e)
+          if (schedule.edges[e].producer == s &&
+              placement.rankOf(schedule.edges[e].consumer) != r)
+            actions.push_back({ActionKind::SendF, s, m, int(e),
+                               placement.rankOf(schedule.edges[e].consumer)});
+      }
+    for (auto it = stages.rbegin(); it != stages.rend(); ++it) {
+      int s = *it;
+      for (int m = 0; m < microbatches; ++m) {
+        for (size_t e = 0; e < schedule.edges.size(); ++e)
+          if (schedule.edges[e].producer == s &&
+              placement.rankOf(schedule.edges[e].consumer) != r)
+            actions.push_back({ActionKind::RecvB, s, m, int(e),
+                               placement.rankOf(schedule.edges[e].consumer)});
+        if (kind == ScheduleKind::ZeroBubbleH1) {
+          actions.push_back({ActionKind::BackwardInput, s, m});
+        } else {
+          actions.push_back({ActionKind::Backward, s, m});
+        }
+        for (size_t e = 0; e < schedule.edges.size(); ++e)
+          if (schedule.edges[e].consumer == s &&
+              placement.rankOf(schedule.edges[e].producer) != r)
+            actions.push_back({ActionKind::SendB, s, m, int(e),
+                               placement.rankOf(schedule.edges[e].producer)});
+        if (kind == ScheduleKind::ZeroBubbleH1)
+          actions.push_back({ActionKind::BackwardWeight, s, m});
+      }
+    }
+  }
+  (void)n;
+  return schedule;
+}
+
+llvm::Expected<Schedule> trainingScheduleFromCSV(const Manifest &,
+                                                 const Placement &,
+                                                 llvm::StringRef, int,
+                                                 llvm::StringRef name) {
+  return makeError(name + ": not supported yet");
 }
 
 namespace {

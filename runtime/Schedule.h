@@ -85,7 +85,17 @@ struct Edge {
 /// 0 is model input 0 itself; ppc run does not pass inputs through").
 llvm::Expected<std::vector<Edge>> boundaryEdges(const Manifest &manifest);
 
-enum class ActionKind { Forward, SendF, RecvF, Output, Backward, SendB, RecvB };
+enum class ActionKind {
+  Forward,
+  SendF,
+  RecvF,
+  Output,
+  Backward,
+  BackwardInput,
+  BackwardWeight,
+  SendB,
+  RecvB
+};
 
 struct Action {
   ActionKind kind;
@@ -106,7 +116,26 @@ struct Schedule {
   std::vector<Edge> edges;
   /// ranks[r]: rank r's actions in order.
   std::vector<std::vector<Action>> ranks;
+  bool training = false;
+  /// Transport channels: 1 + edges (inference), 1 + 2*edges (training).
+  int channelCount() const {
+    return 1 + static_cast<int>(edges.size()) * (training ? 2 : 1);
+  }
 };
+
+/// The channel of a SEND_F/RECV_F (edge+1) or SEND_B/RECV_B (1 + edges +
+/// edge).
+int channelOf(const Schedule &schedule, const Action &action);
+
+llvm::Expected<Schedule> buildTrainingSchedule(const Manifest &manifest,
+                                               const Placement &placement,
+                                               ScheduleKind kind,
+                                               int microbatches);
+llvm::Expected<Schedule> trainingScheduleFromCSV(const Manifest &manifest,
+                                                 const Placement &placement,
+                                                 llvm::StringRef text,
+                                                 int microbatches,
+                                                 llvm::StringRef name);
 
 /// Builds the schedule of `kind` for all ranks. Errors: those of
 /// boundaryEdges(), microbatches < 1.

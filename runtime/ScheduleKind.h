@@ -14,7 +14,7 @@
 
 namespace ppc {
 
-enum class ScheduleKind { GPipe, OneFOneB };
+enum class ScheduleKind { GPipe, OneFOneB, Interleaved1F1B, ZeroBubbleH1 };
 
 /// "gpipe" / "1f1b".
 llvm::StringRef scheduleName(ScheduleKind kind);

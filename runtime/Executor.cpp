@@ -1,0 +1,718 @@
+//===- runtime/Executor.cpp - Runs one rank's schedule --------------------===//
+//
+// This file implements execute() (see Executor.h): one handler per action
+// kind over one table of the values in flight.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/Executor.h"
+
+#include "lib/Error.h"
+#include "lib/ValueWalk.h"
+
+#include "llvm/ADT/StringSwitch.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/grad_mode.h>
+#include <torch/nn/functional/loss.h>
+
+namespace ppc {
+
+llvm::StringRef lossName(LossKind kind) {
+  switch (kind) {
+  case LossKind::MSE:
+    return "mse";
+  case LossKind::CrossEntropy:
+    return "cross_entropy";
+  }
+  llvm_unreachable("unknown loss");
+}
+
+std::optional<LossKind> parseLossName(llvm::StringRef name) {
+  return llvm::StringSwitch<std::optional<LossKind>>(name)
+      .Case("mse", LossKind::MSE)
+      .Case("cross_entropy", LossKind::CrossEntropy)
+      .Default(std::nullopt);
+}
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+/// How errors name the values of one edge and microbatch.
+std::string describeEdge(const Edge &edge, int microbatch) {
+  return llvm::formatv("stage {0} -> {1} of microbatch {2}", edge.producer,
+                       edge.collector ? std::string("output")
+                                      : std::to_string(edge.consumer),
+                       microbatch);
+}
+
+/// A value of one microbatch: (stage, output, microbatch).
+using ValueKey = std::tuple<int, int, int>;
+
+/// Whether a tensor described by `meta` carries a gradient.
+bool carriesGradient(const TensorMeta &meta) {
+  return meta.requiresGrad && at::isFloatingType(meta.dtype);
+}
+
+/// Adds `g` into slot `k` of `sum` (an undefined slot takes `g` as is).
+void accumulate(std::vector<at::Tensor> &sum, size_t k, const at::Tensor &g) {
+  if (!g.defined())
+    return;
+  if (sum.size() <= k)
+    sum.resize(k + 1);
+  sum[k] = sum[k].defined() ? sum[k] + g : g;
+}
+
+/// A stage's forward of one microbatch, kept for its backward.
+struct SavedForward {
+  /// Per input slot, its tensors as this stage's leaves (undefined where no
+  /// gradient flows), and where the slot's value came from.
+  std::vector<std::vector<at::Tensor>> leaves;
+  std::vector<c10::IValue> outputs;
+  /// After I: the roots and their gradients, for W.
+  std::vector<at::Tensor> roots, rootGrads;
+};
+
+class Executor {
+public:
+  Executor(const ExecutorPlan &plan, ExecutorStep &step)
+      : plan(plan), manifest(*plan.manifest), schedule(*plan.schedule),
+        step(step), training(plan.schedule->training) {}
+
+  llvm::Expected<ExecutorResult> run();
+
+private:
+  const ExecutorPlan &plan;
+  const Manifest &manifest;
+  const Schedule &schedule;
+  ExecutorStep &step;
+  const bool training;
+  ExecutorResult result;
+
+  struct Slot {
+    c10::IValue value;
+    int remaining = 0;
+  };
+  /// Values held on this rank and how many of their uses are left.
+  std::map<ValueKey, Slot> values;
+  /// Training: forward graphs awaiting their backward, by (stage, mb).
+  std::map<std::pair<int, int>, SavedForward> saved;
+  std::map<int, int> live;
+  /// Training: gradients of this rank's stage outputs, summed over the
+  /// consumers seen so far, per tensor of the value.
+  std::map<ValueKey, std::vector<at::Tensor>> outputGrads;
+  /// Training: gradients a consumer stage computed for a remote producer's
+  /// output, awaiting SEND_B: (consumer, producer, output, mb).
+  std::map<std::tuple<int, int, int, int>, std::vector<at::Tensor>> toSend;
+
+  // One handler per action kind.
+  llvm::Error forward(const Action &a);
+  llvm::Error sendForward(const Action &a);
+  llvm::Error recvForward(const Action &a);
+  llvm::Error collectOutputs(const Action &a);
+  llvm::Error backward(const Action &a, bool inputsOnly);
+  llvm::Error backwardWeights(const Action &a);
+  llvm::Error sendBackward(const Action &a);
+  llvm::Error recvBackward(const Action &a);
+
+  /// Keeps a value for its local uses (dropped when it has none).
+  void store(int stage, int output, int m, c10::IValue value);
+  /// Hands out a kept value, forgetting it after its last use.
+  llvm::Expected<c10::IValue> take(int stage, int output, int m);
+  llvm::Expected<const ValueMeta *> metaFor(int m, int stage, int output);
+  bool inferring(int m) const { return step.inferring[m]; }
+  /// Training: the value `v` (stage `stage` output `output`) cut from its
+  /// producer's graph, its gradient-carrying tensors made leaves (appended
+  /// to `leaves`, undefined for the others).
+  llvm::Expected<c10::IValue> asLeaves(const c10::IValue &v, int m, int stage,
+                                       int output,
+                                       std::vector<at::Tensor> &leaves);
+  /// The loss of microbatch m on the loss stage, weighted.
+  llvm::Expected<at::Tensor> lossOf(const SavedForward &f, int m);
+  /// Hands the gradients of stage `s`'s input leaves to their producers.
+  void handOutInputGradients(int s, int m, const SavedForward &f,
+                             const std::vector<at::Tensor> &grads);
+  llvm::Error sendHeader(const Edge &edge, int m,
+                         const std::vector<ValueMeta> &metas, int peer,
+                         int channel, const std::string &what);
+  llvm::Expected<std::vector<ValueMeta>> recvHeader(const Edge &edge, int m,
+                                                    int peer, int channel,
+                                                    const std::string &what);
+};
+
+void Executor::store(int stage, int output, int m, c10::IValue value) {
+  auto it = plan.localUses.find({stage, output});
+  if (it == plan.localUses.end() || it->second == 0)
+    return;
+  values[{stage, output, m}] = Slot{std::move(value), it->second};
+}
+
+llvm::Expected<c10::IValue> Executor::take(int stage, int output, int m) {
+  auto it = values.find({stage, output, m});
+  if (it == values.end())
+    return makeError(llvm::formatv("internal error: stage {0} output {1} of "
+                                   "microbatch {2} is not on rank {3}",
+                                   stage, output, m, plan.rank)
+                         .str());
+  c10::IValue v = it->second.value;
+  if (--it->second.remaining == 0)
+    values.erase(it);
+  return v;
+}
+
+llvm::Expected<const ValueMeta *> Executor::metaFor(int m, int stage,
+                                                    int output) {
+  MetaTable &table = (*step.tables)[step.signatures[m]];
+  auto it = table.find({stage, output});
+  if (it == table.end())
+    return makeError(
+        llvm::formatv("no metadata for stage {0} output {1} ('{2}') for "
+                      "microbatch signature {3}",
+                      stage, output,
+                      manifest.stages[stage].outputs[output].name,
+                      step.signatures[m])
+            .str());
+  return &it->second;
+}
+
+llvm::Expected<c10::IValue>
+Executor::asLeaves(const c10::IValue &v, int m, int stage, int output,
+                   std::vector<at::Tensor> &leaves) {
+  ValueKind kind = manifest.stages[stage].outputs[output].kind;
+  if (!isTensorKind(kind))
+    return v;
+  auto meta = metaFor(m, stage, output);
+  if (!meta)
+    return meta.takeError();
+  std::vector<at::Tensor> tensors = tensorsOf(v, kind);
+  if (tensors.size() != (*meta)->tensors.size())
+    return makeError(llvm::formatv("stage {0} output {1} of microbatch {2} "
+                                   "holds {3} tensors, its metadata {4}",
+                                   stage, output, m, tensors.size(),
+                                   (*meta)->tensors.size())
+                         .str());
+  return torchCall("cannot prepare the input of a stage", [&] {
+    std::vector<at::Tensor> cut;
+    for (size_t k = 0; k < tensors.size(); ++k) {
+      at::Tensor t = tensors[k].detach();
+      if (carriesGradient((*meta)->tensors[k])) {
+        t.requires_grad_(true);
+        leaves.push_back(t);
+      } else {
+        leaves.push_back(at::Tensor());
+      }
+      cut.push_back(t);
+    }
+    return valueOfTensors(kind, std::move(cut));
+  });
+}
+
+/// F(s, m): gathers the stage's inputs (applying the copy rule), runs it,
+/// and records (inferring) or checks the metadata of its outputs.
+llvm::Error Executor::forward(const Action &a) {
+  const int m = a.microbatch;
+  const StageInfo &info = manifest.stages[a.stage];
+  std::vector<c10::IValue> args;
+  SavedForward f;
+  for (const StageInput &in : info.inputs) {
+    c10::IValue v;
+    bool otherUses = false;
+    f.leaves.emplace_back();
+    if (in.source.isModelInput()) {
+      v = step.microbatches[m][in.source.modelInput];
+    } else {
+      auto got = take(in.source.stage, in.source.output, m);
+      if (!got)
+        return got.takeError();
+      v = std::move(*got);
+      otherUses = plan.globalUses.at({in.source.stage, in.source.output}) > 1;
+      if (training) {
+        auto cut =
+            asLeaves(v, m, in.source.stage, in.source.output, f.leaves.back());
+        if (!cut)
+          return cut.takeError();
+        v = std::move(*cut);
+      }
+    }
+    // Training: a stage that writes an input in place writes a copy, never
+    // the leaf its gradient is read from.
+    auto arg = stageArgument(in, std::move(v), otherUses || training);
+    if (!arg)
+      return arg.takeError();
+    args.push_back(std::move(*arg));
+  }
+  at::AutoGradMode gradMode(training);
+  auto outputs = plan.stages->at(a.stage).run(std::move(args));
+  if (!outputs)
+    return outputs.takeError();
+  MetaTable &table = (*step.tables)[step.signatures[m]];
+  for (size_t o = 0; o < outputs->size(); ++o) {
+    int out = static_cast<int>(o);
+    if (inferring(m) && !table.count({a.stage, out})) {
+      table[{a.stage, out}] =
+          ValueMeta::of((*outputs)[o], info.outputs[o].kind);
+    } else {
+      auto meta = metaFor(m, a.stage, out);
+      if (!meta)
+        return meta.takeError();
+      if (llvm::Error err = checkValue(
+              (*outputs)[o], **meta,
+              llvm::formatv("stage {0} output {1} ('{2}') of microbatch {3}",
+                            a.stage, o, info.outputs[o].name, m)))
+        return step.onMetaMismatch ? step.onMetaMismatch(std::move(err))
+                                   : std::move(err);
+    }
+    store(a.stage, out, m, (*outputs)[o]);
+  }
+  if (training) {
+    f.outputs = std::move(*outputs);
+    saved[{a.stage, m}] = std::move(f);
+    int &peak = result.peakActivations[a.stage];
+    peak = std::max(peak, ++live[a.stage]);
+  }
+  return llvm::Error::success();
+}
+
+llvm::Error Executor::sendHeader(const Edge &edge, int m,
+                                 const std::vector<ValueMeta> &metas, int peer,
+                                 int channel, const std::string &what) {
+  std::vector<int64_t> words =
+      encodeHeader(edge.producer, edge.consumer, m, metas);
+  c10::Device device = plan.transport->device();
+  auto tensors = torchCall("cannot prepare the metadata of " + what, [&] {
+    return std::make_pair(
+        at::tensor({static_cast<int64_t>(words.size())}, at::kLong).to(device),
+        at::tensor(words, at::kLong).to(device));
+  });
+  if (!tensors)
+    return tensors.takeError();
+  if (llvm::Error err = plan.transport->send(tensors->first, peer, channel,
+                                             "the metadata of " + what))
+    return err;
+  return plan.transport->send(tensors->second, peer, channel,
+                              "the metadata of " + what);
+}
+
+llvm::Expected<std::vector<ValueMeta>>
+Executor::recvHeader(const Edge &edge, int m, int peer, int channel,
+                     const std::string &what) {
+  Transport &transport = *plan.transport;
+  // Bounded before the header buffer is allocated.
+  constexpr int64_t kMaxHeaderWords = int64_t(1) << 24;
+  ValueMeta lengthMeta;
+  lengthMeta.kind = ValueKind::Int;
+  auto length =
+      allocateWire(lengthMeta, transport.device(), "the metadata of " + what);
+  if (!length)
+    return length.takeError();
+  if (llvm::Error err = transport.recv((*length)[0], peer, channel,
+                                       "the metadata of " + what))
+    return err;
+  auto words = torchCall("cannot read the metadata of " + what,
+                         [&] { return (*length)[0].cpu().item<int64_t>(); });
+  if (!words)
+    return words.takeError();
+  if (*words < 6 || *words > kMaxHeaderWords)
+    return makeError(
+        llvm::formatv("metadata header of {0}: bad length {1}", what, *words)
+            .str());
+  ValueMeta headerMeta;
+  headerMeta.kind = ValueKind::IntList;
+  headerMeta.length = *words;
+  auto header =
+      allocateWire(headerMeta, transport.device(), "the metadata of " + what);
+  if (!header)
+    return header.takeError();
+  if (llvm::Error err = transport.recv((*header)[0], peer, channel,
+                                       "the metadata of " + what))
+    return err;
+  auto onHost = torchCall("cannot read the metadata of " + what,
+                          [&] { return (*header)[0].cpu(); });
+  if (!onHost)
+    return onHost.takeError();
+  auto metas =
+      decodeHeader(llvm::ArrayRef<int64_t>(onHost->data_ptr<int64_t>(), *words),
+                   edge.producer, edge.consumer, m, edge.outputs.size());
+  if (!metas)
+    return metas.takeError();
+  for (size_t k = 0; k < edge.outputs.size(); ++k) {
+    ValueKind declared =
+        manifest.stages[edge.producer].outputs[edge.outputs[k]].kind;
+    if ((*metas)[k].kind != declared)
+      return makeError(llvm::formatv("{0}: value {1} is a {2}, the manifest "
+                                     "declares {3}",
+                                     what, k, kindName((*metas)[k].kind),
+                                     kindName(declared))
+                           .str());
+  }
+  return metas;
+}
+
+/// SEND_F(e, m): the header on an inferring microbatch, then the values'
+/// wire tensors.
+llvm::Error Executor::sendForward(const Action &a) {
+  const int m = a.microbatch;
+  const Edge &edge = schedule.edges[a.edge];
+  int channel = channelOf(schedule, a);
+  std::string what = describeEdge(edge, m);
+  std::vector<c10::IValue> vals;
+  std::vector<ValueMeta> metas;
+  for (int o : edge.outputs) {
+    auto v = take(edge.producer, o, m);
+    if (!v)
+      return v.takeError();
+    auto meta = metaFor(m, edge.producer, o);
+    if (!meta)
+      return meta.takeError();
+    metas.push_back(**meta);
+    vals.push_back(std::move(*v));
+  }
+  if (inferring(m)) {
+    if (llvm::Error err = sendHeader(edge, m, metas, a.peerRank, channel, what))
+      return err;
+    ++result.metaMessagesSent;
+  }
+  for (size_t k = 0; k < vals.size(); ++k) {
+    auto wire = toWire(vals[k], metas[k].kind, plan.transport->device(), what);
+    if (!wire)
+      return wire.takeError();
+    for (at::Tensor &t : *wire)
+      if (t.numel() > 0)
+        if (llvm::Error err =
+                plan.transport->send(t.detach(), a.peerRank, channel, what))
+          return err;
+  }
+  return llvm::Error::success();
+}
+
+/// RECV_F(e, m): the header on an inferring microbatch, then buffers
+/// allocated from the (validated) metadata receive the values.
+llvm::Error Executor::recvForward(const Action &a) {
+  const int m = a.microbatch;
+  const Edge &edge = schedule.edges[a.edge];
+  int channel = channelOf(schedule, a);
+  std::string what = describeEdge(edge, m);
+  if (inferring(m)) {
+    auto metas = recvHeader(edge, m, a.peerRank, channel, what);
+    if (!metas)
+      return metas.takeError();
+    MetaTable &table = (*step.tables)[step.signatures[m]];
+    for (size_t k = 0; k < edge.outputs.size(); ++k)
+      table[{edge.producer, edge.outputs[k]}] = (*metas)[k];
+  }
+  for (int o : edge.outputs) {
+    auto meta = metaFor(m, edge.producer, o);
+    if (!meta)
+      return meta.takeError();
+    auto wire = allocateWire(**meta, plan.transport->device(), what);
+    if (!wire)
+      return wire.takeError();
+    for (at::Tensor &t : *wire)
+      if (t.numel() > 0)
+        if (llvm::Error err =
+                plan.transport->recv(t, a.peerRank, channel, what))
+          return err;
+    auto value = fromWire(std::move(*wire), **meta, what);
+    if (!value)
+      return value.takeError();
+    store(edge.producer, o, m, std::move(*value));
+  }
+  return llvm::Error::success();
+}
+
+/// OUT(m): keeps microbatch m's model outputs for concatenation.
+llvm::Error Executor::collectOutputs(const Action &a) {
+  for (size_t k = 0; k < manifest.modelOutputs.size(); ++k) {
+    const ValueRef &ref = manifest.modelOutputs[k];
+    auto v = take(ref.stage, ref.output, a.microbatch);
+    if (!v)
+      return v.takeError();
+    result.outputParts[k].push_back(std::move(*v));
+  }
+  return llvm::Error::success();
+}
+
+llvm::Expected<at::Tensor> Executor::lossOf(const SavedForward &f, int m) {
+  const LossSpec &loss = *plan.loss;
+  const c10::IValue &out = f.outputs[loss.output];
+  std::string what = llvm::formatv("cannot compute the {0} loss of "
+                                   "microbatch {1}",
+                                   lossName(loss.kind), m);
+  if (!out.isTensor())
+    return makeError(what + llvm::formatv(": model output {0} is a {1}, not "
+                                          "a Tensor",
+                                          loss.modelOutput, out.tagKind())
+                                .str());
+  if (m >= static_cast<int>(step.targets.size()))
+    return makeError(what + ": no target");
+  namespace F = torch::nn::functional;
+  const at::Tensor &output = out.toTensor();
+  const at::Tensor &target = step.targets[m];
+  if (loss.kind == LossKind::MSE && output.sizes() != target.sizes())
+    return makeError(what + llvm::formatv(": the output is {0}, the target "
+                                          "{1}; mse needs equal shapes",
+                                          TensorMeta::of(output).str(),
+                                          TensorMeta::of(target).str())
+                                .str());
+  return torchCall(what, [&] {
+    at::Tensor value = loss.kind == LossKind::MSE
+                           ? F::mse_loss(output, target.to(output.dtype()))
+                           : F::cross_entropy(output, target);
+    return value * step.lossWeights[m];
+  });
+}
+
+void Executor::handOutInputGradients(int s, int m, const SavedForward &f,
+                                     const std::vector<at::Tensor> &grads) {
+  const StageInfo &info = manifest.stages[s];
+  size_t next = 0;
+  for (size_t i = 0; i < info.inputs.size(); ++i) {
+    const ValueRef &src = info.inputs[i].source;
+    for (size_t k = 0; k < f.leaves[i].size(); ++k) {
+      if (!f.leaves[i][k].defined())
+        continue;
+      const at::Tensor &g = grads[next++];
+      if (plan.schedule->placement.rankOf(src.stage) == plan.rank)
+        accumulate(outputGrads[{src.stage, src.output, m}], k, g);
+      else
+        accumulate(toSend[{s, src.stage, src.output, m}], k, g);
+    }
+  }
+}
+
+/// B(s, m) (`inputsOnly` false) and I(s, m) (true).
+llvm::Error Executor::backward(const Action &a, bool inputsOnly) {
+  const int s = a.stage, m = a.microbatch;
+  auto it = saved.find({s, m});
+  if (it == saved.end())
+    return makeError(llvm::formatv("internal error: backward of stage {0} "
+                                   "microbatch {1} before its forward",
+                                   s, m)
+                         .str());
+  SavedForward &f = it->second;
+  const StageInfo &info = manifest.stages[s];
+  std::vector<at::Tensor> roots, rootGrads;
+  for (size_t o = 0; o < info.outputs.size(); ++o) {
+    auto g = outputGrads.find({s, static_cast<int>(o), m});
+    if (g == outputGrads.end())
+      continue;
+    std::vector<at::Tensor> tensors =
+        tensorsOf(f.outputs[o], info.outputs[o].kind);
+    for (size_t k = 0; k < tensors.size() && k < g->second.size(); ++k)
+      if (g->second[k].defined() && tensors[k].requires_grad()) {
+        roots.push_back(tensors[k]);
+        rootGrads.push_back(g->second[k]);
+      }
+    outputGrads.erase(g);
+  }
+  if (plan.loss && plan.loss->stage == s) {
+    auto loss = lossOf(f, m);
+    if (!loss)
+      return loss.takeError();
+    result.loss += loss->item<double>();
+    if (loss->requires_grad()) {
+      roots.push_back(*loss);
+      rootGrads.push_back(at::ones_like(*loss));
+    }
+  }
+  std::vector<at::Tensor> leaves;
+  for (const auto &slot : f.leaves)
+    for (const at::Tensor &t : slot)
+      if (t.defined())
+        leaves.push_back(t);
+  std::vector<at::Tensor> grads(leaves.size());
+  std::string what = llvm::formatv("backward of stage {0} microbatch {1} "
+                                   "failed",
+                                   s, m);
+  if (!roots.empty()) {
+    llvm::Error err = torchCall(what, [&] {
+      if (!inputsOnly) {
+        torch::autograd::backward(roots, rootGrads);
+        for (size_t k = 0; k < leaves.size(); ++k)
+          grads[k] = leaves[k].grad();
+      } else if (!leaves.empty()) {
+        grads = torch::autograd::grad(roots, leaves, rootGrads,
+                                      /*retain_graph=*/true,
+                                      /*create_graph=*/false,
+                                      /*allow_unused=*/true);
+      }
+    });
+    if (err)
+      return err;
+  }
+  handOutInputGradients(s, m, f, grads);
+  if (inputsOnly) {
+    f.roots = std::move(roots);
+    f.rootGrads = std::move(rootGrads);
+  } else {
+    saved.erase(it);
+    --live[s];
+  }
+  return llvm::Error::success();
+}
+
+/// W(s, m): the parameters' gradients from the roots I kept.
+llvm::Error Executor::backwardWeights(const Action &a) {
+  const int s = a.stage, m = a.microbatch;
+  auto it = saved.find({s, m});
+  if (it == saved.end())
+    return makeError(llvm::formatv("internal error: W of stage {0} "
+                                   "microbatch {1} before its I",
+                                   s, m)
+                         .str());
+  SavedForward &f = it->second;
+  std::vector<at::Tensor> params;
+  for (const at::Tensor &p : plan.stages->at(s).module().parameters())
+    if (p.requires_grad())
+      params.push_back(p);
+  if (!f.roots.empty() && !params.empty())
+    if (llvm::Error err = torchCall(
+            llvm::formatv("weight gradients of stage {0} microbatch {1} "
+                          "failed",
+                          s, m),
+            [&] {
+              torch::autograd::backward(f.roots, f.rootGrads,
+                                        /*retain_graph=*/false,
+                                        /*create_graph=*/false, params);
+            }))
+      return err;
+  saved.erase(it);
+  --live[s];
+  return llvm::Error::success();
+}
+
+/// SEND_B(e, m): the consumer's gradients for the edge's values, one tensor
+/// per value tensor that carries a gradient (zeros where none flowed).
+llvm::Error Executor::sendBackward(const Action &a) {
+  const int m = a.microbatch;
+  const Edge &edge = schedule.edges[a.edge];
+  int channel = channelOf(schedule, a);
+  std::string what = "the gradients of " + describeEdge(edge, m);
+  for (int o : edge.outputs) {
+    auto meta = metaFor(m, edge.producer, o);
+    if (!meta)
+      return meta.takeError();
+    auto key = std::make_tuple(edge.consumer, edge.producer, o, m);
+    std::vector<at::Tensor> grads;
+    if (auto it = toSend.find(key); it != toSend.end()) {
+      grads = std::move(it->second);
+      toSend.erase(it);
+    }
+    const std::vector<TensorMeta> &tensors = (*meta)->tensors;
+    for (size_t k = 0; k < tensors.size(); ++k) {
+      if (!carriesGradient(tensors[k]))
+        continue;
+      auto wire = torchCall("cannot prepare " + what, [&] {
+        at::Tensor g = k < grads.size() ? grads[k] : at::Tensor();
+        if (!g.defined())
+          return at::zeros(tensors[k].sizes,
+                           at::TensorOptions()
+                               .dtype(tensors[k].dtype)
+                               .device(plan.transport->device()));
+        return g.detach().contiguous();
+      });
+      if (!wire)
+        return wire.takeError();
+      if (wire->numel() > 0)
+        if (llvm::Error err =
+                plan.transport->send(*wire, a.peerRank, channel, what))
+          return err;
+    }
+  }
+  return llvm::Error::success();
+}
+
+/// RECV_B(e, m): receives the consumer's gradients and adds them to the
+/// producer's.
+llvm::Error Executor::recvBackward(const Action &a) {
+  const int m = a.microbatch;
+  const Edge &edge = schedule.edges[a.edge];
+  int channel = channelOf(schedule, a);
+  std::string what = "the gradients of " + describeEdge(edge, m);
+  for (int o : edge.outputs) {
+    auto meta = metaFor(m, edge.producer, o);
+    if (!meta)
+      return meta.takeError();
+    const std::vector<TensorMeta> &tensors = (*meta)->tensors;
+    std::vector<at::Tensor> &sum = outputGrads[{edge.producer, o, m}];
+    for (size_t k = 0; k < tensors.size(); ++k) {
+      if (!carriesGradient(tensors[k]))
+        continue;
+      auto buffer = torchCall("cannot allocate " + what, [&] {
+        return at::empty(tensors[k].sizes,
+                         at::TensorOptions()
+                             .dtype(tensors[k].dtype)
+                             .device(plan.transport->device()));
+      });
+      if (!buffer)
+        return buffer.takeError();
+      if (buffer->numel() > 0)
+        if (llvm::Error err =
+                plan.transport->recv(*buffer, a.peerRank, channel, what))
+          return err;
+      accumulate(sum, k, *buffer);
+    }
+  }
+  return llvm::Error::success();
+}
+
+llvm::Expected<ExecutorResult> Executor::run() {
+  Clock::time_point start = Clock::now();
+  result.outputParts.resize(manifest.modelOutputs.size());
+  const std::vector<Action> &actions = schedule.ranks[plan.rank];
+  size_t lastOfFirst = 0;
+  for (size_t i = 0; i < actions.size(); ++i)
+    if (actions[i].microbatch == 0)
+      lastOfFirst = i;
+  for (size_t i = 0; i < actions.size(); ++i) {
+    const Action &a = actions[i];
+    llvm::Error err = llvm::Error::success();
+    switch (a.kind) {
+    case ActionKind::Forward:
+      err = forward(a);
+      break;
+    case ActionKind::SendF:
+      err = sendForward(a);
+      break;
+    case ActionKind::RecvF:
+      err = recvForward(a);
+      break;
+    case ActionKind::Output:
+      err = collectOutputs(a);
+      break;
+    case ActionKind::Backward:
+      err = backward(a, /*inputsOnly=*/false);
+      break;
+    case ActionKind::BackwardInput:
+      err = backward(a, /*inputsOnly=*/true);
+      break;
+    case ActionKind::BackwardWeight:
+      err = backwardWeights(a);
+      break;
+    case ActionKind::SendB:
+      err = sendBackward(a);
+      break;
+    case ActionKind::RecvB:
+      err = recvBackward(a);
+      break;
+    }
+    if (err)
+      return err;
+    if (i == lastOfFirst)
+      result.firstOutputMs =
+          std::chrono::duration<double, std::milli>(Clock::now() - start)
+              .count();
+  }
+  if (llvm::Error err = plan.transport->flushSends())
+    return err;
+  return result;
+}
+} // namespace
+
+llvm::Expected<ExecutorResult> execute(const ExecutorPlan &plan,
+                                       ExecutorStep &step) {
+  return Executor(plan, step).run();
+}
+
+} // namespace ppc

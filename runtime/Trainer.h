@@ -1,0 +1,158 @@
+//===- runtime/Trainer.h - Pipeline training: libppc_runtime's API -*- C++
+//-*-===//
+//
+// Trains a pipeline that `ppc split` produced, on the ranks of a
+// torchrun-style launch, as Pipeline (runtime/Pipeline.h) runs one. Each
+// rank creates one Trainer with the same manifest and options and calls
+// step() once per batch; `ppc train` is a thin CLI over this header and
+// docs/training.md describes it.
+//
+// One step:
+//   1. every parameter's gradient is cleared;
+//   2. the batch is split into microbatches, whose metadata is settled as in
+//      Pipeline::run (inferred on the first step of a signature, or taken
+//      from the meta cache; gradients have their values' metadata, so the
+//      backward sends none);
+//   3. the training schedule runs: forwards in training mode (BatchNorm
+//      updates its running statistics per microbatch), the loss of each
+//      microbatch on the stage producing the chosen model output, weighted
+//      by the microbatch's rows over the batch's (the step equals one step
+//      on the whole batch with the loss averaged over it), and the
+//      backward over the same edges as the forward, gradients of a value
+//      read by several stages summed before they travel back;
+//   4. tied parameters (the manifest's tied_parameters) get the sum of the
+//      gradients of all their copies, over the transport;
+//   5. each rank's optimizer (torch::optim) updates its stages' parameters.
+//
+// Every error is one line; a rank that fails makes the others fail within
+// the timeout with "lost rank R (...)".
+//
+//===----------------------------------------------------------------------===//
+#ifndef PPC_RUNTIME_TRAINER_H
+#define PPC_RUNTIME_TRAINER_H
+
+#include "runtime/Executor.h"
+#include "runtime/LaunchEnv.h"
+#include "runtime/Pipeline.h"
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <ATen/core/ivalue.h>
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace ppc {
+
+enum class OptimizerKind { SGD, Adam };
+/// "sgd" / "adam".
+llvm::StringRef optimizerName(OptimizerKind kind);
+std::optional<OptimizerKind> parseOptimizerName(llvm::StringRef name);
+
+struct TrainOptions {
+  /// Microbatches, schedule, device, timeout, meta cache, threads, ...: as
+  /// for Pipeline. Every schedule kind is allowed.
+  RunOptions run;
+  LossKind loss = LossKind::MSE;
+  /// The model output the loss is computed over (a Tensor); the others are
+  /// not trained through.
+  int lossOutput = 0;
+  OptimizerKind optimizer = OptimizerKind::SGD;
+  /// Learning rate (> 0), SGD momentum and weight decay (>= 0); Adam takes
+  /// the learning rate and weight decay with torch::optim's other defaults.
+  double lr = 0.01;
+  double momentum = 0;
+  double weightDecay = 0;
+  /// A schedule in the CSV layout of PyTorch's pipelining runtime to run
+  /// instead of run.schedule's (docs/schedules.md); empty for none.
+  std::string scheduleCSVPath;
+};
+
+/// What one rank did in its last step, for --stats.
+struct TrainStats {
+  int rank = 0;
+  int step = 0;
+  MetaSource metaSource = MetaSource::Inferred;
+  /// Metadata headers this rank sent in the step (forward; the backward
+  /// sends none).
+  int64_t metaMessagesSent = 0;
+  int64_t messagesSent = 0;
+  double stepMs = 0;
+  /// Per stage of this rank, the most microbatches whose activations
+  /// (forward graph) it held at once.
+  std::map<int, int> peakActivations;
+  bool cacheWritten = false;
+
+  /// "stats: rank=0 step=1 meta=inferred meta_messages_sent=2
+  /// messages_sent=30 step_ms=12.500 peak_activations=0:4,2:3
+  /// cache_written=1".
+  std::string line() const;
+};
+
+class Trainer {
+public:
+  /// As Pipeline::create, and: the options are checked ("--lr 0 must be
+  /// positive", "--momentum -1 must not be negative"); the loss output is a
+  /// Tensor produced by a stage ("--loss-output 2 is not in 0..1 (the model
+  /// has 2 outputs)"); the schedule fits the placement ("interleaved-1f1b
+  /// needs at least 2 stages per rank ..."); a schedule CSV is readable and
+  /// would not deadlock (its first stuck action named).
+  static llvm::Expected<std::unique_ptr<Trainer>>
+  create(llvm::StringRef manifestPath, const LaunchEnv &env,
+         const TrainOptions &options);
+
+  ~Trainer();
+
+  /// Whether step() reads `inputs` / `target` on this rank.
+  bool needsInputs() const;
+  bool needsTargets() const;
+  /// The rank that computes the loss (of the stage producing the loss
+  /// output).
+  int lossRank() const;
+  int rank() const;
+
+  /// One optimizer step over one batch: `inputs` are the model inputs (as
+  /// for Pipeline::run, read where needsInputs()), `target` the loss's
+  /// target with the batch along dim 0 (read where needsTargets()).
+  /// Returns the batch's loss before the update on lossRank(), NaN
+  /// elsewhere. Errors: Pipeline::run's; a target whose rows differ from
+  /// the batch's ("the target has 6 rows, the batch 8"); a target that does
+  /// not fit the loss ("cannot compute the mse loss of microbatch 0: the
+  /// output is float32[2,4], the target float32[2,3]; mse needs equal
+  /// shapes"); a NaN or infinite loss ("step 3: the loss is nan").
+  llvm::Expected<double> step(const std::vector<c10::IValue> &inputs,
+                              const at::Tensor &target);
+
+  /// This rank's parameters, named "stage S: path" ("stage 1: fc.weight").
+  std::vector<std::pair<std::string, at::Tensor>> namedParameters() const;
+
+  /// Writes the trained stage files (in the mode the model was saved in)
+  /// and, on rank 0, a manifest of the same layout to `dir`, each file
+  /// atomically; every rank must call it. `ppc run`, `ppc train` and `ppc
+  /// join` read the result. Errors: `dir` is the trained manifest's own
+  /// directory ("--save 'out' is the directory of the manifest being
+  /// trained; choose another"), a file cannot be written, a peer is lost.
+  llvm::Error save(llvm::StringRef dir);
+
+  /// Waits until every rank has called finish(). Errors: "lost rank R".
+  llvm::Error finish();
+
+  /// This rank's schedule, one action per line.
+  void printSchedule(llvm::raw_ostream &os) const;
+
+  const TrainStats &stats() const;
+
+private:
+  struct Impl;
+  explicit Trainer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+} // namespace ppc
+
+#endif // PPC_RUNTIME_TRAINER_H

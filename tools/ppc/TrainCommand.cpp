@@ -1,0 +1,195 @@
+//===- tools/ppc/TrainCommand.cpp - ppc train -----------------------------===//
+//
+// CLI11 wiring for `ppc train`: one rank of a pipeline training job, started
+// by ppc launch or torchrun like `ppc run`. The work is Trainer
+// (runtime/Trainer.h) and loadTrainingData (runtime/TrainData.h).
+//
+//===----------------------------------------------------------------------===//
+#include "tools/ppc/Commands.h"
+
+#include "lib/Manifest.h"
+#include "runtime/TrainData.h"
+#include "runtime/Trainer.h"
+
+#include "llvm/Support/raw_ostream.h"
+
+#include <cstdio>
+#include <memory>
+#include <optional>
+
+namespace ppc {
+
+namespace {
+struct TrainCommandOptions {
+  std::string manifestPath, dataPath, savePath, scheduleCSV;
+  std::string metaCacheDir, device = "cpu";
+  std::string loss = "mse", optimizer = "sgd";
+  ScheduleKind schedule = ScheduleKind::OneFOneB;
+  int microbatches = 1, steps = 1, lossOutput = 0, threads = 0;
+  double lr = 0.01, momentum = 0, weightDecay = 0, timeoutSeconds = 60;
+  bool noMetaCache = false, stats = false, printSchedule = false;
+  bool verbose = false;
+};
+
+/// Turns a schedule name into its ScheduleKind (as the number CLI11 then
+/// stores); the error lists the names.
+CLI::Validator trainingSchedule() {
+  return CLI::Validator(
+      [](std::string &name) -> std::string {
+        std::optional<ScheduleKind> kind = parseScheduleName(name);
+        if (!kind)
+          return "must be gpipe, 1f1b, interleaved-1f1b or zb-h1 (got '" +
+                 name + "')";
+        name = std::to_string(static_cast<int>(*kind));
+        return "";
+      },
+      "gpipe|1f1b|interleaved-1f1b|zb-h1");
+}
+
+/// "%.9g": every float32 loss printed exactly enough to compare.
+std::string formatLoss(double loss) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.9g", loss);
+  return text;
+}
+} // namespace
+
+static llvm::Expected<int> runTrain(const TrainCommandOptions &o) {
+  auto env = LaunchEnv::fromEnvironment();
+  if (!env)
+    return env.takeError();
+  TrainOptions options;
+  options.run.microbatches = o.microbatches;
+  options.run.schedule = o.schedule;
+  options.run.device = o.device;
+  options.run.timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(o.timeoutSeconds * 1000));
+  options.run.metaCacheDir = o.metaCacheDir;
+  options.run.useMetaCache = !o.noMetaCache;
+  options.run.threads = o.threads;
+  options.run.torchLogs = o.verbose;
+  options.loss = *parseLossName(o.loss);
+  options.lossOutput = o.lossOutput;
+  options.optimizer = *parseOptimizerName(o.optimizer);
+  options.lr = o.lr;
+  options.momentum = o.momentum;
+  options.weightDecay = o.weightDecay;
+  options.scheduleCSVPath = o.scheduleCSV;
+
+  auto trainer = Trainer::create(o.manifestPath, *env, options);
+  if (!trainer)
+    return trainer.takeError();
+  Trainer &t = **trainer;
+  if (o.printSchedule) {
+    t.printSchedule(llvm::outs());
+    llvm::outs().flush();
+  }
+  std::vector<TrainingBatch> data;
+  if (t.needsInputs() || t.needsTargets()) {
+    auto manifest = Manifest::load(o.manifestPath);
+    if (!manifest)
+      return manifest.takeError();
+    auto loaded = loadTrainingData(o.dataPath, manifest->modelInputs.size());
+    if (!loaded)
+      return loaded.takeError();
+    data = std::move(*loaded);
+  }
+  for (int s = 1; s <= o.steps; ++s) {
+    TrainingBatch batch;
+    if (!data.empty())
+      batch = data[(s - 1) % data.size()];
+    auto loss = t.step(batch.inputs, batch.target);
+    if (!loss)
+      return loss.takeError();
+    if (t.needsTargets())
+      llvm::outs() << "step " << s << " loss " << formatLoss(*loss) << "\n";
+    if (o.stats)
+      llvm::outs() << t.stats().line() << "\n";
+    llvm::outs().flush();
+  }
+  if (!o.savePath.empty())
+    if (llvm::Error err = t.save(o.savePath))
+      return err;
+  if (llvm::Error err = t.finish())
+    return err;
+  return 0;
+}
+
+Command addTrainCommand(CLI::App &parent) {
+  auto o = std::make_shared<TrainCommandOptions>();
+  CLI::App *app = parent.add_subcommand(
+      "train", "Train a pipeline, one rank per process (start every rank "
+               "with ppc launch or torchrun)");
+  app->footer(
+      "Trains the stages of MANIFEST on the ranks of a torchrun-style job, "
+      "as ppc run runs them: stage k on rank k mod WORLD_SIZE. Each step "
+      "splits one batch of DATA into microbatches, runs the schedule's "
+      "forwards and backwards, sums the gradients of tied parameters and "
+      "updates each rank's parameters. The rank computing the loss prints "
+      "'step N loss X' (the batch's mean loss before the update). DATA is "
+      "written by torch.save: an (input, target) pair or a list of them, "
+      "one per step, cycled (docs/training.md).");
+  app->add_option("manifest", o->manifestPath,
+                  "manifest.json written by ppc split (or ppc train --save)")
+      ->required();
+  app->add_option("--data", o->dataPath,
+                  "torch.save file: (input, target) or a list of such pairs; "
+                  "a tuple input feeds a model with several inputs")
+      ->required();
+  app->add_option("--loss", o->loss, "Loss over the chosen model output")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"mse", "cross_entropy"}));
+  app->add_option("--loss-output", o->lossOutput,
+                  "Which model output the loss reads (for models returning "
+                  "a tuple)")
+      ->capture_default_str();
+  app->add_option("--optimizer", o->optimizer, "torch::optim optimizer")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"sgd", "adam"}));
+  app->add_option("--lr", o->lr, "Learning rate (positive)")
+      ->capture_default_str();
+  app->add_option("--momentum", o->momentum, "SGD momentum")
+      ->capture_default_str();
+  app->add_option("--weight-decay", o->weightDecay, "Weight decay (L2)")
+      ->capture_default_str();
+  app->add_option("--steps", o->steps, "Optimizer steps")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app->add_option("--microbatches", o->microbatches, "Microbatches per batch")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app->add_option("--schedule", o->schedule, "Pipeline schedule")
+      ->default_str("1f1b")
+      ->transform(trainingSchedule());
+  app->add_option("--schedule-csv", o->scheduleCSV,
+                  "Run this schedule (PyTorch pipelining's CSV layout, as "
+                  "ppc schedule --csv writes it) instead of --schedule");
+  app->add_option("--save", o->savePath,
+                  "Write the trained stages and a manifest to this directory "
+                  "(ppc run, ppc train and ppc join read it)");
+  app->add_option("--device", o->device, "cpu (Gloo) or cuda (NCCL)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  app->add_option("--timeout", o->timeoutSeconds,
+                  "Seconds to wait for another rank before giving up")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app->add_option(
+      "--meta-cache", o->metaCacheDir,
+      "Directory of the meta cache (default: the manifest's directory)");
+  app->add_flag("--no-meta-cache", o->noMetaCache,
+                "Neither read nor write the meta cache");
+  app->add_option(
+      "--threads", o->threads,
+      "Intra-op threads per rank, at most 4 per core (default: cores / "
+      "LOCAL_WORLD_SIZE)");
+  app->add_flag("--stats", o->stats,
+                "Print one 'stats: rank=R step=N ...' line per rank and step");
+  app->add_flag("--verbose", o->verbose,
+                "Show LibTorch's own diagnostics (c10d, Gloo)");
+  app->add_flag("--print-schedule", o->printSchedule,
+                "Print this rank's schedule before training");
+  return {app, [o] { return runTrain(*o); }};
+}
+
+} // namespace ppc
