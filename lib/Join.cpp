@@ -28,6 +28,7 @@
 #include <cstring>
 #include <map>
 #include <ostream>
+#include <set>
 #include <streambuf>
 
 namespace ppc {
@@ -86,7 +87,7 @@ static llvm::Error checkOutput(const Manifest &manifest,
   };
   auto refuse = [&](const llvm::Twine &what) {
     return makeError("the output '" + outputPath + "' is " + what +
-                     "; write the joined model elsewhere");
+                     "; refusing to overwrite it");
   };
   if (same(manifestPath))
     return refuse("the manifest");
@@ -272,8 +273,12 @@ llvm::Expected<JoinReport> joinStages(llvm::StringRef manifestPath,
   JoinReport report;
   report.originalPath = originalPath;
   report.stages = manifest->stages.size();
+  std::set<const void *> counted;
   for (const auto &[path, slot] : original) {
-    if (!writers.count(slot.tensor.unsafeGetTensorImpl()))
+    const void *impl = slot.tensor.unsafeGetTensorImpl();
+    if (!counted.insert(impl).second)
+      continue;
+    if (!writers.count(impl))
       ++report.unchanged;
     else if (slot.isParameter)
       ++report.parameters;

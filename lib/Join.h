@@ -25,9 +25,9 @@ struct JoinReport {
   /// resolved).
   std::string originalPath;
   size_t stages = 0;
-  /// Parameters and buffers of the written model (by attribute path, as in
-  /// its state_dict) whose values came from a stage file. A tensor the
-  /// original holds under two paths (tied embeddings) counts at both.
+  /// Parameters and buffers of the written model whose values came from a
+  /// stage file, each tensor once (as Python's named_parameters() counts): a
+  /// tensor the original holds under two paths (tied embeddings) is one.
   size_t parameters = 0;
   size_t buffers = 0;
   /// Parameters and buffers no stage holds: kept as the original had them.
@@ -51,7 +51,7 @@ struct JoinReport {
 ///  4. Save the module, training flag as it was, whole or not at all.
 ///
 /// Errors, one line each:
-///   "the output 'o.pt' is the manifest; write the joined model elsewhere"
+///   "the output 'o.pt' is the manifest; refusing to overwrite it"
 ///   (likewise "is stage 1 file 'out/stage_1.pt'", "is the original model
 ///   'm.pt'");
 ///   "the original model 'm.pt' named by the manifest is missing";
