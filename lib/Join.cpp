@@ -19,6 +19,7 @@
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
@@ -175,7 +176,7 @@ static std::string maxAbsDiff(const at::Tensor &a, const at::Tensor &b) {
     return "";
   double diff =
       (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
-  return llvm::formatv(" (max abs diff {0})", diff).str();
+  return llvm::formatv(" (max abs diff {0})", llvm::format("%.3g", diff)).str();
 }
 
 /// Copies one stage tensor into the original's tensor at the same path.

@@ -277,7 +277,7 @@ class JoinErrorsTest(unittest.TestCase):
             f.write(b"earlier")
         self.assert_fails(manifest_path, r"the copies of tied tensor 'embed.weight' differ: "
                           r"stage 0 'embed.weight' != stage 1 'head.weight' "
-                          r"\(max abs diff 0\.5")
+                          r"\(max abs diff 0\.5\)$")
         self.assertEqual(read_bytes(self.output), b"earlier")
 
     def test_shape_differs_from_the_original(self):
