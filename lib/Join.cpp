@@ -1,0 +1,301 @@
+//===- lib/Join.cpp - Put trained stage tensors back into the model -------===//
+//
+// This file implements joinStages(). Stage modules keep the original
+// attribute paths (passes/StageModule.h), so a stage's parameter
+// "layer1.0.conv1.weight" goes back to the original's tensor at that path.
+// Tensors are copied into the original's tensors in place rather than
+// replaced: the original may hold one tensor under two paths (tied embedding
+// and head weights), and replacing one path would untie them.
+//
+//===----------------------------------------------------------------------===//
+#include "lib/Join.h"
+
+#include "lib/Error.h"
+#include "lib/FileUtil.h"
+#include "lib/Manifest.h"
+#include "lib/SafeRead.h"
+#include "lib/Stage.h"
+
+#include "llvm/ADT/SmallString.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <torch/script.h>
+
+#include <cstring>
+#include <map>
+#include <ostream>
+#include <set>
+#include <streambuf>
+
+namespace ppc {
+
+namespace {
+
+/// A parameter or buffer of the original model.
+struct Slot {
+  at::Tensor tensor;
+  bool isParameter;
+};
+
+/// The stage and path whose value a tensor of the original received first.
+struct Writer {
+  int stage;
+  std::string path;
+};
+
+/// A std::ostream sink over an llvm::raw_ostream, so Module::save streams
+/// into writeFileAtomically's temporary file instead of a second in-memory
+/// copy of the model. raw_fd_ostream records write errors itself, and
+/// writeFileAtomically checks them.
+class RawOstreamBuf : public std::streambuf {
+public:
+  explicit RawOstreamBuf(llvm::raw_ostream &os) : os_(os) {}
+
+protected:
+  std::streamsize xsputn(const char *s, std::streamsize n) override {
+    os_.write(s, static_cast<size_t>(n));
+    return n;
+  }
+  int_type overflow(int_type c) override {
+    if (!traits_type::eq_int_type(c, traits_type::eof()))
+      os_ << traits_type::to_char_type(c);
+    return traits_type::not_eof(c);
+  }
+
+private:
+  llvm::raw_ostream &os_;
+};
+
+} // namespace
+
+/// Refuses an output that names (or links to) a file join reads: writing it
+/// would destroy the input, and the manifest's hashes with it.
+static llvm::Error checkOutput(const Manifest &manifest,
+                               llvm::StringRef manifestPath,
+                               llvm::StringRef dir,
+                               llvm::StringRef originalPath,
+                               llvm::StringRef outputPath) {
+  if (!llvm::sys::fs::exists(outputPath))
+    return llvm::Error::success();
+  auto same = [&](llvm::StringRef path) {
+    bool result = false;
+    return !llvm::sys::fs::equivalent(outputPath, path, result) && result;
+  };
+  auto refuse = [&](const llvm::Twine &what) {
+    return makeError("the output '" + outputPath + "' is " + what +
+                     "; refusing to overwrite it");
+  };
+  if (same(manifestPath))
+    return refuse("the manifest");
+  for (const StageInfo &stage : manifest.stages) {
+    llvm::SmallString<256> path(dir);
+    llvm::sys::path::append(path, stage.file);
+    if (same(path))
+      return refuse(llvm::formatv("stage {0} file '{1}'", stage.index, path));
+  }
+  if (!originalPath.empty() && same(originalPath))
+    return refuse("the original model '" + originalPath + "'");
+  return llvm::Error::success();
+}
+
+/// Where the manifest's source path points: as written when absolute (what
+/// ppc split writes); a relative one is tried from the current directory,
+/// then from the manifest's. "" when neither exists.
+static std::string findOriginal(const Manifest &manifest, llvm::StringRef dir) {
+  llvm::StringRef source = manifest.sourcePath;
+  if (source.empty())
+    return "";
+  if (llvm::sys::fs::exists(source))
+    return source.str();
+  if (llvm::sys::path::is_absolute(source))
+    return "";
+  llvm::SmallString<256> path(dir);
+  llvm::sys::path::append(path, source);
+  return llvm::sys::fs::exists(path) ? std::string(path) : "";
+}
+
+/// Reads the original model once, checks those bytes against the manifest,
+/// and loads them.
+static llvm::Expected<torch::jit::Module> loadOriginal(const Manifest &manifest,
+                                                       llvm::StringRef path) {
+  auto buffer = readFileBounded(path, kMaxStageFileBytes, "original model");
+  if (!buffer)
+    return buffer.takeError();
+  llvm::StringRef bytes = (*buffer)->getBuffer();
+  std::string hash = sha256Hex(bytes);
+  if (bytes.size() != manifest.sourceSize || hash != manifest.sourceSha256)
+    return makeError(
+        llvm::formatv("the original model '{0}' does not match the manifest "
+                      "(sha256 {1} != {2}); ppc join needs the model the "
+                      "stages were split from",
+                      path, hash.substr(0, 12),
+                      llvm::StringRef(manifest.sourceSha256).substr(0, 12)));
+  return torchCall("cannot load the original model '" + path + "'",
+                   [&] { return torch::jit::load(makeArchiveReader(bytes)); });
+}
+
+/// The parameters and buffers of `module` by dotted path.
+static std::map<std::string, Slot>
+tensorsByPath(const torch::jit::Module &module) {
+  std::map<std::string, Slot> slots;
+  for (const auto &p : module.named_parameters(/*recurse=*/true))
+    slots[p.name] = {p.value, true};
+  for (const auto &b : module.named_buffers(/*recurse=*/true))
+    slots[b.name] = {b.value, false};
+  return slots;
+}
+
+static std::string describe(const at::Tensor &t) {
+  return std::string(c10::toString(t.scalar_type())) + " [" +
+         llvm::join(llvm::map_range(
+                        t.sizes(), [](int64_t d) { return std::to_string(d); }),
+                    ", ") +
+         "]";
+}
+
+/// Whether two tensors of one dtype and shape are copies of each other:
+/// equal values, or the same bytes (NaNs in the same places).
+static bool sameValues(const at::Tensor &a, const at::Tensor &b) {
+  if (at::equal(a, b))
+    return true;
+  if (!a.device().is_cpu() || !b.device().is_cpu())
+    return false;
+  at::Tensor ca = a.contiguous(), cb = b.contiguous();
+  return ca.nbytes() == cb.nbytes() &&
+         std::memcmp(ca.data_ptr(), cb.data_ptr(), ca.nbytes()) == 0;
+}
+
+/// " (max abs diff X)" for real tensors, "" otherwise.
+static std::string maxAbsDiff(const at::Tensor &a, const at::Tensor &b) {
+  if (a.is_complex() || a.numel() == 0)
+    return "";
+  double diff =
+      (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
+  return llvm::formatv(" (max abs diff {0})", llvm::format("%.3g", diff)).str();
+}
+
+/// Copies one stage tensor into the original's tensor at the same path.
+/// `writers` records which stage wrote each original tensor first; a later
+/// copy of the same tensor (another stage's, or another path's) must equal
+/// the value already written.
+static llvm::Error copyTensor(int stage, const std::string &path,
+                              const at::Tensor &value, bool isParameter,
+                              const std::map<std::string, Slot> &original,
+                              std::map<const void *, Writer> &writers) {
+  const char *kind = isParameter ? "parameter" : "buffer";
+  auto it = original.find(path);
+  if (it == original.end())
+    return makeError(
+        llvm::formatv("stage {0} holds {1} '{2}', which the original model "
+                      "lacks",
+                      stage, kind, path));
+  const Slot &slot = it->second;
+  if (slot.isParameter != isParameter)
+    return makeError(llvm::formatv(
+        "stage {0} '{1}' is a {2}; in the original model it is "
+        "a {3}",
+        stage, path, kind, slot.isParameter ? "parameter" : "buffer"));
+  if (value.scalar_type() != slot.tensor.scalar_type() ||
+      value.sizes() != slot.tensor.sizes())
+    return makeError(
+        llvm::formatv("stage {0} '{1}' is {2}; the original model's is {3}",
+                      stage, path, describe(value), describe(slot.tensor)));
+  const void *target = slot.tensor.unsafeGetTensorImpl();
+  auto [first, inserted] = writers.try_emplace(target, Writer{stage, path});
+  std::string what = llvm::formatv("stage {0} '{1}'", stage, path).str();
+  if (inserted)
+    return torchCall("cannot copy " + what, [&] {
+      torch::NoGradGuard noGrad;
+      slot.tensor.copy_(value);
+    });
+  // The original's tensor already holds the first copy's value.
+  auto same = torchCall("cannot compare " + what,
+                        [&] { return sameValues(slot.tensor, value); });
+  if (!same || *same)
+    return same.takeError();
+  auto diff = torchCall("cannot compare " + what,
+                        [&] { return maxAbsDiff(slot.tensor, value); });
+  if (!diff)
+    return diff.takeError();
+  const Writer &w = first->second;
+  return makeError(
+      llvm::formatv("the copies of tied tensor '{0}' differ: stage {1} '{0}' "
+                    "!= stage {2} '{3}'{4}",
+                    w.path, w.stage, stage, path, *diff));
+}
+
+/// Copies every parameter and buffer of `stage` into the original.
+static llvm::Error copyStage(Stage &stage,
+                             const std::map<std::string, Slot> &original,
+                             std::map<const void *, Writer> &writers) {
+  for (const auto &p : stage.module().named_parameters(/*recurse=*/true))
+    if (llvm::Error err = copyTensor(stage.index(), p.name, p.value,
+                                     /*isParameter=*/true, original, writers))
+      return err;
+  for (const auto &b : stage.module().named_buffers(/*recurse=*/true))
+    if (llvm::Error err = copyTensor(stage.index(), b.name, b.value,
+                                     /*isParameter=*/false, original, writers))
+      return err;
+  return llvm::Error::success();
+}
+
+llvm::Expected<JoinReport> joinStages(llvm::StringRef manifestPath,
+                                      llvm::StringRef outputPath) {
+  auto manifest = Manifest::load(manifestPath);
+  if (!manifest)
+    return manifest.takeError();
+  std::string dir = manifestDirectory(manifestPath);
+  std::string originalPath = findOriginal(*manifest, dir);
+  if (llvm::Error err =
+          checkOutput(*manifest, manifestPath, dir, originalPath, outputPath))
+    return err;
+  if (originalPath.empty())
+    return makeError("the original model '" + manifest->sourcePath +
+                     "' named by the manifest is missing");
+
+  auto model = loadOriginal(*manifest, originalPath);
+  if (!model)
+    return model.takeError();
+  std::map<std::string, Slot> original = tensorsByPath(*model);
+  std::map<const void *, Writer> writers;
+  for (size_t s = 0; s < manifest->stages.size(); ++s) {
+    auto stage = Stage::load(*manifest, dir, static_cast<int>(s));
+    if (!stage)
+      return stage.takeError();
+    if (llvm::Error err = copyStage(*stage, original, writers))
+      return err;
+  }
+
+  JoinReport report;
+  report.originalPath = originalPath;
+  report.stages = manifest->stages.size();
+  std::set<const void *> counted;
+  for (const auto &[path, slot] : original) {
+    const void *impl = slot.tensor.unsafeGetTensorImpl();
+    if (!counted.insert(impl).second)
+      continue;
+    if (!writers.count(impl))
+      ++report.unchanged;
+    else if (slot.isParameter)
+      ++report.parameters;
+    else
+      ++report.buffers;
+  }
+
+  if (llvm::Error err =
+          writeFileAtomically(outputPath, [&](llvm::raw_ostream &os) {
+            RawOstreamBuf buf(os);
+            std::ostream out(&buf);
+            return torchCall("cannot save '" + outputPath + "'",
+                             [&] { model->save(out); });
+          }))
+    return err;
+  return report;
+}
+
+} // namespace ppc

@@ -1,0 +1,66 @@
+//===- tools/ppc/JoinCommand.cpp - ppc join -------------------------------===//
+#include "tools/ppc/Commands.h"
+
+#include "lib/Join.h"
+
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <memory>
+#include <string>
+
+namespace ppc {
+
+namespace {
+struct JoinOptions {
+  std::string manifestPath, outputPath;
+};
+} // namespace
+
+static std::string plural(size_t n, llvm::StringRef word) {
+  return llvm::formatv("{0} {1}{2}", n, word, n == 1 ? "" : "s").str();
+}
+
+Command addJoinCommand(CLI::App &parent) {
+  auto o = std::make_shared<JoinOptions>();
+  CLI::App *app = parent.add_subcommand(
+      "join", "Write the original model with the parameters and buffers of "
+              "the stage files: use after ppc train --save");
+  app->footer(
+      "Load the model MANIFEST was split from (its source path; its size and "
+      "SHA-256 must match the manifest), put every parameter and buffer of "
+      "the stage files back under its name, and save the result as one "
+      "TorchScript module that torch.jit.load reads. Use after 'ppc train "
+      "--save OUTDIR' to get the trained model back: "
+      "'ppc join OUTDIR/manifest.json -o trained.pt'. Stage files are checked "
+      "against the manifest's hashes; each stage tensor must exist in the "
+      "original with the same dtype and shape, and the copies of a tensor "
+      "held by several stages (tied weights) must be equal. The original's "
+      "training/eval mode is kept. OUT is written whole or not at all and "
+      "must not be the manifest, a stage file or the original model. See "
+      "docs/join.md.");
+  app->add_option("manifest", o->manifestPath,
+                  "manifest.json of the (trained) stages")
+      ->required();
+  app->add_option("-o,--output", o->outputPath,
+                  "The joined TorchScript model to write (OUT.pt)")
+      ->required();
+  return {app, [o]() -> llvm::Expected<int> {
+            auto report = joinStages(o->manifestPath, o->outputPath);
+            if (!report)
+              return report.takeError();
+            llvm::outs() << llvm::formatv(
+                "joined {0}: {1} and {2} into {3}",
+                plural(report->stages, "stage"),
+                plural(report->parameters, "parameter"),
+                plural(report->buffers, "buffer"), o->outputPath);
+            if (report->unchanged > 0)
+              llvm::outs() << llvm::formatv(
+                  " ({0} kept from the original: no stage holds {1})",
+                  report->unchanged, report->unchanged == 1 ? "it" : "them");
+            llvm::outs() << "\n";
+            return 0;
+          }};
+}
+
+} // namespace ppc
