@@ -22,6 +22,7 @@
 #include <ATen/ATen.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/sgd.h>
+#include <torch/serialize.h>
 
 #include <chrono>
 #include <cmath>
@@ -291,6 +292,23 @@ Trainer::namedParameters() const {
       out.emplace_back(llvm::formatv("stage {0}: {1}", index, named.name),
                        named.value);
   return out;
+}
+
+llvm::Error Trainer::saveGradients(llvm::StringRef path) const {
+  auto bytes = torchCall("cannot write '" + path + "'", [&] {
+    c10::Dict<std::string, at::Tensor> grads;
+    for (auto &[index, stage] : impl_->core->stages)
+      for (const auto &named : stage.module().named_parameters())
+        if (named.value.grad().defined())
+          grads.insert(named.name, named.value.grad());
+    return torch::pickle_save(grads);
+  });
+  if (!bytes)
+    return bytes.takeError();
+  return writeFileAtomically(path, [&](llvm::raw_ostream &os) {
+    os.write(bytes->data(), bytes->size());
+    return llvm::Error::success();
+  });
 }
 
 llvm::Error Trainer::save(llvm::StringRef dir) {

@@ -131,6 +131,13 @@ public:
   /// This rank's parameters, named "stage S: path" ("stage 1: fc.weight").
   std::vector<std::pair<std::string, at::Tensor>> namedParameters() const;
 
+  /// Writes this rank's parameter gradients of the last step to `path`
+  /// (atomically), as a dict from the parameter's path in the original
+  /// model ("layers.0.weight") to its gradient, which Python's torch.load
+  /// reads; a parameter without a gradient is left out. Tied copies hold the
+  /// summed gradient. Errors: the file cannot be written.
+  llvm::Error saveGradients(llvm::StringRef path) const;
+
   /// Writes the trained stage files (in the mode the model was saved in)
   /// and, on rank 0, a manifest of the same layout to `dir`, each file
   /// atomically; every rank must call it. `ppc run`, `ppc train` and `ppc

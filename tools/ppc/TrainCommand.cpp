@@ -11,6 +11,8 @@
 #include "runtime/TrainData.h"
 #include "runtime/Trainer.h"
 
+#include "llvm/ADT/SmallString.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <cstdio>
@@ -21,7 +23,7 @@ namespace ppc {
 
 namespace {
 struct TrainCommandOptions {
-  std::string manifestPath, dataPath, savePath, scheduleCSV;
+  std::string manifestPath, dataPath, savePath, scheduleCSV, gradsDir;
   std::string metaCacheDir, device = "cpu";
   std::string loss = "mse", optimizer = "sgd";
   ScheduleKind schedule = ScheduleKind::OneFOneB;
@@ -107,6 +109,13 @@ static llvm::Expected<int> runTrain(const TrainCommandOptions &o) {
       llvm::outs() << t.stats().line() << "\n";
     llvm::outs().flush();
   }
+  if (!o.gradsDir.empty()) {
+    llvm::SmallString<256> path(o.gradsDir);
+    llvm::sys::path::append(path, "grads.rank" + std::to_string(t.rank()) +
+                                      ".pt");
+    if (llvm::Error err = t.saveGradients(path))
+      return err;
+  }
   if (!o.savePath.empty())
     if (llvm::Error err = t.save(o.savePath))
       return err;
@@ -167,6 +176,10 @@ Command addTrainCommand(CLI::App &parent) {
   app->add_option("--save", o->savePath,
                   "Write the trained stages and a manifest to this directory "
                   "(ppc run, ppc train and ppc join read it)");
+  app->add_option("--save-grads", o->gradsDir,
+                  "After the last step, each rank writes its parameters' "
+                  "gradients to DIR/grads.rank<R>.pt (a dict by parameter "
+                  "path that torch.load reads)");
   app->add_option("--device", o->device, "cpu (Gloo) or cuda (NCCL)")
       ->capture_default_str()
       ->check(CLI::IsMember({"cpu", "cuda"}));

@@ -1,0 +1,155 @@
+#!/usr/bin/python3
+"""Tests that `ppc train` trains as the unsplit model trained in Python does.
+
+Reference: tests/cli/training.py (torch.jit.load + torch.optim, gradient
+accumulation over the same microbatches). For the MLP (cross-entropy), resnet18
+(training-mode BatchNorm), the decoder with tied embeddings and the U-Net-like
+model (skip connections across stages), split in 2 and 4 stages:
+  - after one step with each schedule, every parameter's gradient matches
+    (max abs diff <= 1e-5 of the largest magnitude);
+  - after 20 SGD steps (momentum, weight decay) and 20 Adam steps, every loss
+    matches within 1e-4 relative, and so does every saved parameter and buffer.
+Batches have 5 rows and 3 microbatches (2, 2, 1 rows: the uneven last one
+weighs less).
+
+Env: PPC (the ppc binary), PPC_MODELS_DIR (generated models).
+"""
+import os
+import sys
+import tempfile
+import unittest
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import main  # noqa: E402
+from training import (LOSS, read_grads, reference, rel_diff, resolve, split,  # noqa: E402
+                      stage_tensors, train, write_data)
+
+MODELS = ["mlp", "resnet18", "decoder", "unet"]
+MICROBATCHES = 3
+# (stages, ranks, schedule) for the one-step gradient check.
+GRADIENT_CONFIGS = [
+    (2, 2, "gpipe"), (2, 2, "1f1b"), (2, 2, "zb-h1"),
+    (4, 2, "gpipe"), (4, 2, "1f1b"), (4, 2, "interleaved-1f1b"), (4, 2, "zb-h1"),
+]
+GRAD_TOL = 1e-5
+LOSS_TOL = 1e-4
+WEIGHT_TOL = 1e-4
+
+
+class TrainNumericsTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="ppc-train-")
+        cls.results = []
+
+    @classmethod
+    def tearDownClass(cls):
+        for line in cls.results:
+            print(line, file=sys.stderr)
+        cls.tmp.cleanup()
+
+    def data(self, name):
+        path = os.path.join(self.tmp.name, name + ".data.pt")
+        return path, write_data(path, name, LOSS[name])
+
+    def check_gradients(self, name):
+        data, (inputs, target) = self.data(name)
+        _, ref = reference(name, inputs, target, 1, MICROBATCHES, LOSS[name], "sgd", 0.1)
+        for stages, ranks, schedule in GRADIENT_CONFIGS:
+            with self.subTest(stages=stages, schedule=schedule):
+                manifest = split(self.tmp.name, name, stages)
+                grads = os.path.join(self.tmp.name, "grads.%s.%d.%s" % (name, stages, schedule))
+                os.makedirs(grads, exist_ok=True)
+                run = train(ranks, manifest, data, "--loss", LOSS[name], "--lr", "0.1",
+                            "--steps", "1", "--microbatches", MICROBATCHES,
+                            "--schedule", schedule, "--no-meta-cache", "--save-grads", grads)
+                self.assertEqual(run.proc.returncode, 0, run.output)
+                got = read_grads(grads, ranks)
+                expected = {n for n, _ in ref.named_parameters()}
+                self.assertTrue(expected <= set(got), "missing gradients: %s"
+                                % sorted(expected - set(got)))
+                worst = 0.0
+                for path, g in got.items():
+                    want = resolve(ref, path).grad
+                    self.assertIsNotNone(want, path)
+                    d = rel_diff(g, want)
+                    self.assertLessEqual(d, GRAD_TOL, "%s: gradient off by %g" % (path, d))
+                    worst = max(worst, d)
+                self.results.append("%-9s stages=%d ranks=%d %-16s grad rel diff %.2g"
+                                    % (name, stages, ranks, schedule, worst))
+
+    def check_training(self, name, optimizer, lr, *extra):
+        data, (inputs, target) = self.data(name)
+        kwargs = {"momentum": 0.9, "weight_decay": 1e-4} if optimizer == "sgd" else {}
+        losses, ref = reference(name, inputs, target, 20, MICROBATCHES, LOSS[name],
+                                optimizer, float(lr), **kwargs)
+        for stages in (2, 4):
+            with self.subTest(stages=stages):
+                manifest = split(self.tmp.name, name, stages)
+                saved = os.path.join(self.tmp.name, "saved.%s.%d.%s" % (name, stages, optimizer))
+                run = train(2, manifest, data, "--loss", LOSS[name], "--optimizer", optimizer,
+                            "--lr", lr, "--steps", "20", "--microbatches", MICROBATCHES,
+                            "--schedule", "1f1b", "--no-meta-cache", "--save", saved, *extra)
+                self.assertEqual(run.proc.returncode, 0, run.output)
+                self.assertEqual(len(run.losses), 20, run.output)
+                worst_loss = max(abs(a - b) / max(abs(b), 1e-12)
+                                 for a, b in zip(run.losses, losses))
+                self.assertLessEqual(worst_loss, LOSS_TOL,
+                                     "losses %s vs %s" % (run.losses, losses))
+                worst = 0.0
+                state = dict(ref.state_dict())
+                for path, copies in stage_tensors(saved).items():
+                    want = state[path] if path in state else resolve(ref, path)
+                    for t in copies:
+                        if t.is_floating_point() and optimizer == "adam":
+                            t = self.without_noise(t, want, resolve(ref, path), float(lr))
+                        d = rel_diff(t, want) if t.is_floating_point() else \
+                            float(not torch.equal(t, want))
+                        self.assertLessEqual(d, WEIGHT_TOL, "%s off by %g" % (path, d))
+                        worst = max(worst, d)
+                self.results.append("%-9s stages=%d %-4s 20 steps: loss rel diff %.2g, "
+                                    "weight rel diff %.2g, losses %.6g -> %.6g"
+                                    % (name, stages, optimizer, worst_loss, worst,
+                                       losses[0], losses[-1]))
+
+
+    @staticmethod
+    def without_noise(got, want, param, lr):
+        """`got` with the elements Adam moves by rounding noise set to `want`.
+        Adam divides each gradient by its own running magnitude, so an element
+        whose true gradient is zero (the key bias of attention: softmax ignores
+        a constant added to every key) moves by up to lr per step in whatever
+        direction the rounding of its ~1e-9 gradient points, differently in any
+        two summation orders. Such elements (reference gradient below 1e-6 of
+        the tensor's largest) must still stay within lr per step; every other
+        element is compared as it is."""
+        grad = getattr(param, "grad", None)
+        if grad is None or grad.shape != got.shape:
+            return got
+        noise = grad.abs() <= 1e-6 * grad.abs().max()
+        assert ((got - want).abs()[noise] <= 20 * lr + 1e-6).all(), "noise moved too far"
+        return torch.where(noise, want, got)
+
+
+def make_tests(name):
+    def gradients(self):
+        self.check_gradients(name)
+
+    def sgd(self):
+        self.check_training(name, "sgd", "0.05", "--momentum", "0.9", "--weight-decay", "1e-4")
+
+    def adam(self):
+        self.check_training(name, "adam", "0.001")
+
+    setattr(TrainNumericsTest, "test_gradients_" + name, gradients)
+    setattr(TrainNumericsTest, "test_sgd_20_steps_" + name, sgd)
+    setattr(TrainNumericsTest, "test_adam_20_steps_" + name, adam)
+
+
+for _name in MODELS:
+    make_tests(_name)
+
+if __name__ == "__main__":
+    main()

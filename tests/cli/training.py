@@ -1,0 +1,163 @@
+"""Helpers for the `ppc train` tests: data files, the reference trainer and
+comparisons.
+
+The reference is the unsplit model trained in one process, as a Python user
+would: torch.jit.load, train mode, torch.optim, and gradient accumulation over
+the same microbatches (torch.tensor_split along dim 0, each microbatch's loss
+weighted by its rows over the batch's, so one step equals one step on the
+whole batch with the loss averaged over it).
+"""
+import functools
+import os
+import re
+
+import torch
+
+from common import launch, model_path, split_at
+
+# `ppc train` prints "step N loss X" on the loss rank.
+STEP = re.compile(r"step (\d+) loss (\S+)")
+# `ppc train --stats` lines.
+STATS = re.compile(r"stats: rank=(\d+) step=(\d+) meta=(\w+) meta_messages_sent=(\d+) "
+                   r"messages_sent=(\d+) step_ms=([\d.]+) peak_activations=(\S+) "
+                   r"cache_written=(\d)")
+
+# Loss per model: a target of the output's shape for mse, classes for
+# cross_entropy.
+LOSS = {"mlp": "cross_entropy", "resnet18": "mse", "decoder": "mse", "unet": "mse",
+        "two_io": "mse"}
+
+
+# Batch rows per model: resnet18's BatchNorm needs 2 rows per microbatch at
+# its 1x1 last stage, so it gets 8 (3 microbatches of 3, 3 and 2 rows).
+ROWS = {"resnet18": 8}
+
+
+def model_inputs(name):
+    """NAME.input.pt (5 rows) as a tuple of inputs, grown to ROWS[name] rows."""
+    x = torch.load(model_path(name, ".input.pt"))
+    x = tuple(x) if isinstance(x, (tuple, list)) else (x,)
+    rows = ROWS.get(name)
+    return tuple(torch.cat([t, t.flip(0)])[:rows] for t in x) if rows else x
+
+
+def make_target(name, loss, loss_output=0, seed=0):
+    """A fixed random target for the model's output `loss_output`."""
+    model = torch.jit.load(model_path(name))
+    with torch.no_grad():
+        out = model(*model_inputs(name))
+    if isinstance(out, tuple):
+        out = out[loss_output]
+    g = torch.Generator().manual_seed(seed)
+    if loss == "cross_entropy":
+        return torch.randint(0, out.shape[1], (out.shape[0],), generator=g)
+    return torch.randn(out.shape, generator=g)
+
+
+def write_data(path, name, loss, loss_output=0):
+    """Writes DATA for NAME: one (input, target) pair; returns (inputs, target)."""
+    inputs = model_inputs(name)
+    target = make_target(name, loss, loss_output)
+    torch.save((inputs[0] if len(inputs) == 1 else inputs, target), path)
+    return inputs, target
+
+
+def resolve(module, path):
+    """The attribute at a dotted path."""
+    return functools.reduce(getattr, path.split("."), module)
+
+
+def reference(name, inputs, target, steps, microbatches, loss, optimizer, lr,
+              momentum=0.0, weight_decay=0.0, loss_output=0):
+    """Trains the unsplit model NAME; returns (losses, model). The model's
+    parameters keep the last step's gradients (opt.step does not clear them)."""
+    model = torch.jit.load(model_path(name))
+    model.train()
+    params = list(model.parameters())
+    if optimizer == "sgd":
+        opt = torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
+    else:
+        opt = torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
+    fn = torch.nn.functional.mse_loss if loss == "mse" else torch.nn.functional.cross_entropy
+    rows = target.shape[0]
+    parts = [torch.tensor_split(x, microbatches) for x in inputs]
+    targets = torch.tensor_split(target, microbatches)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        total = 0.0
+        for m in range(microbatches):
+            out = model(*[p[m] for p in parts])
+            if isinstance(out, tuple):
+                out = out[loss_output]
+            t = targets[m].to(out.dtype) if loss == "mse" else targets[m]
+            value = fn(out, t) * (targets[m].shape[0] / rows)
+            value.backward()
+            total += value.item()
+        losses.append(total)
+        opt.step()
+    return losses, model
+
+
+class Trained:
+    """One `ppc train` run: its process result, losses and stats."""
+
+    def __init__(self, proc):
+        self.proc = proc
+        self.output = proc.stdout + proc.stderr
+        self.losses = [float(m.group(2)) for m in STEP.finditer(proc.stdout)]
+        self.stats = [m.groups() for m in STATS.finditer(proc.stdout)]
+
+    def peaks(self):
+        """{stage: peak activations} over every step and rank."""
+        out = {}
+        for s in self.stats:
+            for item in s[6].split(","):
+                if item != "none":
+                    stage, peak = map(int, item.split(":"))
+                    out[stage] = max(out.get(stage, 0), peak)
+        return out
+
+
+def train(ranks, manifest, data, *args, timeout=600):
+    """Runs `ppc train MANIFEST --data DATA ARGS...` on `ranks` ranks."""
+    return Trained(launch(ranks, "train", manifest, "--data", data, "--timeout", "120",
+                          *args, timeout=timeout))
+
+
+def split(tmp, name, stages):
+    """Splits NAME into `stages` stages under `tmp` once; returns the manifest."""
+    out = os.path.join(tmp, "%s.%d" % (name, stages))
+    manifest = os.path.join(out, "manifest.json")
+    if not os.path.exists(manifest):
+        split_at(name, stages, out)
+    return manifest
+
+
+def rel_diff(a, b):
+    """max |a - b| relative to the largest magnitude of b (1 when b is 0)."""
+    a, b = a.double(), b.double()
+    scale = b.abs().max().item() if b.numel() else 1.0
+    return (a - b).abs().max().item() / (scale if scale > 0 else 1.0) if b.numel() else 0.0
+
+
+def read_grads(directory, ranks):
+    """The gradients every rank wrote with --save-grads, by parameter path."""
+    out = {}
+    for r in range(ranks):
+        out.update(torch.load(os.path.join(directory, "grads.rank%d.pt" % r)))
+    return out
+
+
+def stage_tensors(manifest_dir):
+    """Every parameter and buffer of the stage files next to a manifest, by
+    path (the stages keep the original model's names)."""
+    import json
+    with open(os.path.join(manifest_dir, "manifest.json")) as f:
+        manifest = json.load(f)
+    out = {}
+    for stage in manifest["stages"]:
+        module = torch.jit.load(os.path.join(manifest_dir, stage["file"]))
+        for key, value in module.state_dict().items():
+            out.setdefault(key, []).append(value)
+    return out
