@@ -830,6 +830,8 @@ Pipeline::Impl::run(const std::vector<c10::IValue> &inputs) {
       err = collectOutputs(state, a);
       break;
     case ActionKind::Backward:
+    case ActionKind::BackwardInput:
+    case ActionKind::BackwardWeight:
     case ActionKind::SendB:
     case ActionKind::RecvB:
       err = makeError("this runtime runs inference schedules only");
