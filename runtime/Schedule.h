@@ -194,10 +194,12 @@ std::string scheduleToCSV(const Schedule &schedule);
 /// Reads such a CSV (rank = row; empty cells are idle slots and skipped;
 /// "\n" or "\r\n" line ends; cells may be quoted) into a training
 /// schedule, deriving SEND/RECV actions, then simulates it. `name` names the
-/// text in messages. Errors, one line each: the placement does not match the
-/// manifest; "schedule 'x.csv' has 3 rows; expected one per rank (2)";
-/// "schedule 'x.csv' row 1 (rank 0), cell 4: '0X1' is not a compute action
-/// like 0F1, 1B0, 0I3 or 0W3", "...: stage 9 is out of range (4 stages)",
+/// text in messages. Errors, one line each: microbatches < 1 or a placement
+/// that does not match the manifest (as buildTrainingSchedule); "schedule
+/// 'x.csv' has 1 row; expected one per rank (2)", "schedule 'x.csv' has more
+/// than 2 rows; expected one per rank"; "schedule 'x.csv' row 1 (rank 0), cell
+/// 4: '0X1' is not a compute action like 0F1, 1B0, 0I3 or 0W3", "...: stage 9
+/// is out of range (4 stages)",
 /// "...: microbatch 8 is out of range (8 microbatches)", "...: stage 1 runs
 /// on rank 1 (stage k on rank k mod 2), not on rank 0", "schedule 'x.csv'
 /// row 1 (rank 0) has more than 24 actions (3 per stage and microbatch)";

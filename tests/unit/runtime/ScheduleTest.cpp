@@ -432,6 +432,24 @@ TEST(ScheduleTest, InterleavedIsDepthFirst) {
   EXPECT_EQ(errorOf(simulateSchedule(chain(4), odd)), "");
 }
 
+// PyTorch refuses M that is not a multiple of its rounds; ppc spreads the
+// microbatches over the rounds. The simulator proves every case deadlock
+// free.
+TEST(ScheduleTest, InterleavedTakesAnyMicrobatchCount) {
+  for (int stages = 2; stages <= 16; ++stages)
+    for (int world = 1; world * 2 <= stages; ++world) {
+      if (stages % world != 0)
+        continue;
+      Manifest m = chain(stages);
+      for (int micro = 1; micro <= 40; ++micro) {
+        Schedule s =
+            training(m, stages, world, ScheduleKind::Interleaved1F1B, micro);
+        ASSERT_EQ(errorOf(simulateSchedule(m, s)), "")
+            << stages << "/" << world << " M=" << micro;
+      }
+    }
+}
+
 TEST(ScheduleTest, ZeroBubbleDefersWeightGradients) {
   for (int stages : {2, 4})
     for (int micro : {1, 3, 8}) {
