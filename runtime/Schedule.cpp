@@ -410,9 +410,10 @@ std::vector<std::vector<Action>> gpipeOrders(const Placement &placement,
 /// warm-up forwards, then one F and one B while forwards remain, then the
 /// cool-down backwards. Stage s never holds more than P-s microbatches.
 /// With `split` (zb-h1) every B is an I, and the W of microbatch k follows
-/// the k-th I at once, except that the first s W's wait for the end, where
-/// the stage would otherwise idle in the cool-down (PyTorch's
-/// ScheduleInterleavedZeroBubble with one stage per rank).
+/// the I of microbatch k+s: the first s steps send their gradients without
+/// waiting for a W, and the last s W's fill the cool-down, where the stage
+/// would otherwise idle (PyTorch's ScheduleInterleavedZeroBubble with one
+/// stage per rank).
 std::vector<Action> oneFOneBStageOrder(int s, int numStages, int microbatches,
                                        bool split) {
   int warmup = std::min(numStages - s - 1, microbatches);

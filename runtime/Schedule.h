@@ -44,8 +44,9 @@
 //          device per stage (later stage first on ties).
 //   interleaved-1f1b: per rank, PyTorch's ScheduleInterleaved1F1B
 //          (Narayanan et al. 2021, depth first), for any M >= 1.
-//   zb-h1: 1f1b with B split into I and W; stage s runs its first s W's
-//          only in the cool-down (Qi et al. 2023, ZB-H1).
+//   zb-h1: 1f1b with B split into I and W; stage s runs the W of
+//          microbatch k after the I of microbatch k+s, and its last s W's
+//          in the cool-down (Qi et al. 2023, ZB-H1).
 // Every one is deadlock-free for a chain of stages, and so for any manifest
 // (a manifest's dependencies are a subset of the chain's transitive ones).
 //
