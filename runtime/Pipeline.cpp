@@ -571,8 +571,6 @@ llvm::Error Pipeline::Impl::planSchedule() {
   if (!built)
     return built.takeError();
   schedule = std::move(*built);
-  if (schedule.training) // TEMPORARY until the training simulator lands
-    return llvm::Error::success();
   return simulateSchedule(manifest, schedule);
 }
 

@@ -1,13 +1,16 @@
 //===- runtime/Schedule.cpp - Pipeline schedules as data ------------------===//
 //
-// This file implements the schedule names, placement, edge discovery, schedule
-// generation, the deadlock simulator and schedule printing (see Schedule.h).
+// This file implements the schedule names, placement, edge discovery,
+// inference and training schedule generation, the deadlock simulator, the
+// CSV reader and writer, and schedule printing (see Schedule.h).
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/Schedule.h"
 
 #include "lib/Error.h"
 
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
@@ -15,7 +18,10 @@
 #include <algorithm>
 #include <deque>
 #include <map>
+#include <optional>
 #include <set>
+#include <tuple>
+#include <unordered_map>
 
 namespace ppc {
 
@@ -133,6 +139,51 @@ std::string Action::str(const std::vector<Edge> &edges) const {
   return "?";
 }
 
+bool Action::isCompute() const {
+  return kind == ActionKind::Forward || kind == ActionKind::Backward ||
+         kind == ActionKind::BackwardInput ||
+         kind == ActionKind::BackwardWeight;
+}
+
+std::string Action::cell() const {
+  char letter;
+  switch (kind) {
+  case ActionKind::Forward:
+    letter = 'F';
+    break;
+  case ActionKind::Backward:
+    letter = 'B';
+    break;
+  case ActionKind::BackwardInput:
+    letter = 'I';
+    break;
+  case ActionKind::BackwardWeight:
+    letter = 'W';
+    break;
+  default:
+    return "";
+  }
+  return std::to_string(stage) + letter + std::to_string(microbatch);
+}
+
+int Schedule::channelCount() const {
+  int n = static_cast<int>(edges.size());
+  return 1 + (training ? 2 * n : n);
+}
+
+int channelOf(const Schedule &schedule, const Action &action) {
+  switch (action.kind) {
+  case ActionKind::SendF:
+  case ActionKind::RecvF:
+    return action.edge + 1;
+  case ActionKind::SendB:
+  case ActionKind::RecvB:
+    return 1 + static_cast<int>(schedule.edges.size()) + action.edge;
+  default:
+    return -1;
+  }
+}
+
 namespace {
 /// Per stage (0..N, N = the collector): the indices of the edges it reads
 /// and of those it feeds, so that building and simulating a schedule never
@@ -179,6 +230,11 @@ llvm::Expected<Schedule> buildSchedule(const Manifest &manifest,
                                        ScheduleKind kind, int microbatches) {
   if (microbatches < 1)
     return makeError("--microbatches must be at least 1");
+  if (kind != ScheduleKind::GPipe && kind != ScheduleKind::OneFOneB)
+    return makeError(llvm::formatv("schedule {0} is for training (ppc train); "
+                                   "ppc run takes gpipe or 1f1b",
+                                   scheduleName(kind))
+                         .str());
   auto edges = boundaryEdges(manifest);
   if (!edges)
     return edges.takeError();
@@ -213,81 +269,364 @@ llvm::Expected<Schedule> buildSchedule(const Manifest &manifest,
   return schedule;
 }
 
-int channelOf(const Schedule &schedule, const Action &action) {
-  bool backward =
-      action.kind == ActionKind::SendB || action.kind == ActionKind::RecvB;
-  return 1 + action.edge +
-         (backward ? static_cast<int>(schedule.edges.size()) : 0);
+//===----------------------------------------------------------------------===//
+// Training schedules: compute orders, then communication
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// Time units of the unit-time model (printGrid and the 1f1b / zb-h1
+/// orders of ranks holding several stages).
+int64_t unitTime(ActionKind kind) {
+  return kind == ActionKind::Backward ? 2 : 1;
 }
 
-// TEMPORARY (replaced by the schedule generator): GPipe for training.
+/// Start times of compute actions when every device runs its list in order,
+/// each action as soon as the device is free and its inputs exist, in the
+/// unit-time model with free communication. A device is a rank (printGrid),
+/// or a stage (ordering 1f1b and zb-h1). Inputs are the simulator's: F(s,m)
+/// needs F(p,m) of every producer p, B/I(s,m) needs F(s,m) and B/I(c,m) of
+/// every consumer c, W(s,m) needs I(s,m). A blocked device waits on one
+/// event and is woken by it, so a run costs O(actions x inputs).
+class UnitTimeline {
+public:
+  UnitTimeline(const std::vector<Edge> &edges, const EdgeIndex &index,
+               int numStages, int microbatches)
+      : edges(edges), index(index), numStages(numStages),
+        microbatches(microbatches) {}
+
+  /// Fills `start` (per device, per action) and `length`. Errors: a device
+  /// never gets to run an action ("stage 2 waits at 2B0").
+  llvm::Error run(const std::vector<std::vector<Action>> &devices,
+                  llvm::StringRef deviceName) {
+    size_t n = devices.size();
+    std::vector<int64_t> end(2 * static_cast<size_t>(numStages) * microbatches,
+                             -1);
+    std::unordered_map<size_t, std::vector<int>> waiters;
+    std::vector<size_t> pc(n, 0);
+    std::vector<int64_t> freeAt(n, 0);
+    start.assign(n, {});
+    std::vector<int> runnable;
+    for (size_t d = 0; d < n; ++d) {
+      start[d].assign(devices[d].size(), -1);
+      runnable.push_back(static_cast<int>(n - 1 - d));
+    }
+    std::vector<size_t> inputs;
+    while (!runnable.empty()) {
+      int d = runnable.back();
+      runnable.pop_back();
+      for (; pc[d] < devices[d].size(); ++pc[d]) {
+        const Action &a = devices[d][pc[d]];
+        inputs.clear();
+        inputsOf(a, inputs);
+        int64_t at = freeAt[d];
+        bool blocked = false;
+        for (size_t ev : inputs) {
+          if (end[ev] < 0) {
+            waiters[ev].push_back(d);
+            blocked = true;
+            break;
+          }
+          at = std::max(at, end[ev]);
+        }
+        if (blocked)
+          break;
+        start[d][pc[d]] = at;
+        freeAt[d] = at + unitTime(a.kind);
+        length = std::max(length, freeAt[d]);
+        if (a.kind == ActionKind::BackwardWeight)
+          continue;
+        size_t ev = event(a.kind == ActionKind::Forward, a.stage, a.microbatch);
+        end[ev] = freeAt[d];
+        auto it = waiters.find(ev);
+        if (it != waiters.end()) {
+          runnable.insert(runnable.end(), it->second.begin(), it->second.end());
+          waiters.erase(it);
+        }
+      }
+    }
+    for (size_t d = 0; d < n; ++d)
+      if (pc[d] < devices[d].size())
+        return makeError(llvm::formatv("{0} {1} waits at {2}", deviceName, d,
+                                       devices[d][pc[d]].cell())
+                             .str());
+    return llvm::Error::success();
+  }
+
+  std::vector<std::vector<int64_t>> start;
+  int64_t length = 0;
+
+private:
+  /// The event "F(s,m) done" or "B/I(s,m) done".
+  size_t event(bool forward, int s, int m) const {
+    return (static_cast<size_t>(forward ? 0 : 1) * numStages + s) *
+               microbatches +
+           m;
+  }
+
+  void inputsOf(const Action &a, std::vector<size_t> &out) const {
+    switch (a.kind) {
+    case ActionKind::Forward:
+      for (int e : index.in[a.stage])
+        out.push_back(event(true, edges[e].producer, a.microbatch));
+      break;
+    case ActionKind::Backward:
+    case ActionKind::BackwardInput:
+      out.push_back(event(true, a.stage, a.microbatch));
+      for (int e : index.out[a.stage])
+        if (!edges[e].collector)
+          out.push_back(event(false, edges[e].consumer, a.microbatch));
+      break;
+    case ActionKind::BackwardWeight:
+      out.push_back(event(false, a.stage, a.microbatch));
+      break;
+    default:
+      break;
+    }
+  }
+
+  const std::vector<Edge> &edges;
+  const EdgeIndex &index;
+  int numStages, microbatches;
+};
+
+/// GPipe: all forwards in inference gpipe order (stage, microbatch), then
+/// all backwards, later stages first, microbatches in order.
+std::vector<std::vector<Action>> gpipeOrders(const Placement &placement,
+                                             int microbatches) {
+  std::vector<std::vector<Action>> orders(placement.worldSize);
+  for (int r = 0; r < placement.worldSize; ++r) {
+    std::vector<int> stages = placement.stagesOf(r);
+    for (int s : stages)
+      for (int m = 0; m < microbatches; ++m)
+        orders[r].push_back({ActionKind::Forward, s, m});
+    for (auto it = stages.rbegin(); it != stages.rend(); ++it)
+      for (int m = 0; m < microbatches; ++m)
+        orders[r].push_back({ActionKind::Backward, *it, m});
+  }
+  return orders;
+}
+
+/// Megatron's 1F1B order of stage s of P (PipeDream-flush): min(P-s-1, M)
+/// warm-up forwards, then one F and one B while forwards remain, then the
+/// cool-down backwards. Stage s never holds more than P-s microbatches.
+/// With `split` (zb-h1) every B is an I, and the W of microbatch k follows
+/// the I of microbatch k+s: the first s steps send their gradients without
+/// waiting for a W, and the last s W's fill the cool-down, where the stage
+/// would otherwise idle (PyTorch's ScheduleInterleavedZeroBubble with one
+/// stage per rank).
+std::vector<Action> oneFOneBStageOrder(int s, int numStages, int microbatches,
+                                       bool split) {
+  int warmup = std::min(numStages - s - 1, microbatches);
+  ActionKind backward =
+      split ? ActionKind::BackwardInput : ActionKind::Backward;
+  std::vector<Action> order;
+  order.reserve(static_cast<size_t>(microbatches) * (split ? 3 : 2));
+  int f = 0, b = 0, w = 0;
+  while (f < warmup)
+    order.push_back({ActionKind::Forward, s, f++});
+  for (int k = 0; k < microbatches; ++k) {
+    if (f < microbatches)
+      order.push_back({ActionKind::Forward, s, f++});
+    order.push_back({backward, s, b++});
+    if (split && k >= s)
+      order.push_back({ActionKind::BackwardWeight, s, w++});
+  }
+  while (split && w < microbatches)
+    order.push_back({ActionKind::BackwardWeight, s, w++});
+  return order;
+}
+
+/// 1f1b and zb-h1: every stage's order, and for a rank holding several
+/// stages their actions in the order they start when every stage has a
+/// device of its own (later stage first on ties). Dependencies start
+/// strictly after what they depend on, so the ranks' orders are deadlock
+/// free whenever the per-stage ones are.
+llvm::Expected<std::vector<std::vector<Action>>>
+perStageOrders(const Schedule &schedule, const EdgeIndex &index, bool split) {
+  const Placement &placement = schedule.placement;
+  int n = placement.numStages;
+  std::vector<std::vector<Action>> stages(n);
+  for (int s = 0; s < n; ++s)
+    stages[s] = oneFOneBStageOrder(s, n, schedule.microbatches, split);
+  UnitTimeline timeline(schedule.edges, index, n, schedule.microbatches);
+  if (llvm::Error err = timeline.run(stages, "stage"))
+    return withContext(std::move(err),
+                       "cannot order " + scheduleName(schedule.kind));
+  std::vector<std::vector<Action>> orders(placement.worldSize);
+  for (int r = 0; r < placement.worldSize; ++r) {
+    std::vector<std::tuple<int64_t, int, size_t>> keyed;
+    for (int s : placement.stagesOf(r))
+      for (size_t i = 0; i < stages[s].size(); ++i)
+        keyed.emplace_back(timeline.start[s][i], -s, i);
+    std::sort(keyed.begin(), keyed.end());
+    for (auto &[at, negStage, i] : keyed)
+      orders[r].push_back(stages[-negStage][i]);
+  }
+  return orders;
+}
+
+/// Interleaved 1F1B (PyTorch's ScheduleInterleaved1F1B, Megatron-LM's
+/// interleaved schedule): rank r holds the v stages r, r+R, ...; forwards go
+/// depth first in rounds: a round's microbatches through the rank's first
+/// stage, then its second, ...; backwards likewise from the last stage. The
+/// rank runs (v-1) * (first round's size) + 2 * (R-1-r) warm-up forwards,
+/// then one F one B, then the remaining backwards. PyTorch needs M to be a
+/// multiple of its rounds (max(1, M / R) of them); here the M microbatches
+/// are spread over the rounds as evenly as possible (the first M % rounds
+/// rounds take one more), which is PyTorch's order whenever PyTorch
+/// accepts M.
+std::vector<std::vector<Action>> interleavedOrders(const Placement &placement,
+                                                   int microbatches) {
+  int ranks = placement.worldSize;
+  int local = placement.numStages / ranks;
+  int rounds = std::max(1, microbatches / ranks);
+  std::vector<int> sizes(rounds, microbatches / rounds);
+  for (int g = 0; g < microbatches % rounds; ++g)
+    ++sizes[g];
+  std::vector<std::vector<Action>> orders(ranks);
+  for (int r = 0; r < ranks; ++r) {
+    std::vector<Action> forwards, backwards;
+    int first = 0;
+    for (int size : sizes) {
+      for (int c = 0; c < local; ++c)
+        for (int m = first; m < first + size; ++m)
+          forwards.push_back({ActionKind::Forward, c * ranks + r, m});
+      for (int c = local - 1; c >= 0; --c)
+        for (int m = first; m < first + size; ++m)
+          backwards.push_back({ActionKind::Backward, c * ranks + r, m});
+      first += size;
+    }
+    size_t total = forwards.size();
+    size_t warmup =
+        std::min<size_t>((local - 1) * sizes[0] + 2 * (ranks - 1 - r), total);
+    std::vector<Action> &order = orders[r];
+    order.assign(forwards.begin(), forwards.begin() + warmup);
+    size_t b = 0;
+    for (size_t f = warmup; f < total; ++f) {
+      order.push_back(forwards[f]);
+      order.push_back(backwards[b++]);
+    }
+    order.insert(order.end(), backwards.begin() + b, backwards.end());
+  }
+  return orders;
+}
+
+/// Fills schedule.ranks from every rank's compute order: RECV_F of every
+/// remote input edge before an F and SEND_F of every remote output edge
+/// after it; RECV_B of every remote output edge before a B or I and SEND_B
+/// of every remote input edge after it. A stage runs its forwards (and its
+/// backwards) in microbatch order in every generated schedule, so each
+/// channel's messages are sent and received in the same order.
+void addCommunication(Schedule &schedule, const EdgeIndex &index,
+                      const std::vector<std::vector<Action>> &orders) {
+  const Placement &placement = schedule.placement;
+  for (size_t r = 0; r < orders.size(); ++r) {
+    std::vector<Action> &actions = schedule.ranks[r];
+    int rank = static_cast<int>(r);
+    for (const Action &a : orders[r]) {
+      int s = a.stage, m = a.microbatch;
+      auto remote = [&](int e, bool toConsumer) {
+        const Edge &edge = schedule.edges[e];
+        int peer = placement.rankOf(toConsumer ? edge.consumer : edge.producer);
+        return peer == rank ? -1 : peer;
+      };
+      switch (a.kind) {
+      case ActionKind::Forward:
+        for (int e : index.in[s])
+          if (int peer = remote(e, false); peer >= 0)
+            actions.push_back({ActionKind::RecvF, s, m, e, peer});
+        actions.push_back(a);
+        for (int e : index.out[s])
+          if (int peer = remote(e, true); peer >= 0)
+            actions.push_back({ActionKind::SendF, s, m, e, peer});
+        break;
+      case ActionKind::Backward:
+      case ActionKind::BackwardInput:
+        for (int e : index.out[s])
+          if (int peer = remote(e, true); peer >= 0)
+            actions.push_back({ActionKind::RecvB, s, m, e, peer});
+        actions.push_back(a);
+        for (int e : index.in[s])
+          if (int peer = remote(e, false); peer >= 0)
+            actions.push_back({ActionKind::SendB, s, m, e, peer});
+        break;
+      default:
+        actions.push_back(a);
+        break;
+      }
+    }
+  }
+}
+
+/// A training schedule without actions: placement, microbatches and the
+/// edges between stages.
+llvm::Expected<Schedule> emptyTrainingSchedule(const Manifest &manifest,
+                                               const Placement &placement,
+                                               int microbatches) {
+  if (microbatches < 1)
+    return makeError("--microbatches must be at least 1");
+  if (static_cast<size_t>(placement.numStages) != manifest.stages.size())
+    return makeError(llvm::formatv("the placement has {0} stages but the "
+                                   "manifest {1}",
+                                   placement.numStages, manifest.stages.size())
+                         .str());
+  auto edges = boundaryEdges(manifest);
+  if (!edges)
+    return edges.takeError();
+  Schedule schedule;
+  schedule.training = true;
+  schedule.microbatches = microbatches;
+  schedule.placement = placement;
+  for (Edge &e : *edges)
+    if (!e.collector)
+      schedule.edges.push_back(std::move(e));
+  schedule.ranks.resize(placement.worldSize);
+  return schedule;
+}
+} // namespace
+
 llvm::Expected<Schedule> buildTrainingSchedule(const Manifest &manifest,
                                                const Placement &placement,
                                                ScheduleKind kind,
                                                int microbatches) {
-  auto all = boundaryEdges(manifest);
-  if (!all)
-    return all.takeError();
-  Schedule schedule;
-  schedule.kind = kind;
-  schedule.training = true;
-  schedule.microbatches = microbatches;
-  schedule.placement = placement;
-  for (const Edge &e : *all)
-    if (!e.collector)
-      schedule.edges.push_back(e);
-  schedule.ranks.resize(placement.worldSize);
-  int n = placement.numStages;
-  for (int r = 0; r < placement.worldSize; ++r) {
-    std::vector<Action> &actions = schedule.ranks[r];
-    std::vector<int> stages = placement.stagesOf(r);
-    for (int s : stages)
-      for (int m = 0; m < microbatches; ++m) {
-        for (size_t e = 0; e < schedule.edges.size(); ++e)
-          if (schedule.edges[e].consumer == s &&
-              placement.rankOf(schedule.edges[e].producer) != r)
-            actions.push_back({ActionKind::RecvF, s, m, int(e),
-                               placement.rankOf(schedule.edges[e].producer)});
-        actions.push_back({ActionKind::Forward, s, m});
-        for (size_t e = 0; e < schedule.edges.size(); ++e)
-          if (schedule.edges[e].producer == s &&
-              placement.rankOf(schedule.edges[e].consumer) != r)
-            actions.push_back({ActionKind::SendF, s, m, int(e),
-                               placement.rankOf(schedule.edges[e].consumer)});
-      }
-    for (auto it = stages.rbegin(); it != stages.rend(); ++it) {
-      int s = *it;
-      for (int m = 0; m < microbatches; ++m) {
-        for (size_t e = 0; e < schedule.edges.size(); ++e)
-          if (schedule.edges[e].producer == s &&
-              placement.rankOf(schedule.edges[e].consumer) != r)
-            actions.push_back({ActionKind::RecvB, s, m, int(e),
-                               placement.rankOf(schedule.edges[e].consumer)});
-        if (kind == ScheduleKind::ZeroBubbleH1) {
-          actions.push_back({ActionKind::BackwardInput, s, m});
-        } else {
-          actions.push_back({ActionKind::Backward, s, m});
-        }
-        for (size_t e = 0; e < schedule.edges.size(); ++e)
-          if (schedule.edges[e].consumer == s &&
-              placement.rankOf(schedule.edges[e].producer) != r)
-            actions.push_back({ActionKind::SendB, s, m, int(e),
-                               placement.rankOf(schedule.edges[e].producer)});
-        if (kind == ScheduleKind::ZeroBubbleH1)
-          actions.push_back({ActionKind::BackwardWeight, s, m});
-      }
-    }
+  auto schedule = emptyTrainingSchedule(manifest, placement, microbatches);
+  if (!schedule)
+    return schedule.takeError();
+  schedule->kind = kind;
+  EdgeIndex index(*schedule);
+  std::vector<std::vector<Action>> orders;
+  switch (kind) {
+  case ScheduleKind::GPipe:
+    orders = gpipeOrders(placement, microbatches);
+    break;
+  case ScheduleKind::OneFOneB:
+  case ScheduleKind::ZeroBubbleH1: {
+    auto o =
+        perStageOrders(*schedule, index, kind == ScheduleKind::ZeroBubbleH1);
+    if (!o)
+      return o.takeError();
+    orders = std::move(*o);
+    break;
   }
-  (void)n;
+  case ScheduleKind::Interleaved1F1B:
+    if (placement.numStages < 2 * placement.worldSize)
+      return makeError(
+          llvm::formatv(
+              "interleaved-1f1b needs at least 2 stages per rank "
+              "({0} stage{1} on {2} rank{3})",
+              placement.numStages, placement.numStages == 1 ? "" : "s",
+              placement.worldSize, placement.worldSize == 1 ? "" : "s")
+              .str());
+    orders = interleavedOrders(placement, microbatches);
+    break;
+  }
+  addCommunication(*schedule, index, orders);
   return schedule;
 }
 
-llvm::Expected<Schedule> trainingScheduleFromCSV(const Manifest &,
-                                                 const Placement &,
-                                                 llvm::StringRef, int,
-                                                 llvm::StringRef name) {
-  return makeError(name + ": not supported yet");
-}
+//===----------------------------------------------------------------------===//
+// Simulation
+//===----------------------------------------------------------------------===//
 
 namespace {
 /// The simulator of Schedule.h. Ranks that can move are kept in a work
@@ -297,11 +636,14 @@ class Simulator {
 public:
   explicit Simulator(const Schedule &schedule)
       : schedule(schedule), placement(schedule.placement), index(schedule),
-        channels(schedule.edges.size()), ran(placement.numStages + 1),
-        received(schedule.edges.size()), pc(placement.worldSize, 0),
-        waitingOn(schedule.edges.size(), -1) {}
+        channels(schedule.channelCount()), ran(placement.numStages + 1),
+        grad(placement.numStages + 1), received(schedule.channelCount()),
+        pc(placement.worldSize, 0), waitingOn(schedule.channelCount(), -1) {}
 
   llvm::Error run() {
+    if (schedule.training)
+      if (llvm::Error err = checkTrainingActions())
+        return err;
     std::vector<int> runnable;
     for (int r = 0; r < placement.worldSize; ++r)
       runnable.push_back(r);
@@ -315,68 +657,229 @@ public:
   }
 
 private:
+  /// "schedule", or "schedule 'x.csv'" for a schedule read from a file.
+  std::string who() const {
+    return schedule.origin.empty() ? std::string("schedule")
+                                   : "schedule '" + schedule.origin + "'";
+  }
+
+  bool isBackwardChannel(int channel) const {
+    return channel > static_cast<int>(schedule.edges.size());
+  }
+
+  /// The ranges every action must respect, so that no bad index reaches the
+  /// simulator's tables.
+  llvm::Error checkRanges(int r, size_t i, const Action &a) {
+    int n = placement.numStages;
+    bool comm = channelOf(schedule, a) >= 0;
+    bool backward = a.kind == ActionKind::Backward ||
+                    a.kind == ActionKind::BackwardInput ||
+                    a.kind == ActionKind::BackwardWeight ||
+                    a.kind == ActionKind::SendB || a.kind == ActionKind::RecvB;
+    if (backward && !schedule.training)
+      return makeError(llvm::formatv("{0}: rank {1} action {2} is a training "
+                                     "action in an inference schedule",
+                                     who(), r, i)
+                           .str());
+    bool stageOk =
+        a.stage >= 0 &&
+        (a.stage < n || (a.stage == n && a.kind == ActionKind::Output));
+    bool edgeOk = !comm || (a.edge >= 0 && static_cast<size_t>(a.edge) <
+                                               schedule.edges.size());
+    if (!stageOk || !edgeOk || a.microbatch < 0 ||
+        a.microbatch >= schedule.microbatches)
+      return makeError(
+          llvm::formatv("{0}: rank {1} action {2} is out of range (stage {3}, "
+                        "mb {4}, edge {5}; {6} stages, {7} microbatches, {8} "
+                        "edges)",
+                        who(), r, i, a.stage, a.microbatch, a.edge, n,
+                        schedule.microbatches, schedule.edges.size())
+              .str());
+    return llvm::Error::success();
+  }
+
+  /// Training: before running anything, every action is in range and on its
+  /// rank, and every (stage, microbatch) has one F and one B, or one I and
+  /// one W. Checked up front so that a missing action is named as such
+  /// rather than as the deadlock it causes.
+  llvm::Error checkTrainingActions() {
+    int n = placement.numStages, mbs = schedule.microbatches;
+    enum : uint8_t { kF = 1, kB = 2, kI = 4, kW = 8 };
+    std::vector<uint8_t> seen(static_cast<size_t>(n) * mbs, 0);
+    for (int r = 0; r < placement.worldSize; ++r)
+      for (size_t i = 0; i < schedule.ranks[r].size(); ++i) {
+        const Action &a = schedule.ranks[r][i];
+        if (llvm::Error err = checkRanges(r, i, a))
+          return err;
+        if (a.kind == ActionKind::Output)
+          return makeError(llvm::formatv("{0} has OUT mb={1} on rank {2}; "
+                                         "training schedules have no "
+                                         "collector",
+                                         who(), a.microbatch, r)
+                               .str());
+        if (channelOf(schedule, a) >= 0) {
+          if (llvm::Error err = checkMessageAction(r, a))
+            return err;
+          continue;
+        }
+        if (placement.rankOf(a.stage) != r)
+          return makeError(llvm::formatv("{0} runs {1} on rank {2}, not on "
+                                         "its rank {3}",
+                                         who(), a.str(schedule.edges), r,
+                                         placement.rankOf(a.stage))
+                               .str());
+        uint8_t bit = a.kind == ActionKind::Forward         ? kF
+                      : a.kind == ActionKind::Backward      ? kB
+                      : a.kind == ActionKind::BackwardInput ? kI
+                                                            : kW;
+        uint8_t &flags =
+            seen[static_cast<size_t>(a.stage) * mbs + a.microbatch];
+        if (flags & bit)
+          return makeError(who() + " runs " + a.cell() + " twice");
+        flags |= bit;
+      }
+    for (int s = 0; s < n; ++s)
+      for (int m = 0; m < mbs; ++m) {
+        uint8_t flags = seen[static_cast<size_t>(s) * mbs + m];
+        auto cell = [&](ActionKind kind) { return Action{kind, s, m}.cell(); };
+        auto misses = [&](char letter) {
+          return makeError(llvm::formatv("{0} misses {1} stage={2} mb={3}",
+                                         who(), letter, s, m)
+                               .str());
+        };
+        if (!(flags & kF))
+          return misses('F');
+        if (flags & kB) {
+          if (flags & (kI | kW))
+            return makeError(who() + " runs both " +
+                             cell(ActionKind::Backward) + " and " +
+                             cell(flags & kI ? ActionKind::BackwardInput
+                                             : ActionKind::BackwardWeight));
+        } else if (!(flags & (kI | kW))) {
+          return misses('B');
+        } else if (!(flags & kI)) {
+          return misses('I');
+        } else if (!(flags & kW)) {
+          return misses('W');
+        }
+      }
+    return llvm::Error::success();
+  }
+
+  /// A SEND/RECV runs on the rank of its side of the edge and names the
+  /// other side's rank, which must be another rank.
+  llvm::Error checkMessageAction(int r, const Action &a) {
+    const Edge &e = schedule.edges[a.edge];
+    bool atProducer =
+        a.kind == ActionKind::SendF || a.kind == ActionKind::RecvB;
+    int stage = atProducer ? e.producer : e.consumer;
+    int home = placement.rankOf(stage);
+    int peer = placement.rankOf(atProducer ? e.consumer : e.producer);
+    if (home == peer)
+      return makeError(llvm::formatv("{0}: rank {1} has {2}, but stages {3} "
+                                     "and {4} are both on rank {5}",
+                                     who(), r, a.str(schedule.edges),
+                                     e.producer, e.consumer, home)
+                           .str());
+    if (a.stage != stage || home != r || a.peerRank != peer)
+      return makeError(llvm::formatv("{0}: rank {1} has {2}, which belongs "
+                                     "on rank {3} with stage {4} and peer "
+                                     "rank {5}",
+                                     who(), r, a.str(schedule.edges), home,
+                                     stage, peer)
+                           .str());
+    return llvm::Error::success();
+  }
+
   /// Runs rank r's actions until it blocks on a receive or ends.
   llvm::Error advance(int r, std::vector<int> &runnable) {
     const std::vector<Action> &actions = schedule.ranks[r];
     for (; pc[r] < actions.size(); ++pc[r]) {
       const Action &a = actions[pc[r]];
+      if (!schedule.training)
+        if (llvm::Error err = checkRanges(r, pc[r], a))
+          return err;
       switch (a.kind) {
       case ActionKind::RecvF:
-        if (channels[a.edge].empty()) {
-          waitingOn[a.edge] = r;
+      case ActionKind::RecvB: {
+        int channel = channelOf(schedule, a);
+        if (channels[channel].empty()) {
+          waitingOn[channel] = r;
           return llvm::Error::success();
         }
-        if (llvm::Error err = receive(r, a))
+        if (llvm::Error err = receive(r, a, channel))
           return err;
         break;
+      }
       case ActionKind::SendF:
+      case ActionKind::SendB:
         if (llvm::Error err = send(r, a, runnable))
           return err;
         break;
       case ActionKind::Forward:
       case ActionKind::Output:
         if (placement.rankOf(a.stage) != r)
-          return makeError(llvm::formatv("schedule runs {0} on rank {1}, "
-                                         "not on its rank {2}",
-                                         a.str(schedule.edges), r,
+          return makeError(llvm::formatv("{0} runs {1} on rank {2}, "
+                                         "not on its rank {3}",
+                                         who(), a.str(schedule.edges), r,
                                          placement.rankOf(a.stage))
                                .str());
         if (llvm::Error err = inputsReady(r, a.stage, a.microbatch))
           return err;
         mark(ran[a.stage], a.microbatch);
         break;
-      default:
+      case ActionKind::Backward:
+      case ActionKind::BackwardInput:
+        if (llvm::Error err = gradientsReady(r, a))
+          return err;
+        mark(grad[a.stage], a.microbatch);
+        break;
+      case ActionKind::BackwardWeight:
+        if (!has(grad[a.stage], a.microbatch))
+          return makeError(llvm::formatv("{0} runs {1} on rank {2} before I "
+                                         "stage={3} mb={4}",
+                                         who(), a.str(schedule.edges), r,
+                                         a.stage, a.microbatch)
+                               .str());
         break;
       }
     }
     return llvm::Error::success();
   }
 
-  llvm::Error receive(int r, const Action &a) {
-    std::deque<int> &ch = channels[a.edge];
+  llvm::Error receive(int r, const Action &a, int channel) {
+    std::deque<int> &ch = channels[channel];
     if (ch.front() != a.microbatch)
       return makeError(
-          llvm::formatv("schedule: messages on edge {0}->{1} arrive as "
-                        "mb={2} but rank {3} expects mb={4}",
-                        schedule.edges[a.edge].producer,
-                        schedule.edges[a.edge].consumer, ch.front(), r,
-                        a.microbatch)
+          llvm::formatv(
+              "{0}: {1} on edge {2}->{3} arrive as "
+              "mb={4} but rank {5} expects mb={6}",
+              who(), isBackwardChannel(channel) ? "gradients" : "messages",
+              schedule.edges[a.edge].producer, schedule.edges[a.edge].consumer,
+              ch.front(), r, a.microbatch)
               .str());
     ch.pop_front();
-    mark(received[a.edge], a.microbatch);
+    mark(received[channel], a.microbatch);
     return llvm::Error::success();
   }
 
   llvm::Error send(int r, const Action &a, std::vector<int> &runnable) {
-    if (placement.rankOf(a.stage) != r || !has(ran[a.stage], a.microbatch))
-      return makeError(llvm::formatv("schedule sends {0} on rank {1} before "
-                                     "it ran the stage",
-                                     a.str(schedule.edges), r)
-                           .str());
-    channels[a.edge].push_back(a.microbatch);
-    if (waitingOn[a.edge] >= 0) {
-      runnable.push_back(waitingOn[a.edge]);
-      waitingOn[a.edge] = -1;
+    bool ready =
+        a.kind == ActionKind::SendF
+            ? placement.rankOf(a.stage) == r && has(ran[a.stage], a.microbatch)
+            : has(grad[a.stage], a.microbatch);
+    if (!ready)
+      return makeError(
+          llvm::formatv("{0} sends {1} on rank {2} before "
+                        "it ran the stage{3}",
+                        who(), a.str(schedule.edges), r,
+                        a.kind == ActionKind::SendB ? "'s backward" : "")
+              .str());
+    int channel = channelOf(schedule, a);
+    channels[channel].push_back(a.microbatch);
+    if (waitingOn[channel] >= 0) {
+      runnable.push_back(waitingOn[channel]);
+      waitingOn[channel] = -1;
     }
     return llvm::Error::success();
   }
@@ -387,12 +890,13 @@ private:
     for (int e : index.in[stage]) {
       int producer = schedule.edges[e].producer;
       bool ready = placement.rankOf(producer) == r ? has(ran[producer], m)
-                                                   : has(received[e], m);
+                                                   : has(received[e + 1], m);
       if (!ready)
         return makeError(
             llvm::formatv(
-                "schedule runs {0} on rank {1} before its input "
-                "from stage {2}",
+                "{0} runs {1} on rank {2} before its input "
+                "from stage {3}",
+                who(),
                 stage == placement.numStages
                     ? llvm::formatv("OUT mb={0}", m).str()
                     : llvm::formatv("F stage={0} mb={1}", stage, m).str(),
@@ -402,30 +906,83 @@ private:
     return llvm::Error::success();
   }
 
+  /// Whether B/I(s,m) may run on rank r: F(s,m) ran and the gradients of
+  /// every consumer are there (computed on r, or received).
+  llvm::Error gradientsReady(int r, const Action &a) {
+    int s = a.stage, m = a.microbatch;
+    if (!has(ran[s], m))
+      return makeError(llvm::formatv("{0} runs {1} on rank {2} before F "
+                                     "stage={3} mb={4}",
+                                     who(), a.str(schedule.edges), r, s, m)
+                           .str());
+    int edges = static_cast<int>(schedule.edges.size());
+    for (int e : index.out[s]) {
+      int consumer = schedule.edges[e].consumer;
+      bool ready = placement.rankOf(consumer) == r
+                       ? has(grad[consumer], m)
+                       : has(received[1 + edges + e], m);
+      if (!ready)
+        return makeError(llvm::formatv("{0} runs {1} on rank {2} before its "
+                                       "gradients from stage {3}",
+                                       who(), a.str(schedule.edges), r,
+                                       consumer)
+                             .str());
+    }
+    return llvm::Error::success();
+  }
+
+  /// Rank r's stuck action, in training named by the compute action it is
+  /// on its way to and the message it waits for.
+  std::string stuckAt(int r) const {
+    const std::vector<Action> &actions = schedule.ranks[r];
+    const Action &at = actions[pc[r]];
+    if (!schedule.training ||
+        (at.kind != ActionKind::RecvF && at.kind != ActionKind::RecvB))
+      return llvm::formatv("rank {0} waits at {1}", r, at.str(schedule.edges));
+    std::string target = at.str(schedule.edges);
+    for (size_t i = pc[r]; i < actions.size(); ++i)
+      if (actions[i].isCompute()) {
+        target = actions[i].cell();
+        break;
+      }
+    const Edge &e = schedule.edges[at.edge];
+    bool forward = at.kind == ActionKind::RecvF;
+    return llvm::formatv("rank {0} waits at {1} for the {2} of stage {3} -> "
+                         "{4} from rank {5}",
+                         r, target, forward ? "outputs" : "gradients",
+                         e.producer, e.consumer,
+                         placement.rankOf(forward ? e.producer : e.consumer));
+  }
+
   /// No rank is stuck, no message is left unreceived, and every stage ran
   /// every microbatch where it is placed.
   llvm::Error checkFinished() {
     std::string stuck;
     for (int r = 0; r < placement.worldSize; ++r)
       if (pc[r] < schedule.ranks[r].size())
-        stuck +=
-            llvm::formatv("{0}rank {1} waits at {2}", stuck.empty() ? "" : "; ",
-                          r, schedule.ranks[r][pc[r]].str(schedule.edges));
+        stuck += (stuck.empty() ? "" : "; ") + stuckAt(r);
     if (!stuck.empty())
-      return makeError("schedule deadlocks: " + stuck);
-    for (size_t e = 0; e < channels.size(); ++e)
-      if (!channels[e].empty())
-        return makeError(
-            llvm::formatv("schedule: rank {0} never receives SEND_F {1}->{2} "
-                          "mb={3}",
-                          placement.rankOf(schedule.edges[e].consumer),
-                          schedule.edges[e].producer,
-                          schedule.edges[e].consumer, channels[e].front())
-                .str());
+      return makeError(who() + " deadlocks: " + stuck);
+    int edges = static_cast<int>(schedule.edges.size());
+    for (size_t c = 1; c < channels.size(); ++c) {
+      if (channels[c].empty())
+        continue;
+      bool backward = isBackwardChannel(static_cast<int>(c));
+      const Edge &e = schedule.edges[backward ? c - 1 - edges : c - 1];
+      return makeError(
+          llvm::formatv("{0}: rank {1} never receives {2} {3}->{4} mb={5}",
+                        who(),
+                        placement.rankOf(backward ? e.producer : e.consumer),
+                        backward ? "SEND_B" : "SEND_F", e.producer, e.consumer,
+                        channels[c].front())
+              .str());
+    }
+    if (schedule.training) // checkTrainingActions() saw every action
+      return llvm::Error::success();
     for (int s = 0; s <= placement.numStages; ++s)
       for (int m = 0; m < schedule.microbatches; ++m)
         if (!has(ran[s], m))
-          return makeError(llvm::formatv("schedule never runs {0} mb={1}",
+          return makeError(llvm::formatv("{0} never runs {1} mb={2}", who(),
                                          s == placement.numStages
                                              ? std::string("OUT")
                                              : "F stage=" + std::to_string(s),
@@ -434,7 +991,7 @@ private:
     return llvm::Error::success();
   }
 
-  // Per stage (or edge), a bit per microbatch, allocated on first use.
+  // Per stage (or channel), a bit per microbatch, allocated on first use.
   static bool has(const std::vector<bool> &bits, int m) {
     return static_cast<size_t>(m) < bits.size() && bits[m];
   }
@@ -447,15 +1004,15 @@ private:
   const Schedule &schedule;
   const Placement &placement;
   EdgeIndex index;
-  /// Per edge: microbatches sent and not yet received, in order.
+  /// Per channel: microbatches sent and not yet received, in order.
   std::vector<std::deque<int>> channels;
-  /// Per stage: microbatches run (on the stage's own rank: advance()
-  /// refuses any other).
-  std::vector<std::vector<bool>> ran;
-  /// Per edge: microbatches received (by the consumer's rank).
+  /// Per stage: microbatches whose F (or OUT) ran (on the stage's own rank:
+  /// advance() refuses any other), and whose B or I ran.
+  std::vector<std::vector<bool>> ran, grad;
+  /// Per channel: microbatches received.
   std::vector<std::vector<bool>> received;
   std::vector<size_t> pc;
-  /// Per edge: the rank blocked receiving from it, or -1.
+  /// Per channel: the rank blocked receiving from it, or -1.
   std::vector<int> waitingOn;
 };
 } // namespace
@@ -464,6 +1021,231 @@ llvm::Error simulateSchedule(const Manifest &, const Schedule &schedule) {
   // The schedule's edges carry everything the manifest says about who
   // feeds whom.
   return Simulator(schedule).run();
+}
+
+//===----------------------------------------------------------------------===//
+// CSV
+//===----------------------------------------------------------------------===//
+
+std::string scheduleToCSV(const Schedule &schedule) {
+  std::string out;
+  for (const std::vector<Action> &actions : schedule.ranks) {
+    bool first = true;
+    for (const Action &a : actions) {
+      if (!a.isCompute())
+        continue;
+      if (!first)
+        out += ',';
+      out += a.cell();
+      first = false;
+    }
+    out += "\r\n";
+  }
+  return out;
+}
+
+namespace {
+/// Parses a non-empty run of at most 9 digits at the front of `text`.
+std::optional<int> takeNumber(llvm::StringRef &text) {
+  size_t n = 0;
+  while (n < text.size() && llvm::isDigit(text[n]))
+    ++n;
+  if (n == 0 || n > 9)
+    return std::nullopt;
+  int value = 0;
+  for (char c : text.take_front(n))
+    value = value * 10 + (c - '0');
+  text = text.drop_front(n);
+  return value;
+}
+
+/// One CSV cell: {stage}{F|B|I|W}{microbatch}, like _Action.from_str reads
+/// it (surrounding blanks ignored; a quoted cell is unquoted first).
+std::optional<Action> parseCell(llvm::StringRef cell) {
+  std::optional<int> stage = takeNumber(cell);
+  if (!stage || cell.empty())
+    return std::nullopt;
+  ActionKind kind;
+  switch (cell.front()) {
+  case 'F':
+    kind = ActionKind::Forward;
+    break;
+  case 'B':
+    kind = ActionKind::Backward;
+    break;
+  case 'I':
+    kind = ActionKind::BackwardInput;
+    break;
+  case 'W':
+    kind = ActionKind::BackwardWeight;
+    break;
+  default:
+    return std::nullopt;
+  }
+  cell = cell.drop_front();
+  std::optional<int> microbatch = takeNumber(cell);
+  if (!microbatch || !cell.empty())
+    return std::nullopt;
+  return Action{kind, *stage, *microbatch};
+}
+} // namespace
+
+llvm::Expected<Schedule> trainingScheduleFromCSV(const Manifest &manifest,
+                                                 const Placement &placement,
+                                                 llvm::StringRef text,
+                                                 int microbatches,
+                                                 llvm::StringRef name) {
+  auto schedule = emptyTrainingSchedule(manifest, placement, microbatches);
+  if (!schedule)
+    return schedule.takeError();
+  schedule->origin = name.str();
+  std::string who = "schedule '" + name.str() + "'";
+  int ranks = placement.worldSize;
+  // A rank runs F, I and W at most once per stage and microbatch.
+  size_t maxActions =
+      3 * placement.stagesOf(0).size() * static_cast<size_t>(microbatches);
+  std::vector<std::vector<Action>> orders(ranks);
+  int row = 0;
+  while (!text.empty()) {
+    auto [line, rest] = text.split('\n');
+    text = rest;
+    line.consume_back("\r");
+    if (row == ranks)
+      return makeError(llvm::formatv("{0} has more than {1} row{2}; expected "
+                                     "one per rank",
+                                     who, ranks, ranks == 1 ? "" : "s")
+                           .str());
+    auto where = [&](size_t cell) {
+      return llvm::formatv("{0} row {1} (rank {2}), cell {3}: ", who, row + 1,
+                           row, cell + 1)
+          .str();
+    };
+    llvm::SmallVector<llvm::StringRef, 0> cells;
+    if (!line.empty())
+      line.split(cells, ',');
+    for (size_t c = 0; c < cells.size(); ++c) {
+      llvm::StringRef raw = cells[c].trim(" \t");
+      llvm::StringRef cell = raw;
+      if (cell.size() >= 2 && cell.front() == '"' && cell.back() == '"')
+        cell = cell.drop_front().drop_back().trim(" \t");
+      if (cell.empty())
+        continue;
+      std::optional<Action> a = parseCell(cell);
+      if (!a)
+        return makeError(where(c) + "'" + raw.str() +
+                         "' is not a compute action like 0F1, 1B0, 0I3 or "
+                         "0W3");
+      if (a->stage >= placement.numStages)
+        return makeError(where(c) +
+                         llvm::formatv("stage {0} is out of range ({1} "
+                                       "stage{2})",
+                                       a->stage, placement.numStages,
+                                       placement.numStages == 1 ? "" : "s")
+                             .str());
+      if (a->microbatch >= microbatches)
+        return makeError(where(c) +
+                         llvm::formatv("microbatch {0} is out of range ({1} "
+                                       "microbatch{2})",
+                                       a->microbatch, microbatches,
+                                       microbatches == 1 ? "" : "es")
+                             .str());
+      if (placement.rankOf(a->stage) != row)
+        return makeError(where(c) +
+                         llvm::formatv("stage {0} runs on rank {1} (stage k "
+                                       "on rank k mod {2}), not on rank {3}",
+                                       a->stage, placement.rankOf(a->stage),
+                                       ranks, row)
+                             .str());
+      if (orders[row].size() == maxActions)
+        return makeError(llvm::formatv("{0} row {1} (rank {2}) has more than "
+                                       "{3} actions (3 per stage and "
+                                       "microbatch)",
+                                       who, row + 1, row, maxActions)
+                             .str());
+      orders[row].push_back(*a);
+    }
+    ++row;
+  }
+  if (row != ranks)
+    return makeError(llvm::formatv("{0} has {1} row{2}; expected one per rank "
+                                   "({3})",
+                                   who, row, row == 1 ? "" : "s", ranks)
+                         .str());
+  EdgeIndex index(*schedule);
+  addCommunication(*schedule, index, orders);
+  if (llvm::Error err = simulateSchedule(manifest, *schedule))
+    return err;
+  return schedule;
+}
+
+//===----------------------------------------------------------------------===//
+// Activations and the grid
+//===----------------------------------------------------------------------===//
+
+std::vector<int> peakActivations(const Schedule &schedule) {
+  int n = schedule.placement.numStages;
+  std::vector<int> peak(n, 0), held(n, 0);
+  for (const std::vector<Action> &actions : schedule.ranks)
+    for (const Action &a : actions) {
+      if (a.stage < 0 || a.stage >= n)
+        continue;
+      if (a.kind == ActionKind::Forward)
+        peak[a.stage] = std::max(peak[a.stage], ++held[a.stage]);
+      else if (a.kind == ActionKind::Backward ||
+               a.kind == ActionKind::BackwardWeight)
+        --held[a.stage];
+    }
+  return peak;
+}
+
+void printGrid(const Schedule &schedule, llvm::raw_ostream &os) {
+  const Placement &placement = schedule.placement;
+  std::vector<std::vector<Action>> devices(placement.worldSize);
+  size_t width = 1;
+  for (int r = 0; r < placement.worldSize; ++r)
+    for (const Action &a : schedule.ranks[r])
+      if (a.isCompute()) {
+        devices[r].push_back(a);
+        width = std::max(width, a.cell().size());
+      }
+  EdgeIndex index(schedule);
+  UnitTimeline timeline(schedule.edges, index, placement.numStages,
+                        schedule.microbatches);
+  llvm::Error err = timeline.run(devices, "rank");
+  std::string title = schedule.origin.empty()
+                          ? scheduleName(schedule.kind).str()
+                          : "'" + schedule.origin + "'";
+  os << llvm::formatv("{0}{1}: {2} stages on {3} ranks, {4} microbatches, {5} "
+                      "time steps (F=1 B=2 I=1 W=1)\n",
+                      title, schedule.training ? "" : " (inference)",
+                      placement.numStages, placement.worldSize,
+                      schedule.microbatches, timeline.length);
+  if (err) {
+    os << "no grid: " << llvm::toString(std::move(err)) << "\n";
+    return;
+  }
+  std::string lastLabel = "rank " + std::to_string(placement.worldSize - 1);
+  for (int r = 0; r < placement.worldSize; ++r) {
+    std::vector<std::string> cells(timeline.length, ".");
+    for (size_t i = 0; i < devices[r].size(); ++i)
+      for (int64_t t = 0; t < unitTime(devices[r][i].kind); ++t)
+        cells[timeline.start[r][i] + t] = devices[r][i].cell();
+    std::string line = "rank " + std::to_string(r) + ":";
+    line.resize(lastLabel.size() + 1, ' ');
+    for (const std::string &cell : cells) {
+      line += ' ';
+      line += cell;
+      line.append(width - cell.size(), ' ');
+    }
+    os << llvm::StringRef(line).rtrim(' ') << "\n";
+  }
+  if (!schedule.training)
+    return;
+  os << "peak activations:";
+  std::vector<int> peak = peakActivations(schedule);
+  for (size_t s = 0; s < peak.size(); ++s)
+    os << " stage" << s << "=" << peak[s];
+  os << "\n";
 }
 
 void printSchedule(const Schedule &schedule, int rank, llvm::raw_ostream &os) {

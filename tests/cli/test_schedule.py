@@ -1,0 +1,182 @@
+"""Tests that ppc schedule prints a training schedule's grid (one row per
+rank, a peak-activations line), writes and reads PyTorch pipelining's
+compute_only CSV, and reports bad arguments and bad schedules as one
+`error:` line with exit status 2."""
+import csv
+import os
+import re
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import ROOT, free_port, main, model_path, ppc, rank_env, tmpdir  # noqa: E402
+
+FIXTURES = os.path.join(ROOT, "tests", "unit", "fixtures", "schedule")
+CELL = re.compile(r"^\d+[FBIW]\d+$")
+KINDS = ["gpipe", "1f1b", "interleaved-1f1b", "zb-h1"]
+
+
+def grid_rows(stdout):
+    """The rows of a printed grid: {rank: [cell, ...]}."""
+    rows = {}
+    for line in stdout.splitlines():
+        m = re.match(r"^rank (\d+): (.*)$", line)
+        if m:
+            rows[int(m.group(1))] = m.group(2).split()
+    return rows
+
+
+class ScheduleTest(unittest.TestCase):
+    def expect_error(self, args, message=None):
+        proc = ppc("schedule", *args, check=False)
+        self.assertEqual(proc.returncode, 2, proc.stdout + proc.stderr)
+        self.assertEqual(proc.stdout, "")
+        self.assertTrue(proc.stderr.startswith("error: "), proc.stderr)
+        self.assertEqual(proc.stderr.count("\n"), 1, proc.stderr)
+        if message is not None:
+            self.assertEqual(proc.stderr, f"error: {message}\n")
+        return proc
+
+    def test_prints_one_row_per_rank(self):
+        # (ppc starts in about a second: a few cases, each kind at least once.)
+        cases = [("gpipe", 4, 2, 3), ("1f1b", 4, 4, 8), ("1f1b", 6, 3, 1),
+                 ("interleaved-1f1b", 4, 2, 5), ("interleaved-1f1b", 3, 1, 2),
+                 ("zb-h1", 4, 4, 8), ("zb-h1", 2, 2, 1)]
+        self.assertEqual({case[0] for case in cases}, set(KINDS))
+        for kind, stages, ranks, micro in cases:
+            with self.subTest(kind=kind, stages=stages, ranks=ranks, micro=micro):
+                out = ppc("schedule", "--schedule", kind, "--stages", stages,
+                          "--ranks", ranks, "--microbatches", micro).stdout
+                lines = out.splitlines()
+                self.assertTrue(lines[0].startswith(
+                    f"{kind}: {stages} stages on {ranks} ranks, {micro} microbatches, "),
+                    lines[0])
+                rows = grid_rows(out)
+                self.assertEqual(sorted(rows), list(range(ranks)))
+                self.assertEqual(len(lines), ranks + 2)
+                self.assertTrue(lines[-1].startswith("peak activations: stage0="))
+                # Every column is a time step: the rows are equally long.
+                self.assertEqual(len({len(r) for r in rows.values()}), 1)
+                for r, cells in rows.items():
+                    for cell in cells:
+                        self.assertTrue(cell == "." or CELL.match(cell), cell)
+                        if cell != ".":
+                            self.assertEqual(int(re.match(r"\d+", cell).group()) % ranks,
+                                             r, cell)
+
+    def test_peak_activations(self):
+        def peak(kind, stages, micro):
+            out = ppc("schedule", "--schedule", kind, "--stages", stages,
+                      "--microbatches", micro).stdout
+            return out.splitlines()[-1]
+        self.assertEqual(peak("gpipe", 4, 8),
+                         "peak activations: stage0=8 stage1=8 stage2=8 stage3=8")
+        self.assertEqual(peak("1f1b", 4, 8),
+                         "peak activations: stage0=4 stage1=3 stage2=2 stage3=1")
+        self.assertEqual(peak("1f1b", 4, 2),
+                         "peak activations: stage0=2 stage1=2 stage2=2 stage3=1")
+        self.assertEqual(peak("zb-h1", 4, 8),
+                         "peak activations: stage0=4 stage1=4 stage2=4 stage3=4")
+
+    def test_csv_has_one_row_per_rank(self):
+        d = tmpdir(self)
+        for kind in KINDS:
+            per_pair = 3 if kind == "zb-h1" else 2
+            with self.subTest(kind=kind):
+                path = os.path.join(d, kind + ".csv")
+                out = ppc("schedule", "--schedule", kind, "--stages", 4, "--ranks", 2,
+                          "--microbatches", 5, "--csv", path).stdout
+                with open(path, newline="") as f:
+                    rows = list(csv.reader(f))
+                self.assertEqual(len(rows), 2)
+                for r, row in enumerate(rows):
+                    # Two stages per rank, 5 microbatches: F and B, or F, I and W.
+                    self.assertEqual(len(row), 2 * 5 * per_pair)
+                    for cell in row:
+                        self.assertRegex(cell, CELL)
+                        self.assertEqual(int(re.match(r"\d+", cell).group()) % 2, r)
+                    # The grid shows the same actions in the same order.
+                    grid = [c for i, c in enumerate(grid_rows(out)[r])
+                            if c != "." and (i == 0 or c != grid_rows(out)[r][i - 1])]
+                    self.assertEqual(grid, row)
+                with open(path, "rb") as f:
+                    self.assertTrue(f.read().endswith(b"\r\n"))
+                # Read back: the same grid.
+                again = ppc("schedule", "--from-csv", path, "--stages", 4, "--ranks", 2,
+                            "--microbatches", 5).stdout
+                self.assertEqual(grid_rows(again), grid_rows(out))
+
+    def test_reads_pytorch_dump(self):
+        path = os.path.join(FIXTURES, "pytorch_2stages_4mb.csv")
+        out = ppc("schedule", "--from-csv", path, "--stages", 2, "--microbatches", 4).stdout
+        self.assertEqual(sorted(grid_rows(out)), [0, 1])
+        self.assertEqual(out.splitlines()[-1], "peak activations: stage0=3 stage1=1")
+
+    def test_errors_are_one_line(self):
+        self.expect_error(["--schedule", "interleaved-1f1b", "--stages", 2, "--microbatches", 4],
+                          "interleaved-1f1b needs at least 2 stages per rank "
+                          "(2 stages on 2 ranks)")
+        self.expect_error(["--schedule", "1f1b", "--stages", 4, "--ranks", 3,
+                           "--microbatches", 4],
+                          "--stages 4 is not a multiple of --ranks 3 "
+                          "(stage k runs on rank k mod 3)")
+        self.expect_error(["--schedule", "1f1b", "--stages", 2, "--ranks", 4,
+                           "--microbatches", 4])
+        for bad in ["0", "-1", "x", "100000"]:
+            self.expect_error(["--schedule", "1f1b", "--stages", 4, "--microbatches", bad])
+        self.expect_error(["--schedule", "zb", "--stages", 4, "--microbatches", 2],
+                          "--schedule: must be gpipe, 1f1b, interleaved-1f1b or zb-h1 "
+                          "(got 'zb') (see ppc --help)")
+        self.expect_error(["--stages", 4, "--microbatches", 2],
+                          "ppc schedule takes one of --schedule NAME and --from-csv FILE")
+        self.expect_error(["--schedule", "1f1b", "--microbatches", 2])
+
+    def test_bad_csv_files(self):
+        deadlock = os.path.join(FIXTURES, "deadlock.csv")
+        self.expect_error(["--from-csv", deadlock, "--stages", 2, "--microbatches", 2],
+                          f"schedule '{deadlock}' deadlocks: rank 0 waits at 0B0 for the "
+                          "gradients of stage 0 -> 1 from rank 1; rank 1 waits at 1F1 for the "
+                          "outputs of stage 0 -> 1 from rank 0")
+        missing = os.path.join(FIXTURES, "missing.csv")
+        self.expect_error(["--from-csv", missing, "--stages", 2, "--microbatches", 2],
+                          f"schedule '{missing}' misses B stage=1 mb=1")
+        d = tmpdir(self)
+        bad = os.path.join(d, "bad.csv")
+        with open(bad, "w", newline="") as f:
+            f.write("0F0,0B0\r\n1F0,1B0,hello\r\n")
+        self.expect_error(["--from-csv", bad, "--stages", 2, "--microbatches", 1],
+                          f"schedule '{bad}' row 2 (rank 1), cell 3: 'hello' is not a compute "
+                          "action like 0F1, 1B0, 0I3 or 0W3")
+        self.expect_error(["--from-csv", os.path.join(d, "none.csv"), "--stages", 2,
+                           "--microbatches", 1])
+        self.expect_error(["--from-csv", d, "--stages", 2, "--microbatches", 1])
+        self.expect_error(["--from-csv", bad, "--schedule", "1f1b", "--stages", 2,
+                           "--microbatches", 1],
+                          "ppc schedule takes one of --schedule NAME and --from-csv FILE")
+
+    def test_csv_write_failures_leave_nothing(self):
+        d = tmpdir(self)
+        self.expect_error(["--schedule", "1f1b", "--stages", 2, "--microbatches", 2,
+                           "--csv", os.path.join(d, "no", "such", "dir.csv")])
+        self.expect_error(["--schedule", "1f1b", "--stages", 2, "--microbatches", 2,
+                           "--csv", d])
+        self.assertEqual(os.listdir(d), [])
+
+    def test_run_refuses_training_schedules(self):
+        # ppc run (inference) accepts the training names only to refuse them
+        # in one line, before meeting any other rank.
+        d = tmpdir(self)
+        ppc("split", model_path("mlp"), "-o", d, "--stages", 2)
+        for kind in ["interleaved-1f1b", "zb-h1"]:
+            with self.subTest(kind=kind):
+                proc = ppc("run", os.path.join(d, "manifest.json"), "--input",
+                           model_path("mlp", ".input.pt"), "--output", os.path.join(d, "out.pt"),
+                           "--schedule", kind, check=False, env=rank_env(0, 1, free_port()))
+                self.assertEqual((proc.returncode, proc.stdout), (2, ""))
+                self.assertEqual(proc.stderr, f"error: schedule {kind} is for training "
+                                              "(ppc train); ppc run takes gpipe or 1f1b\n")
+                self.assertFalse(os.path.exists(os.path.join(d, "out.pt")))
+
+
+if __name__ == "__main__":
+    main()
