@@ -26,6 +26,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <sstream>
 
 namespace ppc {
@@ -182,14 +183,19 @@ Trainer::~Trainer() = default;
 llvm::Expected<std::unique_ptr<Trainer>>
 Trainer::create(llvm::StringRef manifestPath, const LaunchEnv &env,
                 const TrainOptions &options) {
+  auto number = [](double x) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%g", x);
+    return std::string(text);
+  };
   if (!(options.lr > 0) || !std::isfinite(options.lr))
-    return makeError(llvm::formatv("--lr {0} must be positive", options.lr));
+    return makeError("--lr " + number(options.lr) + " must be positive");
   if (!(options.momentum >= 0) || !std::isfinite(options.momentum))
-    return makeError(
-        llvm::formatv("--momentum {0} must not be negative", options.momentum));
+    return makeError("--momentum " + number(options.momentum) +
+                     " must not be negative");
   if (!(options.weightDecay >= 0) || !std::isfinite(options.weightDecay))
-    return makeError(llvm::formatv("--weight-decay {0} must not be negative",
-                                   options.weightDecay));
+    return makeError("--weight-decay " + number(options.weightDecay) +
+                     " must not be negative");
   std::string csv;
   if (!options.scheduleCSVPath.empty()) {
     auto text = readFileBounded(options.scheduleCSVPath, kMaxScheduleCSVBytes,

@@ -121,8 +121,9 @@ class Trained:
 
 def train(ranks, manifest, data, *args, timeout=600):
     """Runs `ppc train MANIFEST --data DATA ARGS...` on `ranks` ranks."""
-    return Trained(launch(ranks, "train", manifest, "--data", data, "--timeout", "120",
-                          *args, timeout=timeout))
+    extra = () if "--timeout" in args else ("--timeout", "120")
+    return Trained(launch(ranks, "train", manifest, "--data", data, *extra, *args,
+                          timeout=timeout))
 
 
 def split(tmp, name, stages):
