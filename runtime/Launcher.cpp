@@ -585,10 +585,11 @@ launchEnvironment(const LaunchOptions &options, int localRank) {
   // Like torchrun, workers that share a node get OMP_NUM_THREADS unless the
   // user set it; unlike torchrun's 1, each gets its share of the cores, the
   // default of `ppc run --threads` (defaultThreads). OpenBLAS's pthread build
-  // sizes its pool from this variable when it is loaded and can never shrink it
-  // afterwards (runtime/Threads.h), so without it every worker would start a
-  // pool as large as the machine. A single worker keeps the environment as it
-  // is.
+  // sizes its pool from this variable when it is loaded, can never shrink
+  // it, and boundThreads never grows it (runtime/Threads.h): without the
+  // variable every worker would start a pool as large as the machine, with
+  // 1 its matrix products would run on one thread. A single worker keeps
+  // the environment as it is.
   if (options.nprocPerNode > 1 && !std::getenv("OMP_NUM_THREADS"))
     vars.emplace_back("OMP_NUM_THREADS",
                       std::to_string(defaultThreads(options.nprocPerNode)));

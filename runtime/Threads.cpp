@@ -47,6 +47,17 @@ template <typename Arg> bool callSetter(const char *name, Arg threads) {
   return true;
 }
 
+/// OpenBLAS's thread count when it was first asked: the size of the pool
+/// it started when loaded (unless the program changed it before); 0 when
+/// OpenBLAS is not loaded or too old to say.
+int openBLASPoolSize() {
+  static const int size = [] {
+    void *address = lookUp("openblas_get_num_threads");
+    return address ? reinterpret_cast<int (*)()>(address)() : 0;
+  }();
+  return size;
+}
+
 } // namespace
 
 int availableCores() {
@@ -69,9 +80,12 @@ void boundThreads(int threads) {
 
   // Each BLAS keeps its own count. The prototypes: OpenBLAS and GotoBLAS
   // `void f(int)`, MKL `void MKL_Set_Num_Threads(int)`, BLIS
-  // `void bli_thread_set_num_threads(dim_t)` with a 64-bit dim_t.
-  if (!callSetter("openblas_set_num_threads", threads))
-    callSetter("goto_set_num_threads", threads);
+  // `void bli_thread_set_num_threads(dim_t)` with a 64-bit dim_t. OpenBLAS
+  // would start threads to grow its pool; it is only ever lowered.
+  int pool = openBLASPoolSize();
+  int blasThreads = pool > 0 ? std::min(threads, pool) : threads;
+  if (!callSetter("openblas_set_num_threads", blasThreads))
+    callSetter("goto_set_num_threads", blasThreads);
   callSetter("MKL_Set_Num_Threads", threads);
   callSetter("bli_thread_set_num_threads", static_cast<int64_t>(threads));
 

@@ -16,10 +16,14 @@
 //     goto_set_num_threads), MKL's own threading layer (MKL_Set_Num_Threads)
 //     and BLIS (bli_thread_set_num_threads), each if the process has it
 //     loaded, found with dlsym, so no relinking is needed and a LibTorch
-//     without them is fine. OpenBLAS grows its pool to N when it had fewer
-//     threads; when it had more, the extra ones stay but sleep: its pool
-//     cannot shrink. ppc launch therefore starts workers with
-//     OMP_NUM_THREADS set (see Launcher.cpp), so the pool is born small;
+//     without them is fine. OpenBLAS is only lowered, to min(N, the size of
+//     the pool it started when loaded): ppc never starts BLAS threads that
+//     the environment did not ask for, and the pool cannot shrink, so its
+//     extra threads stay, asleep. Its size is thus the environment's
+//     choice: ppc launch starts workers with OMP_NUM_THREADS = their share
+//     of the cores (the default N; see Launcher.cpp); under torchrun, which
+//     sets OMP_NUM_THREADS=1, BLAS computes on one thread whatever N is
+//     (set OMP_NUM_THREADS, or OPENBLAS_NUM_THREADS, to allow more);
 //   - LibTorch's inter-op pool (torch.jit.fork tasks), to 1 thread, so
 //     forks run one at a time, each with the intra-op threads. That is only
 //     possible before the pool first runs and once per process; later calls
