@@ -10,6 +10,7 @@
 #include "runtime/Launcher.h"
 
 #include "lib/Error.h"
+#include "runtime/Threads.h"
 
 #include "llvm/Support/Errno.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -20,6 +21,7 @@
 #include <climits>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <iterator>
 #include <random>
 
@@ -580,6 +582,17 @@ launchEnvironment(const LaunchOptions &options, int localRank) {
       {"MASTER_ADDR", options.masterAddr},
       {"MASTER_PORT", std::to_string(options.masterPort)},
   };
+  // Like torchrun, workers that share a node get OMP_NUM_THREADS unless the
+  // user set it; unlike torchrun's 1, each gets its share of the cores, the
+  // default of `ppc run --threads` (defaultThreads). OpenBLAS's pthread build
+  // sizes its pool from this variable when it is loaded, can never shrink
+  // it, and boundThreads never grows it (runtime/Threads.h): without the
+  // variable every worker would start a pool as large as the machine, with
+  // 1 its matrix products would run on one thread. A single worker keeps
+  // the environment as it is.
+  if (options.nprocPerNode > 1 && !std::getenv("OMP_NUM_THREADS"))
+    vars.emplace_back("OMP_NUM_THREADS",
+                      std::to_string(defaultThreads(options.nprocPerNode)));
   if (options.launcherHostsStore) {
     vars.emplace_back("TORCHELASTIC_USE_AGENT_STORE", "True");
     vars.emplace_back("TORCHELASTIC_RESTART_COUNT", "0");

@@ -24,6 +24,7 @@
 #include "runtime/Microbatch.h"
 #include "runtime/Schedule.h"
 #include "runtime/TensorMeta.h"
+#include "runtime/Threads.h"
 #include "runtime/Transport.h"
 
 #include "llvm/ADT/StringExtras.h"
@@ -531,7 +532,7 @@ void setThreads(int threads, const LaunchEnv &env) {
     threads =
         std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
                         std::max(1, env.localWorldSize));
-  at::set_num_threads(threads);
+  boundThreads(threads);
 }
 
 /// c10d and Gloo report through glog, which prints "WARNING: Logging

@@ -1,0 +1,226 @@
+//===- runtime/Trace.h - Timeline traces of pipeline runs -------*- C++ -*-===//
+//
+// Records what each rank did and when, writes it as one Chrome trace event
+// file (opened by Perfetto, chrome://tracing), and reads such a file back
+// for `ppc trace summary` and `ppc trace plot`. docs/trace.md describes the
+// file and the numbers.
+//
+// Recording is made for the executor's hot path: the caller reads
+// TraceRecorder::nowUs() at the start and at the end of an action and adds
+// one TraceEvent to a vector it reserved beforehand; nothing else happens
+// until the run is over. Then every rank turns its events into JSON text
+// (eventsJSON), ships the bytes to one rank, and that rank calls
+// writeTraceFile. A sketch of the executor's part:
+//
+//   TraceRecorder trace(rank);
+//   trace.reserve(actions.size() + 16);
+//   int64_t start = TraceRecorder::nowUs();
+//   runForward(stage, mb);
+//   trace.add({"F", "compute", stage, mb, start, TraceRecorder::nowUs() -
+//   start});
+//   ...
+//   // a send and its receive share one id, computed alike on both ranks:
+//   int64_t id = messageFlowId(channel, fromRank, toRank, sequence);
+//   trace.add({"SEND_F", "send", stage, mb, t0, t1 - t0, id,
+//   /*flowOut=*/true});
+//   ...
+//   gather trace.eventsJSON() of every rank on one rank, then
+//   writeTraceFile(path, textsIndexedByRank);
+//
+// A trace file read back is untrusted: every field is checked, sizes are
+// bounded before anything is allocated from them, and each problem is one
+// line naming the file and the event index.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PPC_RUNTIME_TRACE_H
+#define PPC_RUNTIME_TRACE_H
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace llvm {
+class raw_ostream;
+}
+
+namespace ppc {
+
+/// One action of one rank, as recorded.
+struct TraceEvent {
+  /// The action: "F", "B", "I", "W" (compute), "SEND_F", "RECV_F",
+  /// "SEND_B", "RECV_B", "OUT", "wait", "step", ...
+  std::string name;
+  /// "compute", "send", "recv", "wait" or "other" (the reader refuses any
+  /// other category). Summaries count "compute" as busy time and "wait" and
+  /// "recv" as time blocked.
+  std::string category;
+  /// The stage and microbatch the action belongs to; -1 when none.
+  int stage = -1, microbatch = -1;
+  /// Microseconds since TraceRecorder::nowUs()'s origin; durationUs >= 0.
+  int64_t startUs = 0, durationUs = 0;
+  /// Sends and receives of the same message share a flow id in
+  /// [0, kMaxFlowId]: the executor passes messageFlowId(...). -1: none.
+  int64_t flowId = -1;
+  /// True on the send side of a flow, false on the receive side.
+  bool flowOut = false;
+};
+
+/// Flow ids stay below 2^53 so that JavaScript viewers, which read JSON
+/// numbers as doubles, see each id exactly.
+constexpr int64_t kMaxFlowId = (int64_t(1) << 53) - 1;
+
+/// A flow id for message `sequence` on `channel` from `fromRank` to
+/// `toRank`: the same on both ranks, distinct for distinct arguments in
+/// practice (a 53-bit hash), and in [0, kMaxFlowId].
+int64_t messageFlowId(int channel, int fromRank, int toRank, int64_t sequence);
+
+/// Collects one rank's events. Not thread-safe: one recorder per thread
+/// that records (the executor's).
+class TraceRecorder {
+public:
+  explicit TraceRecorder(int rank);
+
+  /// Microseconds of std::chrono::steady_clock, which is CLOCK_MONOTONIC on
+  /// Linux: one origin for every process on a host, so the ranks of a
+  /// single-host job line up without any clock exchange. (Ranks on
+  /// different hosts are offset by the hosts' boot times.)
+  static int64_t nowUs();
+
+  /// Makes room for `events` events, so that add() does not allocate.
+  void reserve(size_t events);
+  /// Appends `event` (moved; names up to 15 characters do not allocate).
+  void add(TraceEvent event);
+  const std::vector<TraceEvent> &events() const;
+  int rank() const;
+
+  /// This rank's events as the JSON text of an array of Chrome trace
+  /// events (pid = rank, tid = 0): one complete event (ph "X") per event,
+  /// with args {stage, microbatch}, plus a flow event per event with a
+  /// flow id (ph "s" when flowOut, else ph "f" with "bp": "e"; both cat
+  /// "flow", name "message", ts = the event's start). Ranks ship this text
+  /// to the rank that calls writeTraceFile.
+  std::string eventsJSON() const;
+
+private:
+  int rank_;
+  std::vector<TraceEvent> events_;
+};
+
+/// The most bytes of a trace file, or of one rank's eventsJSON() text,
+/// that is read (~150 bytes an event: about 400,000 events).
+constexpr uint64_t kMaxTraceBytes = uint64_t(64) << 20;
+/// The most trace events a file may hold.
+constexpr size_t kMaxTraceEvents = 1000000;
+/// Ranks (pids) are in [0, kMaxTraceRanks).
+constexpr int kMaxTraceRanks = 65536;
+
+/// Writes one Chrome trace event file from every rank's eventsJSON() (index
+/// = rank; each event's pid is set to its index), atomically:
+///   {"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}
+/// with a "process_name" ("rank R") and a "process_sort_index" metadata
+/// event per rank, so each rank is one lane in rank order. Times stay as
+/// recorded (nowUs()). Errors: a text that is over kMaxTraceBytes, not
+/// JSON, or not an array of objects ("rank 1's trace events are not valid
+/// JSON: ..."); more than kMaxTraceEvents events in all; more than
+/// kMaxTraceRanks texts; the errors of writeFileAtomically (lib/FileUtil.h).
+llvm::Error writeTraceFile(llvm::StringRef path,
+                           const std::vector<std::string> &rankEventsJSON);
+
+/// A complete event read back from a trace file; times in microseconds as
+/// written (fractions allowed).
+struct TimelineEvent {
+  int rank = 0;
+  std::string name, category;
+  int stage = -1, microbatch = -1;
+  double startUs = 0, durationUs = 0;
+};
+
+/// The complete events of a trace file and the ranks it names.
+struct Timeline {
+  /// In file order.
+  std::vector<TimelineEvent> events;
+  /// Every rank with an event or a "process_name" metadata event, sorted.
+  std::vector<int> ranks;
+};
+
+/// Parses the text of a trace file; `what` names it in messages ("trace
+/// 't.json'"). Accepts the object form ({"traceEvents": [...]}) and the
+/// bare array form. Reads complete events ("X"), checks flow events ("s",
+/// "t", "f": id, pid, tid, ts, cat, name) and metadata events ("M": pid,
+/// name), and ignores other phases. Errors, one line each:
+///   "trace 't.json' is not valid JSON: [1:5, byte=4]: ..."
+///   "trace 't.json': expected an object with \"traceEvents\" or an array"
+///   "trace 't.json' has 1000001 events, over the limit of 1000000"
+///   "trace 't.json': event 3: missing \"dur\""
+///   "trace 't.json': event 3: \"dur\" must be a number >= 0 (got -5)"
+///   "trace 't.json': event 3: \"pid\" must be an integer in [0, 65536)"
+///   "trace 't.json': event 3: unknown category 'x' (expected compute,
+///    send, recv, wait or other)"
+///   "trace 't.json' has no complete events (ph \"X\")"
+llvm::Expected<Timeline> parseTrace(llvm::StringRef text, llvm::StringRef what);
+
+/// Reads and parses the trace file `path` (regular files of at most
+/// kMaxTraceBytes). Errors: readFileBounded's (lib/SafeRead.h) and
+/// parseTrace's, naming the file.
+llvm::Expected<Timeline> readTraceFile(llvm::StringRef path);
+
+/// What one rank did over a trace.
+struct RankSummary {
+  int rank = 0;
+  /// Time covered by compute events (overlaps counted once).
+  double busyUs = 0;
+  /// Time covered by wait and recv events (overlaps counted once).
+  double waitUs = 0;
+  /// 1 - busyUs / the trace's span.
+  double bubble = 0;
+  /// Complete events, and those per category.
+  int64_t events = 0, compute = 0, send = 0, recv = 0, wait = 0, other = 0;
+};
+
+/// The stage whose events of one name (F or B) took longest on average.
+struct StageTime {
+  int stage = -1;
+  double meanUs = 0;
+  int64_t count = 0;
+};
+
+struct TraceSummary {
+  /// First start and last end over all ranks, and their difference.
+  double startUs = 0, endUs = 0, spanUs = 0;
+  /// One per rank of the timeline, in rank order.
+  std::vector<RankSummary> ranks;
+  /// 1 - (sum of busy time) / (ranks * span).
+  double bubble = 0;
+  /// Over compute events named "F" (and "B") with a stage; ties go to the
+  /// lower stage. Empty when there are none.
+  std::optional<StageTime> slowestForward, slowestBackward;
+};
+
+/// Summarizes a timeline (as parseTrace returns it: at least one event).
+TraceSummary summarizeTrace(const Timeline &timeline);
+
+/// Prints `summary` as an aligned table, the slowest stages, then one
+/// machine-parsable line per rank and one for the whole trace:
+///   trace: rank=0 busy_ms=6.000 wait_ms=2.000 bubble=0.4000 events=9
+///          compute=4 send=2 recv=2 wait=1 other=0
+///   trace: span_ms=10.000 ranks=2 bubble=0.4000 slowest_f_stage=1
+///          slowest_f_ms=2.000 [slowest_b_stage=0 slowest_b_ms=3.000]
+/// (each on one line).
+void printTraceSummary(const TraceSummary &summary, llvm::raw_ostream &os);
+
+/// Draws `timeline` as a standalone SVG document: one row per rank
+/// (labelled "rank R", in a <g class="rank">), a box per compute event
+/// (<rect class="compute KIND">, KIND = F, B, I, W or other, each its own
+/// colour) labelled like "2F5" (stage, name, microbatch) where the label
+/// fits, thinner grey bars for sends, receives, waits and other events,
+/// and an x axis in milliseconds with ticks.
+void renderTimelineSVG(const Timeline &timeline, llvm::raw_ostream &os);
+
+} // namespace ppc
+
+#endif // PPC_RUNTIME_TRACE_H

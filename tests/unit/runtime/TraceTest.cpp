@@ -1,0 +1,479 @@
+//===- tests/unit/runtime/TraceTest.cpp - Timeline traces -----------------===//
+#include "runtime/Trace.h"
+
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+using namespace ppc;
+
+namespace {
+
+std::string fixture(llvm::StringRef name) {
+  return std::string(PPC_FIXTURES_DIR) + "/trace/" + name.str();
+}
+
+std::string contents(const std::string &path) {
+  auto buffer = llvm::MemoryBuffer::getFile(path);
+  return buffer ? (*buffer)->getBuffer().str() : "<unreadable>";
+}
+
+class TraceTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    ASSERT_FALSE(llvm::sys::fs::createUniqueDirectory("ppc-trace", dir));
+  }
+  void TearDown() override { llvm::sys::fs::remove_directories(dir); }
+
+  std::string path(llvm::StringRef name) const {
+    llvm::SmallString<256> p(dir);
+    llvm::sys::path::append(p, name);
+    return std::string(p);
+  }
+
+  llvm::SmallString<256> dir;
+};
+
+/// The events of a two-rank run with fixed times: rank 0 runs stage 0 and
+/// sends microbatch 0 to rank 1, which runs stage 1 and collects.
+std::vector<TraceRecorder> twoRanks() {
+  std::vector<TraceRecorder> ranks{TraceRecorder(0), TraceRecorder(1)};
+  int64_t id = messageFlowId(0, 0, 1, 0);
+  ranks[0].add({"F", "compute", 0, 0, 1000, 500});
+  ranks[0].add({"SEND_F", "send", 0, 0, 1500, 20, id, true});
+  ranks[1].add({"wait", "wait", -1, -1, 1000, 400});
+  ranks[1].add({"RECV_F", "recv", 1, 0, 1400, 150, id, false});
+  ranks[1].add({"F", "compute", 1, 0, 1550, 700});
+  ranks[1].add({"OUT", "other", 1, 0, 2250, 10});
+  return ranks;
+}
+
+std::vector<std::string> texts(const std::vector<TraceRecorder> &ranks) {
+  std::vector<std::string> out;
+  for (const TraceRecorder &r : ranks)
+    out.push_back(r.eventsJSON());
+  return out;
+}
+
+std::string errorOf(llvm::Error err) {
+  return err ? llvm::toString(std::move(err)) : "";
+}
+
+template <typename T> std::string errorOf(llvm::Expected<T> value) {
+  return value ? "" : llvm::toString(value.takeError());
+}
+
+std::string parseError(llvm::StringRef text) {
+  return errorOf(parseTrace(text, "trace 't.json'"));
+}
+
+/// A trace of one complete event with `fields` replacing or adding to a
+/// valid event's (a null value removes the field).
+std::string oneEvent(const std::map<std::string, std::string> &fields) {
+  std::map<std::string, std::string> event{
+      {"name", "\"F\""}, {"cat", "\"compute\""}, {"ph", "\"X\""}, {"ts", "10"},
+      {"dur", "5"},      {"pid", "0"},           {"tid", "0"}};
+  for (const auto &[key, value] : fields) {
+    if (value == "null")
+      event.erase(key);
+    else
+      event[key] = value;
+  }
+  std::string text = "{\"traceEvents\": [{\"name\": \"process_name\", "
+                     "\"ph\": \"M\", \"pid\": 0}, {";
+  bool first = true;
+  for (const auto &[key, value] : event) {
+    text += (first ? "\"" : ", \"") + key + "\": " + value;
+    first = false;
+  }
+  return text + "}]}";
+}
+
+} // namespace
+
+TEST(TraceRecorderTest, ClockIsMonotonicMicroseconds) {
+  int64_t a = TraceRecorder::nowUs();
+  int64_t b = TraceRecorder::nowUs();
+  EXPECT_GT(a, 0);
+  EXPECT_LE(a, b);
+}
+
+TEST(TraceRecorderTest, FlowIdsAreStableDistinctAndExactInJavaScript) {
+  EXPECT_EQ(messageFlowId(3, 0, 1, 7), messageFlowId(3, 0, 1, 7));
+  std::set<int64_t> ids;
+  for (int channel = 0; channel < 8; ++channel)
+    for (int64_t seq = 0; seq < 64; ++seq)
+      for (int from = 0; from < 3; ++from) {
+        int64_t id = messageFlowId(channel, from, from + 1, seq);
+        EXPECT_GE(id, 0);
+        EXPECT_LE(id, kMaxFlowId);
+        ids.insert(id);
+      }
+  EXPECT_EQ(ids.size(), 8u * 64 * 3);
+}
+
+TEST(TraceRecorderTest, EventsJSONHasCompleteAndFlowEvents) {
+  TraceRecorder recorder(3);
+  recorder.reserve(4);
+  recorder.add({"F", "compute", 2, 5, 100, 40});
+  recorder.add({"SEND_F", "send", 2, 5, 140, 3, 77, true});
+  recorder.add({"RECV_B", "recv", 2, 5, 150, 9, 78, false});
+  ASSERT_EQ(recorder.events().size(), 3u);
+  EXPECT_EQ(recorder.events()[0].name, "F");
+
+  auto parsed = llvm::json::parse(recorder.eventsJSON());
+  ASSERT_TRUE(static_cast<bool>(parsed)) << llvm::toString(parsed.takeError());
+  const llvm::json::Array *events = parsed->getAsArray();
+  ASSERT_TRUE(events);
+  ASSERT_EQ(events->size(), 5u); // 3 complete events, 2 flow events.
+  const llvm::json::Object &f = *(*events)[0].getAsObject();
+  EXPECT_EQ(f.getString("ph"), llvm::StringRef("X"));
+  EXPECT_EQ(f.getString("name"), llvm::StringRef("F"));
+  EXPECT_EQ(f.getString("cat"), llvm::StringRef("compute"));
+  EXPECT_EQ(f.getInteger("ts"), int64_t(100));
+  EXPECT_EQ(f.getInteger("dur"), int64_t(40));
+  EXPECT_EQ(f.getInteger("pid"), int64_t(3));
+  EXPECT_EQ(f.getInteger("tid"), int64_t(0));
+  EXPECT_EQ(f.getObject("args")->getInteger("stage"), int64_t(2));
+  EXPECT_EQ(f.getObject("args")->getInteger("microbatch"), int64_t(5));
+
+  const llvm::json::Object &start = *(*events)[2].getAsObject();
+  EXPECT_EQ(start.getString("ph"), llvm::StringRef("s"));
+  EXPECT_EQ(start.getInteger("id"), int64_t(77));
+  EXPECT_EQ(start.getInteger("ts"), int64_t(140));
+  EXPECT_EQ(start.getString("bp"), llvm::None);
+  const llvm::json::Object &end = *(*events)[4].getAsObject();
+  EXPECT_EQ(end.getString("ph"), llvm::StringRef("f"));
+  EXPECT_EQ(end.getString("bp"), llvm::StringRef("e"));
+  EXPECT_EQ(end.getInteger("id"), int64_t(78));
+  EXPECT_EQ(end.getInteger("ts"), int64_t(150));
+  EXPECT_EQ(start.getString("cat"), end.getString("cat"));
+  EXPECT_EQ(start.getString("name"), end.getString("name"));
+}
+
+TEST_F(TraceTest, WrittenFileHasLanesEventsAndMatchedFlows) {
+  std::string p = path("trace.json");
+  ASSERT_EQ(errorOf(writeTraceFile(p, texts(twoRanks()))), "");
+
+  auto parsed = llvm::json::parse(contents(p));
+  ASSERT_TRUE(static_cast<bool>(parsed)) << llvm::toString(parsed.takeError());
+  const llvm::json::Object *top = parsed->getAsObject();
+  ASSERT_TRUE(top);
+  EXPECT_EQ(top->getString("displayTimeUnit"), llvm::StringRef("ms"));
+  ASSERT_TRUE(top->getObject("otherData"));
+  EXPECT_EQ(top->getObject("otherData")->getInteger("ranks"), int64_t(2));
+  const llvm::json::Array *events = top->getArray("traceEvents");
+  ASSERT_TRUE(events);
+
+  std::map<int64_t, std::string> laneNames;
+  std::map<int64_t, std::vector<std::string>> complete;
+  std::map<int64_t, std::pair<int, int>> flows; // id -> (s count, f count)
+  for (const llvm::json::Value &value : *events) {
+    const llvm::json::Object &e = *value.getAsObject();
+    ASSERT_TRUE(e.getString("ph"));
+    ASSERT_TRUE(e.getInteger("pid"));
+    ASSERT_TRUE(e.getInteger("tid"));
+    ASSERT_TRUE(e.getNumber("ts"));
+    llvm::StringRef ph = *e.getString("ph");
+    int64_t pid = *e.getInteger("pid");
+    if (ph == "M" && e.getString("name") == llvm::StringRef("process_name"))
+      laneNames[pid] = e.getObject("args")->getString("name")->str();
+    if (ph == "X") {
+      EXPECT_GE(*e.getNumber("dur"), 0);
+      complete[pid].push_back(e.getString("name")->str());
+    }
+    if (ph == "s" || ph == "f") {
+      EXPECT_EQ(e.getString("cat"), llvm::StringRef("flow"));
+      auto &[starts, ends] = flows[*e.getInteger("id")];
+      ++(ph == "s" ? starts : ends);
+      if (ph == "f") {
+        EXPECT_EQ(e.getString("bp"), llvm::StringRef("e"));
+      }
+    }
+  }
+  EXPECT_EQ(laneNames,
+            (std::map<int64_t, std::string>{{0, "rank 0"}, {1, "rank 1"}}));
+  EXPECT_EQ(complete[0], (std::vector<std::string>{"F", "SEND_F"}));
+  EXPECT_EQ(complete[1],
+            (std::vector<std::string>{"wait", "RECV_F", "F", "OUT"}));
+  ASSERT_EQ(flows.size(), 1u);
+  EXPECT_EQ(flows.begin()->first, messageFlowId(0, 0, 1, 0));
+  EXPECT_EQ(flows.begin()->second, std::make_pair(1, 1));
+
+  // And ppc reads its own file back.
+  auto timeline = readTraceFile(p);
+  ASSERT_TRUE(static_cast<bool>(timeline))
+      << llvm::toString(timeline.takeError());
+  EXPECT_EQ(timeline->ranks, (std::vector<int>{0, 1}));
+  ASSERT_EQ(timeline->events.size(), 6u);
+  const TimelineEvent &recv = timeline->events[3];
+  EXPECT_EQ(recv.rank, 1);
+  EXPECT_EQ(recv.name, "RECV_F");
+  EXPECT_EQ(recv.category, "recv");
+  EXPECT_EQ(recv.stage, 1);
+  EXPECT_EQ(recv.microbatch, 0);
+  EXPECT_EQ(recv.startUs, 1400);
+  EXPECT_EQ(recv.durationUs, 150);
+}
+
+// tests/cli/test_trace.py checks this file against the trace event format,
+// so the format check covers what writeTraceFile writes. After a deliberate
+// change of the format, regenerate it with PPC_UPDATE_TRACE_FIXTURES=1.
+TEST_F(TraceTest, WrittenFileMatchesTheFixture) {
+  std::string p = path("trace.json");
+  ASSERT_EQ(errorOf(writeTraceFile(p, texts(twoRanks()))), "");
+  if (std::getenv("PPC_UPDATE_TRACE_FIXTURES")) {
+    ASSERT_EQ(
+        errorOf(writeTraceFile(fixture("written.json"), texts(twoRanks()))),
+        "");
+  }
+  EXPECT_EQ(contents(p), contents(fixture("written.json")));
+}
+
+TEST_F(TraceTest, WriterStampsEachEventWithItsRank) {
+  // Rank 1's text claims pid 0: the index wins.
+  TraceRecorder wrong(0);
+  wrong.add({"F", "compute", 1, 0, 10, 5});
+  std::string p = path("trace.json");
+  ASSERT_EQ(errorOf(writeTraceFile(
+                p, {TraceRecorder(0).eventsJSON(), wrong.eventsJSON()})),
+            "");
+  auto timeline = readTraceFile(p);
+  ASSERT_TRUE(static_cast<bool>(timeline))
+      << llvm::toString(timeline.takeError());
+  ASSERT_EQ(timeline->events.size(), 1u);
+  EXPECT_EQ(timeline->events[0].rank, 1);
+  EXPECT_EQ(timeline->ranks, (std::vector<int>{0, 1}));
+}
+
+TEST_F(TraceTest, WriterRefusesBadRankTexts) {
+  std::string p = path("trace.json");
+  std::string ok = TraceRecorder(0).eventsJSON();
+  EXPECT_EQ(errorOf(writeTraceFile(p, {ok, "{\"a\": 1}"})),
+            "the trace of rank 1 is not a JSON array");
+  EXPECT_EQ(errorOf(writeTraceFile(p, {ok, "[1]"})),
+            "the trace of rank 1: event 0 is not an object");
+  std::string bad = errorOf(writeTraceFile(p, {"[", ok}));
+  EXPECT_EQ(bad.rfind("the trace of rank 0 is not valid JSON: ", 0), 0u) << bad;
+  EXPECT_FALSE(llvm::sys::fs::exists(p));
+}
+
+// Numbers worked out by hand in fixtures/trace/summary.json's "otherData":
+// rank 0 computes 1000 + 1000 + 2000 + 2000 us and is blocked for a
+// 1800 us wait and receives of 200 and 800 us; rank 1 computes 1500 + 1250
+// + 1500 + 1250 us and is blocked over [0, 1150) (a wait [0, 1050)
+// overlapping a receive [1000, 1150): once, not 1200 us) and 100 us; the
+// trace spans [0, 10000) us.
+TEST(TraceSummaryTest, HandComputedNumbers) {
+  auto timeline = readTraceFile(fixture("summary.json"));
+  ASSERT_TRUE(static_cast<bool>(timeline))
+      << llvm::toString(timeline.takeError());
+  TraceSummary s = summarizeTrace(*timeline);
+  EXPECT_DOUBLE_EQ(s.spanUs, 10000);
+  EXPECT_DOUBLE_EQ(s.startUs, 5e9);
+  ASSERT_EQ(s.ranks.size(), 2u);
+  const RankSummary &r0 = s.ranks[0], &r1 = s.ranks[1];
+  EXPECT_EQ(r0.rank, 0);
+  EXPECT_DOUBLE_EQ(r0.busyUs, 6000);
+  EXPECT_DOUBLE_EQ(r0.waitUs, 2800);
+  EXPECT_DOUBLE_EQ(r0.bubble, 0.4);
+  EXPECT_EQ(r1.rank, 1);
+  EXPECT_DOUBLE_EQ(r1.busyUs, 5500);
+  EXPECT_DOUBLE_EQ(r1.waitUs, 1250);
+  EXPECT_DOUBLE_EQ(r1.bubble, 0.45);
+  EXPECT_DOUBLE_EQ(s.bubble, 0.425);
+  for (const RankSummary &r : s.ranks) {
+    EXPECT_EQ(r.events, 10);
+    EXPECT_EQ(r.compute, 4);
+    EXPECT_EQ(r.send, 2);
+    EXPECT_EQ(r.recv, 2);
+    EXPECT_EQ(r.wait, 1);
+    EXPECT_EQ(r.other, 1);
+  }
+  ASSERT_TRUE(s.slowestForward);
+  EXPECT_EQ(s.slowestForward->stage, 1);
+  EXPECT_DOUBLE_EQ(s.slowestForward->meanUs, 1500);
+  EXPECT_EQ(s.slowestForward->count, 2);
+  ASSERT_TRUE(s.slowestBackward);
+  EXPECT_EQ(s.slowestBackward->stage, 0);
+  EXPECT_DOUBLE_EQ(s.slowestBackward->meanUs, 2000);
+
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  printTraceSummary(s, os);
+  os.flush();
+  EXPECT_NE(text.find("trace: rank=0 busy_ms=6.000 wait_ms=2.800 "
+                      "bubble=0.4000 events=10 compute=4 send=2 recv=2 "
+                      "wait=1 other=1\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("trace: rank=1 busy_ms=5.500 wait_ms=1.250 "
+                      "bubble=0.4500 "),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("trace: span_ms=10.000 ranks=2 bubble=0.4250 "
+                      "slowest_f_stage=1 slowest_f_ms=1.500 "
+                      "slowest_b_stage=0 slowest_b_ms=2.000\n"),
+            std::string::npos)
+      << text;
+}
+
+TEST(TraceSummaryTest, ForwardOnlyHasNoBackwardStage) {
+  auto timeline = parseTrace(oneEvent({{"args", "{\"stage\": 4}"}}), "t");
+  ASSERT_TRUE(static_cast<bool>(timeline))
+      << llvm::toString(timeline.takeError());
+  TraceSummary s = summarizeTrace(*timeline);
+  ASSERT_TRUE(s.slowestForward);
+  EXPECT_EQ(s.slowestForward->stage, 4);
+  EXPECT_FALSE(s.slowestBackward);
+  EXPECT_DOUBLE_EQ(s.ranks[0].bubble, 0);
+}
+
+TEST(TraceParseTest, HostileTracesGiveOneLineErrors) {
+  const std::vector<std::pair<std::string, std::string>> cases{
+      {"{\"traceEvents\": 5}",
+       "trace 't.json': expected an object with an array \"traceEvents\", "
+       "or an array"},
+      {"\"text\"", "trace 't.json': expected an object with an array "
+                   "\"traceEvents\", or an array"},
+      {"[1]", "trace 't.json': event 0 is not an object"},
+      {"[{}]", "trace 't.json': event 0: missing \"ph\""},
+      {"[{\"ph\": 88}]", "trace 't.json': event 0: \"ph\" must be a string"},
+      {oneEvent({{"name", "null"}}),
+       "trace 't.json': event 1: missing \"name\""},
+      {oneEvent({{"dur", "null"}}), "trace 't.json': event 1: missing \"dur\""},
+      {oneEvent({{"dur", "-5"}}),
+       "trace 't.json': event 1: \"dur\" must be a number in [0, 1e+15] "
+       "(got -5)"},
+      {oneEvent({{"dur", "\"5\""}}),
+       "trace 't.json': event 1: \"dur\" must be a number in [0, 1e+15]"},
+      {oneEvent({{"ts", "1e300"}}),
+       "trace 't.json': event 1: \"ts\" must be a number in [0, 1e+15] "
+       "(got 1e+300)"},
+      {oneEvent({{"pid", "65536"}}),
+       "trace 't.json': event 1: \"pid\" must be an integer in [0, 65535] "
+       "(got 65536)"},
+      {oneEvent({{"pid", "0.5"}}),
+       "trace 't.json': event 1: \"pid\" must be an integer in [0, 65535] "
+       "(got 0.5)"},
+      {oneEvent({{"tid", "1e19"}}),
+       "trace 't.json': event 1: \"tid\" must be an integer in "
+       "[-2147483648, 2147483647] (got 1e+19)"},
+      {oneEvent({{"cat", "\"gpu\""}}),
+       "trace 't.json': event 1: unknown category 'gpu' (expected compute, "
+       "send, recv, wait or other)"},
+      {oneEvent({{"args", "[]"}}),
+       "trace 't.json': event 1: \"args\" must be an object"},
+      {oneEvent({{"args", "{\"stage\": \"2\"}"}}),
+       "trace 't.json': event 1: \"args.stage\" must be an integer in [-1, "
+       "2147483647]"},
+      {oneEvent({{"args", "{\"microbatch\": -2}"}}),
+       "trace 't.json': event 1: \"args.microbatch\" must be an integer in "
+       "[-1, 2147483647] (got -2)"},
+      {"[{\"ph\": \"s\", \"name\": \"m\", \"cat\": \"flow\", \"pid\": 0, "
+       "\"tid\": 0, \"ts\": 1}]",
+       "trace 't.json': event 0: missing \"id\""},
+      {"[{\"ph\": \"f\", \"name\": \"m\", \"cat\": \"flow\", \"pid\": 0, "
+       "\"tid\": 0, \"ts\": 1, \"id\": -1}]",
+       "trace 't.json': event 0: \"id\" must be an integer in [0, "
+       "9007199254740991] (got -1)"},
+      {"[{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": 0}]",
+       "trace 't.json' has no complete events (ph \"X\")"},
+      {"[]", "trace 't.json' has no complete events (ph \"X\")"},
+  };
+  for (const auto &[text, expected] : cases) {
+    SCOPED_TRACE(text);
+    std::string error = parseError(text);
+    EXPECT_EQ(error, expected);
+    EXPECT_EQ(error.find('\n'), std::string::npos);
+  }
+}
+
+TEST(TraceParseTest, NotJSONAndDeepNesting) {
+  std::string error = parseError("{\"traceEvents\": [");
+  EXPECT_EQ(error.rfind("trace 't.json' is not valid JSON: ", 0), 0u) << error;
+  EXPECT_EQ(error.find('\n'), std::string::npos);
+  EXPECT_EQ(parseError(std::string(100000, '[') + std::string(100000, ']')),
+            "trace 't.json' nests deeper than 256 levels");
+}
+
+TEST(TraceParseTest, HugeArraysAreRefusedBeforeUse) {
+  std::string text = "[";
+  for (size_t i = 0; i <= kMaxTraceEvents; ++i)
+    text += i ? ",{}" : "{}";
+  text += "]";
+  EXPECT_EQ(parseError(text), "trace 't.json' has 1000001 events, over the "
+                              "limit of 1000000");
+}
+
+TEST(TraceParseTest, IgnoresPhasesItDoesNotDraw) {
+  auto timeline = parseTrace(
+      "[{\"ph\": \"i\", \"name\": \"mark\", \"pid\": 9, \"tid\": 0, \"ts\": "
+      "3}, {\"ph\": \"C\", \"name\": \"mem\", \"pid\": 0, \"ts\": 1, "
+      "\"args\": {\"v\": 1}}, {\"ph\": \"X\", \"name\": \"F\", \"cat\": "
+      "\"compute\", \"pid\": 2, \"tid\": 0, \"ts\": 0, \"dur\": 1.5}]",
+      "t");
+  ASSERT_TRUE(static_cast<bool>(timeline))
+      << llvm::toString(timeline.takeError());
+  EXPECT_EQ(timeline->ranks, std::vector<int>{2});
+  ASSERT_EQ(timeline->events.size(), 1u);
+  EXPECT_EQ(timeline->events[0].durationUs, 1.5);
+  EXPECT_EQ(timeline->events[0].stage, -1);
+}
+
+TEST_F(TraceTest, FileErrorsNameTheFile) {
+  std::string missing = path("missing.json");
+  EXPECT_EQ(errorOf(readTraceFile(missing)),
+            "cannot read trace '" + missing + "': No such file or directory");
+  EXPECT_EQ(errorOf(readTraceFile(std::string(dir))),
+            "trace '" + std::string(dir) +
+                "' is not a regular file (a "
+                "directory)");
+  // A sparse file over the cap is refused before a byte is read.
+  std::string big = path("big.json");
+  {
+    std::error_code ec;
+    llvm::raw_fd_ostream os(big, ec);
+    ASSERT_FALSE(ec);
+  }
+  ASSERT_EQ(::truncate(big.c_str(), kMaxTraceBytes + 1), 0);
+  EXPECT_EQ(errorOf(readTraceFile(big)),
+            "trace '" + big + "' is " + std::to_string(kMaxTraceBytes + 1) +
+                " bytes, over the limit of " + std::to_string(kMaxTraceBytes));
+}
+
+TEST(TraceSVGTest, RowsBoxesLabelsAndEscaping) {
+  auto timeline = readTraceFile(fixture("summary.json"));
+  ASSERT_TRUE(static_cast<bool>(timeline))
+      << llvm::toString(timeline.takeError());
+  timeline->events[0].name = "<F&>";
+  std::string svg;
+  llvm::raw_string_ostream os(svg);
+  renderTimelineSVG(*timeline, os);
+  os.flush();
+  auto count = [&](llvm::StringRef needle) {
+    return llvm::StringRef(svg).count(needle);
+  };
+  EXPECT_EQ(count("<g class=\"rank\""), 2u);
+  EXPECT_EQ(count(">rank 0</text>"), 1u);
+  EXPECT_EQ(count(">rank 1</text>"), 1u);
+  EXPECT_EQ(count("<rect class=\"compute "), 8u);
+  EXPECT_EQ(count("<rect class=\"compute B\""), 4u);
+  EXPECT_EQ(count("<rect class=\"compute other\""), 1u); // the renamed one
+  EXPECT_EQ(count("&lt;F&amp;&gt;"), 2u);                // its title and label
+  EXPECT_EQ(count("<F&>"), 0u);
+  EXPECT_EQ(count(">1F0</text>"), 1u);
+  EXPECT_EQ(count(">time (ms)</text>"), 1u);
+}
