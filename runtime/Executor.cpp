@@ -8,6 +8,7 @@
 
 #include "lib/Error.h"
 #include "lib/ValueWalk.h"
+#include "runtime/Trace.h"
 
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -102,6 +103,10 @@ private:
   /// Training: gradients of this rank's stage outputs, summed over the
   /// consumers seen so far, per tensor of the value.
   std::map<ValueKey, std::vector<at::Tensor>> outputGrads;
+  /// Messages so far per (channel, from, to), for trace flow ids.
+  std::map<std::tuple<int, int, int>, int64_t> messages;
+  /// Records action `a`, run from `startUs` until now.
+  void record(const Action &a, int64_t startUs);
   /// Training: gradients a consumer stage computed for a remote producer's
   /// output, awaiting SEND_B: (consumer, producer, output, mb).
   std::map<std::tuple<int, int, int, int>, std::vector<at::Tensor>> toSend;
@@ -657,6 +662,41 @@ llvm::Error Executor::recvBackward(const Action &a) {
   return llvm::Error::success();
 }
 
+void Executor::record(const Action &a, int64_t startUs) {
+  static constexpr const char *kNames[] = {
+      "F", "SEND_F", "RECV_F", "OUT", "B", "I", "W", "SEND_B", "RECV_B"};
+  TraceEvent e;
+  e.name = kNames[static_cast<int>(a.kind)];
+  e.stage = a.stage;
+  e.microbatch = a.microbatch;
+  e.startUs = startUs;
+  e.durationUs = std::max<int64_t>(TraceRecorder::nowUs() - startUs, 0);
+  switch (a.kind) {
+  case ActionKind::SendF:
+  case ActionKind::SendB:
+  case ActionKind::RecvF:
+  case ActionKind::RecvB: {
+    bool sending = a.kind == ActionKind::SendF || a.kind == ActionKind::SendB;
+    int channel = channelOf(schedule, a);
+    int from = sending ? plan.rank : a.peerRank;
+    int to = sending ? a.peerRank : plan.rank;
+    int64_t seq = messages[{channel, from, to}]++;
+    e.category = sending ? "send" : "recv";
+    e.flowId = messageFlowId(channel, from, to, (step.runIndex << 24) + seq);
+    e.flowOut = sending;
+    e.durationUs = std::max<int64_t>(e.durationUs, 1);
+    break;
+  }
+  case ActionKind::Output:
+    e.category = "other";
+    break;
+  default:
+    e.category = "compute";
+    break;
+  }
+  step.trace->add(std::move(e));
+}
+
 llvm::Expected<ExecutorResult> Executor::run() {
   Clock::time_point start = Clock::now();
   result.outputParts.resize(manifest.modelOutputs.size());
@@ -665,8 +705,11 @@ llvm::Expected<ExecutorResult> Executor::run() {
   for (size_t i = 0; i < actions.size(); ++i)
     if (actions[i].microbatch == 0)
       lastOfFirst = i;
+  if (step.trace)
+    step.trace->reserve(step.trace->events().size() + actions.size() + 1);
   for (size_t i = 0; i < actions.size(); ++i) {
     const Action &a = actions[i];
+    int64_t startUs = step.trace ? TraceRecorder::nowUs() : 0;
     llvm::Error err = llvm::Error::success();
     switch (a.kind) {
     case ActionKind::Forward:
@@ -699,13 +742,19 @@ llvm::Expected<ExecutorResult> Executor::run() {
     }
     if (err)
       return err;
+    if (step.trace)
+      record(a, startUs);
     if (i == lastOfFirst)
       result.firstOutputMs =
           std::chrono::duration<double, std::milli>(Clock::now() - start)
               .count();
   }
+  int64_t flushStart = step.trace ? TraceRecorder::nowUs() : 0;
   if (llvm::Error err = plan.transport->flushSends())
     return err;
+  if (step.trace)
+    step.trace->add({"flush", "wait", -1, -1, flushStart,
+                     TraceRecorder::nowUs() - flushStart});
   return result;
 }
 } // namespace

@@ -119,8 +119,11 @@ struct ExecutorStep {
   /// Called with the error of a produced value that contradicts metadata
   /// this run did not infer; returns the error to report.
   std::function<llvm::Error(llvm::Error)> onMetaMismatch;
-  /// Where to record one event per action, if anywhere.
+  /// Where to record one event per action, if anywhere, and this run's
+  /// index among the pipeline's runs (it keeps flow ids of different runs
+  /// apart; every rank counts runs alike).
   TraceRecorder *trace = nullptr;
+  int64_t runIndex = 0;
 };
 
 /// What one run of the executor produced on this rank.

@@ -430,6 +430,8 @@ llvm::Error Pipeline::Impl::prepareStep(const std::vector<c10::IValue> &inputs,
   step.onMetaMismatch = [this](llvm::Error err) {
     return cacheWasWrong(std::move(err));
   };
+  step.trace = trace ? &*trace : nullptr;
+  step.runIndex = runs++;
   if (fresh.empty())
     return llvm::Error::success();
 
@@ -656,6 +658,8 @@ Pipeline::Impl::create(llvm::StringRef manifestPath, const LaunchEnv &env,
                                    (impl->training() ? 1 : 0));
   if (llvm::Error err = impl->loadStages(*device))
     return err;
+  if (!options.tracePath.empty())
+    impl->trace.emplace(env.rank);
   return impl;
 }
 
@@ -703,7 +707,27 @@ Pipeline::run(const std::vector<c10::IValue> &inputs) {
   return result;
 }
 
-llvm::Error Pipeline::finish() { return impl_->transport->barrier(); }
+llvm::Error Pipeline::Impl::writeTrace() {
+  if (!trace)
+    return llvm::Error::success();
+  std::vector<std::string> ranks(env.worldSize);
+  for (int r = 0; r < env.worldSize; ++r) {
+    std::string events = r == env.rank ? trace->eventsJSON() : std::string();
+    if (llvm::Error err = transport->broadcastBytes(events, r))
+      return err;
+    ranks[r] = std::move(events);
+  }
+  trace.reset();
+  if (env.rank != 0)
+    return llvm::Error::success();
+  return writeTraceFile(options.tracePath, ranks);
+}
+
+llvm::Error Pipeline::finish() {
+  if (llvm::Error err = impl_->writeTrace())
+    return err;
+  return impl_->transport->barrier();
+}
 
 /// The meta cache directory of a run with `options`.
 static std::string metaCacheDirOf(const RunOptions &options,

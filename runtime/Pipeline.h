@@ -79,6 +79,9 @@ struct RunOptions {
   /// print. Off: Pipeline::create raises glog's threshold process-wide, so
   /// that a failure is one error line.
   bool torchLogs = false;
+  /// If set, every run's actions are recorded and finish() writes them to
+  /// this file (from rank 0) as a Chrome trace (docs/trace.md).
+  std::string tracePath;
   /// Where warnings ("warning: ...") go; stderr when null.
   llvm::raw_ostream *warnings = nullptr;
 };
@@ -154,7 +157,9 @@ public:
   /// Whether the model returns a tuple (else outputs hold one value).
   bool outputIsTuple() const;
 
-  /// Waits until every rank has called finish(). Errors: "lost rank R".
+  /// Writes the trace if one is recorded (RunOptions::tracePath), then
+  /// waits until every rank has called finish(). Errors: "lost rank R", the
+  /// trace cannot be written.
   llvm::Error finish();
 
   const RunStats &stats() const;

@@ -15,6 +15,7 @@
 #include "runtime/Pipeline.h"
 #include "runtime/Schedule.h"
 #include "runtime/TensorMeta.h"
+#include "runtime/Trace.h"
 #include "runtime/Transport.h"
 
 #include "llvm/Support/raw_ostream.h"
@@ -66,6 +67,12 @@ struct Pipeline::Impl {
     return options.warnings ? *options.warnings : llvm::errs();
   }
 
+  /// The actions of every run, when RunOptions::tracePath asks for them,
+  /// and how many runs there were.
+  std::optional<TraceRecorder> trace;
+  int64_t runs = 0;
+  /// Ships every rank's events to rank 0, which writes the trace file.
+  llvm::Error writeTrace();
   /// The metadata of every signature settled so far, on this rank.
   std::map<std::string, MetaTable> known;
   /// The meta cache of this run, when one is used, and its file.

@@ -384,6 +384,10 @@ llvm::Error Trainer::save(llvm::StringRef dir) {
   return core.transport->barrier();
 }
 
-llvm::Error Trainer::finish() { return impl_->core->transport->barrier(); }
+llvm::Error Trainer::finish() {
+  if (llvm::Error err = impl_->core->writeTrace())
+    return err;
+  return impl_->core->transport->barrier();
+}
 
 } // namespace ppc

@@ -16,6 +16,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import launch, main, model_path, ppc  # noqa: E402
+from trace_format import assert_valid_trace  # noqa: E402
 from training import (read_grads, reference, rel_diff, resolve, split,  # noqa: E402
                       stage_tensors, train, write_data)
 
@@ -179,6 +180,26 @@ class TrainTest(unittest.TestCase):
         bad = self.mlp(4, "--steps", "1", "--no-meta-cache", "--save",
                        os.path.dirname(manifest))
         self.assert_fails(bad, "is the directory of the manifest being trained")
+
+    def test_trace(self):
+        # --trace: one Chrome trace from rank 0 with every rank's actions, a
+        # flow per message; ppc trace summary reads it.
+        trace = self.path("train.trace.json")
+        run = self.mlp(4, "--schedule", "zb-h1", "--microbatches", "3", "--steps", "2",
+                       "--no-meta-cache", "--trace", trace)
+        self.assertEqual(run.proc.returncode, 0, run.output)
+        assert_valid_trace(self, trace)
+        import json
+        with open(trace) as f:
+            events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+        per_rank = {r: sorted(e["name"] for e in events if e["pid"] == r) for r in (0, 1)}
+        # Per rank, 2 stages x 3 microbatches x 2 steps of F, I and W.
+        for r in (0, 1):
+            for kind in ("F", "I", "W"):
+                self.assertEqual(per_rank[r].count(kind), 12, (r, kind))
+        summary = ppc("trace", "summary", trace).stdout
+        self.assertIn("trace: rank=0", summary)
+        self.assertIn("trace: rank=1", summary)
 
     def test_bad_data(self):
         not_torch = self.path("not_torch.pt")

@@ -19,7 +19,7 @@ namespace ppc {
 namespace {
 struct RunCommandOptions {
   std::string manifestPath, inputPath, outputPath;
-  std::string metaCacheDir, inputMeta, device = "cpu";
+  std::string tracePath, metaCacheDir, inputMeta, device = "cpu";
   ScheduleKind schedule = ScheduleKind::OneFOneB;
   int microbatches = 1;
   double timeoutSeconds = 60;
@@ -57,6 +57,7 @@ static llvm::Expected<int> runRun(const RunCommandOptions &o) {
   options.useMetaCache = !o.noMetaCache;
   options.inputMetaPath = o.inputMeta;
   options.threads = o.threads;
+  options.tracePath = o.tracePath;
   options.torchLogs = o.verbose;
   auto stats =
       runPipelineFiles(o.manifestPath, o.inputPath, o.outputPath, *env, options,
@@ -120,6 +121,10 @@ Command addRunCommand(CLI::App &parent) {
       "--threads", o->threads,
       "Intra-op threads per rank, at most 4 per core (default: cores / "
       "LOCAL_WORLD_SIZE)");
+  app->add_option("--trace", o->tracePath,
+                  "Record every action of every rank and write a Chrome trace "
+                  "(Perfetto, chrome://tracing; ppc trace summary|plot) to "
+                  "this file from rank 0");
   app->add_flag("--stats", o->stats,
                 "Print one 'stats: rank=R ...' line per rank");
   app->add_flag("--verbose", o->verbose,

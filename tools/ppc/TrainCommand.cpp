@@ -24,7 +24,7 @@ namespace ppc {
 namespace {
 struct TrainCommandOptions {
   std::string manifestPath, dataPath, savePath, scheduleCSV, gradsDir;
-  std::string metaCacheDir, device = "cpu";
+  std::string tracePath, metaCacheDir, device = "cpu";
   std::string loss = "mse", optimizer = "sgd";
   ScheduleKind schedule = ScheduleKind::OneFOneB;
   int microbatches = 1, steps = 1, lossOutput = 0, threads = 0;
@@ -69,6 +69,7 @@ static llvm::Expected<int> runTrain(const TrainCommandOptions &o) {
   options.run.metaCacheDir = o.metaCacheDir;
   options.run.useMetaCache = !o.noMetaCache;
   options.run.threads = o.threads;
+  options.run.tracePath = o.tracePath;
   options.run.torchLogs = o.verbose;
   options.loss = *parseLossName(o.loss);
   options.lossOutput = o.lossOutput;
@@ -111,8 +112,8 @@ static llvm::Expected<int> runTrain(const TrainCommandOptions &o) {
   }
   if (!o.gradsDir.empty()) {
     llvm::SmallString<256> path(o.gradsDir);
-    llvm::sys::path::append(path, "grads.rank" + std::to_string(t.rank()) +
-                                      ".pt");
+    llvm::sys::path::append(path,
+                            "grads.rank" + std::to_string(t.rank()) + ".pt");
     if (llvm::Error err = t.saveGradients(path))
       return err;
   }
@@ -196,6 +197,10 @@ Command addTrainCommand(CLI::App &parent) {
       "--threads", o->threads,
       "Intra-op threads per rank, at most 4 per core (default: cores / "
       "LOCAL_WORLD_SIZE)");
+  app->add_option("--trace", o->tracePath,
+                  "Record every action of every rank and write a Chrome trace "
+                  "(Perfetto, chrome://tracing; ppc trace summary|plot) to "
+                  "this file from rank 0");
   app->add_flag("--stats", o->stats,
                 "Print one 'stats: rank=R step=N ...' line per rank and step");
   app->add_flag("--verbose", o->verbose,
