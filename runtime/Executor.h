@@ -48,6 +48,7 @@
 
 #include "lib/Manifest.h"
 #include "lib/Stage.h"
+#include "runtime/LossKind.h"
 #include "runtime/Schedule.h"
 #include "runtime/TensorMeta.h"
 #include "runtime/Transport.h"
@@ -66,12 +67,6 @@
 namespace ppc {
 
 class TraceRecorder;
-
-/// The losses `ppc train` offers (torch::nn::functional, mean reduction).
-enum class LossKind { MSE, CrossEntropy };
-/// "mse" / "cross_entropy".
-llvm::StringRef lossName(LossKind kind);
-std::optional<LossKind> parseLossName(llvm::StringRef name);
 
 /// Where a training step's loss is computed: on the stage that produces
 /// model output `modelOutput` (a Tensor).

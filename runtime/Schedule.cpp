@@ -681,9 +681,14 @@ private:
                                      "action in an inference schedule",
                                      who(), r, i)
                            .str());
-    bool stageOk =
-        a.stage >= 0 &&
-        (a.stage < n || (a.stage == n && a.kind == ActionKind::Output));
+    // The collector (stage n) collects model outputs and receives the ones
+    // produced on other ranks (a training schedule with an OUT is refused
+    // below, naming it).
+    bool stageOk = a.stage >= 0 &&
+                   (a.stage < n ||
+                    (a.stage == n &&
+                     (a.kind == ActionKind::Output ||
+                      (a.kind == ActionKind::RecvF && !schedule.training))));
     bool edgeOk = !comm || (a.edge >= 0 && static_cast<size_t>(a.edge) <
                                                schedule.edges.size());
     if (!stageOk || !edgeOk || a.microbatch < 0 ||

@@ -31,8 +31,8 @@
 #ifndef PPC_RUNTIME_TRAINER_H
 #define PPC_RUNTIME_TRAINER_H
 
-#include "runtime/Executor.h"
 #include "runtime/LaunchEnv.h"
+#include "runtime/LossKind.h"
 #include "runtime/Pipeline.h"
 
 #include "llvm/ADT/StringRef.h"

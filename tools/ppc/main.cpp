@@ -13,7 +13,16 @@
 #include <c10/util/Exception.h>
 
 #include <exception>
+#include <string>
 #include <vector>
+
+/// Prints "error: MESSAGE" as one write: a rank stopped by its launcher
+/// right after (another rank failed first) never leaves half a line.
+static void printError(const std::string &message) {
+  std::string line = "error: " + message + "\n";
+  llvm::errs().write(line.data(), line.size());
+  llvm::errs().flush();
+}
 
 int main(int argc, char **argv) {
   CLI::App app{
@@ -38,7 +47,7 @@ int main(int argc, char **argv) {
   } catch (const CLI::CallForVersion &e) {
     return app.exit(e);
   } catch (const CLI::ParseError &e) {
-    llvm::errs() << "error: " << e.what() << " (see ppc --help)\n";
+    printError(std::string(e.what()) + " (see ppc --help)");
     return ppc::kErrorExitCode;
   }
 
@@ -50,17 +59,16 @@ int main(int argc, char **argv) {
     try {
       llvm::Expected<int> code = command.run();
       if (!code) {
-        llvm::errs() << "error: " << llvm::toString(code.takeError()) << "\n";
+        printError(llvm::toString(code.takeError()));
         return ppc::kErrorExitCode;
       }
       return *code;
     } catch (const c10::Error &e) {
-      llvm::errs() << "error: " << ppc::firstLine(e.what_without_backtrace())
-                   << "\n";
+      printError(ppc::firstLine(e.what_without_backtrace()));
     } catch (const std::exception &e) {
-      llvm::errs() << "error: " << ppc::firstLine(e.what()) << "\n";
+      printError(ppc::firstLine(e.what()));
     } catch (...) {
-      llvm::errs() << "error: unknown exception\n";
+      printError("unknown exception");
     }
     return ppc::kErrorExitCode;
   }

@@ -1,6 +1,7 @@
 //===- tests/unit/runtime/ScheduleTest.cpp - Schedules as data ------------===//
 #include "runtime/Schedule.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <gtest/gtest.h>
@@ -101,6 +102,25 @@ TEST(ScheduleTest, GeneratedSchedulesSimulateCleanly) {
             << scheduleName(kind).str() << " " << stages << "/" << world
             << " M=" << micro;
       }
+}
+
+// A model output made on another rank than the last stage's travels to the
+// collector: a RECV_F of the collector pseudo-stage on the output rank.
+TEST(ScheduleTest, ModelOutputsFromOtherRanksReachTheCollector) {
+  for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB})
+    for (auto [stages, world] :
+         std::vector<std::pair<int, int>>{{2, 2}, {3, 3}, {4, 2}}) {
+      Manifest m = chain(stages);
+      m.modelOutputs.push_back(ValueRef::fromStage(0, 1));
+      auto s = buildSchedule(m, *Placement::create(stages, world), kind, 3);
+      ASSERT_TRUE(static_cast<bool>(s));
+      EXPECT_EQ(errorOf(simulateSchedule(m, *s)), "")
+          << scheduleName(kind).str() << " " << stages << "/" << world;
+      int out = s->placement.outputRank();
+      EXPECT_TRUE(llvm::any_of(s->ranks[out], [&](const Action &a) {
+        return a.kind == ActionKind::RecvF && a.stage == stages;
+      }));
+    }
 }
 
 TEST(ScheduleTest, OneFOneBInterleavesStagesOnARank) {
