@@ -277,6 +277,7 @@ def bench_speedup(cfg, wide):
              "the 2-rank launch used %.2f CPUs on average over its life"
              % (fmt(f2), fmt(f1), f2 / f1, 100 * busy / split2["median"], cpus))
     speed = unsplit["median"] / split2["median"]
+    notes += "; speed-up per round: %s" % ", ".join("%.2f" % x for x in paired)
     return [
         row("1 speed-up", "16×Linear(1024), 4096 rows, M=32: 2 stages / 2 ranks, trace span",
             split2, "ms", "1 stage / 1 rank", unsplit, speed, ">= 1.7x",
@@ -297,9 +298,10 @@ def bench_plain(cfg, wide):
     cold = stats([x for r in runs["plain"] for x in r["cold_ms"]])
     f_total = statistics.median(sum(r["f_sum_ms"].values()) for r in runs["unsplit"])
     ratio = unsplit["median"] / warm["median"]
-    notes = ("ppc's F events sum to %s ms of its %s ms; ppc runs its batch once per "
-             "process, so its figure includes the modules' first (profiling) calls"
-             % (fmt(f_total), fmt(unsplit["median"])))
+    notes = ("ppc's F events sum to %s ms of its %s ms; ratio of the minimums %.2fx; "
+             "ppc runs its batch once per process, so its figure includes the modules' "
+             "first (profiling) calls" % (fmt(f_total), fmt(unsplit["median"]),
+                                          unsplit["min"] / warm["min"]))
     return [
         row("3 1-stage vs plain", "ppc run, 1 stage / 1 rank (total_ms)", unsplit, "ms",
             "plain forward, warm batches", warm, ratio, "<= 1.05x", ratio <= 1.05, notes),
@@ -540,9 +542,10 @@ def bench_training(cfg):
                 for pair in r["peak_activations"].split(","):
                     stage, count = pair.split(":")
                     peaks[int(stage)] = int(count)
-        steady = steady_trace(trace, trace + ".steady.json")
+        summary = trace_summary(steady_trace(trace, trace + ".steady.json"))
         return {"step_ms": step_ms, "peaks": dict(sorted(peaks.items())),
-                "bubble": trace_summary(steady)["all"]["bubble"]}
+                "bubble": summary["all"]["bubble"],
+                "busy_ms": {k: v["busy_ms"] for k, v in summary["ranks"].items()}}
 
     configs = {"unsplit": lambda: train(one, 1, "1f1b", "unsplit")}
     for sched in cfg["schedules"]:
@@ -564,12 +567,15 @@ def bench_training(cfg):
         thr = throughput(rs)
         bub = statistics.median(r["bubble"] for r in rs)
         peaks = " ".join("s%d:%d" % kv for kv in rs[-1]["peaks"].items())
+        busy = " / ".join(fmt(statistics.median(r["busy_ms"][k] for r in rs))
+                          for k in sorted(rs[0]["busy_ms"]))
         rows.append(row(
             "6 training", "resnet18 %s, 4 stages / 2 ranks, batch %d, M=%d: samples/s"
             % (sched, batch, M), thr, "samples/s", "unsplit, 1 rank", base,
             thr["median"] / base["median"], None, None,
             "bubble %.3f measured (trace summary of steps 2–%d) vs %.3f formula; "
-            "peak activations %s" % (bub, steps, formula[sched], peaks),
+            "compute (busy) ms of rank 0 / rank 1 in those steps: %s; peak activations %s"
+            % (bub, steps, formula[sched], busy, peaks),
             bubble_measured=[r["bubble"] for r in rs], bubble_formula=formula[sched],
             peak_activations=rs[-1]["peaks"]))
     return rows
