@@ -1,0 +1,769 @@
+#!/usr/bin/python3
+"""ppc's benchmark suite (issue #7): one command, every figure a ratio.
+
+Usage: bench/run.py [--quick] [--only 1,4,...] [--build-dir build] [--jobs 2]
+
+Builds what it needs (ppc, bench/plain_forward, bench/transport_bench),
+generates its models once (cached in BUILD/bench-models), runs each
+benchmark with warm-up and repetitions, and writes bench/results/latest.json
+(per benchmark: raw samples, median, min-max spread, baseline, ratio, target,
+met) and bench/results/latest.md (the table, also printed).
+
+Every figure is compared with a baseline measured in the same run, because
+the machine is shared and absolute times drift: the configurations of one
+benchmark run in interleaved rounds (A B A B ...), after one untimed warm-up
+round, so drift hits both sides alike. Medians are reported with the min-max
+of the samples. Every process is bounded to one compute thread:
+OMP_NUM_THREADS=1 and OPENBLAS_NUM_THREADS=1 in the environment (Debian's
+OpenBLAS ignores at::set_num_threads) and --threads 1 on every ppc rank.
+
+The full suite takes about 6-10 minutes on 2 cores; --quick runs every
+benchmark with fewer repetitions and smaller sizes (about 3 minutes).
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import resource
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PYTHON = "/usr/bin/python3"  # Debian's, which has torch and torchvision
+THREAD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+ENV = dict(os.environ, **THREAD_ENV)
+
+# Set by main(): the build directory and where models and scratch files go.
+BUILD = MODELS = WORK = PPC = ""
+
+
+# ---------------------------------------------------------------- helpers
+
+class Sample:
+    """One finished command: its stdout+stderr, wall seconds, CPU seconds of
+    it and its children (ppc launch waits for its ranks, so theirs count)."""
+
+    def __init__(self, out, wall_s, cpu_s):
+        self.out, self.wall_s, self.cpu_s = out, wall_s, cpu_s
+
+
+def sh(cmd, timeout=600):
+    """Runs cmd (a list) with the bounded-thread environment; returns a
+    Sample, or raises with the command's output when it fails."""
+    cmd = [str(c) for c in cmd]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.monotonic()
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, timeout=timeout, env=ENV, cwd=ROOT)
+    wall = time.monotonic() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise RuntimeError("%s exited %d:\n%s" % (" ".join(cmd), proc.returncode,
+                                                   proc.stdout[-3000:]))
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return Sample(proc.stdout, wall, cpu)
+
+
+def stats(samples):
+    """{"samples", "median", "min", "max", "n"} of a list of numbers."""
+    s = [float(x) for x in samples]
+    return {"samples": [round(x, 4) for x in s], "median": statistics.median(s),
+            "min": min(s), "max": max(s), "n": len(s)}
+
+
+def rounds(configs, reps, warmup=1, warm_inside=()):
+    """Runs each config (name -> function returning a result) in interleaved
+    rounds: `warmup` untimed rounds, then `reps` rounds; returns name -> the
+    list of results of the timed rounds. Each round starts one config later
+    than the one before (A B C, B C A, C A B, ...): a run right after another
+    can be slower or faster, and rotating spreads that over all configs.
+    Configs named in `warm_inside` warm themselves up and skip the untimed
+    rounds."""
+    out = {name: [] for name in configs}
+    names = list(configs)
+    for r in range(warmup + reps):
+        for k in range(len(names)):
+            name = names[(r + k) % len(names)]
+            if r < warmup and name in warm_inside:
+                continue
+            result = configs[name]()
+            if r >= warmup:
+                out[name].append(result)
+    return out
+
+
+def launch(nproc, *args):
+    """`ppc launch` of `ppc ARGS` on nproc local ranks."""
+    return [PPC, "launch", "--nproc-per-node", nproc, "--master-port", "0", "--", PPC, *args]
+
+
+STATS_LINE = re.compile(r"stats: (rank=\d+ .*)")
+
+
+def parse_stats(text):
+    """Every `stats:` line as a dict of its key=value pairs (numbers as floats)."""
+    rows = []
+    for m in STATS_LINE.finditer(text):
+        row = {}
+        for pair in m.group(1).split():
+            key, _, value = pair.partition("=")
+            try:
+                row[key] = float(value)
+            except ValueError:
+                row[key] = value
+        rows.append(row)
+    return rows
+
+
+def trace_summary(path):
+    """`ppc trace summary PATH`'s machine-readable lines: {"ranks": {R: {...}},
+    "all": {...}}."""
+    out = sh([PPC, "trace", "summary", path]).out
+    result = {"ranks": {}, "all": {}}
+    for line in out.splitlines():
+        if not line.startswith("trace: "):
+            continue
+        kv = dict(p.split("=", 1) for p in line[len("trace: "):].split())
+        kv = {k: float(v) if re.match(r"^-?[\d.]+$", v) else v for k, v in kv.items()}
+        if "rank" in kv:
+            result["ranks"][int(kv["rank"])] = kv
+        else:
+            result["all"] = kv
+    return result
+
+
+def trace_events(path):
+    """The complete (ph X) events of a Chrome trace file that ppc wrote."""
+    with open(path) as f:
+        return [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+
+
+def durations_ms(events, name, rank=None, stage=None):
+    """Durations (ms) of the events called `name`, optionally of one rank/stage."""
+    return [e["dur"] / 1000.0 for e in events if e["name"] == name
+            and (rank is None or e["pid"] == rank)
+            and (stage is None or e["args"].get("stage") == stage)]
+
+
+def split(model, outdir, *how):
+    """`ppc split MODEL -o OUTDIR HOW...`, unless OUTDIR already holds a split
+    of this model that is newer than it (splits are cached like models)."""
+    manifest = os.path.join(outdir, "manifest.json")
+    stamp = os.path.join(outdir, "bench.split-args")
+    want = " ".join(map(str, how))
+    if (os.path.exists(manifest) and os.path.exists(stamp)
+            and os.path.getmtime(manifest) > os.path.getmtime(model)):
+        with open(stamp) as f:
+            if f.read() == want:
+                return manifest
+    sh([PPC, "split", model, "-o", outdir, *how])
+    with open(stamp, "w") as f:
+        f.write(want)
+    return manifest
+
+
+def row(bench, name, figure, unit, baseline_name, baseline, ratio, target=None,
+        met=None, notes="", **extra):
+    """One result: figure and baseline are stats() dicts (or None)."""
+    r = {"benchmark": bench, "name": name, "unit": unit, "figure": figure,
+         "baseline": {"name": baseline_name, **(baseline or {})}, "ratio": ratio,
+         "target": target, "met": met, "notes": notes}
+    r.update(extra)
+    return r
+
+
+def fmt(x, unit=""):
+    if x is None:
+        return "—"
+    if abs(x) >= 1000:
+        s = "%.0f" % x
+    elif abs(x) >= 100:
+        s = "%.1f" % x
+    elif abs(x) >= 1:
+        s = "%.2f" % x
+    else:
+        s = "%.3g" % x
+    return s + (" " + unit if unit else "")
+
+
+def fmt_stats(s, unit):
+    if not s or "median" not in s:
+        return "—"
+    if s["n"] == 1:
+        return fmt(s["median"], unit)
+    return "%s (%s–%s)" % (fmt(s["median"], unit), fmt(s["min"]), fmt(s["max"]))
+
+
+# ------------------------------------------------------------ benchmarks
+
+def wide_runs(cfg):
+    """The 16 x Linear(1024) MLP, 4096 rows in 32 microbatches, shared by
+    benchmarks 1, 3 and 8: an unsplit (1-stage) run on 1 rank, 2 stages on 2
+    ranks under 1f1b and gpipe (traced: F durations and waits), and the plain
+    forward program. Every ppc run has a valid meta cache (the warm-up round
+    writes it), so no run infers shapes.
+
+    A batch's time: benchmark 3 (1 rank) takes total_ms (Pipeline::run, with
+    the split and the concatenation, as plain_forward times them); benchmarks
+    1 and 8 take the trace's span (first action of any rank to the last one
+    of any rank; one clock on one host), since a rank's total_ms also holds
+    its wait in the start-up agreement for a peer that is still loading its
+    stages, which is start-up skew, not pipelining (it is kept in the JSON as
+    total_ms).
+
+    TODO(--repeat): `ppc run` runs one batch per process, so total_ms holds
+    the stage modules' first calls (TorchScript's profiling runs). When
+    `ppc run --repeat N` lands, pass `--repeat 3` here and take the last
+    batch's time, and compare with plain_forward's warm batches only."""
+    M = 32
+    model, inp = os.path.join(MODELS, "wide.pt"), os.path.join(MODELS, "wide.input.pt")
+    one = split(model, os.path.join(WORK, "wide.1"), "--stages", "1")
+    two = split(model, os.path.join(WORK, "wide.2"), "--split-at", "layers.8")
+    out = os.path.join(WORK, "wide.out.pt")
+
+    def ppc_run(manifest, nproc, schedule, tag):
+        trace = os.path.join(WORK, "wide.%s.trace.json" % tag)
+        s = sh(launch(nproc, "run", manifest, "--input", inp, "--output", out,
+                      "--microbatches", M, "--threads", 1, "--schedule", schedule,
+                      "--stats", "--trace", trace))
+        st = parse_stats(s.out)
+        assert len(st) == nproc, s.out
+        ev = trace_events(trace)
+        stages = sorted({e["args"]["stage"] for e in ev if e["name"] == "F"})
+        summary = trace_summary(trace)
+        return {"total_ms": max(r["total_ms"] for r in st),
+                "span_ms": summary["all"]["span_ms"],
+                "first_output_ms": max(r["first_output_ms"] for r in st),
+                "meta": sorted({r["meta"] for r in st}),
+                "wall_s": s.wall_s, "cpus": s.cpu_s / s.wall_s,
+                "f_ms": {k: statistics.median(durations_ms(ev, "F", stage=k)) for k in stages},
+                "f_sum_ms": {k: sum(durations_ms(ev, "F", stage=k)) for k in stages},
+                "summary": summary}
+
+    def plain():
+        s = sh([os.path.join(BUILD, "bin", "plain_forward"), model, inp, M, 1,
+                cfg["plain_cold"], 1, cfg["plain_reps"]])
+        return json.loads(s.out.strip().splitlines()[-1])
+
+    return rounds({
+        "unsplit": lambda: ppc_run(one, 1, "1f1b", "unsplit"),
+        "1f1b": lambda: ppc_run(two, 2, "1f1b", "1f1b"),
+        "gpipe": lambda: ppc_run(two, 2, "gpipe", "gpipe"),
+        "plain": plain,
+    }, cfg["wide_reps"], warm_inside=("plain",)), M
+
+
+def bench_speedup(cfg, wide):
+    runs, M = wide
+    unsplit = stats([r["span_ms"] for r in runs["unsplit"]])
+    split2 = stats([r["span_ms"] for r in runs["1f1b"]])
+    plain = stats([x for r in runs["plain"] for x in r["warm_ms"]])
+    # The table shows the ratio of medians; the JSON also has the speed-up of
+    # each round (its two runs ran back to back).
+    paired = [u["span_ms"] / s["span_ms"] for u, s in zip(runs["unsplit"], runs["1f1b"])]
+    f1 = statistics.median(sum(r["f_sum_ms"].values()) for r in runs["unsplit"])
+    f2 = statistics.median(sum(r["f_sum_ms"].values()) for r in runs["1f1b"])
+    cpus = statistics.median(r["cpus"] for r in runs["1f1b"])
+    busy = statistics.median(max(v["busy_ms"] for v in r["summary"]["ranks"].values())
+                             for r in runs["1f1b"])
+    notes = ("compute of all stages: %s ms in the 2-rank run vs %s ms unsplit (%.2fx: "
+             "ranks slow each other down); busiest rank computes %.0f%% of the run; "
+             "the 2-rank launch used %.2f CPUs on average over its life"
+             % (fmt(f2), fmt(f1), f2 / f1, 100 * busy / split2["median"], cpus))
+    speed = unsplit["median"] / split2["median"]
+    notes += "; speed-up per round: %s" % ", ".join("%.2f" % x for x in paired)
+    return [
+        row("1 speed-up", "16×Linear(1024), 4096 rows, M=32: 2 stages / 2 ranks, trace span",
+            split2, "ms", "1 stage / 1 rank", unsplit, speed, ">= 1.7x",
+            speed >= 1.7, notes, paired_speedups=paired,
+            total_ms={"unsplit": stats([r["total_ms"] for r in runs["unsplit"]]),
+                      "2 stages": stats([r["total_ms"] for r in runs["1f1b"]])}),
+        row("1 speed-up", "same 2 stages / 2 ranks vs a plain torch::jit forward, 1 thread",
+            split2, "ms", "plain forward (warm)", plain, plain["median"] / split2["median"],
+            None, None, "plain_forward: same microbatching, median of warm batches "
+            "(which include the split and the concatenation)"),
+    ]
+
+
+def bench_plain(cfg, wide):
+    runs, M = wide
+    unsplit = stats([r["total_ms"] for r in runs["unsplit"]])
+    warm = stats([x for r in runs["plain"] for x in r["warm_ms"]])
+    cold = stats([x for r in runs["plain"] for x in r["cold_ms"]])
+    f_total = statistics.median(sum(r["f_sum_ms"].values()) for r in runs["unsplit"])
+    ratio = unsplit["median"] / warm["median"]
+    notes = ("ppc's F events sum to %s ms of its %s ms; ratio of the minimums %.2fx; "
+             "ppc runs its batch once per process, so its figure includes the modules' "
+             "first (profiling) calls" % (fmt(f_total), fmt(unsplit["median"]),
+                                          unsplit["min"] / warm["min"]))
+    return [
+        row("3 1-stage vs plain", "ppc run, 1 stage / 1 rank (total_ms)", unsplit, "ms",
+            "plain forward, warm batches", warm, ratio, "<= 1.05x", ratio <= 1.05, notes),
+        row("3 1-stage vs plain", "same, vs the plain forward's first batch of a fresh module",
+            unsplit, "ms", "plain forward, cold batch", cold, unsplit["median"] / cold["median"],
+            None, None, "like for like while ppc run has no --repeat (TODO)"),
+    ]
+
+
+def bench_efficiency(cfg, wide):
+    runs, M = wide
+    rows = []
+    for sched in ("gpipe", "1f1b"):
+        spans, bounds, ratios = [], [], []
+        for r in runs[sched]:
+            t = list(r["f_ms"].values())
+            bound = sum(t) + (M - 1) * max(t)
+            spans.append(r["span_ms"])
+            bounds.append(bound)
+            ratios.append(r["span_ms"] / bound)
+        ratio = statistics.median(ratios)
+        bub = statistics.median(r["summary"]["all"]["bubble"] for r in runs[sched])
+        rows.append(row(
+            "8 efficiency", "%s inference, 2 stages / 2 ranks, M=%d: batch (trace span)"
+            % (sched, M), stats(spans), "ms", "bound Σt_i + (M−1)·max t_i", stats(bounds), ratio,
+            "<= 1.15x", ratio <= 1.15,
+            "t_i = median F of stage i in the same run's trace; ratio = median of per-run "
+            "ratios; trace bubble %.3f (formula (p−1)/(M+p−1) = %.3f)" % (bub, 1 / (M + 1)),
+            paired_ratios=ratios))
+    return rows
+
+
+def bench_overhead(cfg):
+    """Tiny stages, M microbatches of one row: what a microbatch costs a rank
+    beyond its compute (F events) and its transport (SEND_F and RECV_F
+    events, a receive including its wait for the producer), per stage it
+    runs. Counted over the rank's span in the trace (its first action's
+    start to its last action's end): the executor's own work between
+    actions, OUT (collecting outputs) and trace recording. Not counted: the
+    set-up inside Pipeline::run before the first action (splitting the
+    input, the start-up agreement, where a rank also waits for a peer that
+    is still loading) and the final concatenation; the JSON keeps total_ms."""
+    M = cfg["tiny_mb"]
+    model = os.path.join(MODELS, "tiny.pt")
+    inp = os.path.join(WORK, "tiny.input.%d.pt" % M)
+    if not os.path.exists(inp):
+        sh([PYTHON, "-c", "import torch,sys; torch.save(torch.load(sys.argv[1])[:%d], sys.argv[2])"
+            % M, os.path.join(MODELS, "tiny.input.pt"), inp])
+    layouts = {"1 stage / 1 rank": (1, 1), "2 stages / 2 ranks": (2, 2),
+               "4 stages / 2 ranks": (4, 2)}
+    manifests = {k: split(model, os.path.join(WORK, "tiny.%d" % s), "--stages", s)
+                 for k, (s, _) in layouts.items()}
+
+    def one(name):
+        stages, nproc = layouts[name]
+        trace = os.path.join(WORK, "tiny.%d.trace.json" % stages)
+        s = sh(launch(nproc, "run", manifests[name], "--input", inp, "--output",
+                      os.path.join(WORK, "tiny.out.pt"), "--microbatches", M,
+                      "--threads", 1, "--stats", "--trace", trace))
+        st = {int(r["rank"]): r for r in parse_stats(s.out)}
+        ev = trace_events(trace)
+        per_rank = {}
+        for rank, r in st.items():
+            mine = [e for e in ev if e["pid"] == rank]
+            n = len({e["args"]["stage"] for e in mine if e["name"] == "F"})
+            span = (max(e["ts"] + e["dur"] for e in mine) - min(e["ts"] for e in mine)) / 1000.0
+            part = {k: sum(e["dur"] for e in mine if e["name"] in names) / 1000.0
+                    for k, names in (("compute", ("F",)), ("transport", ("SEND_F", "RECV_F")),
+                                     ("flush", ("flush",)), ("out", ("OUT",)))}
+            rest = span - part["compute"] - part["transport"] - part["flush"]
+            per_rank[rank] = {"stages": n, "total_ms": r["total_ms"], "span_ms": span, **part,
+                              "overhead_us": 1000 * rest / (M * n),
+                              "compute_us": 1000 * part["compute"] / (M * n),
+                              "transport_us": 1000 * part["transport"] / (M * n)}
+        worst = max(per_rank.values(), key=lambda v: v["overhead_us"])
+        span_all = (max(e["ts"] + e["dur"] for e in ev) - min(e["ts"] for e in ev)) / 1000.0
+        return {"per_mb_us": 1000 * span_all / M,
+                "overhead_us": worst["overhead_us"], "compute_us": worst["compute_us"],
+                "transport_us": worst["transport_us"], "ranks": per_rank,
+                "meta": sorted({r["meta"] for r in st.values()})}
+
+    runs = rounds({k: (lambda k=k: one(k)) for k in layouts}, cfg["tiny_reps"])
+    base = stats([r["per_mb_us"] for r in runs["1 stage / 1 rank"]])
+    rows = []
+    for name, rs in runs.items():
+        over = stats([r["overhead_us"] for r in rs])
+        comp = stats([r["compute_us"] for r in rs])
+        per_mb = stats([r["per_mb_us"] for r in rs])
+        trans = statistics.median(r["transport_us"] for r in rs)
+        rows.append(row(
+            "2 per-microbatch overhead", "%s, %d × 1 row: overhead per microbatch per stage"
+            % (name, M), over, "µs", "compute (F) per microbatch per stage", comp,
+            over["median"] / comp["median"], "<= 25 µs", over["median"] <= 25,
+            "a microbatch takes %s µs of the trace span (1 stage / 1 rank: %s µs); "
+            "send+recv incl. waiting %s µs per microbatch per stage (worst rank)"
+            % (fmt(per_mb["median"]), fmt(base["median"]), fmt(trans)),
+            per_microbatch_us=per_mb, runs=rs))
+    return rows
+
+
+def tcp_loopback_us(nbytes, iterations):
+    """Median half round trip (µs) of a plain TCP ping-pong over 127.0.0.1
+    between this process and a forked child (Python sockets, TCP_NODELAY):
+    a reference for what the kernel alone costs."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    port = srv.getsockname()[1]
+    payload = b"x" * nbytes
+    total = iterations + 5
+
+    def pump(sock):
+        view, got = bytearray(nbytes), 0
+        while got < nbytes:
+            got += sock.recv_into(memoryview(view)[got:])
+
+    pid = os.fork()
+    if pid == 0:
+        try:
+            c = socket.create_connection(("127.0.0.1", port))
+            c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            for _ in range(total):
+                pump(c)
+                c.sendall(payload)
+        finally:
+            os._exit(0)
+    s, _ = srv.accept()
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    times = []
+    for i in range(total):
+        t = time.perf_counter()
+        s.sendall(payload)
+        pump(s)
+        if i >= 5:
+            times.append((time.perf_counter() - t) / 2 * 1e6)
+    s.close()
+    srv.close()
+    os.waitpid(pid, 0)
+    return statistics.median(times)
+
+
+def bench_transport(cfg):
+    sizes = cfg["transport_sizes"]
+    s = sh([PPC, "launch", "--nproc-per-node", 2, "--master-port", 0, "--",
+            os.path.join(BUILD, "bin", "transport_bench"),
+            *["%d:%d" % (b, n) for b, n in sizes]])
+    rows = []
+    for line in s.out.splitlines():
+        line = line.split("] ", 1)[-1]
+        if not line.startswith("{"):
+            continue
+        r = json.loads(line)
+        b = r["bytes"]
+        lat, mem = stats(r["half_rtt_us"]), stats(r["memcpy_us"])
+        tcp = tcp_loopback_us(b, max(5, min(200, dict(sizes)[b] // 4)))
+        label = ("%d B" % b if b < 1024 else "%d KB" % (b >> 10) if b < 1 << 20
+                 else "%d MB" % (b >> 20))
+        rows.append(row(
+            "4 transport", "%s: half round trip (Gloo via connectTransport)" % label, lat, "µs",
+            "memcpy of the same bytes", mem, lat["median"] / mem["median"], None, None,
+            "%s GB/s (memcpy %s GB/s); %.0f%% of round trips over 1 ms; plain TCP "
+            "loopback ping-pong (Python sockets, same size): %s µs"
+            % (fmt(b / lat["median"] / 1e3), fmt(b / mem["median"] / 1e3),
+               100.0 * sum(x > 1000 for x in r["half_rtt_us"]) / len(r["half_rtt_us"]),
+               fmt(tcp)),
+            bytes=b, bandwidth_gbps=b / lat["median"] / 1e3, tcp_loopback_us=tcp))
+    return rows
+
+
+def bench_split(cfg):
+    """`ppc split --stages 4` on MLPs of n Linear layers. The split runs on
+    one thread, so its CPU time (user + sys) is its work, and unlike wall
+    time hardly grows when other processes take the cores; less the CPU time
+    of the process start (`ppc split --help`, same rounds)."""
+    sizes = cfg["split_sizes"]
+
+    def cpu_ms(*args):
+        s = sh([PPC, "split", *args])
+        return {"cpu": s.cpu_s * 1000, "wall": s.wall_s * 1000}
+
+    configs = {"start": lambda: cpu_ms("--help")}
+    for n in sizes:
+        configs[n] = (lambda n=n: cpu_ms(os.path.join(MODELS, "mlp_%d.pt" % n), "-o",
+                                         os.path.join(WORK, "split.%d" % n), "--stages", 4))
+    runs = rounds(configs, cfg["split_reps"])
+    start = statistics.median(r["cpu"] for r in runs["start"])
+    net = {n: stats([r["cpu"] - start for r in runs[n]]) for n in sizes}
+    wall = {n: stats([r["wall"] for r in runs[n]]) for n in sizes}
+    rows = []
+    for a, b in zip(sizes, sizes[1:]):
+        ratio = net[b]["median"] / net[a]["median"]
+        rows.append(row("5 split time", "ppc split --stages 4, %d Linear layers: CPU time" % b,
+                        net[b], "ms", "%d layers" % a, net[a], ratio, "<= 2.3x", ratio <= 2.3,
+                        "net of the process start (%s ms CPU); wall %s ms vs %s ms"
+                        % (fmt(start), fmt(wall[b]["median"]), fmt(wall[a]["median"])),
+                        wall_ms={a: wall[a], b: wall[b]}))
+    return rows
+
+
+def steady_trace(path, out_path, skip_steps=1):
+    """Writes the events of PATH after each rank's first `skip_steps` steps
+    (every executed step ends with one 'flush' event per rank) to OUT_PATH."""
+    with open(path) as f:
+        doc = json.load(f)
+    meta = [e for e in doc["traceEvents"] if e.get("ph") == "M"]
+    kept = []
+    for rank in sorted({e["pid"] for e in doc["traceEvents"] if e.get("ph") == "X"}):
+        mine = sorted((e for e in doc["traceEvents"] if e.get("ph") == "X" and e["pid"] == rank),
+                      key=lambda e: e["ts"])
+        flushes = [i for i, e in enumerate(mine) if e["name"] == "flush"]
+        kept += mine[flushes[skip_steps - 1] + 1:]
+    doc["traceEvents"] = meta + kept
+    with open(out_path, "w") as f:
+        json.dump(doc, f)
+    return out_path
+
+
+def bench_training(cfg):
+    """resnet18 (32×32, 10 classes), batch 32 in 8 microbatches, 6 steps:
+    4 stages (cuts at layer2, layer3, layer4) on 2 ranks per schedule, vs the
+    unsplit model (1 stage) trained on 1 rank. Steps after the first count."""
+    model = os.path.join(MODELS, "resnet18.pt")
+    data = os.path.join(MODELS, "resnet18.train.pt")
+    four = split(model, os.path.join(WORK, "resnet18.4"), "--split-at", "layer2,layer3,layer4")
+    one = split(model, os.path.join(WORK, "resnet18.1"), "--stages", "1")
+    M, P, steps, batch = 8, 2, cfg["train_steps"], 32
+
+    def train(manifest, nproc, schedule, tag):
+        trace = os.path.join(WORK, "train.%s.trace.json" % tag)
+        s = sh(launch(nproc, "train", manifest, "--data", data, "--loss", "cross_entropy",
+                      "--microbatches", M, "--steps", steps, "--threads", 1,
+                      "--schedule", schedule, "--stats", "--trace", trace))
+        st = parse_stats(s.out)
+        step_ms = [max(r["step_ms"] for r in st if r["step"] == k) for k in range(2, steps + 1)]
+        peaks = {}
+        for r in st:
+            if r["step"] == steps and r["peak_activations"] != "none":
+                for pair in r["peak_activations"].split(","):
+                    stage, count = pair.split(":")
+                    peaks[int(stage)] = int(count)
+        summary = trace_summary(steady_trace(trace, trace + ".steady.json"))
+        return {"step_ms": step_ms, "peaks": dict(sorted(peaks.items())),
+                "bubble": summary["all"]["bubble"],
+                "busy_ms": {k: v["busy_ms"] for k, v in summary["ranks"].items()}}
+
+    configs = {"unsplit": lambda: train(one, 1, "1f1b", "unsplit")}
+    for sched in cfg["schedules"]:
+        configs[sched] = (lambda sched=sched: train(four, P, sched, sched))
+    runs = rounds(configs, cfg["train_reps"], warmup=0)  # step 1 is the warm-up
+
+    def throughput(rs):
+        return stats([batch / (ms / 1000.0) for r in rs for ms in r["step_ms"]])
+
+    base = throughput(runs["unsplit"])
+    gpipe_bubble = (P - 1) / (M + P - 1)
+    formula = {"gpipe": gpipe_bubble, "1f1b": gpipe_bubble,
+               # Megatron's interleaving with v = 2 stages per rank
+               "interleaved-1f1b": (P - 1) / 2 / (M + (P - 1) / 2),
+               "zb-h1": gpipe_bubble / 3}
+    rows = []
+    for sched in cfg["schedules"]:
+        rs = runs[sched]
+        thr = throughput(rs)
+        bub = statistics.median(r["bubble"] for r in rs)
+        peaks = " ".join("s%d:%d" % kv for kv in rs[-1]["peaks"].items())
+        busy = " / ".join(fmt(statistics.median(r["busy_ms"][k] for r in rs))
+                          for k in sorted(rs[0]["busy_ms"]))
+        rows.append(row(
+            "6 training", "resnet18 %s, 4 stages / 2 ranks, batch %d, M=%d: samples/s"
+            % (sched, batch, M), thr, "samples/s", "unsplit, 1 rank", base,
+            thr["median"] / base["median"], None, None,
+            "bubble %.3f measured (trace summary of steps 2–%d) vs %.3f formula; "
+            "compute (busy) ms of rank 0 / rank 1 in those steps: %s; peak activations %s"
+            % (bub, steps, formula[sched], busy, peaks),
+            bubble_measured=[r["bubble"] for r in rs], bubble_formula=formula[sched],
+            peak_activations=rs[-1]["peaks"]))
+    return rows
+
+
+def bench_startup(cfg):
+    """A 2-rank `ppc run` of resnet18 (2 stages, batch 5, 5 microbatches)
+    inferring its boundary metadata (--no-meta-cache) vs reading the meta
+    cache that the warm-up round wrote. first_output_ms is the output rank's
+    (rank 1): when the first microbatch's output exists. Rank 0's also holds
+    its wait in the start-up agreement for rank 1, which loads the larger
+    stage (both are in the JSON)."""
+    model = os.path.join(MODELS, "resnet18.pt")
+    manifest = split(model, os.path.join(WORK, "resnet18.2"), "--split-at", "layer3")
+    inp = os.path.join(MODELS, "resnet18.input.pt")
+
+    def run(*extra):
+        s = sh(launch(2, "run", manifest, "--input", inp, "--output",
+                      os.path.join(WORK, "startup.out.pt"), "--microbatches", 5,
+                      "--threads", 1, "--stats", *extra))
+        st = parse_stats(s.out)
+        out_rank = [r for r in st if r["rank"] == 1][0]  # stage 1's: the output rank
+        return {"first_output_ms": out_rank["first_output_ms"], "wall_s": s.wall_s,
+                "first_output_ms_by_rank": {int(r["rank"]): r["first_output_ms"] for r in st},
+                "meta": sorted({r["meta"] for r in st}),
+                "meta_messages_sent": sum(r["meta_messages_sent"] for r in st)}
+
+    runs = rounds({"infer": lambda: run("--no-meta-cache"), "cache": lambda: run()},
+                  cfg["startup_reps"])
+    ok = all(r["meta"] == ["cache"] and r["meta_messages_sent"] == 0 for r in runs["cache"])
+    check = ("cached runs: meta=cache, meta_messages_sent=0 on every rank" if ok else
+             "WARNING: a cached run did not use the cache: %s" % runs["cache"])
+    rows = []
+    for key, label, unit, scale in (("first_output_ms", "first_output_ms (output rank)", "ms", 1),
+                                    ("wall_s", "process wall time", "s", 1)):
+        a = stats([r[key] * scale for r in runs["infer"]])
+        b = stats([r[key] * scale for r in runs["cache"]])
+        rows.append(row("7 start-up", "resnet18, 2 ranks: %s with the meta cache" % label, b,
+                        unit, "without (inferring)", a, b["median"] / a["median"], None, None,
+                        check))
+    return rows
+
+
+# ------------------------------------------------------------------ main
+
+FULL = {"wide_reps": 5, "plain_cold": 1, "plain_reps": 2, "tiny_mb": 2048, "tiny_reps": 3,
+        "transport_sizes": [(8, 2000), (64 << 10, 300), (1 << 20, 100), (16 << 20, 20),
+                            (64 << 20, 8)],
+        "split_sizes": [256, 512, 1024, 2048], "split_reps": 5,
+        "train_steps": 6, "train_reps": 2,
+        "schedules": ["gpipe", "1f1b", "interleaved-1f1b", "zb-h1"], "startup_reps": 4}
+QUICK = dict(FULL, wide_reps=2, plain_reps=1, tiny_mb=256, tiny_reps=2,
+             transport_sizes=[(8, 500), (64 << 10, 100), (1 << 20, 30), (16 << 20, 8),
+                              (64 << 20, 4)],
+             split_sizes=[256, 512, 1024], split_reps=2, train_steps=3, train_reps=1,
+             startup_reps=2)
+
+
+def build(build_dir, jobs):
+    """Configures (as scripts/build.sh does) when needed, then builds only
+    the targets the benchmarks run."""
+    if not os.path.exists(os.path.join(build_dir, "build.ninja")):
+        launcher = []
+        if shutil.which("ccache"):
+            launcher = ["-DCMAKE_CXX_COMPILER_LAUNCHER=ccache",
+                        "-DCMAKE_C_COMPILER_LAUNCHER=ccache"]
+        subprocess.run(["cmake", "-S", ROOT, "-B", build_dir, "-G", "Ninja",
+                        "-DCMAKE_BUILD_TYPE=Release", *launcher], check=True)
+    subprocess.run(["cmake", "--build", build_dir, "-j", str(jobs), "--target", "ppc",
+                    "plain_forward", "transport_bench"], check=True,
+                   env=dict(os.environ, CCACHE_BASEDIR=ROOT))
+
+
+def make_models(cfg):
+    sh([PYTHON, os.path.join(ROOT, "bench", "make_models.py"), MODELS])
+    sh([PYTHON, os.path.join(ROOT, "tests", "models", "make_models.py"), MODELS,
+        "--only", "resnet18", "--mlp-layers", ",".join(map(str, cfg["split_sizes"]))])
+
+
+def machine():
+    model = "unknown"
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    nproc = subprocess.run(["nproc"], stdout=subprocess.PIPE, text=True).stdout.strip()
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                            stdout=subprocess.PIPE, text=True).stdout.strip()
+    return {"nproc": int(nproc), "cpu": model, "kernel": platform.release(),
+            "commit": commit, "threads_env": THREAD_ENV}
+
+
+def markdown(results):
+    m = results["machine"]
+    lines = ["Run %s on %s CPUs (%s), commit %s, %s; load average %s at start, %s at end. "
+             "Figures are medians (min–max) of interleaved repetitions after a warm-up."
+             % (results["date"], m["nproc"], m["cpu"], m["commit"],
+                "quick" if results["quick"] else "full suite",
+                "/".join("%.1f" % x for x in results["load_start"]),
+                "/".join("%.1f" % x for x in results["load_end"])),
+             "",
+             "| benchmark | figure | baseline | ratio | target | met? | notes |",
+             "|---|---|---|---|---|---|---|"]
+    for r in results["rows"]:
+        if "error" in r:
+            lines.append("| %s | failed: %s | | | | | |" % (r["benchmark"], r["error"]))
+            continue
+        met = "—" if r["met"] is None else ("met" if r["met"] else "missed")
+        lines.append("| %s | %s: %s | %s: %s | %.3gx | %s | %s | %s |" % (
+            r["benchmark"], r["name"], fmt_stats(r["figure"], r["unit"]),
+            r["baseline"]["name"], fmt_stats(r["baseline"], r["unit"]), r["ratio"],
+            r["target"] or "—", met, r["notes"]))
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    global BUILD, MODELS, WORK, PPC
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions, smaller sizes")
+    ap.add_argument("--only", help="comma-separated benchmark numbers (1-8)")
+    ap.add_argument("--build-dir", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--jobs", type=int, default=int(os.environ.get("PPC_JOBS", "2")))
+    ap.add_argument("--no-build", action="store_true", help="use the binaries as they are")
+    ap.add_argument("--results", default=os.path.join(ROOT, "bench", "results"),
+                    help="where latest.json and latest.md go")
+    args = ap.parse_args()
+    cfg = QUICK if args.quick else FULL
+    only = set(args.only.split(",")) if args.only else set("12345678")
+    BUILD = os.path.abspath(args.build_dir)
+    MODELS, WORK = os.path.join(BUILD, "bench-models"), os.path.join(BUILD, "bench-work")
+    PPC = os.path.join(BUILD, "bin", "ppc")
+    os.makedirs(WORK, exist_ok=True)
+
+    t0 = time.monotonic()
+    if not args.no_build:
+        build(BUILD, args.jobs)
+    make_models(cfg)
+    print("bench: built and generated in %.0f s" % (time.monotonic() - t0), flush=True)
+
+    results = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+               "quick": args.quick, "machine": machine(), "config": cfg,
+               "load_start": list(os.getloadavg()), "rows": [], "seconds": {}}
+    wide = None
+
+    def need_wide():
+        nonlocal wide
+        if wide is None:
+            wide = wide_runs(cfg)
+        return wide
+
+    plan = [("1", "speed-up", lambda: bench_speedup(cfg, need_wide())),
+            ("2", "per-microbatch overhead", lambda: bench_overhead(cfg)),
+            ("3", "1-stage vs plain forward", lambda: bench_plain(cfg, need_wide())),
+            ("4", "transport", lambda: bench_transport(cfg)),
+            ("5", "split time", lambda: bench_split(cfg)),
+            ("6", "training", lambda: bench_training(cfg)),
+            ("7", "start-up", lambda: bench_startup(cfg)),
+            ("8", "pipeline efficiency", lambda: bench_efficiency(cfg, need_wide()))]
+    for key, name, fn in plan:
+        if key not in only:
+            continue
+        start = time.monotonic()
+        print("bench %s: %s ..." % (key, name), flush=True)
+        try:
+            results["rows"] += fn()
+        except Exception as e:  # one failed benchmark must not lose the others
+            msg = str(e).strip().splitlines()
+            results["rows"].append({"benchmark": "%s %s" % (key, name),
+                                    "error": " ".join(msg[:1] + msg[-2:])[:300]})
+        results["seconds"][key] = round(time.monotonic() - start, 1)
+        print("bench %s: %.0f s" % (key, results["seconds"][key]), flush=True)
+    results["load_end"] = list(os.getloadavg())
+    results["seconds"]["total"] = round(time.monotonic() - t0, 1)
+
+    os.makedirs(args.results, exist_ok=True)
+    text = markdown(results)
+    for name, content in (("latest.json", json.dumps(results, indent=1) + "\n"),
+                          ("latest.md", text)):
+        path = os.path.join(args.results, name)
+        with open(path + ".tmp", "w") as f:
+            f.write(content)
+        os.replace(path + ".tmp", path)
+    print()
+    print(text)
+    print("bench: %.0f s; wrote %s/latest.{json,md}" % (results["seconds"]["total"], args.results))
+    return 1 if any("error" in r for r in results["rows"]) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
