@@ -451,6 +451,38 @@ unpickleArchive(llvm::StringRef bytes, llvm::StringRef path,
   });
 }
 
+/// The model inputs of one batch held by `value`: a tensor (one input) or a
+/// tuple/list of tensors (one each), every tensor checked. `what` names the
+/// batch in messages ("input 'x.pt'", "input 'x.pt' batch 2"); `index`
+/// numbers the tensors of the file.
+static llvm::Expected<std::vector<c10::IValue>>
+batchInputs(const c10::IValue &value, const std::string &what, size_t &index,
+            const std::map<const void *, size_t> &records,
+            llvm::StringRef path) {
+  std::vector<c10::IValue> out;
+  if (value.isTensor())
+    out.push_back(value);
+  else if (value.isTuple())
+    out = value.toTupleRef().elements().vec();
+  else if (value.isList())
+    out = value.toList().vec();
+  else if (value.isGenericDict())
+    return makeError(what +
+                     " holds a dict; expected a tensor or a tuple/list of "
+                     "tensors (one per model input)");
+  else
+    return makeError(what + " holds a " + value.tagKind() +
+                     "; expected a tensor or a tuple/list of tensors");
+  for (const c10::IValue &v : out) {
+    if (!v.isTensor())
+      return makeError(what + " holds a " + v.tagKind() +
+                       " element; expected only tensors");
+    if (llvm::Error err = checkTensor(v.toTensor(), index++, records, path))
+      return err;
+  }
+  return out;
+}
+
 llvm::Expected<std::vector<c10::IValue>> loadTensors(llvm::StringRef path) {
   auto buffer = readFileBounded(path, kMaxInputFileBytes, "input");
   if (!buffer)
@@ -459,26 +491,53 @@ llvm::Expected<std::vector<c10::IValue>> loadTensors(llvm::StringRef path) {
   auto value = unpickleArchive((*buffer)->getBuffer(), path, records);
   if (!value)
     return value.takeError();
-  std::vector<c10::IValue> out;
-  if (value->isTensor())
-    out.push_back(*value);
-  else if (value->isTuple())
-    out = value->toTupleRef().elements().vec();
-  else if (value->isList())
-    out = value->toList().vec();
-  else if (value->isGenericDict())
-    return makeError("input '" + path +
-                     "' holds a dict; expected a tensor or a tuple/list of "
-                     "tensors (one per model input)");
-  else
-    return makeError("input '" + path + "' holds a " + value->tagKind() +
-                     "; expected a tensor or a tuple/list of tensors");
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (!out[i].isTensor())
-      return makeError("input '" + path + "' holds a " + out[i].tagKind() +
-                       " element; expected only tensors");
-    if (llvm::Error err = checkTensor(out[i].toTensor(), i, records, path))
-      return err;
+  size_t index = 0;
+  return batchInputs(*value, ("input '" + path + "'").str(), index, records,
+                     path);
+}
+
+/// Whether `value` is a list of batches rather than one batch (the rule in
+/// TensorIO.h).
+static bool isListOfBatches(const c10::IValue &value, size_t modelInputs) {
+  if (!value.isList())
+    return false;
+  c10::List<c10::IValue> items = value.toList();
+  if (modelInputs == 1 && items.size() > 1)
+    return true;
+  for (const c10::IValue &item : items)
+    if (item.isTuple() || item.isList())
+      return true;
+  return false;
+}
+
+llvm::Expected<InputBatches> loadInputBatches(llvm::StringRef path,
+                                              size_t modelInputs) {
+  auto buffer = readFileBounded(path, kMaxInputFileBytes, "input");
+  if (!buffer)
+    return buffer.takeError();
+  std::map<const void *, size_t> records;
+  auto value = unpickleArchive((*buffer)->getBuffer(), path, records);
+  if (!value)
+    return value.takeError();
+  std::string what = ("input '" + path + "'").str();
+  InputBatches out;
+  size_t index = 0;
+  if (!isListOfBatches(*value, modelInputs)) {
+    auto batch = batchInputs(*value, what, index, records, path);
+    if (!batch)
+      return batch.takeError();
+    out.batches.push_back(std::move(*batch));
+    return out;
+  }
+  out.isList = true;
+  c10::List<c10::IValue> items = value->toList();
+  for (size_t b = 0; b < items.size(); ++b) {
+    auto batch =
+        batchInputs(items.get(b), llvm::formatv("{0} batch {1}", what, b).str(),
+                    index, records, path);
+    if (!batch)
+      return batch.takeError();
+    out.batches.push_back(std::move(*batch));
   }
   return out;
 }
@@ -526,11 +585,16 @@ llvm::Expected<c10::IValue> loadTensorTree(llvm::StringRef path,
   return value;
 }
 
-llvm::Error saveTensors(llvm::StringRef path,
-                        const std::vector<c10::IValue> &values, bool asTuple) {
-  c10::IValue value = asTuple || values.size() != 1
-                          ? c10::IValue(c10::ivalue::Tuple::create(values))
-                          : values[0];
+/// One batch's outputs as saveTensors writes them.
+static c10::IValue outputValue(const std::vector<c10::IValue> &values,
+                               bool asTuple) {
+  return asTuple || values.size() != 1
+             ? c10::IValue(c10::ivalue::Tuple::create(values))
+             : values[0];
+}
+
+/// Writes `value` atomically as torch.save would.
+static llvm::Error saveValue(llvm::StringRef path, const c10::IValue &value) {
   auto bytes = torchCall("cannot write '" + path + "'",
                          [&] { return torch::pickle_save(value); });
   if (!bytes)
@@ -539,6 +603,23 @@ llvm::Error saveTensors(llvm::StringRef path,
     os.write(bytes->data(), bytes->size());
     return llvm::Error::success();
   });
+}
+
+llvm::Error saveTensors(llvm::StringRef path,
+                        const std::vector<c10::IValue> &values, bool asTuple) {
+  return saveValue(path, outputValue(values, asTuple));
+}
+
+llvm::Error saveTensorList(llvm::StringRef path,
+                           const std::vector<std::vector<c10::IValue>> &batches,
+                           bool asTuple) {
+  // A list typed Any pickles as a plain Python list; a Tensor-typed one
+  // would need torch.jit._pickle.build_tensorlist to load.
+  c10::impl::GenericList list(c10::AnyType::get());
+  list.reserve(batches.size());
+  for (const std::vector<c10::IValue> &values : batches)
+    list.push_back(outputValue(values, asTuple));
+  return saveValue(path, c10::IValue(std::move(list)));
 }
 
 } // namespace ppc

@@ -34,6 +34,27 @@ namespace ppc {
 ///   larger than the bytes the file holds for it).
 llvm::Expected<std::vector<c10::IValue>> loadTensors(llvm::StringRef path);
 
+/// What an input file holds: one batch, or a list of batches.
+struct InputBatches {
+  /// Each batch's model inputs, in file order.
+  std::vector<std::vector<c10::IValue>> batches;
+  /// Whether the file holds a list of batches (else `batches` holds one).
+  bool isList = false;
+};
+
+/// Reads an input file as loadTensors() does, where the file may also hold
+/// a list of batches for a model with `modelInputs` inputs. A top-level list
+/// is a list of batches when one of its elements is a tuple or a list, or
+/// when the model has one input and the list more than one element (each
+/// of these was an error as one batch); each batch is then a tensor or a
+/// tuple/list of tensors. Anything else is one batch, read and refused with
+/// loadTensors's messages. Errors: loadTensors's, and for a list of batches
+/// "input 'x.pt' batch 1 holds a str; expected a tensor or a tuple/list of
+/// tensors", "input 'x.pt' batch 1 holds a Tuple element; expected only
+/// tensors".
+llvm::Expected<InputBatches> loadInputBatches(llvm::StringRef path,
+                                              size_t modelInputs);
+
 /// Reads a file written by Python's torch.save holding tensors in tuples
 /// and lists at most `depth` levels deep (training data: a list of
 /// (input, target) pairs), checked as loadTensors() checks them; `noun`
@@ -48,6 +69,13 @@ llvm::Expected<c10::IValue> loadTensorTree(llvm::StringRef path,
 /// Atomic. Errors: the file cannot be written.
 llvm::Error saveTensors(llvm::StringRef path,
                         const std::vector<c10::IValue> &values, bool asTuple);
+
+/// Writes one batch's outputs per element of `batches`, as a list that
+/// Python's torch.load reads: each element as saveTensors() writes one
+/// batch. Atomic. Errors: the file cannot be written.
+llvm::Error saveTensorList(llvm::StringRef path,
+                           const std::vector<std::vector<c10::IValue>> &batches,
+                           bool asTuple);
 
 } // namespace ppc
 

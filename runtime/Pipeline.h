@@ -100,6 +100,11 @@ struct RunStats {
   double totalMs = 0;
   /// Whether this rank wrote its meta cache file.
   bool cacheWritten = false;
+  /// The batches these stats cover: 1 for Pipeline::run; every batch of
+  /// the launch for runPipelineFiles, which sums the counts, keeps batch
+  /// 0's first_output_ms and times the whole batch loop. `ppc run --stats`
+  /// appends it to line() as " batches=N".
+  int64_t batches = 1;
 
   /// One machine-parsable line: "stats: rank=0 meta=inferred
   /// meta_messages_sent=2 messages_sent=14 first_output_ms=3.1
@@ -164,6 +169,19 @@ public:
 
   const RunStats &stats() const;
 
+  /// The number of model inputs (run() takes them in manifest order).
+  size_t inputCount() const;
+
+  /// The input root: the lowest rank whose stages read model inputs.
+  int inputRoot() const;
+
+  /// Replaces `bytes` on every other rank with those of the input root
+  /// (the lowest rank whose stages read model inputs), so that all ranks
+  /// take the input root's view of something only input ranks know (how
+  /// many batches there are). Every rank must call it. Errors: "lost rank R
+  /// (...)"; more than 64 MiB.
+  llvm::Error shareFromInputRoot(std::string &bytes);
+
 private:
   /// Trainer (runtime/Trainer.h) runs the same set-up with a training
   /// schedule.
@@ -173,18 +191,38 @@ private:
   std::unique_ptr<Impl> impl_;
 };
 
+/// The most batches one input may hold (a list or a directory), and the
+/// most runs --repeat may ask for.
+constexpr int64_t kMaxBatches = 1000000;
+constexpr int64_t kMaxRepeat = 1000000;
+
 /// The whole of `ppc run` for one rank: creates the pipeline, reads
-/// `inputPath` where needed, runs it, writes the outputs to `outputPath`
-/// on the output rank (torch.load reads it: a tensor, or a tuple if the
-/// model returns one), and finishes. `schedule` (if not null) receives the
-/// printed schedule before the run. Errors: those of Pipeline::create, run
-/// and finish, an unreadable input ("cannot read input 'x.pt': ...") and an
-/// unwritable output.
+/// `inputPath` where needed, runs every batch it holds `repeat` times
+/// (1..kMaxRepeat), writes the outputs of the last repetition to
+/// `outputPath` on the output rank, and finishes. The input is one batch (a
+/// file loadTensors reads; the output is then a tensor, or a tuple if the
+/// model returns one), a list of batches (loadInputBatches; the output is a
+/// list of such outputs, written after the last batch), or a directory of
+/// one-batch .pt files run in bytewise name order (the output is a
+/// directory, created if missing, receiving one file of the same name per
+/// input file as its batch completes); docs/runtime.md, "Many batches per
+/// launch". The input root's view of the input and of `repeat` is shared
+/// with every rank. `schedule` (if not null) receives the printed schedule
+/// before the run. Returns the stats of the whole launch. Errors: those of
+/// Pipeline::create, run (prefixed with the batch when there are several:
+/// "batch 2 ('c.pt'): stage 0 failed: ...") and finish; "--repeat 0 is not
+/// in 1..1000000"; an --output that would replace what the run reads
+/// ("--output 'in' is the input directory; refusing to overwrite it"); an
+/// unreadable input ("cannot read input 'x.pt': ...", "input directory 'd'
+/// holds no .pt files", "input 'x.pt' batch 1: the model takes 2 inputs,
+/// got 1"); input ranks that see different inputs ("the input on rank 1
+/// differs from the input on rank 0 (a list of 2 batches vs a list of 3
+/// batches)"); an unwritable output.
 llvm::Expected<RunStats>
 runPipelineFiles(llvm::StringRef manifestPath, llvm::StringRef inputPath,
                  llvm::StringRef outputPath, const LaunchEnv &env,
                  const RunOptions &options,
-                 llvm::raw_ostream *schedule = nullptr);
+                 llvm::raw_ostream *schedule = nullptr, int64_t repeat = 1);
 
 } // namespace ppc
 

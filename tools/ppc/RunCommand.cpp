@@ -26,6 +26,7 @@ struct RunCommandOptions {
   bool noMetaCache = false, stats = false, printSchedule = false;
   bool verbose = false;
   int threads = 0;
+  int64_t repeat = 1;
 };
 
 /// Turns a schedule name into its ScheduleKind (as the number CLI11 then
@@ -61,11 +62,11 @@ static llvm::Expected<int> runRun(const RunCommandOptions &o) {
   options.torchLogs = o.verbose;
   auto stats =
       runPipelineFiles(o.manifestPath, o.inputPath, o.outputPath, *env, options,
-                       o.printSchedule ? &llvm::outs() : nullptr);
+                       o.printSchedule ? &llvm::outs() : nullptr, o.repeat);
   if (!stats)
     return stats.takeError();
   if (o.stats)
-    llvm::outs() << stats->line() << "\n";
+    llvm::outs() << stats->line() << " batches=" << stats->batches << "\n";
   llvm::outs().flush();
   return 0;
 }
@@ -84,18 +85,31 @@ Command addRunCommand(CLI::App &parent) {
       "of the last "
       "stage writes the concatenated outputs to --output. Boundary shapes are "
       "inferred from "
-      "the first microbatch and cached beside the manifest for later runs.");
+      "the first microbatch and cached beside the manifest for later runs. "
+      "--input may hold a list of batches, or be a directory of batch files: "
+      "all run in one launch, and metadata is settled once per shape "
+      "(docs/runtime.md, \"Many batches per launch\").");
   app->add_option("manifest", o->manifestPath,
                   "manifest.json written by ppc split")
       ->required();
-  app->add_option("--input", o->inputPath,
-                  "Input file written by torch.save: a tensor or a tuple/list "
-                  "of tensors")
-      ->required();
   app->add_option(
-         "--output", o->outputPath,
-         "Output file (torch.load reads it), written by the last stage's rank")
+         "--input", o->inputPath,
+         "Input written by torch.save: one batch (a tensor or a tuple/list of "
+         "tensors, one per model input); a list of batches (a list whose "
+         "elements include a tuple/list, or, for a one-input model, a list "
+         "of more than one tensor); or a directory whose .pt files each hold "
+         "one batch, run in name order")
       ->required();
+  app->add_option("--output", o->outputPath,
+                  "Written by the last stage's rank (torch.load reads it): "
+                  "the outputs of one batch, a list of them for a list of "
+                  "batches, or for a directory input a directory receiving "
+                  "one file per input file, of the same name")
+      ->required();
+  app->add_option("--repeat", o->repeat,
+                  "Run the input this many times (1..1000000) in one launch, "
+                  "for benchmarking; the last run's outputs are written")
+      ->capture_default_str();
   app->add_option("--microbatches", o->microbatches, "Microbatches per batch")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
@@ -126,7 +140,8 @@ Command addRunCommand(CLI::App &parent) {
                   "(Perfetto, chrome://tracing; ppc trace summary|plot) to "
                   "this file from rank 0");
   app->add_flag("--stats", o->stats,
-                "Print one 'stats: rank=R ...' line per rank");
+                "Print one 'stats: rank=R ...' line per rank, covering every "
+                "batch of the launch (batches=N at its end)");
   app->add_flag("--verbose", o->verbose,
                 "Show LibTorch's own diagnostics (c10d, Gloo), hidden by "
                 "default");
