@@ -330,7 +330,10 @@ llvm::Error Trainer::save(llvm::StringRef dir) {
 
   // Each rank writes its stages, in the mode they were saved in.
   std::string lines;
-  for (auto &[index, stage] : core.stages) {
+  for (auto &entry : core.stages) {
+    // Named copies: lambdas cannot capture structured bindings in C++17.
+    int index = entry.first;
+    Stage &stage = entry.second;
     const StageInfo &info = core.manifest.stages[index];
     llvm::SmallString<256> path(dir);
     llvm::sys::path::append(path, info.file);
