@@ -483,12 +483,20 @@ batchInputs(const c10::IValue &value, const std::string &what, size_t &index,
   return out;
 }
 
-llvm::Expected<std::vector<c10::IValue>> loadTensors(llvm::StringRef path) {
-  auto buffer = readFileBounded(path, kMaxInputFileBytes, "input");
+/// Reads the torch.save file at `path` (bounded, a regular file) and
+/// unpickles it; `noun` names it in messages ("input", "data").
+static llvm::Expected<c10::IValue>
+readArchive(llvm::StringRef path, llvm::StringRef noun,
+            std::map<const void *, size_t> &records) {
+  auto buffer = readFileBounded(path, kMaxInputFileBytes, noun);
   if (!buffer)
     return buffer.takeError();
+  return unpickleArchive((*buffer)->getBuffer(), path, records, noun);
+}
+
+llvm::Expected<std::vector<c10::IValue>> loadTensors(llvm::StringRef path) {
   std::map<const void *, size_t> records;
-  auto value = unpickleArchive((*buffer)->getBuffer(), path, records);
+  auto value = readArchive(path, "input", records);
   if (!value)
     return value.takeError();
   size_t index = 0;
@@ -512,11 +520,8 @@ static bool isListOfBatches(const c10::IValue &value, size_t modelInputs) {
 
 llvm::Expected<InputBatches> loadInputBatches(llvm::StringRef path,
                                               size_t modelInputs) {
-  auto buffer = readFileBounded(path, kMaxInputFileBytes, "input");
-  if (!buffer)
-    return buffer.takeError();
   std::map<const void *, size_t> records;
-  auto value = unpickleArchive((*buffer)->getBuffer(), path, records);
+  auto value = readArchive(path, "input", records);
   if (!value)
     return value.takeError();
   std::string what = ("input '" + path + "'").str();
@@ -570,11 +575,8 @@ static llvm::Error checkTree(const c10::IValue &value, int depth,
 
 llvm::Expected<c10::IValue> loadTensorTree(llvm::StringRef path,
                                            llvm::StringRef noun, int depth) {
-  auto buffer = readFileBounded(path, kMaxInputFileBytes, noun);
-  if (!buffer)
-    return buffer.takeError();
   std::map<const void *, size_t> records;
-  auto value = unpickleArchive((*buffer)->getBuffer(), path, records, noun);
+  auto value = readArchive(path, noun, records);
   if (!value)
     return value.takeError();
   size_t index = 0;

@@ -10,6 +10,7 @@
 #include "lib/ValueWalk.h"
 #include "runtime/Trace.h"
 
+#include "llvm/ADT/STLFunctionalExtras.h"
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/FormatVariadic.h"
 
@@ -120,6 +121,12 @@ private:
   llvm::Error backwardWeights(const Action &a);
   llvm::Error sendBackward(const Action &a);
   llvm::Error recvBackward(const Action &a);
+  /// Calls `fn(output, tensor index, metadata)` for every tensor of edge
+  /// `edge`'s values in microbatch `m` that carries a gradient, in the order
+  /// both sides of the edge send and receive them.
+  llvm::Error forEachGradient(
+      const Edge &edge, int m,
+      llvm::function_ref<llvm::Error(int, size_t, const TensorMeta &)> fn);
 
   /// Keeps a value for its local uses (dropped when it has none).
   void store(int stage, int output, int m, c10::IValue value);
@@ -497,6 +504,8 @@ llvm::Error Executor::backward(const Action &a, bool inputsOnly) {
                          .str());
   SavedForward &f = it->second;
   const StageInfo &info = manifest.stages[s];
+  // The loss joins the stage's graph whatever the caller's grad mode.
+  at::AutoGradMode gradMode(true);
   std::vector<at::Tensor> roots, rootGrads;
   for (size_t o = 0; o < info.outputs.size(); ++o) {
     auto g = outputGrads.find({s, static_cast<int>(o), m});
@@ -587,79 +596,75 @@ llvm::Error Executor::backwardWeights(const Action &a) {
   return llvm::Error::success();
 }
 
-/// SEND_B(e, m): the consumer's gradients for the edge's values, one tensor
-/// per value tensor that carries a gradient (zeros where none flowed).
-llvm::Error Executor::sendBackward(const Action &a) {
-  const int m = a.microbatch;
-  const Edge &edge = schedule.edges[a.edge];
-  int channel = channelOf(schedule, a);
-  std::string what = "the gradients of " + describeEdge(edge, m);
+llvm::Error Executor::forEachGradient(
+    const Edge &edge, int m,
+    llvm::function_ref<llvm::Error(int, size_t, const TensorMeta &)> fn) {
   for (int o : edge.outputs) {
     auto meta = metaFor(m, edge.producer, o);
     if (!meta)
       return meta.takeError();
-    auto key = std::make_tuple(edge.consumer, edge.producer, o, m);
-    std::vector<at::Tensor> grads;
-    if (auto it = toSend.find(key); it != toSend.end()) {
-      grads = std::move(it->second);
-      toSend.erase(it);
-    }
     const std::vector<TensorMeta> &tensors = (*meta)->tensors;
-    for (size_t k = 0; k < tensors.size(); ++k) {
-      if (!carriesGradient(tensors[k]))
-        continue;
-      auto wire = torchCall("cannot prepare " + what, [&] {
-        at::Tensor g = k < grads.size() ? grads[k] : at::Tensor();
-        if (!g.defined())
-          return at::zeros(tensors[k].sizes,
-                           at::TensorOptions()
-                               .dtype(tensors[k].dtype)
-                               .device(plan.transport->device()));
-        return g.detach().contiguous();
-      });
-      if (!wire)
-        return wire.takeError();
-      if (wire->numel() > 0)
-        if (llvm::Error err =
-                plan.transport->send(*wire, a.peerRank, channel, what))
+    for (size_t k = 0; k < tensors.size(); ++k)
+      if (carriesGradient(tensors[k]))
+        if (llvm::Error err = fn(o, k, tensors[k]))
           return err;
-    }
   }
   return llvm::Error::success();
+}
+
+/// SEND_B(e, m): the consumer's gradients for the edge's values, one tensor
+/// per value tensor that carries a gradient (zeros where none flowed).
+llvm::Error Executor::sendBackward(const Action &a) {
+  const Edge &edge = schedule.edges[a.edge];
+  std::string what = "the gradients of " + describeEdge(edge, a.microbatch);
+  llvm::Error err = forEachGradient(
+      edge, a.microbatch,
+      [&](int o, size_t k, const TensorMeta &meta) -> llvm::Error {
+        auto it = toSend.find({edge.consumer, edge.producer, o, a.microbatch});
+        at::Tensor g;
+        if (it != toSend.end() && k < it->second.size())
+          g = it->second[k];
+        auto wire = torchCall("cannot prepare " + what, [&] {
+          return g.defined() ? g.detach().contiguous()
+                             : at::zeros(meta.sizes,
+                                         at::TensorOptions()
+                                             .dtype(meta.dtype)
+                                             .device(plan.transport->device()));
+        });
+        if (!wire)
+          return wire.takeError();
+        if (wire->numel() == 0)
+          return llvm::Error::success();
+        return plan.transport->send(*wire, a.peerRank, channelOf(schedule, a),
+                                    what);
+      });
+  for (int o : edge.outputs)
+    toSend.erase({edge.consumer, edge.producer, o, a.microbatch});
+  return err;
 }
 
 /// RECV_B(e, m): receives the consumer's gradients and adds them to the
 /// producer's.
 llvm::Error Executor::recvBackward(const Action &a) {
-  const int m = a.microbatch;
   const Edge &edge = schedule.edges[a.edge];
-  int channel = channelOf(schedule, a);
-  std::string what = "the gradients of " + describeEdge(edge, m);
-  for (int o : edge.outputs) {
-    auto meta = metaFor(m, edge.producer, o);
-    if (!meta)
-      return meta.takeError();
-    const std::vector<TensorMeta> &tensors = (*meta)->tensors;
-    std::vector<at::Tensor> &sum = outputGrads[{edge.producer, o, m}];
-    for (size_t k = 0; k < tensors.size(); ++k) {
-      if (!carriesGradient(tensors[k]))
-        continue;
-      auto buffer = torchCall("cannot allocate " + what, [&] {
-        return at::empty(tensors[k].sizes,
-                         at::TensorOptions()
-                             .dtype(tensors[k].dtype)
-                             .device(plan.transport->device()));
+  std::string what = "the gradients of " + describeEdge(edge, a.microbatch);
+  return forEachGradient(
+      edge, a.microbatch,
+      [&](int o, size_t k, const TensorMeta &meta) -> llvm::Error {
+        auto buffer = torchCall("cannot allocate " + what, [&] {
+          return at::empty(meta.sizes, at::TensorOptions()
+                                           .dtype(meta.dtype)
+                                           .device(plan.transport->device()));
+        });
+        if (!buffer)
+          return buffer.takeError();
+        if (buffer->numel() > 0)
+          if (llvm::Error err = plan.transport->recv(
+                  *buffer, a.peerRank, channelOf(schedule, a), what))
+            return err;
+        accumulate(outputGrads[{edge.producer, o, a.microbatch}], k, *buffer);
+        return llvm::Error::success();
       });
-      if (!buffer)
-        return buffer.takeError();
-      if (buffer->numel() > 0)
-        if (llvm::Error err =
-                plan.transport->recv(*buffer, a.peerRank, channel, what))
-          return err;
-      accumulate(sum, k, *buffer);
-    }
-  }
-  return llvm::Error::success();
 }
 
 void Executor::record(const Action &a, int64_t startUs) {

@@ -8,6 +8,7 @@
 #include "tools/ppc/Commands.h"
 
 #include "runtime/Pipeline.h"
+#include "tools/ppc/RuntimeFlags.h"
 
 #include "llvm/Support/raw_ostream.h"
 
@@ -18,14 +19,10 @@ namespace ppc {
 
 namespace {
 struct RunCommandOptions {
-  std::string manifestPath, inputPath, outputPath;
-  std::string tracePath, metaCacheDir, inputMeta, device = "cpu";
+  std::string manifestPath, inputPath, outputPath, inputMeta;
   ScheduleKind schedule = ScheduleKind::OneFOneB;
-  int microbatches = 1;
-  double timeoutSeconds = 60;
-  bool noMetaCache = false, stats = false, printSchedule = false;
-  bool verbose = false;
-  int threads = 0;
+  RuntimeFlags flags;
+  bool stats = false;
   int64_t repeat = 1;
 };
 
@@ -49,20 +46,12 @@ static llvm::Expected<int> runRun(const RunCommandOptions &o) {
   if (!env)
     return env.takeError();
   RunOptions options;
-  options.microbatches = o.microbatches;
+  o.flags.applyTo(options);
   options.schedule = o.schedule;
-  options.device = o.device;
-  options.timeout =
-      std::chrono::milliseconds(static_cast<int64_t>(o.timeoutSeconds * 1000));
-  options.metaCacheDir = o.metaCacheDir;
-  options.useMetaCache = !o.noMetaCache;
   options.inputMetaPath = o.inputMeta;
-  options.threads = o.threads;
-  options.tracePath = o.tracePath;
-  options.torchLogs = o.verbose;
-  auto stats =
-      runPipelineFiles(o.manifestPath, o.inputPath, o.outputPath, *env, options,
-                       o.printSchedule ? &llvm::outs() : nullptr, o.repeat);
+  auto stats = runPipelineFiles(
+      o.manifestPath, o.inputPath, o.outputPath, *env, options,
+      o.flags.printSchedule ? &llvm::outs() : nullptr, o.repeat);
   if (!stats)
     return stats.takeError();
   if (o.stats)
@@ -110,44 +99,16 @@ Command addRunCommand(CLI::App &parent) {
                   "Run the input this many times (1..1000000) in one launch, "
                   "for benchmarking; the last run's outputs are written")
       ->capture_default_str();
-  app->add_option("--microbatches", o->microbatches, "Microbatches per batch")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+  o->flags.addTo(*app);
   app->add_option("--schedule", o->schedule, "Pipeline schedule")
       ->default_str("1f1b")
       ->transform(scheduleKind());
-  app->add_option("--device", o->device, "cpu (Gloo) or cuda (NCCL)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"cpu", "cuda"}));
-  app->add_option("--timeout", o->timeoutSeconds,
-                  "Seconds to wait for another rank before giving up")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app->add_option(
-      "--meta-cache", o->metaCacheDir,
-      "Directory of the meta cache (default: the manifest's directory)");
-  app->add_flag("--no-meta-cache", o->noMetaCache,
-                "Neither read nor write the meta cache");
   app->add_option(
       "--input-meta", o->inputMeta,
       "JSON file with the boundary metadata (docs/runtime.md); no inference");
-  app->add_option(
-      "--threads", o->threads,
-      "Intra-op threads per rank, at most 4 per core (default: cores / "
-      "LOCAL_WORLD_SIZE)");
-  app->add_option("--trace", o->tracePath,
-                  "Record every action of every rank and write a Chrome trace "
-                  "(Perfetto, chrome://tracing; ppc trace summary|plot) to "
-                  "this file from rank 0");
   app->add_flag("--stats", o->stats,
                 "Print one 'stats: rank=R ...' line per rank, covering every "
                 "batch of the launch (batches=N at its end)");
-  app->add_flag("--verbose", o->verbose,
-                "Show LibTorch's own diagnostics (c10d, Gloo), hidden by "
-                "default");
-  app->add_flag("--print-schedule", o->printSchedule,
-                "Print this rank's schedule ('schedule: rank=R ...' lines) "
-                "before running");
   return {app, [o] { return runRun(*o); }};
 }
 

@@ -10,6 +10,7 @@
 #include "lib/Manifest.h"
 #include "runtime/TrainData.h"
 #include "runtime/Trainer.h"
+#include "tools/ppc/RuntimeFlags.h"
 
 #include "llvm/ADT/SmallString.h"
 #include "llvm/Support/Path.h"
@@ -24,13 +25,12 @@ namespace ppc {
 namespace {
 struct TrainCommandOptions {
   std::string manifestPath, dataPath, savePath, scheduleCSV, gradsDir;
-  std::string tracePath, metaCacheDir, device = "cpu";
   std::string loss = "mse", optimizer = "sgd";
   ScheduleKind schedule = ScheduleKind::OneFOneB;
-  int microbatches = 1, steps = 1, lossOutput = 0, threads = 0;
-  double lr = 0.01, momentum = 0, weightDecay = 0, timeoutSeconds = 60;
-  bool noMetaCache = false, stats = false, printSchedule = false;
-  bool verbose = false;
+  RuntimeFlags flags;
+  int steps = 1, lossOutput = 0;
+  double lr = 0.01, momentum = 0, weightDecay = 0;
+  bool stats = false;
 };
 
 /// Turns a schedule name into its ScheduleKind (as the number CLI11 then
@@ -61,16 +61,8 @@ static llvm::Expected<int> runTrain(const TrainCommandOptions &o) {
   if (!env)
     return env.takeError();
   TrainOptions options;
-  options.run.microbatches = o.microbatches;
+  o.flags.applyTo(options.run);
   options.run.schedule = o.schedule;
-  options.run.device = o.device;
-  options.run.timeout =
-      std::chrono::milliseconds(static_cast<int64_t>(o.timeoutSeconds * 1000));
-  options.run.metaCacheDir = o.metaCacheDir;
-  options.run.useMetaCache = !o.noMetaCache;
-  options.run.threads = o.threads;
-  options.run.tracePath = o.tracePath;
-  options.run.torchLogs = o.verbose;
   options.loss = *parseLossName(o.loss);
   options.lossOutput = o.lossOutput;
   options.optimizer = *parseOptimizerName(o.optimizer);
@@ -83,7 +75,7 @@ static llvm::Expected<int> runTrain(const TrainCommandOptions &o) {
   if (!trainer)
     return trainer.takeError();
   Trainer &t = **trainer;
-  if (o.printSchedule) {
+  if (o.flags.printSchedule) {
     t.printSchedule(llvm::outs());
     llvm::outs().flush();
   }
@@ -165,9 +157,7 @@ Command addTrainCommand(CLI::App &parent) {
   app->add_option("--steps", o->steps, "Optimizer steps")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  app->add_option("--microbatches", o->microbatches, "Microbatches per batch")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+  o->flags.addTo(*app);
   app->add_option("--schedule", o->schedule, "Pipeline schedule")
       ->default_str("1f1b")
       ->transform(trainingSchedule());
@@ -181,32 +171,8 @@ Command addTrainCommand(CLI::App &parent) {
                   "After the last step, each rank writes its parameters' "
                   "gradients to DIR/grads.rank<R>.pt (a dict by parameter "
                   "path that torch.load reads)");
-  app->add_option("--device", o->device, "cpu (Gloo) or cuda (NCCL)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"cpu", "cuda"}));
-  app->add_option("--timeout", o->timeoutSeconds,
-                  "Seconds to wait for another rank before giving up")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app->add_option(
-      "--meta-cache", o->metaCacheDir,
-      "Directory of the meta cache (default: the manifest's directory)");
-  app->add_flag("--no-meta-cache", o->noMetaCache,
-                "Neither read nor write the meta cache");
-  app->add_option(
-      "--threads", o->threads,
-      "Intra-op threads per rank, at most 4 per core (default: cores / "
-      "LOCAL_WORLD_SIZE)");
-  app->add_option("--trace", o->tracePath,
-                  "Record every action of every rank and write a Chrome trace "
-                  "(Perfetto, chrome://tracing; ppc trace summary|plot) to "
-                  "this file from rank 0");
   app->add_flag("--stats", o->stats,
                 "Print one 'stats: rank=R step=N ...' line per rank and step");
-  app->add_flag("--verbose", o->verbose,
-                "Show LibTorch's own diagnostics (c10d, Gloo)");
-  app->add_flag("--print-schedule", o->printSchedule,
-                "Print this rank's schedule before training");
   return {app, [o] { return runTrain(*o); }};
 }
 

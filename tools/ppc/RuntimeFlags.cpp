@@ -1,0 +1,53 @@
+//===- tools/ppc/RuntimeFlags.cpp - Options ppc run and train share -------===//
+//
+// This file declares the shared options on a subcommand (RuntimeFlags.h).
+//
+//===----------------------------------------------------------------------===//
+#include "tools/ppc/RuntimeFlags.h"
+
+namespace ppc {
+
+void RuntimeFlags::addTo(CLI::App &app) {
+  app.add_option("--microbatches", microbatches, "Microbatches per batch")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--device", device, "cpu (Gloo) or cuda (NCCL)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--timeout", timeoutSeconds,
+                 "Seconds to wait for another rank before giving up")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option(
+      "--meta-cache", metaCacheDir,
+      "Directory of the meta cache (default: the manifest's directory)");
+  app.add_flag("--no-meta-cache", noMetaCache,
+               "Neither read nor write the meta cache");
+  app.add_option("--threads", threads,
+                 "Intra-op threads per rank, at most 4 per core (default: "
+                 "cores / LOCAL_WORLD_SIZE)");
+  app.add_option("--trace", tracePath,
+                 "Record every action of every rank and write a Chrome trace "
+                 "(Perfetto, chrome://tracing; ppc trace summary|plot) to "
+                 "this file from rank 0");
+  app.add_flag("--verbose", verbose,
+               "Show LibTorch's own diagnostics (c10d, Gloo), hidden by "
+               "default");
+  app.add_flag("--print-schedule", printSchedule,
+               "Print this rank's schedule ('schedule: rank=R ...' lines) "
+               "before running");
+}
+
+void RuntimeFlags::applyTo(RunOptions &options) const {
+  options.microbatches = microbatches;
+  options.device = device;
+  options.timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(timeoutSeconds * 1000));
+  options.metaCacheDir = metaCacheDir;
+  options.useMetaCache = !noMetaCache;
+  options.threads = threads;
+  options.tracePath = tracePath;
+  options.torchLogs = verbose;
+}
+
+} // namespace ppc
