@@ -217,10 +217,10 @@ def wide_runs(cfg):
     stages, which is start-up skew, not pipelining (it is kept in the JSON as
     total_ms).
 
-    TODO(--repeat): `ppc run` runs one batch per process, so total_ms holds
-    the stage modules' first calls (TorchScript's profiling runs). When
-    `ppc run --repeat N` lands, pass `--repeat 3` here and take the last
-    batch's time, and compare with plain_forward's warm batches only."""
+    TODO(--repeat): each `ppc run` here runs one batch, so total_ms holds the
+    stage modules' first calls (TorchScript's profiling runs). `ppc run
+    --repeat N` exists now: pass `--repeat 3`, take the last batch's time
+    from the trace, and compare with plain_forward's warm batches only."""
     M = 32
     model, inp = os.path.join(MODELS, "wide.pt"), os.path.join(MODELS, "wide.input.pt")
     one = split(model, os.path.join(WORK, "wide.1"), "--stages", "1")
