@@ -116,9 +116,9 @@ TEST(ScheduleTest, ModelOutputsFromOtherRanksReachTheCollector) {
       ASSERT_TRUE(static_cast<bool>(s));
       EXPECT_EQ(errorOf(simulateSchedule(m, *s)), "")
           << scheduleName(kind).str() << " " << stages << "/" << world;
-      int out = s->placement.outputRank();
+      int out = s->placement.outputRank(), collector = stages;
       EXPECT_TRUE(llvm::any_of(s->ranks[out], [&](const Action &a) {
-        return a.kind == ActionKind::RecvF && a.stage == stages;
+        return a.kind == ActionKind::RecvF && a.stage == collector;
       }));
     }
 }
