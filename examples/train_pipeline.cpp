@@ -49,9 +49,7 @@ int main(int argc, char **argv) {
   ppc::Trainer &t = **trainer;
   ppc::TrainingBatch batch;
   if (t.needsInputs() || t.needsTargets()) {
-    // The number of model inputs is the manifest's; this example's models
-    // take one.
-    auto data = ppc::loadTrainingData(argv[2], 1);
+    auto data = ppc::loadTrainingData(argv[2], t.modelInputCount());
     if (!data)
       return fail(data.takeError());
     batch = (*data)[0];

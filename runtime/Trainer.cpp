@@ -240,6 +240,9 @@ int Trainer::lossRank() const {
   return impl_->core->placement.rankOf(impl_->core->loss->stage);
 }
 int Trainer::rank() const { return impl_->core->env.rank; }
+size_t Trainer::modelInputCount() const {
+  return impl_->core->manifest.modelInputs.size();
+}
 const TrainStats &Trainer::stats() const { return impl_->stats; }
 
 void Trainer::printSchedule(llvm::raw_ostream &os) const {

@@ -115,6 +115,8 @@ public:
   /// output).
   int lossRank() const;
   int rank() const;
+  /// How many inputs the model takes (loadTrainingData's `modelInputs`).
+  size_t modelInputCount() const;
 
   /// One optimizer step over one batch: `inputs` are the model inputs (as
   /// for Pipeline::run, read where needsInputs()), `target` the loss's

@@ -7,7 +7,6 @@
 //===----------------------------------------------------------------------===//
 #include "tools/ppc/Commands.h"
 
-#include "lib/Manifest.h"
 #include "runtime/TrainData.h"
 #include "runtime/Trainer.h"
 #include "tools/ppc/RuntimeFlags.h"
@@ -81,10 +80,7 @@ static llvm::Expected<int> runTrain(const TrainCommandOptions &o) {
   }
   std::vector<TrainingBatch> data;
   if (t.needsInputs() || t.needsTargets()) {
-    auto manifest = Manifest::load(o.manifestPath);
-    if (!manifest)
-      return manifest.takeError();
-    auto loaded = loadTrainingData(o.dataPath, manifest->modelInputs.size());
+    auto loaded = loadTrainingData(o.dataPath, t.modelInputCount());
     if (!loaded)
       return loaded.takeError();
     data = std::move(*loaded);
