@@ -42,7 +42,6 @@
 #include <chrono>
 #include <map>
 #include <set>
-#include <thread>
 
 namespace ppc {
 
@@ -506,8 +505,7 @@ llvm::Expected<DeviceKind> checkOptions(const RunOptions &options) {
     return makeError(llvm::formatv("--microbatches {0} is not in 1..{1}",
                                    options.microbatches, kMaxMicrobatches)
                          .str());
-  int cores =
-      std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  int cores = availableCores();
   int maxThreads = std::max(4, 4 * cores);
   if (options.threads < 0 || options.threads > maxThreads)
     return makeError(llvm::formatv("--threads {0} is not in 1..{1} (4 per "
@@ -530,11 +528,7 @@ llvm::Expected<DeviceKind> checkOptions(const RunOptions &options) {
 /// Sets this process's intra-op threads: `threads`, or the cores shared by
 /// the ranks on this machine.
 void setThreads(int threads, const LaunchEnv &env) {
-  if (threads <= 0)
-    threads =
-        std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
-                        std::max(1, env.localWorldSize));
-  boundThreads(threads);
+  boundThreads(threads > 0 ? threads : defaultThreads(env.localWorldSize));
 }
 
 /// c10d and Gloo report through glog, which prints "WARNING: Logging
@@ -710,13 +704,10 @@ Pipeline::run(const std::vector<c10::IValue> &inputs) {
 llvm::Error Pipeline::Impl::writeTrace() {
   if (!trace)
     return llvm::Error::success();
-  std::vector<std::string> ranks(env.worldSize);
-  for (int r = 0; r < env.worldSize; ++r) {
-    std::string events = r == env.rank ? trace->eventsJSON() : std::string();
-    if (llvm::Error err = transport->broadcastBytes(events, r))
-      return err;
-    ranks[r] = std::move(events);
-  }
+  std::vector<std::string> ranks;
+  if (llvm::Error err = transport->gatherBytes(trace->eventsJSON(), 0, ranks,
+                                               "the trace events"))
+    return err;
   trace.reset();
   if (env.rank != 0)
     return llvm::Error::success();

@@ -62,7 +62,6 @@ struct Trainer::Impl {
   std::unique_ptr<Pipeline::Impl> core;
   TrainOptions options;
   TrainStats stats;
-  int steps = 0;
   /// Whether each stage's module was saved in training mode.
   std::map<int, bool> savedTraining;
   std::unique_ptr<torch::optim::Optimizer> optimizer;
@@ -256,7 +255,7 @@ llvm::Expected<double> Trainer::step(const std::vector<c10::IValue> &inputs,
   auto start = std::chrono::steady_clock::now();
   int64_t sentBefore = core.transport->messagesSent();
   core.stats.cacheWritten = false;
-  ++t.steps;
+  ++t.stats.step;
   if (t.optimizer)
     t.optimizer->zero_grad();
 
@@ -271,7 +270,7 @@ llvm::Expected<double> Trainer::step(const std::vector<c10::IValue> &inputs,
     return done.takeError();
   if (needsTargets() && !std::isfinite(done->loss))
     return makeError(
-        llvm::formatv("step {0}: the loss is {1}", t.steps, done->loss));
+        llvm::formatv("step {0}: the loss is {1}", t.stats.step, done->loss));
   if (llvm::Error err = t.sumTiedGradients())
     return err;
   if (t.optimizer)
@@ -281,7 +280,6 @@ llvm::Expected<double> Trainer::step(const std::vector<c10::IValue> &inputs,
   core.finishStep(fresh);
 
   TrainStats &stats = t.stats;
-  stats.step = t.steps;
   stats.metaSource = core.stats.metaSource;
   stats.metaMessagesSent = done->metaMessagesSent;
   stats.messagesSent = core.transport->messagesSent() - sentBefore;
@@ -361,27 +359,28 @@ llvm::Error Trainer::save(llvm::StringRef dir) {
     lines += llvm::formatv("{0} {1}\n", index, sha256Hex(*bytes)).str();
   }
 
-  // Every rank learns every stage's hash; rank 0 writes the manifest.
-  Manifest trained = core.manifest;
-  for (int r = 0; r < core.env.worldSize; ++r) {
-    std::string shared = r == core.env.rank ? lines : std::string();
-    if (llvm::Error err = core.transport->broadcastBytes(shared, r))
-      return err;
-    llvm::SmallVector<llvm::StringRef, 8> rows;
-    llvm::StringRef(shared).split(rows, '\n', -1, false);
-    for (llvm::StringRef row : rows) {
-      auto [index, hash] = row.split(' ');
-      unsigned stage = 0;
-      if (index.getAsInteger(10, stage) || stage >= trained.stages.size() ||
-          hash.size() != 64)
-        return makeError(llvm::formatv("rank {0} sent a malformed stage "
-                                       "hash '{1}'",
-                                       r, row)
-                             .str());
-      trained.stages[stage].sha256 = hash.str();
-    }
-  }
+  // Rank 0 collects every stage's hash and writes the manifest.
+  std::vector<std::string> shared;
+  if (llvm::Error err =
+          core.transport->gatherBytes(lines, 0, shared, "the stage hashes"))
+    return err;
   if (core.env.rank == 0) {
+    Manifest trained = core.manifest;
+    for (int r = 0; r < core.env.worldSize; ++r) {
+      llvm::SmallVector<llvm::StringRef, 8> rows;
+      llvm::StringRef(shared[r]).split(rows, '\n', -1, false);
+      for (llvm::StringRef row : rows) {
+        auto [index, hash] = row.split(' ');
+        unsigned stage = 0;
+        if (index.getAsInteger(10, stage) || stage >= trained.stages.size() ||
+            hash.size() != 64)
+          return makeError(llvm::formatv("rank {0} sent a malformed stage "
+                                         "hash '{1}'",
+                                         r, row)
+                               .str());
+        trained.stages[stage].sha256 = hash.str();
+      }
+    }
     llvm::SmallString<256> path(dir);
     llvm::sys::path::append(path, "manifest.json");
     if (llvm::Error err = trained.save(path))

@@ -38,8 +38,8 @@ namespace ppc {
 namespace {
 using Clock = std::chrono::steady_clock;
 
-/// The most bytes broadcastBytes() moves; far above any real signature
-/// list, far below what would exhaust memory.
+/// The most bytes broadcastBytes() and gatherBytes() move per rank; far above
+/// any real signature list, far below what would exhaust memory.
 constexpr uint64_t kMaxBroadcastBytes = 64ull << 20;
 
 /// Sends in flight per transport before send() waits for the oldest: keeps
@@ -105,50 +105,85 @@ llvm::Error Transport::agreeMin(std::vector<int64_t> &values) {
   return llvm::Error::success();
 }
 
-llvm::Error Transport::broadcastBytes(std::string &bytes, int root) {
-  if (worldSize_ == 1)
+llvm::Error Transport::sendBytes(const std::string &bytes, int peer,
+                                 const std::string &what) {
+  if (bytes.size() > kMaxBroadcastBytes)
+    return makeError(llvm::formatv("{0} take {1} bytes; the limit is {2}", what,
+                                   bytes.size(), kMaxBroadcastBytes)
+                         .str());
+  at::Tensor size = at::tensor({static_cast<int64_t>(bytes.size())},
+                               at::TensorOptions().dtype(at::kLong))
+                        .to(device());
+  if (llvm::Error err = send(size, peer, 0, what))
+    return err;
+  if (bytes.empty())
     return llvm::Error::success();
-  auto longs = at::TensorOptions().dtype(at::kLong);
-  auto chars = at::TensorOptions().dtype(at::kByte);
-  const char *what = "the microbatch signatures";
-  if (rank_ == root) {
-    if (bytes.size() > kMaxBroadcastBytes)
-      return makeError(llvm::formatv("{0} take {1} bytes; the limit is {2}",
-                                     what, bytes.size(), kMaxBroadcastBytes)
-                           .str());
-    at::Tensor size =
-        at::tensor({static_cast<int64_t>(bytes.size())}, longs).to(device());
-    at::Tensor data = at::empty({static_cast<int64_t>(bytes.size())}, chars);
-    std::memcpy(data.data_ptr(), bytes.data(), bytes.size());
-    data = data.to(device());
-    for (int peer = 0; peer < worldSize_; ++peer) {
-      if (peer == root)
-        continue;
-      if (llvm::Error err = send(size, peer, 0, what))
-        return err;
-      if (!bytes.empty())
-        if (llvm::Error err = send(data, peer, 0, what))
-          return err;
-    }
-    return flushSends();
-  }
-  at::Tensor size = at::empty({1}, longs.device(device()));
-  if (llvm::Error err = recv(size, root, 0, what))
+  at::Tensor data = at::empty({static_cast<int64_t>(bytes.size())},
+                              at::TensorOptions().dtype(at::kByte));
+  std::memcpy(data.data_ptr(), bytes.data(), bytes.size());
+  return send(data.to(device()), peer, 0, what);
+}
+
+llvm::Expected<std::string> Transport::recvBytes(int peer,
+                                                 const std::string &what) {
+  at::Tensor size =
+      at::empty({1}, at::TensorOptions().dtype(at::kLong).device(device()));
+  if (llvm::Error err = recv(size, peer, 0, what))
     return err;
   int64_t n = size.cpu().item<int64_t>();
   // The length comes from a peer: check it before allocating.
   if (n < 0 || static_cast<uint64_t>(n) > kMaxBroadcastBytes)
     return makeError(llvm::formatv("rank {0} sent a length of {1} bytes for "
                                    "{2}; the limit is {3}",
-                                   root, n, what, kMaxBroadcastBytes)
+                                   peer, n, what, kMaxBroadcastBytes)
                          .str());
-  bytes.assign(static_cast<size_t>(n), '\0');
+  std::string bytes(static_cast<size_t>(n), '\0');
   if (n > 0) {
-    at::Tensor data = at::empty({n}, chars.device(device()));
-    if (llvm::Error err = recv(data, root, 0, what))
+    at::Tensor data =
+        at::empty({n}, at::TensorOptions().dtype(at::kByte).device(device()));
+    if (llvm::Error err = recv(data, peer, 0, what))
       return err;
     data = data.cpu();
     std::memcpy(bytes.data(), data.data_ptr(), bytes.size());
+  }
+  return bytes;
+}
+
+llvm::Error Transport::broadcastBytes(std::string &bytes, int root,
+                                      const std::string &what) {
+  if (worldSize_ == 1)
+    return llvm::Error::success();
+  if (rank_ != root) {
+    auto got = recvBytes(root, what);
+    if (!got)
+      return got.takeError();
+    bytes = std::move(*got);
+    return llvm::Error::success();
+  }
+  for (int peer = 0; peer < worldSize_; ++peer)
+    if (peer != root)
+      if (llvm::Error err = sendBytes(bytes, peer, what))
+        return err;
+  return flushSends();
+}
+
+llvm::Error Transport::gatherBytes(const std::string &bytes, int root,
+                                   std::vector<std::string> &gathered,
+                                   const std::string &what) {
+  if (rank_ != root) {
+    if (llvm::Error err = sendBytes(bytes, root, what))
+      return err;
+    return flushSends();
+  }
+  gathered.assign(worldSize_, std::string());
+  gathered[root] = bytes;
+  for (int peer = 0; peer < worldSize_; ++peer) {
+    if (peer == root)
+      continue;
+    auto got = recvBytes(peer, what);
+    if (!got)
+      return got.takeError();
+    gathered[peer] = std::move(*got);
   }
   return llvm::Error::success();
 }

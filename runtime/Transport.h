@@ -81,11 +81,28 @@ public:
   llvm::Error agreeMin(std::vector<int64_t> &values);
 
   /// Rank `root` sends `bytes` to every other rank, which receive them into
-  /// `bytes`. Errors: "lost rank P (...)".
-  llvm::Error broadcastBytes(std::string &bytes, int root);
+  /// `bytes`. At most 64 MiB; `what` names the bytes in errors. Errors:
+  /// "lost rank P (...)", "WHAT take N bytes; the limit is 67108864", a peer
+  /// announcing more than the limit.
+  llvm::Error
+  broadcastBytes(std::string &bytes, int root,
+                 const std::string &what = "the microbatch signatures");
+
+  /// Every rank sends `bytes` to rank `root`, which receives all of them in
+  /// `gathered` (indexed by rank, its own included); other ranks leave
+  /// `gathered` alone. Limits and errors as broadcastBytes().
+  llvm::Error gatherBytes(const std::string &bytes, int root,
+                          std::vector<std::string> &gathered,
+                          const std::string &what);
 
   /// Returns once every rank has called it. Errors: "lost rank P (...)".
   llvm::Error barrier();
+
+private:
+  /// One message of bytes on channel 0: its length, then the data.
+  llvm::Error sendBytes(const std::string &bytes, int peer,
+                        const std::string &what);
+  llvm::Expected<std::string> recvBytes(int peer, const std::string &what);
 
 protected:
   Transport(int rank, int worldSize, std::chrono::milliseconds timeout)

@@ -111,6 +111,21 @@ TEST(TransportTest, AgreeBroadcastBarrier) {
   }
 }
 
+// Rank 1 collects every rank's bytes (empty ones too); the others' output
+// stays as it was.
+TEST(TransportTest, GatherBytes) {
+  std::vector<std::vector<std::string>> gathered(3, {"untouched"});
+  auto errors = onRanks(
+      3, std::chrono::seconds(20), [&](int rank, Transport &t) -> llvm::Error {
+        std::string bytes = rank == 2 ? "" : "rank " + std::to_string(rank);
+        return t.gatherBytes(bytes, 1, gathered[rank], "test bytes");
+      });
+  EXPECT_EQ(errors, (std::vector<std::string>{"", "", ""}));
+  EXPECT_EQ(gathered[1], (std::vector<std::string>{"rank 0", "rank 1", ""}));
+  EXPECT_EQ(gathered[0], std::vector<std::string>{"untouched"});
+  EXPECT_EQ(gathered[2], std::vector<std::string>{"untouched"});
+}
+
 TEST(TransportTest, TimeoutNamesThePeer) {
   auto errors =
       onRanks(2, std::chrono::milliseconds(3000),
