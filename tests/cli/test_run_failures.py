@@ -316,10 +316,14 @@ class RunFailuresTest(unittest.TestCase):
     def test_threads_sets_the_intra_op_pool(self):
         # Each thread pool that honours the setting (OpenMP, and the BLAS
         # LibTorch was built with) adds THREADS - 1 workers to a rank's fixed
-        # threads (Gloo, store, interop).
+        # threads (Gloo, store, interop). Short-lived threads (a Gloo
+        # connection, the store's accept loop) may or may not be caught by the
+        # sampler, so the difference is bounded, not exact: at least one pool
+        # grew by 3, and no more than the two pools did plus a couple of
+        # transient threads.
         one, four = self.max_threads_of_run("1"), self.max_threads_of_run("4")
-        self.assertGreater(four, one)
-        self.assertEqual((four - one) % 3, 0, (one, four))
+        self.assertGreaterEqual(four - one, 3, (one, four))
+        self.assertLessEqual(four - one, 2 * 3 + 2, (one, four))
 
 
     def test_schedule_names(self):
