@@ -202,6 +202,16 @@ def fmt_stats(s, unit):
 
 # ------------------------------------------------------------ benchmarks
 
+def batch_ends_us(events):
+    """The end (µs, one clock on one host) of each batch of a traced run:
+    every rank ends a batch with one 'flush' event, and a batch is done when
+    its last rank is."""
+    ranks = sorted({e["pid"] for e in events})
+    per_rank = [sorted(e["ts"] + e["dur"] for e in events
+                       if e["name"] == "flush" and e["pid"] == r) for r in ranks]
+    return [max(ends) for ends in zip(*per_rank)]
+
+
 def wide_runs(cfg):
     """The 16 x Linear(1024) MLP, 4096 rows in 32 microbatches, shared by
     benchmarks 1, 3 and 8: an unsplit (1-stage) run on 1 rank, 2 stages on 2
@@ -209,19 +219,14 @@ def wide_runs(cfg):
     forward program. Every ppc run has a valid meta cache (the warm-up round
     writes it), so no run infers shapes.
 
-    A batch's time: benchmark 3 (1 rank) takes total_ms (Pipeline::run, with
-    the split and the concatenation, as plain_forward times them); benchmarks
-    1 and 8 take the trace's span (first action of any rank to the last one
-    of any rank; one clock on one host), since a rank's total_ms also holds
-    its wait in the start-up agreement for a peer that is still loading its
-    stages, which is start-up skew, not pipelining (it is kept in the JSON as
-    total_ms).
-
-    TODO(--repeat): each `ppc run` here runs one batch, so total_ms holds the
-    stage modules' first calls (TorchScript's profiling runs). `ppc run
-    --repeat N` exists now: pass `--repeat 3`, take the last batch's time
-    from the trace, and compare with plain_forward's warm batches only."""
-    M = 32
+    Steady state: each ppc run processes the batch `wide_repeat` times in one
+    launch (`ppc run --repeat`); a batch's time is the time between the end of
+    the first batch and the end of the last, divided by the batches in
+    between (a batch ends when its last rank flushed; one clock on one host).
+    So the first batch's costs (the modules' first, profiling calls, the
+    ranks' start-up skew) are left out, as plain_forward leaves out its cold
+    batch. Stage times t_i are the medians of the F events after batch 1."""
+    M, R = 32, cfg["wide_repeat"]
     model, inp = os.path.join(MODELS, "wide.pt"), os.path.join(MODELS, "wide.input.pt")
     one = split(model, os.path.join(WORK, "wide.1"), "--stages", "1")
     two = split(model, os.path.join(WORK, "wide.2"), "--split-at", "layers.8")
@@ -231,19 +236,25 @@ def wide_runs(cfg):
         trace = os.path.join(WORK, "wide.%s.trace.json" % tag)
         s = sh(launch(nproc, "run", manifest, "--input", inp, "--output", out,
                       "--microbatches", M, "--threads", 1, "--schedule", schedule,
-                      "--stats", "--trace", trace))
+                      "--repeat", R, "--stats", "--trace", trace))
         st = parse_stats(s.out)
         assert len(st) == nproc, s.out
-        ev = trace_events(trace)
-        stages = sorted({e["args"]["stage"] for e in ev if e["name"] == "F"})
-        summary = trace_summary(trace)
-        return {"total_ms": max(r["total_ms"] for r in st),
-                "span_ms": summary["all"]["span_ms"],
-                "first_output_ms": max(r["first_output_ms"] for r in st),
+        events = trace_events(trace)
+        ends = batch_ends_us(events)
+        assert len(ends) == R, (len(ends), R)
+        steady = trace_events(steady_trace(trace, trace + ".steady.json"))
+        stages = sorted({e["args"]["stage"] for e in steady if e["name"] == "F"})
+        summary = trace_summary(trace + ".steady.json")
+        return {"batch_ms": (ends[-1] - ends[0]) / 1000.0 / (R - 1),
+                # From the first action of any rank to the end of batch 1.
+                "first_batch_ms": (ends[0] - min(e["ts"] for e in events)) / 1000.0,
+                "total_ms": max(r["total_ms"] for r in st),
                 "meta": sorted({r["meta"] for r in st}),
                 "wall_s": s.wall_s, "cpus": s.cpu_s / s.wall_s,
-                "f_ms": {k: statistics.median(durations_ms(ev, "F", stage=k)) for k in stages},
-                "f_sum_ms": {k: sum(durations_ms(ev, "F", stage=k)) for k in stages},
+                "f_ms": {k: statistics.median(durations_ms(steady, "F", stage=k))
+                         for k in stages},
+                "f_sum_ms": {k: sum(durations_ms(steady, "F", stage=k)) / (R - 1)
+                             for k in stages},
                 "summary": summary}
 
     def plain():
@@ -261,17 +272,18 @@ def wide_runs(cfg):
 
 def bench_speedup(cfg, wide):
     runs, M = wide
-    unsplit = stats([r["span_ms"] for r in runs["unsplit"]])
-    split2 = stats([r["span_ms"] for r in runs["1f1b"]])
+    unsplit = stats([r["batch_ms"] for r in runs["unsplit"]])
+    split2 = stats([r["batch_ms"] for r in runs["1f1b"]])
     plain = stats([x for r in runs["plain"] for x in r["warm_ms"]])
     # The table shows the ratio of medians; the JSON also has the speed-up of
     # each round (its two runs ran back to back).
-    paired = [u["span_ms"] / s["span_ms"] for u, s in zip(runs["unsplit"], runs["1f1b"])]
+    paired = [u["batch_ms"] / s["batch_ms"] for u, s in zip(runs["unsplit"], runs["1f1b"])]
     f1 = statistics.median(sum(r["f_sum_ms"].values()) for r in runs["unsplit"])
     f2 = statistics.median(sum(r["f_sum_ms"].values()) for r in runs["1f1b"])
     cpus = statistics.median(r["cpus"] for r in runs["1f1b"])
+    # The summary covers the R - 1 steady batches.
     busy = statistics.median(max(v["busy_ms"] for v in r["summary"]["ranks"].values())
-                             for r in runs["1f1b"])
+                             for r in runs["1f1b"]) / (cfg["wide_repeat"] - 1)
     notes = ("compute of all stages: %s ms in the 2-rank run vs %s ms unsplit (%.2fx: "
              "ranks slow each other down); busiest rank computes %.0f%% of the run; "
              "the 2-rank launch used %.2f CPUs on average over its life"
@@ -279,11 +291,11 @@ def bench_speedup(cfg, wide):
     speed = unsplit["median"] / split2["median"]
     notes += "; speed-up per round: %s" % ", ".join("%.2f" % x for x in paired)
     return [
-        row("1 speed-up", "16×Linear(1024), 4096 rows, M=32: 2 stages / 2 ranks, trace span",
+        row("1 speed-up", "16×Linear(1024), 4096 rows, M=32: 2 stages / 2 ranks, a warm batch",
             split2, "ms", "1 stage / 1 rank", unsplit, speed, ">= 1.7x",
             speed >= 1.7, notes, paired_speedups=paired,
-            total_ms={"unsplit": stats([r["total_ms"] for r in runs["unsplit"]]),
-                      "2 stages": stats([r["total_ms"] for r in runs["1f1b"]])}),
+            first_batch_ms={"unsplit": stats([r["first_batch_ms"] for r in runs["unsplit"]]),
+                            "2 stages": stats([r["first_batch_ms"] for r in runs["1f1b"]])}),
         row("1 speed-up", "same 2 stages / 2 ranks vs a plain torch::jit forward, 1 thread",
             split2, "ms", "plain forward (warm)", plain, plain["median"] / split2["median"],
             None, None, "plain_forward: same microbatching, median of warm batches "
@@ -293,21 +305,22 @@ def bench_speedup(cfg, wide):
 
 def bench_plain(cfg, wide):
     runs, M = wide
-    unsplit = stats([r["total_ms"] for r in runs["unsplit"]])
+    unsplit = stats([r["batch_ms"] for r in runs["unsplit"]])
+    first = stats([r["first_batch_ms"] for r in runs["unsplit"]])
     warm = stats([x for r in runs["plain"] for x in r["warm_ms"]])
     cold = stats([x for r in runs["plain"] for x in r["cold_ms"]])
     f_total = statistics.median(sum(r["f_sum_ms"].values()) for r in runs["unsplit"])
     ratio = unsplit["median"] / warm["median"]
-    notes = ("ppc's F events sum to %s ms of its %s ms; ratio of the minimums %.2fx; "
-             "ppc runs its batch once per process, so its figure includes the modules' "
-             "first (profiling) calls" % (fmt(f_total), fmt(unsplit["median"]),
-                                          unsplit["min"] / warm["min"]))
+    notes = ("steady state (ppc run --repeat %d, batches 2..%d); ppc's F events take %s ms "
+             "of its %s ms per batch; ratio of the minimums %.2fx"
+             % (cfg["wide_repeat"], cfg["wide_repeat"], fmt(f_total), fmt(unsplit["median"]),
+                unsplit["min"] / warm["min"]))
     return [
-        row("3 1-stage vs plain", "ppc run, 1 stage / 1 rank (total_ms)", unsplit, "ms",
+        row("3 1-stage vs plain", "ppc run, 1 stage / 1 rank, a warm batch", unsplit, "ms",
             "plain forward, warm batches", warm, ratio, "<= 1.05x", ratio <= 1.05, notes),
-        row("3 1-stage vs plain", "same, vs the plain forward's first batch of a fresh module",
-            unsplit, "ms", "plain forward, cold batch", cold, unsplit["median"] / cold["median"],
-            None, None, "like for like while ppc run has no --repeat (TODO)"),
+        row("3 1-stage vs plain", "same, the first batch of a launch",
+            first, "ms", "plain forward, cold batch", cold, first["median"] / cold["median"],
+            None, None, "both include the modules' first (profiling) calls"),
     ]
 
 
@@ -319,13 +332,13 @@ def bench_efficiency(cfg, wide):
         for r in runs[sched]:
             t = list(r["f_ms"].values())
             bound = sum(t) + (M - 1) * max(t)
-            spans.append(r["span_ms"])
+            spans.append(r["batch_ms"])
             bounds.append(bound)
-            ratios.append(r["span_ms"] / bound)
+            ratios.append(r["batch_ms"] / bound)
         ratio = statistics.median(ratios)
         bub = statistics.median(r["summary"]["all"]["bubble"] for r in runs[sched])
         rows.append(row(
-            "8 efficiency", "%s inference, 2 stages / 2 ranks, M=%d: batch (trace span)"
+            "8 efficiency", "%s inference, 2 stages / 2 ranks, M=%d: a warm batch"
             % (sched, M), stats(spans), "ms", "bound Σt_i + (M−1)·max t_i", stats(bounds), ratio,
             "<= 1.15x", ratio <= 1.15,
             "t_i = median F of stage i in the same run's trace; ratio = median of per-run "
@@ -621,13 +634,13 @@ def bench_startup(cfg):
 
 # ------------------------------------------------------------------ main
 
-FULL = {"wide_reps": 5, "plain_cold": 1, "plain_reps": 2, "tiny_mb": 2048, "tiny_reps": 3,
+FULL = {"wide_reps": 5, "wide_repeat": 4, "plain_cold": 1, "plain_reps": 2, "tiny_mb": 2048, "tiny_reps": 3,
         "transport_sizes": [(8, 2000), (64 << 10, 300), (1 << 20, 100), (16 << 20, 20),
                             (64 << 20, 8)],
         "split_sizes": [256, 512, 1024, 2048], "split_reps": 5,
         "train_steps": 6, "train_reps": 2,
         "schedules": ["gpipe", "1f1b", "interleaved-1f1b", "zb-h1"], "startup_reps": 4}
-QUICK = dict(FULL, wide_reps=2, plain_reps=1, tiny_mb=256, tiny_reps=2,
+QUICK = dict(FULL, wide_reps=2, wide_repeat=3, plain_reps=1, tiny_mb=256, tiny_reps=2,
              transport_sizes=[(8, 500), (64 << 10, 100), (1 << 20, 30), (16 << 20, 8),
                               (64 << 20, 4)],
              split_sizes=[256, 512, 1024], split_reps=2, train_steps=3, train_reps=1,
