@@ -1,0 +1,223 @@
+"""Benchmark 9 of bench/run.py: ppc against torch.distributed.pipelining.
+
+Same machine, same run, same model (weights read from the file ppc splits),
+batch, microbatches, cut and schedule; 2 ranks over Gloo on CPU, one
+compute thread per rank; configurations in interleaved rounds. The peer is
+the torch wheel's pipelining (PipelineStage per rank, ScheduleGPipe /
+Schedule1F1B, with static example shapes and with inferred ones), run by the
+second configuration's venv (scripts/wheel.sh; --venv or PPC_RACE_VENV
+elsewhere) under its torchrun; see bench/race_peer.py.
+
+Two models: "small" (8 x Linear(32), 512 rows in 32 microbatches of 16:
+framework overhead shows) and "heavy" (16 x Linear(1024), 1024 rows in 8
+microbatches of 128). Figures, as ratios ppc / peer or peer / ppc so that
+> 1 means ppc is better:
+  - steady-state throughput (a batch's time after a warm-up batch), per
+    schedule, against each peer shape mode; each side's efficiency against
+    its own unsplit single-thread forward (the two LibTorch builds differ
+    in BLAS);
+  - time to the first batch's output: ppc's total_ms of a one-batch run
+    inferring shapes (--no-meta-cache) and reading its meta cache, against
+    the peer's first step (which infers shapes, or validates static ones);
+  - peak resident memory per rank (ppc via /usr/bin/time; the peer's own
+    getrusage);
+  - training: a step's time (steps after the first), MSE loss and SGD.
+"""
+import hashlib
+import json
+import os
+import re
+import socket
+import statistics
+
+# bench/run.py's module (its helpers and the globals its main() set); run.py
+# assigns it before calling bench_race().
+R = None
+
+SMALL = dict(name="small", width=32, depth=8, rows=512, M=32)
+HEAVY = dict(name="heavy", width=1024, depth=16, rows=1024, M=8)
+RACE_RE = re.compile(r"race: (\{[^{}]*\})")
+RSS_RE = re.compile(r"\[rank (\d+)\] race_rss_kb=(\d+)")
+
+
+def venv_dir(cfg):
+    return os.environ.get("PPC_RACE_VENV") or cfg.get("race_venv") or os.path.join(
+        R.ROOT, "build-wheel", "venv")
+
+
+def make_inputs(outdir):
+    """Scripts the race models and writes inputs and training targets with
+    Debian's python (the files ppc splits); cached by a stamp of this file."""
+    os.makedirs(outdir, exist_ok=True)
+    with open(os.path.abspath(__file__), "rb") as f:
+        stamp = hashlib.sha256(f.read()).hexdigest()[:16]
+    stamp_path = os.path.join(outdir, "stamp")
+    if os.path.exists(stamp_path) and open(stamp_path).read() == stamp:
+        return
+    script = """
+import sys, torch
+sys.path.insert(0, %r)
+from make_models import MLP
+torch.set_num_threads(1)
+out = %r
+for name, width, depth, rows in %r:
+    torch.manual_seed(0)
+    torch.jit.save(torch.jit.script(MLP(width, depth).eval()), f"{out}/{name}.pt")
+    torch.manual_seed(1)
+    torch.save(torch.randn(rows, width), f"{out}/{name}.input.pt")
+    x, y = torch.randn(rows, width), torch.randn(rows, width)
+    torch.save((x, y), f"{out}/{name}.train.pt")
+    torch.save(x, f"{out}/{name}.train_x.pt")
+    torch.save(y, f"{out}/{name}.train_y.pt")
+""" % (os.path.join(R.ROOT, "tests", "models"), outdir,
+       [(m["name"], m["width"], m["depth"], m["rows"]) for m in (SMALL, HEAVY)])
+    R.sh([R.PYTHON, "-c", script])
+    with open(stamp_path, "w") as f:
+        f.write(stamp)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def peer_cmd(venv, nproc, *args):
+    port = free_port()
+    return [os.path.join(venv, "bin", "torchrun"), "--nproc-per-node", nproc,
+            "--master-port", port, os.path.join(R.ROOT, "bench", "race_peer.py"), *args]
+
+
+def peer_lines(text):
+    return sorted((json.loads(m.group(1)) for m in RACE_RE.finditer(text)),
+                  key=lambda r: r["rank"])
+
+
+def bench_race(cfg):
+    venv = venv_dir(cfg)
+    if not os.path.exists(os.path.join(venv, "bin", "torchrun")):
+        raise RuntimeError("no torch wheel venv at %s (scripts/wheel.sh creates it; or set "
+                           "PPC_RACE_VENV)" % venv)
+    d = os.path.join(R.WORK, "race")
+    make_inputs(d)
+    reps, repeat = cfg["race_reps"], cfg["race_repeat"]
+    rows = []
+    for m in (SMALL, HEAVY):
+        rows += race_model(cfg, venv, d, m, reps, repeat)
+    return rows
+
+
+def race_model(cfg, venv, d, m, reps, repeat):
+    name, M, K = m["name"], m["M"], m["depth"] // 2
+    model, inp = os.path.join(d, name + ".pt"), os.path.join(d, name + ".input.pt")
+    two = R.split(model, os.path.join(d, name + ".2"), "--split-at", "layers.%d" % K)
+    one = R.split(model, os.path.join(d, name + ".1"), "--stages", "1")
+    out = os.path.join(d, name + ".out.pt")
+
+    def ppc_steady(manifest, nproc, schedule):
+        trace = os.path.join(d, "%s.%s.%d.trace.json" % (name, schedule, nproc))
+        cmd = R.launch(nproc, "run", manifest, "--input", inp, "--output", out,
+                       "--microbatches", M, "--threads", 1, "--schedule", schedule,
+                       "--repeat", repeat + 1, "--trace", trace)
+        # /usr/bin/time around each rank: its peak resident memory.
+        cmd = cmd[:cmd.index("--") + 1] + ["/usr/bin/time", "-f", "race_rss_kb=%M"] + \
+            cmd[cmd.index("--") + 1:]
+        s = R.sh(cmd)
+        ends = R.batch_ends_us(R.trace_events(trace))
+        rss = {int(r): int(kb) for r, kb in RSS_RE.findall(s.out)}
+        return {"batch_ms": (ends[-1] - ends[0]) / 1000.0 / (len(ends) - 1), "rss_kb": rss}
+
+    def ppc_first(*extra):
+        s = R.sh(R.launch(2, "run", two, "--input", inp, "--output", out, "--microbatches", M,
+                          "--threads", 1, "--stats", *extra))
+        st = R.parse_stats(s.out)
+        return {"first_ms": max(r["total_ms"] for r in st), "wall_s": s.wall_s,
+                "meta": sorted({r["meta"] for r in st})}
+
+    def peer(schedule, shapes, train=False):
+        args = ["--model", model, "--input", inp, "--split-at", K, "--microbatches", M,
+                "--schedule", schedule, "--shapes", shapes, "--repeat", repeat]
+        if train:
+            args = ["--model", model, "--input", os.path.join(d, name + ".train_x.pt"),
+                    "--train", os.path.join(d, name + ".train_y.pt"), "--split-at", K,
+                    "--microbatches", M, "--schedule", schedule, "--shapes", shapes,
+                    "--repeat", repeat]
+        s = R.sh(peer_cmd(venv, 2, *args))
+        lines = peer_lines(s.out)
+        assert len(lines) == 2, s.out[-2000:]
+        return {"batch_ms": max(r["batch_ms"] for r in lines),
+                "first_ms": max(r["first_step_ms"] for r in lines),
+                "rss_kb": {r["rank"]: r["rss_kb"] for r in lines}, "wall_s": s.wall_s}
+
+    def peer_unsplit():
+        s = R.sh([os.path.join(venv, "bin", "python"), os.path.join(R.ROOT, "bench",
+                  "race_peer.py"), "--unsplit", "--model", model, "--input", inp,
+                  "--microbatches", M, "--repeat", repeat])
+        return peer_lines(s.out)[0]
+
+    def ppc_train(schedule):
+        s = R.sh(R.launch(2, "train", two, "--data", os.path.join(d, name + ".train.pt"),
+                          "--loss", "mse", "--optimizer", "sgd", "--lr", "0.01",
+                          "--microbatches", M, "--steps", repeat + 1, "--threads", 1,
+                          "--schedule", schedule, "--stats", "--no-meta-cache"))
+        st = R.parse_stats(s.out)
+        steps = [max(r["step_ms"] for r in st if r["step"] == k)
+                 for k in range(2, repeat + 2)]
+        return {"batch_ms": statistics.mean(steps)}
+
+    configs = {"ppc unsplit": lambda: ppc_steady(one, 1, "gpipe"),
+               "peer unsplit": peer_unsplit,
+               "ppc first infer": lambda: ppc_first("--no-meta-cache"),
+               "ppc first cache": lambda: ppc_first()}
+    for sched in ("gpipe", "1f1b"):
+        configs["ppc " + sched] = (lambda s=sched: ppc_steady(two, 2, s))
+        for shapes in ("static", "inferred"):
+            configs["peer %s %s" % (sched, shapes)] = (
+                lambda s=sched, sh=shapes: peer(s, sh))
+        configs["ppc train " + sched] = (lambda s=sched: ppc_train(s))
+        configs["peer train " + sched] = (lambda s=sched: peer(s, "inferred", train=True))
+    runs = R.rounds(configs, reps, warmup=0)
+
+    def med(key, field="batch_ms"):
+        return R.stats([r[field] for r in runs[key]])
+
+    rows = []
+    label = "%s (%d x Linear(%d), %d rows, M=%d)" % (name, m["depth"], m["width"], m["rows"], M)
+    ppc_eff = med("ppc unsplit")["median"]
+    peer_eff = med("peer unsplit")["median"]
+    for sched in ("gpipe", "1f1b"):
+        mine = med("ppc " + sched)
+        for shapes in ("static", "inferred"):
+            theirs = med("peer %s %s" % (sched, shapes))
+            ratio = theirs["median"] / mine["median"]
+            target = ">= 1.3x" if name == "small" else ">= 1.0x"
+            rows.append(R.row(
+                "9 race", "%s, %s inference: ppc batch" % (label, sched), mine, "ms",
+                "pipelining (%s shapes)" % shapes, theirs, ratio, target,
+                ratio >= (1.3 if name == "small" else 1.0),
+                "ratio = peer / ppc (> 1: ppc faster); efficiency vs own unsplit 1-thread "
+                "forward: ppc %.2f, peer %.2f" % (ppc_eff / mine["median"],
+                                                  peer_eff / theirs["median"])))
+        mine = med("ppc train " + sched)
+        theirs = med("peer train " + sched)
+        rows.append(R.row(
+            "9 race", "%s, %s training step (MSE, SGD): ppc" % (label, sched), mine, "ms",
+            "pipelining (inferred shapes)", theirs, theirs["median"] / mine["median"], None, None,
+            "ratio = peer / ppc (> 1: ppc faster)"))
+    infer, cache = med("ppc first infer", "first_ms"), med("ppc first cache", "first_ms")
+    for shapes in ("inferred", "static"):
+        theirs = R.stats([r["first_ms"] for r in runs["peer gpipe %s" % shapes]])
+        for what, mine in (("inferring", infer), ("meta cache", cache)):
+            rows.append(R.row(
+                "9 race", "%s: first batch's output, ppc %s" % (label, what), mine, "ms",
+                "pipelining first step (%s shapes)" % shapes, theirs,
+                theirs["median"] / mine["median"], None, None,
+                "ratio = peer / ppc (> 1: ppc faster); ppc: total_ms of a one-batch run "
+                "(max over ranks); peer: its first schedule.step(), max over ranks"))
+    mine = [max(r["rss_kb"].values()) / 1024.0 for r in runs["ppc gpipe"]]
+    theirs = [max(r["rss_kb"].values()) / 1024.0 for r in runs["peer gpipe inferred"]]
+    rows.append(R.row("9 race", "%s: peak resident memory per rank, ppc gpipe" % label,
+                      R.stats(mine), "MB", "pipelining gpipe", R.stats(theirs),
+                      statistics.median(theirs) / statistics.median(mine), None, None,
+                      "ratio = peer / ppc (> 1: ppc smaller); the larger rank of each run"))
+    return rows
