@@ -104,6 +104,24 @@ private:
   /// Training: gradients of this rank's stage outputs, summed over the
   /// consumers seen so far, per tensor of the value.
   std::map<ValueKey, std::vector<at::Tensor>> outputGrads;
+  /// Receive-ahead: the index of the action running, the first action not
+  /// yet considered for posting its receives ahead, the receive actions
+  /// posted and not run yet, and, per posted action, its buffers: per
+  /// output, the wire tensors (RECV_F), or the gradient tensors in
+  /// forEachGradient() order (RECV_B, one list).
+  size_t current = 0;
+  size_t aheadCursor = 0;
+  int postedAhead = 0;
+  std::map<size_t, std::vector<std::vector<at::Tensor>>> posted;
+  /// Posts the receives of the actions from `next` on (every earlier action
+  /// has run) ahead of need, in action order, until kRecvAhead are posted
+  /// or one cannot be posted yet (its metadata is not known: an inferring
+  /// microbatch's header comes first).
+  void postAhead(size_t next);
+  /// The buffers action `a` (RECV_F or RECV_B) receives into, or nothing
+  /// when its metadata is not known yet.
+  std::optional<std::vector<std::vector<at::Tensor>>>
+  receiveBuffers(const Action &a);
   /// Messages so far per (channel, from, to), for trace flow ids.
   std::map<std::tuple<int, int, int>, int64_t> messages;
   /// Records action `a`, run from `startUs` until now.
@@ -398,13 +416,103 @@ llvm::Error Executor::sendForward(const Action &a) {
   return llvm::Error::success();
 }
 
+/// Receives kept ahead per rank: enough to have the next microbatches'
+/// messages in flight while this one computes, few enough that their
+/// buffers stay a small multiple of one microbatch's.
+constexpr int kRecvAhead = 4;
+
+std::optional<std::vector<std::vector<at::Tensor>>>
+Executor::receiveBuffers(const Action &a) {
+  const Edge &edge = schedule.edges[a.edge];
+  const int m = a.microbatch;
+  std::vector<std::vector<at::Tensor>> buffers;
+  if (a.kind == ActionKind::RecvF) {
+    if (inferring(m))
+      return std::nullopt;
+    const MetaTable &table = (*step.tables)[step.signatures[m]];
+    for (int o : edge.outputs) {
+      auto it = table.find({edge.producer, o});
+      if (it == table.end())
+        return std::nullopt;
+      auto wire = allocateWire(it->second, plan.transport->device(), "");
+      if (!wire) {
+        llvm::consumeError(wire.takeError()); // recvForward reports it
+        return std::nullopt;
+      }
+      buffers.push_back(std::move(*wire));
+    }
+    return buffers;
+  }
+  buffers.emplace_back();
+  llvm::Error err = forEachGradient(
+      edge, m, [&](int, size_t, const TensorMeta &meta) -> llvm::Error {
+        auto t = torchCall("", [&] {
+          return at::empty(meta.sizes, at::TensorOptions()
+                                           .dtype(meta.dtype)
+                                           .device(plan.transport->device()));
+        });
+        if (!t)
+          return t.takeError();
+        buffers.back().push_back(std::move(*t));
+        return llvm::Error::success();
+      });
+  if (err) {
+    llvm::consumeError(std::move(err)); // recvBackward reports it
+    return std::nullopt;
+  }
+  return buffers;
+}
+
+void Executor::postAhead(size_t next) {
+  const std::vector<Action> &actions = schedule.ranks[plan.rank];
+  aheadCursor = std::max(aheadCursor, next);
+  while (aheadCursor < actions.size() && postedAhead < kRecvAhead) {
+    const Action &a = actions[aheadCursor];
+    if (a.kind != ActionKind::RecvF && a.kind != ActionKind::RecvB) {
+      ++aheadCursor;
+      continue;
+    }
+    auto buffers = receiveBuffers(a);
+    if (!buffers)
+      return;
+    int channel = channelOf(schedule, a);
+    for (const std::vector<at::Tensor> &list : *buffers)
+      for (const at::Tensor &t : list)
+        if (t.numel() > 0)
+          if (llvm::Error err =
+                  plan.transport->postRecv(t, a.peerRank, channel, "")) {
+            // The receive itself will report a lost peer.
+            llvm::consumeError(std::move(err));
+            return;
+          }
+    posted[aheadCursor] = std::move(*buffers);
+    ++postedAhead;
+    ++aheadCursor;
+  }
+}
+
+/// Takes the buffers posted ahead for the running action, if any.
+std::optional<std::vector<std::vector<at::Tensor>>>
+takePosted(std::map<size_t, std::vector<std::vector<at::Tensor>>> &posted,
+           size_t index, int &postedAhead) {
+  auto it = posted.find(index);
+  if (it == posted.end())
+    return std::nullopt;
+  auto buffers = std::move(it->second);
+  posted.erase(it);
+  --postedAhead;
+  return buffers;
+}
+
 /// RECV_F(e, m): the header on an inferring microbatch, then buffers
-/// allocated from the (validated) metadata receive the values.
+/// allocated from the (validated) metadata receive the values (or the
+/// buffers posted ahead for them).
 llvm::Error Executor::recvForward(const Action &a) {
   const int m = a.microbatch;
   const Edge &edge = schedule.edges[a.edge];
   int channel = channelOf(schedule, a);
   std::string what = describeEdge(edge, m);
+  auto ahead = takePosted(posted, current, postedAhead);
   if (inferring(m)) {
     auto metas = recvHeader(edge, m, a.peerRank, channel, what);
     if (!metas)
@@ -413,11 +521,14 @@ llvm::Error Executor::recvForward(const Action &a) {
     for (size_t k = 0; k < edge.outputs.size(); ++k)
       table[{edge.producer, edge.outputs[k]}] = (*metas)[k];
   }
-  for (int o : edge.outputs) {
+  for (size_t k = 0; k < edge.outputs.size(); ++k) {
+    int o = edge.outputs[k];
     auto meta = metaFor(m, edge.producer, o);
     if (!meta)
       return meta.takeError();
-    auto wire = allocateWire(**meta, plan.transport->device(), what);
+    auto wire =
+        ahead ? llvm::Expected<std::vector<at::Tensor>>(std::move((*ahead)[k]))
+              : allocateWire(**meta, plan.transport->device(), what);
     if (!wire)
       return wire.takeError();
     for (at::Tensor &t : *wire)
@@ -648,14 +759,19 @@ llvm::Error Executor::sendBackward(const Action &a) {
 llvm::Error Executor::recvBackward(const Action &a) {
   const Edge &edge = schedule.edges[a.edge];
   std::string what = "the gradients of " + describeEdge(edge, a.microbatch);
+  auto ahead = takePosted(posted, current, postedAhead);
+  size_t next = 0;
   return forEachGradient(
       edge, a.microbatch,
       [&](int o, size_t k, const TensorMeta &meta) -> llvm::Error {
-        auto buffer = torchCall("cannot allocate " + what, [&] {
-          return at::empty(meta.sizes, at::TensorOptions()
+        auto buffer =
+            ahead ? llvm::Expected<at::Tensor>((*ahead)[0][next++])
+                  : torchCall("cannot allocate " + what, [&] {
+                      return at::empty(meta.sizes,
+                                       at::TensorOptions()
                                            .dtype(meta.dtype)
                                            .device(plan.transport->device()));
-        });
+                    });
         if (!buffer)
           return buffer.takeError();
         if (buffer->numel() > 0)
@@ -712,8 +828,10 @@ llvm::Expected<ExecutorResult> Executor::run() {
       lastOfFirst = i;
   if (step.trace)
     step.trace->reserve(step.trace->events().size() + actions.size() + 1);
+  postAhead(0);
   for (size_t i = 0; i < actions.size(); ++i) {
     const Action &a = actions[i];
+    current = i;
     int64_t startUs = step.trace ? TraceRecorder::nowUs() : 0;
     llvm::Error err = llvm::Error::success();
     switch (a.kind) {
@@ -749,6 +867,7 @@ llvm::Expected<ExecutorResult> Executor::run() {
       return err;
     if (step.trace)
       record(a, startUs);
+    postAhead(i + 1);
     if (i == lastOfFirst)
       result.firstOutputMs =
           std::chrono::duration<double, std::milli>(Clock::now() - start)

@@ -240,12 +240,18 @@ public:
         group_(std::move(group)), device_(device) {}
 
   ~GroupTransport() override {
-    // Abandoned sends (after an error) must not block the exit.
-    for (Pending &p : pending_)
+    // Abandoned sends and receives (after an error) must not block the exit.
+    auto abort = [](const compat::WorkPtr &work) {
       try {
-        p.work->abort();
+        work->abort();
       } catch (...) {
       }
+    };
+    for (Pending &p : pending_)
+      abort(p.work);
+    for (auto &[key, queue] : posted_)
+      for (Posted &p : queue)
+        abort(p.work);
   }
 
   c10::Device device() const override { return device_; }
@@ -270,16 +276,47 @@ public:
     });
   }
 
-  llvm::Error recv(at::Tensor &tensor, int peer, int channel,
-                   const llvm::Twine &what) override {
+  llvm::Error postRecv(const at::Tensor &tensor, int peer, int channel,
+                       const llvm::Twine &what) override {
     auto tagOr = nextTag(false, peer, channel);
     if (!tagOr)
       return tagOr.takeError();
-    int tag = *tagOr;
     std::vector<at::Tensor> tensors{tensor};
+    compat::WorkPtr work;
+    if (llvm::Error err = guardPeer(peer, timeout_, what, [&] {
+          work = group_->recv(tensors, peer, *tagOr);
+        }))
+      return err;
+    posted_[{peer, channel}].push_back({std::move(work), tensor});
+    return llvm::Error::success();
+  }
+
+  llvm::Error recv(at::Tensor &tensor, int peer, int channel,
+                   const llvm::Twine &what) override {
+    compat::WorkPtr work;
+    auto posted = posted_.find({peer, channel});
+    if (posted != posted_.end() && !posted->second.empty()) {
+      Posted &first = posted->second.front();
+      if (!first.tensor.is_same(tensor))
+        return makeError(
+            llvm::formatv("internal error: receiving {0} into a buffer other "
+                          "than the one posted for it",
+                          what)
+                .str());
+      work = std::move(first.work);
+      posted->second.pop_front();
+    } else {
+      auto tagOr = nextTag(false, peer, channel);
+      if (!tagOr)
+        return tagOr.takeError();
+      std::vector<at::Tensor> tensors{tensor};
+      if (llvm::Error err = guardPeer(peer, timeout_, what, [&] {
+            work = group_->recv(tensors, peer, *tagOr);
+          }))
+        return err;
+    }
     bool done = false;
     if (llvm::Error err = guardPeer(peer, timeout_, what, [&] {
-          compat::WorkPtr work = group_->recv(tensors, peer, tag);
           done = compat::waitWork(work, timeout_);
         }))
       return err;
@@ -338,10 +375,18 @@ private:
     return llvm::Error::success();
   }
 
+  /// A receive posted ahead of its recv().
+  struct Posted {
+    compat::WorkPtr work;
+    at::Tensor tensor;
+  };
+
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<Group> group_;
   c10::Device device_;
   std::deque<Pending> pending_;
+  /// Posted receives per (peer, channel), in message order.
+  std::map<std::pair<int, int>, std::deque<Posted>> posted_;
 };
 
 /// The local address this machine uses to reach `host` (found by

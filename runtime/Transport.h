@@ -65,9 +65,24 @@ public:
 
   /// Receives into `tensor` (contiguous, preallocated with the expected
   /// size) the next message of `channel` from `peer`, blocking up to the
-  /// timeout. Errors: "lost rank P (...)".
+  /// timeout; when that message's receive was posted (postRecv), `tensor`
+  /// must be the tensor it was posted with. Errors: "lost rank P (...)",
+  /// "internal error: ..." for a tensor other than the posted one.
   virtual llvm::Error recv(at::Tensor &tensor, int peer, int channel,
                            const llvm::Twine &what) = 0;
+
+  /// Starts receiving into `tensor` (as recv() takes it) the next message
+  /// of `channel` from `peer` before it is needed, so that the message can
+  /// arrive while this rank computes: a later recv() of the same tensor on
+  /// that channel and peer waits for it instead of asking anew. Receives
+  /// of one channel and peer must be posted in their message order, and
+  /// recv() takes the posted ones first, in that order. Posting is a hint:
+  /// a transport may ignore it (the default does), and recv() then
+  /// receives as usual. Errors: a tag past INT32_MAX, "lost rank P (...)".
+  virtual llvm::Error postRecv(const at::Tensor &tensor, int peer, int channel,
+                               const llvm::Twine &what) {
+    return llvm::Error::success();
+  }
 
   /// Waits for every send started so far. Errors: "lost rank P (...)".
   virtual llvm::Error flushSends() = 0;
