@@ -10,7 +10,10 @@
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/Path.h"
 
+#include <torch/jit.h>
 #include <torch/script.h>
+
+#include <mutex>
 
 namespace ppc {
 
@@ -40,6 +43,24 @@ c10::IValue attributeAt(const torch::jit::Module &module,
   for (llvm::StringRef part : parts)
     v = v.toObjectRef().getAttr(part.str());
   return v;
+}
+
+void warmUpTorchScript() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    try {
+      // aten::linear is one of the ops the executor decomposes, which makes
+      // it compile the decompositions.
+      auto unit = torch::jit::compile(R"(
+def warm_up(x: Tensor):
+    return torch.relu(torch.linear(x, x, x[0]))
+)");
+      torch::NoGradGuard noGrad;
+      for (int i = 0; i < 2; ++i)
+        unit->run_method("warm_up", torch::zeros({2, 2}));
+    } catch (const std::exception &) {
+    }
+  });
 }
 
 std::string manifestDirectory(llvm::StringRef manifestPath) {

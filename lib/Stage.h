@@ -30,6 +30,16 @@ llvm::Expected<torch::jit::Module> loadModule(llvm::StringRef path);
 /// "" is the module itself). The path must exist.
 c10::IValue attributeAt(const torch::jit::Module &module, llvm::StringRef path);
 
+/// Pays TorchScript's one-time costs in this process now rather than in
+/// the first call of a stage: the graph executor's first optimization of a
+/// graph compiles LibTorch's op decompositions from source (about 0.1-0.2 s),
+/// which on a pipeline's critical path would be paid once per rank, one rank
+/// after the other. Each rank calls it while loading, so the ranks pay it at
+/// the same time. Runs a small built-in function twice (the profiling run,
+/// then the optimized one); idempotent and thread-safe; never fails (a
+/// failure only means the cost is paid later).
+void warmUpTorchScript();
+
 /// The directory a manifest's relative stage paths are resolved against.
 std::string manifestDirectory(llvm::StringRef manifestPath);
 

@@ -573,6 +573,7 @@ llvm::Error Pipeline::Impl::planSchedule() {
 
 /// Loads this rank's stages (onto the transport's device).
 llvm::Error Pipeline::Impl::loadStages(DeviceKind device) {
+  warmUpTorchScript();
   std::string dir = manifestDirectory(manifestPath);
   for (int s : placement.stagesOf(env.rank)) {
     auto stage = Stage::load(manifest, dir, s);
