@@ -168,8 +168,8 @@ struct Worker {
 };
 
 /// Writes the complete lines of `stream.pending`, each prefixed, in one
-/// write; at EOF (or past kMaxLine) the unfinished rest too, completed with
-/// '\n'.
+/// write; an unfinished rest of kMaxLine bytes or more in lines of exactly
+/// kMaxLine bytes, and at EOF the rest, each completed with '\n'.
 void emitLines(OutputStream &stream, const std::string &prefix, bool atEof) {
   std::string chunk;
   size_t start = 0;
@@ -179,11 +179,18 @@ void emitLines(OutputStream &stream, const std::string &prefix, bool atEof) {
     chunk += prefix;
     chunk.append(stream.pending, start, newline + 1 - start);
   }
-  stream.pending.erase(0, start);
-  if (!stream.pending.empty() && (atEof || stream.pending.size() >= kMaxLine)) {
-    chunk += prefix + stream.pending + '\n';
-    stream.pending.clear();
+  for (; stream.pending.size() - start >= kMaxLine; start += kMaxLine) {
+    chunk += prefix;
+    chunk.append(stream.pending, start, kMaxLine);
+    chunk += '\n';
   }
+  if (atEof && start < stream.pending.size()) {
+    chunk += prefix;
+    chunk.append(stream.pending, start, std::string::npos);
+    chunk += '\n';
+    start = stream.pending.size();
+  }
+  stream.pending.erase(0, start);
   writeAll(stream.targetFd, chunk);
 }
 
