@@ -676,29 +676,55 @@ void Pipeline::printSchedule(llvm::raw_ostream &os) const {
   ppc::printSchedule(impl_->schedule, impl_->env.rank, os);
 }
 
+c10::IValue valueOnDevice(const c10::IValue &value, c10::Device device) {
+  if (value.isTensor())
+    return value.toTensor().to(device);
+  if (value.isTensorList()) {
+    c10::List<at::Tensor> out;
+    for (const at::Tensor &t : value.toTensorList().vec())
+      out.push_back(t.to(device));
+    return out;
+  }
+  if (value.isList()) {
+    c10::impl::GenericList out(value.toList().elementType());
+    for (const c10::IValue &v : value.toList().vec())
+      out.push_back(valueOnDevice(v, device));
+    return out;
+  }
+  if (value.isTuple()) {
+    std::vector<c10::IValue> out;
+    for (const c10::IValue &v : value.toTupleRef().elements())
+      out.push_back(valueOnDevice(v, device));
+    return c10::ivalue::Tuple::create(std::move(out));
+  }
+  return value;
+}
+
+llvm::Expected<std::vector<c10::IValue>>
+valuesOnDevice(const std::vector<c10::IValue> &values, c10::Device device,
+               const std::string &what) {
+  return torchCall("cannot move " + what + " to " + device.str(), [&] {
+    std::vector<c10::IValue> out;
+    out.reserve(values.size());
+    for (const c10::IValue &v : values)
+      out.push_back(valueOnDevice(v, device));
+    return out;
+  });
+}
+
 llvm::Expected<std::vector<c10::IValue>>
 Pipeline::run(const std::vector<c10::IValue> &inputs) {
   c10::Device device = impl_->transport->device();
-  auto onDevice = torchCall("cannot move the inputs to " + device.str(), [&] {
-    std::vector<c10::IValue> out;
-    for (const c10::IValue &v : inputs)
-      out.push_back(v.isTensor() && !device.is_cpu()
-                        ? c10::IValue(v.toTensor().to(device))
-                        : v);
-    return out;
-  });
+  if (device.is_cpu())
+    return impl_->run(inputs);
+  auto onDevice = valuesOnDevice(inputs, device, "the inputs");
   if (!onDevice)
     return onDevice.takeError();
   auto result = impl_->run(*onDevice);
   if (!result)
     return result.takeError();
-  if (llvm::Error err = torchCall("cannot move the outputs to the CPU", [&] {
-        for (c10::IValue &v : *result)
-          if (v.isTensor())
-            v = v.toTensor().cpu();
-      }))
-    return err;
-  return result;
+  // Outputs are written and returned on the CPU whatever ran them.
+  return valuesOnDevice(*result, c10::kCPU, "the outputs");
 }
 
 llvm::Error Pipeline::Impl::writeTrace() {

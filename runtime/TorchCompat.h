@@ -120,6 +120,15 @@ makeNcclGroup(const c10::intrusive_ptr<c10d::Store> &store, int rank,
   options->timeout = timeout;
   return c10::make_intrusive<NcclGroup>(store, rank, worldSize, options);
 }
+
+/// Stops `group`'s communicators and watchdog before it is destroyed (2.x
+/// warns about a group destroyed without it). Never throws.
+inline void shutdownNcclGroup(NcclGroup &group) {
+  try {
+    group.shutdown();
+  } catch (...) {
+  }
+}
 #endif
 
 } // namespace ppc::compat
