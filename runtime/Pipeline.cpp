@@ -650,6 +650,16 @@ Pipeline::Impl::create(llvm::StringRef manifestPath, const LaunchEnv &env,
   impl->plan.transport = impl->transport.get();
   impl->transport->setChannelCount(impl->schedule.channelCount() +
                                    (impl->training() ? 1 : 0));
+  // Every rank derives the same sorted list from the whole schedule.
+  std::set<Transport::Link> links;
+  for (size_t r = 0; r < impl->schedule.ranks.size(); ++r)
+    for (const Action &a : impl->schedule.ranks[r])
+      if (a.kind == ActionKind::SendF || a.kind == ActionKind::SendB)
+        links.insert(
+            {channelOf(impl->schedule, a), static_cast<int>(r), a.peerRank});
+  if (llvm::Error err = impl->transport->connectLinks(
+          std::vector<Transport::Link>(links.begin(), links.end())))
+    return err;
   if (llvm::Error err = impl->loadStages(*device))
     return err;
   if (!options.tracePath.empty())

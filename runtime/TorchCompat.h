@@ -122,10 +122,15 @@ makeNcclGroup(const c10::intrusive_ptr<c10d::Store> &store, int rank,
 }
 
 /// Stops `group`'s communicators and watchdog before it is destroyed (2.x
-/// warns about a group destroyed without it). Never throws.
-inline void shutdownNcclGroup(NcclGroup &group) {
+/// warns about a group destroyed without it): shutdown() when its work is
+/// done, abort() (ncclCommAbort) when a peer may never answer. Never
+/// throws.
+inline void closeNcclGroup(NcclGroup &group, bool abort) {
   try {
-    group.shutdown();
+    if (abort)
+      group.abort();
+    else
+      group.shutdown();
   } catch (...) {
   }
 }

@@ -344,6 +344,14 @@ protected:
     return llvm::Error::success();
   }
 
+  /// Whether every send started so far has completed.
+  bool sendsDone() const {
+    for (const Pending &p : pending_)
+      if (!p.work->isCompleted())
+        return false;
+    return true;
+  }
+
   c10::intrusive_ptr<c10d::Store> store_;
 
 private:
@@ -411,8 +419,11 @@ public:
         device_(device) {}
 
   ~CudaTransport() override {
+    // After a failure, or with sends nobody received, a graceful shutdown
+    // could wait for a lost peer: abort instead.
+    bool abort = failed_ || !sendsDone();
     for (auto &entry : links_)
-      compat::shutdownNcclGroup(*entry.second);
+      compat::closeNcclGroup(*entry.second, abort);
   }
 
   c10::Device device() const override { return device_; }
@@ -428,9 +439,9 @@ public:
     if (!link)
       return link.takeError();
     std::vector<at::Tensor> tensors{ncclView(tensor)};
-    return startSend(peer, what, /*polled=*/true, [&] {
+    return noteFailure(startSend(peer, what, /*polled=*/true, [&] {
       return (*link)->send(tensors, /*dstRank=*/1, /*tag=*/0);
-    });
+    }));
   }
 
   llvm::Error recv(at::Tensor &tensor, int peer, int channel,
@@ -444,12 +455,53 @@ public:
     if (!link)
       return link.takeError();
     std::vector<at::Tensor> tensors{ncclView(tensor)};
-    return finishRecv(peer, what, /*polled=*/true, [&] {
+    return noteFailure(finishRecv(peer, what, /*polled=*/true, [&] {
       return (*link)->recv(tensors, /*srcRank=*/0, /*tag=*/0);
-    });
+    }));
+  }
+
+  llvm::Error connectLinks(const std::vector<Link> &links) override {
+    for (const Link &link : links) {
+      // Named copies: lambdas cannot capture structured bindings in C++17.
+      const int channel = std::get<0>(link), from = std::get<1>(link),
+                to = std::get<2>(link);
+      if (from != rank_ && to != rank_)
+        continue;
+      int peer = from == rank_ ? to : from;
+      std::string what =
+          llvm::formatv("the NCCL connection of channel {0} from rank {1} to "
+                        "rank {2}",
+                        channel, from, to);
+      auto group = linkFor(channel, from, to, what);
+      if (!group)
+        return group.takeError();
+      bool done = false;
+      if (llvm::Error err = guardPeer(peer, timeout_, what, [&] {
+            std::vector<at::Tensor> one{at::zeros(
+                {1}, at::TensorOptions().dtype(at::kFloat).device(device_))};
+            compat::WorkPtr work = from == rank_ ? (*group)->send(one, 1, 0)
+                                                 : (*group)->recv(one, 0, 0);
+            done = pollWork(work, Clock::now() + timeout_);
+          }))
+        return noteFailure(std::move(err));
+      if (!done)
+        return noteFailure(lostRank(peer, timeout_, what, "timed out"));
+    }
+    return llvm::Error::success();
+  }
+
+  llvm::Error flushSends() override {
+    return noteFailure(GlooTransport::flushSends());
   }
 
 private:
+  /// Passes `err` on, remembering a failure for the destructor.
+  llvm::Error noteFailure(llvm::Error err) {
+    if (err)
+      failed_ = true;
+    return err;
+  }
+
   /// NCCL has no complex types: a complex tensor travels as its real view
   /// (the same memory, so a receive fills the buffer).
   static at::Tensor ncclView(const at::Tensor &t) {
@@ -485,6 +537,7 @@ private:
   c10::Device device_;
   std::map<std::tuple<int, int, int>, c10::intrusive_ptr<compat::NcclGroup>>
       links_;
+  bool failed_ = false;
 };
 #endif // PPC_HAVE_NCCL
 

@@ -81,6 +81,21 @@ public:
   /// Waits for every send started so far. Errors: "lost rank P (...)".
   virtual llvm::Error flushSends() = 0;
 
+  /// One direction of a channel: (channel, sending rank, receiving rank).
+  using Link = std::tuple<int, int, int>;
+
+  /// Connects, before the first message, what the `links` need (every rank
+  /// passes the same list, in the same order). Gloo needs nothing. The CUDA
+  /// transport connects each link this rank is part of, in list order, and
+  /// moves one element over it: connecting blocks both ranks until both
+  /// arrive, so connecting on first use, in whatever order each rank's
+  /// schedule first uses its links, could deadlock where one list order
+  /// cannot. Links left out connect on first use. Errors: "lost rank P
+  /// (...)".
+  virtual llvm::Error connectLinks(const std::vector<Link> &links) {
+    return llvm::Error::success();
+  }
+
   /// Number of point-to-point messages sent so far.
   int64_t messagesSent() const { return messagesSent_; }
 
