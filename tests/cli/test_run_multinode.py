@@ -19,6 +19,7 @@ Env: PPC (the ppc binary), PPC_MODELS_DIR (generated models).
 """
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -44,6 +45,31 @@ def find_torchrun():
         if os.access(os.path.join(d, "torchrun"), os.X_OK):
             return os.path.join(d, "torchrun")
     return shutil.which("torchrun")
+
+
+def major_version(text, prefix):
+    m = re.search(r"^%s(\d+)\." % prefix, text, re.M)
+    return int(m.group(1)) if m else None
+
+
+def store_mismatch(torchrun):
+    """Why this ppc cannot join `torchrun`'s store, or None. torchrun serves
+    the rendezvous store itself (TORCHELASTIC_USE_AGENT_STORE=True), and a
+    2.x TCPStore server drops clients that skip the validation handshake,
+    which LibTorch 1.x's client predates ("Connection reset by peer")."""
+    ppc_major = major_version(run([PPC, "--version"]).stdout, "LibTorch ")
+    with open(torchrun, "rb") as f:
+        shebang = f.readline().decode(errors="replace")
+    if not shebang.startswith("#!"):
+        return None
+    r = run([shebang[2:].strip(), "-c", "import torch; print(torch.__version__)"], timeout=120)
+    torchrun_major = major_version(r.stdout, "")
+    if ppc_major is not None and torchrun_major is not None and \
+            ppc_major < 2 <= torchrun_major:
+        return ("%s is torch %s's: its store expects a client handshake that this ppc's "
+                "LibTorch %d.x lacks; run this test with a ppc built against LibTorch 2.x "
+                "(scripts/wheel.sh)" % (torchrun, r.stdout.strip(), ppc_major))
+    return None
 
 
 def run(cmd, timeout=STEP_TIMEOUT, **kw):
@@ -175,6 +201,9 @@ class MultiNodeTest(unittest.TestCase):
         if why is not None:
             self.skipTest("no working torchrun here (Debian's 1.13 torchrun fails on "
                           "Python 3.11); " + why)
+        why = store_mismatch(torchrun)
+        if why is not None:
+            self.skipTest(why)
         manifest = self.split()
         # Reference: the same run under ppc launch.
         single = os.path.join(self.tmp, "launch.pt")
