@@ -25,6 +25,7 @@
 #include "runtime/Schedule.h"
 #include "runtime/TensorMeta.h"
 #include "runtime/Threads.h"
+#include "runtime/TorchCompat.h"
 #include "runtime/Transport.h"
 
 #include "llvm/ADT/StringExtras.h"
@@ -531,12 +532,11 @@ void setThreads(int threads, const LaunchEnv &env) {
   boundThreads(threads > 0 ? threads : defaultThreads(env.localWorldSize));
 }
 
-/// c10d and Gloo report through glog, which prints "WARNING: Logging
-/// before InitGoogleLogging()" and socket diagnostics ahead of ppc's own
-/// error line; unless asked for, only fatal messages pass.
-void setTorchLogging(bool show) {
-  FLAGS_minloglevel = show ? google::GLOG_INFO : google::GLOG_FATAL;
-}
+/// c10d and Gloo report through glog (or c10's own logger), which prints
+/// "WARNING: Logging before InitGoogleLogging()" and socket diagnostics
+/// ahead of ppc's own error line; unless asked for, only fatal messages
+/// pass.
+void setTorchLogging(bool show) { compat::setTorchLogging(show); }
 } // namespace
 
 /// Loads the manifest and places its stages on the ranks.
