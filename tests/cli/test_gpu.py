@@ -42,10 +42,15 @@ CPU_ONLY = re.compile(r"error: --device cuda: this ppc's LibTorch \(\d+\.\d+\) i
 GPU_TOL = 1e-3
 
 
+def ppc_built_with(what):
+    """Whether `ppc --version` says the ppc under test has WHAT ("CUDA", "NCCL")."""
+    r = subprocess.run([PPC, "--version"], capture_output=True, text=True)
+    return ("%s: yes" % what) in r.stdout
+
+
 def ppc_has_cuda():
-    """Whether the ppc under test links LibTorch's CUDA library."""
-    r = subprocess.run(["ldd", PPC], capture_output=True, text=True)
-    return "libtorch_cuda" in r.stdout
+    """Whether the ppc under test can run --device cuda at all."""
+    return ppc_built_with("CUDA") and ppc_built_with("NCCL")
 
 
 def gpu_count():
@@ -65,7 +70,7 @@ def gpu_count():
 def cuda_skip_reason(gpus=1):
     """Why a test needing `gpus` GPUs cannot run here, or None."""
     if not ppc_has_cuda():
-        return "ppc is built against a LibTorch without CUDA (ldd lists no libtorch_cuda)"
+        return "ppc is built without CUDA and NCCL (ppc --version)"
     n = gpu_count()
     if n < gpus:
         return "needs %d NVIDIA GPU%s; nvidia-smi -L lists %d usable" % (
@@ -77,8 +82,9 @@ class DeviceErrorsTest(unittest.TestCase):
     """--device cuda where ppc cannot use CUDA: one line, exit 2."""
 
     def setUp(self):
-        if ppc_has_cuda():
-            self.skipTest("ppc links libtorch_cuda: these tests are for CPU-only builds")
+        if ppc_built_with("CUDA"):
+            self.skipTest("ppc is built with CUDA (ppc --version): these tests are for "
+                          "CPU-only builds")
         self.tmp = tmpdir(self)
         self.manifest = split_at("mlp", 2, os.path.join(self.tmp, "mlp"))
 
