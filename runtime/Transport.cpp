@@ -406,9 +406,9 @@ private:
 /// 1F1B (each side sends before it receives), and one for several channels
 /// would pair messages that the two sides order differently. So every
 /// (channel, sender, receiver) gets a two-rank ProcessGroupNCCL of its own
-/// (created on first use, through the rendezvous store): within it both
-/// sides see the channel's messages in schedule order, exactly as the tags
-/// order them on Gloo.
+/// (through the rendezvous store; connected by connectLinks() at start-up,
+/// else on first use): within it both sides see the channel's messages in
+/// schedule order, exactly as the tags order them on Gloo.
 class CudaTransport : public GlooTransport {
 public:
   CudaTransport(int rank, int worldSize, std::chrono::milliseconds timeout,
