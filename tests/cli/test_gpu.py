@@ -4,8 +4,9 @@ cuda:LOCAL_RANK, values between ranks over NCCL, metadata device-free.
 
 Two kinds of tests:
 - test_device_cuda_*: what a ppc that cannot use CUDA says (one `error:` line,
-  exit 2, nothing written). They run on CPU-only builds, such as the default
-  Debian LibTorch 1.13 one, and skip where ppc has CUDA.
+  exit 2, nothing written): a CPU-only build, such as the default Debian
+  LibTorch 1.13 one (those tests skip where ppc has CUDA), and a CUDA build
+  with every GPU hidden (skips where ppc has no CUDA).
 - test_cuda_*: need a ppc built against a CUDA LibTorch and NVIDIA GPUs;
   tests/CMakeLists.txt labels them `gpu` (ctest -L gpu, bench/gpu-check.sh)
   and they skip, with the reason, where either is missing. With one GPU the
@@ -121,6 +122,28 @@ class DeviceErrorsTest(unittest.TestCase):
         self.assertEqual(len(lines), 1, run.output)
         self.assertRegex(lines[0], r"^\[rank 0\] " + CPU_ONLY.pattern + "$")
         self.assertFalse(os.path.exists(saved))
+
+
+class CudaBuildErrorsTest(unittest.TestCase):
+    """--device cuda on a ppc with CUDA and NCCL where no GPU is visible: runs
+    on any machine (CUDA_VISIBLE_DEVICES hides every GPU)."""
+
+    def test_device_cuda_hidden_gpus(self):
+        if not ppc_has_cuda():
+            self.skipTest("ppc is built without CUDA and NCCL (ppc --version)")
+        tmp = tmpdir(self)
+        manifest = split_at("mlp", 2, os.path.join(tmp, "mlp"))
+        out = os.path.join(tmp, "out.pt")
+        env = rank_env(0, 1, free_port())
+        env["CUDA_VISIBLE_DEVICES"] = ""
+        r = subprocess.run([PPC, "run", manifest, "--input", model_path("mlp", ".input.pt"),
+                            "--output", out, "--device", "cuda"],
+                           env=env, capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertEqual(r.stderr.strip().splitlines(), [
+            "error: --device cuda: rank 0 sees no GPU (CUDA_VISIBLE_DEVICES=''); "
+            "use --device cpu"])
+        self.assertFalse(os.path.exists(out))
 
 
 class CudaTest(unittest.TestCase):
