@@ -34,7 +34,7 @@
 #        microbatch per stage.
 #      - 1 stage against a plain forward: heavy stages (16 x Linear(1024,1024)+ReLU, 4096 rows,
 #        8 microbatches): ppc 1-stage batch time / plain forward batch time.
-#      A ppc batch's steady-state time is (total_ms(--repeat 45) - total_ms(--repeat 5)) / 40
+#      A ppc batch's steady-state time is (total_ms(--repeat 85) - total_ms(--repeat 5)) / 80
 #      (total_ms times a launch's whole batch loop; the difference drops start-up and the
 #      first batches), the median of 3 such pairs; the plain forward's is its median warm batch.
 set -euo pipefail
@@ -175,7 +175,7 @@ def ppc_total_ms(manifest, inp, mb, repeat):
     return float(STATS.search(out).group(1))
 
 
-def ppc_batch_ms(manifest, inp, mb, pairs=3, r1=5, r2=45):
+def ppc_batch_ms(manifest, inp, mb, pairs=3, r1=5, r2=85):
     """Steady-state ms per batch: the difference of two launches' batch loops."""
     ppc_total_ms(manifest, inp, mb, 1)  # writes the meta cache
     samples = [(ppc_total_ms(manifest, inp, mb, r2) - ppc_total_ms(manifest, inp, mb, r1))
@@ -209,7 +209,7 @@ bench["per_microbatch_overhead"] = {
 wide, wide_in = mlp("wide", 1024, 16, 4096)
 M = 8
 plain, plain_s = plain_batch_ms(wide, wide_in, M, reps=20)
-t, ts = ppc_batch_ms(split(wide, 1), wide_in, M, r1=3, r2=23)
+t, ts = ppc_batch_ms(split(wide, 1), wide_in, M)
 bench["one_stage_vs_plain"] = {
     "model": "16 x (Linear(1024,1024)+ReLU), 4096 rows, 8 microbatches",
     "ppc_batch_ms": t, "ppc_samples_ms": ts, "plain_batch_ms": plain,
