@@ -8,6 +8,11 @@
 // microbatch, the outputs concatenated with at::cat.
 //
 //   plain_forward MODEL.pt INPUT.pt MICROBATCHES THREADS COLD WARMUP REPS
+//                 [DEVICE]
+//
+// DEVICE (default cpu; cuda:0 for bench/gpu-check.sh) holds the module; a
+// timed batch then also moves the input there and the output back to the
+// CPU, as `ppc run --device cuda` does, which waits for the GPU.
 //
 // COLD times the first batch of COLD freshly loaded modules (what a ppc run,
 // which runs its batch once, pays: the TorchScript profiling executor's
@@ -60,9 +65,9 @@ void printList(const char *key, const std::vector<double> &values) {
 } // namespace
 
 int main(int argc, char **argv) {
-  if (argc != 8) {
+  if (argc != 8 && argc != 9) {
     std::fprintf(stderr, "usage: plain_forward MODEL.pt INPUT.pt MICROBATCHES "
-                         "THREADS COLD WARMUP REPS\n");
+                         "THREADS COLD WARMUP REPS [DEVICE]\n");
     return 2;
   }
   const std::string modelPath = argv[1];
@@ -83,25 +88,30 @@ int main(int argc, char **argv) {
   torch::NoGradGuard noGrad;
 
   try {
+    const c10::Device device(argc == 9 ? argv[8] : "cpu");
+    // On the CPU both moves are no-ops.
+    auto batch = [&](torch::jit::Module &m) {
+      return runBatch(m, input.to(device), microbatches).cpu();
+    };
     Clock::time_point start = Clock::now();
-    torch::jit::Module module = torch::jit::load(modelPath);
+    torch::jit::Module module = torch::jit::load(modelPath, device);
     module.eval();
     double loadMs = msSince(start);
 
     std::vector<double> coldMs;
     for (int i = 0; i < cold; ++i) {
-      torch::jit::Module fresh = torch::jit::load(modelPath);
+      torch::jit::Module fresh = torch::jit::load(modelPath, device);
       fresh.eval();
       start = Clock::now();
-      runBatch(fresh, input, microbatches);
+      batch(fresh);
       coldMs.push_back(msSince(start));
     }
     for (int i = 0; i < warmup; ++i)
-      runBatch(module, input, microbatches);
+      batch(module);
     std::vector<double> warmMs;
     for (int i = 0; i < reps; ++i) {
       start = Clock::now();
-      runBatch(module, input, microbatches);
+      batch(module);
       warmMs.push_back(msSince(start));
     }
     std::printf("{\"load_ms\": %.3f, ", loadMs);

@@ -10,6 +10,7 @@
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/Path.h"
 
+#include <torch/csrc/api/include/torch/version.h>
 #include <torch/jit.h>
 #include <torch/script.h>
 
@@ -17,11 +18,31 @@
 
 namespace ppc {
 
-/// Loads a TorchScript module from `bytes`; `path` names it in errors.
+/// Loads a TorchScript module from `bytes`; `path` names it in errors. A
+/// model scripted by a newer PyTorch than the LibTorch ppc is built against
+/// (TORCH_VERSION) may call operators this
+/// LibTorch lacks: that error names the operator and the way out.
 static llvm::Expected<torch::jit::Module>
 loadModuleFromBytes(llvm::StringRef bytes, llvm::StringRef path) {
-  return torchCall("'" + path + "' is not a TorchScript module",
-                   [&] { return torch::jit::load(makeArchiveReader(bytes)); });
+  auto module = torchCall("'" + path + "' is not a TorchScript module", [&] {
+    return torch::jit::load(makeArchiveReader(bytes));
+  });
+  if (module)
+    return module;
+  std::string message = llvm::toString(module.takeError());
+  llvm::StringRef marker = "Unknown builtin op: ";
+  size_t at = message.find(marker.str());
+  if (at == std::string::npos)
+    return makeError(message);
+  llvm::StringRef op = llvm::StringRef(message)
+                           .substr(at + marker.size())
+                           .split(' ')
+                           .first.rtrim('.');
+  return makeError(llvm::formatv(
+      "'{0}' uses operator {1}, which this ppc's LibTorch {2} lacks (the "
+      "model was scripted by a newer PyTorch; build ppc against that "
+      "PyTorch's LibTorch: docs/build.md)",
+      path, op, TORCH_VERSION));
 }
 
 llvm::Expected<torch::jit::Module> loadModule(llvm::StringRef path) {

@@ -309,11 +309,12 @@ llvm::Error Executor::sendHeader(const Edge &edge, int m,
                                  int channel, const std::string &what) {
   std::vector<int64_t> words =
       encodeHeader(edge.producer, edge.consumer, m, metas);
-  c10::Device device = plan.transport->device();
+  // Headers are CPU messages on every transport: metadata never needs a
+  // device (Transport.h).
   auto tensors = torchCall("cannot prepare the metadata of " + what, [&] {
     return std::make_pair(
-        at::tensor({static_cast<int64_t>(words.size())}, at::kLong).to(device),
-        at::tensor(words, at::kLong).to(device));
+        at::tensor({static_cast<int64_t>(words.size())}, at::kLong),
+        at::tensor(words, at::kLong));
   });
   if (!tensors)
     return tensors.takeError();
@@ -332,15 +333,14 @@ Executor::recvHeader(const Edge &edge, int m, int peer, int channel,
   constexpr int64_t kMaxHeaderWords = int64_t(1) << 24;
   ValueMeta lengthMeta;
   lengthMeta.kind = ValueKind::Int;
-  auto length =
-      allocateWire(lengthMeta, transport.device(), "the metadata of " + what);
+  auto length = allocateWire(lengthMeta, c10::kCPU, "the metadata of " + what);
   if (!length)
     return length.takeError();
   if (llvm::Error err = transport.recv((*length)[0], peer, channel,
                                        "the metadata of " + what))
     return err;
   auto words = torchCall("cannot read the metadata of " + what,
-                         [&] { return (*length)[0].cpu().item<int64_t>(); });
+                         [&] { return (*length)[0].item<int64_t>(); });
   if (!words)
     return words.takeError();
   if (*words < 6 || *words > kMaxHeaderWords)
@@ -350,20 +350,15 @@ Executor::recvHeader(const Edge &edge, int m, int peer, int channel,
   ValueMeta headerMeta;
   headerMeta.kind = ValueKind::IntList;
   headerMeta.length = *words;
-  auto header =
-      allocateWire(headerMeta, transport.device(), "the metadata of " + what);
+  auto header = allocateWire(headerMeta, c10::kCPU, "the metadata of " + what);
   if (!header)
     return header.takeError();
   if (llvm::Error err = transport.recv((*header)[0], peer, channel,
                                        "the metadata of " + what))
     return err;
-  auto onHost = torchCall("cannot read the metadata of " + what,
-                          [&] { return (*header)[0].cpu(); });
-  if (!onHost)
-    return onHost.takeError();
-  auto metas =
-      decodeHeader(llvm::ArrayRef<int64_t>(onHost->data_ptr<int64_t>(), *words),
-                   edge.producer, edge.consumer, m, edge.outputs.size());
+  auto metas = decodeHeader(
+      llvm::ArrayRef<int64_t>((*header)[0].data_ptr<int64_t>(), *words),
+      edge.producer, edge.consumer, m, edge.outputs.size());
   if (!metas)
     return metas.takeError();
   for (size_t k = 0; k < edge.outputs.size(); ++k) {
@@ -735,12 +730,13 @@ llvm::Error Executor::sendBackward(const Action &a) {
         at::Tensor g;
         if (it != toSend.end() && k < it->second.size())
           g = it->second[k];
+        // On the transport's device, where the producer's buffer is.
+        c10::Device device = plan.transport->device();
         auto wire = torchCall("cannot prepare " + what, [&] {
-          return g.defined() ? g.detach().contiguous()
-                             : at::zeros(meta.sizes,
-                                         at::TensorOptions()
-                                             .dtype(meta.dtype)
-                                             .device(plan.transport->device()));
+          return g.defined() ? g.detach().to(device).contiguous()
+                             : at::zeros(meta.sizes, at::TensorOptions()
+                                                         .dtype(meta.dtype)
+                                                         .device(device));
         });
         if (!wire)
           return wire.takeError();

@@ -25,6 +25,7 @@
 #include "runtime/Schedule.h"
 #include "runtime/TensorMeta.h"
 #include "runtime/Threads.h"
+#include "runtime/TorchCompat.h"
 #include "runtime/Transport.h"
 
 #include "llvm/ADT/StringExtras.h"
@@ -531,12 +532,11 @@ void setThreads(int threads, const LaunchEnv &env) {
   boundThreads(threads > 0 ? threads : defaultThreads(env.localWorldSize));
 }
 
-/// c10d and Gloo report through glog, which prints "WARNING: Logging
-/// before InitGoogleLogging()" and socket diagnostics ahead of ppc's own
-/// error line; unless asked for, only fatal messages pass.
-void setTorchLogging(bool show) {
-  FLAGS_minloglevel = show ? google::GLOG_INFO : google::GLOG_FATAL;
-}
+/// c10d and Gloo report through glog (or c10's own logger), which prints
+/// "WARNING: Logging before InitGoogleLogging()" and socket diagnostics
+/// ahead of ppc's own error line; unless asked for, only fatal messages
+/// pass.
+void setTorchLogging(bool show) { compat::setTorchLogging(show); }
 } // namespace
 
 /// Loads the manifest and places its stages on the ranks.
@@ -651,6 +651,16 @@ Pipeline::Impl::create(llvm::StringRef manifestPath, const LaunchEnv &env,
   impl->plan.transport = impl->transport.get();
   impl->transport->setChannelCount(impl->schedule.channelCount() +
                                    (impl->training() ? 1 : 0));
+  // Every rank derives the same sorted list from the whole schedule.
+  std::set<Transport::Link> links;
+  for (size_t r = 0; r < impl->schedule.ranks.size(); ++r)
+    for (const Action &a : impl->schedule.ranks[r])
+      if (a.kind == ActionKind::SendF || a.kind == ActionKind::SendB)
+        links.insert(
+            {channelOf(impl->schedule, a), static_cast<int>(r), a.peerRank});
+  if (llvm::Error err = impl->transport->connectLinks(
+          std::vector<Transport::Link>(links.begin(), links.end())))
+    return err;
   if (llvm::Error err = impl->loadStages(*device))
     return err;
   if (!options.tracePath.empty())
@@ -677,29 +687,55 @@ void Pipeline::printSchedule(llvm::raw_ostream &os) const {
   ppc::printSchedule(impl_->schedule, impl_->env.rank, os);
 }
 
+c10::IValue valueOnDevice(const c10::IValue &value, c10::Device device) {
+  if (value.isTensor())
+    return value.toTensor().to(device);
+  if (value.isTensorList()) {
+    c10::List<at::Tensor> out;
+    for (const at::Tensor &t : value.toTensorList().vec())
+      out.push_back(t.to(device));
+    return out;
+  }
+  if (value.isList()) {
+    c10::impl::GenericList out(value.toList().elementType());
+    for (const c10::IValue &v : value.toList().vec())
+      out.push_back(valueOnDevice(v, device));
+    return out;
+  }
+  if (value.isTuple()) {
+    std::vector<c10::IValue> out;
+    for (const c10::IValue &v : value.toTupleRef().elements())
+      out.push_back(valueOnDevice(v, device));
+    return c10::ivalue::Tuple::create(std::move(out));
+  }
+  return value;
+}
+
+llvm::Expected<std::vector<c10::IValue>>
+valuesOnDevice(const std::vector<c10::IValue> &values, c10::Device device,
+               const std::string &what) {
+  return torchCall("cannot move " + what + " to " + device.str(), [&] {
+    std::vector<c10::IValue> out;
+    out.reserve(values.size());
+    for (const c10::IValue &v : values)
+      out.push_back(valueOnDevice(v, device));
+    return out;
+  });
+}
+
 llvm::Expected<std::vector<c10::IValue>>
 Pipeline::run(const std::vector<c10::IValue> &inputs) {
   c10::Device device = impl_->transport->device();
-  auto onDevice = torchCall("cannot move the inputs to " + device.str(), [&] {
-    std::vector<c10::IValue> out;
-    for (const c10::IValue &v : inputs)
-      out.push_back(v.isTensor() && !device.is_cpu()
-                        ? c10::IValue(v.toTensor().to(device))
-                        : v);
-    return out;
-  });
+  if (device.is_cpu())
+    return impl_->run(inputs);
+  auto onDevice = valuesOnDevice(inputs, device, "the inputs");
   if (!onDevice)
     return onDevice.takeError();
   auto result = impl_->run(*onDevice);
   if (!result)
     return result.takeError();
-  if (llvm::Error err = torchCall("cannot move the outputs to the CPU", [&] {
-        for (c10::IValue &v : *result)
-          if (v.isTensor())
-            v = v.toTensor().cpu();
-      }))
-    return err;
-  return result;
+  // Outputs are written and returned on the CPU whatever ran them.
+  return valuesOnDevice(*result, c10::kCPU, "the outputs");
 }
 
 llvm::Error Pipeline::Impl::writeTrace() {

@@ -62,7 +62,16 @@ struct RunOptions {
   /// 1..kMaxMicrobatches.
   int microbatches = 1;
   ScheduleKind schedule = ScheduleKind::OneFOneB;
-  /// "cpu" or "cuda" (the latter needs a LibTorch with CUDA).
+  /// Where the stages run: "cpu" (values travel over Gloo) or "cuda".
+  /// With "cuda" each rank puts its stages on cuda:LOCAL_RANK, run() moves
+  /// the inputs there and returns the outputs on the CPU, shape inference
+  /// runs on the CUDA values, and boundary values travel over NCCL (one
+  /// two-rank group per channel and direction) while the start-up
+  /// agreement, metadata headers, gathers and barriers stay CPU messages
+  /// over Gloo. Metadata holds no device, so a meta cache written by a CPU
+  /// run serves a CUDA run and the other way round. Needs a ppc built
+  /// against a LibTorch with CUDA and NCCL, and a GPU per rank on each
+  /// machine (checkCudaDevice() in runtime/Transport.h lists the errors).
   std::string device = "cpu";
   /// Bound on every wait for another rank (rendezvous, each message).
   std::chrono::milliseconds timeout{60000};
@@ -121,7 +130,11 @@ public:
   /// stage count must equal WORLD_SIZE or be a multiple of it"); a stage
   /// file is missing or does not match the manifest's hash; bad options
   /// ("--microbatches 0 is not in 1..65536", an unknown device, "--threads
-  /// 100000 is not in 1..8 (4 per core), or 0 for the default"); a model
+  /// 100000 is not in 1..8 (4 per core), or 0 for the default"); --device
+  /// cuda where this rank cannot have cuda:LOCAL_RANK ("--device cuda:
+  /// this ppc's LibTorch (1.13) is a CPU-only build, ...", "... built
+  /// without NCCL ...", "... sees no GPU ...", "LOCAL_WORLD_SIZE=2 ranks on
+  /// this machine need a GPU each ..."); a model
   /// output that is a model input; the schedule deadlocks (a bug, reported
   /// with the stuck actions); the rendezvous fails or times out
   /// (connectTransport() in runtime/Transport.h: "lost rank R (never
@@ -144,12 +157,13 @@ public:
   void printSchedule(llvm::raw_ostream &os) const;
 
   /// Runs the pipeline once over `inputs` (the model inputs, in manifest
-  /// order, each a tensor with the batch along dim 0; only used where
-  /// needsInputs()). Returns the model outputs (concatenated over the
-  /// microbatches; a tuple's elements are separate entries) on
-  /// outputRank(), an empty vector elsewhere. Errors: the inputs do not fit
-  /// the model ("the model takes 2 inputs, got 1"; "input 0 has no batch
-  /// dimension"; "model inputs have different batch sizes (5 and 4)";
+  /// order, each a tensor with the batch along dim 0, on any device; only
+  /// used where needsInputs()). Returns the model outputs (concatenated
+  /// over the microbatches; a tuple's elements are separate entries; every
+  /// tensor on the CPU) on outputRank(), an empty vector elsewhere. Errors: the
+  /// inputs do not fit the model ("the model takes 2 inputs, got 1"; "input 0
+  /// has no batch dimension"; "model inputs have different batch sizes (5 and
+  /// 4)";
   /// "--microbatches 8 exceeds the batch size 5"); a stage fails (its first
   /// error line); a value does not match its metadata ("stage 2 input 'x':
   /// expected float32[2,64], got float32[2,63]"); a peer is lost ("lost

@@ -126,6 +126,16 @@ struct Pipeline::Impl {
   run(const std::vector<c10::IValue> &inputs);
 };
 
+/// `value` with every tensor it holds (in lists and tuples too) on
+/// `device`. Throws what LibTorch throws (a device copy failing).
+c10::IValue valueOnDevice(const c10::IValue &value, c10::Device device);
+
+/// valueOnDevice() of each of `values`. Errors: "cannot move WHAT to
+/// cuda:0: ..." with the first line of LibTorch's message.
+llvm::Expected<std::vector<c10::IValue>>
+valuesOnDevice(const std::vector<c10::IValue> &values, c10::Device device,
+               const std::string &what);
+
 } // namespace ppc
 
 #endif // PPC_RUNTIME_PIPELINEIMPL_H

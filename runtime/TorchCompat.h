@@ -15,6 +15,11 @@
 //    Backend; both expose the same send/recv/Options::create used here.
 //  - Work::wait(timeout) exists in both; 2.x also throws
 //    c10::DistBackendError (a c10::Error), which torchCall() catches.
+//  - Debian's c10 logs through glog (C10_USE_GLOG), the wheel's through a
+//    logger of its own with the same levels (setTorchLogging()).
+//  - The wheel's LibTorch has CUDA and NCCL: cmake/Torch.cmake then defines
+//    PPC_HAVE_CUDA and PPC_HAVE_NCCL for every file, and puts the wheel's
+//    nccl.h ahead of the CUDA toolkit's.
 //
 //===----------------------------------------------------------------------===//
 #ifndef PPC_RUNTIME_TORCHCOMPAT_H
@@ -24,6 +29,7 @@
 #define USE_C10D_GLOO 1
 #endif
 
+#include <c10/util/Logging.h>
 #include <torch/csrc/api/include/torch/version.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -45,6 +51,31 @@ namespace ppc::compat {
 
 constexpr int kTorchMajor = TORCH_VERSION_MAJOR;
 constexpr int kTorchMinor = TORCH_VERSION_MINOR;
+
+/// What this ppc was built against, for `ppc --version`: the LibTorch
+/// version (e.g. "2.15.0"), whether that LibTorch has CUDA, and whether the
+/// NCCL transport is compiled in.
+constexpr const char *kTorchVersion = TORCH_VERSION;
+#ifdef PPC_HAVE_CUDA
+constexpr bool kHaveCuda = true;
+#else
+constexpr bool kHaveCuda = false;
+#endif
+#ifdef PPC_HAVE_NCCL
+constexpr bool kHaveNccl = true;
+#else
+constexpr bool kHaveNccl = false;
+#endif
+
+/// Lets LibTorch's own diagnostics (c10d and Gloo warnings) print when
+/// `show`, else only fatal ones, process-wide.
+inline void setTorchLogging(bool show) {
+#ifdef C10_USE_GLOG
+  FLAGS_minloglevel = show ? google::GLOG_INFO : google::GLOG_FATAL;
+#else
+  FLAGS_caffe2_log_level = show ? c10::GLOG_INFO : c10::GLOG_FATAL;
+#endif
+}
 
 /// A TCPStore at host:port: the server when `isServer` (it binds the port,
 /// 0 = any free one, see storePort()), else a client that retries
@@ -119,6 +150,20 @@ makeNcclGroup(const c10::intrusive_ptr<c10d::Store> &store, int rank,
   auto options = c10d::ProcessGroupNCCL::Options::create();
   options->timeout = timeout;
   return c10::make_intrusive<NcclGroup>(store, rank, worldSize, options);
+}
+
+/// Stops `group`'s communicators and watchdog before it is destroyed (2.x
+/// warns about a group destroyed without it): shutdown() when its work is
+/// done, abort() (ncclCommAbort) when a peer may never answer. Never
+/// throws.
+inline void closeNcclGroup(NcclGroup &group, bool abort) {
+  try {
+    if (abort)
+      group.abort();
+    else
+      group.shutdown();
+  } catch (...) {
+  }
 }
 #endif
 

@@ -261,9 +261,19 @@ llvm::Expected<double> Trainer::step(const std::vector<c10::IValue> &inputs,
 
   ExecutorStep step;
   std::vector<std::string> fresh;
-  if (llvm::Error err = core.prepareStep(inputs, step, fresh))
+  // With --device cuda the batch and the target go where the stages are.
+  c10::Device device = core.transport->device();
+  auto onDevice = valuesOnDevice(inputs, device, "the inputs");
+  if (!onDevice)
+    return onDevice.takeError();
+  auto targetOnDevice =
+      torchCall("cannot move the target to " + device.str(),
+                [&] { return target.defined() ? target.to(device) : target; });
+  if (!targetOnDevice)
+    return targetOnDevice.takeError();
+  if (llvm::Error err = core.prepareStep(*onDevice, step, fresh))
     return err;
-  if (llvm::Error err = t.splitTarget(target, step))
+  if (llvm::Error err = t.splitTarget(*targetOnDevice, step))
     return err;
   auto done = execute(core.plan, step);
   if (!done)
@@ -307,7 +317,7 @@ llvm::Error Trainer::saveGradients(llvm::StringRef path) const {
     for (auto &[index, stage] : impl_->core->stages)
       for (const auto &named : stage.module().named_parameters())
         if (named.value.grad().defined())
-          grads.insert(named.name, named.value.grad());
+          grads.insert(named.name, named.value.grad().cpu());
     return torch::pickle_save(grads);
   });
   if (!bytes)
@@ -342,10 +352,18 @@ llvm::Error Trainer::save(llvm::StringRef dir) {
             llvm::sys::path::parent_path(path)))
       return makeError("cannot create the directory of '" + path +
                        "': " + ec.message());
+    // Saved from the CPU, so that the file loads on any machine (a module
+    // saved on CUDA names its device); to() keeps the parameters' identity,
+    // so the optimizer still holds them after moving back.
+    c10::Device device = core.transport->device();
     auto bytes = torchCall("cannot save stage " + std::to_string(index), [&] {
       stage.module().train(impl_->savedTraining[index]);
+      if (!device.is_cpu())
+        stage.module().to(c10::kCPU);
       std::ostringstream os;
       stage.module().save(os);
+      if (!device.is_cpu())
+        stage.module().to(device);
       stage.module().train(true);
       return os.str();
     });

@@ -19,6 +19,8 @@
 #include "llvm/Support/FormatVariadic.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/cuda.h>
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -77,8 +79,9 @@ llvm::Expected<int> Transport::nextTag(bool sending, int peer, int channel) {
 llvm::Error Transport::agreeMin(std::vector<int64_t> &values) {
   if (worldSize_ == 1)
     return llvm::Error::success();
+  // Control messages are CPU tensors on every transport (see the header).
   auto opts = at::TensorOptions().dtype(at::kLong);
-  at::Tensor mine = at::tensor(values, opts).to(device());
+  at::Tensor mine = at::tensor(values, opts);
   if (rank_ == 0) {
     at::Tensor acc = mine.clone();
     for (int peer = 1; peer < worldSize_; ++peer) {
@@ -99,9 +102,8 @@ llvm::Error Transport::agreeMin(std::vector<int64_t> &values) {
   }
   if (llvm::Error err = flushSends())
     return err;
-  at::Tensor host = mine.cpu();
   for (size_t i = 0; i < values.size(); ++i)
-    values[i] = host[i].item<int64_t>();
+    values[i] = mine[i].item<int64_t>();
   return llvm::Error::success();
 }
 
@@ -112,8 +114,7 @@ llvm::Error Transport::sendBytes(const std::string &bytes, int peer,
                                    bytes.size(), kMaxBroadcastBytes)
                          .str());
   at::Tensor size = at::tensor({static_cast<int64_t>(bytes.size())},
-                               at::TensorOptions().dtype(at::kLong))
-                        .to(device());
+                               at::TensorOptions().dtype(at::kLong));
   if (llvm::Error err = send(size, peer, 0, what))
     return err;
   if (bytes.empty())
@@ -121,16 +122,15 @@ llvm::Error Transport::sendBytes(const std::string &bytes, int peer,
   at::Tensor data = at::empty({static_cast<int64_t>(bytes.size())},
                               at::TensorOptions().dtype(at::kByte));
   std::memcpy(data.data_ptr(), bytes.data(), bytes.size());
-  return send(data.to(device()), peer, 0, what);
+  return send(data, peer, 0, what);
 }
 
 llvm::Expected<std::string> Transport::recvBytes(int peer,
                                                  const std::string &what) {
-  at::Tensor size =
-      at::empty({1}, at::TensorOptions().dtype(at::kLong).device(device()));
+  at::Tensor size = at::empty({1}, at::TensorOptions().dtype(at::kLong));
   if (llvm::Error err = recv(size, peer, 0, what))
     return err;
-  int64_t n = size.cpu().item<int64_t>();
+  int64_t n = size.item<int64_t>();
   // The length comes from a peer: check it before allocating.
   if (n < 0 || static_cast<uint64_t>(n) > kMaxBroadcastBytes)
     return makeError(llvm::formatv("rank {0} sent a length of {1} bytes for "
@@ -139,11 +139,9 @@ llvm::Expected<std::string> Transport::recvBytes(int peer,
                          .str());
   std::string bytes(static_cast<size_t>(n), '\0');
   if (n > 0) {
-    at::Tensor data =
-        at::empty({n}, at::TensorOptions().dtype(at::kByte).device(device()));
+    at::Tensor data = at::empty({n}, at::TensorOptions().dtype(at::kByte));
     if (llvm::Error err = recv(data, peer, 0, what))
       return err;
-    data = data.cpu();
     std::memcpy(bytes.data(), data.data_ptr(), bytes.size());
   }
   return bytes;
@@ -229,17 +227,46 @@ llvm::Error guardPeer(int peer, std::chrono::milliseconds timeout,
   }
 }
 
-/// A transport over a c10d process group (Gloo or NCCL): both offer tagged
-/// send/recv returning Work handles.
-template <typename Group> class GroupTransport : public Transport {
-public:
-  GroupTransport(int rank, int worldSize, std::chrono::milliseconds timeout,
-                 c10::intrusive_ptr<c10d::Store> store,
-                 c10::intrusive_ptr<Group> group, c10::Device device)
-      : Transport(rank, worldSize, timeout), store_(std::move(store)),
-        group_(std::move(group)), device_(device) {}
+/// A send in flight, kept until it completes.
+struct Pending {
+  compat::WorkPtr work;
+  int peer;
+  std::string what;
+  /// NCCL work completes on the GPU and is polled: ProcessGroupNCCL's
+  /// Work::wait(timeout) only blocks the CPU under TORCH_NCCL_BLOCKING_WAIT,
+  /// a process-wide switch.
+  bool polled = false;
+};
 
-  ~GroupTransport() override {
+/// Waits for `work` until `deadline` by polling isCompleted(), then lets
+/// wait() report a failure and order the current CUDA stream after it.
+/// Returns false on timeout.
+bool pollWork(const compat::WorkPtr &work, Clock::time_point deadline) {
+  for (int spins = 0; !work->isCompleted(); ++spins) {
+    if (Clock::now() >= deadline)
+      return false;
+    // A microbatch's transfer often takes microseconds: spin briefly
+    // before sleeping.
+    if (spins < 64)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+  work->wait();
+  return true;
+}
+
+/// The Gloo transport: CPU tensors, tagged send/recv on one process group.
+/// With --device cuda it still carries every CPU message (CudaTransport).
+class GlooTransport : public Transport {
+public:
+  GlooTransport(int rank, int worldSize, std::chrono::milliseconds timeout,
+                c10::intrusive_ptr<c10d::Store> store,
+                c10::intrusive_ptr<compat::GlooGroup> group)
+      : Transport(rank, worldSize, timeout), store_(std::move(store)),
+        group_(std::move(group)) {}
+
+  ~GlooTransport() override {
     // Abandoned sends and receives (after an error) must not block the exit.
     auto abort = [](const compat::WorkPtr &work) {
       try {
@@ -254,37 +281,27 @@ public:
         abort(p.work);
   }
 
-  c10::Device device() const override { return device_; }
+  c10::Device device() const override { return c10::Device(c10::kCPU); }
 
   llvm::Error send(const at::Tensor &tensor, int peer, int channel,
                    const llvm::Twine &what) override {
-    if (llvm::Error err = reapSends())
-      return err;
-    if (pending_.size() >= kMaxPendingSends) {
-      if (llvm::Error err = waitSend(pending_.front(), Clock::now() + timeout_))
-        return err;
-      pending_.erase(pending_.begin());
-    }
-    auto tagOr = nextTag(true, peer, channel);
-    if (!tagOr)
-      return tagOr.takeError();
-    int tag = *tagOr;
-    ++messagesSent_;
+    auto tag = nextTag(true, peer, channel);
+    if (!tag)
+      return tag.takeError();
     std::vector<at::Tensor> tensors{tensor};
-    return guardPeer(peer, timeout_, what, [&] {
-      pending_.push_back({group_->send(tensors, peer, tag), peer, what.str()});
-    });
+    return startSend(peer, what, /*polled=*/false,
+                     [&] { return group_->send(tensors, peer, *tag); });
   }
 
   llvm::Error postRecv(const at::Tensor &tensor, int peer, int channel,
                        const llvm::Twine &what) override {
-    auto tagOr = nextTag(false, peer, channel);
-    if (!tagOr)
-      return tagOr.takeError();
+    auto tag = nextTag(false, peer, channel);
+    if (!tag)
+      return tag.takeError();
     std::vector<at::Tensor> tensors{tensor};
     compat::WorkPtr work;
     if (llvm::Error err = guardPeer(peer, timeout_, what, [&] {
-          work = group_->recv(tensors, peer, *tagOr);
+          work = group_->recv(tensors, peer, *tag);
         }))
       return err;
     posted_[{peer, channel}].push_back({std::move(work), tensor});
@@ -293,36 +310,25 @@ public:
 
   llvm::Error recv(at::Tensor &tensor, int peer, int channel,
                    const llvm::Twine &what) override {
-    compat::WorkPtr work;
     auto posted = posted_.find({peer, channel});
     if (posted != posted_.end() && !posted->second.empty()) {
-      Posted &first = posted->second.front();
+      Posted first = std::move(posted->second.front());
+      posted->second.pop_front();
       if (!first.tensor.is_same(tensor))
         return makeError(
             llvm::formatv("internal error: receiving {0} into a buffer other "
                           "than the one posted for it",
                           what)
                 .str());
-      work = std::move(first.work);
-      posted->second.pop_front();
-    } else {
-      auto tagOr = nextTag(false, peer, channel);
-      if (!tagOr)
-        return tagOr.takeError();
-      std::vector<at::Tensor> tensors{tensor};
-      if (llvm::Error err = guardPeer(peer, timeout_, what, [&] {
-            work = group_->recv(tensors, peer, *tagOr);
-          }))
-        return err;
+      return finishRecv(peer, what, /*polled=*/false,
+                        [&] { return first.work; });
     }
-    bool done = false;
-    if (llvm::Error err = guardPeer(peer, timeout_, what, [&] {
-          done = compat::waitWork(work, timeout_);
-        }))
-      return err;
-    if (!done)
-      return lostRank(peer, timeout_, what, "timed out");
-    return llvm::Error::success();
+    auto tag = nextTag(false, peer, channel);
+    if (!tag)
+      return tag.takeError();
+    std::vector<at::Tensor> tensors{tensor};
+    return finishRecv(peer, what, /*polled=*/false,
+                      [&] { return group_->recv(tensors, peer, *tag); });
   }
 
   /// All pending sends share one deadline: a stalled peer costs one
@@ -336,18 +342,67 @@ public:
     return llvm::Error::success();
   }
 
+protected:
+  /// Starts a send with `start` (returning its Work) and keeps it pending,
+  /// at most kMaxPendingSends at once. Errors: "lost rank P (...)".
+  template <typename Start>
+  llvm::Error startSend(int peer, const llvm::Twine &what, bool polled,
+                        Start &&start) {
+    if (llvm::Error err = reapSends())
+      return err;
+    if (pending_.size() >= kMaxPendingSends) {
+      if (llvm::Error err = waitSend(pending_.front(), Clock::now() + timeout_))
+        return err;
+      pending_.pop_front();
+    }
+    ++messagesSent_;
+    return guardPeer(peer, timeout_, what, [&] {
+      pending_.push_back({start(), peer, what.str(), polled});
+    });
+  }
+
+  /// Starts a receive with `start` and waits for it up to the timeout.
+  /// Errors: "lost rank P (...)".
+  template <typename Start>
+  llvm::Error finishRecv(int peer, const llvm::Twine &what, bool polled,
+                         Start &&start) {
+    bool done = false;
+    if (llvm::Error err = guardPeer(peer, timeout_, what, [&] {
+          compat::WorkPtr work = start();
+          done = polled ? pollWork(work, Clock::now() + timeout_)
+                        : compat::waitWork(work, timeout_);
+        }))
+      return err;
+    if (!done)
+      return lostRank(peer, timeout_, what, "timed out");
+    return llvm::Error::success();
+  }
+
+  /// Whether every send started so far has completed.
+  bool sendsDone() const {
+    for (const Pending &p : pending_)
+      if (!p.work->isCompleted())
+        return false;
+    return true;
+  }
+
+  c10::intrusive_ptr<c10d::Store> store_;
+
 private:
-  struct Pending {
+  /// A receive posted ahead of its recv().
+  struct Posted {
     compat::WorkPtr work;
-    int peer;
-    std::string what;
+    at::Tensor tensor;
   };
+  /// Posted receives per (peer, channel), in message order.
+  std::map<std::pair<int, int>, std::deque<Posted>> posted_;
 
   /// Waits for `p` until `deadline`. Errors: "lost rank P (...)".
   llvm::Error waitSend(Pending &p, Clock::time_point deadline) {
     bool done = false;
     if (llvm::Error err = guardPeer(p.peer, timeout_, p.what, [&] {
-          done = compat::waitWork(p.work, remaining(deadline));
+          done = p.polled ? pollWork(p.work, deadline)
+                          : compat::waitWork(p.work, remaining(deadline));
         }))
       return err;
     if (!done)
@@ -362,7 +417,10 @@ private:
       Pending &p = pending_[i];
       if (p.work->isCompleted()) {
         if (llvm::Error err = guardPeer(p.peer, timeout_, p.what, [&] {
-              compat::waitWork(p.work, timeout_);
+              if (p.polled)
+                p.work->wait();
+              else
+                compat::waitWork(p.work, timeout_);
             }))
           return err;
         continue;
@@ -375,19 +433,164 @@ private:
     return llvm::Error::success();
   }
 
-  /// A receive posted ahead of its recv().
-  struct Posted {
-    compat::WorkPtr work;
-    at::Tensor tensor;
-  };
-
-  c10::intrusive_ptr<c10d::Store> store_;
-  c10::intrusive_ptr<Group> group_;
-  c10::Device device_;
+  c10::intrusive_ptr<compat::GlooGroup> group_;
   std::deque<Pending> pending_;
-  /// Posted receives per (peer, channel), in message order.
-  std::map<std::pair<int, int>, std::deque<Posted>> posted_;
 };
+
+#ifdef PPC_HAVE_NCCL
+/// The CUDA transport (--device cuda): tensors on cuda:LOCAL_RANK travel
+/// over NCCL, CPU tensors (the start-up agreement, metadata headers,
+/// gathers, barriers) over the Gloo group underneath.
+///
+/// NCCL matches point-to-point messages by their order on a communicator,
+/// not by tag, and a send blocks its stream until the peer posts the
+/// receive. One communicator for both directions of a pair would deadlock
+/// 1F1B (each side sends before it receives), and one for several channels
+/// would pair messages that the two sides order differently. So every
+/// (channel, sender, receiver) gets a two-rank ProcessGroupNCCL of its own
+/// (through the rendezvous store; connected by connectLinks() at start-up,
+/// else on first use): within it both sides see the channel's messages in
+/// schedule order, exactly as the tags order them on Gloo.
+class CudaTransport : public GlooTransport {
+public:
+  CudaTransport(int rank, int worldSize, std::chrono::milliseconds timeout,
+                c10::intrusive_ptr<c10d::Store> store,
+                c10::intrusive_ptr<compat::GlooGroup> group, c10::Device device)
+      : GlooTransport(rank, worldSize, timeout, std::move(store),
+                      std::move(group)),
+        device_(device) {}
+
+  ~CudaTransport() override {
+    // After a failure, or with sends nobody received, a graceful shutdown
+    // could wait for a lost peer: abort instead.
+    bool abort = failed_ || !sendsDone();
+    for (auto &entry : links_)
+      compat::closeNcclGroup(*entry.second, abort);
+  }
+
+  c10::Device device() const override { return device_; }
+
+  llvm::Error send(const at::Tensor &tensor, int peer, int channel,
+                   const llvm::Twine &what) override {
+    if (!tensor.is_cuda())
+      return GlooTransport::send(tensor, peer, channel, what);
+    auto tag = nextTag(true, peer, channel);
+    if (!tag)
+      return tag.takeError();
+    auto link = linkFor(channel, rank_, peer, what);
+    if (!link)
+      return link.takeError();
+    std::vector<at::Tensor> tensors{ncclView(tensor)};
+    return noteFailure(startSend(peer, what, /*polled=*/true, [&] {
+      return (*link)->send(tensors, /*dstRank=*/1, /*tag=*/0);
+    }));
+  }
+
+  /// CPU messages may be posted ahead (on Gloo); CUDA ones are received
+  /// when needed (NCCL matches them by order on their link).
+  llvm::Error postRecv(const at::Tensor &tensor, int peer, int channel,
+                       const llvm::Twine &what) override {
+    if (!tensor.is_cuda())
+      return GlooTransport::postRecv(tensor, peer, channel, what);
+    return llvm::Error::success();
+  }
+
+  llvm::Error recv(at::Tensor &tensor, int peer, int channel,
+                   const llvm::Twine &what) override {
+    if (!tensor.is_cuda())
+      return GlooTransport::recv(tensor, peer, channel, what);
+    auto tag = nextTag(false, peer, channel);
+    if (!tag)
+      return tag.takeError();
+    auto link = linkFor(channel, peer, rank_, what);
+    if (!link)
+      return link.takeError();
+    std::vector<at::Tensor> tensors{ncclView(tensor)};
+    return noteFailure(finishRecv(peer, what, /*polled=*/true, [&] {
+      return (*link)->recv(tensors, /*srcRank=*/0, /*tag=*/0);
+    }));
+  }
+
+  llvm::Error connectLinks(const std::vector<Link> &links) override {
+    for (const Link &link : links) {
+      // Named copies: lambdas cannot capture structured bindings in C++17.
+      const int channel = std::get<0>(link), from = std::get<1>(link),
+                to = std::get<2>(link);
+      if (from != rank_ && to != rank_)
+        continue;
+      int peer = from == rank_ ? to : from;
+      std::string what =
+          llvm::formatv("the NCCL connection of channel {0} from rank {1} to "
+                        "rank {2}",
+                        channel, from, to);
+      auto group = linkFor(channel, from, to, what);
+      if (!group)
+        return group.takeError();
+      bool done = false;
+      if (llvm::Error err = guardPeer(peer, timeout_, what, [&] {
+            std::vector<at::Tensor> one{at::zeros(
+                {1}, at::TensorOptions().dtype(at::kFloat).device(device_))};
+            compat::WorkPtr work = from == rank_ ? (*group)->send(one, 1, 0)
+                                                 : (*group)->recv(one, 0, 0);
+            done = pollWork(work, Clock::now() + timeout_);
+          }))
+        return noteFailure(std::move(err));
+      if (!done)
+        return noteFailure(lostRank(peer, timeout_, what, "timed out"));
+    }
+    return llvm::Error::success();
+  }
+
+  llvm::Error flushSends() override {
+    return noteFailure(GlooTransport::flushSends());
+  }
+
+private:
+  /// Passes `err` on, remembering a failure for the destructor.
+  llvm::Error noteFailure(llvm::Error err) {
+    if (err)
+      failed_ = true;
+    return err;
+  }
+
+  /// NCCL has no complex types: a complex tensor travels as its real view
+  /// (the same memory, so a receive fills the buffer).
+  static at::Tensor ncclView(const at::Tensor &t) {
+    return t.is_complex() ? at::view_as_real(t) : t;
+  }
+
+  /// The two-rank group of messages from `from` to `to` on `channel`
+  /// (group rank 0 sends, 1 receives). Errors: "lost rank P (...)".
+  llvm::Expected<compat::NcclGroup *> linkFor(int channel, int from, int to,
+                                              const llvm::Twine &what) {
+    auto key = std::make_tuple(channel, from, to);
+    auto it = links_.find(key);
+    if (it != links_.end())
+      return it->second.get();
+    int peer = from == rank_ ? to : from;
+    std::string prefix =
+        llvm::formatv("ppc/nccl/{0}/{1}-{2}/", channel, from, to);
+    c10::intrusive_ptr<compat::NcclGroup> group;
+    if (llvm::Error err = guardPeer(peer, timeout_, what, [&] {
+          // NCCL's watchdog aborts the process when an operation outlives
+          // the group's timeout; give it more than ppc's own waits, which
+          // then report the peer first.
+          group = compat::makeNcclGroup(compat::makePrefixStore(prefix, store_),
+                                        from == rank_ ? 0 : 1, 2,
+                                        timeout_ + std::chrono::seconds(30));
+        }))
+      return err;
+    compat::NcclGroup *raw = group.get();
+    links_.emplace(key, std::move(group));
+    return raw;
+  }
+
+  c10::Device device_;
+  std::map<std::tuple<int, int, int>, c10::intrusive_ptr<compat::NcclGroup>>
+      links_;
+  bool failed_ = false;
+};
+#endif // PPC_HAVE_NCCL
 
 /// The local address this machine uses to reach `host` (found by
 /// "connecting" a UDP socket, which sends nothing): Gloo must listen on an
@@ -588,17 +791,58 @@ glooDevice(const LaunchEnv &env, const std::string &where) {
 
 } // namespace
 
+llvm::Error checkCudaDevice(const LaunchEnv &env) {
+  std::string what = "--device cuda";
+  // A CPU-only LibTorch registers no CUDA device guard; a CUDA one does,
+  // with or without a GPU.
+  if (!c10::impl::hasDeviceGuardImpl(c10::kCUDA))
+    return makeError(llvm::formatv("{0}: this ppc's LibTorch ({1}.{2}) is a "
+                                   "CPU-only build, without CUDA; use "
+                                   "--device cpu, or a ppc built against a "
+                                   "LibTorch with CUDA",
+                                   what, compat::kTorchMajor,
+                                   compat::kTorchMinor)
+                         .str());
+#ifndef PPC_HAVE_NCCL
+  (void)env;
+  return makeError(what + ": this ppc was built without NCCL, which carries "
+                          "values between CUDA stages; use --device cpu, or "
+                          "rebuild ppc against a LibTorch with NCCL");
+#else
+  int64_t gpus = static_cast<int64_t>(torch::cuda::device_count());
+  if (gpus == 0) {
+    const char *visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    return makeError(
+        llvm::formatv(
+            "{0}: rank {1} sees no GPU{2}; use "
+            "--device cpu",
+            what, env.rank,
+            visible
+                ? llvm::formatv(" (CUDA_VISIBLE_DEVICES='{0}')", visible).str()
+                : std::string())
+            .str());
+  }
+  if (env.localWorldSize > gpus || env.localRank >= gpus)
+    return makeError(
+        llvm::formatv("{0}: LOCAL_WORLD_SIZE={1} ranks on this machine need "
+                      "a GPU each (rank {2} would use cuda:{3}), but it has "
+                      "{4}; start at most {4} rank{5} per machine, or use "
+                      "--device cpu",
+                      what, env.localWorldSize, env.rank, env.localRank, gpus,
+                      gpus == 1 ? "" : "s")
+            .str());
+  return llvm::Error::success();
+#endif
+}
+
 llvm::Expected<std::unique_ptr<Transport>>
 connectTransport(const LaunchEnv &env, DeviceKind device,
                  std::chrono::milliseconds timeout) {
   std::string where = env.masterAddr + ":" + std::to_string(env.masterPort);
   std::string failed = "rendezvous at " + where + " failed";
-#ifndef PPC_HAVE_NCCL
   if (device == DeviceKind::CUDA)
-    return makeError(
-        "--device cuda needs a ppc built against a LibTorch with CUDA "
-        "(this one has none); use --device cpu");
-#endif
+    if (llvm::Error err = checkCudaDevice(env))
+      return err;
   // A little past the deadline, so that the steps' own timeouts, which say
   // more, normally fire first.
   constexpr std::chrono::milliseconds kGrace(500);
@@ -620,38 +864,38 @@ connectTransport(const LaunchEnv &env, DeviceKind device,
     return store.takeError();
 
   // Every rank has arrived; connecting the group gets a timeout of its own.
+  // The Gloo group exists on every device: with CUDA it carries the CPU
+  // messages, and NCCL groups are connected per channel on first use.
   deadline = Clock::now() + timeout;
   std::string groupSilent =
       llvm::formatv("{0} (connecting the process group took over {1} s)",
                     failed, secondsText(timeout));
-  if (device == DeviceKind::CPU) {
-    auto glooDev = glooDevice(env, failed);
-    if (!glooDev)
-      return glooDev.takeError();
-    auto group = runBounded<c10::intrusive_ptr<compat::GlooGroup>>(
-        deadline + kGrace, groupSilent, failed,
-        [store = *store, env, timeout, dev = *glooDev] {
-          return compat::makeGlooGroup(store, env.rank, env.worldSize, timeout,
-                                       dev);
-        });
-    if (!group)
-      return group.takeError();
-    return std::make_unique<GroupTransport<compat::GlooGroup>>(
-        env.rank, env.worldSize, timeout, *store, *group,
-        c10::Device(c10::kCPU));
-  }
-#ifdef PPC_HAVE_NCCL
-  auto group = runBounded<c10::intrusive_ptr<compat::NcclGroup>>(
-      deadline + kGrace, groupSilent, failed, [store = *store, env, timeout] {
-        return compat::makeNcclGroup(store, env.rank, env.worldSize, timeout);
+  auto glooDev = glooDevice(env, failed);
+  if (!glooDev)
+    return glooDev.takeError();
+  auto group = runBounded<c10::intrusive_ptr<compat::GlooGroup>>(
+      deadline + kGrace, groupSilent, failed,
+      [store = *store, env, timeout, dev = *glooDev] {
+        return compat::makeGlooGroup(store, env.rank, env.worldSize, timeout,
+                                     dev);
       });
   if (!group)
     return group.takeError();
-  return std::make_unique<GroupTransport<compat::NcclGroup>>(
-      env.rank, env.worldSize, timeout, *store, *group,
-      c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(env.localRank)));
+  if (device == DeviceKind::CPU)
+    return std::make_unique<GlooTransport>(env.rank, env.worldSize, timeout,
+                                           *store, *group);
+#ifdef PPC_HAVE_NCCL
+  c10::Device cuda(c10::kCUDA, static_cast<c10::DeviceIndex>(env.localRank));
+  // Allocations and NCCL's streams without an explicit device go to this
+  // rank's GPU.
+  if (llvm::Error err = torchCall("cannot select " + cuda.str(), [&] {
+        c10::impl::getDeviceGuardImpl(c10::kCUDA)->setDevice(cuda);
+      }))
+    return err;
+  return std::make_unique<CudaTransport>(env.rank, env.worldSize, timeout,
+                                         *store, *group, cuda);
 #else
-  return makeError("unreachable: no CUDA transport");
+  return makeError("unreachable: --device cuda without NCCL");
 #endif
 }
 

@@ -2,8 +2,14 @@
 //-*-===//
 //
 // The runtime moves tensors between ranks through this interface only. The
-// Gloo implementation (CPU tensors) is always built; an NCCL one (CUDA
-// tensors, --device cuda) is compiled when LibTorch has CUDA (PPC_HAVE_NCCL).
+// Gloo transport (CPU tensors) is always built. The CUDA transport
+// (--device cuda, compiled when LibTorch has CUDA and NCCL: PPC_HAVE_NCCL)
+// sends tensors on cuda:LOCAL_RANK over NCCL and CPU tensors over Gloo: the
+// start-up agreement, metadata headers, gathers and barriers are CPU
+// messages on every transport, so metadata never touches a device, and a
+// payload goes wherever its tensor lives. Both sides of a message must
+// therefore put it on the same device (the executor puts payloads on
+// device(), headers on the CPU).
 //
 // Every blocking call waits at most the transport's timeout and fails with
 // an error naming the peer: "lost rank 2 (timed out after 60 s waiting for
@@ -49,25 +55,28 @@ public:
   int worldSize() const { return worldSize_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
 
-  /// The device tensors must live on to be sent or received.
+  /// The device payload tensors (boundary values, gradients) live on:
+  /// the CPU for Gloo, cuda:LOCAL_RANK for the CUDA transport. CPU tensors
+  /// can be sent on any transport.
   virtual c10::Device device() const = 0;
 
   /// Sets the number of channels (at least 1; channel 0 is the start-up
   /// channel). Call before any message on channels above 0.
   void setChannelCount(int count) { channelCount_ = count < 1 ? 1 : count; }
 
-  /// Starts sending `tensor` (contiguous, on device()) to `peer` as the next
-  /// message of `channel`. The tensor is kept alive until the send
+  /// Starts sending `tensor` (contiguous, on device() or the CPU) to `peer` as
+  /// the next message of `channel`. The tensor is kept alive until the send
   /// completes. `what` describes the message for errors. Errors: "lost
   /// rank P (...)", a tag past INT32_MAX.
   virtual llvm::Error send(const at::Tensor &tensor, int peer, int channel,
                            const llvm::Twine &what) = 0;
 
   /// Receives into `tensor` (contiguous, preallocated with the expected
-  /// size) the next message of `channel` from `peer`, blocking up to the
-  /// timeout; when that message's receive was posted (postRecv), `tensor`
-  /// must be the tensor it was posted with. Errors: "lost rank P (...)",
-  /// "internal error: ..." for a tensor other than the posted one.
+  /// size, on the device the sender's tensor was on) the next message of
+  /// `channel` from `peer`, blocking up to the timeout; when that message's
+  /// receive was posted (postRecv), `tensor` must be the tensor it was
+  /// posted with. Errors: "lost rank P (...)", "internal error: ..." for a
+  /// tensor other than the posted one.
   virtual llvm::Error recv(at::Tensor &tensor, int peer, int channel,
                            const llvm::Twine &what) = 0;
 
@@ -77,8 +86,9 @@ public:
   /// that channel and peer waits for it instead of asking anew. Receives
   /// of one channel and peer must be posted in their message order, and
   /// recv() takes the posted ones first, in that order. Posting is a hint:
-  /// a transport may ignore it (the default does), and recv() then
-  /// receives as usual. Errors: a tag past INT32_MAX, "lost rank P (...)".
+  /// a transport may ignore it (the default does; NCCL links do), and
+  /// recv() then receives as usual. Errors: a tag past INT32_MAX, "lost
+  /// rank P (...)".
   virtual llvm::Error postRecv(const at::Tensor &tensor, int peer, int channel,
                                const llvm::Twine &what) {
     return llvm::Error::success();
@@ -86,6 +96,21 @@ public:
 
   /// Waits for every send started so far. Errors: "lost rank P (...)".
   virtual llvm::Error flushSends() = 0;
+
+  /// One direction of a channel: (channel, sending rank, receiving rank).
+  using Link = std::tuple<int, int, int>;
+
+  /// Connects, before the first message, what the `links` need (every rank
+  /// passes the same list, in the same order). Gloo needs nothing. The CUDA
+  /// transport connects each link this rank is part of, in list order, and
+  /// moves one element over it: connecting blocks both ranks until both
+  /// arrive, so connecting on first use, in whatever order each rank's
+  /// schedule first uses its links, could deadlock where one list order
+  /// cannot. Links left out connect on first use. Errors: "lost rank P
+  /// (...)".
+  virtual llvm::Error connectLinks(const std::vector<Link> &links) {
+    return llvm::Error::success();
+  }
 
   /// Number of point-to-point messages sent so far.
   int64_t messagesSent() const { return messagesSent_; }
@@ -150,11 +175,19 @@ private:
 /// (the rendezvous store at HOST:PORT did not answer within T s)",
 /// "another job (job token 'X') holds the rendezvous at HOST:PORT ...",
 /// "RANK=R joined the rendezvous at HOST:PORT twice ...", "rendezvous at
-/// HOST:PORT failed (...)", "--device cuda needs a LibTorch built with
-/// CUDA" when NCCL is not compiled in.
+/// HOST:PORT failed (...)", and for DeviceKind::CUDA those of
+/// checkCudaDevice(), before any rendezvous.
 llvm::Expected<std::unique_ptr<Transport>>
 connectTransport(const LaunchEnv &env, DeviceKind device,
                  std::chrono::milliseconds timeout);
+
+/// Checks that this rank can put its stages on cuda:LOCAL_RANK. Errors,
+/// each one line: "--device cuda: this ppc's LibTorch (1.13) is a CPU-only
+/// build, without CUDA; ..."; "--device cuda: this ppc was built without
+/// NCCL, ..."; "--device cuda: rank R sees no GPU (CUDA_VISIBLE_DEVICES=
+/// '...'); ..."; "--device cuda: LOCAL_WORLD_SIZE=2 ranks on this machine
+/// need a GPU each (rank 1 would use cuda:1), but it has 1; ...".
+llvm::Error checkCudaDevice(const LaunchEnv &env);
 
 /// A rendezvous store served by this process for workers it starts (they
 /// get TORCHELASTIC_USE_AGENT_STORE=True, as under torchrun). It binds its

@@ -7,10 +7,14 @@
 #   3. fuzzing: each fuzz target from the seeds, a fixed number of inputs with a fixed seed
 #      (so CI fuzzes exactly what was fuzzed before the submission), or, with
 #      PPC_FUZZ_SECONDS=N, for N seconds each with a random seed (exploration).
+#   4. wheel (asked for by name): the second build configuration, ppc against the LibTorch
+#      inside PyPI's torch wheel (scripts/wheel.sh: venv in build-wheel/venv, build in
+#      build-wheel/, the same ctest suite there), then the default build's test_wheel.py,
+#      which needs the wheel's python to script PyTorch 2.x models (docs/build.md).
 # Every stage runs even when an earlier one failed; the last line is "N passed, N failed".
 #
-#   scripts/test.sh [CTEST ARGS...]       e.g. -R cli_ to run part of stage 1 only
-#   PPC_TEST_STAGES="default sanitize fuzz" (default) picks stages;
+#   scripts/test.sh [CTEST ARGS...]       e.g. -R cli_ to run part of stage 1 (and 4) only
+#   PPC_TEST_STAGES="default sanitize fuzz" (default) picks stages; add "wheel" for stage 4;
 #   PPC_FUZZ_SECONDS=600 fuzzes longer (see README, "Tests").
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -152,7 +156,14 @@ for stage in $stages; do
       done
     fi
     ;;
-  *) echo "test.sh: unknown stage '$stage' (default, sanitize, fuzz)"; exit 2 ;;
+  wheel)
+    if step "wheel venv" "$root/scripts/wheel.sh" venv && step "wheel build" "$root/scripts/wheel.sh" build; then
+      step "wheel ctest" "$root/scripts/wheel.sh" test "$@"
+      # The 1.13 build's side of test_wheel.py: it refuses the 2.x-scripted models.
+      [ -x "$build/bin/ppc" ] && step "default build: test_wheel" run_ctest -R '^cli_test_wheel\.'
+    fi
+    ;;
+  *) echo "test.sh: unknown stage '$stage' (default, sanitize, fuzz, wheel)"; exit 2 ;;
   esac
 done
 

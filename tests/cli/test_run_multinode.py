@@ -7,8 +7,10 @@
    output must equal a single-node 2-rank run's exactly and the model's
    NAME.expected.pt with allclose(rtol=atol=1e-5). Needs root (ip netns add);
    skipped otherwise.
-2. A real torchrun (`torchrun --no-python ppc run ...`) when one works here;
-   skipped otherwise.
+2. A real torchrun (`torchrun --no-python --nproc-per-node 2 ppc run ...`):
+   the torch wheel's (build-wheel/venv, scripts/wheel.sh), else one in PATH
+   when it works here; skipped otherwise. Its output must equal `ppc launch`'s
+   exactly and the model's expected output.
 
 Each test is its own ctest entry (tests/CMakeLists.txt), so a skip shows as
 "Skipped" with its reason.
@@ -17,6 +19,7 @@ Env: PPC (the ppc binary), PPC_MODELS_DIR (generated models).
 """
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -25,12 +28,48 @@ import unittest
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (PPC, assert_identical, assert_outputs_close, expected_output,  # noqa: E402
-                    launch, main, model_path, split_at, tmpdir)
+from common import (PPC, ROOT, assert_identical, assert_outputs_close,  # noqa: E402
+                    expected_output, launch, main, model_path, split_at, tmpdir)
 
 PPC = os.path.abspath(PPC)  # `ip netns exec` and torchrun run it from elsewhere
 NAME = "two_io"
 STEP_TIMEOUT = 45  # seconds for any one subprocess
+
+
+def find_torchrun():
+    """The torchrun to test: the wheel's (PPC_TORCH_PYTHON's venv in the wheel
+    build, else build-wheel/venv from scripts/wheel.sh), else one in PATH."""
+    venvs = [os.path.dirname(p) for p in (os.environ.get("PPC_TORCH_PYTHON", ""),) if p]
+    venvs.append(os.path.join(ROOT, "build-wheel", "venv", "bin"))
+    for d in venvs:
+        if os.access(os.path.join(d, "torchrun"), os.X_OK):
+            return os.path.join(d, "torchrun")
+    return shutil.which("torchrun")
+
+
+def major_version(text, prefix):
+    m = re.search(r"^%s(\d+)\." % prefix, text, re.M)
+    return int(m.group(1)) if m else None
+
+
+def store_mismatch(torchrun):
+    """Why this ppc cannot join `torchrun`'s store, or None. torchrun serves
+    the rendezvous store itself (TORCHELASTIC_USE_AGENT_STORE=True), and a
+    2.x TCPStore server drops clients that skip the validation handshake,
+    which LibTorch 1.x's client predates ("Connection reset by peer")."""
+    ppc_major = major_version(run([PPC, "--version"]).stdout, "LibTorch ")
+    with open(torchrun, "rb") as f:
+        shebang = f.readline().decode(errors="replace")
+    if not shebang.startswith("#!"):
+        return None
+    r = run([shebang[2:].strip(), "-c", "import torch; print(torch.__version__)"], timeout=120)
+    torchrun_major = major_version(r.stdout, "")
+    if ppc_major is not None and torchrun_major is not None and \
+            ppc_major < 2 <= torchrun_major:
+        return ("%s is torch %s's: its store expects a client handshake that this ppc's "
+                "LibTorch %d.x lacks; run this test with a ppc built against LibTorch 2.x "
+                "(scripts/wheel.sh)" % (torchrun, r.stdout.strip(), ppc_major))
+    return None
 
 
 def run(cmd, timeout=STEP_TIMEOUT, **kw):
@@ -137,8 +176,8 @@ class MultiNodeTest(unittest.TestCase):
     # -- torchrun ----------------------------------------------------------
 
     def test_real_torchrun(self):
-        torchrun = shutil.which("torchrun")
-        why = "no torchrun in PATH"
+        torchrun = find_torchrun()
+        why = "no torchrun in build-wheel/venv (scripts/wheel.sh) nor in PATH"
         if torchrun is not None:
             try:
                 r = run([torchrun, "--help"], timeout=30)
@@ -162,11 +201,21 @@ class MultiNodeTest(unittest.TestCase):
         if why is not None:
             self.skipTest("no working torchrun here (Debian's 1.13 torchrun fails on "
                           "Python 3.11); " + why)
+        why = store_mismatch(torchrun)
+        if why is not None:
+            self.skipTest(why)
         manifest = self.split()
+        # Reference: the same run under ppc launch.
+        single = os.path.join(self.tmp, "launch.pt")
+        r = launch(2, *self.run_args(manifest, single)[1:], timeout=STEP_TIMEOUT,
+                   launcher=("--timeout", "40"))
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         out = os.path.join(self.tmp, "torchrun.pt")
         port = str(random.randrange(20000, 40000))
         # Underscored options: the only spelling old torchruns know, still
-        # accepted by new ones.
+        # accepted by new ones. A torch 2.x torchrun serves the rendezvous
+        # store on MASTER_PORT itself (TORCHELASTIC_USE_AGENT_STORE=True):
+        # ppc's rank 0 must join it as a client, not fail to bind the port.
         p = subprocess.Popen([torchrun, "--nproc_per_node", "2", "--master_port", port,
                               "--no_python"] + self.run_args(manifest, out),
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -179,7 +228,9 @@ class MultiNodeTest(unittest.TestCase):
             text = p.communicate()
             rc = None
         self.assertEqual(rc, 0, "torchrun:\n%s\n%s" % text)
-        self.check_expected(torch.load(out))
+        got = torch.load(out)
+        assert_identical(self, torch.load(single), got)
+        self.check_expected(got)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@
 #include "tools/ppc/Commands.h"
 
 #include "lib/Error.h"
+#include "runtime/TorchCompat.h"
 
 #include "llvm/Support/raw_ostream.h"
 
@@ -24,6 +25,20 @@ static void printError(const std::string &message) {
   llvm::errs().flush();
 }
 
+/// `ppc --version`: ppc's version, then what this binary was built against
+/// (a Debian LibTorch 1.13 build and a wheel build look alike otherwise):
+///   ppc 0.1.0
+///   LibTorch 2.15.0
+///   CUDA: yes
+///   NCCL: yes
+static std::string versionText() {
+  auto yesNo = [](bool b) { return b ? "yes" : "no"; };
+  return std::string("ppc ") + PPC_VERSION_STRING + "\nLibTorch " +
+         ppc::compat::kTorchVersion +
+         "\nCUDA: " + yesNo(ppc::compat::kHaveCuda) +
+         "\nNCCL: " + yesNo(ppc::compat::kHaveNccl);
+}
+
 int main(int argc, char **argv) {
   CLI::App app{
       "ppc: a pipeline-parallel compiler and runtime for TorchScript "
@@ -32,7 +47,9 @@ int main(int argc, char **argv) {
   app.footer("Exit status: 0 on success, 1 when 'ppc verify' finds a mismatch, "
              "2 on any error (reported as one 'error: ...' line).");
   app.require_subcommand(1);
-  app.set_version_flag("--version", "ppc 0.1.0");
+  app.set_version_flag("--version", versionText(),
+                       "Print ppc's version and the LibTorch it was built "
+                       "against, then exit");
 
   std::vector<ppc::Command> commands;
 #define PPC_COMMAND(fn) commands.push_back(ppc::fn(app));

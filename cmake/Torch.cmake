@@ -1,0 +1,86 @@
+# LibTorch as ppc uses it: the interface target ppc_torch, for either build configuration
+# (docs/build.md):
+#
+#   default  Debian's LibTorch 1.13 (libtorch-dev): CPU only, C++17, logs through glog.
+#   wheel    the LibTorch inside PyPI's torch wheel (2.x, CUDA, NCCL), found with
+#            CMAKE_PREFIX_PATH=<site-packages>/torch (scripts/wheel.sh). It needs C++20 and the
+#            CUDA toolkit (nvcc), and links against the NVIDIA libraries the wheel ships next to
+#            itself in <site-packages>/nvidia.
+#
+# Sets PPC_TORCH_VERSION, PPC_HAVE_CUDA, PPC_HAVE_NCCL, PPC_TORCH_USES_GLOG and
+# PPC_TORCH_PYTHON, and defines PPC_HAVE_CUDA and PPC_HAVE_NCCL for every target linking
+# ppc_torch, so that runtime/TorchCompat.h sees the same configuration in every file. (The
+# default configuration adds no definition: its compile lines, and ccache's hits, stay as they were.)
+# Call after find_package(Torch).
+
+set(PPC_TORCH_VERSION ${Torch_VERSION})
+if(NOT PPC_TORCH_VERSION)
+  set(PPC_TORCH_VERSION unknown)
+endif()
+
+add_library(ppc_torch INTERFACE)
+target_include_directories(ppc_torch SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS})
+target_link_libraries(ppc_torch INTERFACE ${TORCH_LIBRARIES})
+
+# LibTorch 2.x puts cxx_std_20 on its `torch` target; use it everywhere, so that the
+# project's libraries do not mix standards (and their -Werror sees C++20 too).
+if(TARGET torch)
+  get_target_property(ppc_torch_features torch INTERFACE_COMPILE_FEATURES)
+  if(ppc_torch_features AND "cxx_std_20" IN_LIST ppc_torch_features)
+    set(CMAKE_CXX_STANDARD 20)
+  endif()
+endif()
+
+# Whether c10 logs through glog (Debian's does; the wheel's has its own logger). The runtime
+# then links glog to set its threshold (compat::setTorchLogging).
+# (Found anew at every configure: the cache must not keep another LibTorch's answer.)
+unset(PPC_TORCH_MACROS_HEADER CACHE)
+find_file(PPC_TORCH_MACROS_HEADER NAMES torch/headeronly/macros/cmake_macros.h c10/macros/cmake_macros.h
+  PATHS ${TORCH_INCLUDE_DIRS} NO_DEFAULT_PATH)
+set(PPC_TORCH_USES_GLOG OFF)
+if(PPC_TORCH_MACROS_HEADER)
+  file(STRINGS "${PPC_TORCH_MACROS_HEADER}" ppc_glog REGEX "^#define C10_USE_GLOG")
+  if(ppc_glog)
+    set(PPC_TORCH_USES_GLOG ON)
+  endif()
+endif()
+
+set(PPC_HAVE_CUDA OFF)
+set(PPC_HAVE_NCCL OFF)
+if(TORCH_CUDA_LIBRARIES)
+  set(PPC_HAVE_CUDA ON)
+  target_compile_definitions(ppc_torch INTERFACE PPC_HAVE_CUDA)
+  # A wheel's NVIDIA libraries (nvidia-nccl-cu13, ...) sit next to torch/ in site-packages.
+  get_filename_component(ppc_nvidia_dir "${TORCH_INSTALL_PREFIX}/../nvidia" ABSOLUTE)
+  # NCCL: the headers of the NCCL LibTorch was built with. ProcessGroupNCCL.hpp compiled against
+  # another nccl.h (the CUDA toolkit's) disagrees with libtorch_cuda on sizeof(ncclConfig_t),
+  # so the wheel's include directory goes first, ahead of the toolkit's.
+  unset(PPC_NCCL_INCLUDE_DIR CACHE)
+  find_path(PPC_NCCL_INCLUDE_DIR nccl.h HINTS "${ppc_nvidia_dir}/nccl/include" ${CUDAToolkit_INCLUDE_DIRS})
+  if(PPC_NCCL_INCLUDE_DIR AND EXISTS "${TORCH_INSTALL_PREFIX}/include/torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp")
+    set(PPC_HAVE_NCCL ON)
+    target_compile_definitions(ppc_torch INTERFACE PPC_HAVE_NCCL)
+    target_include_directories(ppc_torch SYSTEM BEFORE INTERFACE "${PPC_NCCL_INCLUDE_DIR}")
+  endif()
+  # libtorch_cuda.so finds the wheel's libraries at run time through its RPATH; the linker
+  # needs to be told, or it resolves libnccl.so.2 (and others) from the CUDA toolkit instead
+  # ("undefined reference to ncclCommGrow").
+  file(GLOB ppc_nvidia_libs LIST_DIRECTORIES true "${ppc_nvidia_dir}/*/lib")
+  foreach(dir ${ppc_nvidia_libs})
+    target_link_options(ppc_torch INTERFACE "LINKER:-rpath-link,${dir}")
+  endforeach()
+endif()
+
+# The Python whose torch package holds this LibTorch (a wheel's venv: <prefix>/lib/pythonX.Y/
+# site-packages/torch), which the tests compare `ppc --version` with and script 2.x models
+# with; empty for Debian's LibTorch (tests use /usr/bin/python3).
+if(NOT DEFINED PPC_TORCH_PYTHON)
+  set(PPC_TORCH_PYTHON "")
+  if(TORCH_INSTALL_PREFIX MATCHES "/site-packages/torch$" AND EXISTS "${TORCH_INSTALL_PREFIX}/../../../../bin/python")
+    get_filename_component(PPC_TORCH_PYTHON "${TORCH_INSTALL_PREFIX}/../../../../bin/python" ABSOLUTE)
+  endif()
+endif()
+
+message(STATUS "ppc: LibTorch ${PPC_TORCH_VERSION} at ${TORCH_INSTALL_PREFIX} "
+  "(CUDA ${PPC_HAVE_CUDA}, NCCL ${PPC_HAVE_NCCL}, glog ${PPC_TORCH_USES_GLOG}, C++${CMAKE_CXX_STANDARD}, "
+  "Python '${PPC_TORCH_PYTHON}')")

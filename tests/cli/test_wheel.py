@@ -1,0 +1,147 @@
+#!/usr/bin/python3
+"""Tests what differs between ppc's two build configurations (docs/build.md).
+
+1. `ppc --version` names ppc's version, the LibTorch it was built against and
+   whether CUDA and NCCL are compiled in, and these agree with the Python torch
+   that holds that LibTorch (the wheel's venv python, PPC_TORCH_PYTHON, in the
+   wheel build; Debian's /usr/bin/python3 in the default build).
+2. Models scripted by PyTorch 2.x (tests/models/make_wheel_models.py, run with
+   the wheel's python and cached in PPC_BUILD_DIR/wheel-models): one using
+   scaled_dot_product_attention, one using aten::rms_norm. A ppc built against
+   LibTorch 2.x splits, verifies and runs them on 2 ranks with the outputs the
+   wheel's python computed; one built against LibTorch 1.x refuses each with
+   one exact `error:` line. Skipped, with the reason, when no wheel python is
+   there (scripts/wheel.sh creates it in build-wheel/venv).
+
+Env: PPC, PPC_MODELS_DIR, PPC_BUILD_DIR, and in the wheel build
+PPC_TORCH_PYTHON (tests/CMakeLists.txt).
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import unittest
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import (BUILD, ROOT, assert_outputs_close, launch, main, ppc,  # noqa: E402
+                    tmpdir)
+
+# The Python whose torch holds the LibTorch ppc links (empty: Debian's).
+TORCH_PYTHON = os.environ.get("PPC_TORCH_PYTHON", "")
+# A Python with torch 2.x to script the models: the wheel build's own, else
+# the venv scripts/wheel.sh leaves next to the default build.
+WHEEL_PYTHON = TORCH_PYTHON or os.path.join(ROOT, "build-wheel", "venv", "bin", "python")
+WHEEL_MODELS = os.path.join(BUILD, "wheel-models")
+GENERATOR = os.path.join(ROOT, "tests", "models", "make_wheel_models.py")
+
+VERSION_RE = re.compile(
+    r"ppc (\d+\.\d+\.\d+)\nLibTorch (\d+)\.(\d+)\.(\d+)\nCUDA: (yes|no)\nNCCL: (yes|no)\n")
+
+
+def ppc_version():
+    """`ppc --version` parsed: (ppc version, (major, minor, patch), cuda, nccl)."""
+    r = ppc("--version")
+    m = VERSION_RE.fullmatch(r.stdout)
+    if m is None:
+        raise AssertionError("unexpected `ppc --version` output: %r" % r.stdout)
+    return (m.group(1), tuple(int(m.group(i)) for i in (2, 3, 4)),
+            m.group(5) == "yes", m.group(6) == "yes")
+
+
+def python_torch(python):
+    """(version (major, minor, patch), has CUDA, has NCCL) of `python`'s torch."""
+    code = ("import re, torch, torch.distributed as d; "
+            "print(*re.match(r'(\\d+)\\.(\\d+)\\.(\\d+)', torch.__version__).groups(), "
+            "torch.version.cuda is not None, d.is_available() and d.is_nccl_available())")
+    r = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        raise AssertionError("%s cannot import torch:\n%s" % (python, r.stderr))
+    fields = r.stdout.split()
+    return tuple(int(f) for f in fields[:3]), fields[3] == "True", fields[4] == "True"
+
+
+class WheelTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tmpdir(self)
+
+    def test_version(self):
+        version, libtorch, cuda, nccl = ppc_version()
+        with open(os.path.join(ROOT, "CMakeLists.txt")) as f:
+            project = re.search(r"project\(ppc VERSION (\S+)", f.read()).group(1)
+        self.assertEqual(version, project)
+        want = python_torch(TORCH_PYTHON or "/usr/bin/python3")
+        self.assertEqual((libtorch, cuda, nccl), want,
+                         "ppc --version disagrees with %s's torch" % (TORCH_PYTHON or
+                                                                    "/usr/bin/python3"))
+        if not TORCH_PYTHON:  # the default build: Debian's CPU-only LibTorch
+            self.assertEqual((libtorch[0], cuda, nccl), (1, False, False))
+
+    # -- models scripted by PyTorch 2.x ----------------------------------
+
+    def wheel_models(self):
+        """Generates (or reuses) the 2.x-scripted models; skips without a wheel python."""
+        if not os.access(WHEEL_PYTHON, os.X_OK):
+            self.skipTest("no PyTorch 2.x to script the models: %s is missing "
+                          "(scripts/wheel.sh creates it)" % WHEEL_PYTHON)
+        r = subprocess.run([WHEEL_PYTHON, "-W", "ignore", GENERATOR, WHEEL_MODELS],
+                           capture_output=True, text=True, timeout=600)
+        self.assertEqual(r.returncode, 0, "make_wheel_models.py:\n" + r.stdout + r.stderr)
+        return WHEEL_MODELS
+
+    def needs_libtorch(self, ok, why):
+        libtorch = ppc_version()[1]
+        if not ok(libtorch[0]):
+            self.skipTest("%s; this ppc has LibTorch %d.%d.%d" % ((why,) + libtorch))
+
+    def check_split_verify_run(self, name):
+        self.needs_libtorch(lambda major: major >= 2, "needs a ppc built against LibTorch 2.x")
+        models = self.wheel_models()
+        with open(os.path.join(models, name + ".json")) as f:
+            cuts = json.load(f)["split_at"]
+        model, inp = os.path.join(models, name + ".pt"), os.path.join(models, name + ".input.pt")
+        for stages in sorted(cuts):
+            out = os.path.join(self.tmp, "split%s" % stages)
+            ppc("split", model, "-o", out, "--split-at", ",".join(cuts[stages]))
+            manifest = os.path.join(out, "manifest.json")
+            r = ppc("verify", model, manifest, "--input", inp, check=False)
+            self.assertEqual(r.returncode, 0, "%s, %s stages: verify:\n%s%s" % (
+                name, stages, r.stdout, r.stderr))
+        # Two ranks, 3 microbatches of a batch of 5, against the wheel's own output.
+        got = os.path.join(self.tmp, "out.pt")
+        r = launch(2, "run", os.path.join(self.tmp, "split2", "manifest.json"), "--input", inp,
+                   "--output", got, "--microbatches", "3", "--no-meta-cache", timeout=300,
+                   launcher=("--timeout", "120"))
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        assert_outputs_close(self, torch.load(os.path.join(models, name + ".expected.pt")),
+                             torch.load(got))
+
+    def test_sdpa_splits_verifies_and_runs(self):
+        self.check_split_verify_run("sdpa")
+
+    def test_rms_norm_splits_verifies_and_runs(self):
+        self.check_split_verify_run("rms_norm")
+
+    def test_libtorch_1_refuses_torch2_models(self):
+        self.needs_libtorch(lambda major: major < 2, "only a ppc built against LibTorch 1.x "
+                            "lacks these operators")
+        models = self.wheel_models()
+        version = "%d.%d.%d" % ppc_version()[1]
+        for name, op in (("sdpa", "aten::scaled_dot_product_attention"),
+                         ("rms_norm", "aten::rms_norm")):
+            model, out = os.path.join(models, name + ".pt"), os.path.join(self.tmp, name)
+            r = ppc("split", model, "-o", out, "--stages", "2", check=False)
+            self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+            self.assertEqual(r.stdout, "")
+            self.assertEqual(
+                r.stderr,
+                "error: '%s' uses operator %s, which this ppc's LibTorch %s lacks (the model "
+                "was scripted by a newer PyTorch; build ppc against that PyTorch's LibTorch: "
+                "docs/build.md)\n" % (model, op, version))
+            self.assertFalse(os.path.exists(out), "split left %s behind" % out)
+
+
+if __name__ == "__main__":
+    main()
