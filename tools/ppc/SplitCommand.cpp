@@ -157,7 +157,10 @@ Command addSplitCommand(CLI::App &parent) {
                   s.parameterCount, s.inputs.size(), s.outputs.size(),
                   result->stageMemory.empty()
                       ? std::string()
-                      : ", memory " + formatBytes(result->stageMemory[s.index]),
+                      : llvm::formatv(", memory {0} ({1} bytes)",
+                                      formatBytes(result->stageMemory[s.index]),
+                                      result->stageMemory[s.index])
+                            .str(),
                   s.beginsAt.empty() ? "" : " (begins at " + s.beginsAt + ")");
             return 0;
           }};
