@@ -8,6 +8,7 @@
 #include "lib/TensorIO.h"
 #include "passes/ExtractStage.h"
 #include "passes/Passes.h"
+#include "passes/RefineProfile.h"
 #include "passes/StageModule.h"
 
 #include "llvm/ADT/STLExtras.h"
@@ -187,6 +188,16 @@ static llvm::Expected<Analysis> analyze(const ItemGraph &items,
   if (!costs)
     return costs.takeError();
   out.costs = std::move(*costs);
+  const PartitionRequest &request = options.partition;
+  if (options.cost == CostKind::Profile && request.splitAt.empty() &&
+      request.stages > 1) {
+    auto refined = refineProfiledCosts(items, model, *example, request,
+                                       out.memory ? &*out.memory : nullptr,
+                                       std::move(out.costs));
+    if (!refined)
+      return refined.takeError();
+    out.costs = std::move(*refined);
+  }
   return out;
 }
 

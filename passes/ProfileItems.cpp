@@ -7,6 +7,10 @@
 #include "passes/ProfileItems.h"
 
 #include "lib/Error.h"
+#include "passes/ExtractStage.h"
+#include "passes/StageModule.h"
+
+#include "llvm/Support/FormatVariadic.h"
 
 #include <torch/csrc/jit/api/function_impl.h>
 #include <torch/csrc/jit/ir/ir.h>
@@ -122,6 +126,99 @@ profileItemTimes(const ItemGraph &graph, const torch::jit::Module *module,
   std::vector<int64_t> out;
   for (auto &s : samples)
     out.push_back(std::max<int64_t>(0, median(std::move(s))));
+  return out;
+}
+
+namespace {
+/// A stage module ready to run, with the inputs of its timed runs.
+struct TimedStage {
+  torch::jit::Module module;
+  std::vector<c10::IValue> inputs;
+  std::vector<int64_t> samples;
+};
+} // namespace
+
+/// Stage `s`'s module and inputs; runs it once on them and records its
+/// outputs in `values` for the stages after it.
+static llvm::Expected<TimedStage> prepareStage(
+    const PartitionPlan &plan, size_t s, const torch::jit::Module &model,
+    const std::vector<c10::IValue> &example,
+    std::unordered_map<const torch::jit::Value *, c10::IValue> &values) {
+  auto graph = extractStage(plan, s);
+  if (!graph)
+    return graph.takeError();
+  auto built = buildStageModule(model, std::move(*graph), static_cast<int>(s));
+  if (!built)
+    return built.takeError();
+  TimedStage stage{std::move(built->module), {}, {}};
+  const auto &modelInputs = plan.graph().modelInputs();
+  for (torch::jit::Value *v : plan.inputs(s)) {
+    auto in = std::find(modelInputs.begin(), modelInputs.end(), v);
+    stage.inputs.push_back(in != modelInputs.end()
+                               ? example[in - modelInputs.begin()]
+                               : values.at(v));
+  }
+  auto outputs = torchCall(
+      llvm::formatv("cannot run stage {0} on the example input", s), [&] {
+        at::NoGradGuard noGrad;
+        std::vector<c10::IValue> args;
+        for (const c10::IValue &v : stage.inputs)
+          args.push_back(v.deepcopy());
+        return stage.module.forward(std::move(args))
+            .toTupleRef()
+            .elements()
+            .vec();
+      });
+  if (!outputs)
+    return outputs.takeError();
+  for (size_t k = 0; k < plan.outputs(s).size(); ++k)
+    values[plan.outputs(s)[k]] = (*outputs)[k];
+  return stage;
+}
+
+llvm::Expected<std::vector<int64_t>>
+profileStageTimes(const PartitionPlan &plan, const torch::jit::Module &module,
+                  const std::vector<c10::IValue> &example,
+                  const ProfileOptions &options) {
+  std::unordered_map<const torch::jit::Value *, c10::IValue> values;
+  std::vector<TimedStage> stages;
+  for (size_t s = 0; s < plan.numStages(); ++s) {
+    auto stage = prepareStage(plan, s, module, example, values);
+    if (!stage)
+      return stage.takeError();
+    stages.push_back(std::move(*stage));
+  }
+  llvm::Error ran = torchCall("cannot run a stage on the example input", [&] {
+    at::NoGradGuard noGrad;
+    Clock::time_point begin{};
+    for (int run = 0;; ++run) {
+      int timed = run - options.warmup;
+      if (timed == 0)
+        begin = Clock::now();
+      if (timed >= options.maxRepetitions ||
+          (timed >= options.minRepetitions &&
+           std::chrono::duration<double>(Clock::now() - begin).count() >=
+               options.minSeconds))
+        break;
+      for (TimedStage &stage : stages) {
+        std::vector<c10::IValue> args;
+        for (const c10::IValue &v : stage.inputs)
+          args.push_back(v.deepcopy());
+        auto start = Clock::now();
+        c10::IValue out = stage.module.forward(std::move(args));
+        auto end = Clock::now();
+        if (timed >= 0)
+          stage.samples.push_back(
+              std::chrono::duration_cast<std::chrono::nanoseconds>(end - start)
+                  .count());
+      }
+    }
+  });
+  if (ran)
+    return ran;
+  std::vector<int64_t> out;
+  for (TimedStage &stage : stages)
+    out.push_back(median(std::move(stage.samples)));
   return out;
 }
 

@@ -14,6 +14,14 @@
 //     its marker and the next. The example inputs are cloned for every run
 //     (a model may write its inputs in place).
 //
+// Item times measured inside the whole model are not quite what a stage
+// costs when a rank runs it alone, over and over: then only that stage's
+// weights compete for the caches (resnet18's layer4 at batch 5 takes about
+// half as long alone as inside the whole model on a 32 MiB L3). So
+// profileStageTimes() also times candidate stages alone, built as their
+// stage modules and run on their real inputs, and refineProfiledCosts()
+// (passes/RefineProfile.h) corrects the item times with them.
+//
 // The measurement uses however many threads the process allows; ppc split
 // bounds them to one first (boundThreads(1), runtime/Threads.h), as a rank
 // with --threads 1 runs, so item times add up to stage times.
@@ -23,6 +31,7 @@
 #define PPC_PASSES_PROFILEITEMS_H
 
 #include "lib/ItemGraph.h"
+#include "lib/PartitionPlan.h"
 
 #include "llvm/Support/Error.h"
 
@@ -50,6 +59,17 @@ llvm::Expected<std::vector<int64_t>>
 profileItemTimes(const ItemGraph &graph, const torch::jit::Module *module,
                  const std::vector<c10::IValue> &example,
                  const ProfileOptions &options = {});
+
+/// Median nanoseconds of each stage of `plan` (verified; built from
+/// `module`'s forward) run alone as the stage module ppc split would write,
+/// on its real inputs: the outputs of the stages before it on `example`.
+/// Stages are timed in interleaved rounds (0, 1, ..., then again), inputs
+/// cloned for every run. Errors: a stage that cannot be built, or a run
+/// failing ("cannot run stage 1 on the example input: ...").
+llvm::Expected<std::vector<int64_t>>
+profileStageTimes(const PartitionPlan &plan, const torch::jit::Module &module,
+                  const std::vector<c10::IValue> &example,
+                  const ProfileOptions &options = {});
 
 } // namespace ppc
 
