@@ -11,8 +11,10 @@ input), then times each stage alone: every stage module runs on its real
 inputs (the outputs of the stages before it on the example input), one
 thread (OMP_NUM_THREADS=OPENBLAS_NUM_THREADS=1 and torch.set_num_threads(1)),
 inference (no_grad), after warm-up runs, in interleaved rounds (stage 0, 1,
-..., then again) so drift hits every stage alike; a stage's time is its
-median. The figure per cost model is max/mean of the stage times (1.0 is a
+..., then again) so drift hits every stage alike; a stage's time is the
+median CPU time of the one compute thread (time.thread_time_ns: equal to
+wall time on an idle machine, and not inflated by other processes holding
+the cores on a shared one). The figure per cost model is max/mean of the stage times (1.0 is a
 perfect balance; the target for profile is <= 1.10).
 
 bench/run.py can import it: partition_rows(ppc, models_dir, work_dir, ...)
@@ -96,9 +98,9 @@ def measure_stages(outdir, example, reps, warmup):
         samples = [[] for _ in modules]
         for _ in range(reps):
             for k, (module, a) in enumerate(zip(modules, args)):
-                start = time.perf_counter()
+                start = time.thread_time_ns()
                 module(*a)
-                samples[k].append((time.perf_counter() - start) * 1000)
+                samples[k].append((time.thread_time_ns() - start) / 1e6)
     return [statistics.median(s) for s in samples]
 
 

@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <unordered_map>
 
 namespace ppc {
@@ -27,9 +28,19 @@ namespace ppc {
 namespace {
 using Clock = std::chrono::steady_clock;
 
+/// CPU time of the calling thread, in nanoseconds. With compute bounded to
+/// one thread all work runs on the caller, and unlike wall time this does
+/// not count the time other processes hold the core: a busy machine slows
+/// the measurement but hardly skews it.
+int64_t threadNanos() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
 /// Where markers write: stamps[i] is when marker i last ran. Set only while
 /// profileItemTimes runs the marked graph on this thread.
-thread_local std::vector<Clock::time_point> *stamps = nullptr;
+thread_local std::vector<int64_t> *stamps = nullptr;
 
 constexpr const char *kMarker = "ppc_profile::mark";
 
@@ -42,7 +53,7 @@ torch::jit::RegisterOperators registerMarker({torch::jit::Operator(
       int64_t i = stack.back().toInt();
       stack.pop_back();
       if (stamps && i >= 0 && static_cast<size_t>(i) < stamps->size())
-        (*stamps)[i] = Clock::now();
+        (*stamps)[i] = threadNanos();
     },
     c10::AliasAnalysisKind::CONSERVATIVE)});
 } // namespace
@@ -90,7 +101,7 @@ profileItemTimes(const ItemGraph &graph, const torch::jit::Module *module,
     torch::jit::GraphFunction fn("ppc_profile", markedCopy(graph), nullptr);
     // Inference, as ppc run executes stages.
     at::NoGradGuard noGrad;
-    std::vector<Clock::time_point> times(n + 1);
+    std::vector<int64_t> times(n + 1);
     stamps = &times;
     struct Reset {
       ~Reset() { stamps = nullptr; }
@@ -115,10 +126,7 @@ profileItemTimes(const ItemGraph &graph, const torch::jit::Module *module,
       if (timed < 0)
         continue;
       for (size_t i = 0; i < n; ++i)
-        samples[i].push_back(
-            std::chrono::duration_cast<std::chrono::nanoseconds>(times[i + 1] -
-                                                                 times[i])
-                .count());
+        samples[i].push_back(times[i + 1] - times[i]);
     }
   });
   if (ran)
@@ -204,13 +212,11 @@ profileStageTimes(const PartitionPlan &plan, const torch::jit::Module &module,
         std::vector<c10::IValue> args;
         for (const c10::IValue &v : stage.inputs)
           args.push_back(v.deepcopy());
-        auto start = Clock::now();
+        int64_t start = threadNanos();
         c10::IValue out = stage.module.forward(std::move(args));
-        auto end = Clock::now();
+        int64_t end = threadNanos();
         if (timed >= 0)
-          stage.samples.push_back(
-              std::chrono::duration_cast<std::chrono::nanoseconds>(end - start)
-                  .count());
+          stage.samples.push_back(end - start);
       }
     }
   });

@@ -11,8 +11,10 @@
 //  2. Run the copy `warmup` times untimed (the executor profiles and
 //     optimizes the graph on its first runs), then `repetitions` times; an
 //     item's time is the median over the timed runs of the time between
-//     its marker and the next. The example inputs are cloned for every run
-//     (a model may write its inputs in place).
+//     its marker and the next. Times are CPU time of the calling thread
+//     (CLOCK_THREAD_CPUTIME_ID): with one compute thread that is the work,
+//     and time-sharing with other processes does not count. The example inputs
+//     are cloned for every run (a model may write its inputs in place).
 //
 // Item times measured inside the whole model are not quite what a stage
 // costs when a rank runs it alone, over and over: then only that stage's
