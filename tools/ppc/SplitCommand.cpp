@@ -86,7 +86,8 @@ Command addSplitCommand(CLI::App &parent) {
               "standalone stage modules OUTDIR/stage_K.pt, each holding only "
               "its own weights, and a JSON manifest OUTDIR/manifest.json "
               "describing the values that flow between them (see "
-              "docs/manifest.md). OUTDIR is replaced atomically, and only "
+              "docs/manifest.md; choosing the stages: docs/split.md). OUTDIR "
+              "is replaced atomically, and only "
               "when it is empty or holds nothing but an earlier ppc output "
               "(its manifest, the stage files it names and meta caches); on "
               "any error it is left as it was. OUTDIR must not hold the "
@@ -115,8 +116,9 @@ Command addSplitCommand(CLI::App &parent) {
          "--cost", opts->cost,
          "Cost model for --stages: params (parameter and buffer bytes, the "
          "default), flops (estimated FLOPs on --example-input), nodes (one per "
-         "operation), profile (each operation timed on --example-input on "
-         "this machine, one thread, median of several runs)")
+         "operation), profile (each operation timed on --example-input on this "
+         "machine, one thread, median of several runs, then the chosen stages "
+         "timed alone; docs/split.md)")
       ->transform(costKindOption());
   app->add_option(
       "--example-input", opts->exampleInput,
