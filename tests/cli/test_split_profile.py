@@ -181,6 +181,26 @@ class SplitProfileModelsTest(unittest.TestCase):
         self.assertIn(f"--max-stage-memory {smallest - 1} is too small for 2 stages: the "
                       f"smallest cap that admits them is {smallest} ", refused(smallest - 1))
 
+    def test_profile_under_a_cap(self):
+        # The refinement loop partitions under the cap too: every candidate
+        # it measures, and the one it keeps, fit.
+        args = ["--stages", 4, "--cost", "profile", "--example-input",
+                model_path("mlp", ".input.pt")]
+        d = tmpdir(self)
+        proc = ppc("split", model_path("mlp"), "-o", os.path.join(d, "low"), *args,
+                   "--max-stage-memory", "20K", check=False)
+        m = re.fullmatch(r"error: --max-stage-memory 20480 is too small for 4 stages: the "
+                         r"smallest cap that admits them is (\d+) \(\S+ \w+\)\n", proc.stderr)
+        self.assertIsNotNone(m, proc.stderr)
+        smallest = int(m.group(1))
+        out = os.path.join(d, "out")
+        manifest, stdout = self.split("mlp", out, *args, "--max-stage-memory", smallest)
+        self.assertEqual(manifest["cost_model"], "profile")
+        memory = stage_memory(stdout)
+        self.assertEqual(len(memory), 4)
+        self.assertLessEqual(max(memory), smallest)
+        self.check_matches_model("mlp", out, manifest)
+
     def test_cap_accepts_binary_suffixes(self):
         out = os.path.join(tmpdir(self), "out")
         _, stdout = self.split("mlp", out, "--stages", 2, "--cost", "flops", "--example-input",
