@@ -8,6 +8,7 @@
 #include "lib/TensorIO.h"
 #include "passes/ExtractStage.h"
 #include "passes/Passes.h"
+#include "passes/RefineProfile.h"
 #include "passes/StageModule.h"
 
 #include "llvm/ADT/STLExtras.h"
@@ -146,19 +147,81 @@ static llvm::Expected<PreparedModel> loadPrepared(const std::string &path) {
   return PreparedModel{std::move(*model), std::move(graph)};
 }
 
-/// The cost of each item under the chosen model, running the example input
-/// if it needs one.
-static llvm::Expected<std::vector<int64_t>>
-costsOf(const ItemGraph &items, const torch::jit::Module &model,
-        const CompileOptions &options) {
+namespace {
+/// Step 3's results besides the ItemGraph.
+struct Analysis {
+  std::vector<int64_t> costs;
+  std::optional<StageMemoryModel> memory;
+};
+} // namespace
+
+/// The example input, checked against the model inputs.
+static llvm::Expected<std::vector<c10::IValue>>
+loadExample(const ItemGraph &items, const std::string &path) {
+  auto loaded = loadTensors(path);
+  if (!loaded)
+    return loaded.takeError();
+  if (llvm::Error err = checkExampleInput(items, *loaded))
+    return withContext(std::move(err), "example input '" + path + "'");
+  return loaded;
+}
+
+/// The cost of each item under the chosen model and, with an example
+/// input, what stages would hold.
+static llvm::Expected<Analysis> analyze(const ItemGraph &items,
+                                        const torch::jit::Module &model,
+                                        const CompileOptions &options) {
+  Analysis out;
   std::optional<std::vector<c10::IValue>> example;
   if (options.exampleInput) {
-    auto loaded = loadTensors(*options.exampleInput);
+    auto loaded = loadExample(items, *options.exampleInput);
     if (!loaded)
       return loaded.takeError();
     example = std::move(*loaded);
+    auto memory = stageMemoryModel(items, model, *example);
+    if (!memory)
+      return memory.takeError();
+    out.memory = std::move(*memory);
   }
-  return itemCosts(items, &model, options.cost, example ? &*example : nullptr);
+  auto costs =
+      itemCosts(items, &model, options.cost, example ? &*example : nullptr);
+  if (!costs)
+    return costs.takeError();
+  out.costs = std::move(*costs);
+  const PartitionRequest &request = options.partition;
+  if (options.cost == CostKind::Profile && request.splitAt.empty() &&
+      request.stages > 1) {
+    auto refined = refineProfiledCosts(items, model, *example, request,
+                                       out.memory ? &*out.memory : nullptr,
+                                       std::move(out.costs));
+    if (!refined)
+      return refined.takeError();
+    out.costs = std::move(*refined);
+  }
+  return out;
+}
+
+/// Option combinations that cannot work, found before any file is read.
+static llvm::Error checkOptions(const CompileOptions &options) {
+  bool needs = needsExampleInput(options.cost);
+  if (needs && !options.exampleInput)
+    return makeError("the " + costKindName(options.cost) +
+                     " cost model needs an example input "
+                     "(--example-input IN.pt)");
+  if (!needs && options.exampleInput)
+    return makeError("--example-input is only used by --cost flops and "
+                     "--cost profile");
+  if (auto cap = options.partition.maxStageMemory) {
+    if (*cap <= 0)
+      return makeError("--max-stage-memory must be positive");
+    if (!needs)
+      return makeError("--max-stage-memory needs --cost profile or flops, "
+                       "which measure activations on --example-input");
+    if (!options.partition.splitAt.empty())
+      return makeError("--max-stage-memory applies to --stages, not to "
+                       "--split-at");
+  }
+  return llvm::Error::success();
 }
 
 /// The manifest's facts about the source model: absolute path, size, hash.
@@ -301,7 +364,9 @@ static llvm::Error writeOutput(const CompileOptions &options,
       });
 }
 
-llvm::Expected<Manifest> compileModel(const CompileOptions &options) {
+llvm::Expected<CompileResult> compileModel(const CompileOptions &options) {
+  if (llvm::Error err = checkOptions(options))
+    return err;
   if (llvm::Error err = checkNotHoldingModel(options.outDir, options.modelPath))
     return err;
   auto model = loadPrepared(options.modelPath);
@@ -310,10 +375,14 @@ llvm::Expected<Manifest> compileModel(const CompileOptions &options) {
   auto items = ItemGraph::build(model->graph);
   if (!items)
     return withContext(items.takeError(), options.modelPath);
-  auto costs = costsOf(*items, model->module, options);
-  if (!costs)
-    return costs.takeError();
-  auto plan = planPartition(*items, *costs, options.partition, &model->module);
+  auto analysis = analyze(*items, model->module, options);
+  if (!analysis)
+    return analysis.takeError();
+  const std::vector<int64_t> &costs = analysis->costs;
+  const StageMemoryModel *memory =
+      analysis->memory ? &*analysis->memory : nullptr;
+  auto plan =
+      planPartition(*items, costs, options.partition, &model->module, memory);
   if (!plan)
     return plan.takeError();
 
@@ -324,12 +393,15 @@ llvm::Expected<Manifest> compileModel(const CompileOptions &options) {
       return stage.takeError();
     built.push_back(std::move(*stage));
   }
-  auto manifest = describeManifest(options, *plan, *costs, built);
+  auto manifest = describeManifest(options, *plan, costs, built);
   if (!manifest)
     return manifest.takeError();
   if (llvm::Error err = writeOutput(options, built, *manifest))
     return err;
-  return manifest;
+  CompileResult result{std::move(*manifest), {}};
+  if (memory)
+    result.stageMemory = stageMemories(*memory, plan->starts());
+  return result;
 }
 
 } // namespace ppc

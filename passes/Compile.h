@@ -6,7 +6,9 @@
 //  2. Prepare it: run the passes of Passes.def (inline, functionalize,
 //     clean up).
 //  3. Analyze: ItemGraph (items, rematerializable values, legal cuts) and
-//     the cost of each item under the chosen cost model.
+//     the cost of each item under the chosen cost model; with an example
+//     input (checked against the model inputs as ppc run checks inputs),
+//     also what each stage would hold in memory (for --max-stage-memory).
 //  4. Choose the partition with planPartition() (passes/PlanPartition.h):
 //     --split-at paths, or the exact min-max partitioner for --stages.
 //  5. Materialize each stage (extractStage + buildStageModule) and write
@@ -36,15 +38,29 @@ struct CompileOptions {
   std::string outDir;
   PartitionRequest partition;
   CostKind cost = CostKind::Params;
+  /// Required by, and only allowed with, the flops and profile costs.
   std::optional<std::string> exampleInput;
+};
+
+struct CompileResult {
+  Manifest manifest;
+  /// Each stage's memory (parameters, buffers and one microbatch's
+  /// activations; lib/Partitioner.h), when an example input measured it;
+  /// else empty.
+  std::vector<int64_t> stageMemory;
 };
 
 /// Runs the whole split. Errors: every problem named in the steps above,
 /// each on one line, among them "output directory 'D' holds the model
 /// 'M'; ..." and "output directory 'D' holds 'F', which is not part of the
-/// earlier ppc output there; refusing to replace it"; on any error OUTDIR
-/// is left as it was.
-llvm::Expected<Manifest> compileModel(const CompileOptions &options);
+/// earlier ppc output there; refusing to replace it"; option combinations
+/// ("the profile cost model needs an example input (--example-input
+/// IN.pt)", "--example-input is only used by --cost flops and --cost
+/// profile", "--max-stage-memory needs --cost profile or flops, which
+/// measure activations on --example-input"); an example input that does not
+/// fit ("example input 'x.pt': the model takes 2 inputs, got 1"); on any
+/// error OUTDIR is left as it was.
+llvm::Expected<CompileResult> compileModel(const CompileOptions &options);
 
 } // namespace ppc
 

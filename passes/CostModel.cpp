@@ -3,8 +3,10 @@
 
 #include "lib/Error.h"
 #include "lib/Stage.h"
+#include "passes/ProfileItems.h"
 
 #include "llvm/ADT/StringSwitch.h"
+#include "llvm/Support/FormatVariadic.h"
 
 #include <torch/csrc/jit/api/function_impl.h>
 #include <torch/csrc/jit/ir/ir.h>
@@ -27,8 +29,14 @@ llvm::StringRef costKindName(CostKind kind) {
     return "flops";
   case CostKind::Nodes:
     return "nodes";
+  case CostKind::Profile:
+    return "profile";
   }
   llvm_unreachable("unknown CostKind");
+}
+
+bool needsExampleInput(CostKind kind) {
+  return kind == CostKind::Flops || kind == CostKind::Profile;
 }
 
 std::optional<CostKind> parseCostKind(llvm::StringRef name) {
@@ -36,6 +44,7 @@ std::optional<CostKind> parseCostKind(llvm::StringRef name) {
       .Case("params", CostKind::Params)
       .Case("flops", CostKind::Flops)
       .Case("nodes", CostKind::Nodes)
+      .Case("profile", CostKind::Profile)
       .Default(std::nullopt);
 }
 
@@ -62,11 +71,13 @@ paramCosts(const ItemGraph &g, const torch::jit::Module &m) {
                    [&] { return paramCostsUnguarded(g, m); });
 }
 
-/// Shapes of every top-level tensor value, from one run of a copy of the
-/// graph that returns them all.
-static llvm::Expected<std::unordered_map<const Value *, std::vector<int64_t>>>
-profileShapes(const ItemGraph &g, const torch::jit::Module *m,
-              const std::vector<c10::IValue> &example) {
+using ValueTensors = std::unordered_map<const Value *, at::Tensor>;
+
+/// Every top-level tensor value, from one run of a copy of the graph that
+/// returns them all.
+static llvm::Expected<ValueTensors>
+runRecordingTensors(const ItemGraph &g, const torch::jit::Module *m,
+                    const std::vector<c10::IValue> &example) {
   auto copy = g.graph()->copy();
   std::unordered_map<const Value *, Value *> toCopy;
   for (size_t i = 0; i < g.graph()->inputs().size(); ++i)
@@ -90,6 +101,7 @@ profileShapes(const ItemGraph &g, const torch::jit::Module *m,
 
   auto outputs = torchCall("cannot run the model on the example input", [&] {
     torch::jit::GraphFunction fn("ppc_profile", copy, nullptr);
+    at::NoGradGuard noGrad;
     torch::jit::Stack stack;
     if (m)
       stack.push_back(m->_ivalue());
@@ -99,10 +111,23 @@ profileShapes(const ItemGraph &g, const torch::jit::Module *m,
   });
   if (!outputs)
     return outputs.takeError();
-  std::unordered_map<const Value *, std::vector<int64_t>> shapes;
+  ValueTensors tensors;
   for (size_t i = 0; i < recorded.size(); ++i)
     if ((*outputs)[i].isTensor() && (*outputs)[i].toTensor().defined())
-      shapes[recorded[i]] = (*outputs)[i].toTensor().sizes().vec();
+      tensors[recorded[i]] = (*outputs)[i].toTensor();
+  return tensors;
+}
+
+/// Shapes of every top-level tensor value on the example input.
+static llvm::Expected<std::unordered_map<const Value *, std::vector<int64_t>>>
+profileShapes(const ItemGraph &g, const torch::jit::Module *m,
+              const std::vector<c10::IValue> &example) {
+  auto tensors = runRecordingTensors(g, m, example);
+  if (!tensors)
+    return tensors.takeError();
+  std::unordered_map<const Value *, std::vector<int64_t>> shapes;
+  for (const auto &[value, tensor] : *tensors)
+    shapes[value] = tensor.sizes().vec();
   return shapes;
 }
 
@@ -161,6 +186,11 @@ itemCosts(const ItemGraph &graph, const torch::jit::Module *module,
     if (!module)
       return makeError("the params cost model needs a model with parameters");
     return paramCosts(graph, *module);
+  case CostKind::Profile:
+    if (!example)
+      return makeError("the profile cost model needs an example input "
+                       "(--example-input IN.pt)");
+    return profileItemTimes(graph, module, *example);
   case CostKind::Flops: {
     if (!example)
       return makeError("the flops cost model needs an example input "
@@ -175,6 +205,88 @@ itemCosts(const ItemGraph &graph, const torch::jit::Module *module,
   }
   }
   llvm_unreachable("unknown CostKind");
+}
+
+llvm::Error checkExampleInput(const ItemGraph &graph,
+                              const std::vector<c10::IValue> &example) {
+  const auto &inputs = graph.modelInputs();
+  if (example.size() != inputs.size())
+    return makeError(llvm::formatv("the model takes {0} input{1}, got {2}",
+                                   inputs.size(), inputs.size() == 1 ? "" : "s",
+                                   example.size()));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    ValueKind kind = *boundaryKind(inputs[i]->type());
+    if (!hasKind(example[i], kind))
+      return makeError(llvm::formatv(
+          "model input {0} ('{1}') must be a {2}, got a {3}", i,
+          valueName(inputs[i]), kindName(kind), example[i].tagKind()));
+  }
+  return llvm::Error::success();
+}
+
+/// Step 1 of stageMemoryModel(): per item, the new storage bytes its tensor
+/// outputs hold. Storage already seen (a model input, an earlier output, a
+/// parameter) is not counted again: views and in-place results are free.
+static std::vector<int64_t>
+activationBytes(const ItemGraph &g, const ValueTensors &tensors,
+                const std::vector<c10::IValue> &example,
+                std::unordered_set<const void *> &seen) {
+  for (const c10::IValue &v : example)
+    if (v.isTensor())
+      seen.insert(v.toTensor().storage().unsafeGetStorageImpl());
+  std::vector<int64_t> bytes(g.size(), 0);
+  for (size_t i = 0; i < g.size(); ++i)
+    for (Value *out : g.item(i)->outputs()) {
+      auto it = tensors.find(out);
+      if (it == tensors.end() || !it->second.has_storage())
+        continue;
+      const c10::Storage &storage = it->second.storage();
+      if (seen.insert(storage.unsafeGetStorageImpl()).second)
+        bytes[i] += static_cast<int64_t>(storage.nbytes());
+    }
+  return bytes;
+}
+
+/// Step 2: the tensors each item reads, numbered by first read.
+static void tensorReadsUnguarded(const ItemGraph &g,
+                                 const torch::jit::Module &m,
+                                 StageMemoryModel &model,
+                                 std::unordered_set<const void *> &seen) {
+  std::unordered_map<const void *, size_t> index;
+  model.tensorsRead.assign(g.size(), {});
+  for (size_t i = 0; i < g.size(); ++i)
+    for (Value *v : g.attributeReads(i)) {
+      c10::IValue attr = attributeAt(m, *g.attributePath(v));
+      if (!attr.isTensor())
+        continue;
+      const at::Tensor &t = attr.toTensor();
+      seen.insert(t.has_storage() ? t.storage().unsafeGetStorageImpl()
+                                  : nullptr);
+      auto [it, fresh] =
+          index.try_emplace(t.unsafeGetTensorImpl(), model.tensorBytes.size());
+      if (fresh)
+        model.tensorBytes.push_back(
+            static_cast<int64_t>(t.numel() * t.element_size()));
+      auto &reads = model.tensorsRead[i];
+      if (std::find(reads.begin(), reads.end(), it->second) == reads.end())
+        reads.push_back(it->second);
+    }
+}
+
+llvm::Expected<StageMemoryModel>
+stageMemoryModel(const ItemGraph &graph, const torch::jit::Module &module,
+                 const std::vector<c10::IValue> &example) {
+  StageMemoryModel model;
+  std::unordered_set<const void *> seen;
+  if (llvm::Error err = torchCall("cannot read the model's parameters", [&] {
+        tensorReadsUnguarded(graph, module, model, seen);
+      }))
+    return err;
+  auto tensors = runRecordingTensors(graph, &module, example);
+  if (!tensors)
+    return tensors.takeError();
+  model.itemBytes = activationBytes(graph, *tensors, example, seen);
+  return model;
 }
 
 } // namespace ppc

@@ -8,12 +8,21 @@
 //    for convolutions, the output size for everything else (balances time).
 //    Shapes come from one run of the model graph on the example input.
 //  - nodes: 1 per item (for graphs without weights, e.g. golden tests).
+//  - profile: measured nanoseconds of the item on this machine, on an
+//    example input (passes/ProfileItems.h).
+//
+// For a cap on stage memory, stageMemoryModel() describes what a stage
+// holds: the parameters and buffers its items read, and the activations of
+// one microbatch, measured on the example input (which should therefore be
+// one microbatch): the bytes of the new tensor storage each item's tensor
+// outputs hold (views and in-place results of earlier storage add nothing).
 //
 //===----------------------------------------------------------------------===//
 #ifndef PPC_PASSES_COSTMODEL_H
 #define PPC_PASSES_COSTMODEL_H
 
 #include "lib/ItemGraph.h"
+#include "lib/Partitioner.h"
 
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
@@ -25,11 +34,15 @@
 
 namespace ppc {
 
-enum class CostKind { Params, Flops, Nodes };
+enum class CostKind { Params, Flops, Nodes, Profile };
 
 /// Every cost kind, in the order --help lists them.
-inline constexpr CostKind kAllCostKinds[] = {CostKind::Params, CostKind::Flops,
-                                             CostKind::Nodes};
+inline constexpr CostKind kAllCostKinds[] = {
+    CostKind::Params, CostKind::Flops, CostKind::Nodes, CostKind::Profile};
+
+/// Whether the kind runs the model on an example input (and so can measure
+/// activations).
+bool needsExampleInput(CostKind kind);
 
 /// The name of a kind on the command line and in the manifest's cost_model.
 llvm::StringRef costKindName(CostKind kind);
@@ -38,12 +51,28 @@ llvm::StringRef costKindName(CostKind kind);
 std::optional<CostKind> parseCostKind(llvm::StringRef name);
 
 /// Cost of each item of `graph` (which was built from `module`'s forward).
-/// `example` is required for CostKind::Flops and holds the model inputs.
-/// Errors: flops without an example input, or the example run failing
+/// `example` is required for CostKind::Flops and CostKind::Profile and
+/// holds the model inputs, checked with checkExampleInput(). Errors: flops
+/// or profile without an example input ("the profile cost model needs an
+/// example input (--example-input IN.pt)"), or the example run failing
 /// ("cannot run the model on the example input: ...").
 llvm::Expected<std::vector<int64_t>>
 itemCosts(const ItemGraph &graph, const torch::jit::Module *module,
           CostKind kind, const std::vector<c10::IValue> *example);
+
+/// Checks that `example` fits the model inputs of `graph` as ppc run checks
+/// its inputs. Errors: "the model takes 2 inputs, got 1"; "model input 0
+/// ('x') must be a Tensor, got a TensorList".
+llvm::Error checkExampleInput(const ItemGraph &graph,
+                              const std::vector<c10::IValue> &example);
+
+/// What each stage of `graph` would hold (lib/Partitioner.h): the tensors
+/// of `module` each item reads, and each item's activation bytes from one
+/// run on `example`. Errors: the example run failing, or attributes that do
+/// not resolve ("cannot read the model's parameters: ...").
+llvm::Expected<StageMemoryModel>
+stageMemoryModel(const ItemGraph &graph, const torch::jit::Module &module,
+                 const std::vector<c10::IValue> &example);
 
 } // namespace ppc
 

@@ -101,14 +101,81 @@ startsOf(const ItemGraph &g, const std::vector<SplitPoint> &points,
   return starts;
 }
 
+std::string formatBytes(int64_t bytes) {
+  static const char *const units[] = {"KiB", "MiB", "GiB", "TiB"};
+  if (bytes < 1024)
+    return llvm::formatv("{0} byte{1}", bytes, bytes == 1 ? "" : "s");
+  double value = static_cast<double>(bytes);
+  int unit = -1;
+  while (value >= 1024 && unit < 3) {
+    value /= 1024;
+    ++unit;
+  }
+  return llvm::formatv("{0:f1} {1}", value, units[unit]);
+}
+
+/// "item 3 (aten::linear in layers.1)" or "items 3-5 (aten::add ...)".
+static std::string describeItems(const ItemGraph &g, size_t begin, size_t end) {
+  const std::string &path = g.modulePath(begin);
+  std::string what = g.item(begin)->kind().toQualString();
+  if (!path.empty())
+    what += " in " + path;
+  if (end - begin == 1)
+    return llvm::formatv("item {0} ({1})", begin, what);
+  return llvm::formatv("items {0}-{1} (from {2}), which no cut separates,",
+                       begin, end - 1, what);
+}
+
+/// Step 1 under a memory cap: refuse a cap no partition meets, saying why.
+static llvm::Error checkCap(const ItemGraph &g, const StageMemoryModel &memory,
+                            int stages, int64_t cap,
+                            const CutPredicate &allowed) {
+  Segment worst = largestSegment(memory, allowed);
+  if (worst.bytes > cap)
+    return makeError(llvm::formatv(
+        "{0} alone need{1} {2} ({3} bytes), more than --max-stage-memory {4}",
+        describeItems(g, worst.begin, worst.end),
+        worst.end - worst.begin == 1 ? "s" : "", formatBytes(worst.bytes),
+        worst.bytes, cap));
+  int64_t need = smallestMemoryCap(memory, stages, allowed);
+  if (need > cap)
+    return makeError(llvm::formatv("--max-stage-memory {0} is too small for "
+                                   "{1} stages: the smallest cap that admits "
+                                   "them is {2} ({3})",
+                                   cap, stages, need, formatBytes(need)));
+  return llvm::Error::success();
+}
+
+/// Step 1 for a stage count: the min-max partitioner, under the cap if any.
+static llvm::Expected<std::vector<size_t>>
+partitionByCost(const ItemGraph &graph, llvm::ArrayRef<int64_t> costs,
+                const PartitionRequest &request,
+                const StageMemoryModel *memory) {
+  CutPredicate allowed = [&](size_t i) { return graph.canCutBefore(i); };
+  if (!request.maxStageMemory)
+    return minMaxPartition(costs, request.stages, allowed);
+  if (!memory)
+    return makeError("--max-stage-memory needs the stages' memory, which "
+                     "only a cost model run on --example-input measures");
+  // Without a cap first: a stage count the cuts cannot give is that error.
+  auto uncapped = minMaxPartition(costs, request.stages, allowed);
+  if (!uncapped)
+    return uncapped.takeError();
+  if (llvm::Error err = checkCap(graph, *memory, request.stages,
+                                 *request.maxStageMemory, allowed))
+    return err;
+  MemoryCap cap{*memory, *request.maxStageMemory};
+  return minMaxPartition(costs, request.stages, allowed, &cap);
+}
+
 llvm::Expected<PartitionPlan> planPartition(const ItemGraph &graph,
                                             llvm::ArrayRef<int64_t> costs,
                                             const PartitionRequest &request,
-                                            const torch::jit::Module *module) {
+                                            const torch::jit::Module *module,
+                                            const StageMemoryModel *memory) {
   llvm::Expected<std::vector<size_t>> starts = std::vector<size_t>{};
   if (request.splitAt.empty() && request.splitBefore.empty()) {
-    starts = minMaxPartition(costs, request.stages,
-                             [&](size_t i) { return graph.canCutBefore(i); });
+    starts = partitionByCost(graph, costs, request, memory);
   } else {
     auto points = resolveSplitPoints(graph, request, module);
     if (!points)

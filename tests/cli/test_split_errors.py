@@ -214,12 +214,12 @@ class SplitErrorsTest(unittest.TestCase):
                    check=False)
         self.assertEqual(proc.returncode, 2)
         self.assertEqual(proc.stderr, "error: --cost: 'bytes' is not a cost model (params, flops, "
-                                      "nodes) (see ppc --help)\n")
+                                      "nodes, profile) (see ppc --help)\n")
         # The enum's numbers are no names.
         proc = ppc("split", model_path("mlp"), "-o", self.out, "--stages", 2, "--cost", "2",
                    check=False)
         self.assertEqual(proc.stderr, "error: --cost: '2' is not a cost model (params, flops, "
-                                      "nodes) (see ppc --help)\n")
+                                      "nodes, profile) (see ppc --help)\n")
         self.assertFalse(os.path.exists(self.out))
 
     def test_unknown_pass_in_ppc_debug_passes(self):

@@ -3,11 +3,13 @@
 
 #include "lib/Error.h"
 #include "passes/Compile.h"
+#include "runtime/Threads.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -34,6 +36,47 @@ static CLI::Validator costKindOption() {
       llvm::join(names, "|"));
 }
 
+/// Reads a byte count: digits with an optional binary suffix K, M, G or T
+/// (powers of 1024; "512M", "2G"), as --max-stage-memory takes it.
+static CLI::Validator byteCountOption() {
+  return CLI::Validator(
+      [](std::string &value) -> std::string {
+        llvm::StringRef text(value);
+        std::string bad = "'" + value +
+                          "' is not a byte count (e.g. 1048576, "
+                          "512M, 2G)";
+        unsigned shift = 0;
+        if (!text.empty() && !llvm::isDigit(text.back())) {
+          switch (llvm::toUpper(text.back())) {
+          case 'K':
+            shift = 10;
+            break;
+          case 'M':
+            shift = 20;
+            break;
+          case 'G':
+            shift = 30;
+            break;
+          case 'T':
+            shift = 40;
+            break;
+          default:
+            return bad;
+          }
+          text = text.drop_back();
+        }
+        uint64_t number = 0;
+        if (text.empty() || !llvm::all_of(text, llvm::isDigit) ||
+            text.getAsInteger(10, number))
+          return bad;
+        if (number > (uint64_t(INT64_MAX) >> shift))
+          return "'" + value + "' is too large";
+        value = std::to_string(number << shift);
+        return "";
+      },
+      "BYTES");
+}
+
 Command addSplitCommand(CLI::App &parent) {
   auto opts = std::make_shared<CompileOptions>();
   CLI::App *app = parent.add_subcommand(
@@ -43,7 +86,8 @@ Command addSplitCommand(CLI::App &parent) {
               "standalone stage modules OUTDIR/stage_K.pt, each holding only "
               "its own weights, and a JSON manifest OUTDIR/manifest.json "
               "describing the values that flow between them (see "
-              "docs/manifest.md). OUTDIR is replaced atomically, and only "
+              "docs/manifest.md; choosing the stages: docs/split.md). OUTDIR "
+              "is replaced atomically, and only "
               "when it is empty or holds nothing but an earlier ppc output "
               "(its manifest, the stage files it names and meta caches); on "
               "any error it is left as it was. OUTDIR must not hold the "
@@ -72,20 +116,35 @@ Command addSplitCommand(CLI::App &parent) {
          "--cost", opts->cost,
          "Cost model for --stages: params (parameter and buffer bytes, the "
          "default), flops (estimated FLOPs on --example-input), nodes (one per "
-         "operation)")
+         "operation), profile (each operation timed on --example-input on this "
+         "machine, one thread, median of several runs, then the chosen stages "
+         "timed alone; docs/split.md)")
       ->transform(costKindOption());
   app->add_option(
       "--example-input", opts->exampleInput,
-      "Input file (torch.save of a tensor or tuple of tensors) whose shapes "
-      "drive --cost flops");
+      "Input file (torch.save of a tensor or tuple of tensors, one "
+      "microbatch) that --cost flops and --cost profile run the model on");
+  auto *memory =
+      app->add_option("--max-stage-memory", opts->partition.maxStageMemory,
+                      "Cap on each stage's parameters and buffers plus the "
+                      "activations it keeps for one microbatch (measured on "
+                      "--example-input; needs --cost profile or flops), in "
+                      "bytes or with a suffix K, M, G (powers of 1024)")
+          ->transform(byteCountOption());
+  memory->excludes(splitAt);
 
   return {app, [=]() -> llvm::Expected<int> {
             if (opts->partition.splitAt.empty() && app->count("--stages") == 0)
               return makeError(
                   "ppc split needs --stages N or --split-at PATHS");
-            auto manifest = compileModel(*opts);
-            if (!manifest)
-              return manifest.takeError();
+            // Times add up to stage times only if every operation runs as a
+            // rank with --threads 1 runs it.
+            if (opts->cost == CostKind::Profile)
+              boundThreads(1);
+            auto result = compileModel(*opts);
+            if (!result)
+              return result.takeError();
+            const Manifest *manifest = &result->manifest;
             double total = 0;
             for (const StageInfo &s : manifest->stages)
               total += s.predictedCost;
@@ -95,9 +154,15 @@ Command addSplitCommand(CLI::App &parent) {
             for (const StageInfo &s : manifest->stages)
               llvm::outs() << llvm::formatv(
                   "  stage {0}: {1,5:f1}% of predicted cost, {2} parameters, "
-                  "{3} inputs, {4} outputs{5}\n",
+                  "{3} inputs, {4} outputs{5}{6}\n",
                   s.index, total > 0 ? 100.0 * s.predictedCost / total : 0.0,
                   s.parameterCount, s.inputs.size(), s.outputs.size(),
+                  result->stageMemory.empty()
+                      ? std::string()
+                      : llvm::formatv(", memory {0} ({1} bytes)",
+                                      formatBytes(result->stageMemory[s.index]),
+                                      result->stageMemory[s.index])
+                            .str(),
                   s.beginsAt.empty() ? "" : " (begins at " + s.beginsAt + ")");
             return 0;
           }};

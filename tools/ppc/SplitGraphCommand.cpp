@@ -61,8 +61,10 @@ static llvm::Expected<int> runSplitGraph(const SplitGraphOptions &o) {
   auto costs = itemCosts(*items, nullptr, CostKind::Nodes, nullptr);
   if (!costs)
     return costs.takeError();
-  auto plan =
-      planPartition(*items, *costs, {o.stages, {}, o.splitBefore}, nullptr);
+  PartitionRequest request;
+  request.stages = o.stages;
+  request.splitBefore = o.splitBefore;
+  auto plan = planPartition(*items, *costs, request, nullptr);
   if (!plan)
     return plan.takeError();
   // Values the passes created have no name, and each stage graph numbers

@@ -11,7 +11,8 @@ TEST(CostModelTest, NamesRoundTrip) {
     names.push_back(costKindName(kind).str());
     EXPECT_EQ(parseCostKind(costKindName(kind)), kind) << names.back();
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"params", "flops", "nodes"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"params", "flops", "nodes", "profile"}));
 }
 
 TEST(CostModelTest, OtherNamesAreNoKind) {
