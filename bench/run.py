@@ -511,8 +511,10 @@ def bench_split(cfg):
         ratio = net[b]["median"] / net[a]["median"]
         rows.append(row("5 split time", "ppc split --stages 4, %d Linear layers: CPU time" % b,
                         net[b], "ms", "%d layers" % a, net[a], ratio, "<= 2.3x", ratio <= 2.3,
-                        "net of the process start (%s ms CPU); wall %s ms vs %s ms"
-                        % (fmt(start), fmt(wall[b]["median"]), fmt(wall[a]["median"])),
+                        "net of the process start (%s ms CPU); ratio of the minimums %.2fx; "
+                        "wall %s ms vs %s ms"
+                        % (fmt(start), net[b]["min"] / net[a]["min"], fmt(wall[b]["median"]),
+                           fmt(wall[a]["median"])),
                         wall_ms={a: wall[a], b: wall[b]}))
     return rows
 
@@ -635,6 +637,26 @@ def bench_startup(cfg):
     return rows
 
 
+def bench_partition(cfg):
+    """Benchmark 10, in bench/partition.py: per model and stage count, the
+    max/mean of the stage times (each stage alone on its real inputs, one
+    thread) of the --cost profile split against the params and flops ones."""
+    import partition
+    rows = partition.partition_rows(PPC, MODELS, WORK, reps=cfg["partition_reps"])
+    out = []
+    for model, stages in sorted({(r["model"], r["stages"]) for r in rows}):
+        by = {r["cost"]: r for r in rows if r["model"] == model and r["stages"] == stages}
+        prof, params = by["profile"]["max_over_mean"], by["params"]["max_over_mean"]
+        out.append(row(
+            "10 partition", "%s, %d stages, --cost profile: max/mean stage time" % (model, stages),
+            stats([prof]), "x", "--cost params", stats([params]), prof / params, "<= 1.10",
+            prof <= 1.10, "flops: %.3f; profile stage ms: %s; split took %.1f s (params %.1f s)"
+            % (by["flops"]["max_over_mean"], " / ".join("%.2f" % t for t in by["profile"]["stage_ms"]),
+               by["profile"]["split_s"], by["params"]["split_s"]),
+            max_over_mean={c: r["max_over_mean"] for c, r in by.items()}))
+    return out
+
+
 def bench_race(cfg):
     """Benchmark 9, in bench/race.py."""
     import race
@@ -647,15 +669,15 @@ def bench_race(cfg):
 FULL = {"wide_reps": 5, "wide_repeat": 4, "plain_cold": 1, "plain_reps": 2, "tiny_mb": 2048, "tiny_reps": 3,
         "transport_sizes": [(8, 2000), (64 << 10, 300), (1 << 20, 100), (16 << 20, 20),
                             (64 << 20, 8)],
-        "split_sizes": [256, 512, 1024, 2048], "split_reps": 5,
+        "split_sizes": [256, 512, 1024, 2048], "split_reps": 7,
         "train_steps": 6, "train_reps": 2,
         "schedules": ["gpipe", "1f1b", "interleaved-1f1b", "zb-h1"], "startup_reps": 4,
-        "race_reps": 3, "race_repeat": 4}
+        "race_reps": 3, "race_repeat": 4, "partition_reps": 15}
 QUICK = dict(FULL, wide_reps=2, wide_repeat=3, plain_reps=1, tiny_mb=256, tiny_reps=2,
              transport_sizes=[(8, 500), (64 << 10, 100), (1 << 20, 30), (16 << 20, 8),
                               (64 << 20, 4)],
              split_sizes=[256, 512, 1024], split_reps=2, train_steps=3, train_reps=1,
-             startup_reps=2, race_reps=1, race_repeat=3)
+             startup_reps=2, race_reps=1, race_repeat=3, partition_reps=7)
 
 
 def build(build_dir, jobs):
@@ -720,7 +742,7 @@ def main():
     global BUILD, MODELS, WORK, PPC
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer repetitions, smaller sizes")
-    ap.add_argument("--only", help="comma-separated benchmark numbers (1-9)")
+    ap.add_argument("--only", help="comma-separated benchmark numbers (1-10)")
     ap.add_argument("--venv", help="the torch wheel's venv for benchmark 9 (default "
                     "build-wheel/venv, or PPC_RACE_VENV)")
     ap.add_argument("--build-dir", default=os.path.join(ROOT, "build"))
@@ -732,7 +754,7 @@ def main():
     cfg = dict(QUICK if args.quick else FULL)
     if args.venv:
         cfg["race_venv"] = os.path.abspath(args.venv)
-    only = set(args.only.split(",")) if args.only else set("123456789")
+    only = set(args.only.split(",")) if args.only else {str(k) for k in range(1, 11)}
     BUILD = os.path.abspath(args.build_dir)
     MODELS, WORK = os.path.join(BUILD, "bench-models"), os.path.join(BUILD, "bench-work")
     PPC = os.path.join(BUILD, "bin", "ppc")
@@ -763,7 +785,8 @@ def main():
             ("6", "training", lambda: bench_training(cfg)),
             ("7", "start-up", lambda: bench_startup(cfg)),
             ("8", "pipeline efficiency", lambda: bench_efficiency(cfg, need_wide())),
-            ("9", "race against torch.distributed.pipelining", lambda: bench_race(cfg))]
+            ("9", "race against torch.distributed.pipelining", lambda: bench_race(cfg)),
+            ("10", "partition balance", lambda: bench_partition(cfg))]
     for key, name, fn in plan:
         if key not in only:
             continue
