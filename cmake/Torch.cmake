@@ -47,6 +47,9 @@ endif()
 
 set(PPC_HAVE_CUDA OFF)
 set(PPC_HAVE_NCCL OFF)
+# What a program linking the installed libppc_runtime needs as well (ppcConfig.cmake.in).
+set(PPC_TORCH_LINK_OPTIONS "")
+set(PPC_NCCL_INCLUDE_DIR "")
 if(TORCH_CUDA_LIBRARIES)
   set(PPC_HAVE_CUDA ON)
   target_compile_definitions(ppc_torch INTERFACE PPC_HAVE_CUDA)
@@ -55,6 +58,7 @@ if(TORCH_CUDA_LIBRARIES)
   # NCCL: the headers of the NCCL LibTorch was built with. ProcessGroupNCCL.hpp compiled against
   # another nccl.h (the CUDA toolkit's) disagrees with libtorch_cuda on sizeof(ncclConfig_t),
   # so the wheel's include directory goes first, ahead of the toolkit's.
+  unset(PPC_NCCL_INCLUDE_DIR)
   unset(PPC_NCCL_INCLUDE_DIR CACHE)
   find_path(PPC_NCCL_INCLUDE_DIR nccl.h HINTS "${ppc_nvidia_dir}/nccl/include" ${CUDAToolkit_INCLUDE_DIRS})
   if(PPC_NCCL_INCLUDE_DIR AND EXISTS "${TORCH_INSTALL_PREFIX}/include/torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp")
@@ -67,8 +71,9 @@ if(TORCH_CUDA_LIBRARIES)
   # ("undefined reference to ncclCommGrow").
   file(GLOB ppc_nvidia_libs LIST_DIRECTORIES true "${ppc_nvidia_dir}/*/lib")
   foreach(dir ${ppc_nvidia_libs})
-    target_link_options(ppc_torch INTERFACE "LINKER:-rpath-link,${dir}")
+    list(APPEND PPC_TORCH_LINK_OPTIONS "LINKER:-rpath-link,${dir}")
   endforeach()
+  target_link_options(ppc_torch INTERFACE ${PPC_TORCH_LINK_OPTIONS})
 endif()
 
 # The Python whose torch package holds this LibTorch (a wheel's venv: <prefix>/lib/pythonX.Y/

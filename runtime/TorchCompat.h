@@ -15,6 +15,8 @@
 //    Backend; both expose the same send/recv/Options::create used here.
 //  - Work::wait(timeout) exists in both; 2.x also throws
 //    c10::DistBackendError (a c10::Error), which torchCall() catches.
+//  - A TCPStore server whose port is taken says so differently
+//    (isAddressInUse()).
 //  - Debian's c10 logs through glog (C10_USE_GLOG), the wheel's through a
 //    logger of its own with the same levels (setTorchLogging()).
 //  - The wheel's LibTorch has CUDA and NCCL: cmake/Torch.cmake then defines
@@ -92,6 +94,17 @@ makeTCPStore(const std::string &host, uint16_t port, bool isServer,
   opts.waitWorkers = false;
   opts.timeout = timeout;
   return c10::make_intrusive<c10d::TCPStore>(host, opts);
+}
+
+/// Whether `message`, from a failed makeTCPStore(isServer=true), says the
+/// port is taken. 1.13 reports the socket error ("Address already in use",
+/// "errno: 98"); 2.x's libuv server its name ("code: -98, name: EADDRINUSE").
+inline bool isAddressInUse(const std::string &message) {
+  for (const char *needle :
+       {"Address already in use", "errno: 98", "EADDRINUSE"})
+    if (message.find(needle) != std::string::npos)
+      return true;
+  return false;
 }
 
 /// The port a store serves or connects to (the bound one for port 0).

@@ -699,8 +699,7 @@ std::string storeFailure(const LaunchEnv &env, bool serve,
                          const std::string &where,
                          std::chrono::milliseconds timeout,
                          const std::string &cause) {
-  if (serve && (cause.find("Address already in use") != std::string::npos ||
-                cause.find("errno: 98") != std::string::npos))
+  if (serve && compat::isAddressInUse(cause))
     return llvm::formatv("MASTER_PORT {0} is taken on this machine (another "
                          "job?); choose another port",
                          env.masterPort);

@@ -87,7 +87,7 @@ build_ppc() {
   local launcher=()
   command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=${PPC_BUILD_TYPE:-Release} "${launcher[@]}" \
-    -DPPC_WERROR=ON -DCMAKE_PREFIX_PATH="$torch_dir" -DPPC_TORCH_PYTHON="$python" "${cuda[@]}" >"$build/cmake.log" ||
+    -DPPC_WERROR=ON -DCMAKE_PREFIX_PATH="$torch_dir" -DPPC_TORCH_PYTHON="$python" "${cuda[@]}" >"$build/cmake.log" 2>&1 ||
     { tail -n 30 "$build/cmake.log" >&2; fail "configuring $build failed; see $build/cmake.log"; }
   grep "^-- ppc: LibTorch" "$build/cmake.log" || true
   cmake --build "$build" -j "${PPC_JOBS:-$(nproc)}"
