@@ -37,6 +37,17 @@ def ppc(*args, check=True, timeout=300, env=None):
     return proc
 
 
+def libtorch_major():
+    """The major version of the LibTorch the ppc under test was built with
+    (from `ppc --version`): a few errors are LibTorch's own words, which
+    differ between 1.x and 2.x."""
+    out = ppc("--version").stdout
+    m = re.search(r"^LibTorch (\d+)\.", out, re.M)
+    if not m:
+        raise AssertionError("ppc --version names no LibTorch version:\n" + out)
+    return int(m.group(1))
+
+
 def model_path(name, suffix=".pt"):
     return os.path.join(MODELS, name + suffix)
 

@@ -10,6 +10,7 @@
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <torch/csrc/api/include/torch/version.h>
 
 using namespace ppc;
 
@@ -58,9 +59,18 @@ TEST(TensorIOTest, NamesADictInOneLine) {
 
 TEST(TensorIOTest, RefusesAViewPastItsStorage) {
   std::string path = fixture("view_past_storage.pt");
+#if TORCH_VERSION_MAJOR >= 2
+  // LibTorch 2.x's unpickler checks the view against its storage first.
+  EXPECT_EQ(loadError(path),
+            "cannot read input '" + path +
+                "': Tensor: sizes 5 64, strides 64 1, storage offset 0 and "
+                "itemsize 4 require a storage of at least 1280 bytes, but "
+                "storage only has 40 bytes");
+#else
   EXPECT_EQ(loadError(path), "input '" + path +
                                  "' tensor 0 is malformed: its view needs "
                                  "1280 bytes but its storage holds 40");
+#endif
 }
 
 TEST(TensorIOTest, RefusesAStoragePastItsRecord) {
