@@ -352,7 +352,7 @@ def bench_efficiency(cfg, wide):
 
 def bench_overhead(cfg):
     """Tiny stages, M microbatches of one row: what a microbatch costs a rank
-    beyond its compute (F events) and its transport (SEND_F and RECV_F
+    beyond its compute (F events) and its transport (SEND_F, RECV_F and post_recv
     events, a receive including its wait for the producer), per stage it
     runs. Counted over the rank's span in the trace (its first action's
     start to its last action's end): the executor's own work between
@@ -385,7 +385,7 @@ def bench_overhead(cfg):
             n = len({e["args"]["stage"] for e in mine if e["name"] == "F"})
             span = (max(e["ts"] + e["dur"] for e in mine) - min(e["ts"] for e in mine)) / 1000.0
             part = {k: sum(e["dur"] for e in mine if e["name"] in names) / 1000.0
-                    for k, names in (("compute", ("F",)), ("transport", ("SEND_F", "RECV_F")),
+                    for k, names in (("compute", ("F",)), ("transport", ("SEND_F", "RECV_F", "post_recv")),
                                      ("flush", ("flush",)), ("out", ("OUT",)))}
             rest = span - part["compute"] - part["transport"] - part["flush"]
             per_rank[rank] = {"stages": n, "total_ms": r["total_ms"], "span_ms": span, **part,

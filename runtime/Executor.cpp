@@ -117,7 +117,11 @@ private:
   /// has run) ahead of need, in action order, until kRecvAhead are posted
   /// or one cannot be posted yet (its metadata is not known: an inferring
   /// microbatch's header comes first).
-  void postAhead(size_t next);
+  /// Returns how many receive actions it posted.
+  int postAhead(size_t next);
+  /// postAhead(), recorded as one "post_recv" event (category recv) when it
+  /// posted anything and the run is traced.
+  void postAheadTraced(size_t next);
   /// The buffers action `a` (RECV_F or RECV_B) receives into, or nothing
   /// when its metadata is not known yet.
   std::optional<std::vector<std::vector<at::Tensor>>>
@@ -458,8 +462,16 @@ Executor::receiveBuffers(const Action &a) {
   return buffers;
 }
 
-void Executor::postAhead(size_t next) {
+void Executor::postAheadTraced(size_t next) {
+  int64_t startUs = step.trace ? TraceRecorder::nowUs() : 0;
+  if (postAhead(next) > 0 && step.trace)
+    step.trace->add({"post_recv", "recv", -1, -1, startUs,
+                     TraceRecorder::nowUs() - startUs});
+}
+
+int Executor::postAhead(size_t next) {
   const std::vector<Action> &actions = schedule.ranks[plan.rank];
+  int count = 0;
   aheadCursor = std::max(aheadCursor, next);
   while (aheadCursor < actions.size() && postedAhead < kRecvAhead) {
     const Action &a = actions[aheadCursor];
@@ -469,7 +481,7 @@ void Executor::postAhead(size_t next) {
     }
     auto buffers = receiveBuffers(a);
     if (!buffers)
-      return;
+      return count;
     int channel = channelOf(schedule, a);
     for (const std::vector<at::Tensor> &list : *buffers)
       for (const at::Tensor &t : list)
@@ -478,12 +490,14 @@ void Executor::postAhead(size_t next) {
                   plan.transport->postRecv(t, a.peerRank, channel, "")) {
             // The receive itself will report a lost peer.
             llvm::consumeError(std::move(err));
-            return;
+            return count;
           }
     posted[aheadCursor] = std::move(*buffers);
     ++postedAhead;
     ++aheadCursor;
+    ++count;
   }
+  return count;
 }
 
 /// Takes the buffers posted ahead for the running action, if any.
@@ -824,7 +838,7 @@ llvm::Expected<ExecutorResult> Executor::run() {
       lastOfFirst = i;
   if (step.trace)
     step.trace->reserve(step.trace->events().size() + actions.size() + 1);
-  postAhead(0);
+  postAheadTraced(0);
   for (size_t i = 0; i < actions.size(); ++i) {
     const Action &a = actions[i];
     current = i;
@@ -863,7 +877,7 @@ llvm::Expected<ExecutorResult> Executor::run() {
       return err;
     if (step.trace)
       record(a, startUs);
-    postAhead(i + 1);
+    postAheadTraced(i + 1);
     if (i == lastOfFirst)
       result.firstOutputMs =
           std::chrono::duration<double, std::milli>(Clock::now() - start)
