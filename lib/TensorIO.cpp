@@ -31,6 +31,8 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/export.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/csrc/jit/serialization/unpickler.h>
 #include <torch/serialize.h>
 
@@ -595,10 +597,36 @@ static c10::IValue outputValue(const std::vector<c10::IValue> &values,
              : values[0];
 }
 
-/// Writes `value` atomically as torch.save would.
-static llvm::Error saveValue(llvm::StringRef path, const c10::IValue &value) {
+/// torch::pickle_save's bytes without its type tags on lists and dicts
+/// (Pickler's tag_aggregates).
+static std::vector<char> pickleUntagged(const c10::IValue &value) {
+  std::vector<char> pickled;
+  torch::jit::Pickler pickler(
+      [&](const char *data, size_t size) {
+        pickled.insert(pickled.end(), data, data + size);
+      },
+      /*tensor_table=*/nullptr, /*type_renamer=*/nullptr,
+      /*memoized_class_types=*/nullptr, /*get_tensor_id=*/nullptr,
+      /*tag_aggregates=*/false);
+  pickler.protocol();
+  pickler.pushIValue(value);
+  pickler.stop();
+  std::vector<char> archive;
+  caffe2::serialize::PyTorchStreamWriter writer(
+      [&](const void *data, size_t size) {
+        const char *bytes = static_cast<const char *>(data);
+        archive.insert(archive.end(), bytes, bytes + size);
+        return size;
+      });
+  torch::jit::writeArchiveAndTensors("data", pickled.data(), pickled.size(),
+                                     pickler.tensorData(), writer);
+  writer.writeEndOfFile();
+  return archive;
+}
+
+llvm::Error saveValue(llvm::StringRef path, const c10::IValue &value) {
   auto bytes = torchCall("cannot write '" + path + "'",
-                         [&] { return torch::pickle_save(value); });
+                         [&] { return pickleUntagged(value); });
   if (!bytes)
     return bytes.takeError();
   return writeFileAtomically(path, [&](llvm::raw_ostream &os) {

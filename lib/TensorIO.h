@@ -64,6 +64,13 @@ llvm::Expected<InputBatches> loadInputBatches(llvm::StringRef path,
 llvm::Expected<c10::IValue> loadTensorTree(llvm::StringRef path,
                                            llvm::StringRef noun, int depth);
 
+/// Writes `value` atomically as torch.save would, readable by torch.load
+/// with its default weights_only=True (PyTorch 2.6 and later): containers
+/// are pickled as plain Python lists, tuples and dicts, without the
+/// torch.jit type tags that LibTorch's pickle_save adds and that a
+/// weights-only load refuses. Errors: the file cannot be written.
+llvm::Error saveValue(llvm::StringRef path, const c10::IValue &value);
+
 /// Writes `values` so that Python's torch.load reads them back: the single
 /// value itself if `asTuple` is false (values must hold one), else a tuple.
 /// Atomic. Errors: the file cannot be written.

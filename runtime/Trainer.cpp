@@ -10,6 +10,7 @@
 #include "lib/Error.h"
 #include "lib/FileUtil.h"
 #include "lib/SafeRead.h"
+#include "lib/TensorIO.h"
 #include "runtime/Microbatch.h"
 #include "runtime/PipelineImpl.h"
 
@@ -312,20 +313,17 @@ Trainer::namedParameters() const {
 }
 
 llvm::Error Trainer::saveGradients(llvm::StringRef path) const {
-  auto bytes = torchCall("cannot write '" + path + "'", [&] {
+  auto grads = torchCall("cannot write '" + path + "'", [&] {
     c10::Dict<std::string, at::Tensor> grads;
     for (auto &[index, stage] : impl_->core->stages)
       for (const auto &named : stage.module().named_parameters())
         if (named.value.grad().defined())
           grads.insert(named.name, named.value.grad().cpu());
-    return torch::pickle_save(grads);
+    return grads;
   });
-  if (!bytes)
-    return bytes.takeError();
-  return writeFileAtomically(path, [&](llvm::raw_ostream &os) {
-    os.write(bytes->data(), bytes->size());
-    return llvm::Error::success();
-  });
+  if (!grads)
+    return grads.takeError();
+  return saveValue(path, c10::IValue(std::move(*grads)));
 }
 
 llvm::Error Trainer::save(llvm::StringRef dir) {

@@ -10,6 +10,7 @@ whole batch with the loss averaged over it).
 import functools
 import os
 import re
+import zipfile
 
 import torch
 
@@ -143,10 +144,18 @@ def rel_diff(a, b):
 
 
 def read_grads(directory, ranks):
-    """The gradients every rank wrote with --save-grads, by parameter path."""
+    """The gradients every rank wrote with --save-grads, by parameter path.
+    Each file must be a plain dict of tensors: no torch.jit globals in its
+    pickle, which PyTorch 2.6+'s torch.load (weights_only=True by default)
+    refuses."""
     out = {}
     for r in range(ranks):
-        out.update(torch.load(os.path.join(directory, "grads.rank%d.pt" % r)))
+        path = os.path.join(directory, "grads.rank%d.pt" % r)
+        with zipfile.ZipFile(path) as archive:
+            pickle = next(archive.read(n) for n in archive.namelist()
+                          if n.endswith("/data.pkl"))
+        assert b"torch.jit" not in pickle, f"{path} pickles torch.jit globals"
+        out.update(torch.load(path))
     return out
 
 
