@@ -48,20 +48,32 @@ std::optional<CostKind> parseCostKind(llvm::StringRef name) {
       .Default(std::nullopt);
 }
 
-/// Byte counts per item; attributeAt() throws if a path does not resolve.
+/// Calls `fn(item, tensor)` for every tensor attribute each item of `g`
+/// reads, in item order; attributeAt() throws if a path does not resolve.
+template <typename Fn>
+static void forEachTensorRead(const ItemGraph &g, const torch::jit::Module &m,
+                              Fn &&fn) {
+  for (size_t i = 0; i < g.size(); ++i)
+    for (Value *v : g.attributeReads(i)) {
+      c10::IValue attr = attributeAt(m, *g.attributePath(v));
+      if (attr.isTensor())
+        fn(i, attr.toTensor());
+    }
+}
+
+static int64_t tensorBytes(const at::Tensor &t) {
+  return static_cast<int64_t>(t.numel() * t.element_size());
+}
+
+/// Byte counts per item, each tensor counted at its first reader.
 static std::vector<int64_t> paramCostsUnguarded(const ItemGraph &g,
                                                 const torch::jit::Module &m) {
   std::vector<int64_t> costs(g.size(), 0);
   std::unordered_set<const void *> seen;
-  for (size_t i = 0; i < g.size(); ++i)
-    for (Value *v : g.attributeReads(i)) {
-      c10::IValue attr = attributeAt(m, *g.attributePath(v));
-      if (!attr.isTensor())
-        continue;
-      const at::Tensor &t = attr.toTensor();
-      if (seen.insert(t.unsafeGetTensorImpl()).second)
-        costs[i] += static_cast<int64_t>(t.numel() * t.element_size());
-    }
+  forEachTensorRead(g, m, [&](size_t i, const at::Tensor &t) {
+    if (seen.insert(t.unsafeGetTensorImpl()).second)
+      costs[i] += tensorBytes(t);
+  });
   return costs;
 }
 
@@ -254,23 +266,17 @@ static void tensorReadsUnguarded(const ItemGraph &g,
                                  std::unordered_set<const void *> &seen) {
   std::unordered_map<const void *, size_t> index;
   model.tensorsRead.assign(g.size(), {});
-  for (size_t i = 0; i < g.size(); ++i)
-    for (Value *v : g.attributeReads(i)) {
-      c10::IValue attr = attributeAt(m, *g.attributePath(v));
-      if (!attr.isTensor())
-        continue;
-      const at::Tensor &t = attr.toTensor();
-      seen.insert(t.has_storage() ? t.storage().unsafeGetStorageImpl()
-                                  : nullptr);
-      auto [it, fresh] =
-          index.try_emplace(t.unsafeGetTensorImpl(), model.tensorBytes.size());
-      if (fresh)
-        model.tensorBytes.push_back(
-            static_cast<int64_t>(t.numel() * t.element_size()));
-      auto &reads = model.tensorsRead[i];
-      if (std::find(reads.begin(), reads.end(), it->second) == reads.end())
-        reads.push_back(it->second);
-    }
+  forEachTensorRead(g, m, [&](size_t i, const at::Tensor &t) {
+    seen.insert(t.has_storage() ? t.storage().unsafeGetStorageImpl() : nullptr);
+    auto found =
+        index.try_emplace(t.unsafeGetTensorImpl(), model.tensorBytes.size());
+    if (found.second)
+      model.tensorBytes.push_back(tensorBytes(t));
+    size_t k = found.first->second;
+    auto &reads = model.tensorsRead[i];
+    if (std::find(reads.begin(), reads.end(), k) == reads.end())
+      reads.push_back(k);
+  });
 }
 
 llvm::Expected<StageMemoryModel>

@@ -86,6 +86,30 @@ cloneInputs(const std::vector<c10::IValue> &example) {
   return out;
 }
 
+/// The runs ProfileOptions asks for: run 0.. `warmup - 1` untimed, then
+/// timed runs until there are maxRepetitions, or minRepetitions that took
+/// minSeconds together.
+class Repetitions {
+public:
+  explicit Repetitions(const ProfileOptions &options) : options(options) {}
+  /// Whether run `run` is timed (past the warm-up).
+  bool timed(int run) const { return run >= options.warmup; }
+  /// Whether to make run `run` (0, 1, ... in order).
+  bool another(int run) {
+    int timed = run - options.warmup;
+    if (timed == 0)
+      begin = Clock::now();
+    return timed < options.maxRepetitions &&
+           (timed < options.minRepetitions ||
+            std::chrono::duration<double>(Clock::now() - begin).count() <
+                options.minSeconds);
+  }
+
+private:
+  const ProfileOptions &options;
+  Clock::time_point begin{};
+};
+
 static int64_t median(std::vector<int64_t> v) {
   std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
   return v[v.size() / 2];
@@ -106,16 +130,8 @@ profileItemTimes(const ItemGraph &graph, const torch::jit::Module *module,
     struct Reset {
       ~Reset() { stamps = nullptr; }
     } reset;
-    Clock::time_point begin{};
-    for (int run = 0;; ++run) {
-      int timed = run - options.warmup;
-      if (timed == 0)
-        begin = Clock::now();
-      if (timed >= options.maxRepetitions ||
-          (timed >= options.minRepetitions &&
-           std::chrono::duration<double>(Clock::now() - begin).count() >=
-               options.minSeconds))
-        break;
+    Repetitions repetitions(options);
+    for (int run = 0; repetitions.another(run); ++run) {
       torch::jit::Stack stack;
       if (module)
         stack.push_back(module->_ivalue());
@@ -123,7 +139,7 @@ profileItemTimes(const ItemGraph &graph, const torch::jit::Module *module,
         stack.push_back(std::move(v));
       fn.run(stack);
       stack.clear(); // Outputs are freed outside the timed span.
-      if (timed < 0)
+      if (!repetitions.timed(run))
         continue;
       for (size_t i = 0; i < n; ++i)
         samples[i].push_back(times[i + 1] - times[i]);
@@ -198,16 +214,8 @@ profileStageTimes(const PartitionPlan &plan, const torch::jit::Module &module,
   }
   llvm::Error ran = torchCall("cannot run a stage on the example input", [&] {
     at::NoGradGuard noGrad;
-    Clock::time_point begin{};
-    for (int run = 0;; ++run) {
-      int timed = run - options.warmup;
-      if (timed == 0)
-        begin = Clock::now();
-      if (timed >= options.maxRepetitions ||
-          (timed >= options.minRepetitions &&
-           std::chrono::duration<double>(Clock::now() - begin).count() >=
-               options.minSeconds))
-        break;
+    Repetitions repetitions(options);
+    for (int run = 0; repetitions.another(run); ++run) {
       for (TimedStage &stage : stages) {
         std::vector<c10::IValue> args;
         for (const c10::IValue &v : stage.inputs)
@@ -215,7 +223,7 @@ profileStageTimes(const PartitionPlan &plan, const torch::jit::Module &module,
         int64_t start = threadNanos();
         c10::IValue out = stage.module.forward(std::move(args));
         int64_t end = threadNanos();
-        if (timed >= 0)
+        if (repetitions.timed(run))
           stage.samples.push_back(end - start);
       }
     }
