@@ -114,6 +114,8 @@ def stamp() -> str:
     return h.hexdigest()[:16]
 
 
+# atomic() and write_text() repeat make_models.py's: that module imports
+# torchvision, which the wheel's venv does not have.
 def atomic(path: str, write) -> None:
     tmp = "%s.tmp.%d" % (path, os.getpid())
     try:
