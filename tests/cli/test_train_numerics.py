@@ -7,7 +7,8 @@ accumulation over the same microbatches). For the MLP (cross-entropy), resnet18
 model (skip connections across stages), split in 2 and 4 stages:
   - after one step with each schedule, every parameter's gradient matches
     (max abs diff <= 1e-5 of the largest magnitude);
-  - after 20 SGD steps (momentum, weight decay) and 20 Adam steps, every loss
+  - after 20 SGD steps (momentum, weight decay) and 20 Adam steps (the
+    reference's Adam rounds as LibTorch's C++ Adam does), every loss
     matches within 1e-4 relative, and so does every saved parameter and buffer.
 Batches have 5 rows and 3 microbatches (2, 2, 1 rows: the uneven last one
 weighs less).
@@ -33,6 +34,10 @@ GRADIENT_CONFIGS = [
     (2, 2, "gpipe"), (2, 2, "1f1b"), (2, 2, "zb-h1"),
     (4, 2, "gpipe"), (4, 2, "1f1b"), (4, 2, "interleaved-1f1b"), (4, 2, "zb-h1"),
 ]
+# SGD's learning rate per model. resnet18 at 0.05 (momentum 0.9) diverges:
+# its loss grows to 1e23 by step 10 and is NaN at step 11 in PyTorch 2.x,
+# which tests nothing; at 0.01 it falls from 1.68 to 0.36.
+SGD_LR = {"resnet18": "0.01"}
 GRAD_TOL = 1e-5
 LOSS_TOL = 1e-4
 WEIGHT_TOL = 1e-4
@@ -138,7 +143,8 @@ def make_tests(name):
         self.check_gradients(name)
 
     def sgd(self):
-        self.check_training(name, "sgd", "0.05", "--momentum", "0.9", "--weight-decay", "1e-4")
+        self.check_training(name, "sgd", SGD_LR.get(name, "0.05"), "--momentum", "0.9",
+                            "--weight-decay", "1e-4")
 
     def adam(self):
         self.check_training(name, "adam", "0.001")

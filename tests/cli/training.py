@@ -2,12 +2,14 @@
 comparisons.
 
 The reference is the unsplit model trained in one process, as a Python user
-would: torch.jit.load, train mode, torch.optim, and gradient accumulation over
+would: torch.jit.load, train mode, torch.optim (Adam as LibTorch's C++ Adam
+rounds it: LibTorchAdam), and gradient accumulation over
 the same microbatches (torch.tensor_split along dim 0, each microbatch's loss
 weighted by its rows over the batch's, so one step equals one step on the
 whole batch with the loss averaged over it).
 """
 import functools
+import math
 import os
 import re
 import zipfile
@@ -73,6 +75,41 @@ def resolve(module, path):
     return functools.reduce(getattr, path.split("."), module)
 
 
+class LibTorchAdam(torch.optim.Optimizer):
+    """Adam as LibTorch's C++ torch::optim::Adam (which `ppc train` uses)
+    computes it (torch/csrc/api/src/optim/adam.cpp), so the reference rounds
+    as ppc does. It is torch.optim.Adam's algorithm; PyTorch 1.13's Python
+    Adam also rounds the same way, but 2.x's updates the first moment with
+    lerp_ rather than mul_ and add_, one ulp apart, which resnet18's
+    BatchNorm over 2-3 rows amplifies to 1e-4 of the loss within 3 steps."""
+
+    def __init__(self, params, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                grad = p.grad
+                if group["weight_decay"] != 0:
+                    grad = grad.add(p, alpha=group["weight_decay"])
+                state = self.state[p]
+                if not state:
+                    state["step"] = 0
+                    state["exp_avg"] = torch.zeros_like(p)
+                    state["exp_avg_sq"] = torch.zeros_like(p)
+                state["step"] += 1
+                state["exp_avg"].mul_(beta1).add_(grad, alpha=1 - beta1)
+                state["exp_avg_sq"].mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+                correction1 = 1 - beta1 ** state["step"]
+                correction2 = 1 - beta2 ** state["step"]
+                denom = (state["exp_avg_sq"].sqrt() / math.sqrt(correction2)).add_(group["eps"])
+                p.addcdiv_(state["exp_avg"], denom, value=-group["lr"] / correction1)
+
+
 def reference(name, inputs, target, steps, microbatches, loss, optimizer, lr,
               momentum=0.0, weight_decay=0.0, loss_output=0):
     """Trains the unsplit model NAME; returns (losses, model). The model's
@@ -83,7 +120,7 @@ def reference(name, inputs, target, steps, microbatches, loss, optimizer, lr,
     if optimizer == "sgd":
         opt = torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
     else:
-        opt = torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
+        opt = LibTorchAdam(params, lr=lr, weight_decay=weight_decay)
     fn = torch.nn.functional.mse_loss if loss == "mse" else torch.nn.functional.cross_entropy
     rows = target.shape[0]
     parts = [torch.tensor_split(x, microbatches) for x in inputs]
