@@ -4,14 +4,15 @@
 # Everything comes from Debian's packages: LibTorch 1.13 (libtorch-dev), LLVM 14 Support with FileCheck
 # and lit (llvm-14-dev, llvm-14-tools), CLI11, GoogleTest, Google Benchmark, OpenBLAS (without it LibTorch
 # falls back to the reference BLAS, about 60x slower), python3-torch/torchvision to script test models, and
-# clang 14 with its sanitizer and libFuzzer runtimes (libclang-rt-14-dev) for the sanitizer and fuzz stages.
+# clang 14 with its sanitizer and libFuzzer runtimes (libclang-rt-14-dev) for the sanitizer and fuzz stages,
+# and python3-venv for the wheel configuration's venv (scripts/wheel.sh).
 set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build ccache git
   libtorch-dev llvm-14-dev llvm-14-tools libcli11-dev googletest libgtest-dev libgmock-dev libbenchmark-dev
   libgloo-dev libopenblas0-pthread python3-torch python3-torchvision iproute2
-  clang-14 libclang-rt-14-dev
+  clang-14 libclang-rt-14-dev python3-venv
 )
 
 missing=()

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sets up, builds and runs the whole test suite; CI runs this (.ci/run). Three stages:
+# Sets up, builds and runs the whole test suite; CI runs this (.ci/run). Four stages:
 #   1. default build (gcc, -Werror) and ctest: unit, golden IR, CLI and model tests;
 #   2. sanitizers: one clang build with AddressSanitizer + UndefinedBehaviorSanitizer and
 #      libFuzzer coverage (build-sanitize/), running the unit tests, a two-rank pipeline
@@ -7,20 +7,22 @@
 #   3. fuzzing: each fuzz target from the seeds, a fixed number of inputs with a fixed seed
 #      (so CI fuzzes exactly what was fuzzed before the submission), or, with
 #      PPC_FUZZ_SECONDS=N, for N seconds each with a random seed (exploration).
-#   4. wheel (asked for by name): the second build configuration, ppc against the LibTorch
-#      inside PyPI's torch wheel (scripts/wheel.sh: venv in build-wheel/venv, build in
-#      build-wheel/, the same ctest suite there), then the default build's test_wheel.py,
-#      which needs the wheel's python to script PyTorch 2.x models (docs/build.md).
+#   4. wheel: the second build configuration, ppc against the LibTorch inside PyPI's torch
+#      wheel (scripts/wheel.sh: venv in build-wheel/venv, build in build-wheel/, the same
+#      ctest suite there), then the default build's test_wheel.py, which needs the wheel's
+#      python to script PyTorch 2.x models (docs/build.md). It needs PyPI and about 8 GB of
+#      disk (the venv is 5.3 GB); with less than PPC_WHEEL_MIN_FREE_GB (default 10) free it
+#      is skipped, and the summary says so.
 # Every stage runs even when an earlier one failed; the last line is "N passed, N failed".
 #
 #   scripts/test.sh [CTEST ARGS...]       e.g. -R cli_ to run part of stage 1 (and 4) only
-#   PPC_TEST_STAGES="default sanitize fuzz" (default) picks stages; add "wheel" for stage 4;
+#   PPC_TEST_STAGES="default sanitize fuzz wheel" (default) picks stages;
 #   PPC_FUZZ_SECONDS=600 fuzzes longer (see README, "Tests").
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${PPC_BUILD_DIR:-$root/build}
 sanitize_build=${PPC_SANITIZE_BUILD_DIR:-$root/build-sanitize}
-stages=${PPC_TEST_STAGES:-default sanitize fuzz}
+stages=${PPC_TEST_STAGES:-default sanitize fuzz wheel}
 fuzz_seconds=${PPC_FUZZ_SECONDS:-}
 jobs=${PPC_JOBS:-$(nproc)}
 export CCACHE_BASEDIR=$root
@@ -33,7 +35,7 @@ export CCACHE_BASEDIR=$root
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 
-passed=0 failed=0 summary=()
+passed=0 failed=0 skipped=0 summary=()
 # step NAME COMMAND...: runs one step, records its result and time.
 step() {
   local name=$1 start=$SECONDS rc
@@ -133,6 +135,20 @@ fuzz_target() {
 }
 
 run_ctest() { (cd "$build" && ctest --output-on-failure -j "${PPC_TEST_JOBS:-2}" "$@"); }
+# enough_disk_for_wheel: whether the filesystem of the wheel's build directory has room for
+# the venv and the build; when it has not, records the stage as skipped, with the reason.
+enough_disk_for_wheel() {
+  local dir=${PPC_WHEEL_BUILD_DIR:-$root/build-wheel} need=${PPC_WHEEL_MIN_FREE_GB:-10} free
+  # An existing venv is most of what the stage needs; count it as free.
+  [ -f "$dir/venv/.ppc-torch" ] && need=3
+  while [ ! -d "$dir" ]; do dir=$(dirname "$dir"); done
+  free=$(df -P -k "$dir" | awk 'NR == 2 {print int($4 / 1048576)}')
+  [ "$free" -ge "$need" ] && return 0
+  echo "=== wheel: skipped, $free GB free under $dir, needs $need GB"
+  summary+=("SKIP  wheel ($free GB free under $dir, needs $need GB: PPC_WHEEL_MIN_FREE_GB)")
+  return 1
+}
+
 fuzz_regressions() { (cd "$sanitize_build" && ctest --output-on-failure -R '^fuzz_regressions_'); }
 
 sanitize_built=no
@@ -157,6 +173,10 @@ for stage in $stages; do
     fi
     ;;
   wheel)
+    if ! enough_disk_for_wheel; then
+      skipped=$((skipped + 1))
+      continue
+    fi
     if step "wheel venv" "$root/scripts/wheel.sh" venv && step "wheel build" "$root/scripts/wheel.sh" build; then
       step "wheel ctest" "$root/scripts/wheel.sh" test "$@"
       # The 1.13 build's side of test_wheel.py: it refuses the 2.x-scripted models.
@@ -170,5 +190,5 @@ done
 echo
 echo "=== summary"
 printf '%s\n' "${summary[@]}"
-echo "$passed passed, $failed failed"
+echo "$passed passed, $failed failed$([ $skipped -eq 0 ] || echo ", $skipped stage(s) skipped")"
 [ $failed -eq 0 ]

@@ -59,8 +59,8 @@ make_venv() {
   local start=$SECONDS log=$build/pip.log
   echo "wheel.sh: pip install $requirement numpy into $venv (log: $log)"
   # Per-request timeout and retries, and a bound on the whole install: without a network pip
-  # fails instead of waiting forever.
-  if ! timeout "$pip_timeout" "$venv/bin/pip" install --disable-pip-version-check --timeout 60 --retries 2 \
+  # fails instead of waiting forever. No download cache: it would hold another 3 GB.
+  if ! timeout "$pip_timeout" "$venv/bin/pip" install --disable-pip-version-check --no-cache-dir --timeout 60 --retries 2 \
     "$requirement" numpy >"$log" 2>&1; then
     tail -n 5 "$log" >&2
     fail "pip could not install $requirement within $pip_timeout s (no network, or PyPI unreachable?); see $log"
