@@ -120,6 +120,25 @@ class TrainNumericsTest(unittest.TestCase):
                                        losses[0], losses[-1]))
 
 
+    def test_reference_adam_is_torch_adam(self):
+        """The references' Adam (LibTorch's rounding) is torch.optim.Adam: 20
+        steps of each on the unsplit models give the same losses and weights,
+        to rounding (bitwise with PyTorch 1.13, whose Python Adam rounds as
+        LibTorch's C++ one does; 6e-7 with 2.15). Not resnet18: its BatchNorm
+        over 2-3 rows turns 2.x's one-ulp difference into 40% of the loss by
+        step 20."""
+        for name in ("mlp", "unet"):
+            _, (inputs, target) = self.data(name)
+            ours, a = reference(name, inputs, target, 20, MICROBATCHES, LOSS[name], "adam", 1e-3)
+            theirs, b = reference(name, inputs, target, 20, MICROBATCHES, LOSS[name],
+                                  "torch-adam", 1e-3)
+            for x, y in zip(ours, theirs):
+                self.assertLessEqual(abs(x - y), 1e-5 * abs(y), "%s: losses %s vs %s"
+                                     % (name, ours, theirs))
+            want = dict(b.named_parameters())
+            for path, p in a.named_parameters():
+                self.assertLessEqual(rel_diff(p, want[path]), 1e-5, "%s: %s" % (name, path))
+
     @staticmethod
     def without_noise(got, want, param, lr):
         """`got` with the elements Adam moves by rounding noise set to `want`.

@@ -119,6 +119,8 @@ def reference(name, inputs, target, steps, microbatches, loss, optimizer, lr,
     params = list(model.parameters())
     if optimizer == "sgd":
         opt = torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
+    elif optimizer == "torch-adam":  # Python's own, to check LibTorchAdam against
+        opt = torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
     else:
         opt = LibTorchAdam(params, lr=lr, weight_decay=weight_decay)
     fn = torch.nn.functional.mse_loss if loss == "mse" else torch.nn.functional.cross_entropy
