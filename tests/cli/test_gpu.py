@@ -79,6 +79,16 @@ def cuda_skip_reason(gpus=1):
     return None
 
 
+def run_mlp_alone_on_cuda(manifest, out, **env):
+    """`ppc run MANIFEST --device cuda` on mlp's input as the only rank
+    (RANK 0 of 1), with ENV added to its environment; returns the process."""
+    full = rank_env(0, 1, free_port())
+    full.update(env)
+    return subprocess.run([PPC, "run", manifest, "--input", model_path("mlp", ".input.pt"),
+                           "--output", out, "--device", "cuda"],
+                          env=full, capture_output=True, text=True, timeout=120)
+
+
 class DeviceErrorsTest(unittest.TestCase):
     """--device cuda where ppc cannot use CUDA: one line, exit 2."""
 
@@ -91,10 +101,7 @@ class DeviceErrorsTest(unittest.TestCase):
 
     def test_device_cuda_run_without_cuda(self):
         out = os.path.join(self.tmp, "out.pt")
-        r = subprocess.run([PPC, "run", self.manifest, "--input", model_path("mlp", ".input.pt"),
-                            "--output", out, "--device", "cuda"],
-                           env=rank_env(0, 1, free_port()), capture_output=True, text=True,
-                           timeout=120)
+        r = run_mlp_alone_on_cuda(self.manifest, out)
         self.assertEqual(r.returncode, 2, r.stderr)
         self.assertEqual(len(r.stderr.splitlines()), 1, r.stderr)
         self.assertRegex(r.stderr.strip(), "^" + CPU_ONLY.pattern + "$")
@@ -140,11 +147,7 @@ class CudaBuildErrorsTest(unittest.TestCase):
         tmp = tmpdir(self)
         manifest = split_at("mlp", 2, os.path.join(tmp, "mlp"))
         out = os.path.join(tmp, "out.pt")
-        env = rank_env(0, 1, free_port())
-        env["CUDA_VISIBLE_DEVICES"] = ""
-        r = subprocess.run([PPC, "run", manifest, "--input", model_path("mlp", ".input.pt"),
-                            "--output", out, "--device", "cuda"],
-                           env=env, capture_output=True, text=True, timeout=120)
+        r = run_mlp_alone_on_cuda(manifest, out, CUDA_VISIBLE_DEVICES="")
         self.assertEqual(r.returncode, 2, r.stderr)
         self.assertEqual(r.stderr.strip().splitlines(), [
             "error: --device cuda: rank 0 sees no GPU (CUDA_VISIBLE_DEVICES=''); "
@@ -258,17 +261,14 @@ class CudaTest(unittest.TestCase):
         n = gpu_count()
         manifest = split_at("mlp", 2, os.path.join(self.tmp, "mlp"))
         out = os.path.join(self.tmp, "out.pt")
-        env = rank_env(0, 1, free_port())
-        env.update(LOCAL_RANK=str(n), LOCAL_WORLD_SIZE=str(n + 1))
-        r = subprocess.run([PPC, "run", manifest, "--input", model_path("mlp", ".input.pt"),
-                            "--output", out, "--device", "cuda"],
-                           env=env, capture_output=True, text=True, timeout=120)
+        r = run_mlp_alone_on_cuda(manifest, out, LOCAL_RANK=str(n), LOCAL_WORLD_SIZE=str(n + 1))
         self.assertEqual(r.returncode, 2, r.stderr)
         self.assertEqual(r.stderr.strip().splitlines(), [
             "error: --device cuda: LOCAL_WORLD_SIZE=%d ranks on this machine need a GPU "
             "each (rank 0 would use cuda:%d), but it has %d; start at most %d rank%s per "
             "machine, or use --device cpu" % (n + 1, n, n, n, "" if n == 1 else "s")])
         self.assertFalse(os.path.exists(out))
+
 
 if __name__ == "__main__":
     main()

@@ -46,6 +46,22 @@ def run_stages_in_python(outdir, manifest, inputs):
             for r in manifest["outputs"]]
 
 
+def assert_stages_match_model(test, name, out, manifest):
+    """`ppc verify` at zero tolerance, and the stages under OUT run one after
+    the other in Python, give exactly the model's expected outputs."""
+    verify = ppc("verify", model_path(name), os.path.join(out, "manifest.json"),
+                 "--input", model_path(name, ".input.pt"), "--rtol", 0, "--atol", 0,
+                 check=False)
+    test.assertEqual(verify.returncode, 0, verify.stdout + verify.stderr)
+    test.assertIn("verify: stages match the model", verify.stdout)
+    inputs = as_tuple(torch.load(model_path(name, ".input.pt")))
+    expected = as_tuple(torch.load(model_path(name, ".expected.pt")))
+    actual = run_stages_in_python(out, manifest, inputs)
+    test.assertEqual(len(actual), len(expected))
+    for a, e in zip(actual, expected):
+        test.assertTrue(torch.equal(a, e), f"max abs diff {(a - e).abs().max()}")
+
+
 class SplitModelsTest(unittest.TestCase):
     def check_split(self, name, args):
         out = os.path.join(tmpdir(self), "out")
@@ -55,20 +71,9 @@ class SplitModelsTest(unittest.TestCase):
         self.assertEqual(sorted(os.listdir(out)),
                          sorted(["manifest.json"] + [f"stage_{k}.pt" for k in range(n)]))
 
-        verify = ppc("verify", model_path(name), os.path.join(out, "manifest.json"),
-                     "--input", model_path(name, ".input.pt"), "--rtol", 0, "--atol", 0,
-                     check=False)
-        self.assertEqual(verify.returncode, 0, verify.stdout + verify.stderr)
-        self.assertIn("verify: stages match the model", verify.stdout)
+        assert_stages_match_model(self, name, out, manifest)
 
         model = torch.jit.load(model_path(name))
-        inputs = as_tuple(torch.load(model_path(name, ".input.pt")))
-        expected = as_tuple(torch.load(model_path(name, ".expected.pt")))
-        actual = run_stages_in_python(out, manifest, inputs)
-        self.assertEqual(len(actual), len(expected))
-        for a, e in zip(actual, expected):
-            self.assertTrue(torch.equal(a, e), f"max abs diff {(a - e).abs().max()}")
-
         model_keys = set(model.state_dict().keys())
         stage_bytes = 0
         for stage in manifest["stages"]:

@@ -16,9 +16,9 @@ import unittest
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (as_tuple, libtorch_major, load_manifest, main, model_path, ppc,  # noqa: E402
+from common import (libtorch_major, load_manifest, main, model_path, ppc,  # noqa: E402
                     tmpdir)
-from test_split_models import run_stages_in_python  # noqa: E402
+from test_split_models import assert_stages_match_model  # noqa: E402
 
 MEMORY = re.compile(r"^  stage (\d+): .*, memory .* \((\d+) bytes\)", re.M)
 
@@ -105,18 +105,6 @@ class SplitProfileModelsTest(unittest.TestCase):
         proc = ppc("split", model_path(name), "-o", out, *args)
         return load_manifest(out), proc.stdout
 
-    def check_matches_model(self, name, out, manifest):
-        verify = ppc("verify", model_path(name), os.path.join(out, "manifest.json"),
-                     "--input", model_path(name, ".input.pt"), "--rtol", 0, "--atol", 0,
-                     check=False)
-        self.assertEqual(verify.returncode, 0, verify.stdout + verify.stderr)
-        inputs = as_tuple(torch.load(model_path(name, ".input.pt")))
-        expected = as_tuple(torch.load(model_path(name, ".expected.pt")))
-        actual = run_stages_in_python(out, manifest, inputs)
-        self.assertEqual(len(actual), len(expected))
-        for a, e in zip(actual, expected):
-            self.assertTrue(torch.equal(a, e), f"max abs diff {(a - e).abs().max()}")
-
     def test_profile_splits_match_the_model(self):
         for name in ("resnet18", "vit", "two_io"):
             for n in (2, 4):
@@ -131,7 +119,7 @@ class SplitProfileModelsTest(unittest.TestCase):
                                     manifest["stages"])
                     self.assertIn("(cost model: profile)", stdout)
                     self.assertEqual(len(stage_memory(stdout)), n, stdout)
-                    self.check_matches_model(name, out, manifest)
+                    assert_stages_match_model(self, name, out, manifest)
 
     def test_cap_moves_the_cut_until_every_stage_fits(self):
         # flops is deterministic, so the uncapped partition is known; the cap
@@ -178,7 +166,7 @@ class SplitProfileModelsTest(unittest.TestCase):
         # Balancing under a constraint cannot beat the unconstrained optimum.
         self.assertGreaterEqual(max(s["predicted_cost"] for s in capped["stages"]),
                                 max(s["predicted_cost"] for s in free["stages"]))
-        self.check_matches_model("resnet18", os.path.join(d, "capped"), capped)
+        assert_stages_match_model(self, "resnet18", os.path.join(d, "capped"), capped)
 
         # One byte less is refused with the same smallest cap.
         self.assertIn(f"--max-stage-memory {smallest - 1} is too small for 2 stages: the "
@@ -202,7 +190,7 @@ class SplitProfileModelsTest(unittest.TestCase):
         memory = stage_memory(stdout)
         self.assertEqual(len(memory), 4)
         self.assertLessEqual(max(memory), smallest)
-        self.check_matches_model("mlp", out, manifest)
+        assert_stages_match_model(self, "mlp", out, manifest)
 
     def test_cap_accepts_binary_suffixes(self):
         out = os.path.join(tmpdir(self), "out")
