@@ -24,13 +24,16 @@
 
 #include <arpa/inet.h>
 #include <netdb.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -628,6 +631,47 @@ llvm::Expected<std::string> localAddressTowards(const std::string &host,
   return result;
 }
 
+/// Whether something accepts TCP connections at host:port within `wait`.
+/// Tells a store host that never started (refused, or unreachable) from one
+/// that listens but does not answer (a stopped process: the kernel still
+/// accepts its connections).
+bool acceptsConnections(const std::string &host, int port,
+                        std::chrono::milliseconds wait) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo *found = nullptr;
+  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) !=
+          0 ||
+      !found)
+    return false;
+  bool accepted = false;
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd >= 0) {
+    if (connect(fd, found->ai_addr, found->ai_addrlen) == 0) {
+      accepted = true;
+    } else if (errno == EINPROGRESS) {
+      pollfd waiting{fd, POLLOUT, 0};
+      int error = 0;
+      socklen_t len = sizeof(error);
+      accepted = poll(&waiting, 1, static_cast<int>(wait.count())) == 1 &&
+                 getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) == 0 &&
+                 error == 0;
+    }
+    close(fd);
+  }
+  freeaddrinfo(found);
+  return accepted;
+}
+
+/// The error of a rank that found nobody serving the store at `where`.
+std::string neverReachedRankZero(const std::string &where,
+                                 std::chrono::milliseconds timeout) {
+  return llvm::formatv("lost rank 0 (never reached the rendezvous at {0} "
+                       "within {1} s)",
+                       where, secondsText(timeout));
+}
+
 /// An error raised on a start-up thread, whose text is the error's.
 struct StepError {
   std::string message;
@@ -649,10 +693,11 @@ template <typename T> struct BoundedCall {
 /// deadline the call is abandoned: its thread is detached, keeps what it
 /// uses alive through fn's by-value captures, and ends with the process.
 /// `fn` returns T or throws: a StepError (its text is the error), or
-/// anything else (`where`: first line of the message).
+/// anything else (`where`: first line of the message). `onTimeout` gives
+/// the error past the deadline.
 template <typename T, typename Fn>
 llvm::Expected<T> runBounded(Clock::time_point deadline,
-                             const std::string &onTimeout,
+                             const std::function<std::string()> &onTimeout,
                              const std::string &where, Fn fn) {
   auto call = std::make_shared<BoundedCall<T>>();
   std::thread([call, fn = std::move(fn), where]() mutable {
@@ -675,7 +720,7 @@ llvm::Expected<T> runBounded(Clock::time_point deadline,
   }).detach();
   std::unique_lock<std::mutex> lock(call->mutex);
   if (!call->done.wait_until(lock, deadline, [&] { return call->finished; }))
-    return makeError(onTimeout);
+    return makeError(onTimeout());
   if (!call->value)
     return makeError(call->error);
   return std::move(*call->value);
@@ -709,10 +754,7 @@ std::string storeFailure(const LaunchEnv &env, bool serve,
                                "store did not answer within {1} s)",
                                where, secondsText(timeout))
                      .str()
-               : llvm::formatv("lost rank 0 (never reached the rendezvous "
-                               "at {0} within {1} s)",
-                               where, secondsText(timeout))
-                     .str();
+               : neverReachedRankZero(where, timeout);
   return "rendezvous at " + where + " failed (" + cause + ")";
 }
 
@@ -846,16 +888,21 @@ connectTransport(const LaunchEnv &env, DeviceKind device,
   // more, normally fire first.
   constexpr std::chrono::milliseconds kGrace(500);
   Clock::time_point deadline = Clock::now() + timeout;
-  std::string storeSilent =
-      env.launcherHostsStore
-          ? llvm::formatv("{0} (the launcher's store did not answer within "
-                          "{1} s)",
-                          failed, secondsText(timeout))
-                .str()
-          : llvm::formatv("lost rank 0 (the rendezvous store at {0} did not "
-                          "answer within {1} s)",
-                          where, secondsText(timeout))
-                .str();
+  // LibTorch 2.x's client keeps retrying a refused connection past its
+  // timeout, so this deadline can fire before the client gives up: probe
+  // whether anything listens, to say the same as when the client gives up.
+  auto storeSilent = [&]() -> std::string {
+    if (env.launcherHostsStore)
+      return llvm::formatv("{0} (the launcher's store did not answer within "
+                           "{1} s)",
+                           failed, secondsText(timeout));
+    if (env.rank != 0 &&
+        !acceptsConnections(env.masterAddr, env.masterPort, kGrace))
+      return neverReachedRankZero(where, timeout);
+    return llvm::formatv("lost rank 0 (the rendezvous store at {0} did not "
+                         "answer within {1} s)",
+                         where, secondsText(timeout));
+  };
   auto store = runBounded<c10::intrusive_ptr<c10d::Store>>(
       deadline + kGrace, storeSilent, failed,
       [env, timeout, deadline] { return meetRanks(env, timeout, deadline); });
@@ -866,9 +913,10 @@ connectTransport(const LaunchEnv &env, DeviceKind device,
   // The Gloo group exists on every device: with CUDA it carries the CPU
   // messages, and NCCL groups are connected per channel on first use.
   deadline = Clock::now() + timeout;
-  std::string groupSilent =
-      llvm::formatv("{0} (connecting the process group took over {1} s)",
-                    failed, secondsText(timeout));
+  auto groupSilent = [&]() -> std::string {
+    return llvm::formatv("{0} (connecting the process group took over {1} s)",
+                         failed, secondsText(timeout));
+  };
   auto glooDev = glooDevice(env, failed);
   if (!glooDev)
     return glooDev.takeError();
