@@ -664,11 +664,25 @@ bool acceptsConnections(const std::string &host, int port,
   return accepted;
 }
 
-/// The error of a rank that found nobody serving the store at `where`.
-std::string neverReachedRankZero(const std::string &where,
-                                 std::chrono::milliseconds timeout) {
-  return llvm::formatv("lost rank 0 (never reached the rendezvous at {0} "
-                       "within {1} s)",
+/// The error of a rank that got no answer from the store at `where` within
+/// `timeout`. Rank 0's store either never started (nothing accepts
+/// connections at the port) or stopped answering. LibTorch 1.13's client
+/// gives up connecting within the timeout and 2.x's may overshoot it, so
+/// both the client's error and ppc's own deadline come here, and the error
+/// does not depend on which fired first.
+std::string storeSilence(const LaunchEnv &env, const std::string &where,
+                         std::chrono::milliseconds timeout) {
+  if (env.launcherHostsStore)
+    return llvm::formatv("rendezvous at {0} failed (the launcher's store did "
+                         "not answer within {1} s)",
+                         where, secondsText(timeout));
+  if (!acceptsConnections(env.masterAddr, env.masterPort,
+                          std::chrono::milliseconds(500)))
+    return llvm::formatv("lost rank 0 (never reached the rendezvous at {0} "
+                         "within {1} s)",
+                         where, secondsText(timeout));
+  return llvm::formatv("lost rank 0 (the rendezvous store at {0} did not "
+                       "answer within {1} s)",
                        where, secondsText(timeout));
 }
 
@@ -749,12 +763,7 @@ std::string storeFailure(const LaunchEnv &env, bool serve,
                          "job?); choose another port",
                          env.masterPort);
   if (!serve && cause.find("timed out") != std::string::npos)
-    return env.launcherHostsStore
-               ? llvm::formatv("rendezvous at {0} failed (the launcher's "
-                               "store did not answer within {1} s)",
-                               where, secondsText(timeout))
-                     .str()
-               : neverReachedRankZero(where, timeout);
+    return storeSilence(env, where, timeout);
   return "rendezvous at " + where + " failed (" + cause + ")";
 }
 
@@ -888,21 +897,7 @@ connectTransport(const LaunchEnv &env, DeviceKind device,
   // more, normally fire first.
   constexpr std::chrono::milliseconds kGrace(500);
   Clock::time_point deadline = Clock::now() + timeout;
-  // LibTorch 2.x's client keeps retrying a refused connection past its
-  // timeout, so this deadline can fire before the client gives up: probe
-  // whether anything listens, to say the same as when the client gives up.
-  auto storeSilent = [&]() -> std::string {
-    if (env.launcherHostsStore)
-      return llvm::formatv("{0} (the launcher's store did not answer within "
-                           "{1} s)",
-                           failed, secondsText(timeout));
-    if (env.rank != 0 &&
-        !acceptsConnections(env.masterAddr, env.masterPort, kGrace))
-      return neverReachedRankZero(where, timeout);
-    return llvm::formatv("lost rank 0 (the rendezvous store at {0} did not "
-                         "answer within {1} s)",
-                         where, secondsText(timeout));
-  };
+  auto storeSilent = [&] { return storeSilence(env, where, timeout); };
   auto store = runBounded<c10::intrusive_ptr<c10d::Store>>(
       deadline + kGrace, storeSilent, failed,
       [env, timeout, deadline] { return meetRanks(env, timeout, deadline); });
