@@ -595,25 +595,39 @@ private:
 };
 #endif // PPC_HAVE_NCCL
 
+/// getaddrinfo()'s list, freed with it.
+using AddressList = std::unique_ptr<addrinfo, decltype(&freeaddrinfo)>;
+
+/// `host`:`port` resolved to IPv4 addresses for sockets of `type`.
+/// Errors: "cannot resolve MASTER_ADDR 'HOST': WHY".
+llvm::Expected<AddressList> resolveIPv4(const std::string &host, int port,
+                                        int type) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = type;
+  addrinfo *found = nullptr;
+  int rc =
+      getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found);
+  AddressList list(found, &freeaddrinfo);
+  if (rc != 0 || !found)
+    return makeError(llvm::formatv("cannot resolve MASTER_ADDR '{0}': {1}",
+                                   host, gai_strerror(rc))
+                         .str());
+  return list;
+}
+
 /// The local address this machine uses to reach `host` (found by
 /// "connecting" a UDP socket, which sends nothing): Gloo must listen on an
 /// address the other ranks can reach, and the host name may resolve to one
 /// they cannot (e.g. in a network namespace).
 llvm::Expected<std::string> localAddressTowards(const std::string &host,
                                                 int port) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo *found = nullptr;
-  int rc =
-      getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found);
-  if (rc != 0 || !found)
-    return makeError(llvm::formatv("cannot resolve MASTER_ADDR '{0}': {1}",
-                                   host, gai_strerror(rc))
-                         .str());
+  auto found = resolveIPv4(host, port, SOCK_DGRAM);
+  if (!found)
+    return found.takeError();
   int fd = socket(AF_INET, SOCK_DGRAM, 0);
   std::string result;
-  if (fd >= 0 && connect(fd, found->ai_addr, found->ai_addrlen) == 0) {
+  if (fd >= 0 && connect(fd, (*found)->ai_addr, (*found)->ai_addrlen) == 0) {
     sockaddr_in local{};
     socklen_t len = sizeof(local);
     char text[INET_ADDRSTRLEN] = {0};
@@ -623,7 +637,6 @@ llvm::Expected<std::string> localAddressTowards(const std::string &host,
   }
   if (fd >= 0)
     close(fd);
-  freeaddrinfo(found);
   if (result.empty())
     return makeError(
         llvm::formatv("no local address reaches MASTER_ADDR '{0}'", host)
@@ -637,41 +650,41 @@ llvm::Expected<std::string> localAddressTowards(const std::string &host,
 /// accepts its connections).
 bool acceptsConnections(const std::string &host, int port,
                         std::chrono::milliseconds wait) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo *found = nullptr;
-  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) !=
-          0 ||
-      !found)
+  auto found = resolveIPv4(host, port, SOCK_STREAM);
+  if (!found) {
+    llvm::consumeError(found.takeError());
     return false;
-  bool accepted = false;
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd >= 0) {
-    if (connect(fd, found->ai_addr, found->ai_addrlen) == 0) {
-      accepted = true;
-    } else if (errno == EINPROGRESS) {
-      pollfd waiting{fd, POLLOUT, 0};
-      int error = 0;
-      socklen_t len = sizeof(error);
-      accepted = poll(&waiting, 1, static_cast<int>(wait.count())) == 1 &&
-                 getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) == 0 &&
-                 error == 0;
-    }
-    close(fd);
   }
-  freeaddrinfo(found);
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return false;
+  bool accepted = connect(fd, (*found)->ai_addr, (*found)->ai_addrlen) == 0;
+  if (!accepted && errno == EINPROGRESS) {
+    pollfd waiting{fd, POLLOUT, 0};
+    int error = 0;
+    socklen_t len = sizeof(error);
+    accepted = poll(&waiting, 1, static_cast<int>(wait.count())) == 1 &&
+               getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) == 0 &&
+               error == 0;
+  }
+  close(fd);
   return accepted;
 }
 
-/// The error of a rank that got no answer from the store at `where` within
-/// `timeout`. Rank 0's store either never started (nothing accepts
-/// connections at the port) or stopped answering. LibTorch 1.13's client
-/// gives up connecting within the timeout and 2.x's may overshoot it, so
-/// both the client's error and ppc's own deadline come here, and the error
-/// does not depend on which fired first.
-std::string storeSilence(const LaunchEnv &env, const std::string &where,
+/// "MASTER_ADDR:MASTER_PORT", the rendezvous store's address.
+std::string storeAddress(const LaunchEnv &env) {
+  return env.masterAddr + ":" + std::to_string(env.masterPort);
+}
+
+/// The error of a rank that got no answer from the store within `timeout`.
+/// Rank 0's store either never started (nothing accepts connections at the
+/// port) or stopped answering. LibTorch 1.13's client gives up connecting
+/// within the timeout and 2.x's may overshoot it, so both the client's
+/// error and ppc's own deadline come here, and the error does not depend on
+/// which fired first.
+std::string storeSilence(const LaunchEnv &env,
                          std::chrono::milliseconds timeout) {
+  std::string where = storeAddress(env);
   if (env.launcherHostsStore)
     return llvm::formatv("rendezvous at {0} failed (the launcher's store did "
                          "not answer within {1} s)",
@@ -763,7 +776,7 @@ std::string storeFailure(const LaunchEnv &env, bool serve,
                          "job?); choose another port",
                          env.masterPort);
   if (!serve && cause.find("timed out") != std::string::npos)
-    return storeSilence(env, where, timeout);
+    return storeSilence(env, timeout);
   return "rendezvous at " + where + " failed (" + cause + ")";
 }
 
@@ -772,7 +785,7 @@ std::string storeFailure(const LaunchEnv &env, bool serve,
 c10::intrusive_ptr<c10d::Store> meetRanks(const LaunchEnv &env,
                                           std::chrono::milliseconds timeout,
                                           Clock::time_point deadline) {
-  std::string where = env.masterAddr + ":" + std::to_string(env.masterPort);
+  std::string where = storeAddress(env);
   bool serve = env.rank == 0 && !env.launcherHostsStore;
   c10::intrusive_ptr<c10d::TCPStore> store;
   try {
@@ -888,7 +901,7 @@ llvm::Error checkCudaDevice(const LaunchEnv &env) {
 llvm::Expected<std::unique_ptr<Transport>>
 connectTransport(const LaunchEnv &env, DeviceKind device,
                  std::chrono::milliseconds timeout) {
-  std::string where = env.masterAddr + ":" + std::to_string(env.masterPort);
+  std::string where = storeAddress(env);
   std::string failed = "rendezvous at " + where + " failed";
   if (device == DeviceKind::CUDA)
     if (llvm::Error err = checkCudaDevice(env))
@@ -897,7 +910,7 @@ connectTransport(const LaunchEnv &env, DeviceKind device,
   // more, normally fire first.
   constexpr std::chrono::milliseconds kGrace(500);
   Clock::time_point deadline = Clock::now() + timeout;
-  auto storeSilent = [&] { return storeSilence(env, where, timeout); };
+  auto storeSilent = [&] { return storeSilence(env, timeout); };
   auto store = runBounded<c10::intrusive_ptr<c10d::Store>>(
       deadline + kGrace, storeSilent, failed,
       [env, timeout, deadline] { return meetRanks(env, timeout, deadline); });

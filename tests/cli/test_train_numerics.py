@@ -119,7 +119,6 @@ class TrainNumericsTest(unittest.TestCase):
                                     % (name, stages, optimizer, worst_loss, worst,
                                        losses[0], losses[-1]))
 
-
     def test_reference_adam_is_torch_adam(self):
         """The references' Adam (LibTorch's rounding) is torch.optim.Adam: 20
         steps of each on the unsplit models give the same losses and weights,
