@@ -13,7 +13,7 @@
 
 using namespace ppc;
 
-/// A microbatch size, as signatureBatchSize gives it for "float32[4,...]".
+/// A microbatch size, as Signature::parse gives it for "float32[4,...]".
 constexpr int64_t kBatch = 4;
 
 static void checkOne(const llvm::json::Value &json, int64_t batch) {

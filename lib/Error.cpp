@@ -14,11 +14,31 @@ llvm::Error makeError(const llvm::Twine &message) {
                                              llvm::inconvertibleErrorCode());
 }
 
+char TypedError::ID;
+char OptionError::ID;
+
+void TypedError::log(llvm::raw_ostream &os) const {
+  os << context_ << describe();
+}
+
+llvm::Error makeOptionError(const llvm::Twine &field,
+                            const llvm::Twine &problem) {
+  return llvm::make_error<OptionError>(field.str(), problem.str());
+}
+
 llvm::Error withContext(llvm::Error err, const llvm::Twine &context) {
   if (!err)
     return err;
   std::string prefix = context.str();
-  return makeError(prefix + ": " + llvm::toString(std::move(err)));
+  return llvm::handleErrors(
+      std::move(err),
+      [&](std::unique_ptr<TypedError> typed) {
+        typed->addContext(prefix);
+        return llvm::Error(std::move(typed));
+      },
+      [&](const llvm::ErrorInfoBase &other) {
+        return makeError(prefix + ": " + other.message());
+      });
 }
 
 /// The line of a TorchScript interpreter error that names the cause. Its

@@ -23,7 +23,53 @@ namespace ppc {
 /// Makes a one-line error with the given message.
 llvm::Error makeError(const llvm::Twine &message);
 
-/// Prefixes every message in `err` with `context: `, e.g. a file name.
+/// The base of ppc's error types: an error a caller may react to by type
+/// (llvm::handleErrors) rather than by reading its text. Its message is
+/// describe() behind any context withContext() added, and the type
+/// survives the added context.
+class TypedError : public llvm::ErrorInfo<TypedError> {
+public:
+  static char ID;
+  /// The message without context.
+  virtual std::string describe() const = 0;
+  void addContext(llvm::StringRef context) {
+    context_ = context.str() + ": " + context_;
+  }
+  const std::string &context() const { return context_; }
+  void log(llvm::raw_ostream &os) const override;
+  std::error_code convertToErrorCode() const override {
+    return llvm::inconvertibleErrorCode();
+  }
+
+private:
+  std::string context_;
+};
+
+/// An option out of its range, named by its field in the options struct
+/// ("microbatches", "weightDecay"), so that each front end names it its
+/// own way: the CLI as a flag ("--weight-decay", tools/ppc).
+class OptionError : public llvm::ErrorInfo<OptionError, TypedError> {
+public:
+  static char ID;
+  /// `problem` follows the option's name: "0 is not in 1..65536".
+  OptionError(std::string field, std::string problem)
+      : field_(std::move(field)), problem_(std::move(problem)) {}
+  const std::string &field() const { return field_; }
+  const std::string &problem() const { return problem_; }
+  /// "microbatches 0 is not in 1..65536".
+  std::string describe() const override { return field_ + " " + problem_; }
+
+private:
+  std::string field_;
+  std::string problem_;
+};
+
+/// Makes an OptionError.
+llvm::Error makeOptionError(const llvm::Twine &field,
+                            const llvm::Twine &problem);
+
+/// Prefixes every message in `err` with `context: `, e.g. a file name. A
+/// TypedError keeps its type; any other error becomes a plain one.
 llvm::Error withContext(llvm::Error err, const llvm::Twine &context);
 
 /// Returns the one line of a LibTorch exception message that names the

@@ -197,7 +197,7 @@ llvm::Expected<c10::IValue> Executor::take(int stage, int output, int m) {
 
 llvm::Expected<const ValueMeta *> Executor::metaFor(int m, int stage,
                                                     int output) {
-  MetaTable &table = (*step.tables)[step.signatures[m]];
+  MetaTable &table = (*step.tables)[step.signatures[m].text];
   auto it = table.find({stage, output});
   if (it == table.end())
     return makeError(
@@ -205,7 +205,7 @@ llvm::Expected<const ValueMeta *> Executor::metaFor(int m, int stage,
                       "microbatch signature {3}",
                       stage, output,
                       manifest.stages[stage].outputs[output].name,
-                      step.signatures[m])
+                      step.signatures[m].text)
             .str());
   return &it->second;
 }
@@ -280,7 +280,7 @@ llvm::Error Executor::forward(const Action &a) {
   auto outputs = plan.stages->at(a.stage).run(std::move(args));
   if (!outputs)
     return outputs.takeError();
-  MetaTable &table = (*step.tables)[step.signatures[m]];
+  MetaTable &table = (*step.tables)[step.signatures[m].text];
   for (size_t o = 0; o < outputs->size(); ++o) {
     int out = static_cast<int>(o);
     if (inferring(m) && !table.count({a.stage, out})) {
@@ -294,8 +294,8 @@ llvm::Error Executor::forward(const Action &a) {
               (*outputs)[o], **meta,
               llvm::formatv("stage {0} output {1} ('{2}') of microbatch {3}",
                             a.stage, o, info.outputs[o].name, m)))
-        return step.onMetaMismatch ? step.onMetaMismatch(std::move(err))
-                                   : std::move(err);
+        return llvm::make_error<MetaMismatchError>(
+            llvm::toString(std::move(err)));
     }
     store(a.stage, out, m, (*outputs)[o]);
   }
@@ -428,7 +428,7 @@ Executor::receiveBuffers(const Action &a) {
   if (a.kind == ActionKind::RecvF) {
     if (inferring(m))
       return std::nullopt;
-    const MetaTable &table = (*step.tables)[step.signatures[m]];
+    const MetaTable &table = (*step.tables)[step.signatures[m].text];
     for (int o : edge.outputs) {
       auto it = table.find({edge.producer, o});
       if (it == table.end())
@@ -526,7 +526,7 @@ llvm::Error Executor::recvForward(const Action &a) {
     auto metas = recvHeader(edge, m, a.peerRank, channel, what);
     if (!metas)
       return metas.takeError();
-    MetaTable &table = (*step.tables)[step.signatures[m]];
+    MetaTable &table = (*step.tables)[step.signatures[m].text];
     for (size_t k = 0; k < edge.outputs.size(); ++k)
       table[{edge.producer, edge.outputs[k]}] = (*metas)[k];
   }

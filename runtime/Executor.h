@@ -49,6 +49,7 @@
 #include "lib/Manifest.h"
 #include "lib/Stage.h"
 #include "runtime/LossKind.h"
+#include "runtime/Microbatch.h"
 #include "runtime/Schedule.h"
 #include "runtime/TensorMeta.h"
 #include "runtime/Transport.h"
@@ -99,7 +100,7 @@ struct ExecutorPlan {
 struct ExecutorStep {
   /// Microbatch m's model inputs (on ranks that read them).
   std::vector<std::vector<c10::IValue>> microbatches;
-  std::vector<std::string> signatures;
+  std::vector<Signature> signatures;
   /// Whether microbatch m infers the metadata of its signature (the first
   /// microbatch of a signature whose metadata is not known yet).
   std::vector<bool> inferring;
@@ -111,9 +112,6 @@ struct ExecutorStep {
   /// microbatch losses add up to the batch's mean loss.
   std::vector<at::Tensor> targets;
   std::vector<double> lossWeights;
-  /// Called with the error of a produced value that contradicts metadata
-  /// this run did not infer; returns the error to report.
-  std::function<llvm::Error(llvm::Error)> onMetaMismatch;
   /// Where to record one event per action, if anywhere, and this run's
   /// index among the pipeline's runs (it keeps flow ids of different runs
   /// apart; every rank counts runs alike).
@@ -139,8 +137,7 @@ struct ExecutorResult {
 
 /// Runs this rank's actions of `plan.schedule` over `step`. Errors: a stage
 /// fails (its first error line); a value does not match its metadata
-/// ("stage 2 output 0 ('x') of microbatch 1: expected float32[2,64], got
-/// float32[2,63]", passed through step.onMetaMismatch); the loss cannot be
+/// (a MetaMismatchError, runtime/TensorMeta.h); the loss cannot be
 /// computed ("cannot compute the mse loss of microbatch 0: ..."); a peer
 /// is lost ("lost rank 1 (...)"); metadata for a value is missing.
 llvm::Expected<ExecutorResult> execute(const ExecutorPlan &plan,

@@ -544,24 +544,28 @@ private:
 
 llvm::Error validateLaunchOptions(const LaunchOptions &options) {
   if (options.nprocPerNode < 1)
-    return makeError("--nproc-per-node must be at least 1 (got " +
-                     llvm::Twine(options.nprocPerNode) + ")");
+    return makeOptionError("nprocPerNode",
+                           "must be at least 1 (got " +
+                               llvm::Twine(options.nprocPerNode) + ")");
   if (options.nnodes < 1)
-    return makeError("--nnodes must be at least 1 (got " +
-                     llvm::Twine(options.nnodes) + ")");
+    return makeOptionError("nnodes", "must be at least 1 (got " +
+                                         llvm::Twine(options.nnodes) + ")");
   if (options.nodeRank < 0 || options.nodeRank >= options.nnodes)
-    return makeError("--node-rank must be in [0, " +
-                     llvm::Twine(options.nnodes) + ") (got " +
-                     llvm::Twine(options.nodeRank) + ")");
+    return makeOptionError("nodeRank",
+                           "must be in [0, " + llvm::Twine(options.nnodes) +
+                               ") (got " + llvm::Twine(options.nodeRank) + ")");
   if (options.masterPort < 0 || options.masterPort > 65535)
-    return makeError("--master-port must be in [0, 65535] (got " +
-                     llvm::Twine(options.masterPort) + ")");
+    return makeOptionError("masterPort", "must be in [0, 65535] (got " +
+                                             llvm::Twine(options.masterPort) +
+                                             ")");
   if (options.timeoutSeconds && !(*options.timeoutSeconds > 0))
-    return makeError("--timeout must be positive (got " +
-                     formatSeconds(*options.timeoutSeconds) + ")");
+    return makeOptionError("timeoutSeconds",
+                           "must be positive (got " +
+                               formatSeconds(*options.timeoutSeconds) + ")");
   if (!(options.gracePeriodSeconds >= 0))
-    return makeError("--grace-period must not be negative (got " +
-                     formatSeconds(options.gracePeriodSeconds) + ")");
+    return makeOptionError("gracePeriodSeconds",
+                           "must not be negative (got " +
+                               formatSeconds(options.gracePeriodSeconds) + ")");
   if (options.command.empty() || options.command[0].empty())
     return makeError("no command to launch (put it after '--')");
   return llvm::Error::success();

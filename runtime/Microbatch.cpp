@@ -14,7 +14,7 @@ llvm::Expected<std::vector<std::vector<c10::IValue>>>
 splitMicrobatches(llvm::ArrayRef<c10::IValue> inputs, size_t expectedInputs,
                   int count) {
   if (count < 1)
-    return makeError("--microbatches must be at least 1");
+    return makeOptionError("microbatches", "must be at least 1");
   if (inputs.size() != expectedInputs)
     return makeError(
         llvm::formatv("the model takes {0} input{1}, got {2}", expectedInputs,
@@ -42,10 +42,9 @@ splitMicrobatches(llvm::ArrayRef<c10::IValue> inputs, size_t expectedInputs,
     batch = t.size(0);
   }
   if (batch >= 0 && count > batch)
-    return makeError(
-        llvm::formatv("--microbatches {0} exceeds the batch size {1}", count,
-                      batch)
-            .str());
+    return makeOptionError(
+        "microbatches",
+        llvm::formatv("{0} exceeds the batch size {1}", count, batch));
   std::vector<std::vector<c10::IValue>> out(count);
   for (const c10::IValue &in : inputs) {
     auto parts = torchCall("cannot split the model inputs", [&] {
@@ -59,28 +58,29 @@ splitMicrobatches(llvm::ArrayRef<c10::IValue> inputs, size_t expectedInputs,
   return out;
 }
 
-std::string microbatchSignature(llvm::ArrayRef<c10::IValue> inputs) {
-  std::string out;
+Signature Signature::of(llvm::ArrayRef<c10::IValue> inputs) {
+  std::string text;
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (i)
-      out += ";";
-    out += inputs[i].isTensor() ? TensorMeta::of(inputs[i].toTensor()).str()
-                                : std::string(inputs[i].tagKind());
+      text += ";";
+    text += inputs[i].isTensor() ? TensorMeta::of(inputs[i].toTensor()).str()
+                                 : std::string(inputs[i].tagKind());
   }
-  return out;
+  return parse(text);
 }
 
-int64_t signatureBatchSize(llvm::StringRef signature) {
-  size_t open = signature.find('[');
+Signature Signature::parse(llvm::StringRef text) {
+  Signature out;
+  out.text = text.str();
+  size_t open = text.find('[');
   if (open == llvm::StringRef::npos)
-    return -1;
-  llvm::StringRef rest = signature.substr(open + 1);
-  llvm::StringRef digits =
-      rest.take_while([](char c) { return c >= '0' && c <= '9'; });
+    return out;
+  llvm::StringRef digits = text.substr(open + 1).take_while(
+      [](char c) { return c >= '0' && c <= '9'; });
   int64_t n;
-  if (digits.empty() || digits.getAsInteger(10, n))
-    return -1;
-  return n;
+  if (!digits.empty() && !digits.getAsInteger(10, n))
+    out.rows = n;
+  return out;
 }
 
 llvm::Expected<c10::IValue>

@@ -34,12 +34,23 @@ llvm::Expected<std::vector<std::vector<c10::IValue>>>
 splitMicrobatches(llvm::ArrayRef<c10::IValue> inputs, size_t expectedInputs,
                   int count);
 
-/// "float32[2,3,32,32];int64[2,12]": the dtypes and shapes of a
-/// microbatch's inputs.
-std::string microbatchSignature(llvm::ArrayRef<c10::IValue> inputs);
+/// A microbatch's signature: the dtypes and shapes of its inputs, which
+/// key its boundary metadata (runtime/MetaSettle.h), and its rows.
+struct Signature {
+  /// "float32[2,3,32,32];int64[2,12]".
+  std::string text;
+  /// The size of dim 0 of its first input; -1 when the text names none.
+  int64_t rows = -1;
 
-/// The size of dim 0 encoded in a signature (its first input's), or -1.
-int64_t signatureBatchSize(llvm::StringRef signature);
+  /// The signature of a microbatch's inputs.
+  static Signature of(llvm::ArrayRef<c10::IValue> inputs);
+  /// A signature as another rank shared it: the rows are read from the
+  /// text (-1 when it names none; the text itself is only ever compared).
+  static Signature parse(llvm::StringRef text);
+
+  bool operator==(const Signature &o) const { return text == o.text; }
+  bool operator!=(const Signature &o) const { return text != o.text; }
+};
 
 /// Concatenates one output over the microbatches along dim 0: tensors
 /// directly, lists/tuples element by element. Errors: "model output 0 is an

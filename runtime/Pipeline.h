@@ -95,6 +95,11 @@ struct RunOptions {
   llvm::raw_ostream *warnings = nullptr;
 };
 
+/// The meta cache directory of a run with `options` of the manifest at
+/// `manifestPath`: RunOptions::metaCacheDir, or the manifest's directory.
+std::string metaCacheDirOf(const RunOptions &options,
+                           llvm::StringRef manifestPath);
+
 /// What one rank did, for --stats.
 struct RunStats {
   int rank = 0;
@@ -110,9 +115,9 @@ struct RunStats {
   /// Whether this rank wrote its meta cache file.
   bool cacheWritten = false;
   /// The batches these stats cover: 1 for Pipeline::run; every batch of
-  /// the launch for runPipelineFiles, which sums the counts, keeps batch
-  /// 0's first_output_ms and times the whole batch loop. `ppc run --stats`
-  /// appends it to line() as " batches=N".
+  /// the launch for `ppc run`, which sums the counts, keeps batch 0's
+  /// first_output_ms, times the whole batch loop and appends it to line()
+  /// as " batches=N".
   int64_t batches = 1;
 
   /// One machine-parsable line: "stats: rank=0 meta=inferred
@@ -124,22 +129,18 @@ struct RunStats {
 class Pipeline {
 public:
   /// Loads the manifest at `manifestPath` and this rank's stages, builds
-  /// and simulates the schedule, and connects to the other ranks. Errors:
-  /// the manifest cannot be read; the stage count is not a multiple of
-  /// WORLD_SIZE ("4 stages cannot be placed on WORLD_SIZE=3 ranks: the
-  /// stage count must equal WORLD_SIZE or be a multiple of it"); a stage
-  /// file is missing or does not match the manifest's hash; bad options
-  /// ("--microbatches 0 is not in 1..65536", an unknown device, "--threads
-  /// 100000 is not in 1..8 (4 per core), or 0 for the default"); --device
-  /// cuda where this rank cannot have cuda:LOCAL_RANK ("--device cuda:
-  /// this ppc's LibTorch (1.13) is a CPU-only build, ...", "... built
-  /// without NCCL ...", "... sees no GPU ...", "LOCAL_WORLD_SIZE=2 ranks on
-  /// this machine need a GPU each ..."); a model
-  /// output that is a model input; the schedule deadlocks (a bug, reported
-  /// with the stuck actions); the rendezvous fails or times out
-  /// (connectTransport() in runtime/Transport.h: "lost rank R (never
-  /// reached the rendezvous ...)", "MASTER_PORT P is taken ...", "another
-  /// job ... holds the rendezvous ...").
+  /// and simulates the schedule, and connects to the other ranks. Errors,
+  /// each one line: an option out of range (an OptionError naming the
+  /// RunOptions field: microbatches, threads, timeout) or an unknown device;
+  /// the manifest cannot be read; its stages cannot be placed on WORLD_SIZE
+  /// ranks (their count must equal WORLD_SIZE or be a multiple of it); a
+  /// stage file is missing or does not match the manifest's hash; device
+  /// "cuda" where this rank cannot have cuda:LOCAL_RANK (checkCudaDevice()
+  /// in runtime/Transport.h); a model output that is a model input; the
+  /// schedule deadlocks (a bug, reported with the stuck actions); the
+  /// rendezvous fails or times out (connectTransport() in
+  /// runtime/Transport.h: a lost rank, a taken MASTER_PORT, another job's
+  /// rendezvous).
   static llvm::Expected<std::unique_ptr<Pipeline>>
   create(llvm::StringRef manifestPath, const LaunchEnv &env,
          const RunOptions &options);
@@ -160,16 +161,15 @@ public:
   /// order, each a tensor with the batch along dim 0, on any device; only
   /// used where needsInputs()). Returns the model outputs (concatenated
   /// over the microbatches; a tuple's elements are separate entries; every
-  /// tensor on the CPU) on outputRank(), an empty vector elsewhere. Errors: the
-  /// inputs do not fit the model ("the model takes 2 inputs, got 1"; "input 0
-  /// has no batch dimension"; "model inputs have different batch sizes (5 and
-  /// 4)";
-  /// "--microbatches 8 exceeds the batch size 5"); a stage fails (its first
-  /// error line); a value does not match its metadata ("stage 2 input 'x':
-  /// expected float32[2,64], got float32[2,63]"); a peer is lost ("lost
-  /// rank 1 (...)"); a user meta file is unreadable or incomplete. A
-  /// missing, stale or corrupt meta cache is not an error: a warning, then
-  /// inference.
+  /// tensor on the CPU) on outputRank(), an empty vector elsewhere. Errors:
+  /// the inputs do not fit the model (their count, a missing batch
+  /// dimension, different batch sizes, fewer rows than microbatches: an
+  /// OptionError on microbatches); a stage fails (its first error line); a
+  /// value does not match its metadata (a MetaMismatchError, or a
+  /// StaleCacheError when the meta cache gave the metadata and was removed
+  /// for it); a peer is lost; a user meta file is unreadable or incomplete.
+  /// A missing, stale or corrupt meta cache file is not an error: a
+  /// warning, then inference.
   llvm::Expected<std::vector<c10::IValue>>
   run(const std::vector<c10::IValue> &inputs);
 
@@ -197,46 +197,10 @@ public:
   llvm::Error shareFromInputRoot(std::string &bytes);
 
 private:
-  /// Trainer (runtime/Trainer.h) runs the same set-up with a training
-  /// schedule.
-  friend class Trainer;
   struct Impl;
   explicit Pipeline(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
-
-/// The most batches one input may hold (a list or a directory), and the
-/// most runs --repeat may ask for.
-constexpr int64_t kMaxBatches = 1000000;
-constexpr int64_t kMaxRepeat = 1000000;
-
-/// The whole of `ppc run` for one rank: creates the pipeline, reads
-/// `inputPath` where needed, runs every batch it holds `repeat` times
-/// (1..kMaxRepeat), writes the outputs of the last repetition to
-/// `outputPath` on the output rank, and finishes. The input is one batch (a
-/// file loadTensors reads; the output is then a tensor, or a tuple if the
-/// model returns one), a list of batches (loadInputBatches; the output is a
-/// list of such outputs, written after the last batch), or a directory of
-/// one-batch .pt files run in bytewise name order (the output is a
-/// directory, created if missing, receiving one file of the same name per
-/// input file as its batch completes); docs/runtime.md, "Many batches per
-/// launch". The input root's view of the input and of `repeat` is shared
-/// with every rank. `schedule` (if not null) receives the printed schedule
-/// before the run. Returns the stats of the whole launch. Errors: those of
-/// Pipeline::create, run (prefixed with the batch when there are several:
-/// "batch 2 ('c.pt'): stage 0 failed: ...") and finish; "--repeat 0 is not
-/// in 1..1000000"; an --output that would replace what the run reads
-/// ("--output 'in' is the input directory; refusing to overwrite it"); an
-/// unreadable input ("cannot read input 'x.pt': ...", "input directory 'd'
-/// holds no .pt files", "input 'x.pt' batch 1: the model takes 2 inputs,
-/// got 1"); input ranks that see different inputs ("the input on rank 1
-/// differs from the input on rank 0 (a list of 2 batches vs a list of 3
-/// batches)"); an unwritable output.
-llvm::Expected<RunStats>
-runPipelineFiles(llvm::StringRef manifestPath, llvm::StringRef inputPath,
-                 llvm::StringRef outputPath, const LaunchEnv &env,
-                 const RunOptions &options,
-                 llvm::raw_ostream *schedule = nullptr, int64_t repeat = 1);
 
 } // namespace ppc
 

@@ -135,6 +135,8 @@ std::string ValueMeta::str() const {
   }
 }
 
+char MetaMismatchError::ID;
+
 llvm::Error checkValue(const c10::IValue &value, const ValueMeta &meta,
                        const llvm::Twine &what) {
   auto mismatch = [&](const std::string &actual) {

@@ -109,6 +109,24 @@ llvm::Error validateMeta(const ValueMeta &meta);
 llvm::Error checkValue(const c10::IValue &value, const ValueMeta &meta,
                        const llvm::Twine &what);
 
+/// A value a stage produced contradicts metadata that did not come from
+/// this run's own inference (a cache, the user, a peer's header): the
+/// executor's error for it, so that whoever supplied the metadata can
+/// react by type (MetaSettler removes a meta cache that lied).
+class MetaMismatchError : public llvm::ErrorInfo<MetaMismatchError> {
+public:
+  static char ID;
+  explicit MetaMismatchError(std::string message)
+      : message_(std::move(message)) {}
+  void log(llvm::raw_ostream &os) const override { os << message_; }
+  std::error_code convertToErrorCode() const override {
+    return llvm::inconvertibleErrorCode();
+  }
+
+private:
+  std::string message_;
+};
+
 /// Appends one value's record to a header (docs/runtime.md).
 void encodeMeta(const ValueMeta &meta, std::vector<int64_t> &out);
 /// Decodes one record starting at `pos`, advancing it. Errors: a truncated

@@ -1,8 +1,9 @@
 //===- runtime/Trainer.cpp - Pipeline training ----------------------------===//
 //
-// This file implements Trainer (see Trainer.h) on Pipeline's internals
-// (PipelineImpl.h) and the executor's backward actions (Executor.h): the
-// gradients of tied parameters, the optimizer, and saving the stages.
+// This file implements Trainer (see Trainer.h): a training job on a rank
+// context (RankContext.h) whose schedule has the executor's backward actions
+// (Executor.h), the gradients of tied parameters, the optimizer, and saving
+// the stages.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/Trainer.h"
@@ -12,7 +13,7 @@
 #include "lib/SafeRead.h"
 #include "lib/TensorIO.h"
 #include "runtime/Microbatch.h"
-#include "runtime/PipelineImpl.h"
+#include "runtime/RankContext.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSwitch.h"
@@ -60,14 +61,13 @@ std::string TrainStats::line() const {
 constexpr uint64_t kMaxScheduleCSVBytes = 64 << 20;
 
 struct Trainer::Impl {
-  std::unique_ptr<Pipeline::Impl> core;
+  std::unique_ptr<RankContext> ctx;
   TrainOptions options;
   TrainStats stats;
   /// Whether each stage's module was saved in training mode.
   std::map<int, bool> savedTraining;
   std::unique_ptr<torch::optim::Optimizer> optimizer;
 
-  Pipeline::Impl &p() { return *core; }
   /// Every parameter of this rank's stages.
   std::vector<at::Tensor> parameters();
   /// Sums the gradients of each tied parameter over its copies.
@@ -78,7 +78,7 @@ struct Trainer::Impl {
 
 std::vector<at::Tensor> Trainer::Impl::parameters() {
   std::vector<at::Tensor> out;
-  for (auto &[index, stage] : p().stages)
+  for (auto &[index, stage] : ctx->stages())
     for (const at::Tensor &t : stage.module().parameters())
       out.push_back(t);
   return out;
@@ -90,20 +90,18 @@ static at::Tensor gradientOf(const at::Tensor &param) {
 }
 
 llvm::Error Trainer::Impl::sumTiedGradients() {
-  Pipeline::Impl &core = p();
-  const int channel = core.schedule.channelCount();
-  Transport &transport = *core.transport;
-  for (size_t t = 0; t < core.manifest.tiedParameters.size(); ++t) {
-    const TiedParameter &tied = core.manifest.tiedParameters[t];
+  const int channel = ctx->ownerChannel();
+  Transport &transport = ctx->transport();
+  for (const TiedParameter &tied : ctx->manifest().tiedParameters) {
     std::vector<at::Tensor> local;
     std::vector<int> ranks;
     for (const TiedParameter::Use &use : tied.uses) {
-      int r = core.placement.rankOf(use.stage);
+      int r = ctx->placement().rankOf(use.stage);
       if (!llvm::is_contained(ranks, r))
         ranks.push_back(r);
-      if (r == core.env.rank)
+      if (r == ctx->rank())
         local.push_back(
-            attributeAt(core.stages.at(use.stage).module(), use.path)
+            attributeAt(ctx->stages().at(use.stage).module(), use.path)
                 .toTensor());
     }
     if (local.empty())
@@ -123,7 +121,7 @@ llvm::Error Trainer::Impl::sumTiedGradients() {
     // total back, so every copy gets the very same tensor.
     const int owner = ranks[0];
     if (ranks.size() > 1) {
-      if (core.env.rank == owner) {
+      if (ctx->rank() == owner) {
         for (size_t k = 1; k < ranks.size(); ++k) {
           at::Tensor part = at::empty_like(*sum);
           if (llvm::Error err = transport.recv(part, ranks[k], channel, what))
@@ -153,14 +151,13 @@ llvm::Error Trainer::Impl::splitTarget(const at::Tensor &target,
   const int count = static_cast<int>(step.signatures.size());
   int64_t rows = 0;
   std::vector<int64_t> parts;
-  for (const std::string &sig : step.signatures) {
-    parts.push_back(signatureBatchSize(sig));
+  for (const Signature &sig : step.signatures) {
+    parts.push_back(sig.rows);
     rows += parts.back();
   }
   for (int m = 0; m < count; ++m)
     step.lossWeights.push_back(rows > 0 ? double(parts[m]) / double(rows) : 0);
-  if (!p().loss || p().loss->stage < 0 ||
-      p().placement.rankOf(p().loss->stage) != p().env.rank)
+  if (ctx->placement().rankOf(ctx->loss()->stage) != ctx->rank())
     return llvm::Error::success();
   if (!target.defined() || target.dim() == 0)
     return makeError("the target has no batch dimension");
@@ -180,6 +177,34 @@ llvm::Error Trainer::Impl::splitTarget(const at::Tensor &target,
 Trainer::Trainer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Trainer::~Trainer() = default;
 
+/// Finds the stage output the loss reads: model output `loss.modelOutput`,
+/// a Tensor produced by a stage.
+static llvm::Error resolveLoss(const Manifest &manifest, LossSpec &loss) {
+  int outputs = static_cast<int>(manifest.modelOutputs.size());
+  if (loss.modelOutput < 0 || loss.modelOutput >= outputs)
+    return makeOptionError(
+        "lossOutput", llvm::formatv("{0} is not in 0..{1} (the model has {2} "
+                                    "output{3})",
+                                    loss.modelOutput, outputs - 1, outputs,
+                                    outputs == 1 ? "" : "s"));
+  const ValueRef &ref = manifest.modelOutputs[loss.modelOutput];
+  if (ref.isModelInput())
+    return makeError(llvm::formatv("model output {0} is model input {1} "
+                                   "itself; there is nothing to train",
+                                   loss.modelOutput, ref.modelInput)
+                         .str());
+  ValueKind kind = manifest.output(ref).kind;
+  if (kind != ValueKind::Tensor)
+    return makeError(llvm::formatv("model output {0} is a {1}; the loss needs "
+                                   "a Tensor (choose another with "
+                                   "--loss-output)",
+                                   loss.modelOutput, kindName(kind))
+                         .str());
+  loss.stage = ref.stage;
+  loss.output = ref.output;
+  return llvm::Error::success();
+}
+
 llvm::Expected<std::unique_ptr<Trainer>>
 Trainer::create(llvm::StringRef manifestPath, const LaunchEnv &env,
                 const TrainOptions &options) {
@@ -189,13 +214,13 @@ Trainer::create(llvm::StringRef manifestPath, const LaunchEnv &env,
     return std::string(text);
   };
   if (!(options.lr > 0) || !std::isfinite(options.lr))
-    return makeError("--lr " + number(options.lr) + " must be positive");
+    return makeOptionError("lr", number(options.lr) + " must be positive");
   if (!(options.momentum >= 0) || !std::isfinite(options.momentum))
-    return makeError("--momentum " + number(options.momentum) +
-                     " must not be negative");
+    return makeOptionError("momentum",
+                           number(options.momentum) + " must not be negative");
   if (!(options.weightDecay >= 0) || !std::isfinite(options.weightDecay))
-    return makeError("--weight-decay " + number(options.weightDecay) +
-                     " must not be negative");
+    return makeOptionError("weightDecay", number(options.weightDecay) +
+                                              " must not be negative");
   std::string csv;
   if (!options.scheduleCSVPath.empty()) {
     auto text = readFileBounded(options.scheduleCSVPath, kMaxScheduleCSVBytes,
@@ -204,18 +229,32 @@ Trainer::create(llvm::StringRef manifestPath, const LaunchEnv &env,
       return text.takeError();
     csv = (*text)->getBuffer().str();
   }
-  LossSpec loss;
-  loss.kind = options.loss;
-  loss.modelOutput = options.lossOutput;
-  auto core = Pipeline::Impl::create(manifestPath, env, options.run, loss,
-                                     std::move(csv));
-  if (!core)
-    return core.takeError();
+  auto planner = [&](const Manifest &manifest,
+                     const Placement &placement) -> llvm::Expected<JobPlan> {
+    LossSpec loss;
+    loss.kind = options.loss;
+    loss.modelOutput = options.lossOutput;
+    if (llvm::Error err = resolveLoss(manifest, loss))
+      return err;
+    const RunOptions &run = options.run;
+    auto schedule = csv.empty()
+                        ? buildTrainingSchedule(manifest, placement,
+                                                run.schedule, run.microbatches)
+                        : trainingScheduleFromCSV(manifest, placement, csv,
+                                                  run.microbatches,
+                                                  options.scheduleCSVPath);
+    if (!schedule)
+      return schedule.takeError();
+    return JobPlan{std::move(*schedule), loss};
+  };
+  auto ctx = RankContext::create(manifestPath, env, options.run, planner);
+  if (!ctx)
+    return ctx.takeError();
   auto impl = std::make_unique<Impl>();
-  impl->core = std::move(*core);
+  impl->ctx = std::move(*ctx);
   impl->options = options;
   impl->stats.rank = env.rank;
-  for (auto &[index, stage] : impl->core->stages) {
+  for (auto &[index, stage] : impl->ctx->stages()) {
     impl->savedTraining[index] = stage.module().is_training();
     stage.module().train(true);
   }
@@ -234,36 +273,35 @@ Trainer::create(llvm::StringRef manifestPath, const LaunchEnv &env,
   return std::unique_ptr<Trainer>(new Trainer(std::move(impl)));
 }
 
-bool Trainer::needsInputs() const { return impl_->core->readsInputs; }
+bool Trainer::needsInputs() const { return impl_->ctx->meta().readsInputs(); }
 bool Trainer::needsTargets() const { return lossRank() == rank(); }
 int Trainer::lossRank() const {
-  return impl_->core->placement.rankOf(impl_->core->loss->stage);
+  return impl_->ctx->placement().rankOf(impl_->ctx->loss()->stage);
 }
-int Trainer::rank() const { return impl_->core->env.rank; }
+int Trainer::rank() const { return impl_->ctx->rank(); }
 size_t Trainer::modelInputCount() const {
-  return impl_->core->manifest.modelInputs.size();
+  return impl_->ctx->manifest().modelInputs.size();
 }
 const TrainStats &Trainer::stats() const { return impl_->stats; }
 
 void Trainer::printSchedule(llvm::raw_ostream &os) const {
-  ppc::printSchedule(impl_->core->schedule, impl_->core->env.rank, os);
+  ppc::printSchedule(impl_->ctx->schedule(), impl_->ctx->rank(), os);
 }
 
 llvm::Expected<double> Trainer::step(const std::vector<c10::IValue> &inputs,
                                      const at::Tensor &target) {
   Impl &t = *impl_;
-  Pipeline::Impl &core = t.p();
+  RankContext &ctx = *t.ctx;
   auto start = std::chrono::steady_clock::now();
-  int64_t sentBefore = core.transport->messagesSent();
-  core.stats.cacheWritten = false;
+  int64_t sentBefore = ctx.transport().messagesSent();
+  ctx.meta().clearCacheWritten();
   ++t.stats.step;
   if (t.optimizer)
     t.optimizer->zero_grad();
 
   ExecutorStep step;
-  std::vector<std::string> fresh;
   // With --device cuda the batch and the target go where the stages are.
-  c10::Device device = core.transport->device();
+  c10::Device device = ctx.device();
   auto onDevice = valuesOnDevice(inputs, device, "the inputs");
   if (!onDevice)
     return onDevice.takeError();
@@ -272,11 +310,11 @@ llvm::Expected<double> Trainer::step(const std::vector<c10::IValue> &inputs,
                 [&] { return target.defined() ? target.to(device) : target; });
   if (!targetOnDevice)
     return targetOnDevice.takeError();
-  if (llvm::Error err = core.prepareStep(*onDevice, step, fresh))
+  if (llvm::Error err = ctx.prepare(*onDevice, step))
     return err;
   if (llvm::Error err = t.splitTarget(*targetOnDevice, step))
     return err;
-  auto done = execute(core.plan, step);
+  auto done = ctx.execute(step);
   if (!done)
     return done.takeError();
   if (needsTargets() && !std::isfinite(done->loss))
@@ -288,14 +326,14 @@ llvm::Expected<double> Trainer::step(const std::vector<c10::IValue> &inputs,
     if (llvm::Error err = torchCall("the optimizer step failed",
                                     [&] { t.optimizer->step(); }))
       return err;
-  core.finishStep(fresh);
+  ctx.finishStep();
 
   TrainStats &stats = t.stats;
-  stats.metaSource = core.stats.metaSource;
+  stats.metaSource = ctx.meta().source();
   stats.metaMessagesSent = done->metaMessagesSent;
-  stats.messagesSent = core.transport->messagesSent() - sentBefore;
+  stats.messagesSent = ctx.transport().messagesSent() - sentBefore;
   stats.peakActivations = done->peakActivations;
-  stats.cacheWritten = core.stats.cacheWritten;
+  stats.cacheWritten = ctx.meta().cacheWritten();
   stats.stepMs = std::chrono::duration<double, std::milli>(
                      std::chrono::steady_clock::now() - start)
                      .count();
@@ -305,7 +343,7 @@ llvm::Expected<double> Trainer::step(const std::vector<c10::IValue> &inputs,
 std::vector<std::pair<std::string, at::Tensor>>
 Trainer::namedParameters() const {
   std::vector<std::pair<std::string, at::Tensor>> out;
-  for (auto &[index, stage] : impl_->core->stages)
+  for (auto &[index, stage] : impl_->ctx->stages())
     for (const auto &named : stage.module().named_parameters())
       out.emplace_back(llvm::formatv("stage {0}: {1}", index, named.name),
                        named.value);
@@ -315,7 +353,7 @@ Trainer::namedParameters() const {
 llvm::Error Trainer::saveGradients(llvm::StringRef path) const {
   auto grads = torchCall("cannot write '" + path + "'", [&] {
     c10::Dict<std::string, at::Tensor> grads;
-    for (auto &[index, stage] : impl_->core->stages)
+    for (auto &[index, stage] : impl_->ctx->stages())
       for (const auto &named : stage.module().named_parameters())
         if (named.value.grad().defined())
           grads.insert(named.name, named.value.grad().cpu());
@@ -327,8 +365,8 @@ llvm::Error Trainer::saveGradients(llvm::StringRef path) const {
 }
 
 llvm::Error Trainer::save(llvm::StringRef dir) {
-  Pipeline::Impl &core = impl_->p();
-  std::string from = manifestDirectory(core.manifestPath);
+  RankContext &ctx = *impl_->ctx;
+  std::string from = manifestDirectory(ctx.manifestPath());
   bool same = false;
   if (!llvm::sys::fs::equivalent(from, dir, same) && same)
     return makeError("--save '" + dir +
@@ -339,11 +377,11 @@ llvm::Error Trainer::save(llvm::StringRef dir) {
 
   // Each rank writes its stages, in the mode they were saved in.
   std::string lines;
-  for (auto &entry : core.stages) {
+  for (auto &entry : ctx.stages()) {
     // Named copies: lambdas cannot capture structured bindings in C++17.
     int index = entry.first;
     Stage &stage = entry.second;
-    const StageInfo &info = core.manifest.stages[index];
+    const StageInfo &info = ctx.manifest().stages[index];
     llvm::SmallString<256> path(dir);
     llvm::sys::path::append(path, info.file);
     if (std::error_code ec = llvm::sys::fs::create_directories(
@@ -353,7 +391,7 @@ llvm::Error Trainer::save(llvm::StringRef dir) {
     // Saved from the CPU, so that the file loads on any machine (a module
     // saved on CUDA names its device); to() keeps the parameters' identity,
     // so the optimizer still holds them after moving back.
-    c10::Device device = core.transport->device();
+    c10::Device device = ctx.device();
     auto bytes = torchCall("cannot save stage " + std::to_string(index), [&] {
       stage.module().train(impl_->savedTraining[index]);
       if (!device.is_cpu())
@@ -378,11 +416,11 @@ llvm::Error Trainer::save(llvm::StringRef dir) {
   // Rank 0 collects every stage's hash and writes the manifest.
   std::vector<std::string> shared;
   if (llvm::Error err =
-          core.transport->gatherBytes(lines, 0, shared, "the stage hashes"))
+          ctx.transport().gatherBytes(lines, 0, shared, "the stage hashes"))
     return err;
-  if (core.env.rank == 0) {
-    Manifest trained = core.manifest;
-    for (int r = 0; r < core.env.worldSize; ++r) {
+  if (ctx.rank() == 0) {
+    Manifest trained = ctx.manifest();
+    for (int r = 0; r < ctx.env().worldSize; ++r) {
       llvm::SmallVector<llvm::StringRef, 8> rows;
       llvm::StringRef(shared[r]).split(rows, '\n', -1, false);
       for (llvm::StringRef row : rows) {
@@ -402,13 +440,9 @@ llvm::Error Trainer::save(llvm::StringRef dir) {
     if (llvm::Error err = trained.save(path))
       return err;
   }
-  return core.transport->barrier();
+  return ctx.transport().barrier();
 }
 
-llvm::Error Trainer::finish() {
-  if (llvm::Error err = impl_->core->writeTrace())
-    return err;
-  return impl_->core->transport->barrier();
-}
+llvm::Error Trainer::finish() { return impl_->ctx->finish(); }
 
 } // namespace ppc

@@ -2,12 +2,13 @@
 //
 // CLI11 wiring for `ppc run`: one rank of a pipeline job, started by ppc
 // launch or torchrun (the launch environment says which rank). All the work
-// is runPipelineFiles() in libppc_runtime.
+// is runPipelineFiles() (tools/ppc/RunFiles.h) over libppc_runtime.
 //
 //===----------------------------------------------------------------------===//
 #include "tools/ppc/Commands.h"
 
 #include "runtime/Pipeline.h"
+#include "tools/ppc/RunFiles.h"
 #include "tools/ppc/RuntimeFlags.h"
 
 #include "llvm/Support/raw_ostream.h"

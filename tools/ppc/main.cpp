@@ -25,6 +25,33 @@ static void printError(const std::string &message) {
   llvm::errs().flush();
 }
 
+/// The flag of an options struct's field: its name in kebab case
+/// ("weightDecay": "--weight-decay"), less a unit the flag leaves out.
+static std::string flagOf(llvm::StringRef field) {
+  if (field.endswith("Seconds"))
+    field = field.drop_back(llvm::StringRef("Seconds").size());
+  std::string flag = "--";
+  for (char c : field) {
+    if (c >= 'A' && c <= 'Z') {
+      flag += '-';
+      c = static_cast<char>(c - 'A' + 'a');
+    }
+    flag += c;
+  }
+  return flag;
+}
+
+/// The message of `err` as the command line says it: an option the
+/// library names by its field is named by its flag.
+static std::string cliMessage(llvm::Error err) {
+  err = llvm::handleErrors(
+      std::move(err), [](std::unique_ptr<ppc::OptionError> option) {
+        return ppc::makeError(option->context() + flagOf(option->field()) +
+                              " " + option->problem());
+      });
+  return llvm::toString(std::move(err));
+}
+
 /// `ppc --version`: ppc's version, then what this binary was built against
 /// (a Debian LibTorch 1.13 build and a wheel build look alike otherwise):
 ///   ppc 0.1.0
@@ -76,7 +103,7 @@ int main(int argc, char **argv) {
     try {
       llvm::Expected<int> code = command.run();
       if (!code) {
-        printError(llvm::toString(code.takeError()));
+        printError(cliMessage(code.takeError()));
         return ppc::kErrorExitCode;
       }
       return *code;

@@ -1,5 +1,6 @@
 //===- tests/unit/runtime/MicrobatchTest.cpp - Microbatch splitting -------===//
 #include "runtime/Microbatch.h"
+#include "lib/Error.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -44,9 +45,15 @@ TEST(MicrobatchTest, SplitAndConcatRoundTrip) {
   auto mbs = splitMicrobatches({x, y}, 2, 3);
   ASSERT_TRUE(static_cast<bool>(mbs));
   ASSERT_EQ(mbs->size(), 3u);
-  EXPECT_EQ(microbatchSignature((*mbs)[0]), "float32[2,4];int64[2,2]");
-  EXPECT_EQ(microbatchSignature((*mbs)[2]), "float32[1,4];int64[1,2]");
-  EXPECT_EQ(signatureBatchSize(microbatchSignature((*mbs)[2])), 1);
+  EXPECT_EQ(Signature::of((*mbs)[0]).text, "float32[2,4];int64[2,2]");
+  EXPECT_EQ(Signature::of((*mbs)[0]).rows, 2);
+  Signature last = Signature::of((*mbs)[2]);
+  EXPECT_EQ(last.text, "float32[1,4];int64[1,2]");
+  EXPECT_EQ(last.rows, 1);
+  // A peer's signature: the rows come from the text, and none is -1.
+  EXPECT_EQ(Signature::parse(last.text).rows, 1);
+  EXPECT_EQ(Signature::parse("Int").rows, -1);
+  EXPECT_EQ(Signature::parse("float32[]").rows, -1);
   std::vector<c10::IValue> parts;
   for (auto &mb : *mbs)
     parts.push_back(mb[0]);
@@ -78,9 +85,28 @@ TEST(MicrobatchTest, Errors) {
   EXPECT_EQ(err(splitMicrobatches({at::zeros({5}), at::zeros({4})}, 2, 1)),
             "model inputs have different batch sizes (5 and 4)");
   EXPECT_EQ(err(splitMicrobatches({at::zeros({5})}, 1, 8)),
-            "--microbatches 8 exceeds the batch size 5");
+            "microbatches 8 exceeds the batch size 5");
   EXPECT_EQ(err(splitMicrobatches({at::zeros({})}, 1, 1)),
             "input 0 has no batch dimension (it is a 0-dim tensor)");
   EXPECT_EQ(err(splitMicrobatches({at::zeros({5})}, 1, 0)),
-            "--microbatches must be at least 1");
+            "microbatches must be at least 1");
+}
+
+// Tests that an option out of range names its field by type, and keeps its
+// type under added context, so that the CLI can name its flag.
+TEST(MicrobatchTest, OptionErrorsNameTheField) {
+  llvm::Error err = withContext(
+      splitMicrobatches({at::zeros({5})}, 1, 8).takeError(), "batch 2");
+  std::string field, problem, context;
+  llvm::handleAllErrors(
+      std::move(err),
+      [&](const OptionError &e) {
+        field = e.field();
+        problem = e.problem();
+        context = e.context();
+      },
+      [&](const llvm::ErrorInfoBase &e) { ADD_FAILURE() << e.message(); });
+  EXPECT_EQ(field, "microbatches");
+  EXPECT_EQ(problem, "8 exceeds the batch size 5");
+  EXPECT_EQ(context, "batch 2: ");
 }

@@ -1,0 +1,256 @@
+//===- runtime/RankContext.cpp - What one rank has for a job --------------===//
+//
+// This file implements RankContext (see RankContext.h): checking the
+// options, loading and placing the manifest, planning and simulating the
+// schedule, meeting the other ranks, loading the stages, the executor's
+// plan, and the trace.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/RankContext.h"
+
+#include "lib/Error.h"
+#include "lib/ValueWalk.h"
+#include "runtime/Threads.h"
+#include "runtime/TorchCompat.h"
+
+#include "llvm/ADT/StringSwitch.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <set>
+
+namespace ppc {
+
+namespace {
+/// Checks the options that need no manifest, before anything is built;
+/// returns the device. Everything here bounds what a run may allocate.
+llvm::Expected<DeviceKind> checkOptions(const RunOptions &options) {
+  if (options.microbatches < 1 || options.microbatches > kMaxMicrobatches)
+    return makeOptionError("microbatches", llvm::formatv("{0} is not in 1..{1}",
+                                                         options.microbatches,
+                                                         kMaxMicrobatches));
+  int cores = availableCores();
+  int maxThreads = std::max(4, 4 * cores);
+  if (options.threads < 0 || options.threads > maxThreads)
+    return makeOptionError("threads",
+                           llvm::formatv("{0} is not in 1..{1} (4 per core), "
+                                         "or 0 for the default",
+                                         options.threads, maxThreads));
+  if (options.timeout.count() <= 0)
+    return makeOptionError("timeout", "must be positive");
+  std::optional<DeviceKind> device =
+      llvm::StringSwitch<std::optional<DeviceKind>>(options.device)
+          .Case("cpu", DeviceKind::CPU)
+          .Case("cuda", DeviceKind::CUDA)
+          .Default(std::nullopt);
+  if (!device)
+    return makeError("unknown device '" + options.device +
+                     "' (expected cpu or cuda)");
+  return *device;
+}
+} // namespace
+
+llvm::Expected<std::unique_ptr<RankContext>>
+RankContext::create(llvm::StringRef manifestPath, const LaunchEnv &env,
+                    const RunOptions &options, const JobPlanner &planner) {
+  auto device = checkOptions(options);
+  if (!device)
+    return device.takeError();
+  // c10d and Gloo report through glog (or c10's own logger), which prints
+  // ahead of ppc's own error line; unless asked for, only fatal messages
+  // pass.
+  compat::setTorchLogging(options.torchLogs);
+  std::unique_ptr<RankContext> ctx(new RankContext());
+  ctx->env_ = env;
+  ctx->options_ = options;
+  ctx->manifestPath_ = manifestPath.str();
+  ctx->deviceKind_ = *device;
+  if (*device == DeviceKind::CUDA)
+    ctx->device_ =
+        c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(env.localRank));
+  if (llvm::Error err = ctx->loadManifest())
+    return err;
+  auto job = planner(ctx->manifest_, ctx->placement_);
+  if (!job)
+    return job.takeError();
+  ctx->schedule_ = std::move(job->schedule);
+  ctx->loss_ = job->loss;
+  if (llvm::Error err = simulateSchedule(ctx->manifest_, ctx->schedule_))
+    return err;
+  if (inputRootOf(ctx->manifest_, ctx->placement_) < 0)
+    return makeError("manifest: no stage reads a model input");
+  boundThreads(options.threads > 0 ? options.threads
+                                   : defaultThreads(env.localWorldSize));
+  if (llvm::Error err = ctx->connect())
+    return err;
+  if (llvm::Error err = ctx->loadStages())
+    return err;
+
+  MetaScope scope;
+  scope.manifest = &ctx->manifest_;
+  scope.manifestSha256 = ctx->manifestSha256_;
+  for (const auto &[index, stage] : ctx->stages_)
+    scope.stageHashes.push_back({index, ctx->manifest_.stages[index].sha256});
+  scope.placement = &ctx->placement_;
+  scope.schedule = &ctx->schedule_;
+  scope.transport = ctx->transport_.get();
+  scope.rank = env.rank;
+  scope.worldSize = env.worldSize;
+  scope.cacheDir = metaCacheDirOf(options, manifestPath);
+  scope.useCache = options.useMetaCache;
+  scope.inputMetaPath = options.inputMetaPath;
+  scope.warnings = &ctx->warnings();
+  ctx->meta_ = std::make_unique<MetaSettler>(std::move(scope));
+  ctx->makeExecutorPlan();
+  if (!options.tracePath.empty())
+    ctx->trace_.emplace(env.rank);
+  return ctx;
+}
+
+/// Loads the manifest and places its stages on the ranks.
+llvm::Error RankContext::loadManifest() {
+  // Hash the very bytes that are parsed: the cache key then names the
+  // manifest that was used, even if the file changes meanwhile.
+  auto loaded = Manifest::load(manifestPath_, &manifestSha256_);
+  if (!loaded)
+    return loaded.takeError();
+  manifest_ = std::move(*loaded);
+  auto placed = Placement::create(static_cast<int>(manifest_.stages.size()),
+                                  env_.worldSize);
+  if (!placed)
+    return placed.takeError();
+  placement_ = *placed;
+  return llvm::Error::success();
+}
+
+/// Meets the other ranks and connects what the schedule's links need.
+llvm::Error RankContext::connect() {
+  auto transport = connectTransport(env_, deviceKind_, options_.timeout);
+  if (!transport)
+    return transport.takeError();
+  transport_ = std::move(*transport);
+  // One channel past the schedule's for the owner (ownerChannel()).
+  transport_->setChannelCount(schedule_.channelCount() + 1);
+  // Every rank derives the same sorted list from the whole schedule.
+  std::set<Transport::Link> links;
+  for (size_t r = 0; r < schedule_.ranks.size(); ++r)
+    for (const Action &a : schedule_.ranks[r])
+      if (a.kind == ActionKind::SendF || a.kind == ActionKind::SendB)
+        links.insert(
+            {channelOf(schedule_, a), static_cast<int>(r), a.peerRank});
+  return transport_->connectLinks(
+      std::vector<Transport::Link>(links.begin(), links.end()));
+}
+
+/// Loads this rank's stages onto the device.
+llvm::Error RankContext::loadStages() {
+  warmUpTorchScript();
+  std::string dir = manifestDirectory(manifestPath_);
+  for (int s : placement_.stagesOf(env_.rank)) {
+    auto stage = Stage::load(manifest_, dir, s);
+    if (!stage)
+      return stage.takeError();
+    if (!device_.is_cpu())
+      stage->module().to(device_);
+    stages_.emplace(s, std::move(*stage));
+  }
+  return llvm::Error::success();
+}
+
+/// The executor's plan, once everything it points to is in place.
+void RankContext::makeExecutorPlan() {
+  ExecutorPlan &plan = executorPlan_;
+  plan.manifest = &manifest_;
+  plan.schedule = &schedule_;
+  plan.rank = env_.rank;
+  plan.stages = &stages_;
+  plan.transport = transport_.get();
+  plan.loss = loss_;
+  plan.globalUses = outputUses(manifest_);
+  std::map<std::pair<int, int>, int> &localUses = plan.localUses;
+  for (const StageInfo &s : manifest_.stages)
+    if (placement_.rankOf(s.index) == env_.rank)
+      for (const StageInput &in : s.inputs)
+        if (!in.source.isModelInput())
+          ++localUses[{in.source.stage, in.source.output}];
+  // Model outputs are collected where the schedule collects them (OUT);
+  // a training schedule has none: the loss stage keeps its own.
+  bool collects = llvm::any_of(schedule_.ranks[env_.rank], [](const Action &a) {
+    return a.kind == ActionKind::Output;
+  });
+  if (collects)
+    for (const ValueRef &ref : manifest_.modelOutputs)
+      ++localUses[{ref.stage, ref.output}];
+  for (const Edge &e : schedule_.edges)
+    if (placement_.rankOf(e.producer) == env_.rank &&
+        placement_.rankOf(e.consumer) != env_.rank)
+      for (int o : e.outputs)
+        ++localUses[{e.producer, o}];
+}
+
+llvm::Error RankContext::prepare(const std::vector<c10::IValue> &inputs,
+                                 ExecutorStep &step) {
+  if (llvm::Error err = meta_->prepare(inputs, step))
+    return err;
+  step.trace = trace_ ? &*trace_ : nullptr;
+  step.runIndex = runs_++;
+  return llvm::Error::success();
+}
+
+llvm::Expected<ExecutorResult> RankContext::execute(ExecutorStep &step) {
+  auto done = ppc::execute(executorPlan_, step);
+  if (!done)
+    return meta_->classify(done.takeError());
+  return done;
+}
+
+llvm::Error RankContext::finish() {
+  if (trace_) {
+    std::vector<std::string> ranks;
+    if (llvm::Error err = transport_->gatherBytes(trace_->eventsJSON(), 0,
+                                                  ranks, "the trace events"))
+      return err;
+    trace_.reset();
+    if (env_.rank == 0)
+      if (llvm::Error err = writeTraceFile(options_.tracePath, ranks))
+        return err;
+  }
+  return transport_->barrier();
+}
+
+c10::IValue valueOnDevice(const c10::IValue &value, c10::Device device) {
+  if (value.isTensor())
+    return value.toTensor().to(device);
+  if (value.isTensorList()) {
+    c10::List<at::Tensor> out;
+    for (const at::Tensor &t : value.toTensorList().vec())
+      out.push_back(t.to(device));
+    return out;
+  }
+  if (value.isList()) {
+    c10::impl::GenericList out(value.toList().elementType());
+    for (const c10::IValue &v : value.toList().vec())
+      out.push_back(valueOnDevice(v, device));
+    return out;
+  }
+  if (value.isTuple()) {
+    std::vector<c10::IValue> out;
+    for (const c10::IValue &v : value.toTupleRef().elements())
+      out.push_back(valueOnDevice(v, device));
+    return c10::ivalue::Tuple::create(std::move(out));
+  }
+  return value;
+}
+
+llvm::Expected<std::vector<c10::IValue>>
+valuesOnDevice(const std::vector<c10::IValue> &values, c10::Device device,
+               const std::string &what) {
+  return torchCall("cannot move " + what + " to " + device.str(), [&] {
+    std::vector<c10::IValue> out;
+    out.reserve(values.size());
+    for (const c10::IValue &v : values)
+      out.push_back(valueOnDevice(v, device));
+    return out;
+  });
+}
+
+} // namespace ppc

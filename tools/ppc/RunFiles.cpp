@@ -1,0 +1,485 @@
+//===- tools/ppc/RunFiles.cpp - ppc run's files: batches in, outputs out -===//
+//
+// This file implements runPipelineFiles (see RunFiles.h) over the public
+// Pipeline API: what `ppc run` means by its input and output paths (one
+// batch, a list of batches, a directory of batch files; --repeat), the
+// refusal of an --output that would replace what the run reads, and the
+// input root's view of the input shared with every rank.
+//
+//===----------------------------------------------------------------------===//
+#include "tools/ppc/RunFiles.h"
+
+#include "lib/Error.h"
+#include "lib/Manifest.h"
+#include "lib/Stage.h"
+#include "lib/TensorIO.h"
+#include "runtime/MetaCache.h"
+#include "runtime/Microbatch.h"
+
+#include "llvm/ADT/SmallString.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+
+namespace ppc {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+double msSince(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start)
+      .count();
+}
+
+/// Whether `a` and `b` name the same file, or would once written: the same
+/// existing file (links and other spellings included), or the same name in
+/// the same real directory.
+bool sameFile(llvm::StringRef a, llvm::StringRef b) {
+  bool same = false;
+  if (!llvm::sys::fs::equivalent(a, b, same))
+    return same;
+  auto location = [](llvm::StringRef path) {
+    llvm::SmallString<256> dir, real;
+    dir = llvm::sys::path::parent_path(path);
+    if (dir.empty())
+      dir = ".";
+    if (llvm::sys::fs::real_path(dir, real))
+      return std::string();
+    llvm::sys::path::append(real, llvm::sys::path::filename(path));
+    return std::string(real);
+  };
+  std::string la = location(a);
+  return !la.empty() && la == location(b);
+}
+
+/// Refuses an --output that would replace a file the run reads or keeps:
+/// the input, the manifest, a stage file or a meta cache file; for a
+/// directory input, an output directory that is the input directory or
+/// holds the manifest or a stage file (output files are named after input
+/// files). Every rank checks (before meeting the others), so all fail alike
+/// and at once.
+llvm::Error checkOutputPath(llvm::StringRef manifestPath,
+                            llvm::StringRef inputPath,
+                            llvm::StringRef outputPath, const LaunchEnv &env,
+                            const RunOptions &options) {
+  auto refuse = [&](const llvm::Twine &what) {
+    return makeError("--output '" + outputPath + "' is " + what +
+                     "; refusing to overwrite it");
+  };
+  // A rank that does not read inputs may not see them (another host): the
+  // output rank checks again once the input root has described them.
+  bool directory = llvm::sys::fs::is_directory(inputPath);
+  if (llvm::sys::fs::exists(inputPath) && llvm::sys::fs::exists(outputPath) &&
+      directory != llvm::sys::fs::is_directory(outputPath))
+    return makeError("--output '" + outputPath + "' is " +
+                     (directory ? "not a directory" : "a directory") +
+                     "; the input '" + inputPath + "' is " +
+                     (directory ? "one" : "not"));
+  if (sameFile(outputPath, inputPath))
+    return refuse(directory ? "the input directory" : "the input file");
+  if (sameFile(outputPath, manifestPath))
+    return refuse("the manifest");
+  if (directory && sameFile(outputPath, manifestDirectory(manifestPath)))
+    return refuse("the manifest's directory");
+  std::string cacheDir = metaCacheDirOf(options, manifestPath);
+  for (int r = 0; r < env.worldSize; ++r)
+    if (sameFile(outputPath, MetaCache::filePath(cacheDir, r, env.worldSize)))
+      return refuse("a meta cache file");
+  // A manifest that does not load is reported by Pipeline::create.
+  auto manifest = Manifest::load(manifestPath);
+  if (!manifest) {
+    llvm::consumeError(manifest.takeError());
+    return llvm::Error::success();
+  }
+  std::string dir = manifestDirectory(manifestPath);
+  for (const StageInfo &stage : manifest->stages) {
+    llvm::SmallString<256> path(dir);
+    llvm::sys::path::append(path, stage.file);
+    if (sameFile(outputPath, path))
+      return refuse(llvm::formatv("the file of stage {0}", stage.index));
+    if (directory &&
+        sameFile(outputPath, llvm::sys::path::parent_path(path.str())))
+      return refuse(
+          llvm::formatv("the directory of the file of stage {0}", stage.index));
+  }
+  return llvm::Error::success();
+}
+
+/// The forms of a `ppc run` input (docs/runtime.md, "Many batches per
+/// launch").
+enum class InputForm { Single, List, Directory };
+
+std::optional<InputForm> parseFormName(llvm::StringRef name) {
+  return llvm::StringSwitch<std::optional<InputForm>>(name)
+      .Case("single", InputForm::Single)
+      .Case("list", InputForm::List)
+      .Case("directory", InputForm::Directory)
+      .Default(std::nullopt);
+}
+
+llvm::StringRef formName(InputForm form) {
+  switch (form) {
+  case InputForm::Single:
+    return "single";
+  case InputForm::List:
+    return "list";
+  case InputForm::Directory:
+    return "directory";
+  }
+  return "single";
+}
+
+/// The input as one rank sees it: its form, its batches, --repeat, and a
+/// directory's file names. The input root's is shared with every rank: the
+/// output rank needs the form and the names, which it may not be able to
+/// read itself, and every rank the number of runs.
+struct BatchPlan {
+  InputForm form = InputForm::Single;
+  int64_t count = 1;
+  int64_t repeat = 1;
+  std::vector<std::string> names;
+
+  /// "ppc-batches FORM COUNT REPEAT\n" then each name and a NUL (a file
+  /// name holds no NUL; it may hold a newline).
+  std::string encode() const {
+    std::string out = llvm::formatv("ppc-batches {0} {1} {2}\n", formName(form),
+                                    count, repeat)
+                          .str();
+    for (const std::string &name : names) {
+      out += name;
+      out.push_back('\0');
+    }
+    return out;
+  }
+
+  /// Parses what rank `root` shared, checking what a peer sent before using
+  /// it: the output rank names files after `names`.
+  static llvm::Expected<BatchPlan> decode(llvm::StringRef bytes, int root) {
+    auto bad = [&](llvm::StringRef why) {
+      return makeError(llvm::formatv("rank {0} shared a malformed description "
+                                     "of the input ({1})",
+                                     root, why)
+                           .str());
+    };
+    auto [head, rest] = bytes.split('\n');
+    llvm::SmallVector<llvm::StringRef, 4> words;
+    head.split(words, ' ');
+    BatchPlan plan;
+    std::optional<InputForm> form =
+        words.size() == 4 && words[0] == "ppc-batches" ? parseFormName(words[1])
+                                                       : std::nullopt;
+    if (!form || words[2].getAsInteger(10, plan.count) ||
+        words[3].getAsInteger(10, plan.repeat))
+      return bad("bad header");
+    plan.form = *form;
+    if (plan.count < 1 || plan.count > kMaxBatches ||
+        (plan.form == InputForm::Single && plan.count != 1) ||
+        plan.repeat < 1 || plan.repeat > kMaxRepeat)
+      return bad("a count out of range");
+    while (!rest.empty()) {
+      size_t end = rest.find('\0');
+      llvm::StringRef name = rest.take_front(end);
+      if (end == llvm::StringRef::npos || name.contains('/') ||
+          !name.endswith(".pt") ||
+          static_cast<int64_t>(plan.names.size()) >= plan.count)
+        return bad("a bad file name");
+      plan.names.push_back(name.str());
+      rest = rest.drop_front(end + 1);
+    }
+    if (static_cast<int64_t>(plan.names.size()) !=
+        (plan.form == InputForm::Directory ? plan.count : 0))
+      return bad("the file names do not match the count");
+    return plan;
+  }
+
+  /// "a list of 3 batches", for messages.
+  std::string describe() const {
+    switch (form) {
+    case InputForm::Single:
+      return "one batch";
+    case InputForm::List:
+      return llvm::formatv("a list of {0} batch{1}", count,
+                           count == 1 ? "" : "es");
+    case InputForm::Directory:
+      return llvm::formatv("a directory of {0} file{1}", count,
+                           count == 1 ? "" : "s");
+    }
+    return "";
+  }
+
+  /// Why `other` (another rank's view of the input) differs, or "".
+  std::string difference(const BatchPlan &other) const {
+    if (form != other.form || count != other.count)
+      return describe() + " vs " + other.describe();
+    for (size_t b = 0; b < names.size(); ++b)
+      if (names[b] != other.names[b])
+        return llvm::formatv("file {0} is '{1}' vs '{2}'", b, names[b],
+                             other.names[b]);
+    return "";
+  }
+
+  /// How run errors name batch `b` of repetition `pass` when there are
+  /// several: "batch 2 ('c.pt'), repeat 3 of 5"; "" when there is one.
+  std::string label(int64_t b, int64_t pass) const {
+    if (form == InputForm::Single && repeat == 1)
+      return "";
+    std::string out;
+    if (form != InputForm::Single)
+      out = llvm::formatv("batch {0}", b);
+    if (form == InputForm::Directory)
+      out += " ('" + names[b] + "')";
+    if (repeat > 1)
+      out += llvm::formatv("{0}repeat {1} of {2}", out.empty() ? "" : ", ",
+                           pass + 1, repeat);
+    return out;
+  }
+};
+
+/// The input of a rank that reads model inputs: a single batch or a list
+/// is read whole; a directory's files are read as their batches come, so
+/// that only one batch is in memory at a time.
+struct BatchInput {
+  BatchPlan plan;
+  std::string path;
+  size_t modelInputs = 0;
+  int microbatches = 1;
+  /// Single and List: the batches.
+  std::vector<std::vector<c10::IValue>> batches;
+
+  /// Checks that `inputs` fit the model and --microbatches, so that a bad
+  /// batch of a list fails before the first batch runs.
+  llvm::Error check(const std::vector<c10::IValue> &inputs,
+                    const llvm::Twine &what) const {
+    auto split = splitMicrobatches(inputs, modelInputs, microbatches);
+    if (!split)
+      return withContext(split.takeError(), what);
+    return llvm::Error::success();
+  }
+
+  llvm::Expected<std::vector<c10::IValue>> batch(int64_t b) const {
+    if (plan.form != InputForm::Directory)
+      return batches[b];
+    llvm::SmallString<256> file(path);
+    llvm::sys::path::append(file, plan.names[b]);
+    auto loaded = loadTensors(file);
+    if (!loaded)
+      return loaded.takeError();
+    if (llvm::Error err = check(*loaded, "input '" + file + "'"))
+      return err;
+    return loaded;
+  }
+};
+
+/// The most bytes a directory's file names may take: they are shared with
+/// every rank (Transport::broadcastBytes moves at most 64 MiB).
+constexpr size_t kMaxNameBytes = 32 << 20;
+
+/// The regular files (or links to them) of `dir` whose names end in .pt,
+/// sorted bytewise. Errors: "cannot read input directory 'd': ...", "input
+/// directory 'd' holds no .pt files", more than kMaxBatches of them or of
+/// kMaxNameBytes in their names.
+llvm::Expected<std::vector<std::string>>
+listInputDirectory(llvm::StringRef dir) {
+  std::vector<std::string> names;
+  size_t bytes = 0;
+  std::error_code ec;
+  for (llvm::sys::fs::directory_iterator it(dir, ec), end; !ec && it != end;
+       it.increment(ec)) {
+    llvm::StringRef name = llvm::sys::path::filename(it->path());
+    llvm::sys::fs::file_status status;
+    if (!name.endswith(".pt") || llvm::sys::fs::status(it->path(), status) ||
+        !llvm::sys::fs::is_regular_file(status))
+      continue;
+    bytes += name.size() + 1;
+    if (static_cast<int64_t>(names.size()) == kMaxBatches ||
+        bytes > kMaxNameBytes)
+      return makeError(llvm::formatv("input directory '{0}' holds more than "
+                                     "{1} .pt files or {2} MiB of their names",
+                                     dir, kMaxBatches, kMaxNameBytes >> 20)
+                           .str());
+    names.push_back(name.str());
+  }
+  if (ec)
+    return makeError("cannot read input directory '" + dir +
+                     "': " + ec.message());
+  if (names.empty())
+    return makeError("input directory '" + dir + "' holds no .pt files");
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+/// Opens the input on a rank that reads model inputs.
+llvm::Expected<BatchInput> openInput(llvm::StringRef path,
+                                     const Pipeline &pipeline,
+                                     const RunOptions &options,
+                                     int64_t repeat) {
+  BatchInput input;
+  input.path = path.str();
+  input.modelInputs = pipeline.inputCount();
+  input.microbatches = options.microbatches;
+  input.plan.repeat = repeat;
+  if (llvm::sys::fs::is_directory(path)) {
+    auto names = listInputDirectory(path);
+    if (!names)
+      return names.takeError();
+    input.plan.form = InputForm::Directory;
+    input.plan.names = std::move(*names);
+    input.plan.count = static_cast<int64_t>(input.plan.names.size());
+    return input;
+  }
+  auto loaded = loadInputBatches(path, input.modelInputs);
+  if (!loaded)
+    return loaded.takeError();
+  input.batches = std::move(loaded->batches);
+  input.plan.count = static_cast<int64_t>(input.batches.size());
+  if (!loaded->isList)
+    return input;
+  input.plan.form = InputForm::List;
+  if (input.plan.count > kMaxBatches)
+    return makeError(llvm::formatv("input '{0}' holds {1} batches; the limit "
+                                   "is {2}",
+                                   path, input.plan.count, kMaxBatches)
+                         .str());
+  for (size_t b = 0; b < input.batches.size(); ++b)
+    if (llvm::Error err =
+            input.check(input.batches[b],
+                        llvm::formatv("input '{0}' batch {1}", path, b).str()))
+      return err;
+  return input;
+}
+
+/// Gives every rank the input root's plan; an input rank that sees another
+/// input fails.
+llvm::Expected<BatchPlan> sharePlan(Pipeline &pipeline,
+                                    const std::optional<BatchInput> &input) {
+  std::string bytes = input ? input->plan.encode() : std::string();
+  if (llvm::Error err = pipeline.shareFromInputRoot(bytes))
+    return err;
+  auto plan = BatchPlan::decode(bytes, pipeline.inputRoot());
+  if (!plan)
+    return plan.takeError();
+  if (input) {
+    std::string why = input->plan.difference(*plan);
+    if (!why.empty())
+      return makeError(llvm::formatv("the input on rank {0} differs from the "
+                                     "input on rank {1} ({2})",
+                                     pipeline.rank(), pipeline.inputRoot(), why)
+                           .str());
+  }
+  return plan;
+}
+
+/// Folds one run's stats into the launch's.
+void addRun(RunStats &total, const RunStats &run, bool first) {
+  if (first) {
+    total = run;
+    return;
+  }
+  if (run.metaSource == MetaSource::Inferred)
+    total.metaSource = MetaSource::Inferred;
+  total.metaMessagesSent += run.metaMessagesSent;
+  total.messagesSent += run.messagesSent;
+  total.cacheWritten |= run.cacheWritten;
+  total.batches += run.batches;
+}
+} // namespace
+
+llvm::Expected<RunStats>
+runPipelineFiles(llvm::StringRef manifestPath, llvm::StringRef inputPath,
+                 llvm::StringRef outputPath, const LaunchEnv &env,
+                 const RunOptions &options, llvm::raw_ostream *schedule,
+                 int64_t repeat) {
+  if (repeat < 1 || repeat > kMaxRepeat)
+    return makeError(
+        llvm::formatv("--repeat {0} is not in 1..{1}", repeat, kMaxRepeat)
+            .str());
+  if (llvm::Error err =
+          checkOutputPath(manifestPath, inputPath, outputPath, env, options))
+    return err;
+  auto created = Pipeline::create(manifestPath, env, options);
+  if (!created)
+    return created.takeError();
+  Pipeline &pipeline = **created;
+  if (schedule) {
+    pipeline.printSchedule(*schedule);
+    schedule->flush();
+  }
+  std::optional<BatchInput> input;
+  if (pipeline.needsInputs()) {
+    auto opened = openInput(inputPath, pipeline, options, repeat);
+    if (!opened)
+      return opened.takeError();
+    input = std::move(*opened);
+  }
+  auto shared = sharePlan(pipeline, input);
+  if (!shared)
+    return shared.takeError();
+  const BatchPlan &plan = *shared;
+
+  bool writes = env.rank == pipeline.outputRank();
+  bool tuple = pipeline.outputIsTuple();
+  bool directory = plan.form == InputForm::Directory;
+  if (writes && llvm::sys::fs::exists(outputPath) &&
+      directory != llvm::sys::fs::is_directory(outputPath))
+    return makeError("--output '" + outputPath + "' is " +
+                     (directory ? "not a directory" : "a directory") +
+                     "; the input on rank " +
+                     llvm::Twine(pipeline.inputRoot()) + " is " +
+                     (directory ? "one" : "not"));
+  if (writes && directory) {
+    if (std::error_code ec = llvm::sys::fs::create_directories(outputPath))
+      return makeError("cannot create --output directory '" + outputPath +
+                       "': " + ec.message());
+  }
+  // The last repetition's outputs, unless written as they come.
+  std::vector<std::vector<c10::IValue>> kept;
+  RunStats total;
+  Clock::time_point start = Clock::now();
+  for (int64_t pass = 0; pass < plan.repeat; ++pass) {
+    bool last = pass + 1 == plan.repeat;
+    for (int64_t b = 0; b < plan.count; ++b) {
+      std::vector<c10::IValue> inputs;
+      if (input) {
+        auto loaded = input->batch(b);
+        if (!loaded)
+          return loaded.takeError();
+        inputs = std::move(*loaded);
+      }
+      auto outputs = pipeline.run(inputs);
+      if (!outputs) {
+        std::string label = plan.label(b, pass);
+        return label.empty() ? outputs.takeError()
+                             : withContext(outputs.takeError(), label);
+      }
+      addRun(total, pipeline.stats(), pass == 0 && b == 0);
+      if (!writes || !last)
+        continue;
+      if (!directory) {
+        kept.push_back(std::move(*outputs));
+        continue;
+      }
+      llvm::SmallString<256> file(outputPath);
+      llvm::sys::path::append(file, plan.names[b]);
+      if (llvm::Error err = saveTensors(file, *outputs, tuple))
+        return err;
+    }
+  }
+  total.totalMs = msSince(start);
+  if (writes && plan.form == InputForm::List)
+    if (llvm::Error err = saveTensorList(outputPath, kept, tuple))
+      return err;
+  if (writes && plan.form == InputForm::Single)
+    if (llvm::Error err = saveTensors(outputPath, kept.front(), tuple))
+      return err;
+  if (llvm::Error err = pipeline.finish())
+    return err;
+  return total;
+}
+
+} // namespace ppc

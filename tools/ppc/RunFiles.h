@@ -1,0 +1,57 @@
+//===- tools/ppc/RunFiles.h - ppc run's files: batches in, outputs out -*- C++
+//-*-===//
+//
+// `ppc run`'s file semantics on top of the runtime's Pipeline
+// (runtime/Pipeline.h): which inputs a path holds, where the outputs go, and
+// which outputs it refuses to write. Part of the CLI, not of libppc_runtime:
+// a program that links the runtime brings its own inputs and outputs.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PPC_TOOLS_PPC_RUNFILES_H
+#define PPC_TOOLS_PPC_RUNFILES_H
+
+#include "runtime/Pipeline.h"
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+
+namespace llvm {
+class raw_ostream;
+}
+
+namespace ppc {
+
+/// The most batches one input may hold (a list or a directory), and the
+/// most runs --repeat may ask for.
+constexpr int64_t kMaxBatches = 1000000;
+constexpr int64_t kMaxRepeat = 1000000;
+
+/// The whole of `ppc run` for one rank: creates the pipeline, reads
+/// `inputPath` where needed, runs every batch it holds `repeat` times
+/// (1..kMaxRepeat), writes the outputs of the last repetition to
+/// `outputPath` on the output rank, and finishes. The input is one batch (a
+/// file loadTensors reads; the output is then a tensor, or a tuple if the
+/// model returns one), a list of batches (loadInputBatches; the output is a
+/// list of such outputs, written after the last batch), or a directory of
+/// one-batch .pt files run in bytewise name order (the output is a
+/// directory, created if missing, receiving one file of the same name per
+/// input file as its batch completes); docs/runtime.md, "Many batches per
+/// launch". The input root's view of the input and of `repeat` is shared
+/// with every rank. `schedule` (if not null) receives the printed schedule
+/// before the run. Returns the stats of the whole launch. Errors: those of
+/// Pipeline::create, run (prefixed with the batch when there are several)
+/// and finish; --repeat out of range; an --output that would replace what
+/// the run reads (the input, the manifest, a stage file, a meta cache file,
+/// or their directories); an unreadable input or a batch that does not fit
+/// the model; input ranks that see different inputs; an unwritable output.
+llvm::Expected<RunStats>
+runPipelineFiles(llvm::StringRef manifestPath, llvm::StringRef inputPath,
+                 llvm::StringRef outputPath, const LaunchEnv &env,
+                 const RunOptions &options,
+                 llvm::raw_ostream *schedule = nullptr, int64_t repeat = 1);
+
+} // namespace ppc
+
+#endif // PPC_TOOLS_PPC_RUNFILES_H
