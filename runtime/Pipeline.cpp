@@ -547,8 +547,13 @@ llvm::Error Pipeline::Impl::loadManifest() {
   if (!loaded)
     return loaded.takeError();
   manifest = std::move(*loaded);
-  auto placed = Placement::create(static_cast<int>(manifest.stages.size()),
-                                  env.worldSize);
+  int numStages = static_cast<int>(manifest.stages.size());
+  // A training schedule CSV places the stages itself: a stage runs on the
+  // row that names it.
+  auto placed = scheduleCSV.empty()
+                    ? Placement::create(numStages, env.worldSize)
+                    : placementFromCSV(scheduleCSV, numStages, env.worldSize,
+                                       "--schedule-csv");
   if (!placed)
     return placed.takeError();
   placement = *placed;
@@ -568,7 +573,7 @@ llvm::Error Pipeline::Impl::planSchedule() {
   if (!built)
     return built.takeError();
   schedule = std::move(*built);
-  return simulateSchedule(manifest, schedule);
+  return simulateSchedule(schedule);
 }
 
 /// Loads this rank's stages (onto the transport's device).
