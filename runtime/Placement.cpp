@@ -36,7 +36,7 @@ struct PlacementStyle {
 /// The registry: a new style is one row and one function.
 constexpr PlacementStyle kStyles[] = {
     {"loop", "stage k on rank k mod the rank count", loopRank},
-    {"v", "stage k on rank k, then back from the last rank (a V per rank)",
+    {"v", "stage k on rank k, then back from the last rank: a V per rank",
      vRank},
 };
 
