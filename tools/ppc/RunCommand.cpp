@@ -13,7 +13,6 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <memory>
-#include <optional>
 
 namespace ppc {
 
@@ -25,7 +24,6 @@ struct RunCommandOptions {
   bool stats = false;
   int64_t repeat = 1;
 };
-
 } // namespace
 
 static llvm::Expected<int> runRun(const RunCommandOptions &o) {

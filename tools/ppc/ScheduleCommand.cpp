@@ -20,7 +20,6 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
 
-#include <iterator>
 #include <memory>
 #include <optional>
 

@@ -17,7 +17,6 @@
 
 #include <cstdio>
 #include <memory>
-#include <optional>
 
 namespace ppc {
 
