@@ -794,36 +794,22 @@ llvm::Error Executor::recvBackward(const Action &a) {
 }
 
 void Executor::record(const Action &a, int64_t startUs) {
-  static constexpr const char *kNames[] = {
-      "F", "SEND_F", "RECV_F", "OUT", "B", "I", "W", "SEND_B", "RECV_B"};
+  const ActionInfo &info = actionInfo(a.kind);
   TraceEvent e;
-  e.name = kNames[static_cast<int>(a.kind)];
+  e.name = info.name.str();
+  e.category = info.category.str();
   e.stage = a.stage;
   e.microbatch = a.microbatch;
   e.startUs = startUs;
   e.durationUs = std::max<int64_t>(TraceRecorder::nowUs() - startUs, 0);
-  switch (a.kind) {
-  case ActionKind::SendF:
-  case ActionKind::SendB:
-  case ActionKind::RecvF:
-  case ActionKind::RecvB: {
-    bool sending = a.kind == ActionKind::SendF || a.kind == ActionKind::SendB;
-    int channel = channelOf(schedule, a);
+  if (int channel = channelOf(schedule, a); channel >= 0) {
+    bool sending = info.category == "send";
     int from = sending ? plan.rank : a.peerRank;
     int to = sending ? a.peerRank : plan.rank;
     int64_t seq = messages[{channel, from, to}]++;
-    e.category = sending ? "send" : "recv";
     e.flowId = messageFlowId(channel, from, to, (step.runIndex << 24) + seq);
     e.flowOut = sending;
     e.durationUs = std::max<int64_t>(e.durationUs, 1);
-    break;
-  }
-  case ActionKind::Output:
-    e.category = "other";
-    break;
-  default:
-    e.category = "compute";
-    break;
   }
   step.trace->add(std::move(e));
 }

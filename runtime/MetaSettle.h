@@ -20,6 +20,7 @@
 #ifndef PPC_RUNTIME_METASETTLE_H
 #define PPC_RUNTIME_METASETTLE_H
 
+#include "lib/Error.h"
 #include "lib/Manifest.h"
 #include "runtime/Executor.h"
 #include "runtime/MetaCache.h"
@@ -43,16 +44,14 @@ namespace ppc {
 /// A meta cache file was wrong: a value this rank produced contradicts the
 /// metadata the cache gave. The file has been removed (or could not be);
 /// the message says which and that the next run infers.
-class StaleCacheError : public llvm::ErrorInfo<StaleCacheError> {
+class StaleCacheError : public llvm::ErrorInfo<StaleCacheError, TypedError> {
 public:
   static char ID;
   StaleCacheError(std::string message, std::string path)
       : message_(std::move(message)), path_(std::move(path)) {}
+  /// The cache file.
   const std::string &path() const { return path_; }
-  void log(llvm::raw_ostream &os) const override { os << message_; }
-  std::error_code convertToErrorCode() const override {
-    return llvm::inconvertibleErrorCode();
-  }
+  std::string describe() const override { return message_; }
 
 private:
   std::string message_;

@@ -82,8 +82,12 @@ llvm::Expected<std::unique_ptr<Pipeline>>
 Pipeline::create(llvm::StringRef manifestPath, const LaunchEnv &env,
                  const RunOptions &options) {
   auto planner = [&](const Manifest &manifest,
-                     const Placement &placement) -> llvm::Expected<JobPlan> {
-    auto schedule = buildSchedule(manifest, placement, options.schedule,
+                     int worldSize) -> llvm::Expected<JobPlan> {
+    auto placement =
+        Placement::create(static_cast<int>(manifest.stages.size()), worldSize);
+    if (!placement)
+      return placement.takeError();
+    auto schedule = buildSchedule(manifest, *placement, options.schedule,
                                   options.microbatches);
     if (!schedule)
       return schedule.takeError();

@@ -69,12 +69,13 @@ RankContext::create(llvm::StringRef manifestPath, const LaunchEnv &env,
         c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(env.localRank));
   if (llvm::Error err = ctx->loadManifest())
     return err;
-  auto job = planner(ctx->manifest_, ctx->placement_);
+  auto job = planner(ctx->manifest_, env.worldSize);
   if (!job)
     return job.takeError();
   ctx->schedule_ = std::move(job->schedule);
+  ctx->placement_ = ctx->schedule_.placement;
   ctx->loss_ = job->loss;
-  if (llvm::Error err = simulateSchedule(ctx->manifest_, ctx->schedule_))
+  if (llvm::Error err = simulateSchedule(ctx->schedule_))
     return err;
   if (inputRootOf(ctx->manifest_, ctx->placement_) < 0)
     return makeError("manifest: no stage reads a model input");
@@ -106,7 +107,7 @@ RankContext::create(llvm::StringRef manifestPath, const LaunchEnv &env,
   return ctx;
 }
 
-/// Loads the manifest and places its stages on the ranks.
+/// Loads the manifest.
 llvm::Error RankContext::loadManifest() {
   // Hash the very bytes that are parsed: the cache key then names the
   // manifest that was used, even if the file changes meanwhile.
@@ -114,11 +115,6 @@ llvm::Error RankContext::loadManifest() {
   if (!loaded)
     return loaded.takeError();
   manifest_ = std::move(*loaded);
-  auto placed = Placement::create(static_cast<int>(manifest_.stages.size()),
-                                  env_.worldSize);
-  if (!placed)
-    return placed.takeError();
-  placement_ = *placed;
   return llvm::Error::success();
 }
 

@@ -12,9 +12,9 @@
 //
 // Creation, every step bounded by the options' timeout:
 //   1. check the options that need no manifest (they bound allocations);
-//   2. load the manifest, place its stages, let the job plan its schedule,
-//      and simulate the schedule (a deadlock is refused before any rank
-//      runs it);
+//   2. load the manifest, let the job place its stages and plan its
+//      schedule, and simulate the schedule (a deadlock is refused before
+//      any rank runs it);
 //   3. meet the other ranks (rendezvous, process groups, NCCL pairs), before
 //      loading stages, so that a rank that fails to load makes the others
 //      fail fast with "lost rank R" instead of waiting at a rendezvous;
@@ -47,18 +47,20 @@
 
 namespace ppc {
 
-/// What a job decides once the manifest is placed: its schedule (not yet
-/// simulated) and, for training, where the loss is computed.
+/// What a job decides once the manifest is loaded: its schedule (not yet
+/// simulated), which holds the placement of stages on ranks, and, for
+/// training, where the loss is computed.
 struct JobPlan {
   Schedule schedule;
   std::optional<LossSpec> loss;
 };
 
-/// Plans a job over a loaded manifest and its placement. Errors: whatever
-/// makes the job impossible (a schedule that does not fit the placement, a
-/// loss output that is not a Tensor, ...).
+/// Plans a job over a loaded manifest for `worldSize` ranks. Errors:
+/// whatever makes the job impossible (stages that cannot be placed, a
+/// schedule that does not fit the placement, a loss output that is not a
+/// Tensor, ...).
 using JobPlanner = std::function<llvm::Expected<JobPlan>(
-    const Manifest &manifest, const Placement &placement)>;
+    const Manifest &manifest, int worldSize)>;
 
 class RankContext {
 public:

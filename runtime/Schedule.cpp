@@ -1,22 +1,25 @@
 //===- runtime/Schedule.cpp - Pipeline schedules as data ------------------===//
 //
-// This file implements the schedule names, placement, edge discovery,
-// inference and training schedule generation, the deadlock simulator, the
-// CSV reader and writer, and schedule printing (see Schedule.h).
+// This file implements the schedule and action tables (Schedules.def,
+// Actions.def), edge discovery, the schedule generators and the one pass
+// that adds their communication, the deadlock simulator, the CSV reader
+// (schedule and placement) and writer, and schedule printing (see
+// Schedule.h).
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/Schedule.h"
 
 #include "lib/Error.h"
 
+#include "llvm/ADT/STLFunctionalExtras.h"
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringExtras.h"
-#include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
 #include <deque>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <set>
@@ -25,59 +28,71 @@
 
 namespace ppc {
 
+//===----------------------------------------------------------------------===//
+// The tables
+//===----------------------------------------------------------------------===//
+
+namespace {
+struct ScheduleInfo {
+  llvm::StringRef name;
+  bool inference;
+  llvm::StringRef help;
+};
+
+constexpr ScheduleInfo kSchedules[] = {
+#define SCHEDULE(Enum, Name, Inference, Help, Generator)                       \
+  {Name, Inference, Help},
+#include "runtime/Schedules.def"
+};
+
+constexpr ActionInfo kActions[] = {
+#define ACTION(Enum, Name, Letter, Category, UnitTime)                         \
+  {Name, Letter, Category, UnitTime},
+#include "runtime/Actions.def"
+};
+
+const ScheduleInfo &scheduleInfo(ScheduleKind kind) {
+  return kSchedules[static_cast<size_t>(kind)];
+}
+} // namespace
+
 llvm::StringRef scheduleName(ScheduleKind kind) {
-  switch (kind) {
-  case ScheduleKind::GPipe:
-    return "gpipe";
-  case ScheduleKind::OneFOneB:
-    return "1f1b";
-  case ScheduleKind::Interleaved1F1B:
-    return "interleaved-1f1b";
-  case ScheduleKind::ZeroBubbleH1:
-    return "zb-h1";
-  }
-  llvm_unreachable("unknown schedule kind");
+  return scheduleInfo(kind).name;
+}
+
+llvm::StringRef scheduleHelp(ScheduleKind kind) {
+  return scheduleInfo(kind).help;
+}
+
+bool scheduleRunsInference(ScheduleKind kind) {
+  return scheduleInfo(kind).inference;
 }
 
 std::optional<ScheduleKind> parseScheduleName(llvm::StringRef name) {
-  return llvm::StringSwitch<std::optional<ScheduleKind>>(name)
-      .Case("gpipe", ScheduleKind::GPipe)
-      .Case("1f1b", ScheduleKind::OneFOneB)
-      .Case("interleaved-1f1b", ScheduleKind::Interleaved1F1B)
-      .Case("zb-h1", ScheduleKind::ZeroBubbleH1)
-      .Default(std::nullopt);
+  for (ScheduleKind kind : kAllScheduleKinds)
+    if (scheduleName(kind) == name)
+      return kind;
+  return std::nullopt;
 }
 
-llvm::Expected<Placement> Placement::create(int numStages, int worldSize) {
-  if (worldSize < 1 || numStages < worldSize || numStages % worldSize != 0)
-    return makeError(
-        llvm::formatv("{0} stage{1} cannot be placed on WORLD_SIZE={2} "
-                      "rank{3}: the stage count must equal WORLD_SIZE or "
-                      "be a multiple of it",
-                      numStages, numStages == 1 ? "" : "s", worldSize,
-                      worldSize == 1 ? "" : "s")
-            .str());
-  return Placement{numStages, worldSize};
-}
-
-std::vector<int> Placement::stagesOf(int rank) const {
-  std::vector<int> out;
-  for (int s = rank; s < numStages; s += worldSize)
-    out.push_back(s);
-  return out;
-}
-
-std::string Placement::describe() const {
-  std::string out =
-      llvm::formatv("{0} stages on {1} ranks:", numStages, worldSize);
-  for (int r = 0; r < worldSize; ++r) {
-    out += llvm::formatv("{0} rank {1} [", r ? "," : "", r);
-    std::vector<int> stages = stagesOf(r);
-    for (size_t i = 0; i < stages.size(); ++i)
-      out += (i ? "," : "") + std::to_string(stages[i]);
-    out += "]";
+std::string scheduleNames(bool inferenceOnly, llvm::StringRef separator) {
+  std::vector<llvm::StringRef> names;
+  for (ScheduleKind kind : kAllScheduleKinds)
+    if (!inferenceOnly || scheduleRunsInference(kind))
+      names.push_back(scheduleName(kind));
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (i > 0)
+      out += !separator.empty()      ? separator.str()
+             : i + 1 == names.size() ? " or "
+                                     : ", ";
+    out += names[i].str();
   }
   return out;
+}
+
+const ActionInfo &actionInfo(ActionKind kind) {
+  return kActions[static_cast<size_t>(kind)];
 }
 
 llvm::Expected<std::vector<Edge>> boundaryEdges(const Manifest &manifest) {
@@ -107,62 +122,24 @@ llvm::Expected<std::vector<Edge>> boundaryEdges(const Manifest &manifest) {
 }
 
 std::string Action::str(const std::vector<Edge> &edges) const {
-  auto edgeText = [&] {
-    const Edge &e = edges[edge];
-    std::string consumer = e.collector ? "out" : std::to_string(e.consumer);
-    return llvm::formatv("{0}->{1}", e.producer, consumer).str();
-  };
-  switch (kind) {
-  case ActionKind::Forward:
-    return llvm::formatv("F stage={0} mb={1}", stage, microbatch);
-  case ActionKind::SendF:
-    return llvm::formatv("SEND_F {0} mb={1} to={2}", edgeText(), microbatch,
-                         peerRank);
-  case ActionKind::RecvF:
-    return llvm::formatv("RECV_F {0} mb={1} from={2}", edgeText(), microbatch,
-                         peerRank);
-  case ActionKind::Output:
-    return llvm::formatv("OUT mb={0}", microbatch);
-  case ActionKind::Backward:
-    return llvm::formatv("B stage={0} mb={1}", stage, microbatch);
-  case ActionKind::BackwardInput:
-    return llvm::formatv("I stage={0} mb={1}", stage, microbatch);
-  case ActionKind::BackwardWeight:
-    return llvm::formatv("W stage={0} mb={1}", stage, microbatch);
-  case ActionKind::SendB:
-    return llvm::formatv("SEND_B {0} mb={1} to={2}", edgeText(), microbatch,
-                         peerRank);
-  case ActionKind::RecvB:
-    return llvm::formatv("RECV_B {0} mb={1} from={2}", edgeText(), microbatch,
-                         peerRank);
-  }
-  return "?";
+  const ActionInfo &info = actionInfo(kind);
+  if (isCompute())
+    return llvm::formatv("{0} stage={1} mb={2}", info.name, stage, microbatch);
+  if (info.category != "send" && info.category != "recv")
+    return llvm::formatv("{0} mb={1}", info.name, microbatch);
+  const Edge &e = edges[edge];
+  std::string consumer = e.collector ? "out" : std::to_string(e.consumer);
+  return llvm::formatv("{0} {1}->{2} mb={3} {4}={5}", info.name, e.producer,
+                       consumer, microbatch,
+                       info.category == "send" ? "to" : "from", peerRank);
 }
 
-bool Action::isCompute() const {
-  return kind == ActionKind::Forward || kind == ActionKind::Backward ||
-         kind == ActionKind::BackwardInput ||
-         kind == ActionKind::BackwardWeight;
-}
+bool Action::isCompute() const { return actionInfo(kind).letter != 0; }
 
 std::string Action::cell() const {
-  char letter;
-  switch (kind) {
-  case ActionKind::Forward:
-    letter = 'F';
-    break;
-  case ActionKind::Backward:
-    letter = 'B';
-    break;
-  case ActionKind::BackwardInput:
-    letter = 'I';
-    break;
-  case ActionKind::BackwardWeight:
-    letter = 'W';
-    break;
-  default:
+  char letter = actionInfo(kind).letter;
+  if (letter == 0)
     return "";
-  }
   return std::to_string(stage) + letter + std::to_string(microbatch);
 }
 
@@ -184,6 +161,10 @@ int channelOf(const Schedule &schedule, const Action &action) {
   }
 }
 
+//===----------------------------------------------------------------------===//
+// Generators: every rank's compute order
+//===----------------------------------------------------------------------===//
+
 namespace {
 /// Per stage (0..N, N = the collector): the indices of the edges it reads
 /// and of those it feeds, so that building and simulating a schedule never
@@ -192,8 +173,8 @@ struct EdgeIndex {
   std::vector<std::vector<int>> in, out;
 
   explicit EdgeIndex(const Schedule &schedule)
-      : in(schedule.placement.numStages + 1),
-        out(schedule.placement.numStages + 1) {
+      : in(schedule.placement.numStages() + 1),
+        out(schedule.placement.numStages() + 1) {
     for (size_t e = 0; e < schedule.edges.size(); ++e) {
       in[schedule.edges[e].consumer].push_back(static_cast<int>(e));
       out[schedule.edges[e].producer].push_back(static_cast<int>(e));
@@ -201,84 +182,8 @@ struct EdgeIndex {
   }
 };
 
-/// Rank `r`'s (stage, microbatch) items in the order of `kind` (see
-/// Schedule.h); stage N is the collector.
-std::vector<std::pair<int, int>> orderedItems(const Placement &placement,
-                                              ScheduleKind kind,
-                                              int microbatches, int r) {
-  std::vector<int> stages = placement.stagesOf(r);
-  if (r == placement.outputRank())
-    stages.push_back(placement.numStages);
-  std::vector<std::pair<int, int>> items;
-  items.reserve(stages.size() * static_cast<size_t>(microbatches));
-  for (int s : stages)
-    for (int m = 0; m < microbatches; ++m)
-      items.emplace_back(s, m);
-  auto key = [kind](const std::pair<int, int> &item) {
-    auto [s, m] = item;
-    return kind == ScheduleKind::GPipe ? std::make_pair(s, m)
-                                       : std::make_pair(s + m, -s);
-  };
-  std::sort(items.begin(), items.end(),
-            [&](const auto &a, const auto &b) { return key(a) < key(b); });
-  return items;
-}
-} // namespace
-
-llvm::Expected<Schedule> buildSchedule(const Manifest &manifest,
-                                       const Placement &placement,
-                                       ScheduleKind kind, int microbatches) {
-  if (microbatches < 1)
-    return makeError("--microbatches must be at least 1");
-  if (kind != ScheduleKind::GPipe && kind != ScheduleKind::OneFOneB)
-    return makeError(llvm::formatv("schedule {0} is for training (ppc train); "
-                                   "ppc run takes gpipe or 1f1b",
-                                   scheduleName(kind))
-                         .str());
-  auto edges = boundaryEdges(manifest);
-  if (!edges)
-    return edges.takeError();
-  Schedule schedule;
-  schedule.kind = kind;
-  schedule.microbatches = microbatches;
-  schedule.placement = placement;
-  schedule.edges = std::move(*edges);
-  schedule.ranks.resize(placement.worldSize);
-  int n = placement.numStages;
-  EdgeIndex index(schedule);
-
-  for (int r = 0; r < placement.worldSize; ++r) {
-    std::vector<Action> &actions = schedule.ranks[r];
-    for (auto [s, m] : orderedItems(placement, kind, microbatches, r)) {
-      for (int e : index.in[s]) {
-        int from = placement.rankOf(schedule.edges[e].producer);
-        if (from != r)
-          actions.push_back({ActionKind::RecvF, s, m, e, from});
-      }
-      actions.push_back(
-          {s == n ? ActionKind::Output : ActionKind::Forward, s, m});
-      if (s == n)
-        continue;
-      for (int e : index.out[s]) {
-        int to = placement.rankOf(schedule.edges[e].consumer);
-        if (to != r)
-          actions.push_back({ActionKind::SendF, s, m, e, to});
-      }
-    }
-  }
-  return schedule;
-}
-
-//===----------------------------------------------------------------------===//
-// Training schedules: compute orders, then communication
-//===----------------------------------------------------------------------===//
-
-namespace {
-/// Time units of the unit-time model (printGrid and the 1f1b / zb-h1
-/// orders of ranks holding several stages).
-int64_t unitTime(ActionKind kind) {
-  return kind == ActionKind::Backward ? 2 : 1;
-}
+/// Per rank, its compute actions in order (F, B, I, W; OUT in inference).
+using Orders = std::vector<std::vector<Action>>;
 
 /// Start times of compute actions when every device runs its list in order,
 /// each action as soon as the device is free and its inputs exist, in the
@@ -331,7 +236,7 @@ public:
         if (blocked)
           break;
         start[d][pc[d]] = at;
-        freeAt[d] = at + unitTime(a.kind);
+        freeAt[d] = at + actionInfo(a.kind).unitTime;
         length = std::max(length, freeAt[d]);
         if (a.kind == ActionKind::BackwardWeight)
           continue;
@@ -389,18 +294,49 @@ private:
   int numStages, microbatches;
 };
 
-/// GPipe: all forwards in inference gpipe order (stage, microbatch), then
-/// all backwards, later stages first, microbatches in order.
-std::vector<std::vector<Action>> gpipeOrders(const Placement &placement,
-                                             int microbatches) {
-  std::vector<std::vector<Action>> orders(placement.worldSize);
-  for (int r = 0; r < placement.worldSize; ++r) {
+/// Inference: rank r's forwards, and on the output rank the collector's
+/// OUTs, in the order of `key(stage, microbatch)` (see Schedule.h).
+template <typename Key>
+Orders inferenceOrders(const Schedule &schedule, Key key) {
+  const Placement &placement = schedule.placement;
+  int n = placement.numStages();
+  Orders orders(placement.worldSize());
+  for (int r = 0; r < placement.worldSize(); ++r) {
+    std::vector<int> stages = placement.stagesOf(r);
+    if (r == placement.outputRank())
+      stages.push_back(n);
+    std::vector<std::pair<int, int>> items;
+    items.reserve(stages.size() * static_cast<size_t>(schedule.microbatches));
+    for (int s : stages)
+      for (int m = 0; m < schedule.microbatches; ++m)
+        items.emplace_back(s, m);
+    std::sort(items.begin(), items.end(), [&](const auto &a, const auto &b) {
+      return key(a.first, a.second) < key(b.first, b.second);
+    });
+    for (auto [s, m] : items)
+      orders[r].push_back(
+          {s == n ? ActionKind::Output : ActionKind::Forward, s, m});
+  }
+  return orders;
+}
+
+/// GPipe. Inference: a rank runs all microbatches through its first stage,
+/// then through its next, ... Training: those forwards, then all
+/// backwards, later stages first, microbatches in order.
+llvm::Expected<Orders> gpipeOrders(const Schedule &schedule,
+                                   const EdgeIndex &) {
+  if (!schedule.training)
+    return inferenceOrders(schedule,
+                           [](int s, int m) { return std::make_pair(s, m); });
+  const Placement &placement = schedule.placement;
+  Orders orders(placement.worldSize());
+  for (int r = 0; r < placement.worldSize(); ++r) {
     std::vector<int> stages = placement.stagesOf(r);
     for (int s : stages)
-      for (int m = 0; m < microbatches; ++m)
+      for (int m = 0; m < schedule.microbatches; ++m)
         orders[r].push_back({ActionKind::Forward, s, m});
     for (auto it = stages.rbegin(); it != stages.rend(); ++it)
-      for (int m = 0; m < microbatches; ++m)
+      for (int m = 0; m < schedule.microbatches; ++m)
         orders[r].push_back({ActionKind::Backward, *it, m});
   }
   return orders;
@@ -441,10 +377,10 @@ std::vector<Action> oneFOneBStageOrder(int s, int numStages, int microbatches,
 /// device of its own (later stage first on ties). Dependencies start
 /// strictly after what they depend on, so the ranks' orders are deadlock
 /// free whenever the per-stage ones are.
-llvm::Expected<std::vector<std::vector<Action>>>
-perStageOrders(const Schedule &schedule, const EdgeIndex &index, bool split) {
+llvm::Expected<Orders> perStageOrders(const Schedule &schedule,
+                                      const EdgeIndex &index, bool split) {
   const Placement &placement = schedule.placement;
-  int n = placement.numStages;
+  int n = placement.numStages();
   std::vector<std::vector<Action>> stages(n);
   for (int s = 0; s < n; ++s)
     stages[s] = oneFOneBStageOrder(s, n, schedule.microbatches, split);
@@ -452,8 +388,8 @@ perStageOrders(const Schedule &schedule, const EdgeIndex &index, bool split) {
   if (llvm::Error err = timeline.run(stages, "stage"))
     return withContext(std::move(err),
                        "cannot order " + scheduleName(schedule.kind));
-  std::vector<std::vector<Action>> orders(placement.worldSize);
-  for (int r = 0; r < placement.worldSize; ++r) {
+  std::vector<std::vector<Action>> orders(placement.worldSize());
+  for (int r = 0; r < placement.worldSize(); ++r) {
     std::vector<std::tuple<int64_t, int, size_t>> keyed;
     for (int s : placement.stagesOf(r))
       for (size_t i = 0; i < stages[s].size(); ++i)
@@ -463,6 +399,24 @@ perStageOrders(const Schedule &schedule, const EdgeIndex &index, bool split) {
       orders[r].push_back(stages[-negStage][i]);
   }
   return orders;
+}
+
+/// 1F1B. Inference (no backward): the items in the order of an ideal
+/// synchronous pipeline's clock, key (stage + microbatch, -stage), later
+/// stages first on ties. Training: Megatron's order per stage, merged per
+/// rank (perStageOrders).
+llvm::Expected<Orders> oneFOneBOrders(const Schedule &schedule,
+                                      const EdgeIndex &index) {
+  if (!schedule.training)
+    return inferenceOrders(
+        schedule, [](int s, int m) { return std::make_pair(s + m, -s); });
+  return perStageOrders(schedule, index, /*split=*/false);
+}
+
+/// ZB-H1: 1F1B with every B split into I and W (oneFOneBStageOrder).
+llvm::Expected<Orders> zeroBubbleOrders(const Schedule &schedule,
+                                        const EdgeIndex &index) {
+  return perStageOrders(schedule, index, /*split=*/true);
 }
 
 /// Interleaved 1F1B (PyTorch's ScheduleInterleaved1F1B, Megatron-LM's
@@ -475,15 +429,29 @@ perStageOrders(const Schedule &schedule, const EdgeIndex &index, bool split) {
 /// are spread over the rounds as evenly as possible (the first M % rounds
 /// rounds take one more), which is PyTorch's order whenever PyTorch
 /// accepts M.
-std::vector<std::vector<Action>> interleavedOrders(const Placement &placement,
-                                                   int microbatches) {
-  int ranks = placement.worldSize;
-  int local = placement.numStages / ranks;
+llvm::Expected<Orders> interleavedOrders(const Schedule &schedule,
+                                         const EdgeIndex &) {
+  const Placement &placement = schedule.placement;
+  if (placement.numStages() < 2 * placement.worldSize())
+    return makeError(
+        llvm::formatv(
+            "interleaved-1f1b needs at least 2 stages per rank "
+            "({0} stage{1} on {2} rank{3})",
+            placement.numStages(), placement.numStages() == 1 ? "" : "s",
+            placement.worldSize(), placement.worldSize() == 1 ? "" : "s")
+            .str());
+  // Rank r's stages are r, r+R, ...: the rounds below name them so.
+  if (!placement.isLoop())
+    return makeError("interleaved-1f1b needs the loop placement, not " +
+                     placement.rule());
+  int microbatches = schedule.microbatches;
+  int ranks = placement.worldSize();
+  int local = placement.numStages() / ranks;
   int rounds = std::max(1, microbatches / ranks);
   std::vector<int> sizes(rounds, microbatches / rounds);
   for (int g = 0; g < microbatches % rounds; ++g)
     ++sizes[g];
-  std::vector<std::vector<Action>> orders(ranks);
+  Orders orders(ranks);
   for (int r = 0; r < ranks; ++r) {
     std::vector<Action> forwards, backwards;
     int first = 0;
@@ -511,14 +479,23 @@ std::vector<std::vector<Action>> interleavedOrders(const Placement &placement,
   return orders;
 }
 
+using OrderGenerator = llvm::Expected<Orders> (*)(const Schedule &,
+                                                  const EdgeIndex &);
+
+/// Schedules.def's generators, in the order of ScheduleKind.
+constexpr OrderGenerator kGenerators[] = {
+#define SCHEDULE(Enum, Name, Inference, Help, Gen) Gen,
+#include "runtime/Schedules.def"
+};
+
 /// Fills schedule.ranks from every rank's compute order: RECV_F of every
-/// remote input edge before an F and SEND_F of every remote output edge
-/// after it; RECV_B of every remote output edge before a B or I and SEND_B
+/// remote input edge before an F or OUT and SEND_F of every remote output
+/// edge after it; RECV_B of every remote output edge before a B or I and SEND_B
 /// of every remote input edge after it. A stage runs its forwards (and its
 /// backwards) in microbatch order in every generated schedule, so each
 /// channel's messages are sent and received in the same order.
 void addCommunication(Schedule &schedule, const EdgeIndex &index,
-                      const std::vector<std::vector<Action>> &orders) {
+                      const Orders &orders) {
   const Placement &placement = schedule.placement;
   for (size_t r = 0; r < orders.size(); ++r) {
     std::vector<Action> &actions = schedule.ranks[r];
@@ -532,6 +509,7 @@ void addCommunication(Schedule &schedule, const EdgeIndex &index,
       };
       switch (a.kind) {
       case ActionKind::Forward:
+      case ActionKind::Output:
         for (int e : index.in[s])
           if (int peer = remote(e, false); peer >= 0)
             actions.push_back({ActionKind::RecvF, s, m, e, peer});
@@ -558,6 +536,19 @@ void addCommunication(Schedule &schedule, const EdgeIndex &index,
   }
 }
 
+/// Fills schedule.ranks (edges, placement and kind set) with the actions of
+/// its kind: the generator's compute orders and their communication.
+llvm::Error generate(Schedule &schedule) {
+  EdgeIndex index(schedule);
+  auto orders =
+      kGenerators[static_cast<size_t>(schedule.kind)](schedule, index);
+  if (!orders)
+    return orders.takeError();
+  schedule.ranks.assign(schedule.placement.worldSize(), {});
+  addCommunication(schedule, index, *orders);
+  return llvm::Error::success();
+}
+
 /// A training schedule without actions: placement, microbatches and the
 /// edges between stages.
 llvm::Expected<Schedule> emptyTrainingSchedule(const Manifest &manifest,
@@ -565,10 +556,11 @@ llvm::Expected<Schedule> emptyTrainingSchedule(const Manifest &manifest,
                                                int microbatches) {
   if (microbatches < 1)
     return makeError("--microbatches must be at least 1");
-  if (static_cast<size_t>(placement.numStages) != manifest.stages.size())
+  if (static_cast<size_t>(placement.numStages()) != manifest.stages.size())
     return makeError(llvm::formatv("the placement has {0} stages but the "
                                    "manifest {1}",
-                                   placement.numStages, manifest.stages.size())
+                                   placement.numStages(),
+                                   manifest.stages.size())
                          .str());
   auto edges = boundaryEdges(manifest);
   if (!edges)
@@ -580,10 +572,34 @@ llvm::Expected<Schedule> emptyTrainingSchedule(const Manifest &manifest,
   for (Edge &e : *edges)
     if (!e.collector)
       schedule.edges.push_back(std::move(e));
-  schedule.ranks.resize(placement.worldSize);
+  schedule.ranks.resize(placement.worldSize());
   return schedule;
 }
 } // namespace
+
+llvm::Expected<Schedule> buildSchedule(const Manifest &manifest,
+                                       const Placement &placement,
+                                       ScheduleKind kind, int microbatches) {
+  if (microbatches < 1)
+    return makeError("--microbatches must be at least 1");
+  if (!scheduleRunsInference(kind))
+    return makeError(llvm::formatv("schedule {0} is for training (ppc train); "
+                                   "ppc run takes {1}",
+                                   scheduleName(kind),
+                                   scheduleNames(/*inferenceOnly=*/true))
+                         .str());
+  auto edges = boundaryEdges(manifest);
+  if (!edges)
+    return edges.takeError();
+  Schedule schedule;
+  schedule.kind = kind;
+  schedule.microbatches = microbatches;
+  schedule.placement = placement;
+  schedule.edges = std::move(*edges);
+  if (llvm::Error err = generate(schedule))
+    return err;
+  return schedule;
+}
 
 llvm::Expected<Schedule> buildTrainingSchedule(const Manifest &manifest,
                                                const Placement &placement,
@@ -593,34 +609,8 @@ llvm::Expected<Schedule> buildTrainingSchedule(const Manifest &manifest,
   if (!schedule)
     return schedule.takeError();
   schedule->kind = kind;
-  EdgeIndex index(*schedule);
-  std::vector<std::vector<Action>> orders;
-  switch (kind) {
-  case ScheduleKind::GPipe:
-    orders = gpipeOrders(placement, microbatches);
-    break;
-  case ScheduleKind::OneFOneB:
-  case ScheduleKind::ZeroBubbleH1: {
-    auto o =
-        perStageOrders(*schedule, index, kind == ScheduleKind::ZeroBubbleH1);
-    if (!o)
-      return o.takeError();
-    orders = std::move(*o);
-    break;
-  }
-  case ScheduleKind::Interleaved1F1B:
-    if (placement.numStages < 2 * placement.worldSize)
-      return makeError(
-          llvm::formatv(
-              "interleaved-1f1b needs at least 2 stages per rank "
-              "({0} stage{1} on {2} rank{3})",
-              placement.numStages, placement.numStages == 1 ? "" : "s",
-              placement.worldSize, placement.worldSize == 1 ? "" : "s")
-              .str());
-    orders = interleavedOrders(placement, microbatches);
-    break;
-  }
-  addCommunication(*schedule, index, orders);
+  if (llvm::Error err = generate(*schedule))
+    return err;
   return schedule;
 }
 
@@ -636,16 +626,16 @@ class Simulator {
 public:
   explicit Simulator(const Schedule &schedule)
       : schedule(schedule), placement(schedule.placement), index(schedule),
-        channels(schedule.channelCount()), ran(placement.numStages + 1),
-        grad(placement.numStages + 1), received(schedule.channelCount()),
-        pc(placement.worldSize, 0), waitingOn(schedule.channelCount(), -1) {}
+        channels(schedule.channelCount()), ran(placement.numStages() + 1),
+        grad(placement.numStages() + 1), received(schedule.channelCount()),
+        pc(placement.worldSize(), 0), waitingOn(schedule.channelCount(), -1) {}
 
   llvm::Error run() {
     if (schedule.training)
       if (llvm::Error err = checkTrainingActions())
         return err;
     std::vector<int> runnable;
-    for (int r = 0; r < placement.worldSize; ++r)
+    for (int r = 0; r < placement.worldSize(); ++r)
       runnable.push_back(r);
     while (!runnable.empty()) {
       int r = runnable.back();
@@ -670,7 +660,7 @@ private:
   /// The ranges every action must respect, so that no bad index reaches the
   /// simulator's tables.
   llvm::Error checkRanges(int r, size_t i, const Action &a) {
-    int n = placement.numStages;
+    int n = placement.numStages();
     bool comm = channelOf(schedule, a) >= 0;
     bool backward = a.kind == ActionKind::Backward ||
                     a.kind == ActionKind::BackwardInput ||
@@ -708,10 +698,10 @@ private:
   /// one W. Checked up front so that a missing action is named as such
   /// rather than as the deadlock it causes.
   llvm::Error checkTrainingActions() {
-    int n = placement.numStages, mbs = schedule.microbatches;
+    int n = placement.numStages(), mbs = schedule.microbatches;
     enum : uint8_t { kF = 1, kB = 2, kI = 4, kW = 8 };
     std::vector<uint8_t> seen(static_cast<size_t>(n) * mbs, 0);
-    for (int r = 0; r < placement.worldSize; ++r)
+    for (int r = 0; r < placement.worldSize(); ++r)
       for (size_t i = 0; i < schedule.ranks[r].size(); ++i) {
         const Action &a = schedule.ranks[r][i];
         if (llvm::Error err = checkRanges(r, i, a))
@@ -902,7 +892,7 @@ private:
                 "{0} runs {1} on rank {2} before its input "
                 "from stage {3}",
                 who(),
-                stage == placement.numStages
+                stage == placement.numStages()
                     ? llvm::formatv("OUT mb={0}", m).str()
                     : llvm::formatv("F stage={0} mb={1}", stage, m).str(),
                 r, producer)
@@ -963,7 +953,7 @@ private:
   /// every microbatch where it is placed.
   llvm::Error checkFinished() {
     std::string stuck;
-    for (int r = 0; r < placement.worldSize; ++r)
+    for (int r = 0; r < placement.worldSize(); ++r)
       if (pc[r] < schedule.ranks[r].size())
         stuck += (stuck.empty() ? "" : "; ") + stuckAt(r);
     if (!stuck.empty())
@@ -984,11 +974,11 @@ private:
     }
     if (schedule.training) // checkTrainingActions() saw every action
       return llvm::Error::success();
-    for (int s = 0; s <= placement.numStages; ++s)
+    for (int s = 0; s <= placement.numStages(); ++s)
       for (int m = 0; m < schedule.microbatches; ++m)
         if (!has(ran[s], m))
           return makeError(llvm::formatv("{0} never runs {1} mb={2}", who(),
-                                         s == placement.numStages
+                                         s == placement.numStages()
                                              ? std::string("OUT")
                                              : "F stage=" + std::to_string(s),
                                          m)
@@ -1022,9 +1012,7 @@ private:
 };
 } // namespace
 
-llvm::Error simulateSchedule(const Manifest &, const Schedule &schedule) {
-  // The schedule's edges carry everything the manifest says about who
-  // feeds whom.
+llvm::Error simulateSchedule(const Schedule &schedule) {
   return Simulator(schedule).run();
 }
 
@@ -1064,36 +1052,118 @@ std::optional<int> takeNumber(llvm::StringRef &text) {
   return value;
 }
 
-/// One CSV cell: {stage}{F|B|I|W}{microbatch}, like _Action.from_str reads
-/// it (surrounding blanks ignored; a quoted cell is unquoted first).
+/// One CSV cell: {stage}{letter}{microbatch} with a compute action's letter
+/// of Actions.def, like _Action.from_str reads it (surrounding blanks
+/// ignored; a quoted cell is unquoted first).
 std::optional<Action> parseCell(llvm::StringRef cell) {
   std::optional<int> stage = takeNumber(cell);
   if (!stage || cell.empty())
     return std::nullopt;
-  ActionKind kind;
-  switch (cell.front()) {
-  case 'F':
-    kind = ActionKind::Forward;
-    break;
-  case 'B':
-    kind = ActionKind::Backward;
-    break;
-  case 'I':
-    kind = ActionKind::BackwardInput;
-    break;
-  case 'W':
-    kind = ActionKind::BackwardWeight;
-    break;
-  default:
+  const ActionInfo *found = std::find_if(
+      std::begin(kActions), std::end(kActions),
+      [&](const ActionInfo &info) { return info.letter == cell.front(); });
+  if (found == std::end(kActions) || found->letter == 0)
     return std::nullopt;
-  }
+  auto kind = static_cast<ActionKind>(found - std::begin(kActions));
   cell = cell.drop_front();
   std::optional<int> microbatch = takeNumber(cell);
   if (!microbatch || !cell.empty())
     return std::nullopt;
   return Action{kind, *stage, *microbatch};
 }
+
+/// Reads the rows of a schedule CSV, expecting `ranks` of them, and hands
+/// every compute cell with a stage below `numStages` to `onCell` with its
+/// row and the "schedule 'x.csv' row 1 (rank 0), cell 2: " that names it;
+/// `who` is "schedule 'x.csv'". Errors: the row count, a cell that is not a
+/// compute action or names a stage out of range, and onCell's.
+llvm::Error
+readCSVRows(llvm::StringRef text, int ranks, int numStages, llvm::StringRef who,
+            llvm::function_ref<llvm::Error(int row, const std::string &where,
+                                           const Action &a)>
+                onCell) {
+  int row = 0;
+  while (!text.empty()) {
+    auto [line, rest] = text.split('\n');
+    text = rest;
+    line.consume_back("\r");
+    if (row == ranks)
+      return makeError(llvm::formatv("{0} has more than {1} row{2}; expected "
+                                     "one per rank",
+                                     who, ranks, ranks == 1 ? "" : "s")
+                           .str());
+    llvm::SmallVector<llvm::StringRef, 0> cells;
+    if (!line.empty())
+      line.split(cells, ',');
+    for (size_t c = 0; c < cells.size(); ++c) {
+      llvm::StringRef raw = cells[c].trim(" \t");
+      llvm::StringRef cell = raw;
+      if (cell.size() >= 2 && cell.front() == '"' && cell.back() == '"')
+        cell = cell.drop_front().drop_back().trim(" \t");
+      if (cell.empty())
+        continue;
+      std::string where =
+          llvm::formatv("{0} row {1} (rank {2}), cell {3}: ", who, row + 1, row,
+                        c + 1)
+              .str();
+      std::optional<Action> a = parseCell(cell);
+      if (!a)
+        return makeError(where + "'" + raw.str() +
+                         "' is not a compute action like 0F1, 1B0, 0I3 or "
+                         "0W3");
+      if (a->stage >= numStages)
+        return makeError(where + llvm::formatv("stage {0} is out of range ({1} "
+                                               "stage{2})",
+                                               a->stage, numStages,
+                                               numStages == 1 ? "" : "s")
+                                     .str());
+      if (llvm::Error err = onCell(row, where, *a))
+        return err;
+    }
+    ++row;
+  }
+  if (row != ranks)
+    return makeError(llvm::formatv("{0} has {1} row{2}; expected one per rank "
+                                   "({3})",
+                                   who, row, row == 1 ? "" : "s", ranks)
+                         .str());
+  return llvm::Error::success();
+}
 } // namespace
+
+llvm::Expected<Placement> placementFromCSV(llvm::StringRef text, int numStages,
+                                           int worldSize,
+                                           llvm::StringRef name) {
+  std::string who = "schedule '" + name.str() + "'";
+  std::vector<int> ranks(std::max(numStages, 0), -1);
+  if (llvm::Error err = readCSVRows(
+          text, worldSize, numStages, who,
+          [&](int row, const std::string &where,
+              const Action &a) -> llvm::Error {
+            int &rank = ranks[a.stage];
+            if (rank >= 0 && rank != row)
+              return makeError(where + llvm::formatv("stage {0} already runs "
+                                                     "on rank {1} (row {2})",
+                                                     a.stage, rank, rank + 1)
+                                           .str());
+            rank = row;
+            return llvm::Error::success();
+          }))
+    return err;
+  std::vector<bool> used(worldSize, false);
+  for (int s = 0; s < numStages; ++s) {
+    if (ranks[s] < 0)
+      return makeError(
+          llvm::formatv("{0} runs no action of stage {1}", who, s).str());
+    used[ranks[s]] = true;
+  }
+  for (int r = 0; r < worldSize; ++r)
+    if (!used[r])
+      return makeError(
+          llvm::formatv("{0} row {1} (rank {2}) runs no stage", who, r + 1, r)
+              .str());
+  return Placement::fromRanks(std::move(ranks), worldSize, "csv");
+}
 
 llvm::Expected<Schedule> trainingScheduleFromCSV(const Manifest &manifest,
                                                  const Placement &placement,
@@ -1105,80 +1175,43 @@ llvm::Expected<Schedule> trainingScheduleFromCSV(const Manifest &manifest,
     return schedule.takeError();
   schedule->origin = name.str();
   std::string who = "schedule '" + name.str() + "'";
-  int ranks = placement.worldSize;
+  Orders orders(placement.worldSize());
   // A rank runs F, I and W at most once per stage and microbatch.
-  size_t maxActions =
-      3 * placement.stagesOf(0).size() * static_cast<size_t>(microbatches);
-  std::vector<std::vector<Action>> orders(ranks);
-  int row = 0;
-  while (!text.empty()) {
-    auto [line, rest] = text.split('\n');
-    text = rest;
-    line.consume_back("\r");
-    if (row == ranks)
-      return makeError(llvm::formatv("{0} has more than {1} row{2}; expected "
-                                     "one per rank",
-                                     who, ranks, ranks == 1 ? "" : "s")
-                           .str());
-    auto where = [&](size_t cell) {
-      return llvm::formatv("{0} row {1} (rank {2}), cell {3}: ", who, row + 1,
-                           row, cell + 1)
-          .str();
-    };
-    llvm::SmallVector<llvm::StringRef, 0> cells;
-    if (!line.empty())
-      line.split(cells, ',');
-    for (size_t c = 0; c < cells.size(); ++c) {
-      llvm::StringRef raw = cells[c].trim(" \t");
-      llvm::StringRef cell = raw;
-      if (cell.size() >= 2 && cell.front() == '"' && cell.back() == '"')
-        cell = cell.drop_front().drop_back().trim(" \t");
-      if (cell.empty())
-        continue;
-      std::optional<Action> a = parseCell(cell);
-      if (!a)
-        return makeError(where(c) + "'" + raw.str() +
-                         "' is not a compute action like 0F1, 1B0, 0I3 or "
-                         "0W3");
-      if (a->stage >= placement.numStages)
-        return makeError(where(c) +
-                         llvm::formatv("stage {0} is out of range ({1} "
-                                       "stage{2})",
-                                       a->stage, placement.numStages,
-                                       placement.numStages == 1 ? "" : "s")
-                             .str());
-      if (a->microbatch >= microbatches)
-        return makeError(where(c) +
-                         llvm::formatv("microbatch {0} is out of range ({1} "
-                                       "microbatch{2})",
-                                       a->microbatch, microbatches,
-                                       microbatches == 1 ? "" : "es")
-                             .str());
-      if (placement.rankOf(a->stage) != row)
-        return makeError(where(c) +
-                         llvm::formatv("stage {0} runs on rank {1} (stage k "
-                                       "on rank k mod {2}), not on rank {3}",
-                                       a->stage, placement.rankOf(a->stage),
-                                       ranks, row)
-                             .str());
-      if (orders[row].size() == maxActions)
-        return makeError(llvm::formatv("{0} row {1} (rank {2}) has more than "
-                                       "{3} actions (3 per stage and "
-                                       "microbatch)",
-                                       who, row + 1, row, maxActions)
-                             .str());
-      orders[row].push_back(*a);
-    }
-    ++row;
-  }
-  if (row != ranks)
-    return makeError(llvm::formatv("{0} has {1} row{2}; expected one per rank "
-                                   "({3})",
-                                   who, row, row == 1 ? "" : "s", ranks)
-                         .str());
+  std::vector<size_t> maxActions(placement.worldSize());
+  for (int r = 0; r < placement.worldSize(); ++r)
+    maxActions[r] =
+        3 * placement.stagesOf(r).size() * static_cast<size_t>(microbatches);
+  if (llvm::Error err = readCSVRows(
+          text, placement.worldSize(), placement.numStages(), who,
+          [&](int row, const std::string &where,
+              const Action &a) -> llvm::Error {
+            if (a.microbatch >= microbatches)
+              return makeError(where +
+                               llvm::formatv("microbatch {0} is out of range "
+                                             "({1} microbatch{2})",
+                                             a.microbatch, microbatches,
+                                             microbatches == 1 ? "" : "es")
+                                   .str());
+            if (placement.rankOf(a.stage) != row)
+              return makeError(where +
+                               llvm::formatv("stage {0} runs on rank {1} "
+                                             "({2}), not on rank {3}",
+                                             a.stage, placement.rankOf(a.stage),
+                                             placement.rule(), row)
+                                   .str());
+            if (orders[row].size() == maxActions[row])
+              return makeError(llvm::formatv("{0} row {1} (rank {2}) has more "
+                                             "than {3} actions (3 per stage "
+                                             "and microbatch)",
+                                             who, row + 1, row, maxActions[row])
+                                   .str());
+            orders[row].push_back(a);
+            return llvm::Error::success();
+          }))
+    return err;
   EdgeIndex index(*schedule);
   addCommunication(*schedule, index, orders);
-  if (llvm::Error err = simulateSchedule(manifest, *schedule))
+  if (llvm::Error err = simulateSchedule(*schedule))
     return err;
   return schedule;
 }
@@ -1188,7 +1221,7 @@ llvm::Expected<Schedule> trainingScheduleFromCSV(const Manifest &manifest,
 //===----------------------------------------------------------------------===//
 
 std::vector<int> peakActivations(const Schedule &schedule) {
-  int n = schedule.placement.numStages;
+  int n = schedule.placement.numStages();
   std::vector<int> peak(n, 0), held(n, 0);
   for (const std::vector<Action> &actions : schedule.ranks)
     for (const Action &a : actions) {
@@ -1205,16 +1238,16 @@ std::vector<int> peakActivations(const Schedule &schedule) {
 
 void printGrid(const Schedule &schedule, llvm::raw_ostream &os) {
   const Placement &placement = schedule.placement;
-  std::vector<std::vector<Action>> devices(placement.worldSize);
+  std::vector<std::vector<Action>> devices(placement.worldSize());
   size_t width = 1;
-  for (int r = 0; r < placement.worldSize; ++r)
+  for (int r = 0; r < placement.worldSize(); ++r)
     for (const Action &a : schedule.ranks[r])
       if (a.isCompute()) {
         devices[r].push_back(a);
         width = std::max(width, a.cell().size());
       }
   EdgeIndex index(schedule);
-  UnitTimeline timeline(schedule.edges, index, placement.numStages,
+  UnitTimeline timeline(schedule.edges, index, placement.numStages(),
                         schedule.microbatches);
   llvm::Error err = timeline.run(devices, "rank");
   std::string title = schedule.origin.empty()
@@ -1223,17 +1256,17 @@ void printGrid(const Schedule &schedule, llvm::raw_ostream &os) {
   os << llvm::formatv("{0}{1}: {2} stages on {3} ranks, {4} microbatches, {5} "
                       "time steps (F=1 B=2 I=1 W=1)\n",
                       title, schedule.training ? "" : " (inference)",
-                      placement.numStages, placement.worldSize,
+                      placement.numStages(), placement.worldSize(),
                       schedule.microbatches, timeline.length);
   if (err) {
     os << "no grid: " << llvm::toString(std::move(err)) << "\n";
     return;
   }
-  std::string lastLabel = "rank " + std::to_string(placement.worldSize - 1);
-  for (int r = 0; r < placement.worldSize; ++r) {
+  std::string lastLabel = "rank " + std::to_string(placement.worldSize() - 1);
+  for (int r = 0; r < placement.worldSize(); ++r) {
     std::vector<std::string> cells(timeline.length, ".");
     for (size_t i = 0; i < devices[r].size(); ++i)
-      for (int64_t t = 0; t < unitTime(devices[r][i].kind); ++t)
+      for (int64_t t = 0; t < actionInfo(devices[r][i].kind).unitTime; ++t)
         cells[timeline.start[r][i] + t] = devices[r][i].cell();
     std::string line = "rank " + std::to_string(r) + ":";
     line.resize(lastLabel.size() + 1, ' ');

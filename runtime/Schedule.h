@@ -10,16 +10,22 @@
 // a CSV file, simulated for deadlocks and printed before they run; one
 // executor runs any of them. docs/schedules.md shows every kind.
 //
-// Placement: stage k runs on rank k mod WORLD_SIZE. In inference, model
+// Placement (Placement.h) is a stage -> rank table. In inference, model
 // outputs are all collected on the rank of the last stage (the "collector",
 // a pseudo-stage numbered N = stage count): outputs produced elsewhere
 // travel on an edge to it like any boundary value. Training has no
 // collector: the loss is computed inside the B (or I) of the stage that
 // produces the model output.
 //
-// Inference generation: every (stage, microbatch) of a rank gets a sort key;
-// the rank's actions are its items in key order, each as "RECV_F of every
-// remote input edge, F, SEND_F of every remote output edge".
+// Generation: a schedule kind is one line of Schedules.def and one
+// generator, which computes every rank's compute order only (F, B, I, W,
+// and OUT on the output rank in inference). One pass, addCommunication,
+// then puts the messages around it, for inference and training alike:
+// RECV_F of every remote input edge before an F (or OUT), SEND_F of every
+// remote output edge after it, RECV_B before a B or I, SEND_B after it.
+//
+// Inference orders: every (stage, microbatch) of a rank, and the collector's
+// OUT, gets a sort key; the rank's compute order is its items in key order.
 //   gpipe: key (stage, microbatch): a rank runs all microbatches through
 //          its first stage, then through its next, ...
 //   1f1b:  key (stage + microbatch, -stage): the forward-only order of
@@ -31,10 +37,7 @@
 // microbatch, which have strictly smaller keys on every rank. The simulator
 // checks it anyway.
 //
-// Training generation: first every rank's compute order (F, B, I, W), then
-// the communication around it (RECV_F before an F, SEND_F after it, RECV_B
-// before a B or I, SEND_B after it, for every edge whose two stages are on
-// different ranks). The compute orders, for P stages and M microbatches:
+// Training orders, for P stages and M microbatches:
 //   gpipe: all forwards in inference gpipe order, then all backwards
 //          (later stages first, microbatches 0..M-1).
 //   1f1b:  per stage s, Megatron's order: min(P-s-1, M) warm-up forwards,
@@ -43,12 +46,15 @@
 //          actions in the order they start in a unit-time simulation with a
 //          device per stage (later stage first on ties).
 //   interleaved-1f1b: per rank, PyTorch's ScheduleInterleaved1F1B
-//          (Narayanan et al. 2021, depth first), for any M >= 1.
+//          (Narayanan et al. 2021, depth first), for any M >= 1; it needs
+//          the loop placement.
 //   zb-h1: 1f1b with B split into I and W; stage s runs the W of
 //          microbatch k after the I of microbatch k+s, and its last s W's
 //          in the cool-down (Qi et al. 2023, ZB-H1).
 // Every one is deadlock-free for a chain of stages, and so for any manifest
 // (a manifest's dependencies are a subset of the chain's transitive ones).
+// gpipe and 1f1b are so on any placement (gpipe runs a rank's stages in
+// order; 1f1b merges per-stage orders by their start times).
 //
 // Simulation: every rank has a program counter; sends never block (unbounded
 // buffers), receives block until their message is the next one on the
@@ -63,6 +69,7 @@
 #define PPC_RUNTIME_SCHEDULE_H
 
 #include "lib/Manifest.h"
+#include "runtime/Placement.h"
 #include "runtime/ScheduleKind.h"
 
 #include "llvm/Support/Error.h"
@@ -75,26 +82,6 @@ class raw_ostream;
 }
 
 namespace ppc {
-
-struct Placement {
-  int numStages = 1;
-  int worldSize = 1;
-
-  /// Errors: "4 stages cannot be placed on WORLD_SIZE=3 ranks: the stage
-  /// count must equal WORLD_SIZE or be a multiple of it".
-  static llvm::Expected<Placement> create(int numStages, int worldSize);
-
-  /// The rank of stage `stage`; the collector (stage == numStages) lives on
-  /// the output rank.
-  int rankOf(int stage) const {
-    return stage >= numStages ? outputRank() : stage % worldSize;
-  }
-  int outputRank() const { return (numStages - 1) % worldSize; }
-  std::vector<int> stagesOf(int rank) const;
-  /// "4 stages on 2 ranks: rank 0 [0,2], rank 1 [1,3]"; part of the meta
-  /// cache key.
-  std::string describe() const;
-};
 
 /// The values stage `producer` hands to `consumer` (a later stage, or the
 /// collector numStages for model outputs): its outputs `outputs`, ascending.
@@ -111,18 +98,25 @@ struct Edge {
 /// 0 is model input 0 itself; ppc run does not pass inputs through").
 llvm::Expected<std::vector<Edge>> boundaryEdges(const Manifest &manifest);
 
-/// Printed F, SEND_F, RECV_F, OUT, B, I, W, SEND_B, RECV_B.
+/// The action kinds, one per line of Actions.def.
 enum class ActionKind {
-  Forward,
-  SendF,
-  RecvF,
-  Output,
-  Backward,
-  BackwardInput,
-  BackwardWeight,
-  SendB,
-  RecvB
+#define ACTION(Enum, Name, Letter, Category, UnitTime) Enum,
+#include "runtime/Actions.def"
 };
+
+/// What Actions.def says about a kind.
+struct ActionInfo {
+  /// "F", "SEND_F", ...
+  llvm::StringRef name;
+  /// The CSV and grid letter of a compute action ('F', 'B', 'I', 'W'); 0
+  /// for any other.
+  char letter;
+  /// The trace category: "compute", "send", "recv" or "other".
+  llvm::StringRef category;
+  /// Time steps in the unit-time model (F=1, B=2, I=1, W=1, others 0).
+  int unitTime;
+};
+const ActionInfo &actionInfo(ActionKind kind);
 
 struct Action {
   ActionKind kind;
@@ -169,17 +163,17 @@ struct Schedule {
 int channelOf(const Schedule &schedule, const Action &action);
 
 /// Builds the inference schedule of `kind` for all ranks. Errors: those of
-/// boundaryEdges(), microbatches < 1, a training-only kind ("schedule zb-h1
-/// is for training (ppc train); ppc run takes gpipe or 1f1b").
+/// boundaryEdges(), microbatches < 1, a kind not marked for inference in
+/// Schedules.def (the message lists those that are), and the generator's.
 llvm::Expected<Schedule> buildSchedule(const Manifest &manifest,
                                        const Placement &placement,
                                        ScheduleKind kind, int microbatches);
 
 /// Builds the training schedule of `kind` for all ranks (see above); run
 /// simulateSchedule() on it before use. Errors: those of boundaryEdges(),
-/// microbatches < 1, "the placement has 4 stages but the manifest 3",
-/// "interleaved-1f1b needs at least 2 stages per rank (2 stages on 2
-/// ranks)".
+/// microbatches < 1, a placement whose stage count is not the manifest's,
+/// and the generator's: interleaved-1f1b refuses fewer than 2 stages per
+/// rank and any placement but loop.
 llvm::Expected<Schedule> buildTrainingSchedule(const Manifest &manifest,
                                                const Placement &placement,
                                                ScheduleKind kind,
@@ -192,19 +186,25 @@ llvm::Expected<Schedule> buildTrainingSchedule(const Manifest &manifest,
 /// not written; trainingScheduleFromCSV() derives it again.
 std::string scheduleToCSV(const Schedule &schedule);
 
+/// The placement a schedule CSV (the layout below) implies for `numStages`
+/// stages on `worldSize` ranks: a stage runs on the row whose compute cells
+/// name it. `name` names the text in messages. Errors, one line each, named
+/// by file, row and cell where there is one: a row count other than
+/// `worldSize`, a cell that is not a compute action, a stage out of range, a
+/// stage on two rows, a stage on no row, a row with no stage.
+llvm::Expected<Placement> placementFromCSV(llvm::StringRef text, int numStages,
+                                           int worldSize, llvm::StringRef name);
+
 /// Reads such a CSV (rank = row; empty cells are idle slots and skipped;
 /// "\n" or "\r\n" line ends; cells may be quoted) into a training
-/// schedule, deriving SEND/RECV actions, then simulates it. `name` names the
-/// text in messages. Errors, one line each: microbatches < 1 or a placement
-/// that does not match the manifest (as buildTrainingSchedule); "schedule
-/// 'x.csv' has 1 row; expected one per rank (2)", "schedule 'x.csv' has more
-/// than 2 rows; expected one per rank"; "schedule 'x.csv' row 1 (rank 0), cell
-/// 4: '0X1' is not a compute action like 0F1, 1B0, 0I3 or 0W3", "...: stage 9
-/// is out of range (4 stages)",
-/// "...: microbatch 8 is out of range (8 microbatches)", "...: stage 1 runs
-/// on rank 1 (stage k on rank k mod 2), not on rank 0", "schedule 'x.csv'
-/// row 1 (rank 0) has more than 24 actions (3 per stage and microbatch)";
-/// and simulateSchedule()'s, as "schedule 'x.csv' deadlocks: ...".
+/// schedule on `placement` (usually placementFromCSV()'s), deriving
+/// SEND/RECV actions, then simulates it. `name` names the text in messages.
+/// Errors, one line each: those of buildTrainingSchedule's checks; a row
+/// count other than the placement's ranks; per cell, named by row (rank) and
+/// cell: not a compute action, a stage or microbatch out of range, a stage
+/// that the placement puts on another rank (naming its rule); a row with
+/// more than 3 actions per stage and microbatch; and simulateSchedule()'s,
+/// naming the file.
 llvm::Expected<Schedule> trainingScheduleFromCSV(const Manifest &manifest,
                                                  const Placement &placement,
                                                  llvm::StringRef text,
@@ -223,22 +223,15 @@ std::vector<int> peakActivations(const Schedule &schedule);
 /// stage0=4 stage1=3 ...". The schedule must have passed simulateSchedule().
 void printGrid(const Schedule &schedule, llvm::raw_ostream &os);
 
-/// Runs the schedule on the simulator described above. Errors: "schedule
-/// deadlocks: rank 0 waits at RECV_F 1->2 mb=0 from=1; rank 1 waits at ...",
-/// "schedule runs F stage=2 mb=1 on rank 0 before its input from stage 1",
-/// "schedule: messages on edge 0->1 arrive as mb=1 but rank 1 expects
-/// mb=0", "schedule: rank 1 never receives SEND_F 0->1 mb=2". Training
-/// schedules also: "schedule misses B stage=1 mb=2", "schedule runs 1B0
-/// twice", "schedule runs both 1B0 and 1I0", "schedule runs B stage=0 mb=1
-/// on rank 0 before its gradients from stage 1", "schedule runs W stage=1
-/// mb=0 on rank 1 before I stage=1 mb=0", "schedule: gradients on edge 0->1
-/// arrive as mb=1 but rank 0 expects mb=0", and deadlocks named by the
-/// compute action a rank waits for: "schedule deadlocks: rank 0 waits at
-/// 0B1 for the gradients of stage 0 -> 1 from rank 1; rank 1 waits at 1F2
-/// for the outputs of stage 0 -> 1 from rank 0". A schedule with an origin
-/// says so: "schedule 'x.csv' deadlocks: ...".
-llvm::Error simulateSchedule(const Manifest &manifest,
-                             const Schedule &schedule);
+/// Runs the schedule on the simulator described above; the schedule's
+/// edges carry all it needs of the manifest. Errors, one line each: a
+/// deadlock (every stuck rank and its action; in training named by the
+/// compute action it waits for and the message), an action before its
+/// input or gradients, a W before its I, messages out of order on an edge,
+/// a message never received, an action on the wrong rank or out of range;
+/// in training also a (stage, microbatch) whose F, B, I or W is missing,
+/// duplicated, or both B and I/W. A schedule with an origin names it.
+llvm::Error simulateSchedule(const Schedule &schedule);
 
 /// Prints rank `rank`'s actions, one per line: "schedule: rank=0 3 F
 /// stage=0 mb=1".

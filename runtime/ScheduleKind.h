@@ -1,9 +1,10 @@
 //===- runtime/ScheduleKind.h - The pipeline schedules by name --*- C++ -*-===//
 //
-// The schedule kinds a run can choose. Part of libppc_runtime's public API
-// (RunOptions names one); the schedule generator reads it too, so it lives
-// apart from the pipeline. Inference (ppc run) takes gpipe and 1f1b; training
-// takes all four (docs/schedules.md).
+// The schedule kinds a run can choose, one per line of Schedules.def. Part
+// of libppc_runtime's public API (RunOptions names one); the schedule
+// generator reads it too, so it lives apart from the pipeline. Inference
+// (ppc run) takes the kinds marked for it; training takes all of them
+// (docs/schedules.md).
 //
 //===----------------------------------------------------------------------===//
 #ifndef PPC_RUNTIME_SCHEDULEKIND_H
@@ -12,20 +13,33 @@
 #include "llvm/ADT/StringRef.h"
 
 #include <optional>
+#include <string>
 
 namespace ppc {
 
-enum class ScheduleKind { GPipe, OneFOneB, Interleaved1F1B, ZeroBubbleH1 };
+enum class ScheduleKind {
+#define SCHEDULE(Enum, Name, Inference, Help, Generator) Enum,
+#include "runtime/Schedules.def"
+};
 
-/// Every kind, in the order of the enum (for help texts and tests).
+/// Every kind, in the order of Schedules.def (for help texts and tests).
 inline constexpr ScheduleKind kAllScheduleKinds[] = {
-    ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Interleaved1F1B,
-    ScheduleKind::ZeroBubbleH1};
+#define SCHEDULE(Enum, Name, Inference, Help, Generator) ScheduleKind::Enum,
+#include "runtime/Schedules.def"
+};
 
-/// "gpipe", "1f1b", "interleaved-1f1b", "zb-h1".
+/// The kind's name on the command line: "gpipe", "1f1b", ...
 llvm::StringRef scheduleName(ScheduleKind kind);
+/// The kind's note for --help ("B split into I and W").
+llvm::StringRef scheduleHelp(ScheduleKind kind);
+/// Whether ppc run (inference) may use the kind; every kind trains.
+bool scheduleRunsInference(ScheduleKind kind);
 /// The kind named `name` (one of scheduleName's); nullopt for anything else.
 std::optional<ScheduleKind> parseScheduleName(llvm::StringRef name);
+/// The names of every kind (or of the inference ones) as an English list,
+/// "gpipe, 1f1b, interleaved-1f1b or zb-h1", or joined by `separator`
+/// ("gpipe|1f1b|...") when one is given.
+std::string scheduleNames(bool inferenceOnly, llvm::StringRef separator = "");
 
 } // namespace ppc
 

@@ -22,6 +22,7 @@
 #ifndef PPC_RUNTIME_TENSORMETA_H
 #define PPC_RUNTIME_TENSORMETA_H
 
+#include "lib/Error.h"
 #include "lib/Manifest.h"
 #include "lib/ValueWalk.h"
 
@@ -113,15 +114,13 @@ llvm::Error checkValue(const c10::IValue &value, const ValueMeta &meta,
 /// this run's own inference (a cache, the user, a peer's header): the
 /// executor's error for it, so that whoever supplied the metadata can
 /// react by type (MetaSettler removes a meta cache that lied).
-class MetaMismatchError : public llvm::ErrorInfo<MetaMismatchError> {
+class MetaMismatchError
+    : public llvm::ErrorInfo<MetaMismatchError, TypedError> {
 public:
   static char ID;
   explicit MetaMismatchError(std::string message)
       : message_(std::move(message)) {}
-  void log(llvm::raw_ostream &os) const override { os << message_; }
-  std::error_code convertToErrorCode() const override {
-    return llvm::inconvertibleErrorCode();
-  }
+  std::string describe() const override { return message_; }
 
 private:
   std::string message_;

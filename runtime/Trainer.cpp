@@ -230,7 +230,14 @@ Trainer::create(llvm::StringRef manifestPath, const LaunchEnv &env,
     csv = (*text)->getBuffer().str();
   }
   auto planner = [&](const Manifest &manifest,
-                     const Placement &placement) -> llvm::Expected<JobPlan> {
+                     int worldSize) -> llvm::Expected<JobPlan> {
+    // A schedule CSV places each stage on the rank whose row runs it.
+    int numStages = static_cast<int>(manifest.stages.size());
+    auto placement = csv.empty() ? Placement::create(numStages, worldSize)
+                                 : placementFromCSV(csv, numStages, worldSize,
+                                                    options.scheduleCSVPath);
+    if (!placement)
+      return placement.takeError();
     LossSpec loss;
     loss.kind = options.loss;
     loss.modelOutput = options.lossOutput;
@@ -238,9 +245,9 @@ Trainer::create(llvm::StringRef manifestPath, const LaunchEnv &env,
       return err;
     const RunOptions &run = options.run;
     auto schedule = csv.empty()
-                        ? buildTrainingSchedule(manifest, placement,
+                        ? buildTrainingSchedule(manifest, *placement,
                                                 run.schedule, run.microbatches)
-                        : trainingScheduleFromCSV(manifest, placement, csv,
+                        : trainingScheduleFromCSV(manifest, *placement, csv,
                                                   run.microbatches,
                                                   options.scheduleCSVPath);
     if (!schedule)

@@ -154,6 +154,48 @@ class ScheduleTest(unittest.TestCase):
                            "--microbatches", 1],
                           "ppc schedule takes one of --schedule NAME and --from-csv FILE")
 
+    def test_v_placement(self):
+        # --placement v puts stage k on rank k, then back from the last rank:
+        # 4 stages on 2 ranks run 0 and 3 on rank 0, 1 and 2 on rank 1.
+        d = tmpdir(self)
+        path = os.path.join(d, "v.csv")
+        out = ppc("schedule", "--schedule", "1f1b", "--stages", 4, "--ranks", 2,
+                  "--placement", "v", "--microbatches", 3, "--csv", path).stdout
+        rows = grid_rows(out)
+        self.assertEqual({r: sorted({c[0] for c in cells if c != "."})
+                          for r, cells in rows.items()}, {0: ["0", "3"], 1: ["1", "2"]})
+        # --from-csv takes the placement from the file's rows.
+        back = ppc("schedule", "--from-csv", path, "--stages", 4, "--ranks", 2,
+                   "--microbatches", 3).stdout
+        self.assertEqual(grid_rows(back), rows)
+        for kind in ["gpipe", "zb-h1"]:
+            with self.subTest(kind=kind):
+                out = ppc("schedule", "--schedule", kind, "--stages", 6, "--ranks", 2,
+                          "--placement", "v", "--microbatches", 4).stdout
+                self.assertEqual(sorted(grid_rows(out)), [0, 1])
+        self.assertEqual(ppc("schedule", "--schedule", "1f1b", "--stages", 4, "--ranks", 2,
+                             "--placement", "loop", "--microbatches", 3).stdout,
+                         ppc("schedule", "--schedule", "1f1b", "--stages", 4, "--ranks", 2,
+                             "--microbatches", 3).stdout)
+        self.expect_error(["--schedule", "interleaved-1f1b", "--stages", 4, "--ranks", 2,
+                           "--placement", "v", "--microbatches", 4],
+                          "interleaved-1f1b needs the loop placement, not placement v")
+        self.expect_error(["--schedule", "1f1b", "--stages", 4, "--ranks", 2,
+                           "--placement", "w", "--microbatches", 4])
+        self.expect_error(["--from-csv", path, "--placement", "v", "--stages", 4, "--ranks", 2,
+                           "--microbatches", 3],
+                          "ppc schedule --from-csv places the stages as the file does; it "
+                          "takes no --placement")
+        bad = os.path.join(d, "two_rows.csv")
+        with open(bad, "w", newline="") as f:
+            f.write("0F0,0B0,1F0\r\n1B0\r\n")
+        self.expect_error(["--from-csv", bad, "--stages", 2, "--microbatches", 1],
+                          f"schedule '{bad}' row 2 (rank 1), cell 1: stage 1 already runs on "
+                          "rank 0 (row 1)")
+        help_text = ppc("schedule", "--help").stdout
+        self.assertIn("--placement", help_text)
+        self.assertIn("loop (stage k on rank k mod the rank count)", help_text)
+
     def test_csv_write_failures_leave_nothing(self):
         d = tmpdir(self)
         self.expect_error(["--schedule", "1f1b", "--stages", 2, "--microbatches", 2,

@@ -149,6 +149,27 @@ class TrainTest(unittest.TestCase):
                     os.path.join(FIXTURES, "deadlock.csv"), "--microbatches", "2")
         self.assert_fails(run, "deadlocks: rank 0 waits at 0B0")
 
+    def test_v_placed_schedule_csv(self):
+        # 4 stages on 2 ranks placed as a V (rank 0: 0 and 3, rank 1: 1 and 2)
+        # by the CSV's rows train as the loop-placed 1f1b does.
+        base = self.mlp(4, "--schedule", "1f1b", "--microbatches", "4", "--steps", "3",
+                        "--no-meta-cache")
+        self.assertEqual(base.proc.returncode, 0, base.output)
+        csv = self.path("1f1b.v.csv")
+        ppc("schedule", "--schedule", "1f1b", "--stages", "4", "--ranks", "2",
+            "--placement", "v", "--microbatches", "4", "--csv", csv)
+        with open(csv) as f:
+            rows = f.read().splitlines()
+        self.assertEqual([sorted({c[0] for c in r.split(",")}) for r in rows],
+                         [["0", "3"], ["1", "2"]])
+        run = train(2, split(self.tmp.name, "mlp", 4), self.mlp_data, "--loss",
+                    "cross_entropy", "--schedule-csv", csv, "--microbatches", "4",
+                    "--steps", "3", "--no-meta-cache")
+        self.assertEqual(run.proc.returncode, 0, run.output)
+        self.assertEqual(len(run.losses), 3)
+        for a, b in zip(run.losses, base.losses):
+            self.assertLessEqual(abs(a - b), 1e-6 * abs(b))
+
     def test_save_and_join(self):
         manifest = split(self.tmp.name, "mlp", 4)
         saved = self.path("joined.saved")

@@ -14,7 +14,6 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <memory>
-#include <optional>
 
 namespace ppc {
 
@@ -26,20 +25,6 @@ struct RunCommandOptions {
   bool stats = false;
   int64_t repeat = 1;
 };
-
-/// Turns a schedule name into its ScheduleKind (as the number CLI11 then
-/// stores), with the runtime's one name table; the error lists the names.
-CLI::Validator scheduleKind() {
-  return CLI::Validator(
-      [](std::string &name) -> std::string {
-        std::optional<ScheduleKind> kind = parseScheduleName(name);
-        if (!kind)
-          return "must be gpipe or 1f1b (got '" + name + "')";
-        name = std::to_string(static_cast<int>(*kind));
-        return "";
-      },
-      "gpipe|1f1b");
-}
 } // namespace
 
 static llvm::Expected<int> runRun(const RunCommandOptions &o) {
@@ -101,9 +86,7 @@ Command addRunCommand(CLI::App &parent) {
                   "for benchmarking; the last run's outputs are written")
       ->capture_default_str();
   o->flags.addTo(*app);
-  app->add_option("--schedule", o->schedule, "Pipeline schedule")
-      ->default_str("1f1b")
-      ->transform(scheduleKind());
+  addScheduleOption(*app, o->schedule, /*inference=*/true);
   app->add_option(
       "--input-meta", o->inputMeta,
       "JSON file with the boundary metadata (docs/runtime.md); no inference");

@@ -1,9 +1,12 @@
 //===- tools/ppc/RuntimeFlags.cpp - Options ppc run and train share -------===//
 //
-// This file declares the shared options on a subcommand (RuntimeFlags.h).
+// This file declares the shared options on a subcommand, and --schedule,
+// (RuntimeFlags.h).
 //
 //===----------------------------------------------------------------------===//
 #include "tools/ppc/RuntimeFlags.h"
+
+#include <optional>
 
 namespace ppc {
 
@@ -48,6 +51,42 @@ void RuntimeFlags::applyTo(RunOptions &options) const {
   options.threads = threads;
   options.tracePath = tracePath;
   options.torchLogs = verbose;
+}
+
+CLI::Validator scheduleValidator(bool inference, bool storeKind) {
+  std::string list = scheduleNames(inference);
+  return CLI::Validator(
+      [list, storeKind](std::string &name) -> std::string {
+        std::optional<ScheduleKind> kind = parseScheduleName(name);
+        if (!kind)
+          return "must be " + list + " (got '" + name + "')";
+        if (storeKind)
+          name = std::to_string(static_cast<int>(*kind));
+        return "";
+      },
+      scheduleNames(inference, "|"));
+}
+
+std::string scheduleChoicesHelp(bool inference) {
+  std::vector<ScheduleKind> kinds;
+  for (ScheduleKind kind : kAllScheduleKinds)
+    if (!inference || scheduleRunsInference(kind))
+      kinds.push_back(kind);
+  std::string out;
+  for (size_t i = 0; i < kinds.size(); ++i)
+    out += (i == 0                  ? ""
+            : i + 1 == kinds.size() ? " or "
+                                    : ", ") +
+           scheduleName(kinds[i]).str() + " (" + scheduleHelp(kinds[i]).str() +
+           ")";
+  return out;
+}
+
+void addScheduleOption(CLI::App &app, ScheduleKind &kind, bool inference) {
+  app.add_option("--schedule", kind,
+                 "Pipeline schedule: " + scheduleChoicesHelp(inference))
+      ->default_str(scheduleName(ScheduleKind::OneFOneB).str())
+      ->transform(scheduleValidator(inference, /*storeKind=*/true));
 }
 
 } // namespace ppc

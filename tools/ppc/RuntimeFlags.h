@@ -1,9 +1,10 @@
-//===- tools/ppc/RuntimeFlags.h - Options ppc run and train share -*- C++
-//-*-===//
+//===- tools/ppc/RuntimeFlags.h - Options run and train share --*- C++ -*-===//
 //
 // How a rank runs, as opposed to what it runs: microbatches, device,
 // timeout, meta cache, threads, trace, logging. `ppc run` and `ppc train`
 // declare them once, here, and copy them into RunOptions the same way.
+// The --schedule option of ppc run, ppc train and ppc schedule is made here
+// too, from runtime/Schedules.def.
 //
 //===----------------------------------------------------------------------===//
 #ifndef PPC_TOOLS_PPC_RUNTIMEFLAGS_H
@@ -36,6 +37,18 @@ struct RuntimeFlags {
   /// command's own.
   void applyTo(RunOptions &options) const;
 };
+
+/// A check for --schedule: accepts the names of Schedules.def; the error for
+/// any other lists every kind, or with `inference` those ppc run takes (a
+/// training kind passes, for ppc run to refuse by name). With `storeKind`
+/// it turns the name into its ScheduleKind, as the number CLI11 then
+/// stores.
+CLI::Validator scheduleValidator(bool inference, bool storeKind);
+/// "gpipe (all forwards, then all backwards), 1f1b (...) or ...": the
+/// choices of --schedule with their Schedules.def help.
+std::string scheduleChoicesHelp(bool inference);
+/// Adds --schedule NAME (default 1f1b) to `app`, storing into `kind`.
+void addScheduleOption(CLI::App &app, ScheduleKind &kind, bool inference);
 
 } // namespace ppc
 

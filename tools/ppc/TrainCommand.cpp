@@ -17,7 +17,6 @@
 
 #include <cstdio>
 #include <memory>
-#include <optional>
 
 namespace ppc {
 
@@ -31,21 +30,6 @@ struct TrainCommandOptions {
   double lr = 0.01, momentum = 0, weightDecay = 0;
   bool stats = false;
 };
-
-/// Turns a schedule name into its ScheduleKind (as the number CLI11 then
-/// stores); the error lists the names.
-CLI::Validator trainingSchedule() {
-  return CLI::Validator(
-      [](std::string &name) -> std::string {
-        std::optional<ScheduleKind> kind = parseScheduleName(name);
-        if (!kind)
-          return "must be gpipe, 1f1b, interleaved-1f1b or zb-h1 (got '" +
-                 name + "')";
-        name = std::to_string(static_cast<int>(*kind));
-        return "";
-      },
-      "gpipe|1f1b|interleaved-1f1b|zb-h1");
-}
 
 /// "%.9g": every float32 loss printed exactly enough to compare.
 std::string formatLoss(double loss) {
@@ -154,9 +138,7 @@ Command addTrainCommand(CLI::App &parent) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   o->flags.addTo(*app);
-  app->add_option("--schedule", o->schedule, "Pipeline schedule")
-      ->default_str("1f1b")
-      ->transform(trainingSchedule());
+  addScheduleOption(*app, o->schedule, /*inference=*/false);
   app->add_option("--schedule-csv", o->scheduleCSV,
                   "Run this schedule (PyTorch pipelining's CSV layout, as "
                   "ppc schedule --csv writes it) instead of --schedule");

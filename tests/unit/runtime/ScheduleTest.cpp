@@ -98,7 +98,7 @@ TEST(ScheduleTest, GeneratedSchedulesSimulateCleanly) {
         auto s =
             buildSchedule(m, *Placement::create(stages, world), kind, micro);
         ASSERT_TRUE(static_cast<bool>(s));
-        EXPECT_EQ(errorOf(simulateSchedule(m, *s)), "")
+        EXPECT_EQ(errorOf(simulateSchedule(*s)), "")
             << scheduleName(kind).str() << " " << stages << "/" << world
             << " M=" << micro;
       }
@@ -114,7 +114,7 @@ TEST(ScheduleTest, ModelOutputsFromOtherRanksReachTheCollector) {
       m.modelOutputs.push_back(ValueRef::fromStage(0, 1));
       auto s = buildSchedule(m, *Placement::create(stages, world), kind, 3);
       ASSERT_TRUE(static_cast<bool>(s));
-      EXPECT_EQ(errorOf(simulateSchedule(m, *s)), "")
+      EXPECT_EQ(errorOf(simulateSchedule(*s)), "")
           << scheduleName(kind).str() << " " << stages << "/" << world;
       int out = s->placement.outputRank(), collector = stages;
       EXPECT_TRUE(llvm::any_of(s->ranks[out], [&](const Action &a) {
@@ -173,7 +173,7 @@ TEST(ScheduleTest, SimulatorFindsDeadlock) {
   bad.ranks[0].insert(bad.ranks[0].begin(),
                       Action{ActionKind::RecvF, 1, 0, 1, 1});
   bad.ranks[1].push_back(Action{ActionKind::SendF, 1, 0, 1, 0});
-  std::string err = errorOf(simulateSchedule(m, bad));
+  std::string err = errorOf(simulateSchedule(bad));
   EXPECT_EQ(
       err.rfind(
           "schedule deadlocks: rank 0 waits at RECV_F 1->out mb=0 from=1; "
@@ -190,14 +190,14 @@ TEST(ScheduleTest, SimulatorFindsMissingInputAndOrder) {
   Schedule noRecv = *s;
   noRecv.ranks[1].erase(noRecv.ranks[1].begin()); // RECV_F 0->1 mb=0
   EXPECT_EQ(
-      errorOf(simulateSchedule(m, noRecv)),
+      errorOf(simulateSchedule(noRecv)),
       "schedule runs F stage=1 mb=0 on rank 1 before its input from stage 0");
 
   Schedule swapped = *s;
   // Rank 1 receives microbatch 1 first.
   std::swap(swapped.ranks[1][0].microbatch, swapped.ranks[1][2].microbatch);
   EXPECT_EQ(
-      errorOf(simulateSchedule(m, swapped)),
+      errorOf(simulateSchedule(swapped)),
       "schedule: messages on edge 0->1 arrive as mb=0 but rank 1 expects mb=1");
 }
 
@@ -211,7 +211,7 @@ TEST(ScheduleTest, LargeManifestsScheduleInNearLinearTime) {
     auto s = buildSchedule(m, *Placement::create(stages, 2),
                            ScheduleKind::OneFOneB, 4);
     ASSERT_TRUE(static_cast<bool>(s));
-    EXPECT_EQ(errorOf(simulateSchedule(m, *s)), "");
+    EXPECT_EQ(errorOf(simulateSchedule(*s)), "");
     double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
             .count();
@@ -321,7 +321,7 @@ TEST(ScheduleTest, TrainingSchedulesSimulateCleanly) {
                      " M=" + std::to_string(micro));
         Schedule s = training(m, stages, world, kind, micro);
         EXPECT_TRUE(s.training);
-        EXPECT_EQ(errorOf(simulateSchedule(m, s)), "");
+        EXPECT_EQ(errorOf(simulateSchedule(s)), "");
         std::vector<int> peak = peakActivations(s);
         ASSERT_EQ(peak.size(), static_cast<size_t>(stages));
         for (int st = 0; st < stages; ++st) {
@@ -347,7 +347,7 @@ TEST(ScheduleTest, SkipConnectionsWorkForEveryKind) {
           continue;
         Manifest m = fanOut();
         Schedule s = training(m, 3, world, kind, micro);
-        EXPECT_EQ(errorOf(simulateSchedule(m, s)), "")
+        EXPECT_EQ(errorOf(simulateSchedule(s)), "")
             << scheduleName(kind).str() << " on " << world << " M=" << micro;
       }
   // Longer skips, on ranks holding two stages.
@@ -355,7 +355,7 @@ TEST(ScheduleTest, SkipConnectionsWorkForEveryKind) {
   for (ScheduleKind kind : kAllScheduleKinds)
     for (int micro : {1, 3, 8}) {
       Schedule s = training(m, 8, 4, kind, micro);
-      EXPECT_EQ(errorOf(simulateSchedule(m, s)), "")
+      EXPECT_EQ(errorOf(simulateSchedule(s)), "")
           << scheduleName(kind).str() << " M=" << micro;
     }
 }
@@ -449,7 +449,7 @@ TEST(ScheduleTest, InterleavedIsDepthFirst) {
   Schedule odd = training(chain(4), 4, 2, ScheduleKind::Interleaved1F1B, 3);
   EXPECT_EQ(computeOrder(odd)[0],
             "0F0 0F1 0F2 2F0 2F1 2F2 2B0 2B1 2B2 0B0 0B1 0B2");
-  EXPECT_EQ(errorOf(simulateSchedule(chain(4), odd)), "");
+  EXPECT_EQ(errorOf(simulateSchedule(odd)), "");
 }
 
 // PyTorch refuses M that is not a multiple of its rounds; ppc spreads the
@@ -464,7 +464,7 @@ TEST(ScheduleTest, InterleavedTakesAnyMicrobatchCount) {
       for (int micro = 1; micro <= 40; ++micro) {
         Schedule s =
             training(m, stages, world, ScheduleKind::Interleaved1F1B, micro);
-        ASSERT_EQ(errorOf(simulateSchedule(m, s)), "")
+        ASSERT_EQ(errorOf(simulateSchedule(s)), "")
             << stages << "/" << world << " M=" << micro;
       }
     }
@@ -476,7 +476,7 @@ TEST(ScheduleTest, ZeroBubbleDefersWeightGradients) {
       Manifest m = chain(stages);
       Schedule s =
           training(m, stages, stages, ScheduleKind::ZeroBubbleH1, micro);
-      ASSERT_EQ(errorOf(simulateSchedule(m, s)), "");
+      ASSERT_EQ(errorOf(simulateSchedule(s)), "");
       for (int st = 0; st < stages; ++st) {
         std::vector<std::string> order = stageOrder(s, st);
         // Every I before its W.
@@ -654,43 +654,43 @@ TEST(ScheduleTest, SimulatorChecksTrainingMessages) {
   // SEND_B 0->1 mb=0 moved from rank 1 to rank 0.
   wrongRank.ranks[0].insert(wrongRank.ranks[0].begin(), s.ranks[1][3]);
   wrongRank.ranks[1].erase(wrongRank.ranks[1].begin() + 3);
-  EXPECT_EQ(errorOf(simulateSchedule(m, wrongRank)),
+  EXPECT_EQ(errorOf(simulateSchedule(wrongRank)),
             "schedule: rank 0 has SEND_B 0->1 mb=0 to=0, which belongs on "
             "rank 1 with stage 1 and peer rank 0");
   Schedule noSend = s;
   noSend.ranks[1].pop_back(); // SEND_B 0->1 mb=1
-  EXPECT_EQ(errorOf(simulateSchedule(m, noSend)),
+  EXPECT_EQ(errorOf(simulateSchedule(noSend)),
             "schedule deadlocks: rank 0 waits at 0B1 for the gradients of "
             "stage 0 -> 1 from rank 1");
   Schedule reordered = s;
   reordered.ranks[1].erase(reordered.ranks[1].begin() + 3); // mb=0's
-  EXPECT_EQ(errorOf(simulateSchedule(m, reordered)),
+  EXPECT_EQ(errorOf(simulateSchedule(reordered)),
             "schedule: gradients on edge 0->1 arrive as mb=1 but rank 0 "
             "expects mb=0");
   Schedule early = s;
   // SEND_B before the B that computes it.
   std::swap(early.ranks[1][2], early.ranks[1][3]);
-  EXPECT_EQ(errorOf(simulateSchedule(m, early)),
+  EXPECT_EQ(errorOf(simulateSchedule(early)),
             "schedule sends SEND_B 0->1 mb=0 to=0 on rank 1 before it ran the "
             "stage's backward");
   Schedule extra = s;
   extra.ranks[1].push_back(s.ranks[1][3]);
-  EXPECT_EQ(errorOf(simulateSchedule(m, extra)),
+  EXPECT_EQ(errorOf(simulateSchedule(extra)),
             "schedule: rank 0 never receives SEND_B 0->1 mb=0");
   Schedule out = s;
   out.ranks[1].push_back(Action{ActionKind::Output, 2, 0});
-  EXPECT_EQ(errorOf(simulateSchedule(m, out)),
+  EXPECT_EQ(errorOf(simulateSchedule(out)),
             "schedule has OUT mb=0 on rank 1; training schedules have no "
             "collector");
   Schedule range = s;
   range.ranks[1].push_back(Action{ActionKind::Forward, 5, 0});
-  EXPECT_EQ(errorOf(simulateSchedule(m, range)),
+  EXPECT_EQ(errorOf(simulateSchedule(range)),
             "schedule: rank 1 action 8 is out of range (stage 5, mb 0, edge "
             "-1; 2 stages, 2 microbatches, 1 edges)");
   Schedule inference =
       *buildSchedule(m, *Placement::create(2, 2), ScheduleKind::GPipe, 1);
   inference.ranks[1].push_back(Action{ActionKind::Backward, 1, 0});
-  EXPECT_EQ(errorOf(simulateSchedule(m, inference)),
+  EXPECT_EQ(errorOf(simulateSchedule(inference)),
             "schedule: rank 1 action 3 is a training action in an inference "
             "schedule");
 }
@@ -702,11 +702,154 @@ TEST(ScheduleTest, LargeTrainingSchedulesAreFast) {
   for (ScheduleKind kind : kAllScheduleKinds) {
     auto start = std::chrono::steady_clock::now();
     Schedule s = training(m, 20000, 4, kind, 8);
-    EXPECT_EQ(errorOf(simulateSchedule(m, s)), "");
+    EXPECT_EQ(errorOf(simulateSchedule(s)), "");
     std::vector<int> peak = peakActivations(s);
     double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
             .count();
     EXPECT_LT(seconds, 10.0) << scheduleName(kind).str();
   }
+}
+
+TEST(PlacementTest, VZigZagsOverTheRanks) {
+  Placement v = *Placement::create(4, 2, "v");
+  EXPECT_EQ(v.stagesOf(0), (std::vector<int>{0, 3}));
+  EXPECT_EQ(v.stagesOf(1), (std::vector<int>{1, 2}));
+  EXPECT_EQ(v.outputRank(), 0);
+  EXPECT_EQ(v.rankOf(4), 0); // the collector
+  EXPECT_FALSE(v.isLoop());
+  EXPECT_EQ(v.describe(), "4 stages on 2 ranks: rank 0 [0,3], rank 1 [1,2]");
+  // More stages per rank continue the zig-zag.
+  Placement six = *Placement::create(6, 2, "v");
+  EXPECT_EQ(six.stagesOf(0), (std::vector<int>{0, 3, 4}));
+  EXPECT_EQ(six.stagesOf(1), (std::vector<int>{1, 2, 5}));
+  // One stage per rank: the same table as loop.
+  EXPECT_TRUE(Placement::create(3, 3, "v")->isLoop());
+  EXPECT_EQ(placementStyleNames(), (std::vector<llvm::StringRef>{"loop", "v"}));
+  auto bad = Placement::create(4, 2, "w");
+  ASSERT_FALSE(static_cast<bool>(bad));
+  EXPECT_EQ(llvm::toString(bad.takeError()),
+            "unknown placement 'w' (expected loop or v)");
+}
+
+TEST(ScheduleTest, GPipeAndOneFOneBRunOnAVPlacement) {
+  for (auto [stages, world] :
+       std::vector<std::pair<int, int>>{{4, 2}, {6, 3}, {8, 2}, {8, 4}, {6, 2}})
+    for (int micro : {1, 3, 8})
+      for (const Manifest &m :
+           {chain(stages), chain(stages, {{0, stages - 1}})}) {
+        Placement v = *Placement::create(stages, world, "v");
+        for (ScheduleKind kind :
+             {ScheduleKind::GPipe, ScheduleKind::OneFOneB}) {
+          auto s = buildSchedule(m, v, kind, micro);
+          ASSERT_TRUE(static_cast<bool>(s)) << llvm::toString(s.takeError());
+          EXPECT_EQ(errorOf(simulateSchedule(*s)), "")
+              << scheduleName(kind).str() << " " << stages << "/" << world;
+        }
+        for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB,
+                                  ScheduleKind::ZeroBubbleH1}) {
+          auto s = buildTrainingSchedule(m, v, kind, micro);
+          ASSERT_TRUE(static_cast<bool>(s)) << llvm::toString(s.takeError());
+          EXPECT_EQ(errorOf(simulateSchedule(*s)), "")
+              << scheduleName(kind).str() << " " << stages << "/" << world;
+        }
+      }
+}
+
+TEST(ScheduleTest, InterleavedNeedsTheLoopPlacement) {
+  auto s = buildTrainingSchedule(chain(4), *Placement::create(4, 2, "v"),
+                                 ScheduleKind::Interleaved1F1B, 4);
+  ASSERT_FALSE(static_cast<bool>(s));
+  EXPECT_EQ(llvm::toString(s.takeError()),
+            "interleaved-1f1b needs the loop placement, not placement v");
+}
+
+TEST(ScheduleKindTest, NamesComeFromTheRegistry) {
+  EXPECT_EQ(scheduleNames(/*inferenceOnly=*/true), "gpipe or 1f1b");
+  EXPECT_EQ(scheduleNames(/*inferenceOnly=*/false),
+            "gpipe, 1f1b, interleaved-1f1b or zb-h1");
+  EXPECT_EQ(scheduleNames(/*inferenceOnly=*/false, "|"),
+            "gpipe|1f1b|interleaved-1f1b|zb-h1");
+  EXPECT_TRUE(scheduleRunsInference(ScheduleKind::OneFOneB));
+  EXPECT_FALSE(scheduleRunsInference(ScheduleKind::ZeroBubbleH1));
+  EXPECT_EQ(scheduleHelp(ScheduleKind::ZeroBubbleH1), "B split into I and W");
+}
+
+TEST(ActionKindTest, TableGivesNamesLettersCategoriesAndTimes) {
+  EXPECT_EQ(actionInfo(ActionKind::SendF).name, "SEND_F");
+  EXPECT_EQ(actionInfo(ActionKind::RecvB).category, "recv");
+  EXPECT_EQ(actionInfo(ActionKind::Output).category, "other");
+  EXPECT_EQ(actionInfo(ActionKind::BackwardInput).letter, 'I');
+  EXPECT_EQ(actionInfo(ActionKind::SendB).letter, 0);
+  EXPECT_EQ(actionInfo(ActionKind::Backward).unitTime, 2);
+  EXPECT_EQ(actionInfo(ActionKind::Forward).unitTime, 1);
+  EXPECT_EQ(actionInfo(ActionKind::RecvF).unitTime, 0);
+  std::vector<Edge> edges = {{0, 1, {0}, false}, {1, 2, {0}, true}};
+  EXPECT_EQ((Action{ActionKind::BackwardWeight, 1, 0}.str(edges)),
+            "W stage=1 mb=0");
+  EXPECT_EQ((Action{ActionKind::SendB, 1, 2, 0, 0}.str(edges)),
+            "SEND_B 0->1 mb=2 to=0");
+  EXPECT_EQ((Action{ActionKind::RecvF, 2, 1, 1, 1}.str(edges)),
+            "RECV_F 1->out mb=1 from=1");
+  EXPECT_EQ((Action{ActionKind::Output, 2, 3}.str(edges)), "OUT mb=3");
+  EXPECT_EQ((Action{ActionKind::BackwardInput, 3, 4}.cell()), "3I4");
+  EXPECT_EQ((Action{ActionKind::SendF, 3, 4, 0, 1}.cell()), "");
+}
+
+TEST(ScheduleCSVTest, AVPlacedCSVSimulatesAndPrints) {
+  Manifest m = chain(4);
+  Schedule built = *buildTrainingSchedule(m, *Placement::create(4, 2, "v"),
+                                          ScheduleKind::OneFOneB, 2);
+  std::string csv = scheduleToCSV(built);
+  auto placement = placementFromCSV(csv, 4, 2, "v.csv");
+  ASSERT_TRUE(static_cast<bool>(placement))
+      << llvm::toString(placement.takeError());
+  EXPECT_EQ(placement->describe(),
+            "4 stages on 2 ranks: rank 0 [0,3], rank 1 [1,2]");
+  auto s = trainingScheduleFromCSV(m, *placement, csv, 2, "v.csv");
+  ASSERT_TRUE(static_cast<bool>(s)) << llvm::toString(s.takeError());
+  EXPECT_EQ(computeOrder(*s), computeOrder(built));
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  printGrid(*s, os);
+  EXPECT_EQ(
+      os.str(),
+      "'v.csv': 4 stages on 2 ranks, 2 microbatches, 16 time steps "
+      "(F=1 B=2 I=1 W=1)\n"
+      "rank 0: 0F0 0F1 .   3F0 3B0 3B0 3F1 3B1 3B1 .   0B0 0B0 .   .   "
+      "0B1 0B1\n"
+      "rank 1: .   1F0 2F0 1F1 2F1 .   2B0 2B0 1B0 1B0 2B1 2B1 1B1 1B1 .   "
+      ".\n"
+      "peak activations: stage0=2 stage1=2 stage2=2 stage3=1\n");
+  // The loop placement refuses the same file, naming its rule.
+  EXPECT_EQ(csvError(m, 4, 2, csv, 2),
+            "schedule 'x.csv' row 1 (rank 0), cell 3: stage 3 runs on rank 1 "
+            "(stage k on rank k mod 2), not on rank 0");
+}
+
+TEST(ScheduleCSVTest, PlacementComesFromTheRows) {
+  auto error = [](llvm::StringRef text, int stages, int world) {
+    auto p = placementFromCSV(text, stages, world, "x.csv");
+    return p ? p->describe() : llvm::toString(p.takeError());
+  };
+  EXPECT_EQ(error("1F0,1B0\r\n0F0,0B0\r\n", 2, 2),
+            "2 stages on 2 ranks: rank 0 [1], rank 1 [0]");
+  EXPECT_EQ(error("0F0,1F0\r\n1B0\r\n", 2, 2),
+            "schedule 'x.csv' row 2 (rank 1), cell 1: stage 1 already runs on "
+            "rank 0 (row 1)");
+  EXPECT_EQ(error("0F0,0B0\r\n0F1\r\n", 2, 2),
+            "schedule 'x.csv' row 2 (rank 1), cell 1: stage 0 already runs on "
+            "rank 0 (row 1)");
+  EXPECT_EQ(error("0F0,0B0\r\n\r\n", 2, 2),
+            "schedule 'x.csv' runs no action of stage 1");
+  EXPECT_EQ(error("0F0,1F0\r\n\r\n", 2, 2),
+            "schedule 'x.csv' row 2 (rank 1) runs no stage");
+  EXPECT_EQ(error("0F0\r\n1X0\r\n", 2, 2),
+            "schedule 'x.csv' row 2 (rank 1), cell 1: '1X0' is not a compute "
+            "action like 0F1, 1B0, 0I3 or 0W3");
+  EXPECT_EQ(error("0F0\r\n5F0\r\n", 2, 2),
+            "schedule 'x.csv' row 2 (rank 1), cell 1: stage 5 is out of range "
+            "(2 stages)");
+  EXPECT_EQ(error("0F0\r\n", 2, 2),
+            "schedule 'x.csv' has 1 row; expected one per rank (2)");
 }
