@@ -403,7 +403,7 @@ llvm::Error Executor::sendForward(const Action &a) {
     ++result.metaMessagesSent;
   }
   for (size_t k = 0; k < vals.size(); ++k) {
-    auto wire = toWire(vals[k], metas[k].kind, plan.transport->device(), what);
+    auto wire = toWire(vals[k], metas[k].kind, plan.device, what);
     if (!wire)
       return wire.takeError();
     for (at::Tensor &t : *wire)
@@ -433,7 +433,7 @@ Executor::receiveBuffers(const Action &a) {
       auto it = table.find({edge.producer, o});
       if (it == table.end())
         return std::nullopt;
-      auto wire = allocateWire(it->second, plan.transport->device(), "");
+      auto wire = allocateWire(it->second, plan.device, "");
       if (!wire) {
         llvm::consumeError(wire.takeError()); // recvForward reports it
         return std::nullopt;
@@ -448,7 +448,7 @@ Executor::receiveBuffers(const Action &a) {
         auto t = torchCall("", [&] {
           return at::empty(meta.sizes, at::TensorOptions()
                                            .dtype(meta.dtype)
-                                           .device(plan.transport->device()));
+                                           .device(plan.device));
         });
         if (!t)
           return t.takeError();
@@ -537,7 +537,7 @@ llvm::Error Executor::recvForward(const Action &a) {
       return meta.takeError();
     auto wire =
         ahead ? llvm::Expected<std::vector<at::Tensor>>(std::move((*ahead)[k]))
-              : allocateWire(**meta, plan.transport->device(), what);
+              : allocateWire(**meta, plan.device, what);
     if (!wire)
       return wire.takeError();
     for (at::Tensor &t : *wire)
@@ -744,8 +744,8 @@ llvm::Error Executor::sendBackward(const Action &a) {
         at::Tensor g;
         if (it != toSend.end() && k < it->second.size())
           g = it->second[k];
-        // On the transport's device, where the producer's buffer is.
-        c10::Device device = plan.transport->device();
+        // On the plan's device, where the producer's buffer is.
+        c10::Device device = plan.device;
         auto wire = torchCall("cannot prepare " + what, [&] {
           return g.defined() ? g.detach().to(device).contiguous()
                              : at::zeros(meta.sizes, at::TensorOptions()
@@ -780,7 +780,7 @@ llvm::Error Executor::recvBackward(const Action &a) {
                       return at::empty(meta.sizes,
                                        at::TensorOptions()
                                            .dtype(meta.dtype)
-                                           .device(plan.transport->device()));
+                                           .device(plan.device));
                     });
         if (!buffer)
           return buffer.takeError();

@@ -48,6 +48,7 @@
 
 #include "lib/Manifest.h"
 #include "lib/Stage.h"
+#include "runtime/DeviceKind.h"
 #include "runtime/LossKind.h"
 #include "runtime/Schedule.h"
 #include "runtime/TensorMeta.h"
@@ -85,6 +86,9 @@ struct ExecutorPlan {
   int rank = 0;
   std::map<int, Stage> *stages = nullptr;
   Transport *transport = nullptr;
+  /// Where payloads (boundary values, gradients) live: the device this
+  /// rank's stages run on, chosen by the pipeline (DeviceKind.h).
+  c10::Device device = c10::Device(c10::kCPU);
   /// Uses of each stage output anywhere in the pipeline (consumer input
   /// slots plus model outputs): above one, a mutating consumer copies.
   std::map<std::pair<int, int>, int> globalUses;

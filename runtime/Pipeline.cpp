@@ -20,13 +20,14 @@
 #include "lib/Stage.h"
 #include "lib/TensorIO.h"
 #include "lib/ValueWalk.h"
+#include "runtime/Collectives.h"
 #include "runtime/MetaCache.h"
 #include "runtime/Microbatch.h"
+#include "runtime/Rendezvous.h"
 #include "runtime/Schedule.h"
 #include "runtime/TensorMeta.h"
 #include "runtime/Threads.h"
 #include "runtime/TorchCompat.h"
-#include "runtime/Transport.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSwitch.h"
@@ -264,7 +265,8 @@ llvm::Expected<std::vector<std::string>> Pipeline::Impl::shareSignatures(
       signatures[m] = microbatchSignature(microbatches[m]);
   }
   std::string blob = llvm::join(signatures, "\n");
-  if (llvm::Error err = transport->broadcastBytes(blob, inputRoot))
+  if (llvm::Error err = broadcastBytes(*transport, blob, inputRoot,
+                                         "the microbatch signatures"))
     return err;
   llvm::SmallVector<llvm::StringRef, 8> parts;
   llvm::StringRef(blob).split(parts, '\n');
@@ -357,7 +359,7 @@ Pipeline::Impl::agreeOnMetadata(const std::vector<std::string> &signatures) {
       agreed.insert(agreed.end(), {kNeutral, kNeutral});
     }
   }
-  if (llvm::Error err = transport->agreeMin(agreed))
+  if (llvm::Error err = agreeMin(*transport, agreed))
     return err;
   if (agreed[0]) {
     stats.metaSource = MetaSource::User;
@@ -515,11 +517,7 @@ llvm::Expected<DeviceKind> checkOptions(const RunOptions &options) {
                          .str());
   if (options.timeout.count() <= 0)
     return makeError("--timeout must be positive");
-  std::optional<DeviceKind> device =
-      llvm::StringSwitch<std::optional<DeviceKind>>(options.device)
-          .Case("cpu", DeviceKind::CPU)
-          .Case("cuda", DeviceKind::CUDA)
-          .Default(std::nullopt);
+  std::optional<DeviceKind> device = deviceKindNamed(options.device);
   if (!device)
     return makeError("unknown device '" + options.device +
                      "' (expected cpu or cuda)");
@@ -571,7 +569,7 @@ llvm::Error Pipeline::Impl::planSchedule() {
   return simulateSchedule(manifest, schedule);
 }
 
-/// Loads this rank's stages (onto the transport's device).
+/// Loads this rank's stages (onto the plan's device).
 llvm::Error Pipeline::Impl::loadStages(DeviceKind device) {
   warmUpTorchScript();
   std::string dir = manifestDirectory(manifestPath);
@@ -580,7 +578,7 @@ llvm::Error Pipeline::Impl::loadStages(DeviceKind device) {
     if (!stage)
       return stage.takeError();
     if (device == DeviceKind::CUDA)
-      stage->module().to(transport->device());
+      stage->module().to(plan.device);
     stages.emplace(s, std::move(*stage));
   }
   return llvm::Error::success();
@@ -649,17 +647,18 @@ Pipeline::Impl::create(llvm::StringRef manifestPath, const LaunchEnv &env,
     return transport.takeError();
   impl->transport = std::move(*transport);
   impl->plan.transport = impl->transport.get();
-  impl->transport->setChannelCount(impl->schedule.channelCount() +
-                                   (impl->training() ? 1 : 0));
+  impl->plan.device = computeDevice(*device, env.localRank);
+  impl->transport->setChannelCount(
+      pipelineChannelCount(impl->schedule, impl->training()));
   // Every rank derives the same sorted list from the whole schedule.
-  std::set<Transport::Link> links;
+  std::set<Transport::Route> links;
   for (size_t r = 0; r < impl->schedule.ranks.size(); ++r)
     for (const Action &a : impl->schedule.ranks[r])
       if (a.kind == ActionKind::SendF || a.kind == ActionKind::SendB)
         links.insert(
             {channelOf(impl->schedule, a), static_cast<int>(r), a.peerRank});
-  if (llvm::Error err = impl->transport->connectLinks(
-          std::vector<Transport::Link>(links.begin(), links.end())))
+  if (llvm::Error err = impl->transport->connectRoutes(
+          std::vector<Transport::Route>(links.begin(), links.end())))
     return err;
   if (llvm::Error err = impl->loadStages(*device))
     return err;
@@ -725,7 +724,7 @@ valuesOnDevice(const std::vector<c10::IValue> &values, c10::Device device,
 
 llvm::Expected<std::vector<c10::IValue>>
 Pipeline::run(const std::vector<c10::IValue> &inputs) {
-  c10::Device device = impl_->transport->device();
+  c10::Device device = impl_->plan.device;
   if (device.is_cpu())
     return impl_->run(inputs);
   auto onDevice = valuesOnDevice(inputs, device, "the inputs");
@@ -742,8 +741,8 @@ llvm::Error Pipeline::Impl::writeTrace() {
   if (!trace)
     return llvm::Error::success();
   std::vector<std::string> ranks;
-  if (llvm::Error err = transport->gatherBytes(trace->eventsJSON(), 0, ranks,
-                                               "the trace events"))
+  if (llvm::Error err = gatherBytes(*transport, trace->eventsJSON(), 0, ranks,
+                                    "the trace events"))
     return err;
   trace.reset();
   if (env.rank != 0)
@@ -754,7 +753,7 @@ llvm::Error Pipeline::Impl::writeTrace() {
 llvm::Error Pipeline::finish() {
   if (llvm::Error err = impl_->writeTrace())
     return err;
-  return impl_->transport->barrier();
+  return barrier(*impl_->transport);
 }
 
 /// The meta cache directory of a run with `options`.
@@ -829,7 +828,8 @@ size_t Pipeline::inputCount() const {
 int Pipeline::inputRoot() const { return impl_->inputRoot; }
 
 llvm::Error Pipeline::shareFromInputRoot(std::string &bytes) {
-  return impl_->transport->broadcastBytes(bytes, impl_->inputRoot);
+  return broadcastBytes(*impl_->transport, bytes, impl_->inputRoot,
+                        "the microbatch signatures");
 }
 
 namespace {
@@ -999,7 +999,7 @@ struct BatchInput {
 };
 
 /// The most bytes a directory's file names may take: they are shared with
-/// every rank (Transport::broadcastBytes moves at most 64 MiB).
+/// every rank (broadcastBytes() moves at most 64 MiB).
 constexpr size_t kMaxNameBytes = 32 << 20;
 
 /// The regular files (or links to them) of `dir` whose names end in .pt,

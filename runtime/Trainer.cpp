@@ -11,6 +11,7 @@
 #include "lib/FileUtil.h"
 #include "lib/SafeRead.h"
 #include "lib/TensorIO.h"
+#include "runtime/Collectives.h"
 #include "runtime/Microbatch.h"
 #include "runtime/PipelineImpl.h"
 
@@ -91,7 +92,7 @@ static at::Tensor gradientOf(const at::Tensor &param) {
 
 llvm::Error Trainer::Impl::sumTiedGradients() {
   Pipeline::Impl &core = p();
-  const int channel = core.schedule.channelCount();
+  const int channel = allReduceChannel(core.schedule);
   Transport &transport = *core.transport;
   for (size_t t = 0; t < core.manifest.tiedParameters.size(); ++t) {
     const TiedParameter &tied = core.manifest.tiedParameters[t];
@@ -119,29 +120,9 @@ llvm::Error Trainer::Impl::sumTiedGradients() {
     });
     if (!sum)
       return sum.takeError();
-    // The lowest rank adds the others' sums in rank order and sends the
-    // total back, so every copy gets the very same tensor.
-    const int owner = ranks[0];
-    if (ranks.size() > 1) {
-      if (core.env.rank == owner) {
-        for (size_t k = 1; k < ranks.size(); ++k) {
-          at::Tensor part = at::empty_like(*sum);
-          if (llvm::Error err = transport.recv(part, ranks[k], channel, what))
-            return err;
-          sum->add_(part);
-        }
-        for (size_t k = 1; k < ranks.size(); ++k)
-          if (llvm::Error err = transport.send(*sum, ranks[k], channel, what))
-            return err;
-      } else {
-        if (llvm::Error err = transport.send(*sum, owner, channel, what))
-          return err;
-        if (llvm::Error err = transport.flushSends())
-          return err;
-        if (llvm::Error err = transport.recv(*sum, owner, channel, what))
-          return err;
-      }
-    }
+    // Every copy gets the very same tensor.
+    if (llvm::Error err = allReduceSum(transport, *sum, ranks, channel, what))
+      return err;
     for (at::Tensor &param : local)
       param.mutable_grad() = sum->clone();
   }
@@ -263,7 +244,7 @@ llvm::Expected<double> Trainer::step(const std::vector<c10::IValue> &inputs,
   ExecutorStep step;
   std::vector<std::string> fresh;
   // With --device cuda the batch and the target go where the stages are.
-  c10::Device device = core.transport->device();
+  c10::Device device = core.plan.device;
   auto onDevice = valuesOnDevice(inputs, device, "the inputs");
   if (!onDevice)
     return onDevice.takeError();
@@ -353,7 +334,7 @@ llvm::Error Trainer::save(llvm::StringRef dir) {
     // Saved from the CPU, so that the file loads on any machine (a module
     // saved on CUDA names its device); to() keeps the parameters' identity,
     // so the optimizer still holds them after moving back.
-    c10::Device device = core.transport->device();
+    c10::Device device = core.plan.device;
     auto bytes = torchCall("cannot save stage " + std::to_string(index), [&] {
       stage.module().train(impl_->savedTraining[index]);
       if (!device.is_cpu())
@@ -378,7 +359,7 @@ llvm::Error Trainer::save(llvm::StringRef dir) {
   // Rank 0 collects every stage's hash and writes the manifest.
   std::vector<std::string> shared;
   if (llvm::Error err =
-          core.transport->gatherBytes(lines, 0, shared, "the stage hashes"))
+          gatherBytes(*core.transport, lines, 0, shared, "the stage hashes"))
     return err;
   if (core.env.rank == 0) {
     Manifest trained = core.manifest;
@@ -402,13 +383,13 @@ llvm::Error Trainer::save(llvm::StringRef dir) {
     if (llvm::Error err = trained.save(path))
       return err;
   }
-  return core.transport->barrier();
+  return barrier(*core.transport);
 }
 
 llvm::Error Trainer::finish() {
   if (llvm::Error err = impl_->core->writeTrace())
     return err;
-  return impl_->core->transport->barrier();
+  return barrier(*impl_->core->transport);
 }
 
 } // namespace ppc
