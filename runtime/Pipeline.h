@@ -71,7 +71,7 @@ struct RunOptions {
   /// over Gloo. Metadata holds no device, so a meta cache written by a CPU
   /// run serves a CUDA run and the other way round. Needs a ppc built
   /// against a LibTorch with CUDA and NCCL, and a GPU per rank on each
-  /// machine (checkCudaDevice() in runtime/Transport.h lists the errors).
+  /// machine (checkCudaDevice() in runtime/Rendezvous.h lists the errors).
   std::string device = "cpu";
   /// Bound on every wait for another rank (rendezvous, each message).
   std::chrono::milliseconds timeout{60000};
@@ -137,7 +137,7 @@ public:
   /// this machine need a GPU each ..."); a model
   /// output that is a model input; the schedule deadlocks (a bug, reported
   /// with the stuck actions); the rendezvous fails or times out
-  /// (connectTransport() in runtime/Transport.h: "lost rank R (never
+  /// (connectTransport() in runtime/Rendezvous.h: "lost rank R (never
   /// reached the rendezvous ...)", "MASTER_PORT P is taken ...", "another
   /// job ... holds the rendezvous ...").
   static llvm::Expected<std::unique_ptr<Pipeline>>
