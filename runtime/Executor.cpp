@@ -446,9 +446,9 @@ Executor::receiveBuffers(const Action &a) {
   llvm::Error err = forEachGradient(
       edge, m, [&](int, size_t, const TensorMeta &meta) -> llvm::Error {
         auto t = torchCall("", [&] {
-          return at::empty(meta.sizes, at::TensorOptions()
-                                           .dtype(meta.dtype)
-                                           .device(plan.device));
+          return at::empty(
+              meta.sizes,
+              at::TensorOptions().dtype(meta.dtype).device(plan.device));
         });
         if (!t)
           return t.takeError();
@@ -777,10 +777,9 @@ llvm::Error Executor::recvBackward(const Action &a) {
         auto buffer =
             ahead ? llvm::Expected<at::Tensor>((*ahead)[0][next++])
                   : torchCall("cannot allocate " + what, [&] {
-                      return at::empty(meta.sizes,
-                                       at::TensorOptions()
-                                           .dtype(meta.dtype)
-                                           .device(plan.device));
+                      return at::empty(meta.sizes, at::TensorOptions()
+                                                       .dtype(meta.dtype)
+                                                       .device(plan.device));
                     });
         if (!buffer)
           return buffer.takeError();

@@ -266,7 +266,7 @@ llvm::Expected<std::vector<std::string>> Pipeline::Impl::shareSignatures(
   }
   std::string blob = llvm::join(signatures, "\n");
   if (llvm::Error err = broadcastBytes(*transport, blob, inputRoot,
-                                         "the microbatch signatures"))
+                                       "the microbatch signatures"))
     return err;
   llvm::SmallVector<llvm::StringRef, 8> parts;
   llvm::StringRef(blob).split(parts, '\n');

@@ -215,10 +215,20 @@ TEST(TransportTest, TakenPortIsOneClearLine) {
   ASSERT_TRUE(static_cast<bool>(store));
   auto second = StoreHost::start((*store)->port());
   ASSERT_FALSE(static_cast<bool>(second));
-  EXPECT_EQ(llvm::toString(second.takeError()),
-            "MASTER_PORT " + std::to_string((*store)->port()) +
-                " is taken on this machine (another job?); choose another "
-                "port");
+  // A PortTakenError, recognised by its type.
+  int port = -1;
+  std::string text;
+  llvm::handleAllErrors(
+      second.takeError(),
+      [&](const PortTakenError &e) {
+        port = e.port();
+        text = e.message();
+      },
+      [&](const llvm::ErrorInfoBase &e) { text = "other: " + e.message(); });
+  EXPECT_EQ(port, (*store)->port());
+  EXPECT_EQ(text, "MASTER_PORT " + std::to_string((*store)->port()) +
+                      " is taken on this machine (another job?); choose "
+                      "another port");
 }
 
 TEST(TransportTest, FlushWaitsOneTimeoutForAllPendingSends) {
