@@ -18,9 +18,10 @@
 // Threads are bounded to 1 (ppc::boundThreads), as `ppc run --threads 1`.
 //
 //===----------------------------------------------------------------------===//
+#include "runtime/Collectives.h"
 #include "runtime/LaunchEnv.h"
+#include "runtime/Rendezvous.h"
 #include "runtime/Threads.h"
-#include "runtime/Transport.h"
 
 #include <ATen/ATen.h>
 
@@ -139,7 +140,7 @@ int main(int argc, char **argv) {
     std::printf("}\n");
     std::fflush(stdout);
   }
-  if (llvm::Error err = t.barrier())
+  if (llvm::Error err = ppc::barrier(t))
     return fail(std::move(err));
   return 0;
 }

@@ -403,7 +403,7 @@ llvm::Error Executor::sendForward(const Action &a) {
     ++result.metaMessagesSent;
   }
   for (size_t k = 0; k < vals.size(); ++k) {
-    auto wire = toWire(vals[k], metas[k].kind, plan.transport->device(), what);
+    auto wire = toWire(vals[k], metas[k].kind, plan.device, what);
     if (!wire)
       return wire.takeError();
     for (at::Tensor &t : *wire)
@@ -433,7 +433,7 @@ Executor::receiveBuffers(const Action &a) {
       auto it = table.find({edge.producer, o});
       if (it == table.end())
         return std::nullopt;
-      auto wire = allocateWire(it->second, plan.transport->device(), "");
+      auto wire = allocateWire(it->second, plan.device, "");
       if (!wire) {
         llvm::consumeError(wire.takeError()); // recvForward reports it
         return std::nullopt;
@@ -446,9 +446,9 @@ Executor::receiveBuffers(const Action &a) {
   llvm::Error err = forEachGradient(
       edge, m, [&](int, size_t, const TensorMeta &meta) -> llvm::Error {
         auto t = torchCall("", [&] {
-          return at::empty(meta.sizes, at::TensorOptions()
-                                           .dtype(meta.dtype)
-                                           .device(plan.transport->device()));
+          return at::empty(
+              meta.sizes,
+              at::TensorOptions().dtype(meta.dtype).device(plan.device));
         });
         if (!t)
           return t.takeError();
@@ -537,7 +537,7 @@ llvm::Error Executor::recvForward(const Action &a) {
       return meta.takeError();
     auto wire =
         ahead ? llvm::Expected<std::vector<at::Tensor>>(std::move((*ahead)[k]))
-              : allocateWire(**meta, plan.transport->device(), what);
+              : allocateWire(**meta, plan.device, what);
     if (!wire)
       return wire.takeError();
     for (at::Tensor &t : *wire)
@@ -744,8 +744,8 @@ llvm::Error Executor::sendBackward(const Action &a) {
         at::Tensor g;
         if (it != toSend.end() && k < it->second.size())
           g = it->second[k];
-        // On the transport's device, where the producer's buffer is.
-        c10::Device device = plan.transport->device();
+        // On the plan's device, where the producer's buffer is.
+        c10::Device device = plan.device;
         auto wire = torchCall("cannot prepare " + what, [&] {
           return g.defined() ? g.detach().to(device).contiguous()
                              : at::zeros(meta.sizes, at::TensorOptions()
@@ -777,10 +777,9 @@ llvm::Error Executor::recvBackward(const Action &a) {
         auto buffer =
             ahead ? llvm::Expected<at::Tensor>((*ahead)[0][next++])
                   : torchCall("cannot allocate " + what, [&] {
-                      return at::empty(meta.sizes,
-                                       at::TensorOptions()
-                                           .dtype(meta.dtype)
-                                           .device(plan.transport->device()));
+                      return at::empty(meta.sizes, at::TensorOptions()
+                                                       .dtype(meta.dtype)
+                                                       .device(plan.device));
                     });
         if (!buffer)
           return buffer.takeError();
@@ -878,6 +877,43 @@ llvm::Expected<ExecutorResult> Executor::run() {
   return result;
 }
 } // namespace
+
+ExecutorPlan makeExecutorPlan(const Manifest &manifest,
+                              const Schedule &schedule, int rank,
+                              std::map<int, Stage> &stages,
+                              Transport &transport, c10::Device device,
+                              std::optional<LossSpec> loss) {
+  ExecutorPlan plan;
+  plan.manifest = &manifest;
+  plan.schedule = &schedule;
+  plan.rank = rank;
+  plan.stages = &stages;
+  plan.transport = &transport;
+  plan.device = device;
+  plan.loss = loss;
+  plan.globalUses = outputUses(manifest);
+  const Placement &placement = schedule.placement;
+  std::map<std::pair<int, int>, int> &localUses = plan.localUses;
+  for (const StageInfo &s : manifest.stages)
+    if (placement.rankOf(s.index) == rank)
+      for (const StageInput &in : s.inputs)
+        if (!in.source.isModelInput())
+          ++localUses[{in.source.stage, in.source.output}];
+  // A training schedule collects no model outputs: the loss stage keeps
+  // its own.
+  bool collects = llvm::any_of(schedule.ranks[rank], [](const Action &a) {
+    return a.kind == ActionKind::Output;
+  });
+  if (collects)
+    for (const ValueRef &ref : manifest.modelOutputs)
+      ++localUses[{ref.stage, ref.output}];
+  for (const Edge &e : schedule.edges)
+    if (placement.rankOf(e.producer) == rank &&
+        placement.rankOf(e.consumer) != rank)
+      for (int o : e.outputs)
+        ++localUses[{e.producer, o}];
+  return plan;
+}
 
 llvm::Expected<ExecutorResult> execute(const ExecutorPlan &plan,
                                        ExecutorStep &step) {

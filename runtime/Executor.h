@@ -48,6 +48,7 @@
 
 #include "lib/Manifest.h"
 #include "lib/Stage.h"
+#include "runtime/DeviceKind.h"
 #include "runtime/LossKind.h"
 #include "runtime/Microbatch.h"
 #include "runtime/Schedule.h"
@@ -86,6 +87,9 @@ struct ExecutorPlan {
   int rank = 0;
   std::map<int, Stage> *stages = nullptr;
   Transport *transport = nullptr;
+  /// Where payloads (boundary values, gradients) live: the device this
+  /// rank's stages run on, chosen by the pipeline (DeviceKind.h).
+  c10::Device device = c10::Device(c10::kCPU);
   /// Uses of each stage output anywhere in the pipeline (consumer input
   /// slots plus model outputs): above one, a mutating consumer copies.
   std::map<std::pair<int, int>, int> globalUses;
@@ -95,6 +99,15 @@ struct ExecutorPlan {
   /// Training only: where the loss is computed.
   std::optional<LossSpec> loss;
 };
+
+/// The plan of rank `rank` running `schedule`: the given parts, and the
+/// uses of each stage output counted from the manifest and the schedule
+/// (model outputs count where the schedule collects them, OUT).
+ExecutorPlan makeExecutorPlan(const Manifest &manifest,
+                              const Schedule &schedule, int rank,
+                              std::map<int, Stage> &stages,
+                              Transport &transport, c10::Device device,
+                              std::optional<LossSpec> loss);
 
 /// One batch or step.
 struct ExecutorStep {

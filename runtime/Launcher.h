@@ -30,7 +30,7 @@ struct LaunchOptions {
   int nodeRank = 0;
   std::string masterAddr = "127.0.0.1";
   /// 0 is not passed to workers: serve a StoreHost on port 0 first
-  /// (runtime/Transport.h) and pass its port with launcherHostsStore.
+  /// (runtime/Rendezvous.h) and pass its port with launcherHostsStore.
   int masterPort = 29500;
   /// Whether this process serves the rendezvous store on masterPort:
   /// workers get TORCHELASTIC_USE_AGENT_STORE=True (and

@@ -9,6 +9,7 @@
 
 #include "lib/Error.h"
 #include "lib/SafeRead.h"
+#include "runtime/Collectives.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
@@ -195,7 +196,8 @@ llvm::Expected<std::vector<Signature>> MetaSettler::shareSignatures(
       texts[m] = Signature::of(microbatches[m]).text;
   }
   std::string blob = llvm::join(texts, "\n");
-  if (llvm::Error err = scope_.transport->broadcastBytes(blob, inputRoot_))
+  if (llvm::Error err = broadcastBytes(*scope_.transport, blob, inputRoot_,
+                                       "the microbatch signatures"))
     return err;
   llvm::SmallVector<llvm::StringRef, 8> parts;
   llvm::StringRef(blob).split(parts, '\n');
@@ -293,7 +295,7 @@ MetaSettler::agree(const std::vector<Signature> &signatures) {
       agreed.insert(agreed.end(), {kNeutral, kNeutral});
     }
   }
-  if (llvm::Error err = scope_.transport->agreeMin(agreed))
+  if (llvm::Error err = agreeMin(*scope_.transport, agreed))
     return err;
   if (agreed[0]) {
     source_ = MetaSource::User;

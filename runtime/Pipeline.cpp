@@ -8,6 +8,7 @@
 #include "runtime/Pipeline.h"
 
 #include "lib/Error.h"
+#include "runtime/Collectives.h"
 #include "runtime/Microbatch.h"
 #include "runtime/RankContext.h"
 
@@ -138,7 +139,8 @@ Pipeline::run(const std::vector<c10::IValue> &inputs) {
 llvm::Error Pipeline::finish() { return impl_->ctx->finish(); }
 
 llvm::Error Pipeline::shareFromInputRoot(std::string &bytes) {
-  return impl_->ctx->transport().broadcastBytes(bytes, inputRoot());
+  return broadcastBytes(impl_->ctx->transport(), bytes, inputRoot(),
+                        "the microbatch signatures");
 }
 
 std::string metaCacheDirOf(const RunOptions &options,

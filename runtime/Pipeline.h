@@ -71,7 +71,7 @@ struct RunOptions {
   /// over Gloo. Metadata holds no device, so a meta cache written by a CPU
   /// run serves a CUDA run and the other way round. Needs a ppc built
   /// against a LibTorch with CUDA and NCCL, and a GPU per rank on each
-  /// machine (checkCudaDevice() in runtime/Transport.h lists the errors).
+  /// machine (checkCudaDevice() in runtime/Rendezvous.h lists the errors).
   std::string device = "cpu";
   /// Bound on every wait for another rank (rendezvous, each message).
   std::chrono::milliseconds timeout{60000};
@@ -136,10 +136,10 @@ public:
   /// ranks (their count must equal WORLD_SIZE or be a multiple of it); a
   /// stage file is missing or does not match the manifest's hash; device
   /// "cuda" where this rank cannot have cuda:LOCAL_RANK (checkCudaDevice()
-  /// in runtime/Transport.h); a model output that is a model input; the
+  /// in runtime/Rendezvous.h); a model output that is a model input; the
   /// schedule deadlocks (a bug, reported with the stuck actions); the
   /// rendezvous fails or times out (connectTransport() in
-  /// runtime/Transport.h: a lost rank, a taken MASTER_PORT, another job's
+  /// runtime/Rendezvous.h: a lost rank, a taken MASTER_PORT, another job's
   /// rendezvous).
   static llvm::Expected<std::unique_ptr<Pipeline>>
   create(llvm::StringRef manifestPath, const LaunchEnv &env,

@@ -9,11 +9,11 @@
 #include "runtime/RankContext.h"
 
 #include "lib/Error.h"
-#include "lib/ValueWalk.h"
+#include "runtime/Collectives.h"
+#include "runtime/Rendezvous.h"
 #include "runtime/Threads.h"
 #include "runtime/TorchCompat.h"
 
-#include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/FormatVariadic.h"
 
 #include <set>
@@ -37,11 +37,7 @@ llvm::Expected<DeviceKind> checkOptions(const RunOptions &options) {
                                          options.threads, maxThreads));
   if (options.timeout.count() <= 0)
     return makeOptionError("timeout", "must be positive");
-  std::optional<DeviceKind> device =
-      llvm::StringSwitch<std::optional<DeviceKind>>(options.device)
-          .Case("cpu", DeviceKind::CPU)
-          .Case("cuda", DeviceKind::CUDA)
-          .Default(std::nullopt);
+  std::optional<DeviceKind> device = deviceKindNamed(options.device);
   if (!device)
     return makeError("unknown device '" + options.device +
                      "' (expected cpu or cuda)");
@@ -64,9 +60,7 @@ RankContext::create(llvm::StringRef manifestPath, const LaunchEnv &env,
   ctx->options_ = options;
   ctx->manifestPath_ = manifestPath.str();
   ctx->deviceKind_ = *device;
-  if (*device == DeviceKind::CUDA)
-    ctx->device_ =
-        c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(env.localRank));
+  ctx->device_ = computeDevice(*device, env.localRank);
   if (llvm::Error err = ctx->loadManifest())
     return err;
   auto job = planner(ctx->manifest_, env.worldSize);
@@ -101,7 +95,10 @@ RankContext::create(llvm::StringRef manifestPath, const LaunchEnv &env,
   scope.inputMetaPath = options.inputMetaPath;
   scope.warnings = &ctx->warnings();
   ctx->meta_ = std::make_unique<MetaSettler>(std::move(scope));
-  ctx->makeExecutorPlan();
+  // The executor's plan, once everything it points to is in place.
+  ctx->executorPlan_ =
+      makeExecutorPlan(ctx->manifest_, ctx->schedule_, env.rank, ctx->stages_,
+                       *ctx->transport_, ctx->device_, ctx->loss_);
   if (!options.tracePath.empty())
     ctx->trace_.emplace(env.rank);
   return ctx;
@@ -124,17 +121,16 @@ llvm::Error RankContext::connect() {
   if (!transport)
     return transport.takeError();
   transport_ = std::move(*transport);
-  // One channel past the schedule's for the owner (ownerChannel()).
-  transport_->setChannelCount(schedule_.channelCount() + 1);
+  transport_->setChannelCount(pipelineChannelCount(schedule_));
   // Every rank derives the same sorted list from the whole schedule.
-  std::set<Transport::Link> links;
+  std::set<Transport::Route> routes;
   for (size_t r = 0; r < schedule_.ranks.size(); ++r)
     for (const Action &a : schedule_.ranks[r])
       if (a.kind == ActionKind::SendF || a.kind == ActionKind::SendB)
-        links.insert(
+        routes.insert(
             {channelOf(schedule_, a), static_cast<int>(r), a.peerRank});
-  return transport_->connectLinks(
-      std::vector<Transport::Link>(links.begin(), links.end()));
+  return transport_->connectRoutes(
+      std::vector<Transport::Route>(routes.begin(), routes.end()));
 }
 
 /// Loads this rank's stages onto the device.
@@ -150,37 +146,6 @@ llvm::Error RankContext::loadStages() {
     stages_.emplace(s, std::move(*stage));
   }
   return llvm::Error::success();
-}
-
-/// The executor's plan, once everything it points to is in place.
-void RankContext::makeExecutorPlan() {
-  ExecutorPlan &plan = executorPlan_;
-  plan.manifest = &manifest_;
-  plan.schedule = &schedule_;
-  plan.rank = env_.rank;
-  plan.stages = &stages_;
-  plan.transport = transport_.get();
-  plan.loss = loss_;
-  plan.globalUses = outputUses(manifest_);
-  std::map<std::pair<int, int>, int> &localUses = plan.localUses;
-  for (const StageInfo &s : manifest_.stages)
-    if (placement_.rankOf(s.index) == env_.rank)
-      for (const StageInput &in : s.inputs)
-        if (!in.source.isModelInput())
-          ++localUses[{in.source.stage, in.source.output}];
-  // Model outputs are collected where the schedule collects them (OUT);
-  // a training schedule has none: the loss stage keeps its own.
-  bool collects = llvm::any_of(schedule_.ranks[env_.rank], [](const Action &a) {
-    return a.kind == ActionKind::Output;
-  });
-  if (collects)
-    for (const ValueRef &ref : manifest_.modelOutputs)
-      ++localUses[{ref.stage, ref.output}];
-  for (const Edge &e : schedule_.edges)
-    if (placement_.rankOf(e.producer) == env_.rank &&
-        placement_.rankOf(e.consumer) != env_.rank)
-      for (int o : e.outputs)
-        ++localUses[{e.producer, o}];
 }
 
 llvm::Error RankContext::prepare(const std::vector<c10::IValue> &inputs,
@@ -202,15 +167,15 @@ llvm::Expected<ExecutorResult> RankContext::execute(ExecutorStep &step) {
 llvm::Error RankContext::finish() {
   if (trace_) {
     std::vector<std::string> ranks;
-    if (llvm::Error err = transport_->gatherBytes(trace_->eventsJSON(), 0,
-                                                  ranks, "the trace events"))
+    if (llvm::Error err = gatherBytes(*transport_, trace_->eventsJSON(), 0,
+                                      ranks, "the trace events"))
       return err;
     trace_.reset();
     if (env_.rank == 0)
       if (llvm::Error err = writeTraceFile(options_.tracePath, ranks))
         return err;
   }
-  return transport_->barrier();
+  return barrier(*transport_);
 }
 
 c10::IValue valueOnDevice(const c10::IValue &value, c10::Device device) {

@@ -87,9 +87,6 @@ public:
   c10::Device device() const { return device_; }
   MetaSettler &meta() { return *meta_; }
   const MetaSettler &meta() const { return *meta_; }
-  /// The first transport channel after the schedule's: the owner's own
-  /// messages (the trainer's tied gradients) travel there.
-  int ownerChannel() const { return schedule_.channelCount(); }
   llvm::raw_ostream &warnings() {
     return options_.warnings ? *options_.warnings : llvm::errs();
   }
@@ -115,7 +112,6 @@ private:
   llvm::Error loadManifest();
   llvm::Error connect();
   llvm::Error loadStages();
-  void makeExecutorPlan();
 
   LaunchEnv env_;
   RunOptions options_;

@@ -82,7 +82,7 @@ inline void setTorchLogging(bool show) {
 /// A TCPStore at host:port: the server when `isServer` (it binds the port,
 /// 0 = any free one, see storePort()), else a client that retries
 /// connecting until `timeout`. Nobody waits for workers here: the
-/// rendezvous (Transport.cpp) counts arrivals itself, with a deadline.
+/// rendezvous (Rendezvous.cpp) counts arrivals itself, with a deadline.
 /// `timeout` also bounds the store's get() and wait(). Throws (c10::Error)
 /// on failure.
 inline c10::intrusive_ptr<c10d::TCPStore>

@@ -12,6 +12,7 @@
 #include "lib/FileUtil.h"
 #include "lib/SafeRead.h"
 #include "lib/TensorIO.h"
+#include "runtime/Collectives.h"
 #include "runtime/Microbatch.h"
 #include "runtime/RankContext.h"
 
@@ -90,7 +91,7 @@ static at::Tensor gradientOf(const at::Tensor &param) {
 }
 
 llvm::Error Trainer::Impl::sumTiedGradients() {
-  const int channel = ctx->ownerChannel();
+  const int channel = allReduceChannel(ctx->schedule());
   Transport &transport = ctx->transport();
   for (const TiedParameter &tied : ctx->manifest().tiedParameters) {
     std::vector<at::Tensor> local;
@@ -117,29 +118,9 @@ llvm::Error Trainer::Impl::sumTiedGradients() {
     });
     if (!sum)
       return sum.takeError();
-    // The lowest rank adds the others' sums in rank order and sends the
-    // total back, so every copy gets the very same tensor.
-    const int owner = ranks[0];
-    if (ranks.size() > 1) {
-      if (ctx->rank() == owner) {
-        for (size_t k = 1; k < ranks.size(); ++k) {
-          at::Tensor part = at::empty_like(*sum);
-          if (llvm::Error err = transport.recv(part, ranks[k], channel, what))
-            return err;
-          sum->add_(part);
-        }
-        for (size_t k = 1; k < ranks.size(); ++k)
-          if (llvm::Error err = transport.send(*sum, ranks[k], channel, what))
-            return err;
-      } else {
-        if (llvm::Error err = transport.send(*sum, owner, channel, what))
-          return err;
-        if (llvm::Error err = transport.flushSends())
-          return err;
-        if (llvm::Error err = transport.recv(*sum, owner, channel, what))
-          return err;
-      }
-    }
+    // Every copy gets the very same tensor.
+    if (llvm::Error err = allReduceSum(transport, *sum, ranks, channel, what))
+      return err;
     for (at::Tensor &param : local)
       param.mutable_grad() = sum->clone();
   }
@@ -423,7 +404,7 @@ llvm::Error Trainer::save(llvm::StringRef dir) {
   // Rank 0 collects every stage's hash and writes the manifest.
   std::vector<std::string> shared;
   if (llvm::Error err =
-          ctx.transport().gatherBytes(lines, 0, shared, "the stage hashes"))
+          gatherBytes(ctx.transport(), lines, 0, shared, "the stage hashes"))
     return err;
   if (ctx.rank() == 0) {
     Manifest trained = ctx.manifest();
@@ -447,7 +428,7 @@ llvm::Error Trainer::save(llvm::StringRef dir) {
     if (llvm::Error err = trained.save(path))
       return err;
   }
-  return ctx.transport().barrier();
+  return barrier(ctx.transport());
 }
 
 llvm::Error Trainer::finish() { return impl_->ctx->finish(); }

@@ -8,7 +8,7 @@
 
 #include "lib/Error.h"
 #include "runtime/Launcher.h"
-#include "runtime/Transport.h"
+#include "runtime/Rendezvous.h"
 
 #include "llvm/Support/raw_ostream.h"
 

@@ -1,4 +1,5 @@
-//===- tests/unit/runtime/MetaSettleTest.cpp - The metadata agreement ------===//
+//===- tests/unit/runtime/MetaSettleTest.cpp - The metadata agreement
+//------===//
 //
 // Tests the start-up agreement on where boundary metadata comes from, with
 // two ranks as threads over the loopback link: inference on a first run, a
@@ -36,7 +37,8 @@ Manifest chain() {
     info.file = "stage_" + std::to_string(s) + ".pt";
     StageInput in;
     in.name = "x";
-    in.source = s == 0 ? ValueRef::fromModelInput(0) : ValueRef::fromStage(0, 0);
+    in.source =
+        s == 0 ? ValueRef::fromModelInput(0) : ValueRef::fromStage(0, 0);
     info.inputs.push_back(in);
     info.outputs.push_back({"y", ValueKind::Tensor, {}});
     if (s == 0)
@@ -229,11 +231,10 @@ TEST_F(MetaSettleTest, CachesThatDisagreeOnAnEdgeMakeEveryRankInfer) {
 // Tests that a rank gone before the agreement is named by the other at
 // once, as a lost rank.
 TEST_F(MetaSettleTest, ALostPeerIsNamed) {
-  std::vector<RankResult> ranks =
-      settle(2, [](int rank, LoopbackHub &hub) {
-        if (rank == 1)
-          hub.close(1);
-      });
+  std::vector<RankResult> ranks = settle(2, [](int rank, LoopbackHub &hub) {
+    if (rank == 1)
+      hub.close(1);
+  });
   EXPECT_EQ(ranks[0].error.rfind("lost rank 1 (", 0), 0u) << ranks[0].error;
 }
 
@@ -280,7 +281,8 @@ TEST_F(MetaSettleTest, AMismatchWithTheCacheRemovesIt) {
       llvm::Error err = settler.classify(
           llvm::make_error<MetaMismatchError>("stage 0 output 0 ('y')"));
       bool stale = err.isA<StaleCacheError>();
-      errors[r] = (stale ? "stale: " : "other: ") + llvm::toString(std::move(err));
+      errors[r] =
+          (stale ? "stale: " : "other: ") + llvm::toString(std::move(err));
     });
   for (std::thread &t : threads)
     t.join();

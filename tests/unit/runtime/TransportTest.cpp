@@ -5,8 +5,10 @@
 // of this process, each with its own store client and process group.
 //
 //===----------------------------------------------------------------------===//
-#include "runtime/Transport.h"
+#include "runtime/Collectives.h"
 #include "runtime/LaunchEnv.h"
+#include "runtime/Link.h"
+#include "runtime/Rendezvous.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -95,14 +97,15 @@ TEST(TransportTest, AgreeBroadcastBarrier) {
   auto errors = onRanks(
       3, std::chrono::seconds(20), [&](int rank, Transport &t) -> llvm::Error {
         std::vector<int64_t> flags{rank == 1 ? 0 : 1, 5 - rank};
-        if (llvm::Error err = t.agreeMin(flags))
+        if (llvm::Error err = agreeMin(t, flags))
           return err;
         agreed[rank] = flags;
         std::string bytes = rank == 2 ? "float32[2,4]\nfloat32[1,4]" : "";
-        if (llvm::Error err = t.broadcastBytes(bytes, 2))
+        if (llvm::Error err =
+                broadcastBytes(t, bytes, 2, "the microbatch signatures"))
           return err;
         received[rank] = bytes;
-        return t.barrier();
+        return barrier(t);
       });
   EXPECT_EQ(errors, (std::vector<std::string>{"", "", ""}));
   for (int r = 0; r < 3; ++r) {
@@ -118,7 +121,7 @@ TEST(TransportTest, GatherBytes) {
   auto errors = onRanks(
       3, std::chrono::seconds(20), [&](int rank, Transport &t) -> llvm::Error {
         std::string bytes = rank == 2 ? "" : "rank " + std::to_string(rank);
-        return t.gatherBytes(bytes, 1, gathered[rank], "test bytes");
+        return gatherBytes(t, bytes, 1, gathered[rank], "test bytes");
       });
   EXPECT_EQ(errors, (std::vector<std::string>{"", "", ""}));
   EXPECT_EQ(gathered[1], (std::vector<std::string>{"rank 0", "rank 1", ""}));
@@ -212,10 +215,20 @@ TEST(TransportTest, TakenPortIsOneClearLine) {
   ASSERT_TRUE(static_cast<bool>(store));
   auto second = StoreHost::start((*store)->port());
   ASSERT_FALSE(static_cast<bool>(second));
-  EXPECT_EQ(llvm::toString(second.takeError()),
-            "MASTER_PORT " + std::to_string((*store)->port()) +
-                " is taken on this machine (another job?); choose another "
-                "port");
+  // A PortTakenError, recognised by its type.
+  int port = -1;
+  std::string text;
+  llvm::handleAllErrors(
+      second.takeError(),
+      [&](const PortTakenError &e) {
+        port = e.port();
+        text = e.message();
+      },
+      [&](const llvm::ErrorInfoBase &e) { text = "other: " + e.message(); });
+  EXPECT_EQ(port, (*store)->port());
+  EXPECT_EQ(text, "MASTER_PORT " + std::to_string((*store)->port()) +
+                      " is taken on this machine (another job?); choose "
+                      "another port");
 }
 
 TEST(TransportTest, FlushWaitsOneTimeoutForAllPendingSends) {
