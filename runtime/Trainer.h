@@ -96,12 +96,13 @@ struct TrainStats {
 
 class Trainer {
 public:
-  /// As Pipeline::create, and: the options are checked ("--lr 0 must be
-  /// positive", "--momentum -1 must not be negative"); the loss output is a
-  /// Tensor produced by a stage ("--loss-output 2 is not in 0..1 (the model
-  /// has 2 outputs)"); the schedule fits the placement ("interleaved-1f1b
-  /// needs at least 2 stages per rank ..."); a schedule CSV is readable and
-  /// would not deadlock (its first stuck action named).
+  /// As Pipeline::create, and: an option out of range (an OptionError
+  /// naming the TrainOptions field: lr, momentum, weightDecay, lossOutput);
+  /// a loss output that is a model input or not a Tensor; a schedule that
+  /// does not fit the placement; a schedule CSV that is unreadable, names
+  /// stages it cannot place, or would deadlock (its first stuck action
+  /// named). A schedule CSV also places the stages: each on the rank whose
+  /// row runs it.
   static llvm::Expected<std::unique_ptr<Trainer>>
   create(llvm::StringRef manifestPath, const LaunchEnv &env,
          const TrainOptions &options);
