@@ -3,6 +3,7 @@
 
 #include "lib/Error.h"
 #include "lib/Stage.h"
+#include "lib/TorchScriptStage.h"
 #include "passes/ProfileItems.h"
 
 #include "llvm/ADT/StringSwitch.h"

@@ -697,7 +697,7 @@ llvm::Error Executor::backwardWeights(const Action &a) {
                          .str());
   SavedForward &f = it->second;
   std::vector<at::Tensor> params;
-  for (const at::Tensor &p : plan.stages->at(s).module().parameters())
+  for (const at::Tensor &p : plan.stages->at(s).executable().parameters())
     if (p.requires_grad())
       params.push_back(p);
   if (!f.roots.empty() && !params.empty())

@@ -16,6 +16,7 @@
 #include "lib/Error.h"
 #include "lib/FileUtil.h"
 #include "lib/Manifest.h"
+#include "lib/ModelFormat.h"
 #include "lib/SafeRead.h"
 #include "lib/Stage.h"
 #include "lib/TensorIO.h"
@@ -573,14 +574,14 @@ llvm::Error Pipeline::Impl::planSchedule() {
 
 /// Loads this rank's stages (onto the transport's device).
 llvm::Error Pipeline::Impl::loadStages(DeviceKind device) {
-  warmUpTorchScript();
+  formatOf(manifest).warmUp();
   std::string dir = manifestDirectory(manifestPath);
   for (int s : placement.stagesOf(env.rank)) {
     auto stage = Stage::load(manifest, dir, s);
     if (!stage)
       return stage.takeError();
     if (device == DeviceKind::CUDA)
-      stage->module().to(transport->device());
+      stage->executable().to(transport->device());
     stages.emplace(s, std::move(*stage));
   }
   return llvm::Error::success();

@@ -79,7 +79,7 @@ struct Trainer::Impl {
 std::vector<at::Tensor> Trainer::Impl::parameters() {
   std::vector<at::Tensor> out;
   for (auto &[index, stage] : p().stages)
-    for (const at::Tensor &t : stage.module().parameters())
+    for (const at::Tensor &t : stage.executable().parameters())
       out.push_back(t);
   return out;
 }
@@ -103,8 +103,7 @@ llvm::Error Trainer::Impl::sumTiedGradients() {
         ranks.push_back(r);
       if (r == core.env.rank)
         local.push_back(
-            attributeAt(core.stages.at(use.stage).module(), use.path)
-                .toTensor());
+            core.stages.at(use.stage).executable().tensorAt(use.path));
     }
     if (local.empty())
       continue;
@@ -216,8 +215,8 @@ Trainer::create(llvm::StringRef manifestPath, const LaunchEnv &env,
   impl->options = options;
   impl->stats.rank = env.rank;
   for (auto &[index, stage] : impl->core->stages) {
-    impl->savedTraining[index] = stage.module().is_training();
-    stage.module().train(true);
+    impl->savedTraining[index] = stage.executable().isTraining();
+    stage.executable().setTraining(true);
   }
   std::vector<at::Tensor> params = impl->parameters();
   if (!params.empty()) {
@@ -306,7 +305,7 @@ std::vector<std::pair<std::string, at::Tensor>>
 Trainer::namedParameters() const {
   std::vector<std::pair<std::string, at::Tensor>> out;
   for (auto &[index, stage] : impl_->core->stages)
-    for (const auto &named : stage.module().named_parameters())
+    for (const auto &named : stage.executable().namedParameters())
       out.emplace_back(llvm::formatv("stage {0}: {1}", index, named.name),
                        named.value);
   return out;
@@ -316,7 +315,7 @@ llvm::Error Trainer::saveGradients(llvm::StringRef path) const {
   auto grads = torchCall("cannot write '" + path + "'", [&] {
     c10::Dict<std::string, at::Tensor> grads;
     for (auto &[index, stage] : impl_->core->stages)
-      for (const auto &named : stage.module().named_parameters())
+      for (const auto &named : stage.executable().namedParameters())
         if (named.value.grad().defined())
           grads.insert(named.name, named.value.grad().cpu());
     return grads;
@@ -355,14 +354,14 @@ llvm::Error Trainer::save(llvm::StringRef dir) {
     // so the optimizer still holds them after moving back.
     c10::Device device = core.transport->device();
     auto bytes = torchCall("cannot save stage " + std::to_string(index), [&] {
-      stage.module().train(impl_->savedTraining[index]);
+      stage.executable().setTraining(impl_->savedTraining[index]);
       if (!device.is_cpu())
-        stage.module().to(c10::kCPU);
+        stage.executable().to(c10::kCPU);
       std::ostringstream os;
-      stage.module().save(os);
+      stage.executable().save(os);
       if (!device.is_cpu())
-        stage.module().to(device);
-      stage.module().train(true);
+        stage.executable().to(device);
+      stage.executable().setTraining(true);
       return os.str();
     });
     if (!bytes)
