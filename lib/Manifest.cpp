@@ -29,33 +29,18 @@ namespace ppc {
 
 llvm::StringRef kindName(ValueKind kind) {
   switch (kind) {
-  case ValueKind::Tensor:
-    return "Tensor";
-  case ValueKind::TensorList:
-    return "Tensor[]";
-  case ValueKind::TensorTuple:
-    return "Tuple[Tensor]";
-  case ValueKind::Int:
-    return "int";
-  case ValueKind::Float:
-    return "float";
-  case ValueKind::Bool:
-    return "bool";
-  case ValueKind::IntList:
-    return "int[]";
+#define PPC_VALUE_KIND(Kind, Name)                                             \
+  case ValueKind::Kind:                                                        \
+    return Name;
+#include "lib/ValueKinds.def"
   }
   llvm_unreachable("unknown ValueKind");
 }
 
 std::optional<ValueKind> parseKind(llvm::StringRef name) {
   return llvm::StringSwitch<std::optional<ValueKind>>(name)
-      .Case("Tensor", ValueKind::Tensor)
-      .Case("Tensor[]", ValueKind::TensorList)
-      .Case("Tuple[Tensor]", ValueKind::TensorTuple)
-      .Case("int", ValueKind::Int)
-      .Case("float", ValueKind::Float)
-      .Case("bool", ValueKind::Bool)
-      .Case("int[]", ValueKind::IntList)
+#define PPC_VALUE_KIND(Kind, Name) .Case(Name, ValueKind::Kind)
+#include "lib/ValueKinds.def"
       .Default(std::nullopt);
 }
 
@@ -178,6 +163,7 @@ static bool fromJSON(const Value &v, ValueKind &out, llvm::json::Path p) {
   auto name = v.getAsString();
   std::optional<ValueKind> kind = name ? parseKind(*name) : std::nullopt;
   if (!kind) {
+    // Path::report keeps a literal: the names of ValueKinds.def, in order.
     p.report("expected one of Tensor, Tensor[], Tuple[Tensor], int, float, "
              "bool, int[]");
     return false;

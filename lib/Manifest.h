@@ -25,17 +25,12 @@ namespace ppc {
 /// or output). Everything else is either rematerialized in the consumer stage
 /// (constants, module attributes, cheap non-tensor values) or cannot cross.
 enum class ValueKind {
-  Tensor,
-  TensorList,
-  TensorTuple,
-  Int,
-  Float,
-  Bool,
-  IntList
+#define PPC_VALUE_KIND(Kind, Name) Kind,
+#include "lib/ValueKinds.def"
 };
 
-/// The manifest spelling of a kind: "Tensor", "Tensor[]", "Tuple[Tensor]",
-/// "int", "float", "bool", "int[]".
+/// The manifest spelling of a kind (lib/ValueKinds.def): "Tensor",
+/// "Tensor[]", "Tuple[Tensor]", "int", "float", "bool", "int[]".
 llvm::StringRef kindName(ValueKind kind);
 std::optional<ValueKind> parseKind(llvm::StringRef name);
 

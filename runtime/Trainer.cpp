@@ -15,7 +15,6 @@
 #include "runtime/PipelineImpl.h"
 
 #include "llvm/ADT/StringExtras.h"
-#include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/Path.h"
@@ -31,17 +30,6 @@
 #include <sstream>
 
 namespace ppc {
-
-llvm::StringRef optimizerName(OptimizerKind kind) {
-  return kind == OptimizerKind::SGD ? "sgd" : "adam";
-}
-
-std::optional<OptimizerKind> parseOptimizerName(llvm::StringRef name) {
-  return llvm::StringSwitch<std::optional<OptimizerKind>>(name)
-      .Case("sgd", OptimizerKind::SGD)
-      .Case("adam", OptimizerKind::Adam)
-      .Default(std::nullopt);
-}
 
 std::string TrainStats::line() const {
   std::string peaks;
