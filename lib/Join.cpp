@@ -1,7 +1,7 @@
 //===- lib/Join.cpp - Put trained stage tensors back into the model -------===//
 //
 // This file implements joinStages(). Stage modules keep the original
-// attribute paths (passes/StageModule.h), so a stage's parameter
+// attribute paths (lib/StageModule.h), so a stage's parameter
 // "layer1.0.conv1.weight" goes back to the original's tensor at that path.
 // Tensors are copied into the original's tensors in place rather than
 // replaced: the original may hold one tensor under two paths (tied embedding
@@ -13,6 +13,7 @@
 #include "lib/Error.h"
 #include "lib/FileUtil.h"
 #include "lib/Manifest.h"
+#include "lib/ModelFormat.h"
 #include "lib/SafeRead.h"
 #include "lib/Stage.h"
 
@@ -24,13 +25,12 @@
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
-#include <torch/script.h>
+#include <ATen/ATen.h>
+#include <torch/csrc/api/include/torch/types.h>
 
 #include <cstring>
 #include <map>
-#include <ostream>
 #include <set>
-#include <streambuf>
 
 namespace ppc {
 
@@ -46,29 +46,6 @@ struct Slot {
 struct Writer {
   int stage;
   std::string path;
-};
-
-/// A std::ostream sink over an llvm::raw_ostream, so Module::save streams
-/// into writeFileAtomically's temporary file instead of a second in-memory
-/// copy of the model. raw_fd_ostream records write errors itself, and
-/// writeFileAtomically checks them.
-class RawOstreamBuf : public std::streambuf {
-public:
-  explicit RawOstreamBuf(llvm::raw_ostream &os) : os_(os) {}
-
-protected:
-  std::streamsize xsputn(const char *s, std::streamsize n) override {
-    os_.write(s, static_cast<size_t>(n));
-    return n;
-  }
-  int_type overflow(int_type c) override {
-    if (!traits_type::eq_int_type(c, traits_type::eof()))
-      os_ << traits_type::to_char_type(c);
-    return traits_type::not_eof(c);
-  }
-
-private:
-  llvm::raw_ostream &os_;
 };
 
 } // namespace
@@ -120,9 +97,9 @@ static std::string findOriginal(const Manifest &manifest, llvm::StringRef dir) {
 }
 
 /// Reads the original model once, checks those bytes against the manifest,
-/// and loads them.
-static llvm::Expected<torch::jit::Module> loadOriginal(const Manifest &manifest,
-                                                       llvm::StringRef path) {
+/// and loads them with the manifest's format.
+static llvm::Expected<std::unique_ptr<StageExecutable>>
+loadOriginal(const Manifest &manifest, llvm::StringRef path) {
   auto buffer = readFileBounded(path, kMaxStageFileBytes, "original model");
   if (!buffer)
     return buffer.takeError();
@@ -135,17 +112,15 @@ static llvm::Expected<torch::jit::Module> loadOriginal(const Manifest &manifest,
                       "stages were split from",
                       path, hash.substr(0, 12),
                       llvm::StringRef(manifest.sourceSha256).substr(0, 12)));
-  return torchCall("cannot load the original model '" + path + "'",
-                   [&] { return torch::jit::load(makeArchiveReader(bytes)); });
+  return formatOf(manifest).loadExecutable(bytes, path);
 }
 
-/// The parameters and buffers of `module` by dotted path.
-static std::map<std::string, Slot>
-tensorsByPath(const torch::jit::Module &module) {
+/// The parameters and buffers of `model` by dotted path.
+static std::map<std::string, Slot> tensorsByPath(const StageExecutable &model) {
   std::map<std::string, Slot> slots;
-  for (const auto &p : module.named_parameters(/*recurse=*/true))
+  for (const NamedTensor &p : model.namedParameters())
     slots[p.name] = {p.value, true};
-  for (const auto &b : module.named_buffers(/*recurse=*/true))
+  for (const NamedTensor &b : model.namedBuffers())
     slots[b.name] = {b.value, false};
   return slots;
 }
@@ -233,11 +208,11 @@ static llvm::Error copyTensor(int stage, const std::string &path,
 static llvm::Error copyStage(Stage &stage,
                              const std::map<std::string, Slot> &original,
                              std::map<const void *, Writer> &writers) {
-  for (const auto &p : stage.module().named_parameters(/*recurse=*/true))
+  for (const NamedTensor &p : stage.executable().namedParameters())
     if (llvm::Error err = copyTensor(stage.index(), p.name, p.value,
                                      /*isParameter=*/true, original, writers))
       return err;
-  for (const auto &b : stage.module().named_buffers(/*recurse=*/true))
+  for (const NamedTensor &b : stage.executable().namedBuffers())
     if (llvm::Error err = copyTensor(stage.index(), b.name, b.value,
                                      /*isParameter=*/false, original, writers))
       return err;
@@ -261,7 +236,7 @@ llvm::Expected<JoinReport> joinStages(llvm::StringRef manifestPath,
   auto model = loadOriginal(*manifest, originalPath);
   if (!model)
     return model.takeError();
-  std::map<std::string, Slot> original = tensorsByPath(*model);
+  std::map<std::string, Slot> original = tensorsByPath(**model);
   std::map<const void *, Writer> writers;
   for (size_t s = 0; s < manifest->stages.size(); ++s) {
     auto stage = Stage::load(*manifest, dir, static_cast<int>(s));
@@ -287,13 +262,8 @@ llvm::Expected<JoinReport> joinStages(llvm::StringRef manifestPath,
       ++report.buffers;
   }
 
-  if (llvm::Error err =
-          writeFileAtomically(outputPath, [&](llvm::raw_ostream &os) {
-            RawOstreamBuf buf(os);
-            std::ostream out(&buf);
-            return torchCall("cannot save '" + outputPath + "'",
-                             [&] { model->save(out); });
-          }))
+  if (llvm::Error err = saveExecutable(**model, outputPath,
+                                       "cannot save '" + outputPath + "'"))
     return err;
   return report;
 }

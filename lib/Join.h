@@ -1,5 +1,4 @@
-//===- lib/Join.h - Put trained stage tensors back into the model -*- C++
-//-*-===//
+//===- lib/Join.h - Put trained stage tensors into the model ----*- C++ -*-===//
 //
 // The inverse of ppc split for weights: after the stages were trained (ppc
 // train --save writes new stage files and a manifest with their hashes),
@@ -48,7 +47,8 @@ struct JoinReport {
 ///     the original's tensor at the same path, in place, so that tensors the
 ///     original shares between paths stay shared. A tensor that several
 ///     stages hold (manifest tiedParameters) must be the same in each.
-///  4. Save the module, training flag as it was, whole or not at all.
+///  4. Save the model in its format (the manifest's), training flag as it
+///     was, whole or not at all.
 ///
 /// Errors, one line each:
 ///   "the output 'o.pt' is the manifest; refusing to overwrite it"
@@ -65,9 +65,9 @@ struct JoinReport {
 ///   [10, 32]";
 ///   "the copies of tied tensor 'embed.weight' differ: stage 0
 ///   'embed.weight' != stage 1 'head.weight' (max abs diff 0.5)";
-///   Manifest::load's, readFileBounded's, Stage::load's, LibTorch's ("cannot
-///   load the original model 'm.pt': ...", "cannot save 'o.pt': ...") and
-///   writeFileAtomically's. On any error `outputPath` is left as it was.
+///   Manifest::load's, readFileBounded's, Stage::load's, the manifest's
+///   format's loader's (for the original model), saveExecutable's. On any error
+///   `outputPath` is left as it was.
 llvm::Expected<JoinReport> joinStages(llvm::StringRef manifestPath,
                                       llvm::StringRef outputPath);
 

@@ -8,9 +8,11 @@
 
 #include "lib/Error.h"
 #include "lib/FileUtil.h"
+#include "lib/ModelFormat.h"
 #include "lib/SafeRead.h"
 
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSwitch.h"
 
 #include "llvm/Support/FormatVariadic.h"
@@ -27,33 +29,18 @@ namespace ppc {
 
 llvm::StringRef kindName(ValueKind kind) {
   switch (kind) {
-  case ValueKind::Tensor:
-    return "Tensor";
-  case ValueKind::TensorList:
-    return "Tensor[]";
-  case ValueKind::TensorTuple:
-    return "Tuple[Tensor]";
-  case ValueKind::Int:
-    return "int";
-  case ValueKind::Float:
-    return "float";
-  case ValueKind::Bool:
-    return "bool";
-  case ValueKind::IntList:
-    return "int[]";
+#define PPC_VALUE_KIND(Kind, Name)                                             \
+  case ValueKind::Kind:                                                        \
+    return Name;
+#include "lib/ValueKinds.def"
   }
   llvm_unreachable("unknown ValueKind");
 }
 
 std::optional<ValueKind> parseKind(llvm::StringRef name) {
   return llvm::StringSwitch<std::optional<ValueKind>>(name)
-      .Case("Tensor", ValueKind::Tensor)
-      .Case("Tensor[]", ValueKind::TensorList)
-      .Case("Tuple[Tensor]", ValueKind::TensorTuple)
-      .Case("int", ValueKind::Int)
-      .Case("float", ValueKind::Float)
-      .Case("bool", ValueKind::Bool)
-      .Case("int[]", ValueKind::IntList)
+#define PPC_VALUE_KIND(Kind, Name) .Case(Name, ValueKind::Kind)
+#include "lib/ValueKinds.def"
       .Default(std::nullopt);
 }
 
@@ -116,6 +103,7 @@ Value Manifest::toJSON() const {
   }
 
   return Object{{"schema_version", schemaVersion},
+                {"format", format},
                 {"source", Object{{"path", sourcePath},
                                   {"size", static_cast<int64_t>(sourceSize)},
                                   {"sha256", sourceSha256}}},
@@ -175,6 +163,7 @@ static bool fromJSON(const Value &v, ValueKind &out, llvm::json::Path p) {
   auto name = v.getAsString();
   std::optional<ValueKind> kind = name ? parseKind(*name) : std::nullopt;
   if (!kind) {
+    // Path::report keeps a literal: the names of ValueKinds.def, in order.
     p.report("expected one of Tensor, Tensor[], Tuple[Tensor], int, float, "
              "bool, int[]");
     return false;
@@ -291,24 +280,41 @@ static bool fromJSON(const Value &v, Manifest &out, llvm::json::Path p) {
 
 /// The schema version comes first: a manifest of another version may
 /// differ in any other field, so that is the one error worth reporting.
-static llvm::Error checkSchemaVersion(const Value &json) {
+/// Version 1 predates the format field; its stages are TorchScript.
+static llvm::Expected<std::string> checkVersionAndFormat(const Value &json) {
   llvm::json::Path::Root root("manifest");
   llvm::json::ObjectMapper o(json, root);
   NonNegative<int> version;
   if (!o || !o.map("schema_version", version))
     return root.getError();
-  if (version.value != Manifest::kSchemaVersion)
+  if (version.value < 1 || version.value > Manifest::kSchemaVersion)
     return makeError(llvm::formatv("manifest: unsupported schema_version {0} "
-                                   "(this ppc reads version {1})",
+                                   "(this ppc reads versions 1 to {1})",
                                    version.value, Manifest::kSchemaVersion)
                          .str());
-  return llvm::Error::success();
+  if (version.value == 1)
+    return std::string("torchscript");
+  std::string format;
+  if (!o.map("format", format))
+    return root.getError();
+  if (!findModelFormat(format)) {
+    std::vector<std::string> known;
+    for (const ModelFormat *f : modelFormats())
+      known.push_back(f->name().str());
+    return makeError(llvm::formatv("manifest: unknown format '{0}' (this ppc "
+                                   "reads {1})",
+                                   format, llvm::join(known, ", "))
+                         .str());
+  }
+  return format;
 }
 
 llvm::Expected<Manifest> Manifest::fromJSON(const Value &json) {
-  if (llvm::Error err = checkSchemaVersion(json))
-    return err;
+  auto format = checkVersionAndFormat(json);
+  if (!format)
+    return format.takeError();
   Manifest m;
+  m.format = std::move(*format);
   llvm::json::Path::Root root("manifest");
   if (!ppc::fromJSON(json, m, root))
     return root.getError();

@@ -25,17 +25,12 @@ namespace ppc {
 /// or output). Everything else is either rematerialized in the consumer stage
 /// (constants, module attributes, cheap non-tensor values) or cannot cross.
 enum class ValueKind {
-  Tensor,
-  TensorList,
-  TensorTuple,
-  Int,
-  Float,
-  Bool,
-  IntList
+#define PPC_VALUE_KIND(Kind, Name) Kind,
+#include "lib/ValueKinds.def"
 };
 
-/// The manifest spelling of a kind: "Tensor", "Tensor[]", "Tuple[Tensor]",
-/// "int", "float", "bool", "int[]".
+/// The manifest spelling of a kind (lib/ValueKinds.def): "Tensor",
+/// "Tensor[]", "Tuple[Tensor]", "int", "float", "bool", "int[]".
 llvm::StringRef kindName(ValueKind kind);
 std::optional<ValueKind> parseKind(llvm::StringRef name);
 
@@ -114,9 +109,13 @@ struct TiedParameter {
 llvm::Error checkStageFile(const StageInfo &stage);
 
 struct Manifest {
-  static constexpr int kSchemaVersion = 1;
+  /// The version this ppc writes; it reads every version from 1 on.
+  static constexpr int kSchemaVersion = 2;
 
   int schemaVersion = kSchemaVersion;
+  /// The model format of the source and the stage files: a name of
+  /// lib/ModelFormats.def ("torchscript"; what version 1 implies).
+  std::string format = "torchscript";
   std::string sourcePath;
   uint64_t sourceSize = 0;
   std::string sourceSha256;
@@ -132,8 +131,8 @@ struct Manifest {
   llvm::json::Value toJSON() const;
 
   /// Checks a parsed manifest and converts it. Errors: the schema version
-  /// is not kSchemaVersion ("manifest: unsupported schema_version 2 (this
-  /// ppc reads version 1)"); a field is missing, of the wrong type, out of
+  /// is not in 1..kSchemaVersion; a version 2 manifest names a format
+  /// this ppc does not register; a field is missing, of the wrong type, out of
   /// range (every integer is checked before narrowing: indices fit an int,
   /// counts and bytes are non-negative) or a source names both a model input
   /// and a stage, reported with its JSON path in llvm::json's form

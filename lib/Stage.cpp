@@ -3,6 +3,7 @@
 
 #include "lib/Error.h"
 #include "lib/FileUtil.h"
+#include "lib/ModelFormat.h"
 #include "lib/SafeRead.h"
 #include "lib/ValueWalk.h"
 
@@ -10,79 +11,9 @@
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/Path.h"
 
-#include <torch/csrc/api/include/torch/version.h>
-#include <torch/jit.h>
-#include <torch/script.h>
-
-#include <mutex>
+#include <map>
 
 namespace ppc {
-
-/// Loads a TorchScript module from `bytes`; `path` names it in errors. A
-/// model scripted by a newer PyTorch than the LibTorch ppc is built against
-/// (TORCH_VERSION) may call operators this
-/// LibTorch lacks: that error names the operator and the way out.
-static llvm::Expected<torch::jit::Module>
-loadModuleFromBytes(llvm::StringRef bytes, llvm::StringRef path) {
-  auto module = torchCall("'" + path + "' is not a TorchScript module", [&] {
-    return torch::jit::load(makeArchiveReader(bytes));
-  });
-  if (module)
-    return module;
-  std::string message = llvm::toString(module.takeError());
-  llvm::StringRef marker = "Unknown builtin op: ";
-  size_t at = message.find(marker.str());
-  if (at == std::string::npos)
-    return makeError(message);
-  llvm::StringRef op = llvm::StringRef(message)
-                           .substr(at + marker.size())
-                           .split(' ')
-                           .first.rtrim('.');
-  return makeError(llvm::formatv(
-      "'{0}' uses operator {1}, which this ppc's LibTorch {2} lacks (the "
-      "model was scripted by a newer PyTorch; build ppc against that "
-      "PyTorch's LibTorch: docs/build.md)",
-      path, op, TORCH_VERSION));
-}
-
-llvm::Expected<torch::jit::Module> loadModule(llvm::StringRef path) {
-  if (!llvm::sys::fs::exists(path))
-    return makeError("cannot open '" + path + "': No such file or directory");
-  auto buffer = readFileBounded(path, kMaxStageFileBytes, "model");
-  if (!buffer)
-    return buffer.takeError();
-  return loadModuleFromBytes((*buffer)->getBuffer(), path);
-}
-
-c10::IValue attributeAt(const torch::jit::Module &module,
-                        llvm::StringRef path) {
-  c10::IValue v = module._ivalue();
-  if (path.empty())
-    return v;
-  llvm::SmallVector<llvm::StringRef, 8> parts;
-  path.split(parts, '.');
-  for (llvm::StringRef part : parts)
-    v = v.toObjectRef().getAttr(part.str());
-  return v;
-}
-
-void warmUpTorchScript() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    try {
-      // aten::linear is one of the ops the executor decomposes, which makes
-      // it compile the decompositions.
-      auto unit = torch::jit::compile(R"(
-def warm_up(x: Tensor):
-    return torch.relu(torch.linear(x, x, x[0]))
-)");
-      torch::NoGradGuard noGrad;
-      for (int i = 0; i < 2; ++i)
-        unit->run_method("warm_up", torch::zeros({2, 2}));
-    } catch (const std::exception &) {
-    }
-  });
-}
 
 std::string manifestDirectory(llvm::StringRef manifestPath) {
   llvm::StringRef dir = llvm::sys::path::parent_path(manifestPath);
@@ -113,11 +44,16 @@ llvm::Expected<Stage> Stage::load(const Manifest &manifest, llvm::StringRef dir,
         "stage {0} file '{1}' does not match the manifest "
         "(sha256 {2} != {3})",
         index, path, hash.substr(0, 12), info.sha256.substr(0, 12)));
-  auto module = loadModuleFromBytes(bytes, path);
-  if (!module)
-    return module.takeError();
-  module->eval();
-  return Stage(std::move(*module), info);
+  const ModelFormat *format = findModelFormat(manifest.format);
+  if (!format)
+    return makeError("manifest: unknown format '" + manifest.format + "'");
+  auto executable = format->loadExecutable(bytes, path);
+  if (!executable)
+    return executable.takeError();
+  if (llvm::Error err = torchCall("cannot load stage " + std::to_string(index),
+                                  [&] { (*executable)->setTraining(false); }))
+    return err;
+  return Stage(std::move(*executable), info);
 }
 
 bool hasKind(const c10::IValue &value, ValueKind kind) {
@@ -131,8 +67,9 @@ Stage::run(std::vector<c10::IValue> inputs) {
     return makeError(llvm::formatv("stage {0} takes {1} inputs, got {2}",
                                    info.index, info.inputs.size(),
                                    inputs.size()));
-  auto result = torchCall(llvm::formatv("stage {0} failed", info.index),
-                          [&] { return module_.forward(std::move(inputs)); });
+  auto result = torchCall(llvm::formatv("stage {0} failed", info.index), [&] {
+    return executable_->forward(std::move(inputs));
+  });
   if (!result)
     return result.takeError();
   if (!result->isTuple())

@@ -1,44 +1,24 @@
 //===- lib/Stage.h - A loaded stage module ----------------------*- C++ -*-===//
 //
-// Loads a stage file named by a manifest (checking its SHA-256) and runs it:
-// inputs and outputs are in manifest order, and outputs are checked against
-// the manifest's declared count and kinds.
+// Loads a stage file named by a manifest (checking its SHA-256) with the
+// manifest's model format (lib/ModelFormat.h) and runs it: inputs and outputs
+// are in manifest order, and outputs are checked against the manifest's
+// declared count and kinds.
 //
 //===----------------------------------------------------------------------===//
 #ifndef PPC_LIB_STAGE_H
 #define PPC_LIB_STAGE_H
 
 #include "lib/Manifest.h"
+#include "lib/StageExecutable.h"
 
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
-#include <torch/csrc/jit/api/module.h>
-
+#include <memory>
 #include <vector>
 
 namespace ppc {
-
-/// Loads a TorchScript module, reading the file once as a regular file.
-/// Errors: the file is missing ("cannot open 'm.pt': No such file or
-/// directory"), is not a regular file ("model 'm.pt' is not a regular file
-/// (a FIFO)") or is not a TorchScript archive ("'m.pt' is not a TorchScript
-/// module: ...").
-llvm::Expected<torch::jit::Module> loadModule(llvm::StringRef path);
-
-/// The value at a dotted attribute path of a module ("layer1.0.conv1.weight";
-/// "" is the module itself). The path must exist.
-c10::IValue attributeAt(const torch::jit::Module &module, llvm::StringRef path);
-
-/// Pays TorchScript's one-time costs in this process now rather than in
-/// the first call of a stage: the graph executor's first optimization of a
-/// graph compiles LibTorch's op decompositions from source (about 0.1-0.2 s),
-/// which on a pipeline's critical path would be paid once per rank, one rank
-/// after the other. Each rank calls it while loading, so the ranks pay it at
-/// the same time. Runs a small built-in function twice (the profiling run,
-/// then the optimized one); idempotent and thread-safe; never fails (a
-/// failure only means the cost is paid later).
-void warmUpTorchScript();
 
 /// The directory a manifest's relative stage paths are resolved against.
 std::string manifestDirectory(llvm::StringRef manifestPath);
@@ -52,7 +32,8 @@ public:
   /// 'out/stage_1.pt' is missing"); readFileBounded's ("stage 1 file
   /// 'out/stage_1.pt' is not a regular file (a FIFO)"); a SHA-256 that
   /// differs from the manifest's ("stage 1 file 'out/stage_1.pt' does not
-  /// match the manifest (sha256 ab12... != cd34...)"); an unloadable module.
+  /// match the manifest (sha256 ab12... != cd34...)"); the format's loader's.
+  /// The stage is in eval mode.
   static llvm::Expected<Stage> load(const Manifest &manifest,
                                     llvm::StringRef dir, int index);
 
@@ -65,13 +46,15 @@ public:
 
   int index() const { return info_->index; }
   const StageInfo &info() const { return *info_; }
-  torch::jit::Module &module() { return module_; }
+  /// The loaded stage, for what the runtime does besides running it
+  /// (parameters, train mode, device, save).
+  StageExecutable &executable() { return *executable_; }
 
 private:
-  Stage(torch::jit::Module module, const StageInfo &info)
-      : module_(std::move(module)), info_(&info) {}
+  Stage(std::unique_ptr<StageExecutable> executable, const StageInfo &info)
+      : executable_(std::move(executable)), info_(&info) {}
 
-  torch::jit::Module module_;
+  std::unique_ptr<StageExecutable> executable_;
   const StageInfo *info_;
 };
 

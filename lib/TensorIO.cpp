@@ -270,23 +270,13 @@ llvm::Expected<std::string> PickleCheck::run() {
   return fail("the pickle has no STOP", in.size());
 }
 
-/// The dtypes a model input may have (those torch.save writes for ordinary
-/// tensors); quantized and other exotic storages are refused.
+/// The dtypes a model input may have: those of lib/DTypes.def.
 static bool allowedDtype(at::ScalarType t) {
   switch (t) {
-  case at::kFloat:
-  case at::kDouble:
-  case at::kHalf:
-  case at::kBFloat16:
-  case at::kComplexFloat:
-  case at::kComplexDouble:
-  case at::kByte:
-  case at::kChar:
-  case at::kShort:
-  case at::kInt:
-  case at::kLong:
-  case at::kBool:
+#define PPC_DTYPE(Name, Type)                                                  \
+  case at::ScalarType::Type:                                                   \
     return true;
+#include "lib/DTypes.def"
   default:
     return false;
   }

@@ -3,13 +3,12 @@
 
 #include "lib/Error.h"
 #include "lib/FileUtil.h"
+#include "lib/ModelFormat.h"
 #include "lib/Partitioner.h"
-#include "lib/Stage.h"
 #include "lib/TensorIO.h"
 #include "passes/ExtractStage.h"
 #include "passes/Passes.h"
 #include "passes/RefineProfile.h"
-#include "passes/StageModule.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
@@ -28,19 +27,20 @@ namespace ppc {
 namespace {
 /// The stage files, their modules' tensors and their boundary facts, built
 /// in memory before anything is written.
-struct BuiltStage {
-  StageModule module;
+struct CompiledStage {
+  BuiltStage stage;
   std::vector<bool> mutatedInputs;
 };
 } // namespace
 
-static llvm::Expected<BuiltStage> buildStage(const PartitionPlan &plan,
-                                             size_t s,
-                                             const torch::jit::Module &model) {
+static llvm::Expected<CompiledStage> buildStage(const PartitionPlan &plan,
+                                                size_t s,
+                                                const ModelFormat &format,
+                                                const ModelGraph &model) {
   auto graph = extractStage(plan, s);
   if (!graph)
     return graph.takeError();
-  BuiltStage out;
+  CompiledStage out;
   if (llvm::Error err = torchCall(
           "cannot analyze stage " + std::to_string(s) + "'s writes", [&] {
             torch::jit::AliasDb aliasDb(*graph);
@@ -50,10 +50,10 @@ static llvm::Expected<BuiltStage> buildStage(const PartitionPlan &plan,
                   aliasDb.hasWriters((*graph)->inputs()[i]));
           }))
     return err;
-  auto module = buildStageModule(model, std::move(*graph), static_cast<int>(s));
-  if (!module)
-    return module.takeError();
-  out.module = std::move(*module);
+  auto stage = format.buildStage(model, std::move(*graph), static_cast<int>(s));
+  if (!stage)
+    return stage.takeError();
+  out.stage = std::move(*stage);
   return out;
 }
 
@@ -88,12 +88,12 @@ static void describeBoundaries(const PartitionPlan &plan, Manifest &m) {
 }
 
 /// Parameter counts per stage and tensors shared by several stages.
-static void describeTensors(const std::vector<BuiltStage> &stages,
+static void describeTensors(const std::vector<CompiledStage> &stages,
                             Manifest &m) {
   std::map<const void *, TiedParameter> byTensor;
   for (size_t s = 0; s < stages.size(); ++s) {
     std::set<const void *> seen;
-    for (const auto &t : stages[s].module.tensors) {
+    for (const StageTensor &t : stages[s].stage.tensors) {
       const void *impl = t.tensor.unsafeGetTensorImpl();
       int64_t bytes =
           static_cast<int64_t>(t.tensor.numel() * t.tensor.element_size());
@@ -124,27 +124,25 @@ static void describeTensors(const std::vector<BuiltStage> &stages,
 }
 
 namespace {
-/// The model with its forward graph copied and prepared by the passes.
+/// The model in ppc's graph, prepared by the passes, and its format.
 struct PreparedModel {
-  torch::jit::Module module;
-  std::shared_ptr<torch::jit::Graph> graph;
+  const ModelFormat *format;
+  ModelGraph model;
 };
 } // namespace
 
-/// Steps 1 and 2: load the model and run the prepare pipeline on a copy of
-/// its forward graph.
+/// Steps 1 and 2: load the model with the format its contents name, and run
+/// the prepare pipeline on its graph.
 static llvm::Expected<PreparedModel> loadPrepared(const std::string &path) {
-  auto model = loadModule(path);
+  auto file = readModelFile(path);
+  if (!file)
+    return file.takeError();
+  auto model = file->format->loadModel(file->bytes(), path);
   if (!model)
     return model.takeError();
-  model->eval();
-  auto forward = model->find_method("forward");
-  if (!forward)
-    return makeError("'" + path + "' has no forward method");
-  auto graph = forward->graph()->copy();
-  if (llvm::Error err = runPreparePipeline(graph))
+  if (llvm::Error err = runPreparePipeline(model->graph))
     return err;
-  return PreparedModel{std::move(*model), std::move(graph)};
+  return PreparedModel{file->format, std::move(*model)};
 }
 
 namespace {
@@ -243,10 +241,11 @@ static llvm::Error describeSource(const std::string &modelPath, Manifest &m) {
 /// Everything the manifest says except the stage files' hashes, which exist
 /// only once the files are written.
 static llvm::Expected<Manifest>
-describeManifest(const CompileOptions &options, const PartitionPlan &plan,
-                 llvm::ArrayRef<int64_t> costs,
-                 const std::vector<BuiltStage> &built) {
+describeManifest(const CompileOptions &options, const ModelFormat &format,
+                 const PartitionPlan &plan, llvm::ArrayRef<int64_t> costs,
+                 const std::vector<CompiledStage> &built) {
   Manifest m;
+  m.format = format.name().str();
   if (llvm::Error err = describeSource(options.modelPath, m))
     return err;
   m.costModel = costKindName(options.cost).str();
@@ -254,7 +253,7 @@ describeManifest(const CompileOptions &options, const PartitionPlan &plan,
   for (size_t s = 0; s < plan.numStages(); ++s) {
     StageInfo info;
     info.index = static_cast<int>(s);
-    info.file = "stage_" + std::to_string(s) + ".pt";
+    info.file = "stage_" + std::to_string(s) + format.stageExtension().str();
     info.predictedCost = static_cast<double>(stageCost[s]);
     if (s > 0 && !options.partition.splitAt.empty())
       info.beginsAt = options.partition.splitAt[s - 1];
@@ -341,7 +340,7 @@ static llvm::Error checkNotHoldingModel(llvm::StringRef dir,
 /// Step 5: writes the stage files, records their hashes in `m`, and writes
 /// the manifest, all into a directory that replaces OUTDIR at the end.
 static llvm::Error writeOutput(const CompileOptions &options,
-                               std::vector<BuiltStage> &built, Manifest &m) {
+                               std::vector<CompiledStage> &built, Manifest &m) {
   return buildDirectoryAtomically(
       options.outDir, checkEarlierOutput,
       [&](llvm::StringRef tmp) -> llvm::Error {
@@ -349,9 +348,8 @@ static llvm::Error writeOutput(const CompileOptions &options,
           llvm::SmallString<256> path(tmp);
           llvm::sys::path::append(path, m.stages[s].file);
           if (llvm::Error e =
-                  torchCall("cannot write stage " + std::to_string(s), [&] {
-                    built[s].module.module.save(path.str().str());
-                  }))
+                  saveExecutable(*built[s].stage.executable, path,
+                                 "cannot write stage " + std::to_string(s)))
             return e;
           auto stageHash = sha256File(path);
           if (!stageHash)
@@ -372,28 +370,29 @@ llvm::Expected<CompileResult> compileModel(const CompileOptions &options) {
   auto model = loadPrepared(options.modelPath);
   if (!model)
     return model.takeError();
-  auto items = ItemGraph::build(model->graph);
+  auto items = ItemGraph::build(model->model.graph);
   if (!items)
     return withContext(items.takeError(), options.modelPath);
-  auto analysis = analyze(*items, model->module, options);
+  auto analysis = analyze(*items, model->model.module, options);
   if (!analysis)
     return analysis.takeError();
   const std::vector<int64_t> &costs = analysis->costs;
   const StageMemoryModel *memory =
       analysis->memory ? &*analysis->memory : nullptr;
-  auto plan =
-      planPartition(*items, costs, options.partition, &model->module, memory);
+  auto plan = planPartition(*items, costs, options.partition,
+                            &model->model.module, memory);
   if (!plan)
     return plan.takeError();
 
-  std::vector<BuiltStage> built;
+  std::vector<CompiledStage> built;
   for (size_t s = 0; s < plan->numStages(); ++s) {
-    auto stage = buildStage(*plan, s, model->module);
+    auto stage = buildStage(*plan, s, *model->format, model->model);
     if (!stage)
       return stage.takeError();
     built.push_back(std::move(*stage));
   }
-  auto manifest = describeManifest(options, *plan, costs, built);
+  auto manifest =
+      describeManifest(options, *model->format, *plan, costs, built);
   if (!manifest)
     return manifest.takeError();
   if (llvm::Error err = writeOutput(options, built, *manifest))

@@ -3,6 +3,7 @@
 
 #include "lib/Error.h"
 #include "lib/Stage.h"
+#include "lib/TorchScriptStage.h"
 #include "passes/ProfileItems.h"
 
 #include "llvm/ADT/StringSwitch.h"
@@ -23,28 +24,28 @@ namespace ppc {
 
 llvm::StringRef costKindName(CostKind kind) {
   switch (kind) {
-  case CostKind::Params:
-    return "params";
-  case CostKind::Flops:
-    return "flops";
-  case CostKind::Nodes:
-    return "nodes";
-  case CostKind::Profile:
-    return "profile";
+#define PPC_COST_MODEL(Kind, Name, NeedsExample)                               \
+  case CostKind::Kind:                                                         \
+    return Name;
+#include "passes/CostModels.def"
   }
   llvm_unreachable("unknown CostKind");
 }
 
 bool needsExampleInput(CostKind kind) {
-  return kind == CostKind::Flops || kind == CostKind::Profile;
+  switch (kind) {
+#define PPC_COST_MODEL(Kind, Name, NeedsExample)                               \
+  case CostKind::Kind:                                                         \
+    return NeedsExample;
+#include "passes/CostModels.def"
+  }
+  llvm_unreachable("unknown CostKind");
 }
 
 std::optional<CostKind> parseCostKind(llvm::StringRef name) {
   return llvm::StringSwitch<std::optional<CostKind>>(name)
-      .Case("params", CostKind::Params)
-      .Case("flops", CostKind::Flops)
-      .Case("nodes", CostKind::Nodes)
-      .Case("profile", CostKind::Profile)
+#define PPC_COST_MODEL(Kind, Name, NeedsExample) .Case(Name, CostKind::Kind)
+#include "passes/CostModels.def"
       .Default(std::nullopt);
 }
 

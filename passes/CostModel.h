@@ -34,11 +34,16 @@
 
 namespace ppc {
 
-enum class CostKind { Params, Flops, Nodes, Profile };
+enum class CostKind {
+#define PPC_COST_MODEL(Kind, Name, NeedsExample) Kind,
+#include "passes/CostModels.def"
+};
 
 /// Every cost kind, in the order --help lists them.
 inline constexpr CostKind kAllCostKinds[] = {
-    CostKind::Params, CostKind::Flops, CostKind::Nodes, CostKind::Profile};
+#define PPC_COST_MODEL(Kind, Name, NeedsExample) CostKind::Kind,
+#include "passes/CostModels.def"
+};
 
 /// Whether the kind runs the model on an example input (and so can measure
 /// activations).

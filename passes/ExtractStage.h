@@ -21,7 +21,7 @@ namespace ppc {
 
 /// Materializes stage `stage` of `plan`, which must have passed verify().
 /// Module-typed values keep the original model's class types; a module
-/// builder (passes/StageModule.h) retypes them. Errors: a value the plan does
+/// builder (lib/StageModule.h) retypes them. Errors: a value the plan does
 /// not provide (a broken plan).
 llvm::Expected<std::shared_ptr<torch::jit::Graph>>
 extractStage(const PartitionPlan &plan, size_t stage);

@@ -17,12 +17,18 @@
 
 namespace ppc {
 
+namespace {
+struct PassInfo {
+  const char *name;
+  GraphPass run;
+  const char *description;
+};
+} // namespace
+
 static const PassInfo kPasses[] = {
 #define PPC_PASS(name, fn, description) {name, fn, description},
 #include "passes/Passes.def"
 };
-
-llvm::ArrayRef<PassInfo> allPasses() { return kPasses; }
 
 static const PassInfo *findPass(llvm::StringRef name) {
   for (const PassInfo &p : kPasses)

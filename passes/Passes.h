@@ -28,15 +28,6 @@ using GraphPass = void (*)(const std::shared_ptr<torch::jit::Graph> &);
   void fn(const std::shared_ptr<torch::jit::Graph> &graph);
 #include "passes/Passes.def"
 
-struct PassInfo {
-  const char *name;
-  GraphPass run;
-  const char *description;
-};
-
-/// All passes, in the order of Passes.def.
-llvm::ArrayRef<PassInfo> allPasses();
-
 /// Runs the named passes in order. Errors: an unknown name ("unknown pass
 /// 'x'; known passes: ..."), an unknown name in PPC_DEBUG_PASSES
 /// ("PPC_DEBUG_PASSES names unknown pass 'x'; ..."), or a pass that throws.

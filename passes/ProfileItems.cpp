@@ -7,8 +7,8 @@
 #include "passes/ProfileItems.h"
 
 #include "lib/Error.h"
+#include "lib/StageModule.h"
 #include "passes/ExtractStage.h"
-#include "passes/StageModule.h"
 
 #include "llvm/Support/FormatVariadic.h"
 

@@ -11,7 +11,6 @@
 #include "runtime/Trace.h"
 
 #include "llvm/ADT/STLFunctionalExtras.h"
-#include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/FormatVariadic.h"
 
 #include <ATen/ATen.h>
@@ -20,23 +19,6 @@
 #include <torch/nn/functional/loss.h>
 
 namespace ppc {
-
-llvm::StringRef lossName(LossKind kind) {
-  switch (kind) {
-  case LossKind::MSE:
-    return "mse";
-  case LossKind::CrossEntropy:
-    return "cross_entropy";
-  }
-  llvm_unreachable("unknown loss");
-}
-
-std::optional<LossKind> parseLossName(llvm::StringRef name) {
-  return llvm::StringSwitch<std::optional<LossKind>>(name)
-      .Case("mse", LossKind::MSE)
-      .Case("cross_entropy", LossKind::CrossEntropy)
-      .Default(std::nullopt);
-}
 
 namespace {
 using Clock = std::chrono::steady_clock;
@@ -697,7 +679,7 @@ llvm::Error Executor::backwardWeights(const Action &a) {
                          .str());
   SavedForward &f = it->second;
   std::vector<at::Tensor> params;
-  for (const at::Tensor &p : plan.stages->at(s).module().parameters())
+  for (const at::Tensor &p : plan.stages->at(s).executable().parameters())
     if (p.requires_grad())
       params.push_back(p);
   if (!f.roots.empty() && !params.empty())

@@ -9,6 +9,7 @@
 #include "runtime/RankContext.h"
 
 #include "lib/Error.h"
+#include "lib/ModelFormat.h"
 #include "runtime/Collectives.h"
 #include "runtime/Rendezvous.h"
 #include "runtime/Threads.h"
@@ -135,14 +136,14 @@ llvm::Error RankContext::connect() {
 
 /// Loads this rank's stages onto the device.
 llvm::Error RankContext::loadStages() {
-  warmUpTorchScript();
+  formatOf(manifest_).warmUp();
   std::string dir = manifestDirectory(manifestPath_);
   for (int s : placement_.stagesOf(env_.rank)) {
     auto stage = Stage::load(manifest_, dir, s);
     if (!stage)
       return stage.takeError();
     if (!device_.is_cpu())
-      stage->module().to(device_);
+      stage->executable().to(device_);
     stages_.emplace(s, std::move(*stage));
   }
   return llvm::Error::success();

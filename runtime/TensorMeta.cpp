@@ -36,49 +36,18 @@ std::string intsStr(llvm::ArrayRef<int64_t> ints) {
 std::optional<c10::ScalarType> parseDtype(llvm::StringRef name) {
   using T = c10::ScalarType;
   return llvm::StringSwitch<std::optional<T>>(name)
-      .Case("uint8", T::Byte)
-      .Case("int8", T::Char)
-      .Case("int16", T::Short)
-      .Case("int32", T::Int)
-      .Case("int64", T::Long)
-      .Case("float16", T::Half)
-      .Case("float32", T::Float)
-      .Case("float64", T::Double)
-      .Case("complex64", T::ComplexFloat)
-      .Case("complex128", T::ComplexDouble)
-      .Case("bool", T::Bool)
-      .Case("bfloat16", T::BFloat16)
+#define PPC_DTYPE(Name, Type) .Case(Name, T::Type)
+#include "lib/DTypes.def"
       .Default(std::nullopt);
 }
 
 /// The spelling of an allowed dtype; empty for any other.
 static llvm::StringRef allowedDtypeName(c10::ScalarType dtype) {
-  using T = c10::ScalarType;
   switch (dtype) {
-  case T::Byte:
-    return "uint8";
-  case T::Char:
-    return "int8";
-  case T::Short:
-    return "int16";
-  case T::Int:
-    return "int32";
-  case T::Long:
-    return "int64";
-  case T::Half:
-    return "float16";
-  case T::Float:
-    return "float32";
-  case T::Double:
-    return "float64";
-  case T::ComplexFloat:
-    return "complex64";
-  case T::ComplexDouble:
-    return "complex128";
-  case T::Bool:
-    return "bool";
-  case T::BFloat16:
-    return "bfloat16";
+#define PPC_DTYPE(Name, Type)                                                  \
+  case c10::ScalarType::Type:                                                  \
+    return Name;
+#include "lib/DTypes.def"
   default:
     return "";
   }

@@ -88,9 +88,8 @@ struct ValueMeta {
 /// (stage, output) -> metadata.
 using MetaTable = std::map<std::pair<int, int>, ValueMeta>;
 
-/// The dtypes ppc carries between ranks, by name: "uint8", "int8",
-/// "int16", "int32", "int64", "float16", "float32", "float64", "complex64",
-/// "complex128", "bool", "bfloat16". Other dtypes are refused wherever
+/// The dtypes ppc carries between ranks, by name: those of lib/DTypes.def
+/// ("float32", "int64", "bfloat16", ...). Other dtypes are refused wherever
 /// metadata is read.
 std::optional<c10::ScalarType> parseDtype(llvm::StringRef name);
 /// The name of an allowed dtype; c10's spelling for any other.

@@ -17,7 +17,6 @@
 #include "runtime/RankContext.h"
 
 #include "llvm/ADT/StringExtras.h"
-#include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/Path.h"
@@ -33,17 +32,6 @@
 #include <sstream>
 
 namespace ppc {
-
-llvm::StringRef optimizerName(OptimizerKind kind) {
-  return kind == OptimizerKind::SGD ? "sgd" : "adam";
-}
-
-std::optional<OptimizerKind> parseOptimizerName(llvm::StringRef name) {
-  return llvm::StringSwitch<std::optional<OptimizerKind>>(name)
-      .Case("sgd", OptimizerKind::SGD)
-      .Case("adam", OptimizerKind::Adam)
-      .Default(std::nullopt);
-}
 
 std::string TrainStats::line() const {
   std::string peaks;
@@ -80,7 +68,7 @@ struct Trainer::Impl {
 std::vector<at::Tensor> Trainer::Impl::parameters() {
   std::vector<at::Tensor> out;
   for (auto &[index, stage] : ctx->stages())
-    for (const at::Tensor &t : stage.module().parameters())
+    for (const at::Tensor &t : stage.executable().parameters())
       out.push_back(t);
   return out;
 }
@@ -102,8 +90,7 @@ llvm::Error Trainer::Impl::sumTiedGradients() {
         ranks.push_back(r);
       if (r == ctx->rank())
         local.push_back(
-            attributeAt(ctx->stages().at(use.stage).module(), use.path)
-                .toTensor());
+            ctx->stages().at(use.stage).executable().tensorAt(use.path));
     }
     if (local.empty())
       continue;
@@ -243,8 +230,8 @@ Trainer::create(llvm::StringRef manifestPath, const LaunchEnv &env,
   impl->options = options;
   impl->stats.rank = env.rank;
   for (auto &[index, stage] : impl->ctx->stages()) {
-    impl->savedTraining[index] = stage.module().is_training();
-    stage.module().train(true);
+    impl->savedTraining[index] = stage.executable().isTraining();
+    stage.executable().setTraining(true);
   }
   std::vector<at::Tensor> params = impl->parameters();
   if (!params.empty()) {
@@ -332,7 +319,7 @@ std::vector<std::pair<std::string, at::Tensor>>
 Trainer::namedParameters() const {
   std::vector<std::pair<std::string, at::Tensor>> out;
   for (auto &[index, stage] : impl_->ctx->stages())
-    for (const auto &named : stage.module().named_parameters())
+    for (const auto &named : stage.executable().namedParameters())
       out.emplace_back(llvm::formatv("stage {0}: {1}", index, named.name),
                        named.value);
   return out;
@@ -342,7 +329,7 @@ llvm::Error Trainer::saveGradients(llvm::StringRef path) const {
   auto grads = torchCall("cannot write '" + path + "'", [&] {
     c10::Dict<std::string, at::Tensor> grads;
     for (auto &[index, stage] : impl_->ctx->stages())
-      for (const auto &named : stage.module().named_parameters())
+      for (const auto &named : stage.executable().namedParameters())
         if (named.value.grad().defined())
           grads.insert(named.name, named.value.grad().cpu());
     return grads;
@@ -381,14 +368,14 @@ llvm::Error Trainer::save(llvm::StringRef dir) {
     // so the optimizer still holds them after moving back.
     c10::Device device = ctx.device();
     auto bytes = torchCall("cannot save stage " + std::to_string(index), [&] {
-      stage.module().train(impl_->savedTraining[index]);
+      stage.executable().setTraining(impl_->savedTraining[index]);
       if (!device.is_cpu())
-        stage.module().to(c10::kCPU);
+        stage.executable().to(c10::kCPU);
       std::ostringstream os;
-      stage.module().save(os);
+      stage.executable().save(os);
       if (!device.is_cpu())
-        stage.module().to(device);
-      stage.module().train(true);
+        stage.executable().to(device);
+      stage.executable().setTraining(true);
       return os.str();
     });
     if (!bytes)

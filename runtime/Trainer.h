@@ -33,6 +33,7 @@
 
 #include "runtime/LaunchEnv.h"
 #include "runtime/LossKind.h"
+#include "runtime/OptimizerKind.h"
 #include "runtime/Pipeline.h"
 
 #include "llvm/ADT/StringRef.h"
@@ -48,11 +49,6 @@
 #include <vector>
 
 namespace ppc {
-
-enum class OptimizerKind { SGD, Adam };
-/// "sgd" / "adam".
-llvm::StringRef optimizerName(OptimizerKind kind);
-std::optional<OptimizerKind> parseOptimizerName(llvm::StringRef name);
 
 struct TrainOptions {
   /// Microbatches, schedule, device, timeout, meta cache, threads, ...: as

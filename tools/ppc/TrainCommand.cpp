@@ -31,6 +31,17 @@ struct TrainCommandOptions {
   bool stats = false;
 };
 
+/// The spellings of every value of an enum, in its .def's order, for
+/// CLI::IsMember.
+template <typename Kind, size_t N>
+std::vector<std::string> names(const Kind (&all)[N],
+                               llvm::StringRef (*name)(Kind)) {
+  std::vector<std::string> out;
+  for (Kind kind : all)
+    out.push_back(name(kind).str());
+  return out;
+}
+
 /// "%.9g": every float32 loss printed exactly enough to compare.
 std::string formatLoss(double loss) {
   char text[64];
@@ -120,14 +131,14 @@ Command addTrainCommand(CLI::App &parent) {
       ->required();
   app->add_option("--loss", o->loss, "Loss over the chosen model output")
       ->capture_default_str()
-      ->check(CLI::IsMember({"mse", "cross_entropy"}));
+      ->check(CLI::IsMember(names(kAllLossKinds, lossName)));
   app->add_option("--loss-output", o->lossOutput,
                   "Which model output the loss reads (for models returning "
                   "a tuple)")
       ->capture_default_str();
   app->add_option("--optimizer", o->optimizer, "torch::optim optimizer")
       ->capture_default_str()
-      ->check(CLI::IsMember({"sgd", "adam"}));
+      ->check(CLI::IsMember(names(kAllOptimizerKinds, optimizerName)));
   app->add_option("--lr", o->lr, "Learning rate (positive)")
       ->capture_default_str();
   app->add_option("--momentum", o->momentum, "SGD momentum")

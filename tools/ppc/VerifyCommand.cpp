@@ -3,6 +3,7 @@
 
 #include "lib/Compare.h"
 #include "lib/Error.h"
+#include "lib/ModelFormat.h"
 #include "lib/Stage.h"
 #include "lib/TensorIO.h"
 
@@ -27,17 +28,22 @@ static llvm::Expected<int> runVerify(const VerifyOptions &o) {
   auto inputs = loadTensors(o.inputPath);
   if (!inputs)
     return inputs.takeError();
-  auto model = loadModule(o.modelPath);
+  auto file = readModelFile(o.modelPath);
+  if (!file)
+    return file.takeError();
+  auto model = file->format->loadExecutable(file->bytes(), o.modelPath);
   if (!model)
     return model.takeError();
-  model->eval();
+  if (llvm::Error err = torchCall("cannot load '" + o.modelPath + "'",
+                                  [&] { (*model)->setTraining(false); }))
+    return err;
 
   auto actual =
       runSequentially(*manifest, manifestDirectory(o.manifestPath), *inputs);
   if (!actual)
     return actual.takeError();
   auto expected = torchCall("the unsplit model failed",
-                            [&] { return model->forward(*inputs); });
+                            [&] { return (*model)->forward(*inputs); });
   if (!expected)
     return expected.takeError();
 

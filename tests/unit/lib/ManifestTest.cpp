@@ -110,7 +110,8 @@ TEST(ManifestTest, ReadsTheDocumentedExampleFieldByField) {
   std::string sha;
   auto m = Manifest::load(fixturePath("decoder.json"), &sha);
   ASSERT_TRUE(static_cast<bool>(m)) << llvm::toString(m.takeError());
-  EXPECT_EQ(m->schemaVersion, 1);
+  EXPECT_EQ(m->schemaVersion, 2);
+  EXPECT_EQ(m->format, "torchscript");
   EXPECT_EQ(m->sourcePath, "/abs/path/decoder.pt");
   EXPECT_EQ(m->sourceSize, 253062u);
   EXPECT_EQ(m->sourceSha256,
@@ -178,6 +179,8 @@ TEST(ManifestTest, ReadsOptionalFieldsAsTheirDefaults) {
   std::string sha;
   auto m = Manifest::load(fixturePath("minimal.json"), &sha);
   ASSERT_TRUE(static_cast<bool>(m)) << llvm::toString(m.takeError());
+  // minimal.json is schema version 1, which predates the format field.
+  EXPECT_EQ(m->format, "torchscript");
   EXPECT_EQ(m->costModel, "nodes");
   EXPECT_EQ(m->modelInputs[0].kind, ValueKind::IntList);
   EXPECT_EQ(m->stages[0].file, "sub/s0.pt");
@@ -233,11 +236,33 @@ TEST(ManifestTest, RejectsUnknownTypeAndVersion) {
   EXPECT_EQ(errorOf(json),
             "expected one of Tensor, Tensor[], Tuple[Tensor], int, float, "
             "bool, int[] at manifest.inputs[0].type");
-  Value v2 = fixture("decoder.json");
-  obj(v2)["schema_version"] = 2;
-  EXPECT_EQ(
-      errorOf(v2),
-      "manifest: unsupported schema_version 2 (this ppc reads version 1)");
+  Value v3 = fixture("decoder.json");
+  obj(v3)["schema_version"] = 3;
+  EXPECT_EQ(errorOf(v3), "manifest: unsupported schema_version 3 (this ppc "
+                         "reads versions 1 to 2)");
+  Value v0 = fixture("decoder.json");
+  obj(v0)["schema_version"] = 0;
+  EXPECT_EQ(errorOf(v0), "manifest: unsupported schema_version 0 (this ppc "
+                         "reads versions 1 to 2)");
+}
+
+TEST(ManifestTest, ReadsTheFormatOfVersion2AndImpliesItInVersion1) {
+  Value json = fixture("decoder.json");
+  obj(json)["format"] = "onnx";
+  EXPECT_EQ(errorOf(json),
+            "manifest: unknown format 'onnx' (this ppc reads torchscript)");
+  json = fixture("decoder.json");
+  obj(json).erase("format");
+  EXPECT_EQ(errorOf(json), "missing value at manifest.format");
+  // Version 1 has no format field: its stages are TorchScript, and a writer
+  // writes it back as version 2.
+  obj(json)["schema_version"] = 1;
+  auto m = Manifest::fromJSON(json);
+  ASSERT_TRUE(static_cast<bool>(m)) << llvm::toString(m.takeError());
+  EXPECT_EQ(m->format, "torchscript");
+  auto v2 = Manifest::fromJSON(fixture("decoder.json"));
+  ASSERT_TRUE(static_cast<bool>(v2)) << llvm::toString(v2.takeError());
+  EXPECT_EQ(m->toJSON(), v2->toJSON());
 }
 
 TEST(ManifestTest, RangeChecksIntegersBeforeNarrowing) {

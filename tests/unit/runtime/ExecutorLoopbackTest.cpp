@@ -132,7 +132,7 @@ std::vector<RankOutcome> runJob(const Job &job,
       auto stage = Stage::load(*manifest, dir, s);
       if (!stage)
         return stage.takeError();
-      stage->module().train(job.training);
+      stage->executable().setTraining(job.training);
       stages.emplace(s, std::move(*stage));
     }
     std::optional<LossSpec> loss;
@@ -167,7 +167,7 @@ std::vector<RankOutcome> runJob(const Job &job,
                                      static_cast<double>(rows));
         }
         for (auto &entry : stages)
-          for (at::Tensor p : entry.second.module().parameters())
+          for (at::Tensor p : entry.second.executable().parameters())
             p.mutable_grad() = at::Tensor();
       }
       int64_t before = (*transport)->messagesSent();
@@ -179,7 +179,7 @@ std::vector<RankOutcome> runJob(const Job &job,
     }
     outcomes[rank].total = (*transport)->messagesSent();
     for (auto &entry : stages)
-      for (const at::Tensor &p : entry.second.module().parameters())
+      for (const at::Tensor &p : entry.second.executable().parameters())
         outcomes[rank].grads[entry.first].push_back(
             p.grad().defined() ? p.grad().clone() : at::zeros_like(p));
     return llvm::Error::success();

@@ -1,4 +1,4 @@
-//===- passes/StageModule.h - A stage graph as a module ---------*- C++ -*-===//
+//===- lib/StageModule.h - A stage graph as a module ------------*- C++ -*-===//
 //
 // Turns a stage graph whose first input is the original model's `self` into
 // a standalone TorchScript module:
@@ -16,8 +16,8 @@
 // original's, and the module loads in C++ and in Python.
 //
 //===----------------------------------------------------------------------===//
-#ifndef PPC_PASSES_STAGEMODULE_H
-#define PPC_PASSES_STAGEMODULE_H
+#ifndef PPC_LIB_STAGEMODULE_H
+#define PPC_LIB_STAGEMODULE_H
 
 #include "llvm/Support/Error.h"
 
@@ -51,4 +51,4 @@ buildStageModule(const torch::jit::Module &original,
 
 } // namespace ppc
 
-#endif // PPC_PASSES_STAGEMODULE_H
+#endif // PPC_LIB_STAGEMODULE_H

@@ -1,8 +1,8 @@
-//===- passes/StageModule.cpp - A stage graph as a module -----------------===//
-#include "passes/StageModule.h"
+//===- lib/StageModule.cpp - A stage graph as a module --------------------===//
+#include "lib/StageModule.h"
 
 #include "lib/Error.h"
-#include "lib/Stage.h"
+#include "lib/TorchScriptStage.h"
 
 #include <torch/csrc/jit/api/compilation_unit.h>
 #include <torch/csrc/jit/ir/ir.h>

@@ -1,0 +1,95 @@
+//===- lib/TorchScriptStage.cpp - A TorchScript stage executable ----------===//
+//
+// This file implements TorchScriptStage, the TorchScript loader and
+// attributeAt(). Every call maps onto one torch::jit::Module call.
+//
+//===----------------------------------------------------------------------===//
+#include "lib/TorchScriptStage.h"
+
+#include "lib/Error.h"
+#include "lib/SafeRead.h"
+
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <torch/csrc/api/include/torch/version.h>
+#include <torch/script.h>
+
+namespace ppc {
+
+c10::IValue TorchScriptStage::forward(std::vector<c10::IValue> inputs) {
+  return module_.forward(std::move(inputs));
+}
+
+std::vector<at::Tensor> TorchScriptStage::parameters() const {
+  std::vector<at::Tensor> out;
+  for (const at::Tensor &t : module_.parameters())
+    out.push_back(t);
+  return out;
+}
+
+std::vector<NamedTensor> TorchScriptStage::namedParameters() const {
+  std::vector<NamedTensor> out;
+  for (const auto &p : module_.named_parameters(/*recurse=*/true))
+    out.push_back({p.name, p.value});
+  return out;
+}
+
+std::vector<NamedTensor> TorchScriptStage::namedBuffers() const {
+  std::vector<NamedTensor> out;
+  for (const auto &b : module_.named_buffers(/*recurse=*/true))
+    out.push_back({b.name, b.value});
+  return out;
+}
+
+at::Tensor TorchScriptStage::tensorAt(llvm::StringRef path) const {
+  return attributeAt(module_, path).toTensor();
+}
+
+bool TorchScriptStage::isTraining() const { return module_.is_training(); }
+
+void TorchScriptStage::setTraining(bool on) { module_.train(on); }
+
+void TorchScriptStage::to(const c10::Device &device) { module_.to(device); }
+
+void TorchScriptStage::save(std::ostream &out) const { module_.save(out); }
+
+/// A model scripted by a newer PyTorch than the LibTorch ppc is built
+/// against (TORCH_VERSION) may call operators this LibTorch lacks: that
+/// error names the operator and the way out.
+llvm::Expected<torch::jit::Module> loadTorchScriptModule(llvm::StringRef bytes,
+                                                         llvm::StringRef path) {
+  auto module = torchCall("'" + path + "' is not a TorchScript module", [&] {
+    return torch::jit::load(makeArchiveReader(bytes));
+  });
+  if (module)
+    return module;
+  std::string message = llvm::toString(module.takeError());
+  llvm::StringRef marker = "Unknown builtin op: ";
+  size_t at = message.find(marker.str());
+  if (at == std::string::npos)
+    return makeError(message);
+  llvm::StringRef op = llvm::StringRef(message)
+                           .substr(at + marker.size())
+                           .split(' ')
+                           .first.rtrim('.');
+  return makeError(llvm::formatv(
+      "'{0}' uses operator {1}, which this ppc's LibTorch {2} lacks (the "
+      "model was scripted by a newer PyTorch; build ppc against that "
+      "PyTorch's LibTorch: docs/build.md)",
+      path, op, TORCH_VERSION));
+}
+
+c10::IValue attributeAt(const torch::jit::Module &module,
+                        llvm::StringRef path) {
+  c10::IValue v = module._ivalue();
+  if (path.empty())
+    return v;
+  llvm::SmallVector<llvm::StringRef, 8> parts;
+  path.split(parts, '.');
+  for (llvm::StringRef part : parts)
+    v = v.toObjectRef().getAttr(part.str());
+  return v;
+}
+
+} // namespace ppc
