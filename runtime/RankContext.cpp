@@ -68,11 +68,10 @@ RankContext::create(llvm::StringRef manifestPath, const LaunchEnv &env,
   if (!job)
     return job.takeError();
   ctx->schedule_ = std::move(job->schedule);
-  ctx->placement_ = ctx->schedule_.placement;
   ctx->loss_ = job->loss;
   if (llvm::Error err = simulateSchedule(ctx->schedule_))
     return err;
-  if (inputRootOf(ctx->manifest_, ctx->placement_) < 0)
+  if (inputRootOf(ctx->manifest_, ctx->placement()) < 0)
     return makeError("manifest: no stage reads a model input");
   boundThreads(options.threads > 0 ? options.threads
                                    : defaultThreads(env.localWorldSize));
@@ -86,7 +85,7 @@ RankContext::create(llvm::StringRef manifestPath, const LaunchEnv &env,
   scope.manifestSha256 = ctx->manifestSha256_;
   for (const auto &[index, stage] : ctx->stages_)
     scope.stageHashes.push_back({index, ctx->manifest_.stages[index].sha256});
-  scope.placement = &ctx->placement_;
+  scope.placement = &ctx->placement();
   scope.schedule = &ctx->schedule_;
   scope.transport = ctx->transport_.get();
   scope.rank = env.rank;
@@ -138,7 +137,7 @@ llvm::Error RankContext::connect() {
 llvm::Error RankContext::loadStages() {
   formatOf(manifest_).warmUp();
   std::string dir = manifestDirectory(manifestPath_);
-  for (int s : placement_.stagesOf(env_.rank)) {
+  for (int s : placement().stagesOf(env_.rank)) {
     auto stage = Stage::load(manifest_, dir, s);
     if (!stage)
       return stage.takeError();

@@ -75,7 +75,7 @@ public:
   const RunOptions &options() const { return options_; }
   const std::string &manifestPath() const { return manifestPath_; }
   const Manifest &manifest() const { return manifest_; }
-  const Placement &placement() const { return placement_; }
+  const Placement &placement() const { return schedule_.placement; }
   const Schedule &schedule() const { return schedule_; }
   const std::optional<LossSpec> &loss() const { return loss_; }
   /// This rank's stages by index.
@@ -118,7 +118,6 @@ private:
   std::string manifestPath_;
   Manifest manifest_;
   std::string manifestSha256_;
-  Placement placement_;
   Schedule schedule_;
   std::optional<LossSpec> loss_;
   c10::Device device_ = c10::kCPU;

@@ -555,7 +555,7 @@ llvm::Expected<Schedule> emptyTrainingSchedule(const Manifest &manifest,
                                                const Placement &placement,
                                                int microbatches) {
   if (microbatches < 1)
-    return makeError("--microbatches must be at least 1");
+    return makeOptionError("microbatches", "must be at least 1");
   if (static_cast<size_t>(placement.numStages()) != manifest.stages.size())
     return makeError(llvm::formatv("the placement has {0} stages but the "
                                    "manifest {1}",
@@ -581,7 +581,7 @@ llvm::Expected<Schedule> buildSchedule(const Manifest &manifest,
                                        const Placement &placement,
                                        ScheduleKind kind, int microbatches) {
   if (microbatches < 1)
-    return makeError("--microbatches must be at least 1");
+    return makeOptionError("microbatches", "must be at least 1");
   if (!scheduleRunsInference(kind))
     return makeError(llvm::formatv("schedule {0} is for training (ppc train); "
                                    "ppc run takes {1}",

@@ -77,10 +77,12 @@ protected:
   /// microbatches of one signature); `infer` then plays the executor,
   /// recording metadata of `rows1` rows on rank 1 for the values it infers,
   /// and finish() saves them. `beforeRank` runs on each rank's thread first
-  /// (to close a transport, say).
-  std::vector<RankResult>
-  settle(int64_t rows1 = 2,
-         std::function<void(int, LoopbackHub &)> beforeRank = nullptr) {
+  /// (to close a transport, say); `afterPrepare`, when given, replaces
+  /// playing the executor.
+  std::vector<RankResult> settle(
+      int64_t rows1 = 2,
+      std::function<void(int, LoopbackHub &)> beforeRank = nullptr,
+      std::function<void(MetaSettler &, RankResult &)> afterPrepare = nullptr) {
     auto hub = std::make_shared<LoopbackHub>(2);
     std::vector<RankResult> results(2);
     std::vector<std::thread> threads;
@@ -124,6 +126,10 @@ protected:
         out.source = settler.source();
         out.inferring = step.inferring;
         out.messages = (*transport)->messagesSent();
+        if (afterPrepare) {
+          afterPrepare(settler, out);
+          return;
+        }
         for (size_t m = 0; m < step.inferring.size(); ++m) {
           if (!step.inferring[m])
             continue;
@@ -239,57 +245,40 @@ TEST_F(MetaSettleTest, ALostPeerIsNamed) {
 }
 
 // Tests that a produced value contradicting cached metadata removes the
-// cache file and says so, by type.
+// cache file and becomes a StaleCacheError saying so.
 TEST_F(MetaSettleTest, AMismatchWithTheCacheRemovesIt) {
   settle();
-  settle();
-  // A settler whose last prepare() took the cache: rank 0 alone suffices
-  // to classify, so run one more agreement and classify on each rank.
-  auto hub = std::make_shared<LoopbackHub>(2);
-  std::vector<std::string> errors(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r)
-    threads.emplace_back([&, r] {
-      LinkSetup setup;
-      setup.rank = r;
-      setup.worldSize = 2;
-      setup.timeout = std::chrono::milliseconds(500);
-      setup.loopback = hub;
-      auto transport = Transport::create(setup);
-      ASSERT_TRUE(static_cast<bool>(transport));
-      (*transport)->setChannelCount(schedule.channelCount() + 1);
-      std::string text;
-      llvm::raw_string_ostream warnings(text);
-      MetaScope scope;
-      scope.manifest = &manifest;
-      scope.manifestSha256 = "manifest-sha";
-      scope.stageHashes = {{r, "stage-sha"}};
-      scope.placement = &placement;
-      scope.schedule = &schedule;
-      scope.transport = transport->get();
-      scope.rank = r;
-      scope.worldSize = 2;
-      scope.cacheDir = cacheDir;
-      scope.warnings = &warnings;
-      MetaSettler settler(scope);
-      std::vector<c10::IValue> inputs;
-      if (r == 0)
-        inputs.push_back(at::zeros({4, 3}));
-      ExecutorStep step;
-      ASSERT_FALSE(static_cast<bool>(settler.prepare(inputs, step)));
-      ASSERT_EQ(settler.source(), MetaSource::Cache);
-      llvm::Error err = settler.classify(
-          llvm::make_error<MetaMismatchError>("stage 0 output 0 ('y')"));
-      bool stale = err.isA<StaleCacheError>();
-      errors[r] =
-          (stale ? "stale: " : "other: ") + llvm::toString(std::move(err));
-    });
-  for (std::thread &t : threads)
-    t.join();
+  std::vector<RankResult> ranks =
+      settle(2, nullptr, [](MetaSettler &settler, RankResult &out) {
+        llvm::Error err = settler.classify(
+            llvm::make_error<MetaMismatchError>("stage 0 output 0 ('y')"));
+        bool typed = err.isA<StaleCacheError>();
+        out.error =
+            (typed ? "stale: " : "other: ") + llvm::toString(std::move(err));
+      });
   for (int r = 0; r < 2; ++r) {
-    EXPECT_EQ(errors[r], "stale: stage 0 output 0 ('y') (the meta cache '" +
-                             cacheFile(r) +
-                             "' is wrong; it was removed; run again to infer)");
+    SCOPED_TRACE(r);
+    EXPECT_EQ(ranks[r].source, MetaSource::Cache);
+    EXPECT_EQ(ranks[r].error,
+              "stale: stage 0 output 0 ('y') (the meta cache '" + cacheFile(r) +
+                  "' is wrong; it was removed; run again to infer)");
     EXPECT_FALSE(llvm::sys::fs::exists(cacheFile(r)));
+  }
+}
+
+// Tests that a mismatch with metadata this run inferred stays what it was.
+TEST_F(MetaSettleTest, AMismatchWithInferredMetadataIsKept) {
+  std::vector<RankResult> ranks =
+      settle(2, nullptr, [](MetaSettler &settler, RankResult &out) {
+        llvm::Error err = settler.classify(
+            llvm::make_error<MetaMismatchError>("stage 0 output 0 ('y')"));
+        bool typed = err.isA<MetaMismatchError>();
+        out.error =
+            (typed ? "mismatch: " : "other: ") + llvm::toString(std::move(err));
+      });
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE(r);
+    EXPECT_EQ(ranks[r].source, MetaSource::Inferred);
+    EXPECT_EQ(ranks[r].error, "mismatch: stage 0 output 0 ('y')");
   }
 }
