@@ -16,6 +16,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include <chrono>
 
