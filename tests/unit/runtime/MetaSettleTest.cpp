@@ -148,6 +148,20 @@ protected:
     return results;
   }
 
+  /// A settle() whose ranks, after prepare(), hand the settler a mismatch
+  /// of a produced value; each rank's error is "TYPE: MESSAGE" of what came
+  /// back, TYPE stale, mismatch or other.
+  std::vector<RankResult> classifyAMismatch() {
+    return settle(2, nullptr, [](MetaSettler &settler, RankResult &out) {
+      llvm::Error err = settler.classify(
+          llvm::make_error<MetaMismatchError>("stage 0 output 0 ('y')"));
+      std::string type = err.isA<StaleCacheError>()     ? "stale"
+                         : err.isA<MetaMismatchError>() ? "mismatch"
+                                                        : "other";
+      out.error = type + ": " + llvm::toString(std::move(err));
+    });
+  }
+
   std::string cacheFile(int rank) const {
     return MetaCache::filePath(cacheDir, rank, 2);
   }
@@ -248,14 +262,7 @@ TEST_F(MetaSettleTest, ALostPeerIsNamed) {
 // cache file and becomes a StaleCacheError saying so.
 TEST_F(MetaSettleTest, AMismatchWithTheCacheRemovesIt) {
   settle();
-  std::vector<RankResult> ranks =
-      settle(2, nullptr, [](MetaSettler &settler, RankResult &out) {
-        llvm::Error err = settler.classify(
-            llvm::make_error<MetaMismatchError>("stage 0 output 0 ('y')"));
-        bool typed = err.isA<StaleCacheError>();
-        out.error =
-            (typed ? "stale: " : "other: ") + llvm::toString(std::move(err));
-      });
+  std::vector<RankResult> ranks = classifyAMismatch();
   for (int r = 0; r < 2; ++r) {
     SCOPED_TRACE(r);
     EXPECT_EQ(ranks[r].source, MetaSource::Cache);
@@ -268,14 +275,7 @@ TEST_F(MetaSettleTest, AMismatchWithTheCacheRemovesIt) {
 
 // Tests that a mismatch with metadata this run inferred stays what it was.
 TEST_F(MetaSettleTest, AMismatchWithInferredMetadataIsKept) {
-  std::vector<RankResult> ranks =
-      settle(2, nullptr, [](MetaSettler &settler, RankResult &out) {
-        llvm::Error err = settler.classify(
-            llvm::make_error<MetaMismatchError>("stage 0 output 0 ('y')"));
-        bool typed = err.isA<MetaMismatchError>();
-        out.error =
-            (typed ? "mismatch: " : "other: ") + llvm::toString(std::move(err));
-      });
+  std::vector<RankResult> ranks = classifyAMismatch();
   for (int r = 0; r < 2; ++r) {
     SCOPED_TRACE(r);
     EXPECT_EQ(ranks[r].source, MetaSource::Inferred);
