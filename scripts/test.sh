@@ -71,7 +71,8 @@ sanitize_build() {
   cmake -S "$root" -B "$sanitize_build" -G Ninja -DCMAKE_BUILD_TYPE=Sanitize \
     -DCMAKE_CXX_FLAGS_SANITIZE="-O1 -gline-tables-only" -DCMAKE_C_FLAGS_SANITIZE="-O1" \
     -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_C_COMPILER=clang-14 "${launcher[@]}" \
-    -DPPC_SANITIZE=address,undefined -DPPC_FUZZ=ON -DPPC_SEED_BUILD_DIR="$build" >/dev/null &&
+    -DPPC_SANITIZE=address,undefined -DPPC_FUZZ=ON -DPPC_SEED_BUILD_DIR="$build" \
+    -DPPC_MODELS_DIR="$build/models" >/dev/null &&
     cmake --build "$sanitize_build" -j "$jobs" --target ppc ppc_unit_tests \
       fuzz_manifest fuzz_meta_cache fuzz_user_meta fuzz_meta_header fuzz_tensor_file make_header_seeds
 }
