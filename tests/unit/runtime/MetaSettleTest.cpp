@@ -177,17 +177,27 @@ protected:
 // (rank 1's values in, the minimum out).
 constexpr int64_t kRank0Messages = 2 + 1;
 constexpr int64_t kRank1Messages = 1;
+
+/// Checks that every rank settled without error from `source`, inferring
+/// on the microbatches `inferring` marks.
+void expectEveryRank(const std::vector<RankResult> &ranks, MetaSource source,
+                     const std::vector<bool> &inferring) {
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    SCOPED_TRACE(r);
+    EXPECT_EQ(ranks[r].error, "");
+    EXPECT_EQ(ranks[r].source, source);
+    EXPECT_EQ(ranks[r].inferring, inferring);
+  }
+}
 } // namespace
 
 // Tests that a first run infers on both ranks, from the first microbatch of
 // the signature only, and writes each rank's cache.
 TEST_F(MetaSettleTest, AFirstRunInfersAndWritesTheCaches) {
   std::vector<RankResult> ranks = settle();
+  expectEveryRank(ranks, MetaSource::Inferred, {true, false});
   for (int r = 0; r < 2; ++r) {
     SCOPED_TRACE(r);
-    EXPECT_EQ(ranks[r].error, "");
-    EXPECT_EQ(ranks[r].source, MetaSource::Inferred);
-    EXPECT_EQ(ranks[r].inferring, (std::vector<bool>{true, false}));
     EXPECT_EQ(ranks[r].warnings, "warning: no meta cache at '" + cacheFile(r) +
                                      "'; inferring shapes\n");
     EXPECT_TRUE(llvm::sys::fs::exists(cacheFile(r)));
@@ -201,11 +211,9 @@ TEST_F(MetaSettleTest, AFirstRunInfersAndWritesTheCaches) {
 TEST_F(MetaSettleTest, TheNextRunHitsTheCache) {
   settle();
   std::vector<RankResult> ranks = settle();
+  expectEveryRank(ranks, MetaSource::Cache, {false, false});
   for (int r = 0; r < 2; ++r) {
     SCOPED_TRACE(r);
-    EXPECT_EQ(ranks[r].error, "");
-    EXPECT_EQ(ranks[r].source, MetaSource::Cache);
-    EXPECT_EQ(ranks[r].inferring, (std::vector<bool>{false, false}));
     EXPECT_EQ(ranks[r].warnings, "");
   }
   EXPECT_EQ(ranks[0].messages, kRank0Messages);
@@ -218,12 +226,7 @@ TEST_F(MetaSettleTest, ACorruptCacheMakesEveryRankInfer) {
   settle();
   std::ofstream(cacheFile(1)) << "{\"format\": \"ppc-meta-cache\", \"ver";
   std::vector<RankResult> ranks = settle();
-  for (int r = 0; r < 2; ++r) {
-    SCOPED_TRACE(r);
-    EXPECT_EQ(ranks[r].error, "");
-    EXPECT_EQ(ranks[r].source, MetaSource::Inferred);
-    EXPECT_EQ(ranks[r].inferring, (std::vector<bool>{true, false}));
-  }
+  expectEveryRank(ranks, MetaSource::Inferred, {true, false});
   EXPECT_EQ(ranks[0].warnings, "");
   EXPECT_NE(ranks[1].warnings.find("warning: meta cache '" + cacheFile(1) +
                                    "' is corrupt ("),
@@ -237,11 +240,9 @@ TEST_F(MetaSettleTest, ACorruptCacheMakesEveryRankInfer) {
 TEST_F(MetaSettleTest, CachesThatDisagreeOnAnEdgeMakeEveryRankInfer) {
   settle(/*rows1=*/3);
   std::vector<RankResult> ranks = settle();
+  expectEveryRank(ranks, MetaSource::Inferred, {true, false});
   for (int r = 0; r < 2; ++r) {
     SCOPED_TRACE(r);
-    EXPECT_EQ(ranks[r].error, "");
-    EXPECT_EQ(ranks[r].source, MetaSource::Inferred);
-    EXPECT_EQ(ranks[r].inferring, (std::vector<bool>{true, false}));
     EXPECT_EQ(ranks[r].warnings,
               "warning: the meta caches of ranks 0 and 1 disagree on stage 0 "
               "-> 1; inferring shapes\n");
