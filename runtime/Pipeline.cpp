@@ -86,7 +86,8 @@ Pipeline::create(llvm::StringRef manifestPath, const LaunchEnv &env,
   auto planner = [&](const Manifest &manifest,
                      int worldSize) -> llvm::Expected<JobPlan> {
     auto placement =
-        Placement::create(static_cast<int>(manifest.stages.size()), worldSize);
+        Placement::create(static_cast<int>(manifest.stages.size()), worldSize,
+                          schedulePlacement(options.schedule));
     if (!placement)
       return placement.takeError();
     auto schedule = buildSchedule(manifest, *placement, options.schedule,

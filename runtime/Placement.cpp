@@ -104,9 +104,12 @@ std::vector<int> Placement::stagesOf(int rank) const {
   return out;
 }
 
-bool Placement::isLoop() const {
+bool Placement::is(llvm::StringRef style) const {
+  const PlacementStyle *found = findStyle(style);
+  if (!found)
+    return false;
   for (int s = 0; s < numStages(); ++s)
-    if (ranks[s] != loopRank(s, worldSize_))
+    if (ranks[s] != found->rankOf(s, worldSize_))
       return false;
   return true;
 }

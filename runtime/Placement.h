@@ -52,7 +52,10 @@ public:
   std::vector<int> stagesOf(int rank) const;
   /// Whether stage k is on rank k mod worldSize() for every k, whatever
   /// made the table.
-  bool isLoop() const;
+  bool isLoop() const { return is("loop"); }
+  /// Whether every stage is where the style `style` (one of
+  /// placementStyleNames()) puts it, whatever made the table.
+  bool is(llvm::StringRef style) const;
   /// The rule that places the stages, for messages: "stage k on rank k mod
   /// 2" for a loop placement, else "placement v" (or csv).
   std::string rule() const;

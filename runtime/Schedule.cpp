@@ -18,6 +18,8 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <deque>
 #include <iterator>
 #include <map>
@@ -36,12 +38,13 @@ namespace {
 struct ScheduleInfo {
   llvm::StringRef name;
   bool inference;
+  llvm::StringRef placement;
   llvm::StringRef help;
 };
 
 constexpr ScheduleInfo kSchedules[] = {
-#define SCHEDULE(Enum, Name, Inference, Help, Generator)                       \
-  {Name, Inference, Help},
+#define SCHEDULE(Enum, Name, Inference, Placement, Help, Generator)            \
+  {Name, Inference, Placement, Help},
 #include "runtime/Schedules.def"
 };
 
@@ -66,6 +69,10 @@ llvm::StringRef scheduleHelp(ScheduleKind kind) {
 
 bool scheduleRunsInference(ScheduleKind kind) {
   return scheduleInfo(kind).inference;
+}
+
+llvm::StringRef schedulePlacement(ScheduleKind kind) {
+  return scheduleInfo(kind).placement;
 }
 
 std::optional<ScheduleKind> parseScheduleName(llvm::StringRef name) {
@@ -186,29 +193,50 @@ struct EdgeIndex {
 using Orders = std::vector<std::vector<Action>>;
 
 /// Start times of compute actions when every device runs its list in order,
-/// each action as soon as the device is free and its inputs exist, in the
-/// unit-time model with free communication. A device is a rank (printGrid),
-/// or a stage (ordering 1f1b and zb-h1). Inputs are the simulator's: F(s,m)
-/// needs F(p,m) of every producer p, B/I(s,m) needs F(s,m) and B/I(c,m) of
-/// every consumer c, W(s,m) needs I(s,m). A blocked device waits on one
-/// event and is woken by it, so a run costs O(actions x inputs).
+/// each action as soon as the device is free and its inputs exist, with
+/// free communication and each action as long as its stage's StageCost
+/// says (the unit-time model when `costs` is empty). A device is a rank
+/// (printGrid), or a stage (ordering 1f1b and zb-h1). Inputs are the
+/// simulator's: F(s,m) needs F(p,m) of every producer p, B/I(s,m) needs F(s,m)
+/// and B/I(c,m) of every consumer c, W(s,m) needs I(s,m). A blocked device
+/// waits on one event and is woken by it, so a run costs O(actions x inputs).
 class UnitTimeline {
 public:
   UnitTimeline(const std::vector<Edge> &edges, const EdgeIndex &index,
-               int numStages, int microbatches)
+               int numStages, int microbatches,
+               std::vector<StageCost> costs = {})
       : edges(edges), index(index), numStages(numStages),
-        microbatches(microbatches) {}
+        microbatches(microbatches), costs(std::move(costs)) {}
+
+  /// How long `a` takes.
+  double duration(const Action &a) const {
+    if (costs.empty() || a.stage < 0 || a.stage >= numStages)
+      return actionInfo(a.kind).unitTime;
+    const StageCost &c = costs[a.stage];
+    switch (a.kind) {
+    case ActionKind::Forward:
+      return c.forward;
+    case ActionKind::Backward:
+      return c.input + c.weight;
+    case ActionKind::BackwardInput:
+      return c.input;
+    case ActionKind::BackwardWeight:
+      return c.weight;
+    default:
+      return 0;
+    }
+  }
 
   /// Fills `start` (per device, per action) and `length`. Errors: a device
   /// never gets to run an action ("stage 2 waits at 2B0").
   llvm::Error run(const std::vector<std::vector<Action>> &devices,
                   llvm::StringRef deviceName) {
     size_t n = devices.size();
-    std::vector<int64_t> end(2 * static_cast<size_t>(numStages) * microbatches,
-                             -1);
+    std::vector<double> end(2 * static_cast<size_t>(numStages) * microbatches,
+                            -1);
     std::unordered_map<size_t, std::vector<int>> waiters;
     std::vector<size_t> pc(n, 0);
-    std::vector<int64_t> freeAt(n, 0);
+    std::vector<double> freeAt(n, 0);
     start.assign(n, {});
     std::vector<int> runnable;
     for (size_t d = 0; d < n; ++d) {
@@ -223,7 +251,7 @@ public:
         const Action &a = devices[d][pc[d]];
         inputs.clear();
         inputsOf(a, inputs);
-        int64_t at = freeAt[d];
+        double at = freeAt[d];
         bool blocked = false;
         for (size_t ev : inputs) {
           if (end[ev] < 0) {
@@ -236,7 +264,7 @@ public:
         if (blocked)
           break;
         start[d][pc[d]] = at;
-        freeAt[d] = at + actionInfo(a.kind).unitTime;
+        freeAt[d] = at + duration(a);
         length = std::max(length, freeAt[d]);
         if (a.kind == ActionKind::BackwardWeight)
           continue;
@@ -257,8 +285,8 @@ public:
     return llvm::Error::success();
   }
 
-  std::vector<std::vector<int64_t>> start;
-  int64_t length = 0;
+  std::vector<std::vector<double>> start;
+  double length = 0;
 
 private:
   /// The event "F(s,m) done" or "B/I(s,m) done".
@@ -292,6 +320,7 @@ private:
   const std::vector<Edge> &edges;
   const EdgeIndex &index;
   int numStages, microbatches;
+  std::vector<StageCost> costs;
 };
 
 /// Inference: rank r's forwards, and on the output rank the collector's
@@ -390,7 +419,7 @@ llvm::Expected<Orders> perStageOrders(const Schedule &schedule,
                        "cannot order " + scheduleName(schedule.kind));
   std::vector<std::vector<Action>> orders(placement.worldSize());
   for (int r = 0; r < placement.worldSize(); ++r) {
-    std::vector<std::tuple<int64_t, int, size_t>> keyed;
+    std::vector<std::tuple<double, int, size_t>> keyed;
     for (int s : placement.stagesOf(r))
       for (size_t i = 0; i < stages[s].size(); ++i)
         keyed.emplace_back(timeline.start[s][i], -s, i);
@@ -419,6 +448,34 @@ llvm::Expected<Orders> zeroBubbleOrders(const Schedule &schedule,
   return perStageOrders(schedule, index, /*split=*/true);
 }
 
+/// Whether the schedule's placement is the one its kind needs (Schedules.def):
+/// the generators below name rank r's stages as that style places them.
+llvm::Error needPlacement(const Schedule &schedule) {
+  llvm::StringRef style = schedulePlacement(schedule.kind);
+  if (schedule.placement.is(style))
+    return llvm::Error::success();
+  return makeError(llvm::formatv("{0} needs the {1} placement, not {2}",
+                                 scheduleName(schedule.kind), style,
+                                 schedule.placement.rule())
+                       .str());
+}
+
+/// zbv and dualpipev: the V placement with exactly 2 stages per rank, rank
+/// r holding stages r and 2R-1-r.
+llvm::Error needTwoStagesOnV(const Schedule &schedule) {
+  const Placement &placement = schedule.placement;
+  if (placement.numStages() != 2 * placement.worldSize())
+    return makeError(
+        llvm::formatv("{0} needs exactly 2 stages per rank ({1} stage{2} on "
+                      "{3} rank{4})",
+                      scheduleName(schedule.kind), placement.numStages(),
+                      placement.numStages() == 1 ? "" : "s",
+                      placement.worldSize(),
+                      placement.worldSize() == 1 ? "" : "s")
+            .str());
+  return needPlacement(schedule);
+}
+
 /// Interleaved 1F1B (PyTorch's ScheduleInterleaved1F1B, Megatron-LM's
 /// interleaved schedule): rank r holds the v stages r, r+R, ...; forwards go
 /// depth first in rounds: a round's microbatches through the rank's first
@@ -441,9 +498,8 @@ llvm::Expected<Orders> interleavedOrders(const Schedule &schedule,
             placement.worldSize(), placement.worldSize() == 1 ? "" : "s")
             .str());
   // Rank r's stages are r, r+R, ...: the rounds below name them so.
-  if (!placement.isLoop())
-    return makeError("interleaved-1f1b needs the loop placement, not " +
-                     placement.rule());
+  if (llvm::Error err = needPlacement(schedule))
+    return err;
   int microbatches = schedule.microbatches;
   int ranks = placement.worldSize();
   int local = placement.numStages() / ranks;
@@ -479,12 +535,238 @@ llvm::Expected<Orders> interleavedOrders(const Schedule &schedule,
   return orders;
 }
 
+/// Looped BFS (Lamy-Poirier 2023, PyTorch's ScheduleLoopedBFS): rank r runs
+/// every microbatch through its first stage, then through its next, ...;
+/// then the backwards from its last stage to its first, each stage's
+/// microbatches in reverse order. Inference: the forwards alone, gpipe's
+/// order.
+llvm::Expected<Orders> loopedBFSOrders(const Schedule &schedule,
+                                       const EdgeIndex &index) {
+  if (llvm::Error err = needPlacement(schedule))
+    return err;
+  if (!schedule.training)
+    return gpipeOrders(schedule, index);
+  const Placement &placement = schedule.placement;
+  Orders orders(placement.worldSize());
+  for (int r = 0; r < placement.worldSize(); ++r) {
+    std::vector<int> stages = placement.stagesOf(r);
+    for (int s : stages)
+      for (int m = 0; m < schedule.microbatches; ++m)
+        orders[r].push_back({ActionKind::Forward, s, m});
+    for (auto it = stages.rbegin(); it != stages.rend(); ++it)
+      for (int m = schedule.microbatches - 1; m >= 0; --m)
+        orders[r].push_back({ActionKind::Backward, *it, m});
+  }
+  return orders;
+}
+
+/// Interleaved zero bubble, ZB1P of Qi et al. 2023 over several stages per
+/// rank (PyTorch's ScheduleInterleavedZeroBubble): the microbatches go in
+/// rounds of M / max(1, M / R); rank r runs (v-1) x (round size) + R-1-r
+/// warm-up forwards, its local stages taking turns by round; then one F and
+/// one I per step, backwards taking the local stages in reverse; from its
+/// (r+1)-th I on, each I is followed by the W of the oldest I without one;
+/// the remaining I's and W's end it. M must be a multiple of the round
+/// count, as PyTorch requires.
+llvm::Expected<Orders> interleavedZeroBubbleOrders(const Schedule &schedule,
+                                                   const EdgeIndex &) {
+  if (llvm::Error err = needPlacement(schedule))
+    return err;
+  const Placement &placement = schedule.placement;
+  int ranks = placement.worldSize(), microbatches = schedule.microbatches;
+  int local = placement.numStages() / ranks;
+  int rounds = std::max(1, microbatches / ranks);
+  if (microbatches % rounds != 0)
+    return makeError(
+        llvm::formatv("interleaved-zb runs the microbatches in rounds of "
+                      "max(1, microbatches / ranks) = {0}; {1} microbatches "
+                      "are not a multiple of it (try {2} or {3})",
+                      rounds, microbatches, microbatches / rounds * rounds,
+                      (microbatches / rounds + 1) * rounds)
+            .str());
+  int perRound = microbatches / rounds;
+  int total = local * microbatches;
+  Orders orders(ranks);
+  for (int r = 0; r < ranks; ++r) {
+    int warmup = std::min((local - 1) * perRound + (ranks - 1 - r), total);
+    auto forwardStage = [&](int step) {
+      return (step / perRound) % local * ranks + r;
+    };
+    auto backwardStage = [&](int step) {
+      return (local - 1 - (step - warmup) / perRound % local) * ranks + r;
+    };
+    std::vector<int> nextF(placement.numStages()), nextI(nextF), nextW(nextF);
+    std::vector<int> backwardSteps;
+    size_t weights = 0;
+    std::vector<Action> &order = orders[r];
+    auto weight = [&] {
+      int s = backwardStage(backwardSteps[weights++]);
+      order.push_back({ActionKind::BackwardWeight, s, nextW[s]++});
+    };
+    for (int step = 0; step < total + warmup; ++step) {
+      if (step < total) {
+        int s = forwardStage(step);
+        order.push_back({ActionKind::Forward, s, nextF[s]++});
+      }
+      if (step < warmup)
+        continue;
+      int s = backwardStage(step);
+      order.push_back({ActionKind::BackwardInput, s, nextI[s]++});
+      backwardSteps.push_back(step);
+      if (step - warmup >= r)
+        weight();
+    }
+    while (weights < backwardSteps.size())
+      weight();
+  }
+  return orders;
+}
+
+/// ZB-V (Qi et al. 2023, section 6; PyTorch's ScheduleZBVZeroBubble): rank
+/// r holds chunk 0 = stage r and chunk 1 = stage 2R-1-r. Warm-up: 2(R-r)-1
+/// forwards of chunk 0; r pairs F1 F0; R-r steps F1 I1 W1. Steady: F0 I0
+/// W0 F1 I1 W1 until every forward ran. Cool-down: r pairs I0 I1, R-r pairs
+/// I0 W0, then the remaining W's of chunk 1 and chunk 0. Its counts assume
+/// at least 2R-1 microbatches; with fewer, the actions of microbatches that
+/// do not exist are left out.
+llvm::Expected<Orders> zeroBubbleVOrders(const Schedule &schedule,
+                                         const EdgeIndex &) {
+  if (llvm::Error err = needTwoStagesOnV(schedule))
+    return err;
+  int ranks = schedule.placement.worldSize();
+  int microbatches = schedule.microbatches;
+  int n = std::max(2 * ranks - 1, microbatches);
+  Orders orders(ranks);
+  for (int r = 0; r < ranks; ++r) {
+    int chunk0 = r, chunk1 = 2 * ranks - 1 - r;
+    int f0 = 0, f1 = 0, b0 = 0, b1 = 0;
+    std::vector<Action> &order = orders[r];
+    auto add = [&](ActionKind kind, int s, int m) {
+      if (m < microbatches)
+        order.push_back({kind, s, m});
+    };
+    for (int i = 0; i < 2 * (ranks - r) - 1; ++i)
+      add(ActionKind::Forward, chunk0, f0++);
+    for (int i = 0; i < r; ++i) {
+      add(ActionKind::Forward, chunk1, f1++);
+      add(ActionKind::Forward, chunk0, f0++);
+    }
+    auto forwardAndBackward = [&](int s, int &f, int &b) {
+      add(ActionKind::Forward, s, f++);
+      add(ActionKind::BackwardInput, s, b);
+      add(ActionKind::BackwardWeight, s, b++);
+    };
+    for (int i = 0; i < ranks - r; ++i)
+      forwardAndBackward(chunk1, f1, b1);
+    while (f1 < f0 || f0 < n) {
+      if (f0 < n)
+        add(ActionKind::Forward, chunk0, f0++);
+      add(ActionKind::BackwardInput, chunk0, b0);
+      add(ActionKind::BackwardWeight, chunk0, b0++);
+      forwardAndBackward(chunk1, f1, b1);
+    }
+    int w0 = b0, w1 = b1;
+    for (int i = 0; i < r; ++i) {
+      add(ActionKind::BackwardInput, chunk0, b0++);
+      add(ActionKind::BackwardInput, chunk1, b1++);
+    }
+    for (int i = 0; i < ranks - r; ++i) {
+      add(ActionKind::BackwardInput, chunk0, b0++);
+      add(ActionKind::BackwardWeight, chunk0, w0++);
+    }
+    while (w1 < b1)
+      add(ActionKind::BackwardWeight, chunk1, w1++);
+    while (w0 < b0)
+      add(ActionKind::BackwardWeight, chunk0, w0++);
+  }
+  return orders;
+}
+
+/// DualPipeV (DeepSeek-V3's DualPipe cut in half; PyTorch's
+/// ScheduleDualPipeV, after deepseek-ai/DualPipe): rank r holds stage r
+/// (chunk 0) and stage 2R-1-r (chunk 1). Eight phases: 2(R-r-1) F0; r+1
+/// pairs F0 F1; R-r-1 steps I1 W F1; M-2R+r+1 steps F0 B1 F1 B0 (the pairs
+/// PyTorch overlaps, run one after the other here); R-r-1 steps B1 F1 B0;
+/// r+1 pairs B1 B0, the second half as I's; R-r-1 steps W B0 (or W I0);
+/// r+1 W's. A W is the oldest I's without one. Needs M >= 2R.
+llvm::Expected<Orders> dualPipeVOrders(const Schedule &schedule,
+                                       const EdgeIndex &) {
+  if (llvm::Error err = needTwoStagesOnV(schedule))
+    return err;
+  int ranks = schedule.placement.worldSize();
+  int microbatches = schedule.microbatches;
+  if (microbatches < 2 * ranks)
+    return makeError(llvm::formatv("dualpipev needs at least as many "
+                                   "microbatches as stages ({0}), got {1}",
+                                   2 * ranks, microbatches)
+                         .str());
+  Orders orders(ranks);
+  for (int r = 0; r < ranks; ++r) {
+    int chunk0 = r, chunk1 = 2 * ranks - 1 - r;
+    std::vector<Action> &order = orders[r];
+    std::vector<int> nextF(2 * ranks), nextB(2 * ranks);
+    std::deque<std::pair<int, int>> weights;
+    auto add = [&](ActionKind kind, int s) {
+      int m = kind == ActionKind::Forward ? nextF[s]++ : nextB[s]++;
+      order.push_back({kind, s, m});
+      if (kind == ActionKind::BackwardInput)
+        weights.emplace_back(s, m);
+    };
+    auto weight = [&] {
+      if (weights.empty())
+        return;
+      order.push_back({ActionKind::BackwardWeight, weights.front().first,
+                       weights.front().second});
+      weights.pop_front();
+    };
+    for (int i = 0; i < 2 * (ranks - r - 1); ++i)
+      add(ActionKind::Forward, chunk0);
+    for (int i = 0; i < r + 1; ++i) {
+      add(ActionKind::Forward, chunk0);
+      add(ActionKind::Forward, chunk1);
+    }
+    for (int i = 0; i < ranks - r - 1; ++i) {
+      add(ActionKind::BackwardInput, chunk1);
+      weight();
+      add(ActionKind::Forward, chunk1);
+    }
+    for (int i = 0; i < microbatches - 2 * ranks + r + 1; ++i) {
+      add(ActionKind::Forward, chunk0);
+      add(ActionKind::Backward, chunk1);
+      add(ActionKind::Forward, chunk1);
+      add(ActionKind::Backward, chunk0);
+    }
+    for (int i = 0; i < ranks - r - 1; ++i) {
+      add(ActionKind::Backward, chunk1);
+      add(ActionKind::Forward, chunk1);
+      add(ActionKind::Backward, chunk0);
+    }
+    bool split = false;
+    int half = (r + 1) / 2;
+    for (int i = 0; i < r + 1; ++i) {
+      if (i == half && r % 2 == 1)
+        split = true;
+      add(split ? ActionKind::BackwardInput : ActionKind::Backward, chunk1);
+      if (i == half && r % 2 == 0)
+        split = true;
+      add(split ? ActionKind::BackwardInput : ActionKind::Backward, chunk0);
+    }
+    for (int i = 0; i < ranks - r - 1; ++i) {
+      weight();
+      add(split ? ActionKind::BackwardInput : ActionKind::Backward, chunk0);
+    }
+    for (int i = 0; i < r + 1; ++i)
+      weight();
+  }
+  return orders;
+}
+
 using OrderGenerator = llvm::Expected<Orders> (*)(const Schedule &,
                                                   const EdgeIndex &);
 
 /// Schedules.def's generators, in the order of ScheduleKind.
 constexpr OrderGenerator kGenerators[] = {
-#define SCHEDULE(Enum, Name, Inference, Help, Gen) Gen,
+#define SCHEDULE(Enum, Name, Inference, Placement, Help, Gen) Gen,
 #include "runtime/Schedules.def"
 };
 
@@ -1020,24 +1302,63 @@ llvm::Error simulateSchedule(const Schedule &schedule) {
 // CSV
 //===----------------------------------------------------------------------===//
 
-std::string scheduleToCSV(const Schedule &schedule) {
+namespace {
+/// The non-compute cells of PyTorch's compute_comms layout
+/// (torch.distributed.pipelining's _ComputationType): what each maps to.
+enum class CommCell { SendF, RecvF, SendB, RecvB, WaitSendF, WaitSendB, FSDP };
+
+struct CommCellInfo {
+  llvm::StringRef name;
+  CommCell kind;
+  /// Whether the cell names a microbatch ("1SEND_F0"); the FSDP cells
+  /// ("0UNSHARD") do not.
+  bool microbatch;
+};
+
+constexpr CommCellInfo kCommCells[] = {
+    {"SEND_F", CommCell::SendF, true},
+    {"RECV_F", CommCell::RecvF, true},
+    {"SEND_B", CommCell::SendB, true},
+    {"RECV_B", CommCell::RecvB, true},
+    {"WAIT_SEND_F", CommCell::WaitSendF, true},
+    {"WAIT_SEND_B", CommCell::WaitSendB, true},
+    {"UNSHARD", CommCell::FSDP, false},
+    {"RESHARD", CommCell::FSDP, false},
+    {"REDUCE_GRAD", CommCell::FSDP, false},
+    {"WAIT_REDUCE_GRAD", CommCell::FSDP, false},
+};
+
+const CommCellInfo &commCellInfo(CommCell kind) {
+  for (const CommCellInfo &info : kCommCells)
+    if (info.kind == kind)
+      return info;
+  return kCommCells[0];
+}
+
+/// One cell of either layout.
+struct Cell {
+  /// The compute actions: one, or an OVERLAP_F_B's parts in order; none
+  /// for a communication or FSDP cell.
+  std::vector<Action> compute;
+  std::optional<CommCell> comm;
+  int stage = 0, microbatch = 0;
+};
+
+/// A cell as messages show it: at most 40 bytes, every byte that is not
+/// printable ASCII as \xHH, so a file's bytes never reach the terminal raw.
+std::string printableCell(llvm::StringRef raw) {
   std::string out;
-  for (const std::vector<Action> &actions : schedule.ranks) {
-    bool first = true;
-    for (const Action &a : actions) {
-      if (!a.isCompute())
-        continue;
-      if (!first)
-        out += ',';
-      out += a.cell();
-      first = false;
-    }
-    out += "\r\n";
+  for (char c : raw.take_front(40)) {
+    if (llvm::isPrint(c))
+      out += c;
+    else
+      out += llvm::formatv("\\x{0:x-2}", static_cast<unsigned char>(c)).str();
   }
+  if (raw.size() > 40)
+    out += "...";
   return out;
 }
 
-namespace {
 /// Parses a non-empty run of at most 9 digits at the front of `text`.
 std::optional<int> takeNumber(llvm::StringRef &text) {
   size_t n = 0;
@@ -1052,36 +1373,85 @@ std::optional<int> takeNumber(llvm::StringRef &text) {
   return value;
 }
 
-/// One CSV cell: {stage}{letter}{microbatch} with a compute action's letter
-/// of Actions.def, like _Action.from_str reads it (surrounding blanks
-/// ignored; a quoted cell is unquoted first).
-std::optional<Action> parseCell(llvm::StringRef cell) {
-  std::optional<int> stage = takeNumber(cell);
-  if (!stage || cell.empty())
+/// {stage}{NAME}{microbatch} as _Action.from_str reads it: NAME a compute
+/// letter of Actions.def or a name of kCommCells (the FSDP names take no
+/// microbatch).
+std::optional<Cell> parseSimpleCell(llvm::StringRef text) {
+  std::optional<int> stage = takeNumber(text);
+  if (!stage)
     return std::nullopt;
-  const ActionInfo *found = std::find_if(
-      std::begin(kActions), std::end(kActions),
-      [&](const ActionInfo &info) { return info.letter == cell.front(); });
-  if (found == std::end(kActions) || found->letter == 0)
+  size_t n = 0;
+  while (n < text.size() &&
+         ((text[n] >= 'A' && text[n] <= 'Z') || text[n] == '_'))
+    ++n;
+  llvm::StringRef name = text.take_front(n);
+  text = text.drop_front(n);
+  Cell cell;
+  cell.stage = *stage;
+  if (name.size() == 1) {
+    const ActionInfo *found = std::find_if(
+        std::begin(kActions), std::end(kActions),
+        [&](const ActionInfo &info) { return info.letter == name[0]; });
+    std::optional<int> microbatch = takeNumber(text);
+    if (found == std::end(kActions) || !microbatch || !text.empty())
+      return std::nullopt;
+    cell.microbatch = *microbatch;
+    cell.compute.push_back(
+        {static_cast<ActionKind>(found - std::begin(kActions)), *stage,
+         *microbatch});
+    return cell;
+  }
+  const CommCellInfo *found =
+      std::find_if(std::begin(kCommCells), std::end(kCommCells),
+                   [&](const CommCellInfo &info) { return info.name == name; });
+  if (found == std::end(kCommCells))
     return std::nullopt;
-  auto kind = static_cast<ActionKind>(found - std::begin(kActions));
-  cell = cell.drop_front();
-  std::optional<int> microbatch = takeNumber(cell);
-  if (!microbatch || !cell.empty())
+  cell.comm = found->kind;
+  if (found->microbatch) {
+    std::optional<int> microbatch = takeNumber(text);
+    if (!microbatch)
+      return std::nullopt;
+    cell.microbatch = *microbatch;
+  }
+  if (!text.empty())
     return std::nullopt;
-  return Action{kind, *stage, *microbatch};
+  return cell;
+}
+
+/// A cell of either layout: a simple cell, or "(0F3;1B2)OVERLAP_F_B",
+/// whose compute parts run in order (ppc does not overlap them).
+std::optional<Cell> parseCell(llvm::StringRef text) {
+  if (!text.consume_front("("))
+    return parseSimpleCell(text);
+  auto [inside, rest] = text.split(')');
+  if (rest != "OVERLAP_F_B" || inside.empty())
+    return std::nullopt;
+  Cell cell;
+  llvm::SmallVector<llvm::StringRef, 2> parts;
+  inside.split(parts, ';');
+  for (llvm::StringRef part : parts) {
+    std::optional<Cell> sub = parseSimpleCell(part.trim(" \t"));
+    if (!sub || sub->comm)
+      return std::nullopt;
+    cell.compute.push_back(sub->compute[0]);
+  }
+  cell.stage = cell.compute[0].stage;
+  cell.microbatch = cell.compute[0].microbatch;
+  return cell;
 }
 
 /// Reads the rows of a schedule CSV, expecting `ranks` of them, and hands
-/// every compute cell with a stage below `numStages` to `onCell` with its
-/// row and the "schedule 'x.csv' row 1 (rank 0), cell 2: " that names it;
-/// `who` is "schedule 'x.csv'". Errors: the row count, a cell that is not a
-/// compute action or names a stage out of range, and onCell's.
+/// every cell whose stages are below `numStages` to `onCell` with its row
+/// and the "schedule 'x.csv' row 1 (rank 0), cell 2: " that names it; `who`
+/// is "schedule 'x.csv'". A UTF-8 byte order mark before the first cell is
+/// skipped. Errors: the row count, a cell that is no action of either
+/// layout or names a stage out of range, and onCell's.
 llvm::Error
 readCSVRows(llvm::StringRef text, int ranks, int numStages, llvm::StringRef who,
             llvm::function_ref<llvm::Error(int row, const std::string &where,
-                                           const Action &a)>
+                                           const Cell &cell)>
                 onCell) {
+  text.consume_front("\xEF\xBB\xBF");
   int row = 0;
   while (!text.empty()) {
     auto [line, rest] = text.split('\n');
@@ -1097,27 +1467,32 @@ readCSVRows(llvm::StringRef text, int ranks, int numStages, llvm::StringRef who,
       line.split(cells, ',');
     for (size_t c = 0; c < cells.size(); ++c) {
       llvm::StringRef raw = cells[c].trim(" \t");
-      llvm::StringRef cell = raw;
-      if (cell.size() >= 2 && cell.front() == '"' && cell.back() == '"')
-        cell = cell.drop_front().drop_back().trim(" \t");
-      if (cell.empty())
+      llvm::StringRef text = raw;
+      if (text.size() >= 2 && text.front() == '"' && text.back() == '"')
+        text = text.drop_front().drop_back().trim(" \t");
+      if (text.empty())
         continue;
       std::string where =
           llvm::formatv("{0} row {1} (rank {2}), cell {3}: ", who, row + 1, row,
                         c + 1)
               .str();
-      std::optional<Action> a = parseCell(cell);
-      if (!a)
-        return makeError(where + "'" + raw.str() +
+      std::optional<Cell> cell = parseCell(text);
+      if (!cell)
+        return makeError(where + "'" + printableCell(raw) +
                          "' is not a compute action like 0F1, 1B0, 0I3 or "
-                         "0W3");
-      if (a->stage >= numStages)
-        return makeError(where + llvm::formatv("stage {0} is out of range ({1} "
-                                               "stage{2})",
-                                               a->stage, numStages,
-                                               numStages == 1 ? "" : "s")
-                                     .str());
-      if (llvm::Error err = onCell(row, where, *a))
+                         "0W3, nor a compute_comms action like 1RECV_F0 or "
+                         "0SEND_B2");
+      std::vector<int> stages{cell->stage};
+      for (const Action &a : cell->compute)
+        stages.push_back(a.stage);
+      for (int s : stages)
+        if (s >= numStages)
+          return makeError(where + llvm::formatv("stage {0} is out of range "
+                                                 "({1} stage{2})",
+                                                 s, numStages,
+                                                 numStages == 1 ? "" : "s")
+                                       .str());
+      if (llvm::Error err = onCell(row, where, *cell))
         return err;
     }
     ++row;
@@ -1129,7 +1504,71 @@ readCSVRows(llvm::StringRef text, int ranks, int numStages, llvm::StringRef who,
                          .str());
   return llvm::Error::success();
 }
+
+/// Writes rank `r`'s actions as compute_comms cells: compute actions as
+/// they are; a run of SEND_F (RECV_F, ...) of one stage and microbatch, one
+/// per edge, as one cell; and, as PyTorch's _add_wait_send places them, a
+/// WAIT_SEND_F after the local B or I that proves the forward send was
+/// consumed, every other wait at the end.
+void writeCommsRow(const Schedule &schedule, int r, std::string &out) {
+  std::vector<std::string> cells;
+  // Pending sends by (is backward, stage, microbatch), in send order.
+  std::vector<std::tuple<bool, int, int>> pending;
+  const std::vector<Action> &actions = schedule.ranks[r];
+  for (size_t i = 0; i < actions.size(); ++i) {
+    const Action &a = actions[i];
+    if (a.isCompute()) {
+      cells.push_back(a.cell());
+      if (a.kind != ActionKind::Backward && a.kind != ActionKind::BackwardInput)
+        continue;
+      auto it = std::find(pending.begin(), pending.end(),
+                          std::make_tuple(false, a.stage, a.microbatch));
+      if (it != pending.end()) {
+        cells.push_back(std::to_string(a.stage) + "WAIT_SEND_F" +
+                        std::to_string(a.microbatch));
+        pending.erase(it);
+      }
+      continue;
+    }
+    if (i > 0 && actions[i - 1].kind == a.kind &&
+        actions[i - 1].stage == a.stage &&
+        actions[i - 1].microbatch == a.microbatch)
+      continue; // one cell for every edge of the stage
+    llvm::StringRef name = actionInfo(a.kind).name;
+    cells.push_back(std::to_string(a.stage) + name.str() +
+                    std::to_string(a.microbatch));
+    if (actionInfo(a.kind).category == "send")
+      pending.emplace_back(a.kind == ActionKind::SendB, a.stage, a.microbatch);
+  }
+  for (auto [backward, stage, microbatch] : pending)
+    cells.push_back(std::to_string(stage) +
+                    (backward ? "WAIT_SEND_B" : "WAIT_SEND_F") +
+                    std::to_string(microbatch));
+  out += llvm::join(cells, ",");
+  out += "\r\n";
+}
 } // namespace
+
+llvm::StringRef csvLayoutName(CSVLayout layout) {
+  return layout == CSVLayout::ComputeOnly ? "compute_only" : "compute_comms";
+}
+
+std::string scheduleToCSV(const Schedule &schedule, CSVLayout layout) {
+  std::string out;
+  for (size_t r = 0; r < schedule.ranks.size(); ++r) {
+    if (layout == CSVLayout::ComputeComms) {
+      writeCommsRow(schedule, static_cast<int>(r), out);
+      continue;
+    }
+    std::vector<std::string> cells;
+    for (const Action &a : schedule.ranks[r])
+      if (a.isCompute())
+        cells.push_back(a.cell());
+    out += llvm::join(cells, ",");
+    out += "\r\n";
+  }
+  return out;
+}
 
 llvm::Expected<Placement> placementFromCSV(llvm::StringRef text, int numStages,
                                            int worldSize,
@@ -1139,14 +1578,17 @@ llvm::Expected<Placement> placementFromCSV(llvm::StringRef text, int numStages,
   if (llvm::Error err = readCSVRows(
           text, worldSize, numStages, who,
           [&](int row, const std::string &where,
-              const Action &a) -> llvm::Error {
-            int &rank = ranks[a.stage];
-            if (rank >= 0 && rank != row)
-              return makeError(where + llvm::formatv("stage {0} already runs "
-                                                     "on rank {1} (row {2})",
-                                                     a.stage, rank, rank + 1)
-                                           .str());
-            rank = row;
+              const Cell &cell) -> llvm::Error {
+            for (const Action &a : cell.compute) {
+              int &rank = ranks[a.stage];
+              if (rank >= 0 && rank != row)
+                return makeError(where +
+                                 llvm::formatv("stage {0} already runs on "
+                                               "rank {1} (row {2})",
+                                               a.stage, rank, rank + 1)
+                                     .str());
+              rank = row;
+            }
             return llvm::Error::success();
           }))
     return err;
@@ -1165,6 +1607,81 @@ llvm::Expected<Placement> placementFromCSV(llvm::StringRef text, int numStages,
   return Placement::fromRanks(std::move(ranks), worldSize, "csv");
 }
 
+namespace {
+/// Turns the compute_comms cell `cell` of row `row` into ppc's actions: a
+/// SEND_F of stage s is a SEND_F on every edge from s to another rank,
+/// RECV_F one on every edge into s from another rank, and likewise SEND_B
+/// (edges into s) and RECV_B (edges out of s). Waits are checked against
+/// the row's sends (`pending`) and dropped: ppc's links retire sends
+/// themselves and the step ends by flushing them. FSDP cells are dropped.
+llvm::Error addCommCell(Schedule &schedule, const EdgeIndex &index, int row,
+                        const std::string &where, const Cell &cell,
+                        std::set<std::tuple<CommCell, int, int>> &pending) {
+  const Placement &placement = schedule.placement;
+  CommCell kind = *cell.comm;
+  llvm::StringRef name = commCellInfo(kind).name;
+  std::string text =
+      std::to_string(cell.stage) + name.str() +
+      (commCellInfo(kind).microbatch ? std::to_string(cell.microbatch)
+                                     : std::string());
+  if (placement.rankOf(cell.stage) != row)
+    return makeError(where + llvm::formatv("{0}: stage {1} runs on rank {2} "
+                                           "({3}), not on rank {4}",
+                                           text, cell.stage,
+                                           placement.rankOf(cell.stage),
+                                           placement.rule(), row)
+                                 .str());
+  if (kind == CommCell::FSDP)
+    return llvm::Error::success();
+  if (cell.microbatch >= schedule.microbatches)
+    return makeError(where +
+                     llvm::formatv("{0}: microbatch {1} is out of "
+                                   "range ({2} microbatch{3})",
+                                   text, cell.microbatch, schedule.microbatches,
+                                   schedule.microbatches == 1 ? "" : "es")
+                         .str());
+  if (kind == CommCell::WaitSendF || kind == CommCell::WaitSendB) {
+    CommCell send =
+        kind == CommCell::WaitSendF ? CommCell::SendF : CommCell::SendB;
+    if (!pending.erase({send, cell.stage, cell.microbatch}))
+      return makeError(where + llvm::formatv("{0} waits for no earlier {1}{2}"
+                                             "{3} on its row",
+                                             text, cell.stage,
+                                             commCellInfo(send).name,
+                                             cell.microbatch)
+                                   .str());
+    return llvm::Error::success();
+  }
+  bool forward = kind == CommCell::SendF || kind == CommCell::RecvF;
+  bool send = kind == CommCell::SendF || kind == CommCell::SendB;
+  // SEND_F and RECV_B use the stage's output edges, RECV_F and SEND_B its
+  // input edges.
+  bool outputs = kind == CommCell::SendF || kind == CommCell::RecvB;
+  ActionKind action = kind == CommCell::SendF   ? ActionKind::SendF
+                      : kind == CommCell::RecvF ? ActionKind::RecvF
+                      : kind == CommCell::SendB ? ActionKind::SendB
+                                                : ActionKind::RecvB;
+  size_t before = schedule.ranks[row].size();
+  for (int e : outputs ? index.out[cell.stage] : index.in[cell.stage]) {
+    const Edge &edge = schedule.edges[e];
+    int peer = placement.rankOf(outputs ? edge.consumer : edge.producer);
+    if (peer != row)
+      schedule.ranks[row].push_back(
+          {action, cell.stage, cell.microbatch, e, peer});
+  }
+  if (schedule.ranks[row].size() == before)
+    return makeError(
+        where + llvm::formatv("{0}: stage {1} {2} no {3} {4} another rank",
+                              text, cell.stage, send ? "sends" : "receives",
+                              forward ? "outputs" : "gradients",
+                              send ? "to" : "from")
+                    .str());
+  if (send && !pending.insert({kind, cell.stage, cell.microbatch}).second)
+    return makeError(where + text + " is sent twice");
+  return llvm::Error::success();
+}
+} // namespace
+
 llvm::Expected<Schedule> trainingScheduleFromCSV(const Manifest &manifest,
                                                  const Placement &placement,
                                                  llvm::StringRef text,
@@ -1175,42 +1692,87 @@ llvm::Expected<Schedule> trainingScheduleFromCSV(const Manifest &manifest,
     return schedule.takeError();
   schedule->origin = name.str();
   std::string who = "schedule '" + name.str() + "'";
+  EdgeIndex index(*schedule);
   Orders orders(placement.worldSize());
-  // A rank runs F, I and W at most once per stage and microbatch.
-  std::vector<size_t> maxActions(placement.worldSize());
-  for (int r = 0; r < placement.worldSize(); ++r)
-    maxActions[r] =
-        3 * placement.stagesOf(r).size() * static_cast<size_t>(microbatches);
+  // A rank runs F, I and W at most once per stage and microbatch; a
+  // compute_comms row adds a RECV, a SEND and a WAIT each way per stage and
+  // microbatch, and FSDP cells (PyTorch writes about two per compute
+  // action): kMaxCommCells per stage and microbatch, 4 more per stage.
+  constexpr size_t kMaxCommCells = 12;
+  std::vector<size_t> maxActions(placement.worldSize()),
+      maxCommCells(placement.worldSize());
+  for (int r = 0; r < placement.worldSize(); ++r) {
+    size_t stages = placement.stagesOf(r).size();
+    maxActions[r] = 3 * stages * static_cast<size_t>(microbatches);
+    maxCommCells[r] = kMaxCommCells * stages * microbatches + 4 * stages;
+  }
+  std::vector<size_t> actions(placement.worldSize(), 0),
+      commCells(placement.worldSize(), 0);
+  // The layout: compute_comms when any cell is communication (a first pass
+  // that only parses), and then the file gives every message.
+  // Its errors come again, in file order, from the pass that reads.
+  bool comms = false;
+  llvm::consumeError(
+      readCSVRows(text, placement.worldSize(), placement.numStages(), who,
+                  [&](int, const std::string &, const Cell &cell) {
+                    comms = comms || cell.comm.has_value();
+                    return llvm::Error::success();
+                  }));
+  std::vector<std::set<std::tuple<CommCell, int, int>>> pending(
+      placement.worldSize());
   if (llvm::Error err = readCSVRows(
           text, placement.worldSize(), placement.numStages(), who,
           [&](int row, const std::string &where,
-              const Action &a) -> llvm::Error {
-            if (a.microbatch >= microbatches)
-              return makeError(where +
-                               llvm::formatv("microbatch {0} is out of range "
-                                             "({1} microbatch{2})",
-                                             a.microbatch, microbatches,
-                                             microbatches == 1 ? "" : "es")
+              const Cell &cell) -> llvm::Error {
+            if (cell.comm && ++commCells[row] > maxCommCells[row])
+              return makeError(llvm::formatv("{0} row {1} (rank {2}) has "
+                                             "more than {3} communication "
+                                             "cells ({4} per stage and "
+                                             "microbatch, 4 more per stage)",
+                                             who, row + 1, row,
+                                             maxCommCells[row], kMaxCommCells)
                                    .str());
-            if (placement.rankOf(a.stage) != row)
-              return makeError(where +
-                               llvm::formatv("stage {0} runs on rank {1} "
-                                             "({2}), not on rank {3}",
-                                             a.stage, placement.rankOf(a.stage),
-                                             placement.rule(), row)
-                                   .str());
-            if (orders[row].size() == maxActions[row])
-              return makeError(llvm::formatv("{0} row {1} (rank {2}) has more "
-                                             "than {3} actions (3 per stage "
-                                             "and microbatch)",
+            actions[row] += cell.compute.size();
+            if (actions[row] > maxActions[row])
+              return makeError(llvm::formatv("{0} row {1} (rank {2}) has "
+                                             "more than {3} actions (3 per "
+                                             "stage and microbatch)",
                                              who, row + 1, row, maxActions[row])
                                    .str());
-            orders[row].push_back(a);
+            if (cell.comm)
+              return addCommCell(*schedule, index, row, where, cell,
+                                 pending[row]);
+            for (const Action &a : cell.compute) {
+              if (a.microbatch >= microbatches)
+                return makeError(where +
+                                 llvm::formatv("microbatch {0} is out of "
+                                               "range ({1} microbatch{2})",
+                                               a.microbatch, microbatches,
+                                               microbatches == 1 ? "" : "es")
+                                     .str());
+              if (placement.rankOf(a.stage) != row)
+                return makeError(
+                    where + llvm::formatv("stage {0} runs on rank {1} "
+                                          "({2}), not on rank {3}",
+                                          a.stage, placement.rankOf(a.stage),
+                                          placement.rule(), row)
+                                .str());
+              (comms ? schedule->ranks[row] : orders[row]).push_back(a);
+            }
             return llvm::Error::success();
           }))
     return err;
-  EdgeIndex index(*schedule);
-  addCommunication(*schedule, index, orders);
+  for (int r = 0; r < placement.worldSize(); ++r)
+    if (!pending[r].empty()) {
+      auto [kind, stage, microbatch] = *pending[r].begin();
+      return makeError(llvm::formatv("{0} row {1} (rank {2}): {3}{4}{5} has "
+                                     "no {3}WAIT_{4}{5} after it",
+                                     who, r + 1, r, stage,
+                                     commCellInfo(kind).name, microbatch)
+                           .str());
+    }
+  if (!comms)
+    addCommunication(*schedule, index, orders);
   if (llvm::Error err = simulateSchedule(*schedule))
     return err;
   return schedule;
@@ -1236,16 +1798,83 @@ std::vector<int> peakActivations(const Schedule &schedule) {
   return peak;
 }
 
+/// `x` as printf's %g prints it: "-1", "0.5", "1e+300".
+static std::string shortNumber(double x) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", x);
+  return text;
+}
+
+/// Every rank's compute actions, in order.
+static std::vector<std::vector<Action>>
+computeActions(const Schedule &schedule) {
+  std::vector<std::vector<Action>> devices(schedule.ranks.size());
+  for (size_t r = 0; r < schedule.ranks.size(); ++r)
+    for (const Action &a : schedule.ranks[r])
+      if (a.isCompute())
+        devices[r].push_back(a);
+  return devices;
+}
+
+llvm::Expected<ScheduleStats>
+scheduleStats(const Schedule &schedule, const std::vector<StageCost> &costs) {
+  const Placement &placement = schedule.placement;
+  if (!costs.empty() &&
+      costs.size() != static_cast<size_t>(placement.numStages()))
+    return makeError(llvm::formatv("{0} stage cost{1} for {2} stage{3}",
+                                   costs.size(), costs.size() == 1 ? "" : "s",
+                                   placement.numStages(),
+                                   placement.numStages() == 1 ? "" : "s")
+                         .str());
+  for (size_t s = 0; s < costs.size(); ++s)
+    for (double c : {costs[s].forward, costs[s].input, costs[s].weight})
+      if (!(c >= 0) || !std::isfinite(c))
+        return makeError(llvm::formatv("stage {0}'s cost {1} is not a finite "
+                                       "number >= 0",
+                                       s, shortNumber(c))
+                             .str());
+  std::vector<std::vector<Action>> devices = computeActions(schedule);
+  EdgeIndex index(schedule);
+  UnitTimeline timeline(schedule.edges, index, placement.numStages(),
+                        schedule.microbatches, costs);
+  if (llvm::Error err = timeline.run(devices, "rank"))
+    return err;
+  ScheduleStats stats;
+  stats.makespan = timeline.length;
+  double busy = 0;
+  for (size_t r = 0; r < devices.size(); ++r) {
+    double mine = 0;
+    for (const Action &a : devices[r])
+      mine += timeline.duration(a);
+    stats.busy.push_back(mine);
+    busy += mine;
+    int held = 0, peak = 0, messages = 0;
+    for (const Action &a : schedule.ranks[r]) {
+      if (a.kind == ActionKind::Forward)
+        peak = std::max(peak, ++held);
+      else if (a.kind == ActionKind::Backward ||
+               a.kind == ActionKind::BackwardWeight)
+        --held;
+      else if (actionInfo(a.kind).category == "send")
+        ++messages;
+    }
+    stats.peakActivations.push_back(peak);
+    stats.messages.push_back(messages);
+  }
+  stats.bubble =
+      stats.makespan > 0
+          ? 1 - busy / (stats.makespan * static_cast<double>(devices.size()))
+          : 0;
+  return stats;
+}
+
 void printGrid(const Schedule &schedule, llvm::raw_ostream &os) {
   const Placement &placement = schedule.placement;
-  std::vector<std::vector<Action>> devices(placement.worldSize());
+  std::vector<std::vector<Action>> devices = computeActions(schedule);
   size_t width = 1;
-  for (int r = 0; r < placement.worldSize(); ++r)
-    for (const Action &a : schedule.ranks[r])
-      if (a.isCompute()) {
-        devices[r].push_back(a);
-        width = std::max(width, a.cell().size());
-      }
+  for (const std::vector<Action> &actions : devices)
+    for (const Action &a : actions)
+      width = std::max(width, a.cell().size());
   EdgeIndex index(schedule);
   UnitTimeline timeline(schedule.edges, index, placement.numStages(),
                         schedule.microbatches);
@@ -1257,17 +1886,20 @@ void printGrid(const Schedule &schedule, llvm::raw_ostream &os) {
                       "time steps (F=1 B=2 I=1 W=1)\n",
                       title, schedule.training ? "" : " (inference)",
                       placement.numStages(), placement.worldSize(),
-                      schedule.microbatches, timeline.length);
+                      schedule.microbatches,
+                      static_cast<int64_t>(timeline.length));
   if (err) {
     os << "no grid: " << llvm::toString(std::move(err)) << "\n";
     return;
   }
   std::string lastLabel = "rank " + std::to_string(placement.worldSize() - 1);
   for (int r = 0; r < placement.worldSize(); ++r) {
-    std::vector<std::string> cells(timeline.length, ".");
+    // Unit times are whole numbers, exact in a double.
+    std::vector<std::string> cells(static_cast<size_t>(timeline.length), ".");
     for (size_t i = 0; i < devices[r].size(); ++i)
-      for (int64_t t = 0; t < actionInfo(devices[r][i].kind).unitTime; ++t)
-        cells[timeline.start[r][i] + t] = devices[r][i].cell();
+      for (int t = 0; t < actionInfo(devices[r][i].kind).unitTime; ++t)
+        cells[static_cast<size_t>(timeline.start[r][i]) + t] =
+            devices[r][i].cell();
     std::string line = "rank " + std::to_string(r) + ":";
     line.resize(lastLabel.size() + 1, ' ');
     for (const std::string &cell : cells) {

@@ -179,32 +179,54 @@ llvm::Expected<Schedule> buildTrainingSchedule(const Manifest &manifest,
                                                ScheduleKind kind,
                                                int microbatches);
 
-/// Compute actions of every rank in PyTorch pipelining's CSV layout
-/// (torch.distributed.pipelining's _dump_csv, format "compute_only"): row r
-/// is rank r's compute actions in order, as cells like "0F1", separated by
-/// ",", each row ended by "\r\n" (Python's csv writer). Communication is
-/// not written; trainingScheduleFromCSV() derives it again.
-std::string scheduleToCSV(const Schedule &schedule);
+/// PyTorch pipelining's two CSV layouts (torch.distributed.pipelining's
+/// _dump_csv / _load_csv). Row r is rank r's actions in order, as cells
+/// separated by ",", each row ended by "\r\n" (Python's csv writer).
+///   compute_only: compute cells {stage}{F|B|I|W}{microbatch} ("0F1");
+///     communication is derived (addCommunication).
+///   compute_comms: the same with the messages: {stage}SEND_F{mb},
+///     RECV_F, SEND_B, RECV_B, one WAIT_SEND_F / WAIT_SEND_B per send, the
+///     FSDP cells UNSHARD, RESHARD, REDUCE_GRAD, WAIT_REDUCE_GRAD (no
+///     microbatch) and "(0F3;1B2)OVERLAP_F_B" (compute parts run in turn).
+///     SEND_F of stage s stands for a SEND_F on every edge from s to another
+///     rank, RECV_F for every edge into s from another rank; SEND_B and
+///     RECV_B likewise backwards. Waits are checked and dropped (ppc's
+///     links retire sends themselves and flush them at the end of a step),
+///     FSDP cells are dropped.
+enum class CSVLayout { ComputeOnly, ComputeComms };
+/// "compute_only" or "compute_comms".
+llvm::StringRef csvLayoutName(CSVLayout layout);
 
-/// The placement a schedule CSV (the layout below) implies for `numStages`
+/// Every rank's actions in `layout`. compute_comms writes one cell per
+/// (kind, stage, microbatch) of consecutive messages, and each send's wait
+/// where PyTorch's _add_wait_send puts it: a forward send's after the local
+/// B or I of its stage and microbatch, every other one at the row's end.
+std::string scheduleToCSV(const Schedule &schedule,
+                          CSVLayout layout = CSVLayout::ComputeOnly);
+
+/// The placement a schedule CSV (either layout) implies for `numStages`
 /// stages on `worldSize` ranks: a stage runs on the row whose compute cells
 /// name it. `name` names the text in messages. Errors, one line each, named
 /// by file, row and cell where there is one: a row count other than
-/// `worldSize`, a cell that is not a compute action, a stage out of range, a
-/// stage on two rows, a stage on no row, a row with no stage.
+/// `worldSize`, a cell that is no action of either layout, a stage out of
+/// range, a stage on two rows, a stage on no row, a row with no stage.
 llvm::Expected<Placement> placementFromCSV(llvm::StringRef text, int numStages,
                                            int worldSize, llvm::StringRef name);
 
 /// Reads such a CSV (rank = row; empty cells are idle slots and skipped;
-/// "\n" or "\r\n" line ends; cells may be quoted) into a training
-/// schedule on `placement` (usually placementFromCSV()'s), deriving
-/// SEND/RECV actions, then simulates it. `name` names the text in messages.
-/// Errors, one line each: those of buildTrainingSchedule's checks; a row
-/// count other than the placement's ranks; per cell, named by row (rank) and
-/// cell: not a compute action, a stage or microbatch out of range, a stage
-/// that the placement puts on another rank (naming its rule); a row with
-/// more than 3 actions per stage and microbatch; and simulateSchedule()'s,
-/// naming the file.
+/// "\n" or "\r\n" line ends; cells may be quoted; a UTF-8 byte order mark
+/// is skipped) into a training schedule on `placement` (usually
+/// placementFromCSV()'s), then simulates it. The layout is compute_comms
+/// when any cell is a communication or FSDP cell, and then the file's
+/// messages are the schedule's; otherwise they are derived. `name` names
+/// the text in messages. Errors, one line each: those of
+/// buildTrainingSchedule's checks; a row count other than the placement's
+/// ranks; per cell, named by row (rank) and cell: not an action, a stage or
+/// microbatch out of range, a stage that the placement puts on another rank
+/// (naming its rule), a message cell for a stage with no such message to or
+/// from another rank, a send twice, a wait with no earlier send; a send
+/// with no wait after it; a row with more than 11 cells per stage and
+/// microbatch; and simulateSchedule()'s, naming the file.
 llvm::Expected<Schedule> trainingScheduleFromCSV(const Manifest &manifest,
                                                  const Placement &placement,
                                                  llvm::StringRef text,
@@ -215,6 +237,38 @@ llvm::Expected<Schedule> trainingScheduleFromCSV(const Manifest &manifest,
 /// whose backward (B, or W when split) has not, walking each rank's list in
 /// order. For inference schedules (no backward) it is the microbatch count.
 std::vector<int> peakActivations(const Schedule &schedule);
+
+/// How long a stage's actions take, in any unit: F its forward, I its input
+/// gradients, W its weight gradients (the F, B and W of the zero bubble
+/// paper); a whole B takes I + W. The defaults are the grid's unit model.
+struct StageCost {
+  double forward = 1, input = 1, weight = 1;
+};
+
+/// What a schedule costs when every rank runs its compute actions in order,
+/// each as soon as the rank is free and the action's inputs exist, with free
+/// communication (the grid's model, with any costs).
+struct ScheduleStats {
+  /// From the first action's start to the last one's end.
+  double makespan = 0;
+  /// Per rank: the time it computes.
+  std::vector<double> busy;
+  /// The idle share of all ranks' time, 1 - sum(busy) / (ranks x makespan):
+  /// (p-1)/(m+p-1) for gpipe and 1f1b at unit costs.
+  double bubble = 0;
+  /// Per rank: the most microbatches whose activations it holds at once
+  /// over all its stages (F done, B or W not yet), walking its list.
+  std::vector<int> peakActivations;
+  /// Per rank: the messages it sends in one step (SEND_F and SEND_B).
+  std::vector<int> messages;
+};
+
+/// The stats of a schedule that passed simulateSchedule(), with `costs[s]`
+/// for stage s (empty: unit costs). Errors: a cost count other than the
+/// stage count, a cost that is negative or not finite.
+llvm::Expected<ScheduleStats>
+scheduleStats(const Schedule &schedule,
+              const std::vector<StageCost> &costs = {});
 
 /// The action grid: a header line, then one line per rank ("rank 0: 0F0
 /// 0F1 . ...") whose columns are the time steps of a unit-time simulation

@@ -18,13 +18,14 @@
 namespace ppc {
 
 enum class ScheduleKind {
-#define SCHEDULE(Enum, Name, Inference, Help, Generator) Enum,
+#define SCHEDULE(Enum, Name, Inference, Placement, Help, Generator) Enum,
 #include "runtime/Schedules.def"
 };
 
 /// Every kind, in the order of Schedules.def (for help texts and tests).
 inline constexpr ScheduleKind kAllScheduleKinds[] = {
-#define SCHEDULE(Enum, Name, Inference, Help, Generator) ScheduleKind::Enum,
+#define SCHEDULE(Enum, Name, Inference, Placement, Help, Generator)            \
+  ScheduleKind::Enum,
 #include "runtime/Schedules.def"
 };
 
@@ -34,6 +35,9 @@ llvm::StringRef scheduleName(ScheduleKind kind);
 llvm::StringRef scheduleHelp(ScheduleKind kind);
 /// Whether ppc run (inference) may use the kind; every kind trains.
 bool scheduleRunsInference(ScheduleKind kind);
+/// The placement style (Placement.h) the kind runs on when chosen by name:
+/// "loop", or "v" for the V-shaped schedules.
+llvm::StringRef schedulePlacement(ScheduleKind kind);
 /// The kind named `name` (one of scheduleName's); nullopt for anything else.
 std::optional<ScheduleKind> parseScheduleName(llvm::StringRef name);
 /// The names of every kind (or of the inference ones) as an English list,

@@ -199,11 +199,14 @@ Trainer::create(llvm::StringRef manifestPath, const LaunchEnv &env,
   }
   auto planner = [&](const Manifest &manifest,
                      int worldSize) -> llvm::Expected<JobPlan> {
-    // A schedule CSV places each stage on the rank whose row runs it.
+    // A schedule CSV places each stage on the rank whose row runs it; a
+    // named schedule on its own placement (Schedules.def).
     int numStages = static_cast<int>(manifest.stages.size());
-    auto placement = csv.empty() ? Placement::create(numStages, worldSize)
-                                 : placementFromCSV(csv, numStages, worldSize,
-                                                    options.scheduleCSVPath);
+    auto placement =
+        csv.empty() ? Placement::create(numStages, worldSize,
+                                        schedulePlacement(options.run.schedule))
+                    : placementFromCSV(csv, numStages, worldSize,
+                                       options.scheduleCSVPath);
     if (!placement)
       return placement.takeError();
     LossSpec loss;

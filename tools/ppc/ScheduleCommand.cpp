@@ -16,10 +16,14 @@
 #include "runtime/Schedule.h"
 #include "tools/ppc/RuntimeFlags.h"
 
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <algorithm>
+#include <cmath>
 #include <memory>
 #include <optional>
 
@@ -27,10 +31,13 @@ namespace ppc {
 
 namespace {
 struct ScheduleOptions {
-  std::string schedule, csvOut, csvIn;
-  /// Empty: loop, or the CSV's own with --from-csv.
+  std::string schedule, csvOut, csvIn, manifest;
+  std::string csvFormat = "compute_only";
+  /// Empty: the schedule's own (Schedules.def), or the CSV's with --from-csv.
   std::string placement;
+  std::vector<std::string> costs;
   int stages = 0, microbatches = 0, ranks = 0;
+  bool compare = false;
 };
 
 /// Large enough for any schedule worth printing, small enough that the
@@ -77,15 +84,159 @@ std::string placementChoicesHelp() {
            names[i].str() + " (" + placementStyleHelp(names[i]).str() + ")";
   return out;
 }
+
+/// The stage costs of --costs: one "F,B,W" for every stage, or one per
+/// stage; with none, the manifest's predicted costs (F, and B = W = F, so a
+/// whole backward is twice the forward) when it has them, else unit costs.
+/// `described` receives how they were chosen, for the output.
+llvm::Expected<std::vector<StageCost>>
+stageCosts(const ScheduleOptions &o, const std::optional<Manifest> &manifest,
+           int stages, std::string &described) {
+  std::vector<StageCost> costs;
+  if (o.costs.empty()) {
+    bool predicted = manifest && llvm::any_of(manifest->stages, [](auto &s) {
+                       return s.predictedCost > 0;
+                     });
+    if (!predicted) {
+      described = "unit costs F=1 B=1 W=1";
+      return costs;
+    }
+    for (const StageInfo &s : manifest->stages)
+      costs.push_back({s.predictedCost, s.predictedCost, s.predictedCost});
+    described =
+        "the manifest's " + manifest->costModel + " costs, B = W = F per stage";
+    return costs;
+  }
+  if (o.costs.size() != 1 && o.costs.size() != static_cast<size_t>(stages))
+    return makeOptionError(
+        "costs", llvm::formatv("takes one F,B,W for every stage or one per "
+                               "stage ({0}); got {1}",
+                               stages, o.costs.size())
+                     .str());
+  for (const std::string &text : o.costs) {
+    llvm::SmallVector<llvm::StringRef, 3> parts;
+    llvm::StringRef(text).split(parts, ',');
+    double v[3];
+    bool ok = parts.size() == 3;
+    for (size_t i = 0; ok && i < 3; ++i) {
+      llvm::StringRef part = parts[i].trim();
+      ok = !part.getAsDouble(v[i]) && std::isfinite(v[i]) && v[i] >= 0;
+    }
+    if (!ok)
+      return makeOptionError(
+          "costs", "'" + text +
+                       "' is not F,B,W: three finite numbers >= 0 (forward, "
+                       "input gradients, weight gradients)");
+    costs.push_back({v[0], v[1], v[2]});
+  }
+  if (costs.size() == 1)
+    costs.assign(stages, costs[0]);
+  described = "costs F,B,W = " + llvm::join(o.costs, " ");
+  return costs;
+}
+
+std::string perRank(const std::vector<int> &values) {
+  std::string out;
+  for (size_t r = 0; r < values.size(); ++r)
+    out += (r ? " rank" : "rank") + std::to_string(r) + "=" +
+           std::to_string(values[r]);
+  return out;
+}
+
+int sum(const std::vector<int> &values) {
+  int total = 0;
+  for (int v : values)
+    total += v;
+  return total;
+}
+
+/// Builds the training schedule `kind` on its own placement (or `style`)
+/// and simulates it.
+llvm::Expected<Schedule> buildChecked(const Manifest &manifest,
+                                      ScheduleKind kind, int stages, int ranks,
+                                      llvm::StringRef style, int microbatches) {
+  auto placement = Placement::create(
+      stages, ranks, style.empty() ? schedulePlacement(kind) : style);
+  if (!placement)
+    return placement.takeError();
+  auto built = buildTrainingSchedule(manifest, *placement, kind, microbatches);
+  if (!built)
+    return built.takeError();
+  if (llvm::Error err = simulateSchedule(*built))
+    return err;
+  return built;
+}
+
+/// --compare: one row per schedule kind, or why it does not apply.
+void printComparison(const Manifest &manifest, const ScheduleOptions &o,
+                     int stages, int ranks, const std::vector<StageCost> &costs,
+                     llvm::StringRef described, llvm::raw_ostream &os) {
+  os << llvm::formatv("{0} stages on {1} ranks, {2} microbatches, {3}\n",
+                      stages, ranks, o.microbatches, described);
+  os << llvm::formatv("{0,-17} {1,-9} {2,10} {3,7} {4,8} {5,9}\n", "schedule",
+                      "placement", "makespan", "bubble", "peak act",
+                      "messages");
+  for (ScheduleKind kind : kAllScheduleKinds) {
+    llvm::StringRef name = scheduleName(kind);
+    auto schedule = buildChecked(manifest, kind, stages, ranks, o.placement,
+                                 o.microbatches);
+    llvm::Expected<ScheduleStats> stats =
+        schedule ? scheduleStats(*schedule, costs)
+                 : llvm::Expected<ScheduleStats>(schedule.takeError());
+    if (!stats) {
+      os << llvm::formatv("{0,-17} n/a: {1}\n", name,
+                          llvm::toString(stats.takeError()));
+      continue;
+    }
+    os << llvm::formatv("{0,-17} {1,-9} {2,10:g} {3,6:f1}% {4,8} {5,9}\n", name,
+                        schedule->placement.style(), stats->makespan,
+                        100 * stats->bubble,
+                        *std::max_element(stats->peakActivations.begin(),
+                                          stats->peakActivations.end()),
+                        sum(stats->messages));
+  }
+}
 } // namespace
 
 static llvm::Expected<int> runSchedule(const ScheduleOptions &o) {
-  int ranks = o.ranks ? o.ranks : o.stages;
-  std::string style = o.placement.empty() ? "loop" : o.placement;
-  if (o.csvIn.empty() && o.stages % ranks != 0)
+  if (int given = !o.schedule.empty() + !o.csvIn.empty() + o.compare;
+      given != 1)
+    return makeError("ppc schedule takes one of --schedule NAME, --from-csv "
+                     "FILE and --compare");
+  if (!o.csvIn.empty() && !o.placement.empty())
+    return makeError("ppc schedule --from-csv places the stages as the file "
+                     "does; it takes no --placement");
+  std::optional<Manifest> manifest;
+  int stages = o.stages;
+  if (!o.manifest.empty()) {
+    auto loaded = Manifest::load(o.manifest);
+    if (!loaded)
+      return loaded.takeError();
+    int n = static_cast<int>(loaded->stages.size());
+    if (stages != 0 && stages != n)
+      return makeError(llvm::formatv("--stages {0} but manifest '{1}' has {2} "
+                                     "stages",
+                                     stages, o.manifest, n)
+                           .str());
+    stages = n;
+    manifest = std::move(*loaded);
+  } else if (stages == 0) {
+    return makeError("ppc schedule needs --stages N or --manifest FILE");
+  }
+  std::optional<ScheduleKind> kind;
+  if (!o.schedule.empty())
+    kind = parseScheduleName(o.schedule); // the validator accepted the name
+  // V-shaped schedules hold two stages per rank.
+  bool twoPerRank = kind && schedulePlacement(*kind) == "v" &&
+                    o.placement.empty() && stages % 2 == 0;
+  int ranks = o.ranks ? o.ranks : twoPerRank ? stages / 2 : stages;
+  std::string style = !o.placement.empty() ? o.placement
+                      : kind               ? schedulePlacement(*kind).str()
+                                           : std::string("loop");
+  if (o.csvIn.empty() && stages % ranks != 0)
     return makeError(llvm::formatv("--stages {0} is not a multiple of --ranks "
                                    "{1} ({2})",
-                                   o.stages, ranks,
+                                   stages, ranks,
                                    style == "loop"
                                        ? llvm::formatv("stage k runs on rank "
                                                        "k mod {0}",
@@ -93,45 +244,46 @@ static llvm::Expected<int> runSchedule(const ScheduleOptions &o) {
                                              .str()
                                        : "placement " + style)
                          .str());
-  if (o.schedule.empty() == o.csvIn.empty())
-    return makeError("ppc schedule takes one of --schedule NAME and "
-                     "--from-csv FILE");
-  if (!o.csvIn.empty() && !o.placement.empty())
-    return makeError("ppc schedule --from-csv places the stages as the file "
-                     "does; it takes no --placement");
-  Manifest manifest = chainManifest(o.stages);
+  Manifest graph = manifest ? *manifest : chainManifest(stages);
+  std::string described;
+  auto costs = stageCosts(o, manifest, stages, described);
+  if (!costs)
+    return costs.takeError();
 
+  if (o.compare) {
+    printComparison(graph, o, stages, ranks, *costs, described, llvm::outs());
+    llvm::outs().flush();
+    return 0;
+  }
   std::optional<Schedule> schedule;
   if (!o.csvIn.empty()) {
     auto text = readFileBounded(o.csvIn, kMaxCSVBytes, "schedule");
     if (!text)
       return text.takeError();
     llvm::StringRef csv = (*text)->getBuffer();
-    auto placement = placementFromCSV(csv, o.stages, ranks, o.csvIn);
+    auto placement = placementFromCSV(csv, stages, ranks, o.csvIn);
     if (!placement)
       return placement.takeError();
-    auto read = trainingScheduleFromCSV(manifest, *placement, csv,
-                                        o.microbatches, o.csvIn);
+    auto read = trainingScheduleFromCSV(graph, *placement, csv, o.microbatches,
+                                        o.csvIn);
     if (!read)
       return read.takeError();
     schedule = std::move(*read);
   } else {
-    auto placement = Placement::create(o.stages, ranks, style);
-    if (!placement)
-      return placement.takeError();
-    // The validator accepted the name.
-    ScheduleKind kind = *parseScheduleName(o.schedule);
     auto built =
-        buildTrainingSchedule(manifest, *placement, kind, o.microbatches);
+        buildChecked(graph, *kind, stages, ranks, o.placement, o.microbatches);
     if (!built)
       return built.takeError();
-    if (llvm::Error err = simulateSchedule(*built))
-      return err;
     schedule = std::move(*built);
   }
+  auto stats = scheduleStats(*schedule, *costs);
+  if (!stats)
+    return stats.takeError();
 
   if (!o.csvOut.empty()) {
-    std::string csv = scheduleToCSV(*schedule);
+    std::string csv = scheduleToCSV(*schedule, o.csvFormat == "compute_comms"
+                                                   ? CSVLayout::ComputeComms
+                                                   : CSVLayout::ComputeOnly);
     if (llvm::Error err =
             writeFileAtomically(o.csvOut, [&](llvm::raw_ostream &os) {
               os << csv;
@@ -139,8 +291,14 @@ static llvm::Expected<int> runSchedule(const ScheduleOptions &o) {
             }))
       return err;
   }
-  printGrid(*schedule, llvm::outs());
-  llvm::outs().flush();
+  llvm::raw_ostream &os = llvm::outs();
+  printGrid(*schedule, os);
+  os << llvm::formatv("bubble: {0:f1}% (makespan {1:g}, {2})\n",
+                      100 * stats->bubble, stats->makespan, described);
+  os << "peak activations per rank: " << perRank(stats->peakActivations)
+     << "\n";
+  os << "messages per step: " << perRank(stats->messages) << "\n";
+  os.flush();
   return 0;
 }
 
@@ -149,49 +307,69 @@ Command addScheduleCommand(CLI::App &parent) {
   CLI::App *app = parent.add_subcommand(
       "schedule", "Build a training schedule, check it and print its grid");
   app->footer(
-      "Builds the training schedule NAME for a chain of --stages stages "
-      "(placed by --placement, by default stage k on rank k mod --ranks) and "
+      "Builds the training schedule NAME for a chain of --stages stages (or "
+      "the stages and edges of --manifest) on the schedule's placement (loop, "
+      "or v for zbv and dualpipev; --placement overrides it) and "
       "--microbatches microbatches, "
       "simulates it (no deadlock, every action after its inputs, every F "
       "and B, or I and W, exactly once) and prints one row per rank. A "
       "column is one time step of a unit-time run (F=1, B=2, I=1, W=1, "
       "communication free); a cell is the compute action STAGE{F|B|I|W}MB "
-      "(0F1 = stage 0's forward of microbatch 1) or '.' when idle. The last "
-      "line gives each stage's peak of microbatches whose activations are "
-      "held (forward done, B or W not yet). --csv writes the compute actions "
-      "as torch.distributed.pipelining's compute_only CSV (one row per "
-      "rank); --from-csv reads such a file instead of building a schedule, "
-      "each stage on the rank of the row that runs it. "
-      "See docs/schedules.md.");
+      "(0F1 = stage 0's forward of microbatch 1) or '.' when idle. Then: "
+      "each stage's peak of microbatches whose activations are held "
+      "(forward done, B or W not yet); the bubble (idle share of all ranks' "
+      "time) of the same run with --costs; each rank's peak activations and "
+      "messages sent per step. --compare prints one row per schedule "
+      "instead. --csv writes the actions as torch.distributed.pipelining's "
+      "CSV (--csv-format compute_only or compute_comms, one row per rank); "
+      "--from-csv reads either layout instead of building a schedule, each "
+      "stage on the rank of the row that runs it. See docs/schedules.md.");
   app->add_option("--schedule", o->schedule,
                   scheduleChoicesHelp(/*inference=*/false))
       ->type_name("NAME")
       ->check(scheduleValidator(/*inference=*/false, /*storeKind=*/false));
+  app->add_flag("--compare", o->compare,
+                "Simulate every schedule and print one row each: makespan, "
+                "bubble, peak activations (most on a rank), messages");
   std::vector<std::string> styles;
   for (llvm::StringRef name : placementStyleNames())
     styles.push_back(name.str());
   app->add_option("--placement", o->placement,
-                  "Which rank runs which stage (default loop): " +
+                  "Which rank runs which stage (default: the schedule's): " +
                       placementChoicesHelp())
       ->type_name("STYLE")
       ->check(CLI::IsMember(styles));
-  app->add_option("--stages", o->stages, "Number of pipeline stages")
-      ->required()
+  app->add_option("--stages", o->stages,
+                  "Number of pipeline stages (default: the manifest's)")
       ->check(CLI::Range(1, kMaxGridStages));
   app->add_option("--microbatches", o->microbatches, "Microbatches per batch")
       ->required()
       ->check(CLI::Range(1, kMaxGridMicrobatches));
   app->add_option("--ranks", o->ranks,
-                  "Ranks (default: one per stage); --stages must be a "
-                  "multiple of it")
+                  "Ranks (default: one per stage, one per two stages for zbv "
+                  "and dualpipev); --stages must be a multiple of it")
       ->check(CLI::Range(1, kMaxGridStages));
-  app->add_option("--csv", o->csvOut,
-                  "Write the compute actions to FILE (PyTorch's compute_only "
-                  "CSV layout)")
+  app->add_option("--manifest", o->manifest,
+                  "Schedule the stages and edges of this manifest (skip "
+                  "connections included), with its predicted stage costs")
       ->type_name("FILE");
+  app->add_option("--costs", o->costs,
+                  "F,B,W: how long a stage's forward, input gradients and "
+                  "weight gradients take (a whole backward is B+W); one for "
+                  "every stage or one per stage (default 1,1,1)")
+      ->type_name("F,B,W ...")
+      ->expected(1, kMaxGridStages);
+  app->add_option("--csv", o->csvOut,
+                  "Write the schedule to FILE as PyTorch's CSV")
+      ->type_name("FILE");
+  app->add_option("--csv-format", o->csvFormat,
+                  "The layout --csv writes: compute_only (compute actions) or "
+                  "compute_comms (with SEND/RECV and WAIT_SEND)")
+      ->check(CLI::IsMember({"compute_only", "compute_comms"}))
+      ->default_str("compute_only");
   app->add_option("--from-csv", o->csvIn,
-                  "Read the compute actions from FILE (PyTorch's compute_only "
-                  "CSV layout) instead of building them (no --schedule)")
+                  "Read the schedule from FILE (PyTorch's compute_only or "
+                  "compute_comms CSV) instead of building it (no --schedule)")
       ->type_name("FILE");
   return {app, [o] { return runSchedule(*o); }};
 }

@@ -261,10 +261,29 @@ std::vector<std::string> stageOrder(const Schedule &s, int stage) {
   return out;
 }
 
+/// Whether `kind` takes `stages` stages on `world` ranks and `micro`
+/// microbatches (the refusals are tested on their own).
+bool applies(ScheduleKind kind, int stages, int world, int micro) {
+  switch (kind) {
+  case ScheduleKind::Interleaved1F1B:
+    return stages >= 2 * world;
+  case ScheduleKind::InterleavedZeroBubble:
+    return micro % std::max(1, micro / world) == 0;
+  case ScheduleKind::ZeroBubbleV:
+    return stages == 2 * world;
+  case ScheduleKind::DualPipeV:
+    return stages == 2 * world && micro >= stages;
+  default:
+    return true;
+  }
+}
+
+/// The training schedule `kind` on its own placement (Schedules.def).
 Schedule training(const Manifest &m, int stages, int world, ScheduleKind kind,
                   int micro) {
-  auto s =
-      buildTrainingSchedule(m, *Placement::create(stages, world), kind, micro);
+  auto s = buildTrainingSchedule(
+      m, *Placement::create(stages, world, schedulePlacement(kind)), kind,
+      micro);
   EXPECT_TRUE(static_cast<bool>(s)) << llvm::toString(s.takeError());
   return *s;
 }
@@ -305,7 +324,8 @@ TEST(ScheduleTest, InferenceRefusesTrainingKinds) {
     ASSERT_FALSE(static_cast<bool>(s));
     EXPECT_EQ(llvm::toString(s.takeError()),
               "schedule " + scheduleName(kind).str() +
-                  " is for training (ppc train); ppc run takes gpipe or 1f1b");
+                  " is for training (ppc train); ppc run takes gpipe, 1f1b or "
+                  "looped-bfs");
   }
 }
 
@@ -313,7 +333,7 @@ TEST(ScheduleTest, TrainingSchedulesSimulateCleanly) {
   for (ScheduleKind kind : kAllScheduleKinds)
     for (auto [stages, world] : kPlacements)
       for (int micro : {1, 2, 3, 4, 5, 7, 8, 12}) {
-        if (kind == ScheduleKind::Interleaved1F1B && stages == world)
+        if (!applies(kind, stages, world, micro))
           continue;
         Manifest m = chain(stages);
         SCOPED_TRACE(scheduleName(kind).str() + " " + std::to_string(stages) +
@@ -332,7 +352,9 @@ TEST(ScheduleTest, TrainingSchedulesSimulateCleanly) {
             expected = std::min(micro, stages - st);
           if (kind == ScheduleKind::ZeroBubbleH1)
             expected = std::min(micro, stages);
-          if (kind != ScheduleKind::Interleaved1F1B) {
+          if (kind == ScheduleKind::GPipe || kind == ScheduleKind::OneFOneB ||
+              kind == ScheduleKind::ZeroBubbleH1 ||
+              kind == ScheduleKind::LoopedBFS) {
             EXPECT_EQ(peak[st], expected) << "stage " << st;
           }
         }
@@ -343,7 +365,7 @@ TEST(ScheduleTest, SkipConnectionsWorkForEveryKind) {
   for (ScheduleKind kind : kAllScheduleKinds)
     for (int world : {1, 3})
       for (int micro : {1, 2, 5}) {
-        if (kind == ScheduleKind::Interleaved1F1B && world == 3)
+        if (!applies(kind, 3, world, micro))
           continue;
         Manifest m = fanOut();
         Schedule s = training(m, 3, world, kind, micro);
@@ -354,6 +376,8 @@ TEST(ScheduleTest, SkipConnectionsWorkForEveryKind) {
   Manifest m = chain(8, {{0, 7}, {1, 2}, {2, 6}});
   for (ScheduleKind kind : kAllScheduleKinds)
     for (int micro : {1, 3, 8}) {
+      if (!applies(kind, 8, 4, micro))
+        continue;
       Schedule s = training(m, 8, 4, kind, micro);
       EXPECT_EQ(errorOf(simulateSchedule(s)), "")
           << scheduleName(kind).str() << " M=" << micro;
@@ -533,7 +557,7 @@ TEST(ScheduleCSVTest, RoundTrips) {
   for (ScheduleKind kind : kAllScheduleKinds)
     for (auto [stages, world] : kPlacements)
       for (int micro : {1, 3, 8}) {
-        if (kind == ScheduleKind::Interleaved1F1B && stages == world)
+        if (!applies(kind, stages, world, micro))
           continue;
         Manifest m = chain(stages);
         Schedule s = training(m, stages, world, kind, micro);
@@ -613,16 +637,16 @@ TEST(ScheduleCSVTest, RejectsMalformedText) {
   Manifest m = chain(2);
   EXPECT_EQ(csvError(m, 2, 2, "0F0,0B0\r\n1F0,1X0\r\n", 1),
             "schedule 'x.csv' row 2 (rank 1), cell 2: '1X0' is not a compute "
-            "action like 0F1, 1B0, 0I3 or 0W3");
-  EXPECT_EQ(csvError(m, 2, 2, "0F0,0SEND_F0\r\n", 1),
-            "schedule 'x.csv' row 1 (rank 0), cell 2: '0SEND_F0' is not a "
-            "compute action like 0F1, 1B0, 0I3 or 0W3");
+            "action like 0F1, 1B0, 0I3 or 0W3, nor a compute_comms action like "
+            "1RECV_F0 or 0SEND_B2");
   EXPECT_EQ(csvError(m, 2, 2, "0F1234567890\r\n", 1),
             "schedule 'x.csv' row 1 (rank 0), cell 1: '0F1234567890' is not a "
-            "compute action like 0F1, 1B0, 0I3 or 0W3");
+            "compute action like 0F1, 1B0, 0I3 or 0W3, nor a compute_comms "
+            "action like 1RECV_F0 or 0SEND_B2");
   EXPECT_EQ(csvError(m, 2, 2, "\"0F0,0B0\"\r\n", 1),
             "schedule 'x.csv' row 1 (rank 0), cell 1: '\"0F0' is not a compute "
-            "action like 0F1, 1B0, 0I3 or 0W3");
+            "action like 0F1, 1B0, 0I3 or 0W3, nor a compute_comms action like "
+            "1RECV_F0 or 0SEND_B2");
   EXPECT_EQ(csvError(m, 2, 2, "0F0,4B0\r\n", 1),
             "schedule 'x.csv' row 1 (rank 0), cell 2: stage 4 is out of range "
             "(2 stages)");
@@ -700,6 +724,8 @@ TEST(ScheduleTest, SimulatorChecksTrainingMessages) {
 TEST(ScheduleTest, LargeTrainingSchedulesAreFast) {
   Manifest m = chain(20000);
   for (ScheduleKind kind : kAllScheduleKinds) {
+    if (!applies(kind, 20000, 4, 8))
+      continue;
     auto start = std::chrono::steady_clock::now();
     Schedule s = training(m, 20000, 4, kind, 8);
     EXPECT_EQ(errorOf(simulateSchedule(s)), "");
@@ -765,11 +791,13 @@ TEST(ScheduleTest, InterleavedNeedsTheLoopPlacement) {
 }
 
 TEST(ScheduleKindTest, NamesComeFromTheRegistry) {
-  EXPECT_EQ(scheduleNames(/*inferenceOnly=*/true), "gpipe or 1f1b");
+  EXPECT_EQ(scheduleNames(/*inferenceOnly=*/true), "gpipe, 1f1b or looped-bfs");
   EXPECT_EQ(scheduleNames(/*inferenceOnly=*/false),
-            "gpipe, 1f1b, interleaved-1f1b or zb-h1");
+            "gpipe, 1f1b, interleaved-1f1b, zb-h1, looped-bfs, interleaved-zb, "
+            "zbv or dualpipev");
   EXPECT_EQ(scheduleNames(/*inferenceOnly=*/false, "|"),
-            "gpipe|1f1b|interleaved-1f1b|zb-h1");
+            "gpipe|1f1b|interleaved-1f1b|zb-h1|looped-bfs|interleaved-zb|zbv|"
+            "dualpipev");
   EXPECT_TRUE(scheduleRunsInference(ScheduleKind::OneFOneB));
   EXPECT_FALSE(scheduleRunsInference(ScheduleKind::ZeroBubbleH1));
   EXPECT_EQ(scheduleHelp(ScheduleKind::ZeroBubbleH1), "B split into I and W");
@@ -846,7 +874,8 @@ TEST(ScheduleCSVTest, PlacementComesFromTheRows) {
             "schedule 'x.csv' row 2 (rank 1) runs no stage");
   EXPECT_EQ(error("0F0\r\n1X0\r\n", 2, 2),
             "schedule 'x.csv' row 2 (rank 1), cell 1: '1X0' is not a compute "
-            "action like 0F1, 1B0, 0I3 or 0W3");
+            "action like 0F1, 1B0, 0I3 or 0W3, nor a compute_comms action like "
+            "1RECV_F0 or 0SEND_B2");
   EXPECT_EQ(error("0F0\r\n5F0\r\n", 2, 2),
             "schedule 'x.csv' row 2 (rank 1), cell 1: stage 5 is out of range "
             "(2 stages)");
