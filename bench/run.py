@@ -537,15 +537,30 @@ def steady_trace(path, out_path, skip_steps=1):
     return out_path
 
 
+def simulated_bubble(schedule, *how):
+    """The bubble `ppc schedule` simulates for SCHEDULE (a fraction)."""
+    out = sh([PPC, "schedule", "--schedule", schedule, *how]).out
+    return float(re.search(r"^bubble: ([\d.]+)%", out, re.M).group(1)) / 100
+
+
 def bench_training(cfg):
     """resnet18 (32×32, 10 classes), batch 32 in 8 microbatches, 6 steps:
-    4 stages (cuts at layer2, layer3, layer4) on 2 ranks per schedule, vs the
-    unsplit model (1 stage) trained on 1 rank. Steps after the first count."""
+    4 stages (cuts at layer2, layer3, layer4: unbalanced, the last stage holds
+    half the time) on 2 ranks per schedule, vs the unsplit model (1 stage)
+    trained on 1 rank. Steps after the first count. The split is profiled
+    (--cost profile on one microbatch), so each stage's predicted cost is its
+    measured forward time; --schedule auto picks from those, and its pick's
+    measured step is compared with the best measured schedule's."""
     model = os.path.join(MODELS, "resnet18.pt")
     data = os.path.join(MODELS, "resnet18.train.pt")
-    four = split(model, os.path.join(WORK, "resnet18.4"), "--split-at", "layer2,layer3,layer4")
-    one = split(model, os.path.join(WORK, "resnet18.1"), "--stages", "1")
     M, P, steps, batch = 8, 2, cfg["train_steps"], 32
+    example = os.path.join(WORK, "resnet18.microbatch.pt")
+    if not os.path.exists(example):
+        sh([PYTHON, "-c", "import torch, sys; torch.manual_seed(0); "
+            "torch.save(torch.randn(%d, 3, 32, 32), sys.argv[1])" % (batch // M), example])
+    four = split(model, os.path.join(WORK, "resnet18.4"), "--split-at", "layer2,layer3,layer4",
+                 "--cost", "profile", "--example-input", example)
+    one = split(model, os.path.join(WORK, "resnet18.1"), "--stages", "1")
 
     def train(manifest, nproc, schedule, tag):
         trace = os.path.join(WORK, "train.%s.trace.json" % tag)
@@ -561,12 +576,13 @@ def bench_training(cfg):
                     stage, count = pair.split(":")
                     peaks[int(stage)] = int(count)
         summary = trace_summary(steady_trace(trace, trace + ".steady.json"))
+        picked = re.search(r"--schedule auto picked ([\w-]+):", s.out)
         return {"step_ms": step_ms, "peaks": dict(sorted(peaks.items())),
-                "bubble": summary["all"]["bubble"],
+                "bubble": summary["all"]["bubble"], "picked": picked and picked.group(1),
                 "busy_ms": {k: v["busy_ms"] for k, v in summary["ranks"].items()}}
 
     configs = {"unsplit": lambda: train(one, 1, "1f1b", "unsplit")}
-    for sched in cfg["schedules"]:
+    for sched in cfg["schedules"] + ["auto"]:
         configs[sched] = (lambda sched=sched: train(four, P, sched, sched))
     runs = rounds(configs, cfg["train_reps"], warmup=0)  # step 1 is the warm-up
 
@@ -574,16 +590,13 @@ def bench_training(cfg):
         return stats([batch / (ms / 1000.0) for r in rs for ms in r["step_ms"]])
 
     base = throughput(runs["unsplit"])
-    gpipe_bubble = (P - 1) / (M + P - 1)
-    formula = {"gpipe": gpipe_bubble, "1f1b": gpipe_bubble,
-               # Megatron's interleaving with v = 2 stages per rank
-               "interleaved-1f1b": (P - 1) / 2 / (M + (P - 1) / 2),
-               "zb-h1": gpipe_bubble / 3}
     rows = []
     for sched in cfg["schedules"]:
         rs = runs[sched]
         thr = throughput(rs)
         bub = statistics.median(r["bubble"] for r in rs)
+        unit = simulated_bubble(sched, "--stages", 4, "--ranks", P, "--microbatches", M)
+        costed = simulated_bubble(sched, "--manifest", four, "--ranks", P, "--microbatches", M)
         peaks = " ".join("s%d:%d" % kv for kv in rs[-1]["peaks"].items())
         busy = " / ".join(fmt(statistics.median(r["busy_ms"][k] for r in rs))
                           for k in sorted(rs[0]["busy_ms"]))
@@ -591,11 +604,27 @@ def bench_training(cfg):
             "6 training", "resnet18 %s, 4 stages / 2 ranks, batch %d, M=%d: samples/s"
             % (sched, batch, M), thr, "samples/s", "unsplit, 1 rank", base,
             thr["median"] / base["median"], None, None,
-            "bubble %.3f measured (trace summary of steps 2–%d) vs %.3f formula; "
-            "compute (busy) ms of rank 0 / rank 1 in those steps: %s; peak activations %s"
-            % (bub, steps, formula[sched], busy, peaks),
-            bubble_measured=[r["bubble"] for r in rs], bubble_formula=formula[sched],
-            peak_activations=rs[-1]["peaks"]))
+            "bubble %.3f measured (trace summary of steps 2–%d) vs %.3f simulated at unit "
+            "costs, %.3f with the split's profiled stage costs; compute (busy) ms of rank 0 / "
+            "rank 1 in those steps: %s; peak activations %s"
+            % (bub, steps, unit, costed, busy, peaks),
+            bubble_measured=[r["bubble"] for r in rs], bubble_simulated_unit=unit,
+            bubble_simulated_profile=costed, peak_activations=rs[-1]["peaks"]))
+    # --schedule auto: its pick's measured step time against the best one's.
+    step = {s: statistics.median(ms for r in runs[s] for ms in r["step_ms"])
+            for s in cfg["schedules"] + ["auto"]}
+    best = min(cfg["schedules"], key=lambda s: step[s])
+    picked = runs["auto"][0]["picked"]
+    ratio = step[best] / step["auto"]
+    rows.append(row(
+        "6 training", "resnet18 --schedule auto (picked %s), 4 stages / 2 ranks, M=%d: step ms"
+        % (picked, M), stats([ms for r in runs["auto"] for ms in r["step_ms"]]), "ms",
+        "best measured schedule (%s)" % best,
+        stats([ms for r in runs[best] for ms in r["step_ms"]]), ratio, ">= 0.95",
+        ratio >= 0.95,
+        "ratio = best step / auto's step; auto simulates every schedule with the split's "
+        "profiled costs; measured medians: " + ", ".join("%s %s" % (s, fmt(step[s], "ms"))
+                                                         for s in cfg["schedules"])))
     return rows
 
 
@@ -671,7 +700,8 @@ FULL = {"wide_reps": 5, "wide_repeat": 4, "plain_cold": 1, "plain_reps": 2, "tin
                             (64 << 20, 8)],
         "split_sizes": [256, 512, 1024, 2048], "split_reps": 7,
         "train_steps": 6, "train_reps": 2,
-        "schedules": ["gpipe", "1f1b", "interleaved-1f1b", "zb-h1"], "startup_reps": 4,
+        "schedules": ["gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "looped-bfs",
+                      "interleaved-zb", "zbv", "dualpipev"], "startup_reps": 4,
         "race_reps": 3, "race_repeat": 4, "partition_reps": 15}
 QUICK = dict(FULL, wide_reps=2, wide_repeat=3, plain_reps=1, tiny_mb=256, tiny_reps=2,
              transport_sizes=[(8, 500), (64 << 10, 100), (1 << 20, 30), (16 << 20, 8),

@@ -1,14 +1,16 @@
 #!/usr/bin/python3
 """Writes the fuzz targets' seed corpora from real files: a manifest from `ppc split` of the
 test models, meta cache files written by a two-rank `ppc run`, user metadata made from those
-caches, and input files written by torch.save (the test models' inputs and the shapes the docs
-allow: a tensor, a tuple, a list, plus things loadTensors must refuse). Header seeds come from
+caches, input files written by torch.save (the test models' inputs and the shapes the docs
+allow: a tensor, a tuple, a list, plus things loadTensors must refuse), and the schedule CSV
+fixtures of the unit tests (PyTorch's own, both layouts). Header seeds come from
 make_header_seeds (encodeHeader itself).
 
 usage: make_seeds.py PPC MODELS_DIR OUT_DIR   (OUT_DIR/<target>/ gets the files)
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -30,7 +32,8 @@ def run(*cmd):
 
 def main():
     ppc, models, out = sys.argv[1:4]
-    dirs = {t: os.path.join(out, t) for t in ("manifest", "meta_cache", "user_meta", "tensor_file")}
+    dirs = {t: os.path.join(out, t)
+            for t in ("manifest", "meta_cache", "user_meta", "tensor_file", "schedule_csv")}
     for d in dirs.values():
         os.makedirs(d, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -72,6 +75,26 @@ def main():
         {"kind": "int"}, {"kind": "float"}, {"kind": "bool"}, {"kind": "int[]", "length": 3}]}]}
     with open(os.path.join(dirs["user_meta"], "every_kind.json"), "w") as f:
         json.dump(every_kind, f, indent=2)
+
+    # Schedule CSVs, both layouts (tests/unit/fixtures/schedule/), each behind the two bytes
+    # fuzz_schedule_csv.cpp reads its job from: stages, ranks, microbatches.
+    fixtures = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "unit",
+                            "fixtures", "schedule")
+    jobs = {"pytorch_2stages_4mb.csv": (2, 2, 4), "deadlock.csv": (2, 2, 2),
+            "missing.csv": (2, 2, 2)}
+    for name in sorted(os.listdir(fixtures)):
+        m = re.match(r"pytorch_.*_(\d+)s_(\d+)r_(\d+)mb\.", name)
+        if m:
+            jobs[name] = tuple(map(int, m.groups()))
+    for name, (stages, ranks, micro) in jobs.items():
+        if stages > 8 or micro > 8:
+            continue
+        divisors = [r for r in range(1, stages + 1) if stages % r == 0]
+        head = bytes([(stages - 1) + 8 * divisors.index(ranks), micro - 1])
+        with open(os.path.join(fixtures, name), "rb") as f:
+            body = f.read()
+        with open(os.path.join(dirs["schedule_csv"], name), "wb") as f:
+            f.write(head + body)
 
     t = dirs["tensor_file"]
     for model in ("mlp", "two_io"):

@@ -1798,10 +1798,11 @@ std::vector<int> peakActivations(const Schedule &schedule) {
   return peak;
 }
 
-/// `x` as printf's %g prints it: "-1", "0.5", "1e+300".
+/// `x` with 4 significant digits as printf's %g prints it: "-1", "0.5",
+/// "9.657e+07".
 static std::string shortNumber(double x) {
   char text[32];
-  std::snprintf(text, sizeof text, "%g", x);
+  std::snprintf(text, sizeof text, "%.4g", x);
   return text;
 }
 
@@ -1866,6 +1867,90 @@ scheduleStats(const Schedule &schedule, const std::vector<StageCost> &costs) {
           ? 1 - busy / (stats.makespan * static_cast<double>(devices.size()))
           : 0;
   return stats;
+}
+
+std::vector<StageCost> manifestStageCosts(const Manifest &manifest) {
+  std::vector<StageCost> costs;
+  bool predicted = false;
+  for (const StageInfo &s : manifest.stages) {
+    costs.push_back({s.predictedCost, s.predictedCost, s.predictedCost});
+    predicted = predicted || s.predictedCost > 0;
+  }
+  return predicted ? costs : std::vector<StageCost>{};
+}
+
+llvm::Expected<ScheduleChoice>
+chooseSchedule(const Manifest &manifest, int worldSize, int microbatches,
+               const std::vector<StageCost> &costs, llvm::StringRef costsFrom,
+               std::optional<int> maxActivations) {
+  // What every kind would refuse alike is the caller's error, said once.
+  int numStages = static_cast<int>(manifest.stages.size());
+  if (microbatches < 1)
+    return makeOptionError("microbatches", "must be at least 1");
+  if (auto edges = boundaryEdges(manifest); !edges)
+    return edges.takeError();
+  if (auto loop = Placement::create(numStages, worldSize); !loop)
+    return loop.takeError();
+  auto peakOf = [](const ScheduleStats &stats) {
+    return *std::max_element(stats.peakActivations.begin(),
+                             stats.peakActivations.end());
+  };
+  ScheduleChoice choice;
+  std::optional<size_t> best;
+  for (ScheduleKind kind : kAllScheduleKinds) {
+    ScheduleCandidate candidate{kind, "", {}};
+    auto placement =
+        Placement::create(numStages, worldSize, schedulePlacement(kind));
+    llvm::Expected<Schedule> schedule =
+        placement
+            ? buildTrainingSchedule(manifest, *placement, kind, microbatches)
+            : llvm::Expected<Schedule>(placement.takeError());
+    if (schedule)
+      if (llvm::Error err = simulateSchedule(*schedule))
+        schedule = std::move(err);
+    llvm::Expected<ScheduleStats> stats =
+        schedule ? scheduleStats(*schedule, costs)
+                 : llvm::Expected<ScheduleStats>(schedule.takeError());
+    if (!stats) {
+      candidate.refusal = llvm::toString(stats.takeError());
+    } else {
+      candidate.stats = *stats;
+      int peak = peakOf(*stats);
+      if (maxActivations && peak > *maxActivations)
+        candidate.refusal = llvm::formatv("{0} activations > --max-activations "
+                                          "{1}",
+                                          peak, *maxActivations)
+                                .str();
+      else if (!best ||
+               stats->makespan < choice.candidates[*best].stats.makespan) {
+        best = choice.candidates.size();
+        choice.schedule = std::move(*schedule);
+      }
+    }
+    choice.candidates.push_back(std::move(candidate));
+  }
+  std::string others;
+  for (size_t i = 0; i < choice.candidates.size(); ++i) {
+    const ScheduleCandidate &c = choice.candidates[i];
+    if (best && i == *best)
+      continue;
+    others += (others.empty() ? "" : ", ") + scheduleName(c.kind).str() + " ";
+    others += c.refusal.empty() ? shortNumber(c.stats.makespan) + " (" +
+                                      std::to_string(peakOf(c.stats)) + ")"
+                                : "n/a (" + c.refusal + ")";
+  }
+  if (!best)
+    return makeError("--schedule auto: no schedule fits: " + others);
+  const ScheduleCandidate &picked = choice.candidates[*best];
+  choice.explanation =
+      llvm::formatv(
+          "--schedule auto picked {0}: simulated step {1} (bubble "
+          "{2:f1}%, at most {3} microbatches' activations per rank) "
+          "with {4}; the others (step, activations): {5}",
+          scheduleName(picked.kind), shortNumber(picked.stats.makespan),
+          100 * picked.stats.bubble, peakOf(picked.stats), costsFrom, others)
+          .str();
+  return choice;
 }
 
 void printGrid(const Schedule &schedule, llvm::raw_ostream &os) {

@@ -74,6 +74,7 @@
 
 #include "llvm/Support/Error.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -269,6 +270,47 @@ struct ScheduleStats {
 llvm::Expected<ScheduleStats>
 scheduleStats(const Schedule &schedule,
               const std::vector<StageCost> &costs = {});
+
+/// The manifest's predicted stage costs (its cost model's; measured forward
+/// times under `profile`): F = the prediction, I = W = F, so a whole
+/// backward takes twice the forward (the usual rule). Empty (unit costs)
+/// when the manifest predicts nothing.
+std::vector<StageCost> manifestStageCosts(const Manifest &manifest);
+
+/// What --schedule auto considered: every kind of Schedules.def on its own
+/// placement, simulated with the same costs.
+struct ScheduleCandidate {
+  ScheduleKind kind;
+  /// Why the kind does not apply (its generator's or placement's refusal,
+  /// or the activation cap); empty when it does.
+  std::string refusal;
+  ScheduleStats stats;
+};
+
+struct ScheduleChoice {
+  /// The picked schedule, simulated.
+  Schedule schedule;
+  std::vector<ScheduleCandidate> candidates;
+  /// One line for the user: what was picked, why, and the others'
+  /// simulated steps ("picked zbv: simulated step 49 (bubble 2.0%, at most
+  /// 4 microbatches' activations per rank) with unit costs; 1f1b 51, ...").
+  std::string explanation;
+};
+
+/// Picks the training schedule with the shortest simulated step for
+/// `manifest` on `worldSize` ranks and `microbatches` microbatches: every
+/// kind is built on its own placement and simulated with `costs` (empty:
+/// unit costs; `costsFrom` says where they came from, for the
+/// explanation); a kind whose peak activations on some rank exceed
+/// `maxActivations` (microbatches, when given) is left out. Ties go to the
+/// kind listed first in Schedules.def. Errors, said once for all kinds:
+/// boundaryEdges()'s, a microbatch count below 1, a stage count that is not
+/// a multiple of `worldSize`; and "no schedule fits" with each kind's
+/// reason when none applies.
+llvm::Expected<ScheduleChoice>
+chooseSchedule(const Manifest &manifest, int worldSize, int microbatches,
+               const std::vector<StageCost> &costs, llvm::StringRef costsFrom,
+               std::optional<int> maxActivations = std::nullopt);
 
 /// The action grid: a header line, then one line per rank ("rank 0: 0F0
 /// 0F1 . ...") whose columns are the time steps of a unit-time simulation

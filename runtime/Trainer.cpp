@@ -53,6 +53,8 @@ struct Trainer::Impl {
   std::unique_ptr<RankContext> ctx;
   TrainOptions options;
   TrainStats stats;
+  /// TrainOptions::autoSchedule's choice, for scheduleNote().
+  std::string scheduleNote;
   /// Whether each stage's module was saved in training mode.
   std::map<int, bool> savedTraining;
   std::unique_ptr<torch::optim::Optimizer> optimizer;
@@ -197,24 +199,44 @@ Trainer::create(llvm::StringRef manifestPath, const LaunchEnv &env,
       return text.takeError();
     csv = (*text)->getBuffer().str();
   }
+  if (options.autoSchedule && !csv.empty())
+    return makeError("--schedule auto picks a schedule; --schedule-csv gives "
+                     "one: use one of them");
+  std::string scheduleNote;
   auto planner = [&](const Manifest &manifest,
                      int worldSize) -> llvm::Expected<JobPlan> {
-    // A schedule CSV places each stage on the rank whose row runs it; a
-    // named schedule on its own placement (Schedules.def).
-    int numStages = static_cast<int>(manifest.stages.size());
-    auto placement =
-        csv.empty() ? Placement::create(numStages, worldSize,
-                                        schedulePlacement(options.run.schedule))
-                    : placementFromCSV(csv, numStages, worldSize,
-                                       options.scheduleCSVPath);
-    if (!placement)
-      return placement.takeError();
     LossSpec loss;
     loss.kind = options.loss;
     loss.modelOutput = options.lossOutput;
     if (llvm::Error err = resolveLoss(manifest, loss))
       return err;
     const RunOptions &run = options.run;
+    if (options.autoSchedule) {
+      std::vector<StageCost> costs = manifestStageCosts(manifest);
+      std::string from =
+          costs.empty() ? "unit costs (the manifest predicts none)"
+          : manifest.costModel == "profile"
+              ? "the manifest's measured (profile) stage costs"
+              : "the manifest's " + manifest.costModel +
+                    " stage costs (estimates; ppc split --cost profile "
+                    "measures them)";
+      auto choice = chooseSchedule(manifest, worldSize, run.microbatches, costs,
+                                   from, options.maxActivations);
+      if (!choice)
+        return choice.takeError();
+      scheduleNote = choice->explanation;
+      return JobPlan{std::move(choice->schedule), loss};
+    }
+    // A schedule CSV places each stage on the rank whose row runs it; a
+    // named schedule on its own placement (Schedules.def).
+    int numStages = static_cast<int>(manifest.stages.size());
+    auto placement = csv.empty()
+                         ? Placement::create(numStages, worldSize,
+                                             schedulePlacement(run.schedule))
+                         : placementFromCSV(csv, numStages, worldSize,
+                                            options.scheduleCSVPath);
+    if (!placement)
+      return placement.takeError();
     auto schedule = csv.empty()
                         ? buildTrainingSchedule(manifest, *placement,
                                                 run.schedule, run.microbatches)
@@ -231,6 +253,7 @@ Trainer::create(llvm::StringRef manifestPath, const LaunchEnv &env,
   auto impl = std::make_unique<Impl>();
   impl->ctx = std::move(*ctx);
   impl->options = options;
+  impl->scheduleNote = std::move(scheduleNote);
   impl->stats.rank = env.rank;
   for (auto &[index, stage] : impl->ctx->stages()) {
     impl->savedTraining[index] = stage.executable().isTraining();
@@ -261,6 +284,8 @@ size_t Trainer::modelInputCount() const {
   return impl_->ctx->manifest().modelInputs.size();
 }
 const TrainStats &Trainer::stats() const { return impl_->stats; }
+
+const std::string &Trainer::scheduleNote() const { return impl_->scheduleNote; }
 
 void Trainer::printSchedule(llvm::raw_ostream &os) const {
   ppc::printSchedule(impl_->ctx->schedule(), impl_->ctx->rank(), os);

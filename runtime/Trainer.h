@@ -67,6 +67,13 @@ struct TrainOptions {
   /// A schedule in the CSV layout of PyTorch's pipelining runtime to run
   /// instead of run.schedule's (docs/schedules.md); empty for none.
   std::string scheduleCSVPath;
+  /// Pick the schedule instead of run.schedule: chooseSchedule() (Schedule.h)
+  /// with the manifest's predicted stage costs, measured ones when it was
+  /// split with --cost profile; scheduleNote() says what it picked and why.
+  bool autoSchedule = false;
+  /// With autoSchedule: leave out schedules that hold more microbatches'
+  /// activations at once on some rank.
+  std::optional<int> maxActivations;
 };
 
 /// What one rank did in its last step, for --stats.
@@ -95,7 +102,8 @@ public:
   /// As Pipeline::create, and: an option out of range (an OptionError
   /// naming the TrainOptions field: lr, momentum, weightDecay, lossOutput);
   /// a loss output that is a model input or not a Tensor; a schedule that
-  /// does not fit the placement; a schedule CSV that is unreadable, names
+  /// does not fit the placement; autoSchedule with a schedule CSV, or with
+  /// no schedule that fits; a schedule CSV that is unreadable, names
   /// stages it cannot place, or would deadlock (its first stuck action
   /// named). A schedule CSV also places the stages: each on the rank whose
   /// row runs it.
@@ -150,6 +158,9 @@ public:
 
   /// This rank's schedule, one action per line.
   void printSchedule(llvm::raw_ostream &os) const;
+  /// With TrainOptions::autoSchedule, the one line that says which
+  /// schedule was picked and the simulated steps of the others; else empty.
+  const std::string &scheduleNote() const;
 
   const TrainStats &stats() const;
 

@@ -74,7 +74,8 @@ sanitize_build() {
     -DPPC_SANITIZE=address,undefined -DPPC_FUZZ=ON -DPPC_SEED_BUILD_DIR="$build" \
     -DPPC_MODELS_DIR="$build/models" >/dev/null &&
     cmake --build "$sanitize_build" -j "$jobs" --target ppc ppc_unit_tests \
-      fuzz_manifest fuzz_meta_cache fuzz_user_meta fuzz_meta_header fuzz_tensor_file make_header_seeds
+      fuzz_manifest fuzz_meta_cache fuzz_user_meta fuzz_meta_header fuzz_tensor_file fuzz_schedule_csv \
+      make_header_seeds
 }
 
 # A two-rank run of the mlp test model under the sanitizers, twice: the first infers the
@@ -172,7 +173,8 @@ for stage in $stages; do
       step "two-rank run (asan+ubsan)" sanitize_pipeline
       step "fuzz regressions" fuzz_regressions
     elif step "fuzz seeds" cmake --build "$sanitize_build" --target fuzz_seeds; then
-      for target in manifest:60000 meta_cache:80000 user_meta:400000 meta_header:400000 tensor_file:80000; do
+      for target in manifest:60000 meta_cache:80000 user_meta:400000 meta_header:400000 tensor_file:80000 \
+        schedule_csv:200000; do
         step "fuzz ${target%%:*}" fuzz_target "${target%%:*}" "${target##*:}"
       done
     fi

@@ -53,10 +53,14 @@ void RuntimeFlags::applyTo(RunOptions &options) const {
   options.torchLogs = verbose;
 }
 
-CLI::Validator scheduleValidator(bool inference, bool storeKind) {
-  std::string list = scheduleNames(inference);
+CLI::Validator scheduleValidator(bool inference, bool storeKind,
+                                 bool allowAuto) {
+  std::string list = allowAuto ? scheduleNames(inference, ", ") + " or auto"
+                               : scheduleNames(inference);
   return CLI::Validator(
-      [list, storeKind](std::string &name) -> std::string {
+      [list, storeKind, allowAuto](std::string &name) -> std::string {
+        if (allowAuto && name == "auto")
+          return "";
         std::optional<ScheduleKind> kind = parseScheduleName(name);
         if (!kind)
           return "must be " + list + " (got '" + name + "')";
@@ -64,7 +68,7 @@ CLI::Validator scheduleValidator(bool inference, bool storeKind) {
           name = std::to_string(static_cast<int>(*kind));
         return "";
       },
-      scheduleNames(inference, "|"));
+      scheduleNames(inference, "|") + (allowAuto ? "|auto" : ""));
 }
 
 std::string scheduleChoicesHelp(bool inference) {

@@ -42,8 +42,9 @@ struct RuntimeFlags {
 /// any other lists every kind, or with `inference` those ppc run takes (a
 /// training kind passes, for ppc run to refuse by name). With `storeKind`
 /// it turns the name into its ScheduleKind, as the number CLI11 then
-/// stores.
-CLI::Validator scheduleValidator(bool inference, bool storeKind);
+/// stores. With `allowAuto` it also takes "auto" (ppc train).
+CLI::Validator scheduleValidator(bool inference, bool storeKind,
+                                 bool allowAuto = false);
 /// "gpipe (all forwards, then all backwards), 1f1b (...) or ...": the
 /// choices of --schedule with their Schedules.def help.
 std::string scheduleChoicesHelp(bool inference);

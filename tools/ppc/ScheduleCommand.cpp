@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <memory>
 #include <optional>
 
@@ -135,6 +136,13 @@ stageCosts(const ScheduleOptions &o, const std::optional<Manifest> &manifest,
   return costs;
 }
 
+/// `x` as printf's %g prints it: "33", "12.5".
+std::string number(double x) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", x);
+  return text;
+}
+
 std::string perRank(const std::vector<int> &values) {
   std::string out;
   for (size_t r = 0; r < values.size(); ++r)
@@ -188,8 +196,8 @@ void printComparison(const Manifest &manifest, const ScheduleOptions &o,
                           llvm::toString(stats.takeError()));
       continue;
     }
-    os << llvm::formatv("{0,-17} {1,-9} {2,10:g} {3,6:f1}% {4,8} {5,9}\n", name,
-                        schedule->placement.style(), stats->makespan,
+    os << llvm::formatv("{0,-17} {1,-9} {2,10} {3,6:f1}% {4,8} {5,9}\n", name,
+                        schedule->placement.style(), number(stats->makespan),
                         100 * stats->bubble,
                         *std::max_element(stats->peakActivations.begin(),
                                           stats->peakActivations.end()),
@@ -293,8 +301,8 @@ static llvm::Expected<int> runSchedule(const ScheduleOptions &o) {
   }
   llvm::raw_ostream &os = llvm::outs();
   printGrid(*schedule, os);
-  os << llvm::formatv("bubble: {0:f1}% (makespan {1:g}, {2})\n",
-                      100 * stats->bubble, stats->makespan, described);
+  os << llvm::formatv("bubble: {0:f1}% (makespan {1}, {2})\n",
+                      100 * stats->bubble, number(stats->makespan), described);
   os << "peak activations per rank: " << perRank(stats->peakActivations)
      << "\n";
   os << "messages per step: " << perRank(stats->messages) << "\n";

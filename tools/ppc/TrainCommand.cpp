@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 #include "tools/ppc/Commands.h"
 
+#include "lib/Error.h"
 #include "runtime/TrainData.h"
 #include "runtime/Trainer.h"
 #include "tools/ppc/RuntimeFlags.h"
@@ -24,7 +25,9 @@ namespace {
 struct TrainCommandOptions {
   std::string manifestPath, dataPath, savePath, scheduleCSV, gradsDir;
   std::string loss = "mse", optimizer = "sgd";
-  ScheduleKind schedule = ScheduleKind::OneFOneB;
+  /// A name of Schedules.def, or "auto".
+  std::string schedule = "1f1b";
+  std::optional<int> maxActivations;
   RuntimeFlags flags;
   int steps = 1, lossOutput = 0;
   double lr = 0.01, momentum = 0, weightDecay = 0;
@@ -56,7 +59,12 @@ static llvm::Expected<int> runTrain(const TrainCommandOptions &o) {
     return env.takeError();
   TrainOptions options;
   o.flags.applyTo(options.run);
-  options.run.schedule = o.schedule;
+  options.autoSchedule = o.schedule == "auto";
+  if (!options.autoSchedule)
+    options.run.schedule = *parseScheduleName(o.schedule); // validated
+  options.maxActivations = o.maxActivations;
+  if (o.maxActivations && !options.autoSchedule)
+    return makeError("--max-activations applies to --schedule auto");
   options.loss = *parseLossName(o.loss);
   options.lossOutput = o.lossOutput;
   options.optimizer = *parseOptimizerName(o.optimizer);
@@ -69,6 +77,8 @@ static llvm::Expected<int> runTrain(const TrainCommandOptions &o) {
   if (!trainer)
     return trainer.takeError();
   Trainer &t = **trainer;
+  if (!t.scheduleNote().empty() && t.rank() == 0)
+    llvm::errs() << "note: " << t.scheduleNote() << "\n";
   if (o.flags.printSchedule) {
     t.printSchedule(llvm::outs());
     llvm::outs().flush();
@@ -149,7 +159,22 @@ Command addTrainCommand(CLI::App &parent) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   o->flags.addTo(*app);
-  addScheduleOption(*app, o->schedule, /*inference=*/false);
+  app->add_option(
+         "--schedule", o->schedule,
+         "Pipeline schedule: " + scheduleChoicesHelp(/*inference=*/false) +
+             ", or auto: the one with the shortest simulated step "
+             "under the manifest's stage costs (measured with "
+             "ppc split --cost profile), printed with the others' "
+             "on rank 0")
+      ->type_name("NAME")
+      ->default_str("1f1b")
+      ->check(scheduleValidator(/*inference=*/false, /*storeKind=*/false,
+                                /*allowAuto=*/true));
+  app->add_option("--max-activations", o->maxActivations,
+                  "With --schedule auto: leave out schedules that hold more "
+                  "microbatches' activations at once on a rank")
+      ->type_name("N")
+      ->check(CLI::Range(1, 1 << 20));
   app->add_option("--schedule-csv", o->scheduleCSV,
                   "Run this schedule (PyTorch pipelining's CSV layout, as "
                   "ppc schedule --csv writes it) instead of --schedule");

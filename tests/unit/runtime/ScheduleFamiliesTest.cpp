@@ -388,3 +388,57 @@ TEST(ScheduleFamiliesTest, RejectsMalformedComputeComms) {
                      2, 1),
             "");
 }
+
+TEST(ScheduleFamiliesTest, AutoPicksTheShortestSimulatedStep) {
+  Manifest m = chain(4);
+  // Unit costs, 4 stages on 2 ranks, 8 microbatches: zb-h1, interleaved-zb,
+  // zbv and dualpipev all take 49 steps; the tie goes to the first listed.
+  auto unit = chooseSchedule(m, 2, 8, {}, "unit costs");
+  ASSERT_TRUE(static_cast<bool>(unit)) << llvm::toString(unit.takeError());
+  EXPECT_EQ(unit->schedule.kind, ScheduleKind::ZeroBubbleH1);
+  EXPECT_EQ(unit->candidates.size(), std::size(kAllScheduleKinds));
+  EXPECT_EQ(unit->explanation.rfind("--schedule auto picked zb-h1: simulated "
+                                    "step 49 (bubble 2.0%, at most 8 "
+                                    "microbatches' activations per rank) with "
+                                    "unit costs; the others (step, "
+                                    "activations): gpipe 51 (16), 1f1b 51 (6)",
+                                    0),
+            0u)
+      << unit->explanation;
+  // zb-h1 holds 8 on a rank; with at most 4, interleaved-zb (4) wins.
+  auto capped = chooseSchedule(m, 2, 8, {}, "unit costs", 4);
+  ASSERT_TRUE(static_cast<bool>(capped));
+  EXPECT_EQ(capped->schedule.kind, ScheduleKind::InterleavedZeroBubble);
+  for (const ScheduleCandidate &c : capped->candidates) {
+    if (c.refusal.empty()) {
+      EXPECT_LE(*std::max_element(c.stats.peakActivations.begin(),
+                                  c.stats.peakActivations.end()),
+                4);
+    }
+  }
+  // Any costs: the pick is never slower than an applicable other.
+  std::vector<StageCost> costs = {{1, 1, 1}, {1, 2, 1}, {2, 2, 2}, {5, 5, 3}};
+  auto costed = chooseSchedule(m, 2, 8, costs, "given costs");
+  ASSERT_TRUE(static_cast<bool>(costed));
+  auto mine = scheduleStats(costed->schedule, costs);
+  ASSERT_TRUE(static_cast<bool>(mine));
+  for (const ScheduleCandidate &c : costed->candidates) {
+    if (c.refusal.empty()) {
+      EXPECT_LE(mine->makespan, c.stats.makespan) << scheduleName(c.kind).str();
+    }
+  }
+  // Nothing fits; what every kind would refuse is said once.
+  auto none = chooseSchedule(m, 2, 8, {}, "unit costs", 1);
+  ASSERT_FALSE(static_cast<bool>(none));
+  EXPECT_EQ(
+      llvm::toString(none.takeError())
+          .rfind("--schedule auto: no schedule fits: gpipe n/a (16 activations "
+                 "> --max-activations 1), 1f1b n/a (6 activations",
+                 0),
+      0u);
+  EXPECT_EQ(llvm::toString(chooseSchedule(m, 3, 8, {}, "x").takeError()),
+            "4 stages cannot be placed on WORLD_SIZE=3 ranks: the stage count "
+            "must equal WORLD_SIZE or be a multiple of it");
+  EXPECT_EQ(llvm::toString(chooseSchedule(m, 2, 0, {}, "x").takeError()),
+            "microbatches must be at least 1");
+}

@@ -1,0 +1,199 @@
+#!/usr/bin/python3
+"""Tests that every schedule trains as the unsplit model does: gpipe, 1f1b,
+interleaved-1f1b and zb-h1, and those ported from torch.distributed.pipelining,
+looped-bfs and interleaved-zb (loop placement), zbv and dualpipev (the V: rank
+r runs stages r and 2R-1-r), on the MLP, resnet18 (training-mode BatchNorm)
+and the decoder with tied embeddings, split in 2 and 4 stages. For each
+schedule and split:
+  - after one step, every parameter's gradient matches the reference's
+    (gradient accumulation over the same microbatches, tests/cli/training.py)
+    within 1e-5 of the largest magnitude;
+  - 20 SGD steps (momentum, weight decay) give the reference's losses within
+    1e-5 relative.
+4 microbatches (dualpipev needs at least one per stage); one thread per rank,
+as the reference runs (2 threads reorder conv's gradient sums, which
+resnet18's BatchNorm over 2 rows amplifies to 1e-3). looped-bfs runs the
+backwards from the last microbatch to the first, and its reference
+accumulates in that order.
+
+Schedule CSVs run as the generator's schedule does (the same losses, bit for
+bit): a hand-written file in each layout, and PyTorch's own ZBV order in both
+(tests/unit/fixtures/schedule, written by PyTorch's generator and lowering).
+--schedule auto picks a schedule, says which, and keeps to --max-activations.
+
+Env: PPC (the ppc binary), PPC_MODELS_DIR (generated models).
+"""
+import os
+import re
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import ROOT, main, ppc  # noqa: E402
+from training import LOSS, read_grads, reference, rel_diff, resolve, split, train, write_data  # noqa: E402
+
+MODELS = ["mlp", "resnet18", "decoder"]
+MICROBATCHES = 4
+# (schedule, stages, ranks): 2 and 4 stages; the V holds 2 stages per rank.
+CONFIGS = [
+    ("gpipe", 2, 2), ("gpipe", 4, 2), ("1f1b", 2, 2), ("1f1b", 4, 2),
+    ("interleaved-1f1b", 4, 2), ("zb-h1", 2, 2), ("zb-h1", 4, 2),
+    ("looped-bfs", 2, 2), ("looped-bfs", 4, 2),
+    ("interleaved-zb", 2, 2), ("interleaved-zb", 4, 2),
+    ("zbv", 2, 1), ("zbv", 4, 2),
+    ("dualpipev", 2, 1), ("dualpipev", 4, 2),
+]
+SGD_LR = {"resnet18": "0.01"}
+GRAD_TOL = 1e-5
+LOSS_TOL = 1e-5
+
+
+class TrainSchedulesTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="ppc-train-schedules-")
+        cls.results = []
+
+    @classmethod
+    def tearDownClass(cls):
+        for line in cls.results:
+            print(line, file=sys.stderr)
+        cls.tmp.cleanup()
+
+    def check(self, name):
+        data = os.path.join(self.tmp.name, name + ".data.pt")
+        inputs, target = write_data(data, name, LOSS[name])
+        lr = SGD_LR.get(name, "0.05")
+        refs = {}
+        for reverse in (False, True):
+            _, first = reference(name, inputs, target, 1, MICROBATCHES, LOSS[name], "sgd",
+                                 0.1, reverse_backward=reverse)
+            losses, _ = reference(name, inputs, target, 20, MICROBATCHES, LOSS[name], "sgd",
+                                  float(lr), momentum=0.9, weight_decay=1e-4,
+                                  reverse_backward=reverse)
+            refs[reverse] = first, losses
+        for schedule, stages, ranks in CONFIGS:
+            first, losses = refs[schedule == "looped-bfs"]
+            with self.subTest(schedule=schedule, stages=stages):
+                manifest = split(self.tmp.name, name, stages)
+                grads = os.path.join(self.tmp.name, "grads.%s.%d.%s" % (name, stages, schedule))
+                os.makedirs(grads, exist_ok=True)
+                run = train(ranks, manifest, data, "--loss", LOSS[name], "--lr", "0.1",
+                            "--steps", "1", "--microbatches", MICROBATCHES,
+                            "--schedule", schedule, "--no-meta-cache", "--threads", "1",
+                            "--save-grads", grads)
+                self.assertEqual(run.proc.returncode, 0, run.output)
+                got = read_grads(grads, ranks)
+                expected = {n for n, _ in first.named_parameters()}
+                self.assertTrue(expected <= set(got), "missing gradients: %s"
+                                % sorted(expected - set(got)))
+                worst_grad = 0.0
+                for path, g in got.items():
+                    d = rel_diff(g, resolve(first, path).grad)
+                    self.assertLessEqual(d, GRAD_TOL, "%s: gradient off by %g" % (path, d))
+                    worst_grad = max(worst_grad, d)
+                run = train(ranks, manifest, data, "--loss", LOSS[name], "--lr", lr,
+                            "--momentum", "0.9", "--weight-decay", "1e-4", "--steps", "20",
+                            "--microbatches", MICROBATCHES, "--schedule", schedule,
+                            "--no-meta-cache", "--threads", "1")
+                self.assertEqual(run.proc.returncode, 0, run.output)
+                self.assertEqual(len(run.losses), 20, run.output)
+                worst = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(run.losses, losses))
+                self.assertLessEqual(worst, LOSS_TOL, "losses %s vs %s" % (run.losses, losses))
+                self.results.append("%-9s %-15s stages=%d ranks=%d: grad rel diff %.2g, "
+                                    "20-step loss rel diff %.2g (%.6g -> %.6g)"
+                                    % (name, schedule, stages, ranks, worst_grad, worst,
+                                       losses[0], losses[-1]))
+
+
+    def losses(self, manifest, data, ranks, *schedule):
+        run = train(ranks, manifest, data, "--loss", LOSS["mlp"], "--lr", "0.05",
+                    "--momentum", "0.9", "--steps", "5", "--microbatches", MICROBATCHES,
+                    "--no-meta-cache", "--threads", "1", "--stats", *schedule)
+        self.assertEqual(run.proc.returncode, 0, run.output)
+        self.assertEqual(len(run.losses), 5, run.output)
+        return run
+
+    def test_csv_schedules_train_as_generated(self):
+        data = os.path.join(self.tmp.name, "mlp.csv.data.pt")
+        write_data(data, "mlp", LOSS["mlp"])
+        two = split(self.tmp.name, "mlp", 2)
+        four = split(self.tmp.name, "mlp", 4)
+        d = os.path.join(self.tmp.name, "csv")
+        os.makedirs(d, exist_ok=True)
+        # By hand: 1f1b on 2 stages and 4 microbatches, in both layouts.
+        hand = {
+            "compute_only": "0F0,0F1,0B0,0F2,0B1,0F3,0B2,0B3\r\n"
+                            "1F0,1B0,1F1,1B1,1F2,1B2,1F3,1B3\r\n",
+            "compute_comms": "".join([
+                ",".join("0F%d,0SEND_F%d" % (m, m) for m in (0, 1)) + ",",
+                ",".join("0RECV_B%d,0B%d,0WAIT_SEND_F%d%s" % (m, m, m, ",0F%d,0SEND_F%d"
+                                                              % (m + 2, m + 2) if m < 2 else "")
+                         for m in range(4)), "\r\n",
+                ",".join("1RECV_F%d,1F%d,1B%d,1SEND_B%d" % (m, m, m, m) for m in range(4)), ",",
+                ",".join("1WAIT_SEND_B%d" % m for m in range(4)), "\r\n"]),
+        }
+        want = self.losses(two, data, 2, "--schedule", "1f1b").losses
+        for layout, text in hand.items():
+            with self.subTest(layout=layout):
+                path = os.path.join(d, "hand.%s.csv" % layout)
+                with open(path, "w", newline="") as f:
+                    f.write(text)
+                self.assertEqual(self.losses(two, data, 2, "--schedule-csv", path).losses, want)
+        # PyTorch's ZBV order, as its generator writes it and as its runtime lowers it.
+        want = self.losses(four, data, 2, "--schedule", "zbv").losses
+        fixtures = os.path.join(ROOT, "tests", "unit", "fixtures", "schedule")
+        for layout in ("compute_only", "compute_comms"):
+            with self.subTest(pytorch=layout):
+                path = os.path.join(fixtures, "pytorch_zbv_4s_2r_4mb.%s.csv" % layout)
+                self.assertEqual(self.losses(four, data, 2, "--schedule-csv", path).losses, want)
+
+    def test_auto_picks_and_keeps_the_cap(self):
+        data = os.path.join(self.tmp.name, "mlp.auto.data.pt")
+        write_data(data, "mlp", LOSS["mlp"])
+        four = split(self.tmp.name, "mlp", 4)
+        picked = {}
+        for cap in (None, 5, 4):
+            with self.subTest(cap=cap):
+                extra = ("--max-activations", str(cap)) if cap else ()
+                run = self.losses(four, data, 2, "--schedule", "auto", *extra)
+                notes = re.findall(r"note: --schedule auto picked ([\w-]+): simulated step "
+                                   r"\S+ \(bubble [\d.]+%, at most (\d+) microbatches' "
+                                   r"activations per rank\) with (.*?); the others", run.output)
+                self.assertEqual(len(notes), 1, run.output)  # rank 0 only
+                kind, peak, costs = notes[0]
+                picked[cap] = kind
+                if cap:
+                    self.assertLessEqual(int(peak), cap)
+                # What the note claims is what ppc schedule simulates for that kind.
+                out = ppc("schedule", "--schedule", kind, "--manifest", four, "--ranks", 2,
+                          "--microbatches", MICROBATCHES).stdout
+                per_rank = re.search(r"^peak activations per rank: (.*)$", out, re.M).group(1)
+                self.assertEqual(max(int(x.split("=")[1]) for x in per_rank.split()), int(peak))
+                # It trains like that schedule chosen by name.
+                self.assertEqual(run.losses, self.losses(four, data, 2, "--schedule",
+                                                         kind).losses)
+        self.results.append("auto on mlp, 4 stages / 2 ranks, M=4: picked %s; with "
+                            "--max-activations 5: %s; 4: %s" % (picked[None], picked[5],
+                                                                 picked[4]))
+        proc = train(2, four, data, "--loss", LOSS["mlp"], "--schedule", "auto",
+                     "--max-activations", "1", "--microbatches", MICROBATCHES).proc
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("error: --schedule auto: no schedule fits: gpipe n/a (8 activations > "
+                      "--max-activations 1)", proc.stderr)
+        proc = train(2, four, data, "--loss", LOSS["mlp"], "--schedule", "1f1b",
+                     "--max-activations", "2").proc
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("error: --max-activations applies to --schedule auto", proc.stderr)
+
+
+def make_test(name):
+    setattr(TrainSchedulesTest, "test_" + name, lambda self: self.check(name))
+
+
+for _name in MODELS:
+    make_test(_name)
+
+if __name__ == "__main__":
+    main()
