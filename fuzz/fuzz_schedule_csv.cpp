@@ -12,6 +12,7 @@
 #include "FuzzCheck.h"
 
 #include "runtime/Schedule.h"
+#include "tests/unit/runtime/ScheduleBuilders.h"
 
 #include <string>
 #include <vector>
@@ -19,35 +20,6 @@
 using namespace ppc;
 
 namespace {
-Manifest chain(int n) {
-  Manifest m;
-  m.modelInputs.push_back({"x", ValueKind::Tensor});
-  for (int s = 0; s < n; ++s) {
-    StageInfo info;
-    info.index = s;
-    info.file = "stage_" + std::to_string(s) + ".pt";
-    StageInput in;
-    in.name = "x";
-    in.source =
-        s == 0 ? ValueRef::fromModelInput(0) : ValueRef::fromStage(s - 1, 0);
-    info.inputs.push_back(in);
-    info.outputs.push_back({"y", ValueKind::Tensor, {}});
-    info.outputs.push_back({"skip", ValueKind::Tensor, {}});
-    if (s + 1 < n)
-      info.outputs[0].consumers.push_back(s + 1);
-    m.stages.push_back(info);
-  }
-  if (n >= 3) {
-    StageInput in;
-    in.name = "skip";
-    in.source = ValueRef::fromStage(0, 1);
-    m.stages[n - 1].inputs.push_back(in);
-    m.stages[0].outputs[1].consumers.push_back(n - 1);
-  }
-  m.modelOutputs.push_back(ValueRef::fromStage(n - 1, 0));
-  return m;
-}
-
 void checkOneLine(llvm::Error err) {
   std::string text = llvm::toString(std::move(err));
   if (text.empty() || text.find('\n') != std::string::npos)
@@ -76,7 +48,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   int ranks = divisors[(data[0] / 8) % divisors.size()];
   int microbatches = 1 + data[1] % 8;
   std::string text(reinterpret_cast<const char *>(data + 2), size - 2);
-  Manifest m = chain(stages);
+  Manifest m = test::chain(
+      stages, stages >= 3 ? std::vector<std::pair<int, int>>{{0, stages - 1}}
+                          : std::vector<std::pair<int, int>>{});
   auto placement = placementFromCSV(text, stages, ranks, "fuzz.csv");
   if (!placement) {
     checkOneLine(placement.takeError());

@@ -16,7 +16,6 @@
 #include "runtime/Schedule.h"
 #include "tools/ppc/RuntimeFlags.h"
 
-#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -95,17 +94,11 @@ stageCosts(const ScheduleOptions &o, const std::optional<Manifest> &manifest,
            int stages, std::string &described) {
   std::vector<StageCost> costs;
   if (o.costs.empty()) {
-    bool predicted = manifest && llvm::any_of(manifest->stages, [](auto &s) {
-                       return s.predictedCost > 0;
-                     });
-    if (!predicted) {
-      described = "unit costs F=1 B=1 W=1";
-      return costs;
-    }
-    for (const StageInfo &s : manifest->stages)
-      costs.push_back({s.predictedCost, s.predictedCost, s.predictedCost});
-    described =
-        "the manifest's " + manifest->costModel + " costs, B = W = F per stage";
+    if (manifest)
+      costs = manifestStageCosts(*manifest);
+    described = costs.empty() ? "unit costs F=1 B=1 W=1"
+                              : "the manifest's " + manifest->costModel +
+                                    " costs, B = W = F per stage";
     return costs;
   }
   if (o.costs.size() != 1 && o.costs.size() != static_cast<size_t>(stages))

@@ -125,7 +125,9 @@ Command addTrainCommand(CLI::App &parent) {
                "with ppc launch or torchrun)");
   app->footer(
       "Trains the stages of MANIFEST on the ranks of a torchrun-style job, "
-      "as ppc run runs them: stage k on rank k mod WORLD_SIZE. Each step "
+      "as ppc run runs them: stage k on rank k mod WORLD_SIZE (zbv and "
+      "dualpipev: on a V, rank r running stages r and 2R-1-r; --schedule-csv: "
+      "as the file's rows). Each step "
       "splits one batch of DATA into microbatches, runs the schedule's "
       "forwards and backwards, sums the gradients of tied parameters and "
       "updates each rank's parameters. The rank computing the loss prints "

@@ -9,66 +9,16 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/Schedule.h"
+#include "tests/unit/runtime/ScheduleBuilders.h"
 
 #include <gtest/gtest.h>
 
-#include <fstream>
-#include <sstream>
-
 using namespace ppc;
+using ppc::test::chain;
+using ppc::test::computeOrder;
+using ppc::test::fixture;
 
 namespace {
-/// A chain of `n` stages, plus skip edges (from, to) carrying output 1.
-Manifest chain(int n, std::vector<std::pair<int, int>> skips = {}) {
-  Manifest m;
-  m.modelInputs.push_back({"x", ValueKind::Tensor});
-  for (int s = 0; s < n; ++s) {
-    StageInfo info;
-    info.index = s;
-    info.file = "stage_" + std::to_string(s) + ".pt";
-    StageInput in;
-    in.name = "x";
-    in.source =
-        s == 0 ? ValueRef::fromModelInput(0) : ValueRef::fromStage(s - 1, 0);
-    info.inputs.push_back(in);
-    info.outputs.push_back({"y", ValueKind::Tensor, {}});
-    info.outputs.push_back({"skip", ValueKind::Tensor, {}});
-    if (s + 1 < n)
-      info.outputs[0].consumers.push_back(s + 1);
-    m.stages.push_back(info);
-  }
-  for (auto [from, to] : skips) {
-    StageInput in;
-    in.name = "skip";
-    in.source = ValueRef::fromStage(from, 1);
-    m.stages[to].inputs.push_back(in);
-    m.stages[from].outputs[1].consumers.push_back(to);
-  }
-  m.modelOutputs.push_back(ValueRef::fromStage(n - 1, 0));
-  return m;
-}
-
-std::string fixture(const std::string &name) {
-  std::ifstream in(std::string(PPC_FIXTURES_DIR) + "/schedule/" + name,
-                   std::ios::binary);
-  EXPECT_TRUE(in.good()) << name;
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-std::vector<std::string> computeOrder(const Schedule &s) {
-  std::vector<std::string> out;
-  for (const std::vector<Action> &actions : s.ranks) {
-    std::string text;
-    for (const Action &a : actions)
-      if (a.isCompute())
-        text += (text.empty() ? "" : " ") + a.cell();
-    out.push_back(text);
-  }
-  return out;
-}
-
 llvm::Expected<Schedule> build(const Manifest &m, ScheduleKind kind, int stages,
                                int ranks, int micro) {
   auto placement = Placement::create(stages, ranks, schedulePlacement(kind));

@@ -1,5 +1,6 @@
 //===- tests/unit/runtime/ScheduleTest.cpp - Schedules as data ------------===//
 #include "runtime/Schedule.h"
+#include "tests/unit/runtime/ScheduleBuilders.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/raw_ostream.h"
@@ -12,39 +13,11 @@
 #include <sstream>
 
 using namespace ppc;
+using ppc::test::chain;
+using ppc::test::computeOrder;
+using ppc::test::fixture;
 
 namespace {
-/// A chain of `n` stages (stage s takes output 0 of stage s-1), plus skip
-/// edges (from, to): stage `to` also takes output 1 of stage `from`.
-Manifest chain(int n, std::vector<std::pair<int, int>> skips = {}) {
-  Manifest m;
-  m.modelInputs.push_back({"x", ValueKind::Tensor});
-  for (int s = 0; s < n; ++s) {
-    StageInfo info;
-    info.index = s;
-    info.file = "stage_" + std::to_string(s) + ".pt";
-    StageInput in;
-    in.name = "x";
-    in.source =
-        s == 0 ? ValueRef::fromModelInput(0) : ValueRef::fromStage(s - 1, 0);
-    info.inputs.push_back(in);
-    info.outputs.push_back({"y", ValueKind::Tensor, {}});
-    info.outputs.push_back({"skip", ValueKind::Tensor, {}});
-    if (s + 1 < n)
-      info.outputs[0].consumers.push_back(s + 1);
-    m.stages.push_back(info);
-  }
-  for (auto [from, to] : skips) {
-    StageInput in;
-    in.name = "skip";
-    in.source = ValueRef::fromStage(from, 1);
-    m.stages[to].inputs.push_back(in);
-    m.stages[from].outputs[1].consumers.push_back(to);
-  }
-  m.modelOutputs.push_back(ValueRef::fromStage(n - 1, 0));
-  return m;
-}
-
 std::string errorOf(llvm::Error err) {
   return err ? llvm::toString(std::move(err)) : std::string();
 }
@@ -240,18 +213,6 @@ Manifest fanOut() {
 
 /// Every rank's compute actions as cells ("0F0 0F1 ..."), one string per
 /// rank.
-std::vector<std::string> computeOrder(const Schedule &s) {
-  std::vector<std::string> out;
-  for (const std::vector<Action> &actions : s.ranks) {
-    std::string text;
-    for (const Action &a : actions)
-      if (a.isCompute())
-        text += (text.empty() ? "" : " ") + a.cell();
-    out.push_back(text);
-  }
-  return out;
-}
-
 /// Stage s's compute actions as cells, in order.
 std::vector<std::string> stageOrder(const Schedule &s, int stage) {
   std::vector<std::string> out;
@@ -286,14 +247,6 @@ Schedule training(const Manifest &m, int stages, int world, ScheduleKind kind,
       micro);
   EXPECT_TRUE(static_cast<bool>(s)) << llvm::toString(s.takeError());
   return *s;
-}
-
-std::string fixture(const std::string &name) {
-  std::ifstream in(std::string(PPC_FIXTURES_DIR) + "/schedule/" + name,
-                   std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 std::string csvError(const Manifest &m, int stages, int world,
