@@ -341,7 +341,7 @@ class RunFailuresTest(unittest.TestCase):
                 r = subprocess.run([PPC, "run", *self.args(self.mlp), "--schedule", name],
                                    capture_output=True, text=True, timeout=60)
                 self.assertEqual((r.returncode, r.stdout), (2, ""))
-                self.assertEqual(r.stderr, f"error: --schedule: must be gpipe or 1f1b (got "
+                self.assertEqual(r.stderr, f"error: --schedule: must be gpipe, 1f1b or looped-bfs (got "
                                            f"'{name}') (see ppc --help)\n")
 
 

@@ -28,6 +28,7 @@ CONFIGS = [
     (4, 4, 1, 5, "1f1b"),
     (4, 2, 3, 5, "1f1b"),   # more stages than ranks
     (4, 2, 8, 10, "gpipe"),
+    (4, 2, 4, 10, "looped-bfs"),  # inference: gpipe's forward order
 ]
 
 
