@@ -1879,6 +1879,15 @@ std::vector<StageCost> manifestStageCosts(const Manifest &manifest) {
   return predicted ? costs : std::vector<StageCost>{};
 }
 
+std::string manifestCostsSource(const Manifest &manifest) {
+  if (manifestStageCosts(manifest).empty())
+    return "unit costs (the manifest predicts none)";
+  if (manifest.costModel == "profile")
+    return "the manifest's measured (profile) stage costs";
+  return "the manifest's " + manifest.costModel +
+         " stage costs (estimates; ppc split --cost profile measures them)";
+}
+
 llvm::Expected<ScheduleChoice>
 chooseSchedule(const Manifest &manifest, int worldSize, int microbatches,
                const std::vector<StageCost> &costs, llvm::StringRef costsFrom,

@@ -276,6 +276,11 @@ scheduleStats(const Schedule &schedule,
 /// backward takes twice the forward (the usual rule). Empty (unit costs)
 /// when the manifest predicts nothing.
 std::vector<StageCost> manifestStageCosts(const Manifest &manifest);
+/// Where manifestStageCosts() takes its costs from, for messages: "unit
+/// costs (the manifest predicts none)", "the manifest's measured (profile)
+/// stage costs", "the manifest's params stage costs (estimates; ppc split
+/// --cost profile measures them)".
+std::string manifestCostsSource(const Manifest &manifest);
 
 /// What --schedule auto considered: every kind of Schedules.def on its own
 /// placement, simulated with the same costs.

@@ -212,16 +212,9 @@ Trainer::create(llvm::StringRef manifestPath, const LaunchEnv &env,
       return err;
     const RunOptions &run = options.run;
     if (options.autoSchedule) {
-      std::vector<StageCost> costs = manifestStageCosts(manifest);
-      std::string from =
-          costs.empty() ? "unit costs (the manifest predicts none)"
-          : manifest.costModel == "profile"
-              ? "the manifest's measured (profile) stage costs"
-              : "the manifest's " + manifest.costModel +
-                    " stage costs (estimates; ppc split --cost profile "
-                    "measures them)";
-      auto choice = chooseSchedule(manifest, worldSize, run.microbatches, costs,
-                                   from, options.maxActivations);
+      auto choice = chooseSchedule(
+          manifest, worldSize, run.microbatches, manifestStageCosts(manifest),
+          manifestCostsSource(manifest), options.maxActivations);
       if (!choice)
         return choice.takeError();
       scheduleNote = choice->explanation;

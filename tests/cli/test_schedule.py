@@ -255,7 +255,8 @@ class ScheduleTest(unittest.TestCase):
         out = ppc("schedule", "--schedule", "zbv", "--manifest", manifest,
                   "--microbatches", 4).stdout
         self.assertIn("zbv: 2 stages on 1 ranks", out)
-        self.assertRegex(line(out, "bubble:"), r"the manifest's \w+ costs, B = W = F per stage\)$")
+        self.assertRegex(line(out, "bubble:"), r"the manifest's params stage costs \(estimates; "
+                         r"ppc split --cost profile measures them\), B = W = F per stage\)$")
         self.expect_error(["--schedule", "1f1b", "--manifest", manifest, "--stages", 3,
                            "--microbatches", 2],
                           f"--stages 3 but manifest '{manifest}' has 2 stages")

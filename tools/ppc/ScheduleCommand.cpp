@@ -97,8 +97,8 @@ stageCosts(const ScheduleOptions &o, const std::optional<Manifest> &manifest,
     if (manifest)
       costs = manifestStageCosts(*manifest);
     described = costs.empty() ? "unit costs F=1 B=1 W=1"
-                              : "the manifest's " + manifest->costModel +
-                                    " costs, B = W = F per stage";
+                              : manifestCostsSource(*manifest) +
+                                    ", B = W = F per stage";
     return costs;
   }
   if (o.costs.size() != 1 && o.costs.size() != static_cast<size_t>(stages))

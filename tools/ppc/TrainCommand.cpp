@@ -178,8 +178,9 @@ Command addTrainCommand(CLI::App &parent) {
       ->type_name("N")
       ->check(CLI::Range(1, 1 << 20));
   app->add_option("--schedule-csv", o->scheduleCSV,
-                  "Run this schedule (PyTorch pipelining's CSV layout, as "
-                  "ppc schedule --csv writes it) instead of --schedule");
+                  "Run this schedule (PyTorch pipelining's compute_only or "
+                  "compute_comms CSV, as ppc schedule --csv writes them) "
+                  "instead of --schedule");
   app->add_option("--save", o->savePath,
                   "Write the trained stages and a manifest to this directory "
                   "(ppc run, ppc train and ppc join read it)");

@@ -202,11 +202,12 @@ TEST(ScheduleFamiliesTest, UnitCostBubblesAreThePublishedOnes) {
                          3 * (zb.makespan - 3 * m));
       }
       // ZB-V and DualPipeV (2p stages, chunks F=I=W=1): every rank
-      // computes 6m and the step takes 6m + (p-1): the only idle time is
-      // the p-1 chunk forwards before the last rank's first input arrives,
-      // which no schedule avoids and consecutive steps overlap (the zero
-      // bubble of ZB-V, Qi et al. section 6, and of DualPipeV, whose
-      // (p-1)(F&B + B - 3W) is p-1 with F&B run as F then B).
+      // computes 6m and the step takes 6m + (p-1): the p-1 chunk forwards
+      // before the last rank's first input arrives, which no single step
+      // avoids and consecutive steps overlap (ZB-V's zero bubble, Qi et
+      // al. section 6: each rank's span is its 6m of work). DualPipeV's
+      // published (PP/2-1)(F&B + B - 3W) counts an overlapped F&B chunk,
+      // which ppc runs as F then B; its step is ZB-V's.
       if (m >= 2 * p - 1) {
         EXPECT_DOUBLE_EQ(stats(ScheduleKind::ZeroBubbleV, 2 * p).makespan,
                          6 * m + (p - 1));
