@@ -896,6 +896,24 @@ llvm::Expected<Schedule> buildTrainingSchedule(const Manifest &manifest,
   return schedule;
 }
 
+llvm::Expected<Schedule>
+buildSimulatedTrainingSchedule(const Manifest &manifest, ScheduleKind kind,
+                               int worldSize, int microbatches,
+                               llvm::StringRef style) {
+  auto placement =
+      Placement::create(static_cast<int>(manifest.stages.size()), worldSize,
+                        style.empty() ? schedulePlacement(kind) : style);
+  if (!placement)
+    return placement.takeError();
+  auto schedule =
+      buildTrainingSchedule(manifest, *placement, kind, microbatches);
+  if (!schedule)
+    return schedule.takeError();
+  if (llvm::Error err = simulateSchedule(*schedule))
+    return err;
+  return schedule;
+}
+
 //===----------------------------------------------------------------------===//
 // Simulation
 //===----------------------------------------------------------------------===//
@@ -1908,15 +1926,8 @@ chooseSchedule(const Manifest &manifest, int worldSize, int microbatches,
   std::optional<size_t> best;
   for (ScheduleKind kind : kAllScheduleKinds) {
     ScheduleCandidate candidate{kind, "", {}};
-    auto placement =
-        Placement::create(numStages, worldSize, schedulePlacement(kind));
-    llvm::Expected<Schedule> schedule =
-        placement
-            ? buildTrainingSchedule(manifest, *placement, kind, microbatches)
-            : llvm::Expected<Schedule>(placement.takeError());
-    if (schedule)
-      if (llvm::Error err = simulateSchedule(*schedule))
-        schedule = std::move(err);
+    auto schedule =
+        buildSimulatedTrainingSchedule(manifest, kind, worldSize, microbatches);
     llvm::Expected<ScheduleStats> stats =
         schedule ? scheduleStats(*schedule, costs)
                  : llvm::Expected<ScheduleStats>(schedule.takeError());

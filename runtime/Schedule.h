@@ -180,6 +180,15 @@ llvm::Expected<Schedule> buildTrainingSchedule(const Manifest &manifest,
                                                ScheduleKind kind,
                                                int microbatches);
 
+/// buildTrainingSchedule() on the placement `style` (Placement.h), by
+/// default the kind's own (Schedules.def), then simulateSchedule(): what
+/// `ppc schedule` and chooseSchedule() run. Errors: Placement::create's and
+/// those two's.
+llvm::Expected<Schedule>
+buildSimulatedTrainingSchedule(const Manifest &manifest, ScheduleKind kind,
+                               int worldSize, int microbatches,
+                               llvm::StringRef style = "");
+
 /// PyTorch pipelining's two CSV layouts (torch.distributed.pipelining's
 /// _dump_csv / _load_csv). Row r is rank r's actions in order, as cells
 /// separated by ",", each row ended by "\r\n" (Python's csv writer).

@@ -151,23 +151,6 @@ int sum(const std::vector<int> &values) {
   return total;
 }
 
-/// Builds the training schedule `kind` on its own placement (or `style`)
-/// and simulates it.
-llvm::Expected<Schedule> buildChecked(const Manifest &manifest,
-                                      ScheduleKind kind, int stages, int ranks,
-                                      llvm::StringRef style, int microbatches) {
-  auto placement = Placement::create(
-      stages, ranks, style.empty() ? schedulePlacement(kind) : style);
-  if (!placement)
-    return placement.takeError();
-  auto built = buildTrainingSchedule(manifest, *placement, kind, microbatches);
-  if (!built)
-    return built.takeError();
-  if (llvm::Error err = simulateSchedule(*built))
-    return err;
-  return built;
-}
-
 /// --compare: one row per schedule kind, or why it does not apply.
 void printComparison(const Manifest &manifest, const ScheduleOptions &o,
                      int stages, int ranks, const std::vector<StageCost> &costs,
@@ -179,8 +162,8 @@ void printComparison(const Manifest &manifest, const ScheduleOptions &o,
                       "messages");
   for (ScheduleKind kind : kAllScheduleKinds) {
     llvm::StringRef name = scheduleName(kind);
-    auto schedule = buildChecked(manifest, kind, stages, ranks, o.placement,
-                                 o.microbatches);
+    auto schedule = buildSimulatedTrainingSchedule(manifest, kind, ranks,
+                                                   o.microbatches, o.placement);
     llvm::Expected<ScheduleStats> stats =
         schedule ? scheduleStats(*schedule, costs)
                  : llvm::Expected<ScheduleStats>(schedule.takeError());
@@ -271,8 +254,8 @@ static llvm::Expected<int> runSchedule(const ScheduleOptions &o) {
       return read.takeError();
     schedule = std::move(*read);
   } else {
-    auto built =
-        buildChecked(graph, *kind, stages, ranks, o.placement, o.microbatches);
+    auto built = buildSimulatedTrainingSchedule(graph, *kind, ranks,
+                                                o.microbatches, o.placement);
     if (!built)
       return built.takeError();
     schedule = std::move(*built);

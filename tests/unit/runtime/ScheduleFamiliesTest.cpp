@@ -19,17 +19,11 @@ using ppc::test::computeOrder;
 using ppc::test::fixture;
 
 namespace {
+/// The kind on its own placement, simulated (`stages` is the manifest's).
 llvm::Expected<Schedule> build(const Manifest &m, ScheduleKind kind, int stages,
                                int ranks, int micro) {
-  auto placement = Placement::create(stages, ranks, schedulePlacement(kind));
-  if (!placement)
-    return placement.takeError();
-  auto s = buildTrainingSchedule(m, *placement, kind, micro);
-  if (!s)
-    return s.takeError();
-  if (llvm::Error err = simulateSchedule(*s))
-    return err;
-  return s;
+  EXPECT_EQ(m.stages.size(), static_cast<size_t>(stages));
+  return buildSimulatedTrainingSchedule(m, kind, ranks, micro);
 }
 
 Schedule built(const Manifest &m, ScheduleKind kind, int stages, int ranks,
