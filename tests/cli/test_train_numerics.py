@@ -24,8 +24,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import main  # noqa: E402
-from training import (LOSS, read_grads, reference, rel_diff, resolve, split,  # noqa: E402
-                      stage_tensors, train, write_data)
+from training import (LOSS, assert_gradients, losses_rel_diff, reference, rel_diff,  # noqa: E402
+                      resolve, split, stage_tensors, train, write_data)
 
 MODELS = ["mlp", "resnet18", "decoder", "unet"]
 MICROBATCHES = 3
@@ -71,17 +71,7 @@ class TrainNumericsTest(unittest.TestCase):
                             "--steps", "1", "--microbatches", MICROBATCHES,
                             "--schedule", schedule, "--no-meta-cache", "--save-grads", grads)
                 self.assertEqual(run.proc.returncode, 0, run.output)
-                got = read_grads(grads, ranks)
-                expected = {n for n, _ in ref.named_parameters()}
-                self.assertTrue(expected <= set(got), "missing gradients: %s"
-                                % sorted(expected - set(got)))
-                worst = 0.0
-                for path, g in got.items():
-                    want = resolve(ref, path).grad
-                    self.assertIsNotNone(want, path)
-                    d = rel_diff(g, want)
-                    self.assertLessEqual(d, GRAD_TOL, "%s: gradient off by %g" % (path, d))
-                    worst = max(worst, d)
+                worst = assert_gradients(self, grads, ranks, ref, GRAD_TOL)
                 self.results.append("%-9s stages=%d ranks=%d %-16s grad rel diff %.2g"
                                     % (name, stages, ranks, schedule, worst))
 
@@ -99,8 +89,7 @@ class TrainNumericsTest(unittest.TestCase):
                             "--schedule", "1f1b", "--no-meta-cache", "--save", saved, *extra)
                 self.assertEqual(run.proc.returncode, 0, run.output)
                 self.assertEqual(len(run.losses), 20, run.output)
-                worst_loss = max(abs(a - b) / max(abs(b), 1e-12)
-                                 for a, b in zip(run.losses, losses))
+                worst_loss = losses_rel_diff(run.losses, losses)
                 self.assertLessEqual(worst_loss, LOSS_TOL,
                                      "losses %s vs %s" % (run.losses, losses))
                 worst = 0.0

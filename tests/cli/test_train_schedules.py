@@ -31,7 +31,8 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import ROOT, main, model_path, ppc  # noqa: E402
-from training import LOSS, read_grads, reference, rel_diff, resolve, split, train, write_data  # noqa: E402
+from training import (LOSS, assert_gradients, losses_rel_diff, reference, split,  # noqa: E402
+                      train, write_data)
 
 MICROBATCHES = 4
 # (schedule, stages, ranks): 2 and 4 stages; the V holds 2 stages per rank.
@@ -89,28 +90,19 @@ class TrainSchedulesTest(unittest.TestCase):
                             "--schedule", schedule, "--no-meta-cache", "--threads", "1",
                             "--save-grads", grads)
                 self.assertEqual(run.proc.returncode, 0, run.output)
-                got = read_grads(grads, ranks)
-                expected = {n for n, _ in first.named_parameters()}
-                self.assertTrue(expected <= set(got), "missing gradients: %s"
-                                % sorted(expected - set(got)))
-                worst_grad = 0.0
-                for path, g in got.items():
-                    d = rel_diff(g, resolve(first, path).grad)
-                    self.assertLessEqual(d, GRAD_TOL, "%s: gradient off by %g" % (path, d))
-                    worst_grad = max(worst_grad, d)
+                worst_grad = assert_gradients(self, grads, ranks, first, GRAD_TOL)
                 run = train(ranks, manifest, data, "--loss", LOSS[name], "--lr", lr,
                             "--momentum", "0.9", "--weight-decay", "1e-4", "--steps", "20",
                             "--microbatches", MICROBATCHES, "--schedule", schedule,
                             "--no-meta-cache", "--threads", "1")
                 self.assertEqual(run.proc.returncode, 0, run.output)
                 self.assertEqual(len(run.losses), 20, run.output)
-                worst = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(run.losses, losses))
+                worst = losses_rel_diff(run.losses, losses)
                 self.assertLessEqual(worst, LOSS_TOL, "losses %s vs %s" % (run.losses, losses))
                 self.results.append("%-9s %-15s stages=%d ranks=%d: grad rel diff %.2g, "
                                     "20-step loss rel diff %.2g (%.6g -> %.6g)"
                                     % (name, schedule, stages, ranks, worst_grad, worst,
                                        losses[0], losses[-1]))
-
 
     def test_mlp(self):
         self.check("mlp")

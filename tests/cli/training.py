@@ -197,6 +197,28 @@ def rel_diff(a, b):
     return (a - b).abs().max().item() / (scale if scale > 0 else 1.0) if b.numel() else 0.0
 
 
+def assert_gradients(test, directory, ranks, ref, tol):
+    """Asserts that the gradients the ranks wrote with --save-grads into
+    DIRECTORY cover every parameter of REF (the reference model after its
+    step) and each is within TOL of REF's (rel_diff); returns the worst."""
+    got = read_grads(directory, ranks)
+    expected = {n for n, _ in ref.named_parameters()}
+    test.assertTrue(expected <= set(got), "missing gradients: %s" % sorted(expected - set(got)))
+    worst = 0.0
+    for path, g in got.items():
+        want = resolve(ref, path).grad
+        test.assertIsNotNone(want, path)
+        d = rel_diff(g, want)
+        test.assertLessEqual(d, tol, "%s: gradient off by %g" % (path, d))
+        worst = max(worst, d)
+    return worst
+
+
+def losses_rel_diff(got, want):
+    """The largest |a - b| / |b| over two loss curves."""
+    return max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(got, want))
+
+
 def read_grads(directory, ranks):
     """The gradients every rank wrote with --save-grads, by parameter path.
     Each file must be a plain dict of tensors: no torch.jit globals in its
