@@ -14,6 +14,7 @@
 #include "lib/FileUtil.h"
 #include "lib/Manifest.h"
 #include "lib/ModelFormat.h"
+#include "lib/OutputGuard.h"
 #include "lib/SafeRead.h"
 #include "lib/Stage.h"
 
@@ -49,36 +50,6 @@ struct Writer {
 };
 
 } // namespace
-
-/// Refuses an output that names (or links to) a file join reads: writing it
-/// would destroy the input, and the manifest's hashes with it.
-static llvm::Error checkOutput(const Manifest &manifest,
-                               llvm::StringRef manifestPath,
-                               llvm::StringRef dir,
-                               llvm::StringRef originalPath,
-                               llvm::StringRef outputPath) {
-  if (!llvm::sys::fs::exists(outputPath))
-    return llvm::Error::success();
-  auto same = [&](llvm::StringRef path) {
-    bool result = false;
-    return !llvm::sys::fs::equivalent(outputPath, path, result) && result;
-  };
-  auto refuse = [&](const llvm::Twine &what) {
-    return makeError("the output '" + outputPath + "' is " + what +
-                     "; refusing to overwrite it");
-  };
-  if (same(manifestPath))
-    return refuse("the manifest");
-  for (const StageInfo &stage : manifest.stages) {
-    llvm::SmallString<256> path(dir);
-    llvm::sys::path::append(path, stage.file);
-    if (same(path))
-      return refuse(llvm::formatv("stage {0} file '{1}'", stage.index, path));
-  }
-  if (!originalPath.empty() && same(originalPath))
-    return refuse("the original model '" + originalPath + "'");
-  return llvm::Error::success();
-}
 
 /// Where the manifest's source path points: as written when absolute (what
 /// ppc split writes); a relative one is tried from the current directory,
@@ -226,8 +197,12 @@ llvm::Expected<JoinReport> joinStages(llvm::StringRef manifestPath,
     return manifest.takeError();
   std::string dir = manifestDirectory(manifestPath);
   std::string originalPath = findOriginal(*manifest, dir);
-  if (llvm::Error err =
-          checkOutput(*manifest, manifestPath, dir, originalPath, outputPath))
+  // Writing over what join reads would destroy it, and the manifest's
+  // hashes with it.
+  OutputGuard guard;
+  guard.keep(originalPath, "the original model");
+  keepManifestFiles(guard, manifestPath);
+  if (llvm::Error err = guard.claimFile("the output", outputPath))
     return err;
   if (originalPath.empty())
     return makeError("the original model '" + manifest->sourcePath +

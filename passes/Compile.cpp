@@ -4,6 +4,7 @@
 #include "lib/Error.h"
 #include "lib/FileUtil.h"
 #include "lib/ModelFormat.h"
+#include "lib/OutputGuard.h"
 #include "lib/Partitioner.h"
 #include "lib/TensorIO.h"
 #include "passes/ExtractStage.h"
@@ -269,80 +270,13 @@ describeManifest(const CompileOptions &options, const ModelFormat &format,
   return m;
 }
 
-/// Whether `name` is a meta cache file ppc run writes beside a manifest
-/// (meta_cache.rank<R>of<W>.json, docs/runtime.md).
-static bool isMetaCacheName(llvm::StringRef name) {
-  if (!name.consume_front("meta_cache.rank") || !name.consume_back(".json"))
-    return false;
-  auto [rank, world] = name.split("of");
-  auto digits = [](llvm::StringRef s) {
-    return !s.empty() && llvm::all_of(s, llvm::isDigit);
-  };
-  return digits(rank) && digits(world);
-}
-
-/// Succeeds only if the non-empty directory `dir` is provably an earlier
-/// output of ppc split holding nothing else: a manifest.json that loads as
-/// a ppc manifest, and besides it only regular files the manifest names as
-/// stage files and the meta caches of runs. Anything else is the user's
-/// and must not be deleted by replacing `dir`.
-static llvm::Error checkEarlierOutput(llvm::StringRef dir) {
-  auto refuse = [&](const llvm::Twine &why) {
-    return makeError("output directory '" + dir + "' " + why +
-                     "; refusing to replace it");
-  };
-  llvm::SmallString<256> manifestPath(dir);
-  llvm::sys::path::append(manifestPath, "manifest.json");
-  if (!llvm::sys::fs::exists(manifestPath))
-    return refuse("is not empty and holds no manifest.json");
-  auto manifest = Manifest::load(manifestPath);
-  if (!manifest) {
-    // The loader's reason is about the file's contents; what matters here
-    // is that nothing proves the directory is ppc's.
-    llvm::consumeError(manifest.takeError());
-    return refuse("holds a manifest.json that ppc cannot read as a manifest");
-  }
-  std::set<std::string> named{"manifest.json"};
-  for (const StageInfo &s : manifest->stages)
-    named.insert(s.file);
-  std::error_code ec;
-  for (llvm::sys::fs::directory_iterator it(dir, ec, /*follow=*/false), end;
-       it != end && !ec; it.increment(ec)) {
-    std::string name = llvm::sys::path::filename(it->path()).str();
-    if (!named.count(name) && !isMetaCacheName(name))
-      return refuse("holds '" + name +
-                    "', which is not part of the earlier ppc output there");
-    auto status = it->status();
-    if (!status || status->type() != llvm::sys::fs::file_type::regular_file)
-      return refuse("holds '" + name + "', which is not a regular file");
-  }
-  if (ec)
-    return makeError("cannot read output directory '" + dir +
-                     "': " + ec.message());
-  return llvm::Error::success();
-}
-
-/// Errors if the model file lies inside `dir` (at any depth): replacing
-/// the directory would delete the model the new manifest names.
-static llvm::Error checkNotHoldingModel(llvm::StringRef dir,
-                                        llvm::StringRef modelPath) {
-  llvm::SmallString<256> realDir, realModel;
-  if (llvm::sys::fs::real_path(dir, realDir) ||
-      llvm::sys::fs::real_path(modelPath, realModel))
-    return llvm::Error::success();      // No such directory: it holds nothing.
-  llvm::sys::path::append(realDir, ""); // a trailing separator
-  if (llvm::StringRef(realModel).startswith(realDir))
-    return makeError("output directory '" + dir + "' holds the model '" +
-                     modelPath + "'; write the stages to another directory");
-  return llvm::Error::success();
-}
-
 /// Step 5: writes the stage files, records their hashes in `m`, and writes
 /// the manifest, all into a directory that replaces OUTDIR at the end.
 static llvm::Error writeOutput(const CompileOptions &options,
                                std::vector<CompiledStage> &built, Manifest &m) {
   return buildDirectoryAtomically(
-      options.outDir, checkEarlierOutput,
+      options.outDir,
+      [](llvm::StringRef dir) { return checkEarlierOutput(dir); },
       [&](llvm::StringRef tmp) -> llvm::Error {
         for (size_t s = 0; s < built.size(); ++s) {
           llvm::SmallString<256> path(tmp);
@@ -365,7 +299,10 @@ static llvm::Error writeOutput(const CompileOptions &options,
 llvm::Expected<CompileResult> compileModel(const CompileOptions &options) {
   if (llvm::Error err = checkOptions(options))
     return err;
-  if (llvm::Error err = checkNotHoldingModel(options.outDir, options.modelPath))
+  OutputGuard guard;
+  guard.keep(options.modelPath, "the model");
+  if (llvm::Error err =
+          guard.claimDirectory("output directory", options.outDir))
     return err;
   auto model = loadPrepared(options.modelPath);
   if (!model)

@@ -260,7 +260,7 @@ class JoinErrorsTest(unittest.TestCase):
     def test_output_is_a_stage_or_the_original(self):
         model, manifest_path = self.split_copy()
         stage = os.path.join(self.out, "stage_1.pt")
-        self.assert_fails(manifest_path, "the output '%s' is stage 1 file" % stage, output=stage)
+        self.assert_fails(manifest_path, "the output '%s' is the file of stage 1; refusing to overwrite it$" % stage, output=stage)
         self.assert_fails(manifest_path, "the output '%s' is the original model" % model,
                           output=model)
         ppc("verify", model, manifest_path, "--input", model_path("mlp", ".input.pt"))

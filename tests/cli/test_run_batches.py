@@ -211,8 +211,8 @@ class RunBatchesTest(unittest.TestCase):
             self.run_fails(self.mlp, inp, out, f"--output '{out}' is the input directory; "
                            "refusing to overwrite it", failing=(0, 1))
         manifest_dir = os.path.dirname(self.mlp)
-        self.run_fails(self.mlp, inp, manifest_dir, f"--output '{manifest_dir}' is the "
-                       "manifest's directory; refusing to overwrite it", failing=(0, 1))
+        self.run_fails(self.mlp, inp, manifest_dir, f"--output '{manifest_dir}' holds the "
+                       f"manifest ('{self.mlp}'); refusing to overwrite it", failing=(0, 1))
         file_out = self.save(self.x, "file.pt")
         self.run_fails(self.mlp, inp, file_out, f"--output '{file_out}' is not a directory; "
                        f"the input '{inp}' is one", failing=(0, 1))

@@ -181,16 +181,16 @@ class SplitErrorsTest(unittest.TestCase):
                 shutil.copy(model_path("mlp"), model)
                 before = self.snapshot(self.out)
                 self.expect_error(["split", model, "-o", self.out, "--stages", 2],
-                                  f"output directory '{self.out}' holds the model '{model}'; write "
-                                  "the stages to another directory")
+                                  f"output directory '{self.out}' holds the model ('{model}'); "
+                                  "refusing to overwrite it")
                 self.assertEqual(self.snapshot(self.out), before)
                 shutil.rmtree(self.out)
         # Even an earlier ppc output that holds the model (copied in by hand).
         ppc("split", model_path("mlp"), "-o", self.out, "--stages", 2)
         model = os.path.join(self.out, "stage_0.pt")
         self.expect_error(["split", model, "-o", self.out, "--stages", 2],
-                          f"output directory '{self.out}' holds the model '{model}'; write "
-                          "the stages to another directory")
+                          f"output directory '{self.out}' holds the model ('{model}'); "
+                          "refusing to overwrite it")
 
     def test_replaces_earlier_output_atomically(self):
         ppc("split", model_path("mlp"), "-o", self.out, "--stages", 3)

@@ -200,7 +200,8 @@ class TrainTest(unittest.TestCase):
         # --save may not overwrite the stages being trained.
         bad = self.mlp(4, "--steps", "1", "--no-meta-cache", "--save",
                        os.path.dirname(manifest))
-        self.assert_fails(bad, "is the directory of the manifest being trained")
+        self.assert_fails(bad, f"--save '{os.path.dirname(manifest)}' holds the manifest "
+                          f"('{manifest}'); refusing to overwrite it")
 
     def test_trace(self):
         # --trace: one Chrome trace from rank 0 with every rank's actions, a

@@ -2,6 +2,7 @@
 #include "tools/ppc/Commands.h"
 
 #include "lib/FileUtil.h"
+#include "lib/OutputGuard.h"
 #include "lib/Manifest.h"
 
 #include "llvm/ADT/StringExtras.h"
@@ -98,6 +99,12 @@ Command addInspectCommand(CLI::App &parent) {
             auto m = Manifest::load(*manifestPath);
             if (!m)
               return m.takeError();
+            if (!dotPath->empty()) {
+              OutputGuard guard;
+              keepManifestFiles(guard, *manifestPath);
+              if (llvm::Error err = guard.claimFile("--dot", *dotPath))
+                return err;
+            }
             printTable(*m, llvm::outs());
             if (!dotPath->empty()) {
               if (llvm::Error err =

@@ -11,9 +11,8 @@
 
 #include "lib/Error.h"
 #include "lib/Manifest.h"
-#include "lib/Stage.h"
+#include "lib/OutputGuard.h"
 #include "lib/TensorIO.h"
-#include "runtime/MetaCache.h"
 #include "runtime/Microbatch.h"
 
 #include "llvm/ADT/SmallString.h"
@@ -37,43 +36,19 @@ double msSince(Clock::time_point start) {
       .count();
 }
 
-/// Whether `a` and `b` name the same file, or would once written: the same
-/// existing file (links and other spellings included), or the same name in
-/// the same real directory.
-bool sameFile(llvm::StringRef a, llvm::StringRef b) {
-  bool same = false;
-  if (!llvm::sys::fs::equivalent(a, b, same))
-    return same;
-  auto location = [](llvm::StringRef path) {
-    llvm::SmallString<256> dir, real;
-    dir = llvm::sys::path::parent_path(path);
-    if (dir.empty())
-      dir = ".";
-    if (llvm::sys::fs::real_path(dir, real))
-      return std::string();
-    llvm::sys::path::append(real, llvm::sys::path::filename(path));
-    return std::string(real);
-  };
-  std::string la = location(a);
-  return !la.empty() && la == location(b);
-}
-
-/// Refuses an --output that would replace a file the run reads or keeps:
-/// the input, the manifest, a stage file or a meta cache file; for a
-/// directory input, an output directory that is the input directory or
-/// holds the manifest or a stage file (output files are named after input
-/// files). Every rank checks (before meeting the others), so all fail alike
-/// and at once.
-llvm::Error checkOutputPath(llvm::StringRef manifestPath,
-                            llvm::StringRef inputPath,
-                            llvm::StringRef outputPath, const LaunchEnv &env,
-                            const RunOptions &options) {
-  auto refuse = [&](const llvm::Twine &what) {
-    return makeError("--output '" + outputPath + "' is " + what +
-                     "; refusing to overwrite it");
-  };
+/// Refuses outputs that would replace what the run reads or keeps (the
+/// manifest, its stage files and model, meta caches, the input, the user
+/// metadata, the other output) before any work: OutputGuard. A directory
+/// input's output is a directory receiving files named after the input's,
+/// so it must hold nothing kept. Every rank checks (before meeting the
+/// others), so all fail alike and at once.
+llvm::Error checkOutputPaths(llvm::StringRef manifestPath,
+                             llvm::StringRef inputPath,
+                             llvm::StringRef outputPath,
+                             const RunOptions &options) {
   // A rank that does not read inputs may not see them (another host): the
-  // output rank checks again once the input root has described them.
+  // output rank checks the form again once the input root has described
+  // them.
   bool directory = llvm::sys::fs::is_directory(inputPath);
   if (llvm::sys::fs::exists(inputPath) && llvm::sys::fs::exists(outputPath) &&
       directory != llvm::sys::fs::is_directory(outputPath))
@@ -81,33 +56,22 @@ llvm::Error checkOutputPath(llvm::StringRef manifestPath,
                      (directory ? "not a directory" : "a directory") +
                      "; the input '" + inputPath + "' is " +
                      (directory ? "one" : "not"));
-  if (sameFile(outputPath, inputPath))
-    return refuse(directory ? "the input directory" : "the input file");
-  if (sameFile(outputPath, manifestPath))
-    return refuse("the manifest");
-  if (directory && sameFile(outputPath, manifestDirectory(manifestPath)))
-    return refuse("the manifest's directory");
-  std::string cacheDir = metaCacheDirOf(options, manifestPath);
-  for (int r = 0; r < env.worldSize; ++r)
-    if (sameFile(outputPath, MetaCache::filePath(cacheDir, r, env.worldSize)))
-      return refuse("a meta cache file");
-  // A manifest that does not load is reported by Pipeline::create.
-  auto manifest = Manifest::load(manifestPath);
-  if (!manifest) {
-    llvm::consumeError(manifest.takeError());
-    return llvm::Error::success();
+  OutputGuard guard;
+  keepManifestFiles(guard, manifestPath, metaCacheDirOf(options, manifestPath));
+  if (directory) {
+    guard.keep(inputPath, "the input directory");
+    guard.keepMatching(
+        inputPath, [](llvm::StringRef name) { return name.endswith(".pt"); },
+        "an input file");
+  } else {
+    guard.keep(inputPath, "the input file");
   }
-  std::string dir = manifestDirectory(manifestPath);
-  for (const StageInfo &stage : manifest->stages) {
-    llvm::SmallString<256> path(dir);
-    llvm::sys::path::append(path, stage.file);
-    if (sameFile(outputPath, path))
-      return refuse(llvm::formatv("the file of stage {0}", stage.index));
-    if (directory &&
-        sameFile(outputPath, llvm::sys::path::parent_path(path.str())))
-      return refuse(
-          llvm::formatv("the directory of the file of stage {0}", stage.index));
-  }
+  guard.keep(options.inputMetaPath, "the --input-meta file");
+  if (llvm::Error err = directory ? guard.claimDirectory("--output", outputPath)
+                                  : guard.claimFile("--output", outputPath))
+    return err;
+  if (!options.tracePath.empty())
+    return guard.claimFile("--trace", options.tracePath);
   return llvm::Error::success();
 }
 
@@ -400,7 +364,7 @@ runPipelineFiles(llvm::StringRef manifestPath, llvm::StringRef inputPath,
         llvm::formatv("--repeat {0} is not in 1..{1}", repeat, kMaxRepeat)
             .str());
   if (llvm::Error err =
-          checkOutputPath(manifestPath, inputPath, outputPath, env, options))
+          checkOutputPaths(manifestPath, inputPath, outputPath, options))
     return err;
   auto created = Pipeline::create(manifestPath, env, options);
   if (!created)

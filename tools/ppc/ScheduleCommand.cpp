@@ -12,6 +12,7 @@
 
 #include "lib/Error.h"
 #include "lib/FileUtil.h"
+#include "lib/OutputGuard.h"
 #include "lib/SafeRead.h"
 #include "runtime/Schedule.h"
 #include "tools/ppc/RuntimeFlags.h"
@@ -190,6 +191,14 @@ static llvm::Expected<int> runSchedule(const ScheduleOptions &o) {
   if (!o.csvIn.empty() && !o.placement.empty())
     return makeError("ppc schedule --from-csv places the stages as the file "
                      "does; it takes no --placement");
+  if (!o.csvOut.empty()) {
+    OutputGuard guard;
+    if (!o.manifest.empty())
+      keepManifestFiles(guard, o.manifest);
+    guard.keep(o.csvIn, "the --from-csv file");
+    if (llvm::Error err = guard.claimFile("--csv", o.csvOut))
+      return err;
+  }
   std::optional<Manifest> manifest;
   int stages = o.stages;
   if (!o.manifest.empty()) {

@@ -7,6 +7,7 @@
 #include "tools/ppc/Commands.h"
 
 #include "lib/FileUtil.h"
+#include "lib/OutputGuard.h"
 #include "runtime/Trace.h"
 
 #include "llvm/Support/raw_ostream.h"
@@ -35,6 +36,10 @@ static llvm::Expected<int> runSummary(const TraceArgs &args) {
 }
 
 static llvm::Expected<int> runPlot(const TraceArgs &args) {
+  OutputGuard guard;
+  guard.keep(args.plotPath, "the trace");
+  if (llvm::Error err = guard.claimFile("--output", args.outputPath))
+    return err;
   auto timeline = readTraceFile(args.plotPath);
   if (!timeline)
     return timeline.takeError();
