@@ -3,7 +3,9 @@
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringRef.h"
+#include "llvm/Support/FormatVariadic.h"
 
 #include <optional>
 
@@ -71,6 +73,19 @@ torchScriptCause(llvm::StringRef message) {
     return line;
   }
   return std::nullopt;
+}
+
+std::string printableBytes(llvm::StringRef raw, size_t max) {
+  std::string out;
+  for (char c : raw.take_front(max)) {
+    if (llvm::isPrint(c))
+      out += c;
+    else
+      out += llvm::formatv("\\x{0:x-2}", static_cast<unsigned char>(c)).str();
+  }
+  if (raw.size() > max)
+    out += "...";
+  return out;
 }
 
 std::string firstLine(const std::string &message) {

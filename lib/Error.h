@@ -81,6 +81,11 @@ llvm::Error withContext(llvm::Error err, const llvm::Twine &context);
 /// ("mat1 and mat2 shapes cannot be multiplied (2x5 and 3x4)").
 std::string firstLine(const std::string &message);
 
+/// Untrusted bytes (a file's, a peer's) as a message may show them: at most
+/// `max` bytes, each one that is not printable ASCII as \xHH, "..." after a
+/// cut, so that they never reach a terminal raw or break the one line.
+std::string printableBytes(llvm::StringRef raw, size_t max = 64);
+
 /// Runs `fn`, turning any exception it throws into an llvm::Error whose
 /// message starts with `what` (e.g. "cannot load 'm.pt'"). `fn` returns
 /// either void (torchCall returns llvm::Error) or a value T (torchCall

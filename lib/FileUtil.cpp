@@ -10,6 +10,19 @@
 #include "llvm/Support/SHA256.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <atomic>
+#include <cerrno>
+#include <climits>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+
+#include <fcntl.h>
+#include <ftw.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 namespace ppc {
 
 std::string sha256Hex(llvm::StringRef bytes) {
@@ -86,65 +99,295 @@ llvm::Error writeFileAtomically(
   return llvm::Error::success();
 }
 
-llvm::Error buildDirectoryAtomically(
-    llvm::StringRef dir,
-    const std::function<llvm::Error(llvm::StringRef dir)> &replaceable,
-    const std::function<llvm::Error(llvm::StringRef tmpDir)> &fill) {
-  bool exists = llvm::sys::fs::exists(dir);
-  if (exists) {
-    if (!llvm::sys::fs::is_directory(dir))
-      return makeError("output directory '" + dir +
-                       "' exists and is not a directory");
-    std::error_code ec;
-    llvm::sys::fs::directory_iterator it(dir, ec), end;
-    if (ec)
-      return makeError("cannot read output directory '" + dir +
-                       "': " + ec.message());
-    if (it != end)
-      if (llvm::Error err = replaceable(dir))
-        return err;
-  }
+namespace {
 
+/// This host, as staged directories' names carry it: 8 hex digits of the
+/// SHA-256 of its name.
+std::string hostTag() {
+  char name[256] = {};
+  if (gethostname(name, sizeof name - 1) != 0)
+    std::strcpy(name, "unknown");
+  return sha256Hex(name).substr(0, 8);
+}
+
+/// ".tmp-HOST-PID": what the name of a staged directory adds to its
+/// destination's, before createUniqueDirectory's "-XXXXXX".
+std::string stagedSuffix() {
+  return ".tmp-" + hostTag() + "-" + std::to_string(::getpid());
+}
+
+/// Removes the tree at `path` without following links; safe to call from
+/// a signal handler in practice (nftw, unlink, rmdir).
+int removeEntry(const char *path, const struct stat *, int flag, struct FTW *) {
+  if (flag == FTW_DP)
+    ::rmdir(path);
+  else
+    ::unlink(path);
+  return 0;
+}
+void removeTree(const char *path) {
+  ::nftw(path, removeEntry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/// The staged directories a signal must remove: a fixed table, so that the
+/// handler reads it without locks or allocation.
+constexpr int kMaxStaged = 16;
+char stagedPaths[kMaxStaged][PATH_MAX];
+std::atomic<bool> stagedInUse[kMaxStaged];
+constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP};
+struct sigaction previousActions[3];
+std::once_flag handlersInstalled;
+
+void onSignal(int sig) {
+  for (int i = 0; i < kMaxStaged; ++i)
+    if (stagedInUse[i].load())
+      removeTree(stagedPaths[i]);
+  // Whatever ran before (LLVM's own file removal, or the default action)
+  // then ends the process as the signal means to.
+  for (int i = 0; i < 3; ++i)
+    if (kSignals[i] == sig)
+      ::sigaction(sig, &previousActions[i], nullptr);
+  ::raise(sig);
+}
+
+void installHandlers() {
+  std::call_once(handlersInstalled, [] {
+    struct sigaction action = {};
+    action.sa_handler = onSignal;
+    sigemptyset(&action.sa_mask);
+    for (int i = 0; i < 3; ++i)
+      ::sigaction(kSignals[i], &action, &previousActions[i]);
+  });
+}
+
+int registerStaged(const std::string &path) {
+  if (path.size() >= PATH_MAX)
+    return -1;
+  installHandlers();
+  for (int i = 0; i < kMaxStaged; ++i) {
+    if (stagedInUse[i].load())
+      continue;
+    std::memcpy(stagedPaths[i], path.c_str(), path.size() + 1);
+    stagedInUse[i].store(true);
+    return i;
+  }
+  return -1;
+}
+
+void unregisterStaged(const std::string &path) {
+  for (int i = 0; i < kMaxStaged; ++i)
+    if (stagedInUse[i].load() && path == stagedPaths[i])
+      stagedInUse[i].store(false);
+}
+
+/// fsyncs `path` (a file or a directory). Errors name it.
+llvm::Error syncPath(llvm::StringRef path) {
+  std::string p = path.str();
+  int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return makeError("cannot sync '" + path + "': " + std::strerror(errno));
+  int rc = ::fsync(fd);
+  int err = errno;
+  ::close(fd);
+  if (rc != 0)
+    return makeError("cannot sync '" + path + "': " + std::strerror(err));
+  return llvm::Error::success();
+}
+
+/// fsyncs every file and directory of the tree at `root`.
+llvm::Error syncTree(llvm::StringRef root) {
+  std::error_code ec;
+  for (llvm::sys::fs::recursive_directory_iterator it(root, ec), end;
+       !ec && it != end; it.increment(ec))
+    if (llvm::Error err = syncPath(it->path()))
+      return err;
+  if (ec)
+    return makeError("cannot read '" + root + "': " + ec.message());
+  return syncPath(root);
+}
+
+/// Removes the staged directories beside `absDir` that a killed process of
+/// this host left: those whose name (stagedSuffix()) names a process of
+/// this host that no longer exists.
+void removeStale(llvm::StringRef absDir) {
+  llvm::StringRef parent = llvm::sys::path::parent_path(absDir);
+  std::string prefix =
+      (llvm::sys::path::filename(absDir) + ".tmp-" + hostTag() + "-").str();
+  std::error_code ec;
+  for (llvm::sys::fs::directory_iterator it(parent, ec, /*follow=*/false),
+       end;
+       !ec && it != end; it.increment(ec)) {
+    llvm::StringRef name = llvm::sys::path::filename(it->path());
+    if (!name.consume_front(prefix))
+      continue;
+    long pid = 0;
+    llvm::StringRef digits = name.take_while(llvm::isDigit);
+    name = name.drop_front(digits.size());
+    if (digits.getAsInteger(10, pid) || pid <= 0 || !name.startswith("-") ||
+        name.size() != 7)
+      continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH)
+      continue;
+    llvm::sys::fs::remove_directories(it->path());
+  }
+}
+
+} // namespace
+
+llvm::Expected<bool> isNonEmptyDirectory(llvm::StringRef dir) {
+  if (!llvm::sys::fs::exists(dir))
+    return false;
+  if (!llvm::sys::fs::is_directory(dir))
+    return makeError("output directory '" + dir +
+                     "' exists and is not a directory");
+  std::error_code ec;
+  llvm::sys::fs::directory_iterator it(dir, ec), end;
+  if (ec)
+    return makeError("cannot read output directory '" + dir +
+                     "': " + ec.message());
+  return it != end;
+}
+
+StagedDirectory::StagedDirectory(std::string name, std::string dir,
+                                 std::string path)
+    : name_(std::move(name)), dir_(std::move(dir)), path_(std::move(path)) {
+  registerStaged(path_);
+}
+
+StagedDirectory::StagedDirectory(StagedDirectory &&other) noexcept
+    : name_(std::move(other.name_)), dir_(std::move(other.dir_)),
+      path_(std::move(other.path_)), done_(other.done_) {
+  other.done_ = true;
+}
+
+StagedDirectory::~StagedDirectory() { discard(); }
+
+void StagedDirectory::discard() {
+  if (done_)
+    return;
+  done_ = true;
+  llvm::sys::fs::remove_directories(path_);
+  unregisterStaged(path_);
+}
+
+llvm::Error StagedDirectory::renamed(llvm::Error err, llvm::StringRef path,
+                                     llvm::StringRef dir) {
+  if (!err || path.empty())
+    return err;
+  std::string message = llvm::toString(std::move(err));
+  std::string out;
+  llvm::StringRef rest(message);
+  for (size_t at; (at = rest.find(path)) != llvm::StringRef::npos;) {
+    out += rest.take_front(at).str() + dir.str();
+    rest = rest.drop_front(at + path.size());
+  }
+  return makeError(out + rest.str());
+}
+
+llvm::Error StagedDirectory::renamed(llvm::Error err) const {
+  return renamed(std::move(err), path_, name_);
+}
+
+llvm::Expected<StagedDirectory> StagedDirectory::create(llvm::StringRef dir) {
   llvm::SmallString<256> absDir(dir);
   llvm::sys::fs::make_absolute(absDir);
+  llvm::sys::path::remove_dots(absDir, /*remove_dot_dot=*/true);
   llvm::StringRef parent = llvm::sys::path::parent_path(absDir);
   if (std::error_code ec = llvm::sys::fs::create_directories(parent))
     return makeError("cannot create output directory '" + dir +
                      "': " + ec.message());
-
-  llvm::SmallString<256> tmp(absDir);
-  tmp += ".tmp-%%%%%%";
+  removeStale(absDir);
+  llvm::SmallString<256> model(absDir);
+  model += stagedSuffix();
   llvm::SmallString<256> tmpDir;
-  if (std::error_code ec = llvm::sys::fs::createUniqueDirectory(tmp, tmpDir))
+  if (std::error_code ec =
+          llvm::sys::fs::createUniqueDirectory(model, tmpDir))
     return makeError("cannot create output directory '" + dir +
                      "': " + ec.message());
-  // createUniqueDirectory appends its own suffix to the model; keep it.
+  // createUniqueDirectory appends "-" and 6 random characters.
+  StagedDirectory staged(dir.str(), std::string(absDir), std::string(tmpDir));
+  // It is created for its owner and group only; give it the mode any new
+  // directory gets (0777 less the umask), which it keeps once switched in.
+  if (std::error_code ec = llvm::sys::fs::setPermissions(
+          tmpDir, static_cast<llvm::sys::fs::perms>(
+                      llvm::sys::fs::all_all & ~llvm::sys::fs::getUmask())))
+    return makeError("cannot create output directory '" + dir +
+                     "': " + ec.message());
+  return staged;
+}
 
-  llvm::Error err = fill(tmpDir);
-  if (!err && exists) {
-    llvm::SmallString<256> old(absDir);
-    old += ".old-%%%%%%";
+llvm::Error StagedDirectory::commit(
+    const std::function<llvm::Error(llvm::StringRef dir)> &replaceable) {
+  auto fail = [&](const llvm::Twine &why) {
+    discard();
+    return makeError("cannot replace '" + name_ + "': " + why);
+  };
+  auto nonEmpty = isNonEmptyDirectory(name_);
+  if (!nonEmpty) {
+    discard();
+    return nonEmpty.takeError();
+  }
+  if (*nonEmpty)
+    if (llvm::Error err = replaceable(name_)) {
+      discard();
+      return err;
+    }
+  if (llvm::Error err = syncTree(path_)) {
+    discard();
+    return renamed(std::move(err));
+  }
+  if (!*nonEmpty) {
+    // An empty directory is replaced by rename itself.
+    if (std::error_code ec = llvm::sys::fs::rename(path_, dir_))
+      return fail(ec.message());
+  } else if (::renameat2(AT_FDCWD, path_.c_str(), AT_FDCWD, dir_.c_str(),
+                         RENAME_EXCHANGE) == 0) {
+    // path_ now holds the old contents.
+    llvm::sys::fs::remove_directories(path_);
+  } else if (errno == EINVAL || errno == ENOSYS) {
+    // No exchange on this filesystem: move the old aside, then the new in.
+    // Named as staged directories are, so that it is removed as stale if
+    // this process dies before removing it.
+    llvm::SmallString<256> old(dir_);
+    old += stagedSuffix();
     llvm::SmallString<256> oldDir;
     if (std::error_code ec = llvm::sys::fs::createUniqueDirectory(old, oldDir))
-      err = makeError("cannot replace '" + dir + "': " + ec.message());
-    else if (std::error_code ec2 = llvm::sys::fs::rename(absDir, oldDir))
-      err = makeError("cannot replace '" + dir + "': " + ec2.message());
-    else if (std::error_code ec3 = llvm::sys::fs::rename(tmpDir, absDir)) {
-      llvm::sys::fs::rename(oldDir, absDir);
-      err = makeError("cannot replace '" + dir + "': " + ec3.message());
-    } else {
+      return fail(ec.message());
+    if (std::error_code ec = llvm::sys::fs::rename(dir_, oldDir)) {
       llvm::sys::fs::remove_directories(oldDir);
-      return llvm::Error::success();
+      return fail(ec.message());
+    }
+    if (std::error_code ec = llvm::sys::fs::rename(path_, dir_)) {
+      llvm::sys::fs::rename(oldDir, dir_);
+      return fail(ec.message());
     }
     llvm::sys::fs::remove_directories(oldDir);
-  } else if (!err) {
-    if (std::error_code ec = llvm::sys::fs::rename(tmpDir, absDir))
-      err = makeError("cannot create output directory '" + dir +
-                      "': " + ec.message());
+  } else {
+    return fail(std::strerror(errno));
   }
-  if (err)
-    llvm::sys::fs::remove_directories(tmpDir);
-  return err;
+  done_ = true;
+  unregisterStaged(path_);
+  if (llvm::Error err = syncPath(llvm::sys::path::parent_path(dir_)))
+    return err;
+  return llvm::Error::success();
+}
+
+llvm::Error buildDirectoryAtomically(
+    llvm::StringRef dir,
+    const std::function<llvm::Error(llvm::StringRef dir)> &replaceable,
+    const std::function<llvm::Error(llvm::StringRef tmpDir)> &fill) {
+  auto nonEmpty = isNonEmptyDirectory(dir);
+  if (!nonEmpty)
+    return nonEmpty.takeError();
+  if (*nonEmpty)
+    if (llvm::Error err = replaceable(dir))
+      return err;
+  auto staged = StagedDirectory::create(dir);
+  if (!staged)
+    return staged.takeError();
+  if (llvm::Error err = fill(staged->path()))
+    return staged->renamed(std::move(err));
+  return staged->commit(replaceable);
 }
 
 } // namespace ppc

@@ -41,18 +41,70 @@ llvm::Error writeFileAtomically(
     llvm::StringRef path,
     const std::function<llvm::Error(llvm::raw_ostream &)> &write);
 
-/// Builds directory `dir` atomically: `fill` populates a fresh temporary
-/// directory beside `dir`, which then replaces `dir`. An existing `dir` is
-/// replaced only if it is empty or `replaceable(dir)` succeeds (the caller
-/// proves it holds nothing but an earlier output); otherwise that error is
-/// returned, so ppc never deletes a user's files. Errors: `dir` exists and
-/// is not a directory or cannot be listed, `replaceable`'s, `fill`'s, and
-/// failures to create or rename directories. On any error the temporary
+/// A directory built beside its destination and switched in whole:
+///   1. create(dir) makes "DIR.tmp-HOST-PID-XXXXXX" beside `dir` (creating
+///      `dir`'s parents): its name says which process of which host (HOST:
+///      a hash of the host name) stages it. It first removes the staged
+///      directories beside `dir` that a process of this host left behind
+///      when it was killed (their PID no longer exists).
+///   2. The caller fills path(), possibly from several processes.
+///   3. commit() syncs the files to disk and switches the directory in: if
+///      `dir` exists and is not empty, `replaceable(dir)` must succeed (the
+///      caller proves it holds only an earlier output), and the two are
+///      exchanged in one atomic step (renameat2 RENAME_EXCHANGE; two renames
+///      where the filesystem cannot exchange), after which the old contents
+///      are removed; otherwise path() is renamed to `dir`.
+/// So a reader of `dir` sees the old whole directory or the new whole one,
+/// whenever the writer dies. Until commit() succeeds, the destructor,
+/// discard() and SIGINT, SIGTERM or SIGHUP remove the staged directory;
+/// after SIGKILL it stays, for the next create() beside `dir` to remove.
+class StagedDirectory {
+public:
+  static llvm::Expected<StagedDirectory> create(llvm::StringRef dir);
+  /// As renamed(), for a staged directory `path` of destination `dir` that
+  /// this process does not own (another rank's).
+  static llvm::Error renamed(llvm::Error err, llvm::StringRef path,
+                             llvm::StringRef dir);
+  StagedDirectory(StagedDirectory &&other) noexcept;
+  StagedDirectory &operator=(StagedDirectory &&) = delete;
+  ~StagedDirectory();
+
+  /// The staged directory (absolute).
+  const std::string &path() const { return path_; }
+  /// Errors, each naming `dir`: it exists and is not a directory,
+  /// `replaceable`'s, a sync or rename that fails. On error the staged
+  /// directory is removed and `dir` is as it was.
+  llvm::Error
+  commit(const std::function<llvm::Error(llvm::StringRef dir)> &replaceable);
+  /// Removes the staged directory now (nothing once committed).
+  void discard();
+  /// `err` with each mention of path() replaced by the destination as
+  /// given, so that messages name files where the user will look for them
+  /// ("cannot write 'out/stage_0.pt': No space left on device").
+  llvm::Error renamed(llvm::Error err) const;
+
+private:
+  StagedDirectory(std::string name, std::string dir, std::string path);
+  /// `dir` as given (for messages), absolute, and the staged directory.
+  std::string name_, dir_, path_;
+  bool done_ = false;
+};
+
+/// Builds directory `dir` atomically with a StagedDirectory: `fill`
+/// populates it, then it replaces `dir`. An existing non-empty `dir` is
+/// checked with `replaceable` before `fill` runs and again at the switch,
+/// so ppc never deletes a user's files. Errors: `dir` exists and is not a
+/// directory or cannot be listed, `replaceable`'s, `fill`'s, and failures
+/// to create, sync or rename directories. On any error the staged
 /// directory is removed and `dir` is left as it was.
 llvm::Error buildDirectoryAtomically(
     llvm::StringRef dir,
     const std::function<llvm::Error(llvm::StringRef dir)> &replaceable,
     const std::function<llvm::Error(llvm::StringRef tmpDir)> &fill);
+
+/// Whether `dir` exists and holds at least one entry. Errors: it exists
+/// and is not a directory, or cannot be listed.
+llvm::Expected<bool> isNonEmptyDirectory(llvm::StringRef dir);
 
 } // namespace ppc
 

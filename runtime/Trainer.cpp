@@ -10,6 +10,8 @@
 
 #include "lib/Error.h"
 #include "lib/FileUtil.h"
+#include "lib/Manifest.h"
+#include "lib/OutputGuard.h"
 #include "lib/SafeRead.h"
 #include "lib/TensorIO.h"
 #include "runtime/Collectives.h"
@@ -29,6 +31,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <sstream>
 
 namespace ppc {
@@ -191,7 +194,8 @@ Trainer::create(llvm::StringRef manifestPath, const LaunchEnv &env,
   if (!(options.weightDecay >= 0) || !std::isfinite(options.weightDecay))
     return makeOptionError("weightDecay", number(options.weightDecay) +
                                               " must not be negative");
-  std::string csv;
+  // A given CSV is run even when empty: its reader says why it cannot be.
+  std::optional<std::string> csv;
   if (!options.scheduleCSVPath.empty()) {
     auto text = readFileBounded(options.scheduleCSVPath, kMaxScheduleCSVBytes,
                                 "schedule CSV");
@@ -199,7 +203,7 @@ Trainer::create(llvm::StringRef manifestPath, const LaunchEnv &env,
       return text.takeError();
     csv = (*text)->getBuffer().str();
   }
-  if (options.autoSchedule && !csv.empty())
+  if (options.autoSchedule && csv)
     return makeError("--schedule auto picks a schedule; --schedule-csv gives "
                      "one: use one of them");
   std::string scheduleNote;
@@ -223,19 +227,17 @@ Trainer::create(llvm::StringRef manifestPath, const LaunchEnv &env,
     // A schedule CSV places each stage on the rank whose row runs it; a
     // named schedule on its own placement (Schedules.def).
     int numStages = static_cast<int>(manifest.stages.size());
-    auto placement = csv.empty()
-                         ? Placement::create(numStages, worldSize,
-                                             schedulePlacement(run.schedule))
-                         : placementFromCSV(csv, numStages, worldSize,
-                                            options.scheduleCSVPath);
+    auto placement = !csv ? Placement::create(numStages, worldSize,
+                                              schedulePlacement(run.schedule))
+                          : placementFromCSV(*csv, numStages, worldSize,
+                                             options.scheduleCSVPath);
     if (!placement)
       return placement.takeError();
-    auto schedule = csv.empty()
-                        ? buildTrainingSchedule(manifest, *placement,
-                                                run.schedule, run.microbatches)
-                        : trainingScheduleFromCSV(manifest, *placement, csv,
-                                                  run.microbatches,
-                                                  options.scheduleCSVPath);
+    auto schedule = !csv ? buildTrainingSchedule(manifest, *placement,
+                                                 run.schedule, run.microbatches)
+                         : trainingScheduleFromCSV(manifest, *placement, *csv,
+                                                   run.microbatches,
+                                                   options.scheduleCSVPath);
     if (!schedule)
       return schedule.takeError();
     return JobPlan{std::move(*schedule), loss};
@@ -360,83 +362,215 @@ llvm::Error Trainer::saveGradients(llvm::StringRef path) const {
   return saveValue(path, c10::IValue(std::move(*grads)));
 }
 
+llvm::Error Trainer::checkSameData(llvm::StringRef digest) {
+  RankContext &ctx = *impl_->ctx;
+  std::vector<std::string> digests;
+  if (llvm::Error err = gatherBytes(ctx.transport(), digest.str(), 0, digests,
+                                    "the training data's digest"))
+    return err;
+  std::string verdict;
+  if (ctx.rank() == 0) {
+    int first = -1;
+    for (int r = 0; r < static_cast<int>(digests.size()) && verdict.empty();
+         ++r) {
+      if (digests[r].empty())
+        continue;
+      if (first < 0)
+        first = r;
+      else if (digests[r] != digests[first])
+        verdict = llvm::formatv("the training data on rank {0} differs from "
+                                "the training data on rank {1} (sha256 {2} "
+                                "vs {3}); every rank must read the same data",
+                                r, first, printableBytes(digests[r], 12),
+                                printableBytes(digests[first], 12))
+                      .str();
+    }
+  }
+  if (llvm::Error err = broadcastBytes(ctx.transport(), verdict, 0,
+                                       "the training data's check"))
+    return err;
+  if (!verdict.empty())
+    return makeError(printableBytes(verdict, 400));
+  return llvm::Error::success();
+}
+
+/// The serialized stage files of this rank: index, file name and bytes.
+struct SavedStage {
+  int index;
+  std::string file, bytes;
+};
+
+/// A rank's part of a save, as gathered on rank 0: "ok\n" then one
+/// "INDEX SHA256" line per stage, or "error MESSAGE".
+static std::string encodeSaved(llvm::Error err,
+                               const std::vector<SavedStage> &saved) {
+  if (err)
+    return "error " + llvm::toString(std::move(err));
+  std::string out = "ok\n";
+  for (const SavedStage &stage : saved)
+    out += llvm::formatv("{0} {1}\n", stage.index, sha256Hex(stage.bytes));
+  return out;
+}
+
 llvm::Error Trainer::save(llvm::StringRef dir) {
   RankContext &ctx = *impl_->ctx;
-  std::string from = manifestDirectory(ctx.manifestPath());
-  bool same = false;
-  if (!llvm::sys::fs::equivalent(from, dir, same) && same)
-    return makeError("--save '" + dir +
-                     "' is the directory of the manifest being trained; "
-                     "choose another");
-  if (std::error_code ec = llvm::sys::fs::create_directories(dir))
-    return makeError("cannot create '" + dir + "': " + ec.message());
-
-  // Each rank writes its stages, in the mode they were saved in.
-  std::string lines;
-  for (auto &entry : ctx.stages()) {
-    // Named copies: lambdas cannot capture structured bindings in C++17.
-    int index = entry.first;
-    Stage &stage = entry.second;
-    const StageInfo &info = ctx.manifest().stages[index];
-    llvm::SmallString<256> path(dir);
-    llvm::sys::path::append(path, info.file);
-    if (std::error_code ec = llvm::sys::fs::create_directories(
-            llvm::sys::path::parent_path(path)))
-      return makeError("cannot create the directory of '" + path +
-                       "': " + ec.message());
-    // Saved from the CPU, so that the file loads on any machine (a module
-    // saved on CUDA names its device); to() keeps the parameters' identity,
-    // so the optimizer still holds them after moving back.
-    c10::Device device = ctx.device();
-    auto bytes = torchCall("cannot save stage " + std::to_string(index), [&] {
-      stage.executable().setTraining(impl_->savedTraining[index]);
-      if (!device.is_cpu())
-        stage.executable().to(c10::kCPU);
-      std::ostringstream os;
-      stage.executable().save(os);
-      if (!device.is_cpu())
-        stage.executable().to(device);
-      stage.executable().setTraining(true);
-      return os.str();
-    });
-    if (!bytes)
-      return bytes.takeError();
-    if (llvm::Error err = writeFileAtomically(path, [&](llvm::raw_ostream &os) {
-          os.write(bytes->data(), bytes->size());
-          return llvm::Error::success();
-        }))
+  const int rank = ctx.rank();
+  {
+    OutputGuard guard;
+    keepManifestFiles(guard, ctx.manifestPath(),
+                      metaCacheDirOf(ctx.options(), ctx.manifestPath()));
+    if (llvm::Error err = guard.claimDirectory("--save", dir))
       return err;
-    lines += llvm::formatv("{0} {1}\n", index, sha256Hex(*bytes)).str();
   }
+  auto replaceable = [](llvm::StringRef d) {
+    return checkEarlierOutput(d, "--save");
+  };
 
-  // Rank 0 collects every stage's hash and writes the manifest.
-  std::vector<std::string> shared;
-  if (llvm::Error err =
-          gatherBytes(ctx.transport(), lines, 0, shared, "the stage hashes"))
-    return err;
-  if (ctx.rank() == 0) {
-    Manifest trained = ctx.manifest();
-    for (int r = 0; r < ctx.env().worldSize; ++r) {
-      llvm::SmallVector<llvm::StringRef, 8> rows;
-      llvm::StringRef(shared[r]).split(rows, '\n', -1, false);
-      for (llvm::StringRef row : rows) {
-        auto [index, hash] = row.split(' ');
-        unsigned stage = 0;
-        if (index.getAsInteger(10, stage) || stage >= trained.stages.size() ||
-            hash.size() != 64)
-          return makeError(llvm::formatv("rank {0} sent a malformed stage "
-                                         "hash '{1}'",
-                                         r, row)
-                               .str());
-        trained.stages[stage].sha256 = hash.str();
-      }
+  // 1. Rank 0 stages a directory beside `dir` and tells every rank where.
+  std::optional<StagedDirectory> staged;
+  std::string where;
+  if (rank == 0) {
+    llvm::Error err = llvm::Error::success();
+    auto nonEmpty = isNonEmptyDirectory(dir);
+    if (!nonEmpty)
+      err = nonEmpty.takeError();
+    else if (*nonEmpty)
+      err = replaceable(dir);
+    if (!err) {
+      auto created = StagedDirectory::create(dir);
+      if (created)
+        staged.emplace(std::move(*created));
+      else
+        err = created.takeError();
     }
-    llvm::SmallString<256> path(dir);
-    llvm::sys::path::append(path, "manifest.json");
-    if (llvm::Error err = trained.save(path))
-      return err;
+    where = err ? "error " + llvm::toString(std::move(err))
+                : "ok " + staged->path();
   }
-  return barrier(ctx.transport());
+  if (llvm::Error err = broadcastBytes(ctx.transport(), where, 0,
+                                       "the directory of the save"))
+    return err;
+  llvm::StringRef whereRef(where);
+  if (whereRef.consume_front("error "))
+    return makeError(rank == 0 ? whereRef.str()
+                               : "rank 0 could not start the save: " + where);
+  if (!whereRef.consume_front("ok "))
+    return makeError("rank 0 sent a malformed save directory");
+  std::string tmp = whereRef.str();
+
+  // 2. Each rank writes its stages there, in the mode they were saved in,
+  // and reports their hashes (or why it could not) to rank 0.
+  std::vector<SavedStage> saved;
+  llvm::Error written = [&]() -> llvm::Error {
+    if (!llvm::sys::fs::is_directory(tmp))
+      return makeError(llvm::formatv("rank {0} does not see the save's "
+                                     "directory '{1}': every rank must save "
+                                     "into one shared directory",
+                                     rank, tmp)
+                           .str());
+    for (auto &entry : ctx.stages()) {
+      // Named copies: lambdas cannot capture structured bindings in C++17.
+      int index = entry.first;
+      Stage &stage = entry.second;
+      const StageInfo &info = ctx.manifest().stages[index];
+      // Saved from the CPU, so that the file loads on any machine (a module
+      // saved on CUDA names its device); to() keeps the parameters'
+      // identity, so the optimizer still holds them after moving back.
+      c10::Device device = ctx.device();
+      auto bytes = torchCall("cannot save stage " + std::to_string(index), [&] {
+        stage.executable().setTraining(impl_->savedTraining[index]);
+        if (!device.is_cpu())
+          stage.executable().to(c10::kCPU);
+        std::ostringstream os;
+        stage.executable().save(os);
+        if (!device.is_cpu())
+          stage.executable().to(device);
+        stage.executable().setTraining(true);
+        return os.str();
+      });
+      if (!bytes)
+        return bytes.takeError();
+      // The directories of a nested stage file, one by one below `tmp`:
+      // never `tmp` itself, which rank 0 removes if it fails.
+      llvm::SmallString<256> path(tmp);
+      for (llvm::StringRef part : llvm::make_range(
+               llvm::sys::path::begin(llvm::sys::path::parent_path(info.file)),
+               llvm::sys::path::end(llvm::sys::path::parent_path(info.file)))) {
+        llvm::sys::path::append(path, part);
+        if (std::error_code ec = llvm::sys::fs::create_directory(path))
+          return makeError("cannot create '" + path + "': " + ec.message());
+      }
+      path = tmp;
+      llvm::sys::path::append(path, info.file);
+      if (llvm::Error err =
+              writeFileAtomically(path, [&](llvm::raw_ostream &os) {
+                os.write(bytes->data(), bytes->size());
+                return llvm::Error::success();
+              }))
+        return err;
+      saved.push_back({index, info.file, std::move(*bytes)});
+    }
+    return llvm::Error::success();
+  }();
+  std::string mine = encodeSaved(
+      StagedDirectory::renamed(std::move(written), tmp, dir), saved);
+  bool failedHere = llvm::StringRef(mine).startswith("error ");
+  std::vector<std::string> parts;
+  if (llvm::Error err =
+          gatherBytes(ctx.transport(), mine, 0, parts, "the saved stages"))
+    return err;
+
+  // 3. Rank 0 writes the manifest beside them and switches the directory
+  // in, or discards it if any rank failed; every rank learns which.
+  std::string outcome = "ok";
+  if (rank == 0) {
+    outcome = [&]() -> std::string {
+      Manifest trained = ctx.manifest();
+      for (int r = 0; r < ctx.env().worldSize; ++r) {
+        llvm::StringRef part(parts[r]);
+        if (part.consume_front("error "))
+          return llvm::formatv("error rank {0} could not save: {1}", r,
+                               printableBytes(part, 400))
+              .str();
+        if (!part.consume_front("ok\n"))
+          return llvm::formatv("error rank {0} sent a malformed save report", r)
+              .str();
+        llvm::SmallVector<llvm::StringRef, 8> rows;
+        part.split(rows, '\n', -1, false);
+        for (llvm::StringRef row : rows) {
+          auto [index, hash] = row.split(' ');
+          unsigned stage = 0;
+          if (index.getAsInteger(10, stage) || stage >= trained.stages.size() ||
+              hash.size() != 64)
+            return llvm::formatv("error rank {0} sent a malformed stage "
+                                 "hash '{1}'",
+                                 r, printableBytes(row))
+                .str();
+          trained.stages[stage].sha256 = hash.str();
+        }
+      }
+      llvm::SmallString<256> path(tmp);
+      llvm::sys::path::append(path, "manifest.json");
+      llvm::Error err = staged->renamed(trained.save(path));
+      if (!err)
+        err = staged->commit(replaceable);
+      return err ? "error " + llvm::toString(std::move(err)) : "ok";
+    }();
+    if (outcome != "ok")
+      staged->discard();
+  }
+  if (llvm::Error err =
+          broadcastBytes(ctx.transport(), outcome, 0, "the save's outcome"))
+    return err;
+  llvm::StringRef result(outcome);
+  if (result == "ok")
+    return llvm::Error::success();
+  if (!result.consume_front("error "))
+    return makeError("rank 0 sent a malformed save outcome");
+  // The rank that failed has reported its own error already.
+  if (failedHere)
+    return makeError(llvm::StringRef(mine).drop_front(6));
+  return makeError(rank == 0 ? result.str()
+                             : "the save failed on rank 0: " + result.str());
 }
 
 llvm::Error Trainer::finish() { return impl_->ctx->finish(); }

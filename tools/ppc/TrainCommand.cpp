@@ -8,11 +8,14 @@
 #include "tools/ppc/Commands.h"
 
 #include "lib/Error.h"
+#include "lib/FileUtil.h"
+#include "lib/OutputGuard.h"
 #include "runtime/TrainData.h"
 #include "runtime/Trainer.h"
 #include "tools/ppc/RuntimeFlags.h"
 
 #include "llvm/ADT/SmallString.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -34,6 +37,13 @@ struct TrainCommandOptions {
   bool stats = false;
 };
 
+/// Where rank `rank` writes its gradients under --save-grads DIR.
+std::string gradsPath(llvm::StringRef dir, int rank) {
+  llvm::SmallString<256> path(dir);
+  llvm::sys::path::append(path, "grads.rank" + std::to_string(rank) + ".pt");
+  return std::string(path);
+}
+
 /// The spellings of every value of an enum, in its .def's order, for
 /// CLI::IsMember.
 template <typename Kind, size_t N>
@@ -43,6 +53,40 @@ std::vector<std::string> names(const Kind (&all)[N],
   for (Kind kind : all)
     out.push_back(name(kind).str());
   return out;
+}
+
+/// Refuses, before any work, outputs that would replace what training
+/// reads or keeps (OutputGuard): the manifest and its files, the data, the
+/// schedule CSV, meta caches, each other; a --save directory that holds
+/// anything but an earlier ppc output (as ppc split -o); a --save-grads
+/// directory that does not exist.
+llvm::Error checkOutputPaths(const TrainCommandOptions &o,
+                             const RunOptions &run, int rank) {
+  OutputGuard guard;
+  keepManifestFiles(guard, o.manifestPath, metaCacheDirOf(run, o.manifestPath));
+  guard.keep(o.dataPath, "the --data file");
+  guard.keep(o.scheduleCSV, "the --schedule-csv file");
+  if (!o.savePath.empty()) {
+    if (llvm::Error err = guard.claimDirectory("--save", o.savePath))
+      return err;
+    auto nonEmpty = isNonEmptyDirectory(o.savePath);
+    if (!nonEmpty)
+      return nonEmpty.takeError();
+    if (*nonEmpty)
+      if (llvm::Error err = checkEarlierOutput(o.savePath, "--save"))
+        return err;
+  }
+  if (!o.gradsDir.empty()) {
+    if (!llvm::sys::fs::is_directory(o.gradsDir))
+      return makeError("--save-grads '" + o.gradsDir +
+                       "' is not an existing directory");
+    if (llvm::Error err =
+            guard.claimFile("--save-grads", gradsPath(o.gradsDir, rank)))
+      return err;
+  }
+  if (!o.flags.tracePath.empty())
+    return guard.claimFile("--trace", o.flags.tracePath);
+  return llvm::Error::success();
 }
 
 /// "%.9g": every float32 loss printed exactly enough to compare.
@@ -72,6 +116,8 @@ static llvm::Expected<int> runTrain(const TrainCommandOptions &o) {
   options.momentum = o.momentum;
   options.weightDecay = o.weightDecay;
   options.scheduleCSVPath = o.scheduleCSV;
+  if (llvm::Error err = checkOutputPaths(o, options.run, env->rank))
+    return err;
 
   auto trainer = Trainer::create(o.manifestPath, *env, options);
   if (!trainer)
@@ -84,12 +130,19 @@ static llvm::Expected<int> runTrain(const TrainCommandOptions &o) {
     llvm::outs().flush();
   }
   std::vector<TrainingBatch> data;
+  std::string digest;
   if (t.needsInputs() || t.needsTargets()) {
     auto loaded = loadTrainingData(o.dataPath, t.modelInputCount());
     if (!loaded)
       return loaded.takeError();
     data = std::move(*loaded);
+    auto hash = sha256File(o.dataPath);
+    if (!hash)
+      return hash.takeError();
+    digest = *hash;
   }
+  if (llvm::Error err = t.checkSameData(digest))
+    return err;
   for (int s = 1; s <= o.steps; ++s) {
     TrainingBatch batch;
     if (!data.empty())
@@ -103,13 +156,9 @@ static llvm::Expected<int> runTrain(const TrainCommandOptions &o) {
       llvm::outs() << t.stats().line() << "\n";
     llvm::outs().flush();
   }
-  if (!o.gradsDir.empty()) {
-    llvm::SmallString<256> path(o.gradsDir);
-    llvm::sys::path::append(path,
-                            "grads.rank" + std::to_string(t.rank()) + ".pt");
-    if (llvm::Error err = t.saveGradients(path))
+  if (!o.gradsDir.empty())
+    if (llvm::Error err = t.saveGradients(gradsPath(o.gradsDir, t.rank())))
       return err;
-  }
   if (!o.savePath.empty())
     if (llvm::Error err = t.save(o.savePath))
       return err;
