@@ -1,0 +1,351 @@
+#!/usr/bin/python3
+"""Tests that nothing a user owns is lost when ppc writes: every output of
+every command is refused where it would replace something the command reads
+or keeps (one guard, lib/OutputGuard.h); a disk that fills at any point of
+any write leaves exit 2, one error line, the user's files as they were and no
+temporary file; a save killed at any moment leaves the old complete save or
+the new complete one.
+
+The full disk and the kills come from tests/faults/WriteFaults.cpp, an
+LD_PRELOAD library (PPC_WRITE_FAULTS) that fails writes under a directory
+after N bytes with ENOSPC or raises a signal at the N-th file operation.
+
+Env: PPC (the ppc binary), PPC_MODELS_DIR (generated models),
+PPC_WRITE_FAULTS (the library; the disk and kill tests skip without it).
+"""
+import glob
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import unittest
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import PPC, launch, main, model_path, ppc, split_at, tmpdir  # noqa: E402
+from training import write_data  # noqa: E402
+
+FAULTS = os.environ.get("PPC_WRITE_FAULTS", "")
+
+
+def snapshot(root):
+    """{relative path: sha256 or 'dir'} of everything under `root`."""
+    out = {}
+    for dirpath, dirs, files in os.walk(root):
+        for d in dirs:
+            out[os.path.relpath(os.path.join(dirpath, d), root)] = "dir"
+        for f in files:
+            p = os.path.join(dirpath, f)
+            with open(p, "rb") as fh:
+                out[os.path.relpath(p, root)] = hashlib.sha256(fh.read()).hexdigest()
+    return out
+
+
+def temporaries(root):
+    """Paths under `root` that look like a temporary ppc left behind."""
+    return [p for p in snapshot(root) if ".tmp" in os.path.basename(p)
+            or ".old-" in os.path.basename(p) or os.path.basename(p) == ".ppc-staged"]
+
+
+def errors(text):
+    return [line for line in text.splitlines() if line.startswith("error:")]
+
+
+class OutputGuardTest(unittest.TestCase):
+    """Each output option refused onto each kind of file the command keeps
+    (instances other than the ones in the issue)."""
+
+    def setUp(self):
+        self.dir = tmpdir(self)
+        self.model = os.path.join(self.dir, "model.pt")
+        shutil.copy(model_path("mlp"), self.model)
+        self.out = os.path.join(self.dir, "s")
+        ppc("split", self.model, "--stages", "2", "-o", self.out)
+        self.manifest = os.path.join(self.out, "manifest.json")
+        self.input = model_path("mlp", ".input.pt")
+        self.data = os.path.join(self.dir, "data.pt")
+        write_data(self.data, "mlp", "cross_entropy")
+
+    def refused(self, proc, needle):
+        """Exit 2 and one error line with `needle`: from ppc, or from each
+        rank that reported (ppc launch prefixes "[rank R] ")."""
+        self.assertEqual(proc.returncode, 2, proc.stdout + proc.stderr)
+        ranks = [l for l in proc.stderr.splitlines() if re.match(r"\[rank \d+\] error: ", l)]
+        lines = ranks or errors(proc.stderr)
+        self.assertTrue(lines, proc.stderr)
+        self.assertTrue(ranks or len(lines) == 1, proc.stderr)
+        for line in lines:
+            self.assertIn(needle, line)
+
+    def assert_unchanged(self, before, root=None):
+        self.assertEqual(snapshot(root or self.dir), before)
+
+    def test_run_outputs(self):
+        before = snapshot(self.dir)
+        stage = os.path.join(self.out, "stage_1.pt")
+        r = launch(2, "run", self.manifest, "--input", self.input, "--output",
+                   os.path.join(self.dir, "o.pt"), "--trace", stage)
+        self.refused(r, f"--trace '{stage}' is the file of stage 1; refusing to overwrite it")
+        r = launch(2, "run", self.manifest, "--input", self.input, "--output", self.model)
+        self.refused(r, f"--output '{self.model}' is the model the manifest was split from")
+        meta = os.path.join(self.dir, "meta.json")
+        with open(meta, "w") as f:
+            f.write("{}")
+        before = snapshot(self.dir)
+        r = launch(2, "run", self.manifest, "--input", self.input, "--input-meta", meta,
+                   "--output", meta)
+        self.refused(r, f"--output '{meta}' is the --input-meta file")
+        both = os.path.join(self.dir, "both.pt")
+        r = launch(2, "run", self.manifest, "--input", self.input, "--output", both,
+                   "--trace", both)
+        self.refused(r, f"--trace '{both}' is also --output; give each output its own path")
+        # A link to a kept file is the kept file.
+        link = os.path.join(self.dir, "link.pt")
+        os.symlink(self.input, link)
+        before = snapshot(self.dir)
+        r = launch(2, "run", self.manifest, "--input", self.input, "--output",
+                   os.path.join(self.dir, "x.pt"), "--trace", link)
+        self.refused(r, f"--trace '{link}' is the input file")
+        self.assert_unchanged(before)
+
+    def test_run_meta_cache_and_world(self):
+        cache = os.path.join(self.out, "meta_cache.rank1of2.json")
+        r = launch(2, "run", self.manifest, "--input", self.input, "--output", cache)
+        self.refused(r, f"--output '{cache}' is a meta cache file")
+        # An absurd WORLD_SIZE fails at once, before any work per rank.
+        env = dict(os.environ, RANK="0", WORLD_SIZE="2000000000", LOCAL_RANK="0",
+                   LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="1")
+        r = subprocess.run([PPC, "run", self.manifest, "--input", self.input, "--output",
+                            os.path.join(self.dir, "o.pt")], env=env, capture_output=True,
+                           text=True, timeout=60)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertEqual(len(errors(r.stderr)), 1, r.stderr)
+        self.assertIn("2000000000", r.stderr)
+
+    def test_train_outputs(self):
+        before = snapshot(self.dir)
+        r = launch(2, "train", self.manifest, "--data", self.data, "--loss", "cross_entropy",
+                   "--trace", self.data)
+        self.refused(r, f"--trace '{self.data}' is the --data file; refusing to overwrite it")
+        # --save-grads into a missing directory fails before the first step.
+        missing = os.path.join(self.dir, "missing")
+        r = launch(2, "train", self.manifest, "--data", self.data, "--loss", "cross_entropy",
+                   "--save-grads", missing)
+        self.refused(r, f"--save-grads '{missing}' is not an existing directory")
+        self.assertNotIn("step 1", r.stdout)
+        self.assert_unchanged(before)
+        # --save follows ppc split -o's rule: a user's directory is not replaced ...
+        user = os.path.join(self.dir, "user")
+        os.mkdir(user)
+        with open(os.path.join(user, "manifest.json"), "w") as f:
+            f.write('{"mine": true}')
+        shutil.copy(self.model, os.path.join(user, "stage_0.pt"))
+        before = snapshot(self.dir)
+        r = launch(2, "train", self.manifest, "--data", self.data, "--loss", "cross_entropy",
+                   "--save", user)
+        self.refused(r, f"--save '{user}' holds a manifest.json that ppc cannot read as a "
+                     "manifest; refusing to replace it")
+        self.assertNotIn("step 1", r.stdout)
+        # ... nor one holding what the run reads.
+        holder = os.path.join(self.dir, "holder")
+        os.mkdir(holder)
+        data = os.path.join(holder, "stage_0.pt")
+        shutil.copy(self.data, data)
+        before = snapshot(self.dir)
+        r = launch(2, "train", self.manifest, "--data", data, "--loss", "cross_entropy",
+                   "--save", holder)
+        self.refused(r, f"--save '{holder}' holds the --data file ('{data}'); refusing to "
+                     "overwrite it")
+        self.assert_unchanged(before)
+
+    def test_other_commands(self):
+        before = snapshot(self.dir)
+        cache = os.path.join(self.out, "meta_cache.rank0of1.json")
+        r = ppc("inspect", self.manifest, "--dot", cache, check=False)
+        self.refused(r, f"--dot '{cache}' is a meta cache file; refusing to overwrite it")
+        r = ppc("inspect", self.manifest, "--dot", self.model, check=False)
+        self.refused(r, f"--dot '{self.model}' is the model the manifest was split from")
+        csv = os.path.join(self.dir, "s.csv")
+        ppc("schedule", "--schedule", "1f1b", "--stages", "2", "--microbatches", "2",
+            "--csv", csv)
+        before = snapshot(self.dir)
+        r = ppc("schedule", "--from-csv", csv, "--stages", "2", "--microbatches", "2",
+                "--csv", csv, check=False)
+        self.refused(r, f"--csv '{csv}' is the --from-csv file; refusing to overwrite it")
+        trace = os.path.join(self.dir, "t.json")
+        r = launch(2, "run", self.manifest, "--input", self.input, "--output",
+                   os.path.join(self.dir, "o.pt"), "--trace", trace)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        before = snapshot(self.dir)
+        r = ppc("trace", "plot", trace, "-o", trace, check=False)
+        self.refused(r, f"--output '{trace}' is the trace; refusing to overwrite it")
+        r = ppc("join", self.manifest, "-o", os.path.join(self.out, "stage_0.pt"), check=False)
+        self.refused(r, "is the file of stage 0; refusing to overwrite it")
+        r = ppc("split", self.model, "--stages", "2", "-o", self.dir, check=False)
+        self.refused(r, f"output directory '{self.dir}' holds the model ('{self.model}'); "
+                     "refusing to overwrite it")
+        self.assert_unchanged(before)
+
+
+@unittest.skipUnless(FAULTS and os.path.exists(FAULTS), "PPC_WRITE_FAULTS is not built")
+class DiskFullTest(unittest.TestCase):
+    """Every command that writes, the disk full at several points of its
+    writes: exit 2, one error line (the writing rank's), nothing of the
+    user's changed, no temporary left."""
+
+    def setUp(self):
+        self.dir = tmpdir(self)
+        self.work = os.path.join(self.dir, "work")  # what the commands read
+        self.user = os.path.join(self.dir, "user")  # where they write
+        os.mkdir(self.work)
+        os.mkdir(self.user)
+        self.model = os.path.join(self.work, "model.pt")
+        shutil.copy(model_path("mlp"), self.model)
+        self.manifest = os.path.join(self.work, "s", "manifest.json")
+        ppc("split", self.model, "--stages", "2", "-o", os.path.dirname(self.manifest))
+        self.input = model_path("mlp", ".input.pt")
+        self.data = os.path.join(self.work, "data.pt")
+        write_data(self.data, "mlp", "cross_entropy")
+        self.trace = os.path.join(self.work, "t.json")
+        r = launch(2, "run", self.manifest, "--input", self.input, "--output",
+                   os.path.join(self.work, "o.pt"), "--trace", self.trace, "--no-meta-cache")
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+    def commands(self):
+        u = lambda name: os.path.join(self.user, name)  # noqa: E731
+        train = ["train", self.manifest, "--data", self.data, "--loss", "cross_entropy",
+                 "--no-meta-cache", "--steps", "2"]
+        run = ["run", self.manifest, "--input", self.input, "--no-meta-cache"]
+        return {
+            "split": (1, ["split", self.model, "--stages", "3", "-o", u("split")]),
+            "join": (1, ["join", self.manifest, "-o", u("joined.pt")]),
+            "inspect --dot": (1, ["inspect", self.manifest, "--dot", u("g.dot")]),
+            "schedule --csv": (1, ["schedule", "--schedule", "zb-h1", "--stages", "4",
+                                   "--microbatches", "8", "--csv", u("s.csv")]),
+            "trace plot": (1, ["trace", "plot", self.trace, "-o", u("t.svg")]),
+            "run --output": (2, run + ["--output", u("out.pt")]),
+            "run --trace": (2, run + ["--output", os.path.join(self.work, "o2.pt"),
+                                      "--trace", u("run.trace.json")]),
+            "train --save": (2, train + ["--save", u("saved")]),
+            "train --save-grads": (2, train + ["--save-grads", self.user]),
+            "train --trace": (2, train + ["--trace", u("train.trace.json")]),
+        }
+
+    def execute(self, ranks, args, env):
+        if ranks == 1:
+            return subprocess.run([PPC, *args], capture_output=True, text=True, env=env,
+                                  timeout=300)
+        return subprocess.run([PPC, "launch", "--nproc-per-node", str(ranks),
+                               "--master-port", "0", "--", PPC, *args],
+                              capture_output=True, text=True, env=env, timeout=300)
+
+    def test_every_command(self):
+        for name, (ranks, args) in self.commands().items():
+            with self.subTest(name):
+                # An earlier output of the same command: it must survive.
+                earlier = snapshot(self.user)
+                first = self.execute(ranks, args, None)
+                self.assertEqual(first.returncode, 0, first.stderr)
+                before = snapshot(self.user)
+                written = sum(os.path.getsize(os.path.join(self.user, p))
+                              for p, h in before.items()
+                              if h != "dir" and earlier.get(p) != h)
+                # Each process fills its own disk: a rank writes its share.
+                share = written // ranks
+                for fill in sorted({0, 1, 100, share // 3, share // 2}):
+                    env = dict(os.environ, LD_PRELOAD=FAULTS, PPC_FAULT_DIR=self.user,
+                               PPC_FAULT_ENOSPC_AFTER=str(fill))
+                    r = self.execute(ranks, args, env)
+                    what = f"{name} with the disk full after {fill} bytes"
+                    self.assertNotEqual(r.returncode, 0, what)
+                    if ranks == 1:
+                        self.assertEqual(r.returncode, 2, what)
+                        self.assertEqual(len(errors(r.stderr)), 1, (what, r.stderr))
+                    self.assertIn("No space left on device", r.stderr, what)
+                    self.assertNotIn("terminate called", r.stderr, what)
+                    self.assertEqual(snapshot(self.user), before, what)
+                    self.assertEqual(temporaries(self.dir), [], what)
+
+
+@unittest.skipUnless(FAULTS and os.path.exists(FAULTS), "PPC_WRITE_FAULTS is not built")
+class SaveKillTest(unittest.TestCase):
+    """`ppc train --save DIR` over an earlier save, each rank killed at each
+    file operation of the save: DIR is then the old save or the new one,
+    whole (ppc join reads it)."""
+
+    def setUp(self):
+        self.dir = tmpdir(self)
+        self.work = os.path.join(self.dir, "work")
+        os.mkdir(self.work)
+        self.manifest = os.path.join(self.work, "s", "manifest.json")
+        split_at("mlp", 2, os.path.dirname(self.manifest))
+        self.data = os.path.join(self.work, "data.pt")
+        write_data(self.data, "mlp", "cross_entropy")
+        self.saves = os.path.join(self.dir, "saves")
+        os.mkdir(self.saves)
+        self.save = os.path.join(self.saves, "saved")
+
+    def train(self, steps, save, env=None):
+        return launch(2, "train", self.manifest, "--data", self.data, "--loss",
+                      "cross_entropy", "--no-meta-cache", "--steps", str(steps),
+                      "--save", save, env=env, timeout=120)
+
+    def manifest_of(self, save):
+        with open(os.path.join(save, "manifest.json")) as f:
+            return json.load(f)
+
+    def assert_whole(self, old, new, what):
+        got = self.manifest_of(self.save)
+        self.assertIn(got, (old, new), what)
+        self.assertEqual(snapshot(self.save).keys(),
+                         {"manifest.json", "stage_0.pt", "stage_1.pt"}, what)
+        joined = os.path.join(self.dir, "joined.pt")
+        ppc("join", os.path.join(self.save, "manifest.json"), "-o", joined)
+        return got == new
+
+    def test_kill_each_rank_at_each_operation(self):
+        # The new save, written once where nothing is killed (training on
+        # the CPU is deterministic: the same bytes every run).
+        reference = os.path.join(self.dir, "reference")
+        self.assertEqual(self.train(3, reference).returncode, 0)
+        new = self.manifest_of(reference)
+        r = self.train(1, self.save)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        old = self.manifest_of(self.save)
+        self.assertNotEqual(old, new)
+        for sig, ranks in (("KILL", (0, 1)), ("TERM", (0,))):
+            for rank in ranks:
+                for at in range(1, 60):
+                    what = f"rank {rank} sent SIG{sig} at operation {at} of the save"
+                    # Back to the old save, for each kill.
+                    if self.manifest_of(self.save) != old:
+                        self.assertEqual(self.train(1, self.save).returncode, 0)
+                    env = dict(os.environ, LD_PRELOAD=FAULTS, PPC_FAULT_DIR=self.saves,
+                               PPC_FAULT_RANK=str(rank), PPC_FAULT_KILL_AT=str(at),
+                               PPC_FAULT_SIGNAL=sig)
+                    r = self.train(3, self.save, env)
+                    switched = self.assert_whole(old, new, what)
+                    if sig == "TERM":
+                        # A signal that can be handled leaves no temporary.
+                        self.assertEqual(temporaries(self.saves), [], what)
+                    if r.returncode == 0:
+                        self.assertTrue(switched, what)
+                        break
+                else:
+                    self.fail(f"rank {rank}'s save never completed")
+        # What SIGKILL left (a staged directory) goes with the next save.
+        self.assertEqual(self.train(3, self.save).returncode, 0)
+        self.assertEqual(temporaries(self.saves), [])
+        mode = os.stat(self.save).st_mode & 0o777
+        umask = os.umask(0)
+        os.umask(umask)
+        self.assertEqual(mode, 0o777 & ~umask)
+
+
+if __name__ == "__main__":
+    main()

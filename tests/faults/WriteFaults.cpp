@@ -1,0 +1,287 @@
+//===- tests/faults/WriteFaults.cpp - A disk that fills, a rank that dies -===//
+//
+// An LD_PRELOAD library for the CLI tests (tests/cli/test_write_faults.py).
+// It interposes the C library's file-changing calls and, for the paths under
+// one directory, makes the disk "fill" after a number of bytes or ends the
+// process at a chosen operation, so that every write path of ppc can be
+// tested at every point without a real full disk. Settings, from the
+// environment:
+//   PPC_FAULT_DIR         absolute directory: only paths under it count
+//                         (a write counts when its file descriptor's file
+//                         lies under it); unset: the library does nothing
+//   PPC_FAULT_RANK        only the process whose RANK is this value (unset:
+//                         every process)
+//   PPC_FAULT_ENOSPC_AFTER  bytes the disk takes in all; a write beyond them
+//                         is cut short, and the next fails with ENOSPC
+//   PPC_FAULT_KILL_AT     N: at the N-th counted operation (1-based: a write,
+//                         an open that creates, a mkdir, a rename, an unlink,
+//                         an rmdir, an fsync), before doing it, the process
+//                         raises PPC_FAULT_SIGNAL (default SIGKILL)
+//   PPC_FAULT_SIGNAL      KILL, TERM or INT
+// Calls are forwarded to the next definition (dlsym RTLD_NEXT).
+//
+//===----------------------------------------------------------------------===//
+#include <atomic>
+#include <cerrno>
+#include <climits>
+#include <csignal>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+namespace {
+
+struct Settings {
+  bool active = false;
+  char dir[PATH_MAX] = {};
+  size_t dirLength = 0;
+  long long enospcAfter = -1;
+  long long killAt = -1;
+  int signal = SIGKILL;
+};
+
+const Settings &settings() {
+  static const Settings s = [] {
+    Settings out;
+    const char *dir = getenv("PPC_FAULT_DIR");
+    if (!dir || dir[0] != '/' || strlen(dir) >= PATH_MAX)
+      return out;
+    const char *rank = getenv("PPC_FAULT_RANK");
+    if (rank) {
+      const char *mine = getenv("RANK");
+      if (!mine || strcmp(mine, rank) != 0)
+        return out;
+    }
+    strcpy(out.dir, dir);
+    out.dirLength = strlen(dir);
+    while (out.dirLength > 1 && out.dir[out.dirLength - 1] == '/')
+      out.dir[--out.dirLength] = '\0';
+    if (const char *n = getenv("PPC_FAULT_ENOSPC_AFTER"))
+      out.enospcAfter = atoll(n);
+    if (const char *n = getenv("PPC_FAULT_KILL_AT"))
+      out.killAt = atoll(n);
+    if (const char *sig = getenv("PPC_FAULT_SIGNAL")) {
+      if (!strcmp(sig, "TERM"))
+        out.signal = SIGTERM;
+      else if (!strcmp(sig, "INT"))
+        out.signal = SIGINT;
+    }
+    out.active = true;
+    return out;
+  }();
+  return s;
+}
+
+std::atomic<long long> written{0};
+std::atomic<long long> operations{0};
+
+/// Whether `path` (absolute or relative to the working directory) lies
+/// under PPC_FAULT_DIR.
+bool under(const char *path) {
+  const Settings &s = settings();
+  if (!s.active || !path)
+    return false;
+  char absolute[PATH_MAX];
+  if (path[0] != '/') {
+    if (!getcwd(absolute, sizeof absolute))
+      return false;
+    size_t n = strlen(absolute);
+    if (n + 1 + strlen(path) >= sizeof absolute)
+      return false;
+    absolute[n] = '/';
+    strcpy(absolute + n + 1, path);
+    path = absolute;
+  }
+  return strncmp(path, s.dir, s.dirLength) == 0 &&
+         (path[s.dirLength] == '/' || path[s.dirLength] == '\0');
+}
+
+bool fdUnder(int fd) {
+  if (!settings().active)
+    return false;
+  char link[64], target[PATH_MAX];
+  snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+  ssize_t n = readlink(link, target, sizeof target - 1);
+  if (n <= 0)
+    return false;
+  target[n] = '\0';
+  // Pipes, sockets and deleted files read "pipe:[N]", "socket:[N]", ...
+  return target[0] == '/' && under(target);
+}
+
+/// Counts one operation; raises the signal at PPC_FAULT_KILL_AT.
+void operation() {
+  const Settings &s = settings();
+  long long n = ++operations;
+  if (s.killAt > 0 && n == s.killAt)
+    raise(s.signal);
+}
+
+/// How many of `n` bytes the disk still takes; -1 (errno ENOSPC) for none.
+ssize_t room(size_t n) {
+  const Settings &s = settings();
+  if (s.enospcAfter < 0)
+    return static_cast<ssize_t>(n);
+  long long left = s.enospcAfter - written.load();
+  if (left <= 0) {
+    errno = ENOSPC;
+    return -1;
+  }
+  return static_cast<ssize_t>(n < static_cast<size_t>(left) ? n : left);
+}
+
+template <typename Fn> Fn next(const char *name) {
+  return reinterpret_cast<Fn>(dlsym(RTLD_NEXT, name));
+}
+
+} // namespace
+
+extern "C" {
+
+ssize_t write(int fd, const void *buf, size_t n) {
+  static auto real = next<ssize_t (*)(int, const void *, size_t)>("write");
+  if (!fdUnder(fd))
+    return real(fd, buf, n);
+  operation();
+  ssize_t take = room(n);
+  if (take < 0)
+    return -1;
+  ssize_t done = real(fd, buf, static_cast<size_t>(take));
+  if (done > 0)
+    written += done;
+  return done;
+}
+
+ssize_t pwrite(int fd, const void *buf, size_t n, off_t offset) {
+  static auto real =
+      next<ssize_t (*)(int, const void *, size_t, off_t)>("pwrite");
+  if (!fdUnder(fd))
+    return real(fd, buf, n, offset);
+  operation();
+  ssize_t take = room(n);
+  if (take < 0)
+    return -1;
+  ssize_t done = real(fd, buf, static_cast<size_t>(take), offset);
+  if (done > 0)
+    written += done;
+  return done;
+}
+
+ssize_t pwrite64(int fd, const void *buf, size_t n, off_t offset) {
+  return pwrite(fd, buf, n, offset);
+}
+
+ssize_t writev(int fd, const struct iovec *iov, int count) {
+  static auto real =
+      next<ssize_t (*)(int, const struct iovec *, int)>("writev");
+  if (!fdUnder(fd))
+    return real(fd, iov, count);
+  // Written one buffer at a time, through write() above.
+  ssize_t total = 0;
+  for (int i = 0; i < count; ++i) {
+    ssize_t done = write(fd, iov[i].iov_base, iov[i].iov_len);
+    if (done < 0)
+      return total > 0 ? total : -1;
+    total += done;
+    if (static_cast<size_t>(done) < iov[i].iov_len)
+      break;
+  }
+  return total;
+}
+
+static int openCommon(const char *name, int dirfd, const char *path, int flags,
+                      mode_t mode) {
+  if ((flags & O_CREAT) && (dirfd == AT_FDCWD || path[0] == '/') && under(path))
+    operation();
+  using OpenAt = int (*)(int, const char *, int, ...);
+  static auto real = next<OpenAt>("openat");
+  return real(dirfd, path, flags, mode);
+}
+
+int open(const char *path, int flags, ...) {
+  mode_t mode = 0;
+  if (flags & O_CREAT) {
+    va_list ap;
+    va_start(ap, flags);
+    mode = va_arg(ap, mode_t);
+    va_end(ap);
+  }
+  return openCommon("open", AT_FDCWD, path, flags, mode);
+}
+
+int open64(const char *path, int flags, ...) {
+  mode_t mode = 0;
+  if (flags & O_CREAT) {
+    va_list ap;
+    va_start(ap, flags);
+    mode = va_arg(ap, mode_t);
+    va_end(ap);
+  }
+  return openCommon("open64", AT_FDCWD, path, flags, mode);
+}
+
+int openat(int dirfd, const char *path, int flags, ...) {
+  mode_t mode = 0;
+  if (flags & O_CREAT) {
+    va_list ap;
+    va_start(ap, flags);
+    mode = va_arg(ap, mode_t);
+    va_end(ap);
+  }
+  return openCommon("openat", dirfd, path, flags, mode);
+}
+
+int mkdir(const char *path, mode_t mode) {
+  static auto real = next<int (*)(const char *, mode_t)>("mkdir");
+  if (under(path))
+    operation();
+  return real(path, mode);
+}
+
+int rename(const char *from, const char *to) {
+  static auto real = next<int (*)(const char *, const char *)>("rename");
+  if (under(from) || under(to))
+    operation();
+  return real(from, to);
+}
+
+int renameat2(int fromDir, const char *from, int toDir, const char *to,
+              unsigned flags) {
+  static auto real =
+      next<int (*)(int, const char *, int, const char *, unsigned)>(
+          "renameat2");
+  if (under(from) || under(to))
+    operation();
+  return real(fromDir, from, toDir, to, flags);
+}
+
+int unlink(const char *path) {
+  static auto real = next<int (*)(const char *)>("unlink");
+  if (under(path))
+    operation();
+  return real(path);
+}
+
+int rmdir(const char *path) {
+  static auto real = next<int (*)(const char *)>("rmdir");
+  if (under(path))
+    operation();
+  return real(path);
+}
+
+int fsync(int fd) {
+  static auto real = next<int (*)(int)>("fsync");
+  if (fdUnder(fd))
+    operation();
+  return real(fd);
+}
+
+} // extern "C"
