@@ -381,8 +381,8 @@ llvm::Error Trainer::checkSameData(llvm::StringRef digest) {
         verdict = llvm::formatv("the training data on rank {0} differs from "
                                 "the training data on rank {1} (sha256 {2} "
                                 "vs {3}); every rank must read the same data",
-                                r, first, printableBytes(digests[r], 12),
-                                printableBytes(digests[first], 12))
+                                r, first, printableBytes(llvm::StringRef(digests[r]).take_front(12)),
+                                printableBytes(llvm::StringRef(digests[first]).take_front(12)))
                       .str();
     }
   }
