@@ -28,6 +28,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <utility>
 
 namespace ppc {
@@ -199,6 +200,275 @@ namespace {
 /// any monotonic clock reading, small enough that sums stay exact enough.
 constexpr double kMaxTimeUs = 1e15;
 
+/// Whether `text` nests arrays and objects more than `maxDepth` deep, by the
+/// rule of parseJSONBounded (lib/SafeRead.cpp): brackets inside strings do
+/// not count, and a backslash escapes the next byte.
+bool nestsDeeperThan(llvm::StringRef text, unsigned maxDepth) {
+  unsigned depth = 0;
+  bool inString = false;
+  for (size_t i = 0, e = text.size(); i < e; ++i) {
+    char c = text[i];
+    if (inString) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        inString = false;
+    } else if (c == '"') {
+      inString = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > maxDepth)
+        return true;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return false;
+}
+
+/// A place where a JSON text is malformed, and what is wrong there, in
+/// llvm::json::parse's words.
+struct SyntaxError {
+  size_t offset = 0;
+  std::string message;
+};
+
+/// Reads the structure of a JSON text without building it, so that a trace
+/// is parsed one value at a time.
+///
+/// 1. valueEnd() finds where a value ends by reading it the way
+///    llvm::json::parse does (strings with their escapes, numbers as runs of
+///    number characters, brackets counted outside strings), without checking
+///    it.
+/// 2. parse() hands that stretch alone to llvm::json::parse. A value that is
+///    malformed stops llvm::json::parse at the same byte whether it reads
+///    the value alone or the whole text, so the error is the one of the
+///    whole text, moved to the value's offset.
+/// 3. forEachElement() and forEachMember() check what lies between the
+///    values of an array or object (commas, colons, keys) with
+///    llvm::json::parse's messages, and visit the values.
+class JSONScanner {
+public:
+  explicit JSONScanner(llvm::StringRef text) : text_(text) {}
+
+  size_t skipWhitespace(size_t p) const {
+    while (p < text_.size() && (text_[p] == ' ' || text_[p] == '\t' ||
+                                text_[p] == '\r' || text_[p] == '\n'))
+      ++p;
+    return p;
+  }
+
+  /// The end of the value that starts at `begin` (past any whitespace). A
+  /// malformed value ends no earlier than where llvm::json::parse stops.
+  size_t valueEnd(size_t begin) const {
+    size_t end = text_.size();
+    if (begin >= end)
+      return end;
+    switch (text_[begin]) {
+    case '"':
+      return stringEnd(begin);
+    case 'n':
+    case 't':
+      return charEnd(std::min(end, begin + 4));
+    case 'f':
+      return charEnd(std::min(end, begin + 5));
+    case '[':
+    case '{': {
+      size_t depth = 0;
+      for (size_t p = begin; p < end;) {
+        char c = text_[p];
+        if (c == '"') {
+          p = stringEnd(p);
+          continue;
+        }
+        ++p;
+        if (c == '[' || c == '{')
+          ++depth;
+        else if ((c == ']' || c == '}') && --depth == 0)
+          return p;
+      }
+      return end;
+    }
+    default: {
+      size_t p = begin;
+      while (p < end && isNumberChar(text_[p]))
+        ++p;
+      // Not a value: llvm::json::parse stops past its first character.
+      return p > begin ? p : charEnd(begin + 1);
+    }
+    }
+  }
+
+  /// Parses the value [begin, end) alone; on failure records where the
+  /// whole text is malformed.
+  std::optional<llvm::json::Value> parse(size_t begin, size_t end) {
+    auto value = llvm::json::parse(text_.slice(begin, end));
+    if (value)
+      return std::move(*value);
+    // llvm::json::ParseError keeps its position to itself; its message is
+    // "[line:column, byte=offset]: what".
+    std::string message = llvm::toString(value.takeError());
+    llvm::StringRef rest(message);
+    size_t at = rest.find("byte="), close = rest.find("]: ");
+    uint64_t offset = 0;
+    if (at == llvm::StringRef::npos || close == llvm::StringRef::npos ||
+        close < at || rest.slice(at + 5, close).getAsInteger(10, offset))
+      fail(begin, message);
+    else
+      fail(begin + offset, rest.drop_front(close + 3));
+    return std::nullopt;
+  }
+
+  /// Visits each element of the array at `p` as onElement(index, begin,
+  /// end) and leaves `p` past its ']'. False when onElement returns false
+  /// or the array is malformed (error() says where).
+  bool forEachElement(
+      size_t &p,
+      llvm::function_ref<bool(size_t index, size_t begin, size_t end)>
+          onElement) {
+    p = skipWhitespace(p + 1);
+    if (p < text_.size() && text_[p] == ']') {
+      ++p;
+      return true;
+    }
+    for (size_t index = 0;; ++index) {
+      size_t begin = skipWhitespace(p);
+      p = valueEnd(begin);
+      if (!onElement(index, begin, p))
+        return false;
+      p = skipWhitespace(p);
+      char c = next(p);
+      if (c == ']')
+        return true;
+      if (c != ',')
+        return fail(p, "Expected , or ] after array element");
+    }
+  }
+
+  /// Visits each member of the object at `p` as onMember(key, begin, end)
+  /// of its value and leaves `p` past its '}'. False when onMember returns
+  /// false or the object is malformed.
+  bool forEachMember(
+      size_t &p,
+      llvm::function_ref<bool(llvm::StringRef key, size_t begin, size_t end)>
+          onMember) {
+    p = skipWhitespace(p + 1);
+    if (p < text_.size() && text_[p] == '}') {
+      ++p;
+      return true;
+    }
+    for (;;) {
+      p = skipWhitespace(p);
+      size_t keyBegin = p;
+      if (next(p) != '"')
+        return fail(p, "Expected object key");
+      size_t keyEnd = stringEnd(keyBegin);
+      std::optional<llvm::json::Value> key = parse(keyBegin, keyEnd);
+      if (!key)
+        return false;
+      p = skipWhitespace(keyEnd);
+      if (next(p) != ':')
+        return fail(p, "Expected : after object key");
+      size_t begin = skipWhitespace(p);
+      p = valueEnd(begin);
+      if (!onMember(*key->getAsString(), begin, p))
+        return false;
+      p = skipWhitespace(p);
+      char c = next(p);
+      if (c == '}')
+        return true;
+      if (c != ',')
+        return fail(p, "Expected , or } after object property");
+    }
+  }
+
+  /// Checks that [begin, end) is valid JSON while holding at most
+  /// kMaxParseBytes of it parsed at a time: a larger array or object is
+  /// checked member by member. `depth` bounds the recursion.
+  bool validate(size_t begin, size_t end, unsigned depth = 1) {
+    char c = begin < end ? text_[begin] : 0;
+    if (end - begin <= kMaxParseBytes || (c != '[' && c != '{'))
+      return parse(begin, end).has_value();
+    if (depth > kMaxJSONDepth)
+      return fail(begin, "Nested too deeply");
+    size_t p = begin;
+    if (c == '[')
+      return forEachElement(p, [&](size_t, size_t b, size_t e) {
+        return validate(b, e, depth + 1);
+      });
+    return forEachMember(p, [&](llvm::StringRef, size_t b, size_t e) {
+      return validate(b, e, depth + 1);
+    });
+  }
+
+  /// Past the top-level value at `p`: nothing but whitespace may follow.
+  bool checkEnd(size_t p) {
+    p = skipWhitespace(p);
+    return p == text_.size() || fail(p, "Text after end of document");
+  }
+
+  /// "[3:7, byte=52]: Expected , or ] after array element", as
+  /// llvm::json::ParseError prints it (column counted from 0).
+  std::string describe(const SyntaxError &e) const {
+    llvm::StringRef before = text_.take_front(e.offset);
+    size_t line = 1 + before.count('\n');
+    size_t lineStart = before.rfind('\n');
+    size_t column = lineStart == llvm::StringRef::npos
+                        ? e.offset
+                        : e.offset - lineStart - 1;
+    return llvm::formatv("[{0}:{1}, byte={2}]: {3}", line, column, e.offset,
+                         e.message);
+  }
+
+  const std::optional<SyntaxError> &error() const { return error_; }
+  llvm::StringRef text() const { return text_; }
+
+private:
+  /// Values up to this size are parsed whole by validate().
+  static constexpr size_t kMaxParseBytes = 64 << 10;
+
+  static bool isNumberChar(char c) {
+    return (c >= '0' && c <= '9') || c == 'e' || c == 'E' || c == '+' ||
+           c == '-' || c == '.';
+  }
+
+  /// `p`, or past the UTF-8 sequence it is inside, so that a value handed
+  /// to llvm::json::parse alone is valid UTF-8 (the whole text is).
+  size_t charEnd(size_t p) const {
+    while (p < text_.size() &&
+           (static_cast<unsigned char>(text_[p]) & 0xC0) == 0x80)
+      ++p;
+    return p;
+  }
+
+  /// llvm::json::parse's next(): the byte at `p`, then past it; 0 at the
+  /// end, which does not move.
+  char next(size_t &p) const { return p < text_.size() ? text_[p++] : 0; }
+
+  /// The end of the string whose quote is at `begin`: past its closing
+  /// quote, reading escapes (\uXXXX takes four more bytes) as
+  /// llvm::json::parse does.
+  size_t stringEnd(size_t begin) const {
+    size_t end = text_.size();
+    for (size_t p = begin + 1; p < end;) {
+      char c = text_[p++];
+      if (c == '"')
+        return p;
+      if (c == '\\' && p < end && text_[p++] == 'u')
+        p = std::min(end, p + 4);
+    }
+    return end;
+  }
+
+  bool fail(size_t offset, llvm::StringRef message) {
+    if (!error_)
+      error_ = SyntaxError{offset, message.str()};
+    return false;
+  }
+
+  llvm::StringRef text_;
+  std::optional<SyntaxError> error_;
+};
+
 /// Reads the fields of one event of the file, each problem an error that
 /// names the file and the event.
 class EventReader {
@@ -287,6 +557,10 @@ llvm::Error readComplete(const EventReader &reader, TimelineEvent &out) {
   auto name = reader.string("name");
   if (!name)
     return name.takeError();
+  if (name->size() > kMaxTraceNameBytes)
+    return reader.fail(llvm::formatv("\"name\" is {0} bytes, over the limit "
+                                     "of {1}",
+                                     name->size(), kMaxTraceNameBytes));
   auto category = reader.string("cat");
   if (!category)
     return category.takeError();
@@ -352,58 +626,169 @@ llvm::Error checkFlow(const EventReader &reader) {
   return llvm::Error::success();
 }
 
+/// Reads one event of the file into `timeline` (complete events) or
+/// `named` (ranks named by metadata), or checks it (flow events).
+llvm::Error readEvent(const llvm::json::Value &value, llvm::StringRef what,
+                      size_t index, Timeline &timeline,
+                      std::vector<bool> &named) {
+  const llvm::json::Object *event = value.getAsObject();
+  if (!event)
+    return makeError(
+        llvm::formatv("{0}: event {1} is not an object", what, index));
+  EventReader reader(*event, what, index);
+  auto phase = reader.string("ph");
+  if (!phase)
+    return phase.takeError();
+  if (*phase == "X") {
+    TimelineEvent out;
+    if (llvm::Error err = readComplete(reader, out))
+      return err;
+    named[out.rank] = true;
+    timeline.events.push_back(std::move(out));
+  } else if (*phase == "s" || *phase == "t" || *phase == "f") {
+    if (llvm::Error err = checkFlow(reader))
+      return err;
+  } else if (*phase == "M") {
+    auto name = reader.string("name");
+    if (!name)
+      return name.takeError();
+    auto pid = reader.integer("pid", 0, kMaxTraceRanks - 1);
+    if (!pid)
+      return pid.takeError();
+    if (*name == "process_name")
+      named[*pid] = true;
+  }
+  // Other phases (instant, counter, async, ...) are valid trace events
+  // that ppc neither writes nor reads.
+  return llvm::Error::success();
+}
+
+/// The walk both passes of parseTrace make over a trace's text: the
+/// top-level value; the elements of each array that may hold the events
+/// (the top-level array, or a "traceEvents" member that is an array, of
+/// which the last is the events, as llvm::json::Object keeps the last of a
+/// repeated key), announced by onEvents; and every other value.
+struct TraceWalk {
+  llvm::function_ref<void(size_t begin)> onEvents;
+  llvm::function_ref<bool(size_t index, size_t begin, size_t end)> onEvent;
+  llvm::function_ref<bool(size_t begin, size_t end, bool traceEvents)> onValue;
+};
+
+/// False when a callback returns false or the text is malformed between
+/// the values (scanner.error() says where).
+bool walkTrace(JSONScanner &scanner, const TraceWalk &walk) {
+  llvm::StringRef text = scanner.text();
+  size_t p = scanner.skipWhitespace(0);
+  char first = p < text.size() ? text[p] : 0;
+  bool ok;
+  if (first == '[') {
+    walk.onEvents(p);
+    ok = scanner.forEachElement(p, walk.onEvent);
+  } else if (first == '{') {
+    ok = scanner.forEachMember(
+        p, [&](llvm::StringRef key, size_t begin, size_t end) {
+          bool events = key == "traceEvents";
+          if (!events || begin == end || text[begin] != '[')
+            return walk.onValue(begin, end, events);
+          walk.onEvents(begin);
+          return scanner.forEachElement(begin, walk.onEvent);
+        });
+  } else {
+    size_t end = scanner.valueEnd(p);
+    ok = walk.onValue(p, end, false);
+    p = end;
+  }
+  return ok && scanner.checkEnd(p);
+}
+
+llvm::Error syntaxError(const JSONScanner &scanner, llvm::StringRef what) {
+  return makeError(what +
+                   " is not valid JSON: " + scanner.describe(*scanner.error()));
+}
+
 } // namespace
 
 llvm::Expected<Timeline> parseTrace(llvm::StringRef text,
                                     llvm::StringRef what) {
-  auto parsed = parseJSONBounded(text, kMaxJSONDepth, what);
-  if (!parsed)
-    return parsed.takeError();
-  const llvm::json::Array *events = parsed->getAsArray();
-  if (const llvm::json::Object *top = parsed->getAsObject()) {
-    const llvm::json::Value *list = top->get("traceEvents");
-    events = list ? list->getAsArray() : nullptr;
+  // The checks of the whole text that parseJSONBounded makes first.
+  if (nestsDeeperThan(text, kMaxJSONDepth))
+    return makeError(
+        llvm::formatv("{0} nests deeper than {1} levels", what, kMaxJSONDepth)
+            .str());
+  size_t badByte = 0;
+  if (!llvm::json::isUTF8(text, &badByte)) {
+    JSONScanner scanner(text);
+    return makeError(what + " is not valid JSON: " +
+                     scanner.describe({badByte, "Invalid UTF-8 sequence"}));
   }
-  if (!events)
+
+  // Pass 1 counts the events without parsing any.
+  JSONScanner outline(text);
+  std::optional<size_t> eventsAt;
+  size_t count = 0;
+  auto startEvents = [&](size_t begin) {
+    eventsAt = begin;
+    count = 0;
+  };
+  auto countEvent = [&](size_t, size_t, size_t) {
+    ++count;
+    return true;
+  };
+  auto skipValue = [&](size_t, size_t, bool traceEvents) {
+    if (traceEvents) {
+      eventsAt.reset();
+      count = 0;
+    }
+    return true;
+  };
+  bool outlined = walkTrace(outline, {startEvents, countEvent, skipValue});
+  if (count > kMaxTraceEvents) {
+    if (!outlined)
+      return syntaxError(outline, what);
+    return makeError(llvm::formatv("{0} has {1} events, over the limit of {2}",
+                                   what, count, kMaxTraceEvents));
+  }
+
+  // Pass 2 parses one value at a time: it reads the events, and checks
+  // everything else is valid JSON. After the first problem with an event it
+  // only checks the JSON, since a syntax error anywhere comes first.
+  Timeline timeline;
+  timeline.events.reserve(count);
+  std::vector<bool> named(kMaxTraceRanks, false);
+  std::optional<std::string> problem;
+  JSONScanner scanner(text);
+  bool theEvents = false;
+  auto readOne = [&](size_t index, size_t begin, size_t end) {
+    if (!theEvents)
+      return scanner.validate(begin, end);
+    if (end - begin > kMaxTraceEventBytes) {
+      if (!problem)
+        problem = llvm::formatv("{0}: event {1} is {2} bytes, over the limit "
+                                "of {3}",
+                                what, index, end - begin, kMaxTraceEventBytes)
+                      .str();
+      return scanner.validate(begin, end);
+    }
+    std::optional<llvm::json::Value> event = scanner.parse(begin, end);
+    if (!event)
+      return false;
+    if (!problem)
+      if (llvm::Error err = readEvent(*event, what, index, timeline, named))
+        problem = llvm::toString(std::move(err));
+    return true;
+  };
+  auto startReading = [&](size_t begin) { theEvents = eventsAt == begin; };
+  auto checkValue = [&](size_t begin, size_t end, bool) {
+    return scanner.validate(begin, end);
+  };
+  bool walked = walkTrace(scanner, {startReading, readOne, checkValue});
+  if (!walked)
+    return syntaxError(scanner, what);
+  if (!eventsAt)
     return makeError(what + ": expected an object with an array "
                             "\"traceEvents\", or an array");
-  if (events->size() > kMaxTraceEvents)
-    return makeError(llvm::formatv("{0} has {1} events, over the limit of {2}",
-                                   what, events->size(), kMaxTraceEvents));
-
-  Timeline timeline;
-  std::vector<bool> named(kMaxTraceRanks, false);
-  for (size_t i = 0; i < events->size(); ++i) {
-    const llvm::json::Object *event = (*events)[i].getAsObject();
-    if (!event)
-      return makeError(
-          llvm::formatv("{0}: event {1} is not an object", what, i));
-    EventReader reader(*event, what, i);
-    auto phase = reader.string("ph");
-    if (!phase)
-      return phase.takeError();
-    if (*phase == "X") {
-      TimelineEvent out;
-      if (llvm::Error err = readComplete(reader, out))
-        return err;
-      named[out.rank] = true;
-      timeline.events.push_back(std::move(out));
-    } else if (*phase == "s" || *phase == "t" || *phase == "f") {
-      if (llvm::Error err = checkFlow(reader))
-        return err;
-    } else if (*phase == "M") {
-      auto name = reader.string("name");
-      if (!name)
-        return name.takeError();
-      auto pid = reader.integer("pid", 0, kMaxTraceRanks - 1);
-      if (!pid)
-        return pid.takeError();
-      if (*name == "process_name")
-        named[*pid] = true;
-    }
-    // Other phases (instant, counter, async, ...) are valid trace events
-    // that ppc neither writes nor reads.
-  }
+  if (problem)
+    return makeError(*problem);
   if (timeline.events.empty())
     return makeError(what + " has no complete events (ph \"X\")");
   for (int r = 0; r < kMaxTraceRanks; ++r)

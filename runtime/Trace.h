@@ -29,7 +29,8 @@
 //
 // A trace file read back is untrusted: every field is checked, sizes are
 // bounded before anything is allocated from them, and each problem is one
-// line naming the file and the event index.
+// line naming the file and the event index. The reader never holds more
+// than one event of the file parsed (parseTrace).
 //
 //===----------------------------------------------------------------------===//
 #ifndef PPC_RUNTIME_TRACE_H
@@ -114,8 +115,13 @@ private:
 /// The most bytes of a trace file, or of one rank's eventsJSON() text,
 /// that is read (~150 bytes an event: about 400,000 events).
 constexpr uint64_t kMaxTraceBytes = uint64_t(64) << 20;
-/// The most trace events a file may hold.
+/// The most trace events a file may hold. They are counted before any is
+/// parsed, so a file with more is refused after one scan of its bytes.
 constexpr size_t kMaxTraceEvents = 1000000;
+/// The most bytes of one event of a file (ppc writes about 150).
+constexpr size_t kMaxTraceEventBytes = size_t(64) << 10;
+/// The longest name of a complete event (ppc's are at most 9 bytes).
+constexpr size_t kMaxTraceNameBytes = 64;
 /// Ranks (pids) are in [0, kMaxTraceRanks).
 constexpr int kMaxTraceRanks = 65536;
 
@@ -152,11 +158,29 @@ struct Timeline {
 /// 't.json'"). Accepts the object form ({"traceEvents": [...]}) and the
 /// bare array form. Reads complete events ("X"), checks flow events ("s",
 /// "t", "f": id, pid, tid, ts, cat, name) and metadata events ("M": pid,
-/// name), and ignores other phases. Errors, one line each:
+/// name), and ignores other phases.
+///
+/// Memory: the result (about 100 bytes an event, plus names longer than
+/// 15 bytes) and, at any time, the JSON of one event, or 64 KiB of any
+/// other value, parsed by llvm::json::parse; nothing else grows with the
+/// text. It reads the text twice:
+///   1. it checks the nesting (kMaxJSONDepth) and UTF-8 of the whole text,
+///      then finds where each value ends without parsing it and counts the
+///      events, refusing more than kMaxTraceEvents;
+///   2. it parses one value at a time and reads each event. A value that is
+///      malformed gives the message llvm::json::parse gives for the whole
+///      text, with its line, column and byte.
+/// Errors, one line each, in this order of precedence (the file's first
+/// JSON error comes before any event's problem, except that the event
+/// count is checked first):
+///   "trace 't.json' nests deeper than 256 levels"
 ///   "trace 't.json' is not valid JSON: [1:5, byte=4]: ..."
-///   "trace 't.json': expected an object with \"traceEvents\" or an array"
 ///   "trace 't.json' has 1000001 events, over the limit of 1000000"
+///   "trace 't.json': expected an object with an array \"traceEvents\", or
+///    an array"
+///   "trace 't.json': event 3 is 70000 bytes, over the limit of 65536"
 ///   "trace 't.json': event 3: missing \"dur\""
+///   "trace 't.json': event 3: \"name\" is 65 bytes, over the limit of 64"
 ///   "trace 't.json': event 3: \"dur\" must be a number >= 0 (got -5)"
 ///   "trace 't.json': event 3: \"pid\" must be an integer in [0, 65536)"
 ///   "trace 't.json': event 3: unknown category 'x' (expected compute,
