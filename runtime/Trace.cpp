@@ -23,6 +23,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <climits>
 #include <cmath>
@@ -1021,6 +1022,118 @@ std::string eventLabel(const TimelineEvent &e) {
   return std::to_string(e.stage) + e.name + std::to_string(e.microbatch);
 }
 
+std::string num(double v) { return llvm::formatv("{0:f2}", v).str(); }
+
+/// The bands of a rank's row: compute boxes; sends and receives, a thin
+/// dark bar under them; waits, a light band across their middle; anything
+/// else, a hairline.
+enum class Band { Compute, Message, Wait, Other };
+constexpr size_t kBands = 4;
+
+Band bandOf(llvm::StringRef category) {
+  return llvm::StringSwitch<Band>(category)
+      .Case("compute", Band::Compute)
+      .Cases("send", "recv", Band::Message)
+      .Case("wait", Band::Wait)
+      .Default(Band::Other);
+}
+
+constexpr llvm::StringRef kComputeKinds[] = {"F", "B", "I", "W", "other"};
+
+size_t kindIndex(llvm::StringRef kind) {
+  return llvm::find(kComputeKinds, kind) - std::begin(kComputeKinds);
+}
+
+/// The events of one band of a row that start in one column of the
+/// drawing, drawn as one box (left and right in pixels).
+struct Box {
+  Box() = default;
+  Box(const TimelineEvent &e, size_t column, double left, double right)
+      : first(&e), column(column), events(1), left(left), right(right),
+        endUs(e.startUs + e.durationUs) {
+    kindUs[kindIndex(computeKind(e.name))] = e.durationUs;
+  }
+
+  /// Adds `e`, which starts no earlier than the box.
+  void add(const TimelineEvent &e, double eventRight) {
+    ++events;
+    right = std::max(right, eventRight);
+    endUs = std::max(endUs, e.startUs + e.durationUs);
+    kindUs[kindIndex(computeKind(e.name))] += e.durationUs;
+    mixed |= e.category != first->category;
+  }
+
+  /// The compute kind of most of the box's time (its first event's on a
+  /// tie).
+  llvm::StringRef kind() const {
+    size_t best = kindIndex(computeKind(first->name));
+    for (size_t k = 0; k < kindUs.size(); ++k)
+      if (kindUs[k] > kindUs[best])
+        best = k;
+    return kComputeKinds[best];
+  }
+
+  const TimelineEvent *first = nullptr;
+  size_t column = 0, events = 0;
+  double left = 0, right = 0, endUs = 0;
+  /// Time per compute kind (F, B, I, W, other).
+  std::array<double, 5> kindUs{};
+  /// Whether the events' categories differ (sends and receives).
+  bool mixed = false;
+};
+
+/// Draws `box` in the row at `y`: one event as itself, with its label where
+/// it fits; several as one box with their count.
+void drawBox(llvm::raw_ostream &os, const Box &box, double y, double originUs) {
+  const TimelineEvent &e = *box.first;
+  double width = box.right - box.left;
+  Band band = bandOf(e.category);
+  std::string title =
+      box.events == 1
+          ? llvm::formatv("{0} stage {1} microbatch {2}: {3:f3} ms at {4:f3} "
+                          "ms",
+                          escapeXML(e.name), e.stage, e.microbatch,
+                          e.durationUs / 1000, (e.startUs - originUs) / 1000)
+                .str()
+          : llvm::formatv("{0} events from {1:f3} to {2:f3} ms", box.events,
+                          (e.startUs - originUs) / 1000,
+                          (box.endUs - originUs) / 1000)
+                .str();
+  // A merged box says so in its class and how many events it holds.
+  llvm::StringRef merged = box.events == 1 ? "" : " merged";
+  std::string count =
+      box.events == 1 ? ""
+                      : llvm::formatv(" data-events=\"{0}\"", box.events).str();
+  if (band == Band::Compute) {
+    llvm::StringRef kind = box.events == 1 ? computeKind(e.name) : box.kind();
+    os << llvm::formatv("<rect class=\"compute {0}{1}\"{2} x=\"{3}\" "
+                        "y=\"{4}\" width=\"{5}\" height=\"22\" fill=\"{6}\" "
+                        "stroke=\"white\" stroke-width=\"0.5\"><title>{7}"
+                        "</title></rect>\n",
+                        kind, merged, count, num(box.left), num(y + 3),
+                        num(width), computeColour(kind), title);
+    std::string label = eventLabel(e);
+    if (box.events == 1 && width >= kCharWidth * label.size() + 4)
+      os << llvm::formatv("<text class=\"event\" x=\"{0}\" y=\"{1}\" "
+                          "text-anchor=\"middle\" fill=\"white\">{2}"
+                          "</text>\n",
+                          num(box.left + width / 2), num(y + 18),
+                          escapeXML(label));
+    return;
+  }
+  bool message = band == Band::Message, wait = band == Band::Wait;
+  double top = message ? y + 25 : wait ? y + 11 : y + 27;
+  double barHeight = message ? 4 : wait ? 6 : 2;
+  llvm::StringRef fill = message ? "#888888" : wait ? "#d0d0d0" : "#bbbbbb";
+  llvm::StringRef category =
+      box.mixed ? llvm::StringRef("message") : llvm::StringRef(e.category);
+  os << llvm::formatv("<rect class=\"{0}{1}\"{2} x=\"{3}\" y=\"{4}\" "
+                      "width=\"{5}\" height=\"{6}\" fill=\"{7}\">"
+                      "<title>{8}</title></rect>\n",
+                      category, merged, count, num(box.left), num(top),
+                      num(width), num(barHeight), fill, title);
+}
+
 } // namespace
 
 void renderTimelineSVG(const Timeline &timeline, llvm::raw_ostream &os) {
@@ -1033,7 +1146,6 @@ void renderTimelineSVG(const Timeline &timeline, llvm::raw_ostream &os) {
   size_t rows = timeline.ranks.size();
   double axisY = kTop + rows * kRowHeight + 6;
   double height = axisY + kAxisHeight;
-  auto num = [](double v) { return llvm::formatv("{0:f2}", v).str(); };
 
   os << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
   os << llvm::formatv("<svg xmlns=\"http://www.w3.org/2000/svg\" "
@@ -1064,7 +1176,14 @@ void renderTimelineSVG(const Timeline &timeline, llvm::raw_ostream &os) {
                       num(lx), num(lx + 16));
   os << "</g>\n";
 
-  // One group per rank: its label, then its events in file order.
+  // One group per rank: its label, then its boxes in order of start.
+  // Events of one band that start in one column are drawn as one box, so
+  // that the drawing holds at most kMaxPlotBoxes boxes (kBands per row
+  // when there are more rows than that allows).
+  size_t columns =
+      std::clamp<size_t>(kMaxPlotBoxes / (kBands * std::max<size_t>(rows, 1)),
+                         1, static_cast<size_t>(chartWidth));
+  double columnWidth = chartWidth / columns;
   std::vector<std::vector<const TimelineEvent *>> byRow(rows);
   for (const TimelineEvent &e : timeline.events)
     byRow[llvm::lower_bound(timeline.ranks, e.rank) - timeline.ranks.begin()]
@@ -1076,43 +1195,30 @@ void renderTimelineSVG(const Timeline &timeline, llvm::raw_ostream &os) {
     os << llvm::formatv("<text class=\"label\" x=\"8\" y=\"{0}\">rank {1}"
                         "</text>\n",
                         num(y + 19), rank);
-    for (const TimelineEvent *e : byRow[row]) {
+    std::vector<const TimelineEvent *> &events = byRow[row];
+    std::stable_sort(events.begin(), events.end(),
+                     [](const TimelineEvent *a, const TimelineEvent *b) {
+                       return a->startUs < b->startUs;
+                     });
+    std::array<Box, kBands> open;
+    for (const TimelineEvent *e : events) {
       double left = x(e->startUs);
-      double width = std::max(0.5, x(e->startUs + e->durationUs) - left);
-      std::string title = llvm::formatv(
-          "{0} stage {1} microbatch {2}: {3:f3} ms at {4:f3} ms",
-          escapeXML(e->name), e->stage, e->microbatch, e->durationUs / 1000,
-          (e->startUs - extent.startUs) / 1000);
-      if (e->category == "compute") {
-        llvm::StringRef kind = computeKind(e->name);
-        os << llvm::formatv("<rect class=\"compute {0}\" x=\"{1}\" y=\"{2}\" "
-                            "width=\"{3}\" height=\"22\" fill=\"{4}\" "
-                            "stroke=\"white\" stroke-width=\"0.5\"><title>{5}"
-                            "</title></rect>\n",
-                            kind, num(left), num(y + 3), num(width),
-                            computeColour(kind), title);
-        std::string label = eventLabel(*e);
-        if (width >= kCharWidth * label.size() + 4)
-          os << llvm::formatv("<text class=\"event\" x=\"{0}\" y=\"{1}\" "
-                              "text-anchor=\"middle\" fill=\"white\">{2}"
-                              "</text>\n",
-                              num(left + width / 2), num(y + 18),
-                              escapeXML(label));
+      double right = left + std::max(0.5, x(e->startUs + e->durationUs) - left);
+      size_t column = std::min(
+          columns - 1,
+          static_cast<size_t>(std::max(0.0, (left - kLeft) / columnWidth)));
+      Box &box = open[static_cast<size_t>(bandOf(e->category))];
+      if (box.events && box.column == column) {
+        box.add(*e, right);
         continue;
       }
-      // Sends and receives: a thin dark bar under the row; waits: a light
-      // band across its middle; anything else: a hairline.
-      bool message = e->category == "send" || e->category == "recv";
-      bool wait = e->category == "wait";
-      double top = message ? y + 25 : wait ? y + 11 : y + 27;
-      double barHeight = message ? 4 : wait ? 6 : 2;
-      llvm::StringRef fill = message ? "#888888" : wait ? "#d0d0d0" : "#bbbbbb";
-      os << llvm::formatv("<rect class=\"{0}\" x=\"{1}\" y=\"{2}\" "
-                          "width=\"{3}\" height=\"{4}\" fill=\"{5}\">"
-                          "<title>{6}</title></rect>\n",
-                          e->category, num(left), num(top), num(width),
-                          num(barHeight), fill, title);
+      if (box.events)
+        drawBox(os, box, y, extent.startUs);
+      box = Box(*e, column, left, right);
     }
+    for (const Box &box : open)
+      if (box.events)
+        drawBox(os, box, y, extent.startUs);
     os << "</g>\n";
   }
 

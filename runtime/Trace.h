@@ -30,7 +30,9 @@
 // A trace file read back is untrusted: every field is checked, sizes are
 // bounded before anything is allocated from them, and each problem is one
 // line naming the file and the event index. The reader never holds more
-// than one event of the file parsed (parseTrace).
+// than one event of the file parsed (parseTrace), and the SVG timeline
+// draws a bounded number of boxes however many events there are
+// (renderTimelineSVG).
 //
 //===----------------------------------------------------------------------===//
 #ifndef PPC_RUNTIME_TRACE_H
@@ -237,12 +239,28 @@ TraceSummary summarizeTrace(const Timeline &timeline);
 /// (each on one line).
 void printTraceSummary(const TraceSummary &summary, llvm::raw_ostream &os);
 
+/// The most event boxes renderTimelineSVG draws, for up to
+/// kMaxPlotBoxes / 4 ranks (4 per rank beyond).
+constexpr size_t kMaxPlotBoxes = 16384;
+
 /// Draws `timeline` as a standalone SVG document: one row per rank
 /// (labelled "rank R", in a <g class="rank">), a box per compute event
 /// (<rect class="compute KIND">, KIND = F, B, I, W or other, each its own
 /// colour) labelled like "2F5" (stage, name, microbatch) where the label
 /// fits, thinner grey bars for sends, receives, waits and other events,
 /// and an x axis in milliseconds with ticks.
+///
+/// Its size is bounded: the 1110-pixel chart is cut into columns (as many
+/// as fit kMaxPlotBoxes boxes in 4 bands of every row: compute, messages,
+/// waits, other), and the events of one band of a row that start in one
+/// column are drawn as one box, <rect class="compute KIND merged"
+/// data-events="N"> (KIND: the kind of most of its time) or class
+/// "send|recv|message|wait|other merged", without a label. A box takes
+/// under 1.5 KB with names of kMaxTraceNameBytes (about 230 bytes with
+/// ppc's), so the SVG of a trace of up to 4096 ranks stays under 25 MB,
+/// and about 4 MB with ppc's names. A trace whose events of each band start
+/// at least a column apart (ppc's runs, unless they are very long) is drawn
+/// event by event.
 void renderTimelineSVG(const Timeline &timeline, llvm::raw_ostream &os);
 
 } // namespace ppc

@@ -476,6 +476,8 @@ TEST(TraceSVGTest, RowsBoxesLabelsAndEscaping) {
   EXPECT_EQ(count("<F&>"), 0u);
   EXPECT_EQ(count(">1F0</text>"), 1u);
   EXPECT_EQ(count(">time (ms)</text>"), 1u);
+  // Each event is drawn as itself.
+  EXPECT_EQ(count("merged"), 0u);
 }
 
 // parseTrace parses a trace one value at a time; a malformed text must still
@@ -568,4 +570,46 @@ TEST(TraceParseTest, OverTheEventLimitBeforeAnyEventIsRead) {
   text += "], \"otherData\": {}}";
   EXPECT_EQ(parseError(text), "trace 't.json' has 1000005 events, over the "
                               "limit of 1000000");
+}
+
+// A dense trace is drawn with merged boxes: at most kMaxPlotBoxes of them,
+// every event in exactly one, no labels on merged ones.
+TEST(TraceSVGTest, DenseTracesAreMergedIntoBoundedBoxes) {
+  Timeline timeline;
+  timeline.ranks = {0, 1};
+  const int n = 200000;
+  for (int i = 0; i < n; ++i) {
+    bool send = i % 3 == 0;
+    timeline.events.push_back({i % 2, send ? "SEND_F" : "F",
+                               send ? "send" : "compute", 0, i,
+                               static_cast<double>(i), 1});
+  }
+  std::string svg;
+  llvm::raw_string_ostream os(svg);
+  renderTimelineSVG(timeline, os);
+  os.flush();
+  size_t boxes = 0, events = 0, merged = 0;
+  llvm::SmallVector<llvm::StringRef> lines;
+  llvm::StringRef(svg).split(lines, '\n');
+  for (llvm::StringRef line : lines) {
+    if (!line.startswith("<rect class=\"compute") &&
+        !line.startswith("<rect class=\"send"))
+      continue;
+    ++boxes;
+    size_t at = line.find("data-events=\"");
+    uint64_t count = 1;
+    if (at != llvm::StringRef::npos) {
+      ++merged;
+      llvm::StringRef digits = line.drop_front(at + 13);
+      ASSERT_FALSE(digits.take_until([](char c) { return c == '"'; })
+                       .getAsInteger(10, count))
+          << line.str();
+    }
+    events += count;
+  }
+  EXPECT_EQ(events, static_cast<size_t>(n));
+  EXPECT_GT(merged, 0u);
+  EXPECT_LE(boxes, kMaxPlotBoxes);
+  EXPECT_EQ(llvm::StringRef(svg).count("<text class=\"event\""), 0u);
+  EXPECT_LT(svg.size(), size_t(4) << 20);
 }
