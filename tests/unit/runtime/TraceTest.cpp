@@ -374,6 +374,13 @@ TEST(TraceParseTest, HostileTracesGiveOneLineErrors) {
       {oneEvent({{"cat", "\"gpu\""}}),
        "trace 't.json': event 1: unknown category 'gpu' (expected compute, "
        "send, recv, wait or other)"},
+      // The category is the file's text: one line, and short.
+      {oneEvent({{"cat", "\"a\\nb\\u00e9\""}}),
+       "trace 't.json': event 1: unknown category 'a\\x0ab\\xc3\\xa9' "
+       "(expected compute, send, recv, wait or other)"},
+      {oneEvent({{"cat", "\"" + std::string(100, 'c') + "\""}}),
+       "trace 't.json': event 1: unknown category '" + std::string(32, 'c') +
+           "...' (expected compute, send, recv, wait or other)"},
       {oneEvent({{"args", "[]"}}),
        "trace 't.json': event 1: \"args\" must be an object"},
       {oneEvent({{"args", "{\"stage\": \"2\"}"}}),
