@@ -172,19 +172,21 @@ struct Timeline {
 ///   2. it parses one value at a time and reads each event. A value that is
 ///      malformed gives the message llvm::json::parse gives for the whole
 ///      text, with its line, column and byte.
-/// Errors, one line each, in this order of precedence (the file's first
-/// JSON error comes before any event's problem, except that the event
-/// count is checked first):
+/// Errors, one line each, in this order of precedence: the nesting, the
+/// UTF-8 and the event count of the whole text, then the file's first JSON
+/// error, then the first problem of an event:
 ///   "trace 't.json' nests deeper than 256 levels"
-///   "trace 't.json' is not valid JSON: [1:5, byte=4]: ..."
 ///   "trace 't.json' has 1000001 events, over the limit of 1000000"
+///   "trace 't.json' is not valid JSON: [1:5, byte=4]: ..."
 ///   "trace 't.json': expected an object with an array \"traceEvents\", or
 ///    an array"
 ///   "trace 't.json': event 3 is 70000 bytes, over the limit of 65536"
 ///   "trace 't.json': event 3: missing \"dur\""
 ///   "trace 't.json': event 3: \"name\" is 65 bytes, over the limit of 64"
-///   "trace 't.json': event 3: \"dur\" must be a number >= 0 (got -5)"
-///   "trace 't.json': event 3: \"pid\" must be an integer in [0, 65536)"
+///   "trace 't.json': event 3: \"dur\" must be a number in [0, 1e+15] (got
+///    -5)"
+///   "trace 't.json': event 3: \"pid\" must be an integer in [0, 65535]
+///    (got 65536)"
 ///   "trace 't.json': event 3: unknown category 'x' (expected compute,
 ///    send, recv, wait or other)"
 ///   "trace 't.json' has no complete events (ph \"X\")"
