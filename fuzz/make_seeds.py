@@ -2,9 +2,10 @@
 """Writes the fuzz targets' seed corpora from real files: a manifest from `ppc split` of the
 test models, meta cache files written by a two-rank `ppc run`, user metadata made from those
 caches, input files written by torch.save (the test models' inputs and the shapes the docs
-allow: a tensor, a tuple, a list, plus things loadTensors must refuse), and the schedule CSV
-fixtures of the unit tests (PyTorch's own, both layouts). Header seeds come from
-make_header_seeds (encodeHeader itself).
+allow: a tensor, a tuple, a list, plus things loadTensors must refuse), the schedule CSV
+fixtures of the unit tests (PyTorch's own, both layouts), and traces: the one that two-rank
+run writes (--trace), the unit tests' trace fixtures and a few small ones in the forms the
+reader accepts. Header seeds come from make_header_seeds (encodeHeader itself).
 
 usage: make_seeds.py PPC MODELS_DIR OUT_DIR   (OUT_DIR/<target>/ gets the files)
 """
@@ -33,7 +34,7 @@ def run(*cmd):
 def main():
     ppc, models, out = sys.argv[1:4]
     dirs = {t: os.path.join(out, t)
-            for t in ("manifest", "meta_cache", "user_meta", "tensor_file", "schedule_csv")}
+            for t in ("manifest", "meta_cache", "user_meta", "tensor_file", "schedule_csv", "trace")}
     for d in dirs.values():
         os.makedirs(d, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -46,7 +47,7 @@ def main():
             run(ppc, "launch", "--nproc-per-node", "2", "--master-port", "0", "--timeout", "120", "--",
                 ppc, "run", os.path.join(split, "manifest.json"), "--input",
                 os.path.join(models, model + ".input.pt"), "--output", os.path.join(tmp, "out.pt"),
-                "--microbatches", "2")
+                "--microbatches", "2", "--trace", os.path.join(dirs["trace"], "run.json"))
             user = {"stages": []}
             for rank in (0, 1):
                 name = "meta_cache.rank%dof2.json" % rank
@@ -95,6 +96,33 @@ def main():
             body = f.read()
         with open(os.path.join(dirs["schedule_csv"], name), "wb") as f:
             f.write(head + body)
+
+    # Traces: the unit tests' fixtures, and small ones in each accepted form (bare array,
+    # flows with string and number ids, metadata, phases the reader ignores).
+    trace_fixtures = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
+                                  "unit", "fixtures", "trace")
+    for name in sorted(os.listdir(trace_fixtures)):
+        shutil.copy(os.path.join(trace_fixtures, name), os.path.join(dirs["trace"], name))
+    small = {
+        "bare_array.json": [
+            {"ph": "X", "name": "F", "cat": "compute", "pid": 0, "tid": 0, "ts": 0, "dur": 5,
+             "args": {"stage": 0, "microbatch": 1}},
+            {"ph": "X", "name": "B", "cat": "compute", "pid": 1, "tid": 0, "ts": 5.5, "dur": 2}],
+        "flows.json": {"traceEvents": [
+            {"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "rank 0"}},
+            {"ph": "X", "name": "SEND_F", "cat": "send", "pid": 0, "tid": 0, "ts": 1, "dur": 1},
+            {"ph": "s", "name": "message", "cat": "flow", "id": 7, "pid": 0, "tid": 0, "ts": 1},
+            {"ph": "X", "name": "RECV_F", "cat": "recv", "pid": 1, "tid": 0, "ts": 1, "dur": 3},
+            {"ph": "f", "bp": "e", "name": "message", "cat": "flow", "id": "7", "pid": 1,
+             "tid": 0, "ts": 1},
+            {"ph": "X", "name": "wait", "cat": "wait", "pid": 1, "tid": 0, "ts": 0, "dur": 1},
+            {"ph": "i", "name": "mark", "pid": 0, "ts": 2},
+            {"ph": "C", "name": "mem", "pid": 0, "ts": 2, "args": {"v": 1}}],
+            "displayTimeUnit": "ms", "otherData": {"generator": "ppc", "ranks": [0, 1]}},
+    }
+    for name, trace in small.items():
+        with open(os.path.join(dirs["trace"], name), "w") as f:
+            json.dump(trace, f)
 
     t = dirs["tensor_file"]
     for model in ("mlp", "two_io"):

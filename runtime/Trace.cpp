@@ -23,11 +23,13 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <climits>
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <utility>
 
 namespace ppc {
@@ -199,6 +201,275 @@ namespace {
 /// any monotonic clock reading, small enough that sums stay exact enough.
 constexpr double kMaxTimeUs = 1e15;
 
+/// Whether `text` nests arrays and objects more than `maxDepth` deep, by the
+/// rule of parseJSONBounded (lib/SafeRead.cpp): brackets inside strings do
+/// not count, and a backslash escapes the next byte.
+bool nestsDeeperThan(llvm::StringRef text, unsigned maxDepth) {
+  unsigned depth = 0;
+  bool inString = false;
+  for (size_t i = 0, e = text.size(); i < e; ++i) {
+    char c = text[i];
+    if (inString) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        inString = false;
+    } else if (c == '"') {
+      inString = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > maxDepth)
+        return true;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return false;
+}
+
+/// A place where a JSON text is malformed, and what is wrong there, in
+/// llvm::json::parse's words.
+struct SyntaxError {
+  size_t offset = 0;
+  std::string message;
+};
+
+/// Reads the structure of a JSON text without building it, so that a trace
+/// is parsed one value at a time.
+///
+/// 1. valueEnd() finds where a value ends by reading it the way
+///    llvm::json::parse does (strings with their escapes, numbers as runs of
+///    number characters, brackets counted outside strings), without checking
+///    it.
+/// 2. parse() hands that stretch alone to llvm::json::parse. A value that is
+///    malformed stops llvm::json::parse at the same byte whether it reads
+///    the value alone or the whole text, so the error is the one of the
+///    whole text, moved to the value's offset.
+/// 3. forEachElement() and forEachMember() check what lies between the
+///    values of an array or object (commas, colons, keys) with
+///    llvm::json::parse's messages, and visit the values.
+class JSONScanner {
+public:
+  explicit JSONScanner(llvm::StringRef text) : text_(text) {}
+
+  size_t skipWhitespace(size_t p) const {
+    while (p < text_.size() && (text_[p] == ' ' || text_[p] == '\t' ||
+                                text_[p] == '\r' || text_[p] == '\n'))
+      ++p;
+    return p;
+  }
+
+  /// The end of the value that starts at `begin` (past any whitespace). A
+  /// malformed value ends no earlier than where llvm::json::parse stops.
+  size_t valueEnd(size_t begin) const {
+    size_t end = text_.size();
+    if (begin >= end)
+      return end;
+    switch (text_[begin]) {
+    case '"':
+      return stringEnd(begin);
+    case 'n':
+    case 't':
+      return charEnd(std::min(end, begin + 4));
+    case 'f':
+      return charEnd(std::min(end, begin + 5));
+    case '[':
+    case '{': {
+      size_t depth = 0;
+      for (size_t p = begin; p < end;) {
+        char c = text_[p];
+        if (c == '"') {
+          p = stringEnd(p);
+          continue;
+        }
+        ++p;
+        if (c == '[' || c == '{')
+          ++depth;
+        else if ((c == ']' || c == '}') && --depth == 0)
+          return p;
+      }
+      return end;
+    }
+    default: {
+      size_t p = begin;
+      while (p < end && isNumberChar(text_[p]))
+        ++p;
+      // Not a value: llvm::json::parse stops past its first character.
+      return p > begin ? p : charEnd(begin + 1);
+    }
+    }
+  }
+
+  /// Parses the value [begin, end) alone; on failure records where the
+  /// whole text is malformed.
+  std::optional<llvm::json::Value> parse(size_t begin, size_t end) {
+    auto value = llvm::json::parse(text_.slice(begin, end));
+    if (value)
+      return std::move(*value);
+    // llvm::json::ParseError keeps its position to itself; its message is
+    // "[line:column, byte=offset]: what".
+    std::string message = llvm::toString(value.takeError());
+    llvm::StringRef rest(message);
+    size_t at = rest.find("byte="), close = rest.find("]: ");
+    uint64_t offset = 0;
+    if (at == llvm::StringRef::npos || close == llvm::StringRef::npos ||
+        close < at || rest.slice(at + 5, close).getAsInteger(10, offset))
+      fail(begin, message);
+    else
+      fail(begin + offset, rest.drop_front(close + 3));
+    return std::nullopt;
+  }
+
+  /// Visits each element of the array at `p` as onElement(index, begin,
+  /// end) and leaves `p` past its ']'. False when onElement returns false
+  /// or the array is malformed (error() says where).
+  bool forEachElement(
+      size_t &p,
+      llvm::function_ref<bool(size_t index, size_t begin, size_t end)>
+          onElement) {
+    p = skipWhitespace(p + 1);
+    if (p < text_.size() && text_[p] == ']') {
+      ++p;
+      return true;
+    }
+    for (size_t index = 0;; ++index) {
+      size_t begin = skipWhitespace(p);
+      p = valueEnd(begin);
+      if (!onElement(index, begin, p))
+        return false;
+      p = skipWhitespace(p);
+      char c = next(p);
+      if (c == ']')
+        return true;
+      if (c != ',')
+        return fail(p, "Expected , or ] after array element");
+    }
+  }
+
+  /// Visits each member of the object at `p` as onMember(key, begin, end)
+  /// of its value and leaves `p` past its '}'. False when onMember returns
+  /// false or the object is malformed.
+  bool forEachMember(
+      size_t &p,
+      llvm::function_ref<bool(llvm::StringRef key, size_t begin, size_t end)>
+          onMember) {
+    p = skipWhitespace(p + 1);
+    if (p < text_.size() && text_[p] == '}') {
+      ++p;
+      return true;
+    }
+    for (;;) {
+      p = skipWhitespace(p);
+      size_t keyBegin = p;
+      if (next(p) != '"')
+        return fail(p, "Expected object key");
+      size_t keyEnd = stringEnd(keyBegin);
+      std::optional<llvm::json::Value> key = parse(keyBegin, keyEnd);
+      if (!key)
+        return false;
+      p = skipWhitespace(keyEnd);
+      if (next(p) != ':')
+        return fail(p, "Expected : after object key");
+      size_t begin = skipWhitespace(p);
+      p = valueEnd(begin);
+      if (!onMember(*key->getAsString(), begin, p))
+        return false;
+      p = skipWhitespace(p);
+      char c = next(p);
+      if (c == '}')
+        return true;
+      if (c != ',')
+        return fail(p, "Expected , or } after object property");
+    }
+  }
+
+  /// Checks that [begin, end) is valid JSON while holding at most
+  /// kMaxParseBytes of it parsed at a time: a larger array or object is
+  /// checked member by member. `depth` bounds the recursion.
+  bool validate(size_t begin, size_t end, unsigned depth = 1) {
+    char c = begin < end ? text_[begin] : 0;
+    if (end - begin <= kMaxParseBytes || (c != '[' && c != '{'))
+      return parse(begin, end).has_value();
+    if (depth > kMaxJSONDepth)
+      return fail(begin, "Nested too deeply");
+    size_t p = begin;
+    if (c == '[')
+      return forEachElement(p, [&](size_t, size_t b, size_t e) {
+        return validate(b, e, depth + 1);
+      });
+    return forEachMember(p, [&](llvm::StringRef, size_t b, size_t e) {
+      return validate(b, e, depth + 1);
+    });
+  }
+
+  /// Past the top-level value at `p`: nothing but whitespace may follow.
+  bool checkEnd(size_t p) {
+    p = skipWhitespace(p);
+    return p == text_.size() || fail(p, "Text after end of document");
+  }
+
+  /// "[3:7, byte=52]: Expected , or ] after array element", as
+  /// llvm::json::ParseError prints it (column counted from 0).
+  std::string describe(const SyntaxError &e) const {
+    llvm::StringRef before = text_.take_front(e.offset);
+    size_t line = 1 + before.count('\n');
+    size_t lineStart = before.rfind('\n');
+    size_t column = lineStart == llvm::StringRef::npos
+                        ? e.offset
+                        : e.offset - lineStart - 1;
+    return llvm::formatv("[{0}:{1}, byte={2}]: {3}", line, column, e.offset,
+                         e.message);
+  }
+
+  const std::optional<SyntaxError> &error() const { return error_; }
+  llvm::StringRef text() const { return text_; }
+
+private:
+  /// Values up to this size are parsed whole by validate().
+  static constexpr size_t kMaxParseBytes = 64 << 10;
+
+  static bool isNumberChar(char c) {
+    return (c >= '0' && c <= '9') || c == 'e' || c == 'E' || c == '+' ||
+           c == '-' || c == '.';
+  }
+
+  /// `p`, or past the UTF-8 sequence it is inside, so that a value handed
+  /// to llvm::json::parse alone is valid UTF-8 (the whole text is).
+  size_t charEnd(size_t p) const {
+    while (p < text_.size() &&
+           (static_cast<unsigned char>(text_[p]) & 0xC0) == 0x80)
+      ++p;
+    return p;
+  }
+
+  /// llvm::json::parse's next(): the byte at `p`, then past it; 0 at the
+  /// end, which does not move.
+  char next(size_t &p) const { return p < text_.size() ? text_[p++] : 0; }
+
+  /// The end of the string whose quote is at `begin`: past its closing
+  /// quote, reading escapes (\uXXXX takes four more bytes) as
+  /// llvm::json::parse does.
+  size_t stringEnd(size_t begin) const {
+    size_t end = text_.size();
+    for (size_t p = begin + 1; p < end;) {
+      char c = text_[p++];
+      if (c == '"')
+        return p;
+      if (c == '\\' && p < end && text_[p++] == 'u')
+        p = std::min(end, p + 4);
+    }
+    return end;
+  }
+
+  bool fail(size_t offset, llvm::StringRef message) {
+    if (!error_)
+      error_ = SyntaxError{offset, message.str()};
+    return false;
+  }
+
+  llvm::StringRef text_;
+  std::optional<SyntaxError> error_;
+};
+
 /// Reads the fields of one event of the file, each problem an error that
 /// names the file and the event.
 class EventReader {
@@ -277,6 +548,19 @@ public:
   size_t index;
 };
 
+/// `text` for a one-line message: at most 32 bytes of it, with bytes other
+/// than printable ASCII written as \xNN.
+std::string printable(llvm::StringRef text) {
+  std::string out;
+  for (unsigned char c : text.take_front(32)) {
+    if (c >= 0x20 && c < 0x7f && c != '\\')
+      out += static_cast<char>(c);
+    else
+      out += llvm::formatv("\\x{0:x-2}", c).str();
+  }
+  return text.size() > 32 ? out + "..." : out;
+}
+
 bool isCategory(llvm::StringRef category) {
   return category == "compute" || category == "send" || category == "recv" ||
          category == "wait" || category == "other";
@@ -287,11 +571,15 @@ llvm::Error readComplete(const EventReader &reader, TimelineEvent &out) {
   auto name = reader.string("name");
   if (!name)
     return name.takeError();
+  if (name->size() > kMaxTraceNameBytes)
+    return reader.fail(llvm::formatv("\"name\" is {0} bytes, over the limit "
+                                     "of {1}",
+                                     name->size(), kMaxTraceNameBytes));
   auto category = reader.string("cat");
   if (!category)
     return category.takeError();
   if (!isCategory(*category))
-    return reader.fail("unknown category '" + *category +
+    return reader.fail("unknown category '" + printable(*category) +
                        "' (expected compute, send, recv, wait or other)");
   auto pid = reader.integer("pid", 0, kMaxTraceRanks - 1);
   if (!pid)
@@ -352,58 +640,169 @@ llvm::Error checkFlow(const EventReader &reader) {
   return llvm::Error::success();
 }
 
+/// Reads one event of the file into `timeline` (complete events) or
+/// `named` (ranks named by metadata), or checks it (flow events).
+llvm::Error readEvent(const llvm::json::Value &value, llvm::StringRef what,
+                      size_t index, Timeline &timeline,
+                      std::vector<bool> &named) {
+  const llvm::json::Object *event = value.getAsObject();
+  if (!event)
+    return makeError(
+        llvm::formatv("{0}: event {1} is not an object", what, index));
+  EventReader reader(*event, what, index);
+  auto phase = reader.string("ph");
+  if (!phase)
+    return phase.takeError();
+  if (*phase == "X") {
+    TimelineEvent out;
+    if (llvm::Error err = readComplete(reader, out))
+      return err;
+    named[out.rank] = true;
+    timeline.events.push_back(std::move(out));
+  } else if (*phase == "s" || *phase == "t" || *phase == "f") {
+    if (llvm::Error err = checkFlow(reader))
+      return err;
+  } else if (*phase == "M") {
+    auto name = reader.string("name");
+    if (!name)
+      return name.takeError();
+    auto pid = reader.integer("pid", 0, kMaxTraceRanks - 1);
+    if (!pid)
+      return pid.takeError();
+    if (*name == "process_name")
+      named[*pid] = true;
+  }
+  // Other phases (instant, counter, async, ...) are valid trace events
+  // that ppc neither writes nor reads.
+  return llvm::Error::success();
+}
+
+/// The walk both passes of parseTrace make over a trace's text: the
+/// top-level value; the elements of each array that may hold the events
+/// (the top-level array, or a "traceEvents" member that is an array, of
+/// which the last is the events, as llvm::json::Object keeps the last of a
+/// repeated key), announced by onEvents; and every other value.
+struct TraceWalk {
+  llvm::function_ref<void(size_t begin)> onEvents;
+  llvm::function_ref<bool(size_t index, size_t begin, size_t end)> onEvent;
+  llvm::function_ref<bool(size_t begin, size_t end, bool traceEvents)> onValue;
+};
+
+/// False when a callback returns false or the text is malformed between
+/// the values (scanner.error() says where).
+bool walkTrace(JSONScanner &scanner, const TraceWalk &walk) {
+  llvm::StringRef text = scanner.text();
+  size_t p = scanner.skipWhitespace(0);
+  char first = p < text.size() ? text[p] : 0;
+  bool ok;
+  if (first == '[') {
+    walk.onEvents(p);
+    ok = scanner.forEachElement(p, walk.onEvent);
+  } else if (first == '{') {
+    ok = scanner.forEachMember(
+        p, [&](llvm::StringRef key, size_t begin, size_t end) {
+          bool events = key == "traceEvents";
+          if (!events || begin == end || text[begin] != '[')
+            return walk.onValue(begin, end, events);
+          walk.onEvents(begin);
+          return scanner.forEachElement(begin, walk.onEvent);
+        });
+  } else {
+    size_t end = scanner.valueEnd(p);
+    ok = walk.onValue(p, end, false);
+    p = end;
+  }
+  return ok && scanner.checkEnd(p);
+}
+
+llvm::Error syntaxError(const JSONScanner &scanner, llvm::StringRef what) {
+  return makeError(what +
+                   " is not valid JSON: " + scanner.describe(*scanner.error()));
+}
+
 } // namespace
 
 llvm::Expected<Timeline> parseTrace(llvm::StringRef text,
                                     llvm::StringRef what) {
-  auto parsed = parseJSONBounded(text, kMaxJSONDepth, what);
-  if (!parsed)
-    return parsed.takeError();
-  const llvm::json::Array *events = parsed->getAsArray();
-  if (const llvm::json::Object *top = parsed->getAsObject()) {
-    const llvm::json::Value *list = top->get("traceEvents");
-    events = list ? list->getAsArray() : nullptr;
+  // The checks of the whole text that parseJSONBounded makes first.
+  if (nestsDeeperThan(text, kMaxJSONDepth))
+    return makeError(
+        llvm::formatv("{0} nests deeper than {1} levels", what, kMaxJSONDepth)
+            .str());
+  size_t badByte = 0;
+  if (!llvm::json::isUTF8(text, &badByte)) {
+    JSONScanner scanner(text);
+    return makeError(what + " is not valid JSON: " +
+                     scanner.describe({badByte, "Invalid UTF-8 sequence"}));
   }
-  if (!events)
+
+  // Pass 1 counts the events without parsing any.
+  JSONScanner outline(text);
+  std::optional<size_t> eventsAt;
+  size_t count = 0;
+  auto startEvents = [&](size_t begin) {
+    eventsAt = begin;
+    count = 0;
+  };
+  auto countEvent = [&](size_t, size_t, size_t) {
+    ++count;
+    return true;
+  };
+  auto skipValue = [&](size_t, size_t, bool traceEvents) {
+    if (traceEvents) {
+      eventsAt.reset();
+      count = 0;
+    }
+    return true;
+  };
+  bool outlined = walkTrace(outline, {startEvents, countEvent, skipValue});
+  if (count > kMaxTraceEvents) {
+    if (!outlined)
+      return syntaxError(outline, what);
+    return makeError(llvm::formatv("{0} has {1} events, over the limit of {2}",
+                                   what, count, kMaxTraceEvents));
+  }
+
+  // Pass 2 parses one value at a time: it reads the events, and checks
+  // everything else is valid JSON. After the first problem with an event it
+  // only checks the JSON, since a syntax error anywhere comes first.
+  Timeline timeline;
+  timeline.events.reserve(count);
+  std::vector<bool> named(kMaxTraceRanks, false);
+  std::optional<std::string> problem;
+  JSONScanner scanner(text);
+  bool theEvents = false;
+  auto readOne = [&](size_t index, size_t begin, size_t end) {
+    if (!theEvents)
+      return scanner.validate(begin, end);
+    if (end - begin > kMaxTraceEventBytes) {
+      if (!problem)
+        problem = llvm::formatv("{0}: event {1} is {2} bytes, over the limit "
+                                "of {3}",
+                                what, index, end - begin, kMaxTraceEventBytes)
+                      .str();
+      return scanner.validate(begin, end);
+    }
+    std::optional<llvm::json::Value> event = scanner.parse(begin, end);
+    if (!event)
+      return false;
+    if (!problem)
+      if (llvm::Error err = readEvent(*event, what, index, timeline, named))
+        problem = llvm::toString(std::move(err));
+    return true;
+  };
+  auto startReading = [&](size_t begin) { theEvents = eventsAt == begin; };
+  auto checkValue = [&](size_t begin, size_t end, bool) {
+    return scanner.validate(begin, end);
+  };
+  bool walked = walkTrace(scanner, {startReading, readOne, checkValue});
+  if (!walked)
+    return syntaxError(scanner, what);
+  if (!eventsAt)
     return makeError(what + ": expected an object with an array "
                             "\"traceEvents\", or an array");
-  if (events->size() > kMaxTraceEvents)
-    return makeError(llvm::formatv("{0} has {1} events, over the limit of {2}",
-                                   what, events->size(), kMaxTraceEvents));
-
-  Timeline timeline;
-  std::vector<bool> named(kMaxTraceRanks, false);
-  for (size_t i = 0; i < events->size(); ++i) {
-    const llvm::json::Object *event = (*events)[i].getAsObject();
-    if (!event)
-      return makeError(
-          llvm::formatv("{0}: event {1} is not an object", what, i));
-    EventReader reader(*event, what, i);
-    auto phase = reader.string("ph");
-    if (!phase)
-      return phase.takeError();
-    if (*phase == "X") {
-      TimelineEvent out;
-      if (llvm::Error err = readComplete(reader, out))
-        return err;
-      named[out.rank] = true;
-      timeline.events.push_back(std::move(out));
-    } else if (*phase == "s" || *phase == "t" || *phase == "f") {
-      if (llvm::Error err = checkFlow(reader))
-        return err;
-    } else if (*phase == "M") {
-      auto name = reader.string("name");
-      if (!name)
-        return name.takeError();
-      auto pid = reader.integer("pid", 0, kMaxTraceRanks - 1);
-      if (!pid)
-        return pid.takeError();
-      if (*name == "process_name")
-        named[*pid] = true;
-    }
-    // Other phases (instant, counter, async, ...) are valid trace events
-    // that ppc neither writes nor reads.
-  }
+  if (problem)
+    return makeError(*problem);
   if (timeline.events.empty())
     return makeError(what + " has no complete events (ph \"X\")");
   for (int r = 0; r < kMaxTraceRanks; ++r)
@@ -636,6 +1035,118 @@ std::string eventLabel(const TimelineEvent &e) {
   return std::to_string(e.stage) + e.name + std::to_string(e.microbatch);
 }
 
+std::string num(double v) { return llvm::formatv("{0:f2}", v).str(); }
+
+/// The bands of a rank's row: compute boxes; sends and receives, a thin
+/// dark bar under them; waits, a light band across their middle; anything
+/// else, a hairline.
+enum class Band { Compute, Message, Wait, Other };
+constexpr size_t kBands = 4;
+
+Band bandOf(llvm::StringRef category) {
+  return llvm::StringSwitch<Band>(category)
+      .Case("compute", Band::Compute)
+      .Cases("send", "recv", Band::Message)
+      .Case("wait", Band::Wait)
+      .Default(Band::Other);
+}
+
+constexpr llvm::StringRef kComputeKinds[] = {"F", "B", "I", "W", "other"};
+
+size_t kindIndex(llvm::StringRef kind) {
+  return llvm::find(kComputeKinds, kind) - std::begin(kComputeKinds);
+}
+
+/// The events of one band of a row that start in one column of the
+/// drawing, drawn as one box (left and right in pixels).
+struct Box {
+  Box() = default;
+  Box(const TimelineEvent &e, size_t column, double left, double right)
+      : first(&e), column(column), events(1), left(left), right(right),
+        endUs(e.startUs + e.durationUs) {
+    kindUs[kindIndex(computeKind(e.name))] = e.durationUs;
+  }
+
+  /// Adds `e`, which starts no earlier than the box.
+  void add(const TimelineEvent &e, double eventRight) {
+    ++events;
+    right = std::max(right, eventRight);
+    endUs = std::max(endUs, e.startUs + e.durationUs);
+    kindUs[kindIndex(computeKind(e.name))] += e.durationUs;
+    mixed |= e.category != first->category;
+  }
+
+  /// The compute kind of most of the box's time (its first event's on a
+  /// tie).
+  llvm::StringRef kind() const {
+    size_t best = kindIndex(computeKind(first->name));
+    for (size_t k = 0; k < kindUs.size(); ++k)
+      if (kindUs[k] > kindUs[best])
+        best = k;
+    return kComputeKinds[best];
+  }
+
+  const TimelineEvent *first = nullptr;
+  size_t column = 0, events = 0;
+  double left = 0, right = 0, endUs = 0;
+  /// Time per compute kind (F, B, I, W, other).
+  std::array<double, 5> kindUs{};
+  /// Whether the events' categories differ (sends and receives).
+  bool mixed = false;
+};
+
+/// Draws `box` in the row at `y`: one event as itself, with its label where
+/// it fits; several as one box with their count.
+void drawBox(llvm::raw_ostream &os, const Box &box, double y, double originUs) {
+  const TimelineEvent &e = *box.first;
+  double width = box.right - box.left;
+  Band band = bandOf(e.category);
+  std::string title =
+      box.events == 1
+          ? llvm::formatv("{0} stage {1} microbatch {2}: {3:f3} ms at {4:f3} "
+                          "ms",
+                          escapeXML(e.name), e.stage, e.microbatch,
+                          e.durationUs / 1000, (e.startUs - originUs) / 1000)
+                .str()
+          : llvm::formatv("{0} events from {1:f3} to {2:f3} ms", box.events,
+                          (e.startUs - originUs) / 1000,
+                          (box.endUs - originUs) / 1000)
+                .str();
+  // A merged box says so in its class and how many events it holds.
+  llvm::StringRef merged = box.events == 1 ? "" : " merged";
+  std::string count =
+      box.events == 1 ? ""
+                      : llvm::formatv(" data-events=\"{0}\"", box.events).str();
+  if (band == Band::Compute) {
+    llvm::StringRef kind = box.events == 1 ? computeKind(e.name) : box.kind();
+    os << llvm::formatv("<rect class=\"compute {0}{1}\"{2} x=\"{3}\" "
+                        "y=\"{4}\" width=\"{5}\" height=\"22\" fill=\"{6}\" "
+                        "stroke=\"white\" stroke-width=\"0.5\"><title>{7}"
+                        "</title></rect>\n",
+                        kind, merged, count, num(box.left), num(y + 3),
+                        num(width), computeColour(kind), title);
+    std::string label = eventLabel(e);
+    if (box.events == 1 && width >= kCharWidth * label.size() + 4)
+      os << llvm::formatv("<text class=\"event\" x=\"{0}\" y=\"{1}\" "
+                          "text-anchor=\"middle\" fill=\"white\">{2}"
+                          "</text>\n",
+                          num(box.left + width / 2), num(y + 18),
+                          escapeXML(label));
+    return;
+  }
+  bool message = band == Band::Message, wait = band == Band::Wait;
+  double top = message ? y + 25 : wait ? y + 11 : y + 27;
+  double barHeight = message ? 4 : wait ? 6 : 2;
+  llvm::StringRef fill = message ? "#888888" : wait ? "#d0d0d0" : "#bbbbbb";
+  llvm::StringRef category =
+      box.mixed ? llvm::StringRef("message") : llvm::StringRef(e.category);
+  os << llvm::formatv("<rect class=\"{0}{1}\"{2} x=\"{3}\" y=\"{4}\" "
+                      "width=\"{5}\" height=\"{6}\" fill=\"{7}\">"
+                      "<title>{8}</title></rect>\n",
+                      category, merged, count, num(box.left), num(top),
+                      num(width), num(barHeight), fill, title);
+}
+
 } // namespace
 
 void renderTimelineSVG(const Timeline &timeline, llvm::raw_ostream &os) {
@@ -648,7 +1159,6 @@ void renderTimelineSVG(const Timeline &timeline, llvm::raw_ostream &os) {
   size_t rows = timeline.ranks.size();
   double axisY = kTop + rows * kRowHeight + 6;
   double height = axisY + kAxisHeight;
-  auto num = [](double v) { return llvm::formatv("{0:f2}", v).str(); };
 
   os << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
   os << llvm::formatv("<svg xmlns=\"http://www.w3.org/2000/svg\" "
@@ -679,7 +1189,14 @@ void renderTimelineSVG(const Timeline &timeline, llvm::raw_ostream &os) {
                       num(lx), num(lx + 16));
   os << "</g>\n";
 
-  // One group per rank: its label, then its events in file order.
+  // One group per rank: its label, then its boxes in order of start.
+  // Events of one band that start in one column are drawn as one box, so
+  // that the drawing holds at most kMaxPlotBoxes boxes (kBands per row
+  // when there are more rows than that allows).
+  size_t columns =
+      std::clamp<size_t>(kMaxPlotBoxes / (kBands * std::max<size_t>(rows, 1)),
+                         1, static_cast<size_t>(chartWidth));
+  double columnWidth = chartWidth / columns;
   std::vector<std::vector<const TimelineEvent *>> byRow(rows);
   for (const TimelineEvent &e : timeline.events)
     byRow[llvm::lower_bound(timeline.ranks, e.rank) - timeline.ranks.begin()]
@@ -691,43 +1208,30 @@ void renderTimelineSVG(const Timeline &timeline, llvm::raw_ostream &os) {
     os << llvm::formatv("<text class=\"label\" x=\"8\" y=\"{0}\">rank {1}"
                         "</text>\n",
                         num(y + 19), rank);
-    for (const TimelineEvent *e : byRow[row]) {
+    std::vector<const TimelineEvent *> &events = byRow[row];
+    std::stable_sort(events.begin(), events.end(),
+                     [](const TimelineEvent *a, const TimelineEvent *b) {
+                       return a->startUs < b->startUs;
+                     });
+    std::array<Box, kBands> open;
+    for (const TimelineEvent *e : events) {
       double left = x(e->startUs);
-      double width = std::max(0.5, x(e->startUs + e->durationUs) - left);
-      std::string title = llvm::formatv(
-          "{0} stage {1} microbatch {2}: {3:f3} ms at {4:f3} ms",
-          escapeXML(e->name), e->stage, e->microbatch, e->durationUs / 1000,
-          (e->startUs - extent.startUs) / 1000);
-      if (e->category == "compute") {
-        llvm::StringRef kind = computeKind(e->name);
-        os << llvm::formatv("<rect class=\"compute {0}\" x=\"{1}\" y=\"{2}\" "
-                            "width=\"{3}\" height=\"22\" fill=\"{4}\" "
-                            "stroke=\"white\" stroke-width=\"0.5\"><title>{5}"
-                            "</title></rect>\n",
-                            kind, num(left), num(y + 3), num(width),
-                            computeColour(kind), title);
-        std::string label = eventLabel(*e);
-        if (width >= kCharWidth * label.size() + 4)
-          os << llvm::formatv("<text class=\"event\" x=\"{0}\" y=\"{1}\" "
-                              "text-anchor=\"middle\" fill=\"white\">{2}"
-                              "</text>\n",
-                              num(left + width / 2), num(y + 18),
-                              escapeXML(label));
+      double right = left + std::max(0.5, x(e->startUs + e->durationUs) - left);
+      size_t column = std::min(
+          columns - 1,
+          static_cast<size_t>(std::max(0.0, (left - kLeft) / columnWidth)));
+      Box &box = open[static_cast<size_t>(bandOf(e->category))];
+      if (box.events && box.column == column) {
+        box.add(*e, right);
         continue;
       }
-      // Sends and receives: a thin dark bar under the row; waits: a light
-      // band across its middle; anything else: a hairline.
-      bool message = e->category == "send" || e->category == "recv";
-      bool wait = e->category == "wait";
-      double top = message ? y + 25 : wait ? y + 11 : y + 27;
-      double barHeight = message ? 4 : wait ? 6 : 2;
-      llvm::StringRef fill = message ? "#888888" : wait ? "#d0d0d0" : "#bbbbbb";
-      os << llvm::formatv("<rect class=\"{0}\" x=\"{1}\" y=\"{2}\" "
-                          "width=\"{3}\" height=\"{4}\" fill=\"{5}\">"
-                          "<title>{6}</title></rect>\n",
-                          e->category, num(left), num(top), num(width),
-                          num(barHeight), fill, title);
+      if (box.events)
+        drawBox(os, box, y, extent.startUs);
+      box = Box(*e, column, left, right);
     }
+    for (const Box &box : open)
+      if (box.events)
+        drawBox(os, box, y, extent.startUs);
     os << "</g>\n";
   }
 

@@ -29,7 +29,10 @@
 //
 // A trace file read back is untrusted: every field is checked, sizes are
 // bounded before anything is allocated from them, and each problem is one
-// line naming the file and the event index.
+// line naming the file and the event index. The reader never holds more
+// than one event of the file parsed (parseTrace), and the SVG timeline
+// draws a bounded number of boxes however many events there are
+// (renderTimelineSVG).
 //
 //===----------------------------------------------------------------------===//
 #ifndef PPC_RUNTIME_TRACE_H
@@ -114,8 +117,13 @@ private:
 /// The most bytes of a trace file, or of one rank's eventsJSON() text,
 /// that is read (~150 bytes an event: about 400,000 events).
 constexpr uint64_t kMaxTraceBytes = uint64_t(64) << 20;
-/// The most trace events a file may hold.
+/// The most trace events a file may hold. They are counted before any is
+/// parsed, so a file with more is refused after one scan of its bytes.
 constexpr size_t kMaxTraceEvents = 1000000;
+/// The most bytes of one event of a file (ppc writes about 150).
+constexpr size_t kMaxTraceEventBytes = size_t(64) << 10;
+/// The longest name of a complete event (ppc's are at most 9 bytes).
+constexpr size_t kMaxTraceNameBytes = 64;
 /// Ranks (pids) are in [0, kMaxTraceRanks).
 constexpr int kMaxTraceRanks = 65536;
 
@@ -152,13 +160,33 @@ struct Timeline {
 /// 't.json'"). Accepts the object form ({"traceEvents": [...]}) and the
 /// bare array form. Reads complete events ("X"), checks flow events ("s",
 /// "t", "f": id, pid, tid, ts, cat, name) and metadata events ("M": pid,
-/// name), and ignores other phases. Errors, one line each:
-///   "trace 't.json' is not valid JSON: [1:5, byte=4]: ..."
-///   "trace 't.json': expected an object with \"traceEvents\" or an array"
+/// name), and ignores other phases.
+///
+/// Memory: the result (about 100 bytes an event, plus names longer than
+/// 15 bytes) and, at any time, the JSON of one event, or 64 KiB of any
+/// other value, parsed by llvm::json::parse; nothing else grows with the
+/// text. It reads the text twice:
+///   1. it checks the nesting (kMaxJSONDepth) and UTF-8 of the whole text,
+///      then finds where each value ends without parsing it and counts the
+///      events, refusing more than kMaxTraceEvents;
+///   2. it parses one value at a time and reads each event. A value that is
+///      malformed gives the message llvm::json::parse gives for the whole
+///      text, with its line, column and byte.
+/// Errors, one line each, in this order of precedence: the nesting, the
+/// UTF-8 and the event count of the whole text, then the file's first JSON
+/// error, then the first problem of an event:
+///   "trace 't.json' nests deeper than 256 levels"
 ///   "trace 't.json' has 1000001 events, over the limit of 1000000"
+///   "trace 't.json' is not valid JSON: [1:5, byte=4]: ..."
+///   "trace 't.json': expected an object with an array \"traceEvents\", or
+///    an array"
+///   "trace 't.json': event 3 is 70000 bytes, over the limit of 65536"
 ///   "trace 't.json': event 3: missing \"dur\""
-///   "trace 't.json': event 3: \"dur\" must be a number >= 0 (got -5)"
-///   "trace 't.json': event 3: \"pid\" must be an integer in [0, 65536)"
+///   "trace 't.json': event 3: \"name\" is 65 bytes, over the limit of 64"
+///   "trace 't.json': event 3: \"dur\" must be a number in [0, 1e+15] (got
+///    -5)"
+///   "trace 't.json': event 3: \"pid\" must be an integer in [0, 65535]
+///    (got 65536)"
 ///   "trace 't.json': event 3: unknown category 'x' (expected compute,
 ///    send, recv, wait or other)"
 ///   "trace 't.json' has no complete events (ph \"X\")"
@@ -213,12 +241,28 @@ TraceSummary summarizeTrace(const Timeline &timeline);
 /// (each on one line).
 void printTraceSummary(const TraceSummary &summary, llvm::raw_ostream &os);
 
+/// The most event boxes renderTimelineSVG draws, for up to
+/// kMaxPlotBoxes / 4 ranks (4 per rank beyond).
+constexpr size_t kMaxPlotBoxes = 16384;
+
 /// Draws `timeline` as a standalone SVG document: one row per rank
 /// (labelled "rank R", in a <g class="rank">), a box per compute event
 /// (<rect class="compute KIND">, KIND = F, B, I, W or other, each its own
 /// colour) labelled like "2F5" (stage, name, microbatch) where the label
 /// fits, thinner grey bars for sends, receives, waits and other events,
 /// and an x axis in milliseconds with ticks.
+///
+/// Its size is bounded: the 1110-pixel chart is cut into columns (as many
+/// as fit kMaxPlotBoxes boxes in 4 bands of every row: compute, messages,
+/// waits, other), and the events of one band of a row that start in one
+/// column are drawn as one box, <rect class="compute KIND merged"
+/// data-events="N"> (KIND: the kind of most of its time) or class
+/// "send|recv|message|wait|other merged", without a label. A box takes
+/// under 1.5 KB with names of kMaxTraceNameBytes (about 230 bytes with
+/// ppc's), so the SVG of a trace of up to 4096 ranks stays under 25 MB,
+/// and about 4 MB with ppc's names. A trace whose events of each band start
+/// at least a column apart (ppc's runs, unless they are very long) is drawn
+/// event by event.
 void renderTimelineSVG(const Timeline &timeline, llvm::raw_ostream &os);
 
 } // namespace ppc

@@ -6,11 +6,16 @@ Run: PPC=build/bin/ppc /usr/bin/python3 tests/cli/test_trace.py -v
 Fixtures: tests/unit/fixtures/trace/summary.json (hand-written; its
 numbers are worked out in its "otherData" and in TraceTest.cpp) and
 written.json (what writeTraceFile writes for TraceTest's two ranks).
+TraceLimitsTest writes traces at and over the event limit (about 60 MB
+each) into a temporary directory and bounds ppc's memory and the SVG's size.
 """
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import unittest
 import xml.etree.ElementTree as ET
 
@@ -207,6 +212,136 @@ class TraceErrorsTest(unittest.TestCase):
         with open(out) as f:
             self.assertEqual(f.read(), "old")
         self.assertEqual(os.listdir(d), ["t.svg"])
+
+
+# Runs a command in a Python process of its own and prints its result and the
+# peak resident memory of the command (KiB, RUSAGE_CHILDREN of that process
+# holds only the command).
+MEASURE = r"""
+import json, resource, subprocess, sys
+done = subprocess.run(sys.argv[1:], capture_output=True, text=True)
+print(json.dumps({"rc": done.returncode, "stdout": done.stdout, "stderr": done.stderr,
+                  "maxrss_kib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}))
+"""
+
+MiB = 1 << 20
+MAX_TRACE_BYTES = 64 * MiB     # kMaxTraceBytes (runtime/Trace.h)
+MAX_TRACE_EVENTS = 1000000     # kMaxTraceEvents
+MAX_PLOT_BOXES = 16384         # kMaxPlotBoxes
+
+
+def measured_trace_cmd(*args):
+    """trace_cmd's result and ppc's peak resident memory in MiB."""
+    r = subprocess.run([sys.executable, "-c", MEASURE, PPC, "trace", *map(str, args)],
+                       capture_output=True, text=True, timeout=900)
+    if r.returncode != 0:
+        raise AssertionError("the measuring process failed:\n" + r.stderr)
+    out = json.loads(r.stdout)
+    return subprocess.CompletedProcess(args, out["rc"], out["stdout"], out["stderr"]), \
+        out["maxrss_kib"] / 1024
+
+
+def write_events(path, events, count):
+    """Writes a bare-array trace of `count` events, event(i) each, in chunks."""
+    with open(path, "w") as f:
+        f.write("[")
+        for start in range(0, count, 100000):
+            f.write(("," if start else "") +
+                    ",".join(events(i) for i in range(start, min(count, start + 100000))))
+        f.write("]")
+
+
+# The dense trace at the event limit: 8 ranks, each doing 125,000 one-microsecond
+# steps F, B, SEND_F, wait and an instant (not read), so 800,000 complete events;
+# the largest such file that fits kMaxTraceBytes (about 61 MB).
+DENSE_RANKS = 8
+DENSE_KINDS = [("F", "compute"), ("B", "compute"), ("SEND_F", "send"), ("wait", "wait"), None]
+
+
+def dense_event(i):
+    rank, step = i % DENSE_RANKS, i // DENSE_RANKS
+    kind = DENSE_KINDS[step % 5]
+    if kind is None:
+        return '{"ph":"i"}'
+    return ('{"ph":"X","name":"%s","cat":"%s","pid":%d,"tid":0,"ts":%d,"dur":1}'
+            % (kind + (rank, step)))
+
+
+class TraceLimitsTest(unittest.TestCase):
+    """Traces at and over the event limit: the reader holds one event's JSON at a
+    time and counts the events before it parses any, and the plot is decimated.
+    The bounds are on memory and size, not time: each command may take as long
+    as the machine needs."""
+
+    # Peak resident memory of ppc beyond what it takes to read a tiny trace
+    # (LibTorch alone is 160 MiB or more, depending on the build). Measured: 45
+    # MiB over the limit (the 55 MB file), 125 MiB at the limit (the 61 MB file
+    # and 800,000 events of ~100 bytes); before the streaming reader, 7 GiB and
+    # more (bad_alloc under an 8 GB limit) and 4.5 GiB.
+    OVER_LIMIT_MAX_EXTRA_RSS_MIB = 150
+    AT_LIMIT_MAX_EXTRA_RSS_MIB = 400
+    # renderTimelineSVG's bound with ppc's short names is about 4 MB for up to
+    # 4096 ranks (runtime/Trace.h). Measured: 2.2 MB; 139 MB before the boxes
+    # were merged.
+    MAX_SVG_BYTES = 8 * MiB
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="ppc-trace-limits-")
+        cls.dense = os.path.join(cls.dir, "dense.json")
+        write_events(cls.dense, dense_event, MAX_TRACE_EVENTS)
+        r, cls.base_rss = measured_trace_cmd("summary", SUMMARY)
+        if r.returncode != 0:
+            raise AssertionError(r.stderr)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.dir)
+
+    def test_five_million_events_are_refused_before_they_are_parsed(self):
+        path = os.path.join(self.dir, "huge.json")
+        write_events(path, lambda i: '{"ph":"i"}', 5000000)
+        self.assertLess(os.path.getsize(path), MAX_TRACE_BYTES)
+        r, rss = measured_trace_cmd("summary", path)
+        os.remove(path)
+        self.assertEqual((r.returncode, r.stdout), (2, ""), r.stderr)
+        self.assertEqual(r.stderr, "error: trace '%s' has 5000000 events, over the limit of "
+                         "1000000\n" % path)
+        self.assertLess(rss - self.base_rss, self.OVER_LIMIT_MAX_EXTRA_RSS_MIB)
+
+    def test_summary_at_the_event_limit(self):
+        self.assertLess(os.path.getsize(self.dense), MAX_TRACE_BYTES)
+        r, rss = measured_trace_cmd("summary", self.dense)
+        self.assertEqual((r.returncode, r.stderr), (0, ""))
+        ranks = {int(m.group(1)): fields(m.group(2)) for m in RANK_LINE.finditer(r.stdout)}
+        self.assertEqual(sorted(ranks), list(range(DENSE_RANKS)))
+        for rank in ranks.values():
+            # 25,000 F and 25,000 B back to back: 50 ms busy out of 125.
+            self.assertEqual({k: rank[k] for k in ("events", "compute", "send", "wait",
+                                                   "busy_ms", "wait_ms")},
+                             {"events": "100000", "compute": "50000", "send": "25000",
+                              "wait": "25000", "busy_ms": "50.000", "wait_ms": "25.000"})
+        self.assertLess(rss - self.base_rss, self.AT_LIMIT_MAX_EXTRA_RSS_MIB)
+
+    def test_plot_at_the_event_limit_is_decimated(self):
+        out = os.path.join(self.dir, "dense.svg")
+        r, rss = measured_trace_cmd("plot", self.dense, "-o", out)
+        self.assertEqual((r.returncode, r.stderr), (0, ""))
+        self.assertLess(rss - self.base_rss, self.AT_LIMIT_MAX_EXTRA_RSS_MIB)
+        self.assertLess(os.path.getsize(out), self.MAX_SVG_BYTES)
+        root = ET.parse(out).getroot()
+        rows = [g for g in root.iter(SVG + "g") if g.get("class") == "rank"]
+        self.assertEqual([int(g.get("data-rank")) for g in rows], list(range(DENSE_RANKS)))
+        boxes = [b for g in rows for b in g.iter(SVG + "rect")]
+        self.assertLessEqual(len(boxes), MAX_PLOT_BOXES)
+        # Every complete event is in exactly one box, and the boxes keep their kinds.
+        self.assertEqual(sum(int(b.get("data-events", "1")) for b in boxes),
+                         DENSE_RANKS * 100000)
+        kinds = {b.get("class").split()[0] for b in boxes}
+        self.assertEqual(kinds, {"compute", "send", "wait"})
+        self.assertTrue(all("merged" in b.get("class").split() for b in boxes))
+        # Merged boxes carry no labels.
+        self.assertEqual([t for t in root.iter(SVG + "text") if t.get("class") == "event"], [])
 
 
 if __name__ == "__main__":

@@ -374,6 +374,13 @@ TEST(TraceParseTest, HostileTracesGiveOneLineErrors) {
       {oneEvent({{"cat", "\"gpu\""}}),
        "trace 't.json': event 1: unknown category 'gpu' (expected compute, "
        "send, recv, wait or other)"},
+      // The category is the file's text: one line, and short.
+      {oneEvent({{"cat", "\"a\\nb\\u00e9\""}}),
+       "trace 't.json': event 1: unknown category 'a\\x0ab\\xc3\\xa9' "
+       "(expected compute, send, recv, wait or other)"},
+      {oneEvent({{"cat", "\"" + std::string(100, 'c') + "\""}}),
+       "trace 't.json': event 1: unknown category '" + std::string(32, 'c') +
+           "...' (expected compute, send, recv, wait or other)"},
       {oneEvent({{"args", "[]"}}),
        "trace 't.json': event 1: \"args\" must be an object"},
       {oneEvent({{"args", "{\"stage\": \"2\"}"}}),
@@ -476,4 +483,140 @@ TEST(TraceSVGTest, RowsBoxesLabelsAndEscaping) {
   EXPECT_EQ(count("<F&>"), 0u);
   EXPECT_EQ(count(">1F0</text>"), 1u);
   EXPECT_EQ(count(">time (ms)</text>"), 1u);
+  // Each event is drawn as itself.
+  EXPECT_EQ(count("merged"), 0u);
+}
+
+// parseTrace parses a trace one value at a time; a malformed text must still
+// get the error llvm::json::parse gives for the whole text (the naive
+// reference), with the same line, column and byte.
+TEST(TraceParseTest, SyntaxErrorsAreThoseOfTheWholeText) {
+  std::string bigOther = "{\"traceEvents\": [], \"otherData\": [";
+  for (int i = 0; i < 30000; ++i)
+    bigOther += "[1, 2, 3],\n";
+  std::string bigEvent = "[{\"ph\": \"i\", \"args\": [";
+  for (int i = 0; i < 30000; ++i)
+    bigEvent += "\"aaaa\", ";
+  const std::vector<std::string> cases{
+      "",
+      "  \n ",
+      "[1,]",
+      "[{} x]",
+      "[{}\n, {}\n,\n {] ",
+      "[{\"ph\": \"X\"} {\"ph\": \"X\"}]",
+      "{\"traceEvents\": [{\"ph\": tru}]}",
+      "{\"traceEvents\": [{\"ph\": nul",
+      "{\"traceEvents\": [{\"ph\": \"X\", \"ts\": 1e}]}",
+      "{\"traceEvents\": [], \"x\" 1}",
+      "{\"traceEvents\": [], 1: 2}",
+      "{\"traceEvents\": []]",
+      "{\"traceEvents\": [] ,}",
+      "{\"traceEvents\": [{\"name\": \"\\u12\"}]}",
+      "[\"\\u12\"]]",
+      "[\"\\x\"]",
+      "[\"a\x01\"]",
+      "[\"unterminated",
+      "[n\xC3\xA9\xC3\xA9]",
+      "[\xC3\xA9]",
+      "[\xC3(]",
+      "[{\"a\": [1, 2}]",
+      "[{}] x",
+      "\"text\" x",
+      "-",
+      bigOther + "[1, 2,, 3]]}",
+      bigOther + "[1, 2, 3]}",
+      bigEvent + "\"a\" \"b\"]}]",
+      // A JSON error comes before any problem of an event.
+      "[{\"ph\": 5}, {\"ph\": \"X\"} x]",
+      "{\"traceEvents\": 5, \"otherData\": [1e]}",
+  };
+  for (const std::string &text : cases) {
+    SCOPED_TRACE(text.substr(0, 60));
+    auto whole = llvm::json::parse(text);
+    ASSERT_FALSE(static_cast<bool>(whole));
+    EXPECT_EQ(parseError(text), "trace 't.json' is not valid JSON: " +
+                                    llvm::toString(whole.takeError()));
+  }
+}
+
+TEST(TraceParseTest, TheLastTraceEventsMemberHoldsTheEvents) {
+  // As in llvm::json::Object, the last of a repeated key wins.
+  std::string good =
+      oneEvent({}).substr(std::string("{\"traceEvents\": ").size());
+  good.pop_back();
+  auto timeline =
+      parseTrace("{\"traceEvents\": [1], \"traceEvents\": " + good + "}", "t");
+  ASSERT_TRUE(static_cast<bool>(timeline))
+      << llvm::toString(timeline.takeError());
+  EXPECT_EQ(timeline->events.size(), 1u);
+  EXPECT_EQ(parseError("{\"traceEvents\": " + good + ", \"traceEvents\": 5}"),
+            "trace 't.json': expected an object with an array "
+            "\"traceEvents\", or an array");
+}
+
+TEST(TraceParseTest, EventsAndNamesAreBounded) {
+  // The size is checked on the event's text, before it is parsed.
+  std::string big = "{\"ph\": \"X\", \"args\": {\"pad\": \"" +
+                    std::string(kMaxTraceEventBytes, 'x') + "\"}}";
+  EXPECT_EQ(parseError("[" + big + "]"),
+            "trace 't.json': event 0 is " + std::to_string(big.size()) +
+                " bytes, over the limit of " +
+                std::to_string(kMaxTraceEventBytes));
+  std::string name(kMaxTraceNameBytes, 'n');
+  EXPECT_EQ(parseError(oneEvent({{"name", "\"" + name + "\""}})), "");
+  EXPECT_EQ(parseError(oneEvent({{"name", "\"" + name + "n\""}})),
+            "trace 't.json': event 1: \"name\" is 65 bytes, over the limit of "
+            "64");
+}
+
+TEST(TraceParseTest, OverTheEventLimitBeforeAnyEventIsRead) {
+  // Events that are not even objects: the count is all that is checked.
+  std::string text = "{\"traceEvents\": [";
+  for (size_t i = 0; i < kMaxTraceEvents + 5; ++i)
+    text += i ? ",1" : "1";
+  text += "], \"otherData\": {}}";
+  EXPECT_EQ(parseError(text), "trace 't.json' has 1000005 events, over the "
+                              "limit of 1000000");
+}
+
+// A dense trace is drawn with merged boxes: at most kMaxPlotBoxes of them,
+// every event in exactly one, no labels on merged ones.
+TEST(TraceSVGTest, DenseTracesAreMergedIntoBoundedBoxes) {
+  Timeline timeline;
+  timeline.ranks = {0, 1};
+  const int n = 200000;
+  for (int i = 0; i < n; ++i) {
+    bool send = i % 3 == 0;
+    timeline.events.push_back({i % 2, send ? "SEND_F" : "F",
+                               send ? "send" : "compute", 0, i,
+                               static_cast<double>(i), 1});
+  }
+  std::string svg;
+  llvm::raw_string_ostream os(svg);
+  renderTimelineSVG(timeline, os);
+  os.flush();
+  size_t boxes = 0, events = 0, merged = 0;
+  llvm::SmallVector<llvm::StringRef> lines;
+  llvm::StringRef(svg).split(lines, '\n');
+  for (llvm::StringRef line : lines) {
+    if (!line.startswith("<rect class=\"compute") &&
+        !line.startswith("<rect class=\"send"))
+      continue;
+    ++boxes;
+    size_t at = line.find("data-events=\"");
+    uint64_t count = 1;
+    if (at != llvm::StringRef::npos) {
+      ++merged;
+      llvm::StringRef digits = line.drop_front(at + 13);
+      ASSERT_FALSE(digits.take_until([](char c) { return c == '"'; })
+                       .getAsInteger(10, count))
+          << line.str();
+    }
+    events += count;
+  }
+  EXPECT_EQ(events, static_cast<size_t>(n));
+  EXPECT_GT(merged, 0u);
+  EXPECT_LE(boxes, kMaxPlotBoxes);
+  EXPECT_EQ(llvm::StringRef(svg).count("<text class=\"event\""), 0u);
+  EXPECT_LT(svg.size(), size_t(4) << 20);
 }
