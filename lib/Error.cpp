@@ -3,7 +3,9 @@
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringRef.h"
+#include "llvm/Support/FormatVariadic.h"
 
 #include <optional>
 
@@ -24,6 +26,19 @@ void TypedError::log(llvm::raw_ostream &os) const {
 llvm::Error makeOptionError(const llvm::Twine &field,
                             const llvm::Twine &problem) {
   return llvm::make_error<OptionError>(field.str(), problem.str());
+}
+
+std::string printable(llvm::StringRef raw, size_t limit) {
+  std::string out;
+  for (char c : raw.take_front(limit)) {
+    if (llvm::isPrint(c))
+      out += c;
+    else
+      out += llvm::formatv("\\x{0:x-2}", static_cast<unsigned char>(c)).str();
+  }
+  if (raw.size() > limit)
+    out += "...";
+  return out;
 }
 
 llvm::Error withContext(llvm::Error err, const llvm::Twine &context) {

@@ -68,6 +68,12 @@ private:
 llvm::Error makeOptionError(const llvm::Twine &field,
                             const llvm::Twine &problem);
 
+/// `raw` as a message may show it: at most `limit` bytes (then "..."),
+/// every byte that is not printable ASCII as \xHH, so bytes from a file, a
+/// peer, the environment or the command line never reach a terminal raw
+/// (an ESC, a NUL, a newline that would split the error line).
+std::string printable(llvm::StringRef raw, size_t limit = 64);
+
 /// Prefixes every message in `err` with `context: `, e.g. a file name. A
 /// TypedError keeps its type; any other error becomes a plain one.
 llvm::Error withContext(llvm::Error err, const llvm::Twine &context);

@@ -242,12 +242,10 @@ llvm::Expected<T> runBounded(Clock::time_point deadline,
   return std::move(*call->value);
 }
 
-/// Text from a peer, safe to print: printable ASCII, at most 64 bytes.
-std::string printable(const std::vector<uint8_t> &bytes) {
-  std::string out;
-  for (size_t i = 0; i < bytes.size() && i < 64; ++i)
-    out += llvm::isPrint(bytes[i]) ? static_cast<char>(bytes[i]) : '?';
-  return bytes.size() > 64 ? out + "..." : out;
+/// Text from a peer, safe to print (printable() in lib/Error.h).
+std::string printableBytes(const std::vector<uint8_t> &bytes) {
+  return printable(llvm::StringRef(reinterpret_cast<const char *>(bytes.data()),
+                                   bytes.size()));
 }
 
 /// The rendezvous store's keys: "ppc/job" holds the job token of the job
@@ -295,7 +293,7 @@ c10::intrusive_ptr<c10d::Store> meetRanks(const LaunchEnv &env,
     throw StepError{Failure::other(
         llvm::formatv("another job (job token '{0}') holds the rendezvous at "
                       "{1}; give each job its own MASTER_PORT",
-                      printable(holder), where))};
+                      printableBytes(holder), where))};
   if (store->add(rankKey(env.rank), 1) != 1)
     throw StepError{Failure::other(llvm::formatv(
         "RANK={0} joined the rendezvous at {1} twice: another job with the "

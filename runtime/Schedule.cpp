@@ -1362,20 +1362,8 @@ struct Cell {
   int stage = 0, microbatch = 0;
 };
 
-/// A cell as messages show it: at most 40 bytes, every byte that is not
-/// printable ASCII as \xHH, so a file's bytes never reach the terminal raw.
-std::string printableCell(llvm::StringRef raw) {
-  std::string out;
-  for (char c : raw.take_front(40)) {
-    if (llvm::isPrint(c))
-      out += c;
-    else
-      out += llvm::formatv("\\x{0:x-2}", static_cast<unsigned char>(c)).str();
-  }
-  if (raw.size() > 40)
-    out += "...";
-  return out;
-}
+/// A cell as messages show it: at most 40 bytes, escaped (printable()).
+std::string printableCell(llvm::StringRef raw) { return printable(raw, 40); }
 
 /// Parses a non-empty run of at most 9 digits at the front of `text`.
 std::optional<int> takeNumber(llvm::StringRef &text) {
