@@ -10,6 +10,8 @@
 #include "runtime/Launcher.h"
 
 #include "lib/Error.h"
+#include "lib/NumberRules.h"
+#include "runtime/Duration.h"
 #include "runtime/Threads.h"
 
 #include "llvm/Support/Errno.h"
@@ -307,7 +309,7 @@ public:
   llvm::Error run() {
     Clock::time_point start = Clock::now();
     if (options.timeoutSeconds)
-      timeoutAt = start + toDuration(*options.timeoutSeconds);
+      timeoutAt = deadlineAfter(toDuration(*options.timeoutSeconds), start);
     for (int local = 0; local < options.nprocPerNode && !failure; ++local)
       spawn(local);
     while (anyRunning())
@@ -319,8 +321,7 @@ public:
 
 private:
   static Clock::duration toDuration(double seconds) {
-    return std::chrono::duration_cast<Clock::duration>(
-        std::chrono::duration<double>(seconds));
+    return durationFromSeconds<Clock::duration>(seconds);
   }
 
   bool anyRunning() const {
@@ -346,7 +347,7 @@ private:
       if (worker.running)
         ::kill(-worker.pid, sig);
     if (!killAt && !killed)
-      killAt = Clock::now() + toDuration(options.gracePeriodSeconds);
+      killAt = deadlineAfter(toDuration(options.gracePeriodSeconds));
   }
 
   /// The three pipes of one worker: stdout, stderr, and the exec-error
@@ -520,7 +521,7 @@ private:
   void checkDeadlines() {
     Clock::time_point now = Clock::now();
     if (timeoutAt && now >= *timeoutAt &&
-        fail("timed out after " + formatSeconds(*options.timeoutSeconds) +
+        fail("timed out after " + formatNumber(*options.timeoutSeconds) +
              " seconds"))
       stop(SIGTERM);
     if (killAt && now >= *killAt) {

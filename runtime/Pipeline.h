@@ -27,6 +27,7 @@
 #ifndef PPC_RUNTIME_PIPELINE_H
 #define PPC_RUNTIME_PIPELINE_H
 
+#include "runtime/Duration.h"
 #include "runtime/LaunchEnv.h"
 #include "runtime/ScheduleKind.h"
 
@@ -73,7 +74,8 @@ struct RunOptions {
   /// against a LibTorch with CUDA and NCCL, and a GPU per rank on each
   /// machine (checkCudaDevice() in runtime/Rendezvous.h lists the errors).
   std::string device = "cpu";
-  /// Bound on every wait for another rank (rendezvous, each message).
+  /// Bound on every wait for another rank (rendezvous, each message):
+  /// kMinTimeout (1 ms) to kMaxDuration (7 days), runtime/Duration.h.
   std::chrono::milliseconds timeout{60000};
   /// Directory of the meta cache files; empty = the manifest's directory.
   std::string metaCacheDir;

@@ -8,6 +8,7 @@
 #include "runtime/Rendezvous.h"
 
 #include "lib/Error.h"
+#include "runtime/Duration.h"
 #include "runtime/LaunchEnv.h"
 #include "runtime/Link.h"
 #include "runtime/TorchCompat.h"
@@ -398,10 +399,10 @@ connectTransport(const LaunchEnv &env, DeviceKind device,
   // A little past the deadline, so that the steps' own timeouts, which say
   // more, normally fire first.
   constexpr std::chrono::milliseconds kGrace(500);
-  Clock::time_point deadline = Clock::now() + timeout;
+  Clock::time_point deadline = deadlineAfter(timeout);
   auto storeSilent = [&] { return storeSilence(env, timeout); };
   auto store = runBounded<c10::intrusive_ptr<c10d::Store>>(
-      deadline + kGrace, storeSilent, failed,
+      saturatingAdd(deadline, kGrace), storeSilent, failed,
       [env, timeout, deadline] { return meetRanks(env, timeout, deadline); });
   if (!store)
     return store.takeError();
@@ -409,7 +410,7 @@ connectTransport(const LaunchEnv &env, DeviceKind device,
   // Every rank has arrived; connecting the group gets a timeout of its own.
   // The Gloo group exists on every device: with CUDA it carries the CPU
   // messages, and NCCL groups are connected per channel on first use.
-  deadline = Clock::now() + timeout;
+  deadline = deadlineAfter(timeout);
   auto groupSilent = [&] {
     return Failure::other(
         llvm::formatv("{0} (connecting the process group took over {1} s)",
@@ -419,7 +420,7 @@ connectTransport(const LaunchEnv &env, DeviceKind device,
   if (!glooDev)
     return glooDev.takeError();
   auto group = runBounded<c10::intrusive_ptr<compat::GlooGroup>>(
-      deadline + kGrace, groupSilent, failed,
+      saturatingAdd(deadline, kGrace), groupSilent, failed,
       [store = *store, env, timeout, dev = *glooDev] {
         return compat::makeGlooGroup(store, env.rank, env.worldSize, timeout,
                                      dev);
