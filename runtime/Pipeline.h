@@ -83,8 +83,8 @@ struct RunOptions {
   /// A JSON file with user-given boundary metadata (docs/runtime.md);
   /// when set, no inference runs.
   std::string inputMetaPath;
-  /// Intra-op threads per rank, at most 4 per core (and at least 4); 0 = the
-  /// machine's cores divided by LOCAL_WORLD_SIZE.
+  /// Intra-op threads per rank, at most 4 per core (and at least 4 are
+  /// allowed); 0 = the machine's cores divided by LOCAL_WORLD_SIZE.
   int threads = 0;
   /// Whether LibTorch's own glog diagnostics (c10d socket warnings, ...)
   /// print. Off: Pipeline::create raises glog's threshold process-wide, so
@@ -133,7 +133,9 @@ public:
   /// Loads the manifest at `manifestPath` and this rank's stages, builds
   /// and simulates the schedule, and connects to the other ranks. Errors,
   /// each one line: an option out of range (an OptionError naming the
-  /// RunOptions field: microbatches, threads, timeout) or an unknown device;
+  /// RunOptions field and its rule: "microbatches 0 is not an integer in
+  /// 1..65536", "timeout 0 is not a number of milliseconds in
+  /// 1..604800000"; likewise threads) or an unknown device;
   /// the manifest cannot be read; its stages cannot be placed on WORLD_SIZE
   /// ranks (their count must equal WORLD_SIZE or be a multiple of it); a
   /// stage file is missing or does not match the manifest's hash; device

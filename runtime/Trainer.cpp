@@ -10,6 +10,7 @@
 
 #include "lib/Error.h"
 #include "lib/FileUtil.h"
+#include "lib/NumberRules.h"
 #include "lib/SafeRead.h"
 #include "lib/TensorIO.h"
 #include "runtime/Collectives.h"
@@ -30,6 +31,7 @@
 #include <cmath>
 #include <cstdio>
 #include <sstream>
+#include <tuple>
 
 namespace ppc {
 
@@ -178,19 +180,12 @@ static llvm::Error resolveLoss(const Manifest &manifest, LossSpec &loss) {
 llvm::Expected<std::unique_ptr<Trainer>>
 Trainer::create(llvm::StringRef manifestPath, const LaunchEnv &env,
                 const TrainOptions &options) {
-  auto number = [](double x) {
-    char text[32];
-    std::snprintf(text, sizeof text, "%g", x);
-    return std::string(text);
-  };
-  if (!(options.lr > 0) || !std::isfinite(options.lr))
-    return makeOptionError("lr", number(options.lr) + " must be positive");
-  if (!(options.momentum >= 0) || !std::isfinite(options.momentum))
-    return makeOptionError("momentum",
-                           number(options.momentum) + " must not be negative");
-  if (!(options.weightDecay >= 0) || !std::isfinite(options.weightDecay))
-    return makeOptionError("weightDecay", number(options.weightDecay) +
-                                              " must not be negative");
+  for (auto [field, value, rule] :
+       {std::tuple("lr", options.lr, RealRule::above(0)),
+        std::tuple("momentum", options.momentum, RealRule::atLeast(0)),
+        std::tuple("weightDecay", options.weightDecay, RealRule::atLeast(0))})
+    if (llvm::Error err = checkOption(field, rule.problem(value)))
+      return err;
   std::string csv;
   if (!options.scheduleCSVPath.empty()) {
     auto text = readFileBounded(options.scheduleCSVPath, kMaxScheduleCSVBytes,
