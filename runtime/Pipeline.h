@@ -54,10 +54,6 @@ namespace ppc {
 enum class MetaSource { Inferred, Cache, User };
 llvm::StringRef metaSourceName(MetaSource source);
 
-/// The most microbatches a run may ask for: bounds the schedule, which is
-/// built before the batch size is known.
-constexpr int kMaxMicrobatches = 65536;
-
 struct RunOptions {
   /// Microbatches the batch is split into (torch.tensor_split along dim 0),
   /// 1..kMaxMicrobatches.

@@ -10,6 +10,7 @@
 #include "runtime/Schedule.h"
 
 #include "lib/Error.h"
+#include "lib/NumberRules.h"
 
 #include "llvm/ADT/STLFunctionalExtras.h"
 #include "llvm/ADT/SmallVector.h"
@@ -836,8 +837,10 @@ llvm::Error generate(Schedule &schedule) {
 llvm::Expected<Schedule> emptyTrainingSchedule(const Manifest &manifest,
                                                const Placement &placement,
                                                int microbatches) {
-  if (microbatches < 1)
-    return makeOptionError("microbatches", "must be at least 1");
+  if (llvm::Error err =
+          checkOption("microbatches",
+                      IntegerRule{1, kMaxMicrobatches}.problem(microbatches)))
+    return err;
   if (static_cast<size_t>(placement.numStages()) != manifest.stages.size())
     return makeError(llvm::formatv("the placement has {0} stages but the "
                                    "manifest {1}",
@@ -862,8 +865,10 @@ llvm::Expected<Schedule> emptyTrainingSchedule(const Manifest &manifest,
 llvm::Expected<Schedule> buildSchedule(const Manifest &manifest,
                                        const Placement &placement,
                                        ScheduleKind kind, int microbatches) {
-  if (microbatches < 1)
-    return makeOptionError("microbatches", "must be at least 1");
+  if (llvm::Error err =
+          checkOption("microbatches",
+                      IntegerRule{1, kMaxMicrobatches}.problem(microbatches)))
+    return err;
   if (!scheduleRunsInference(kind))
     return makeError(llvm::formatv("schedule {0} is for training (ppc train); "
                                    "ppc run takes {1}",
@@ -1900,8 +1905,10 @@ chooseSchedule(const Manifest &manifest, int worldSize, int microbatches,
                std::optional<int> maxActivations) {
   // What every kind would refuse alike is the caller's error, said once.
   int numStages = static_cast<int>(manifest.stages.size());
-  if (microbatches < 1)
-    return makeOptionError("microbatches", "must be at least 1");
+  if (llvm::Error err =
+          checkOption("microbatches",
+                      IntegerRule{1, kMaxMicrobatches}.problem(microbatches)))
+    return err;
   if (auto edges = boundaryEdges(manifest); !edges)
     return edges.takeError();
   if (auto loop = Placement::create(numStages, worldSize); !loop)

@@ -153,12 +153,12 @@ Trainer::~Trainer() = default;
 /// a Tensor produced by a stage.
 static llvm::Error resolveLoss(const Manifest &manifest, LossSpec &loss) {
   int outputs = static_cast<int>(manifest.modelOutputs.size());
-  if (loss.modelOutput < 0 || loss.modelOutput >= outputs)
-    return makeOptionError(
-        "lossOutput", llvm::formatv("{0} is not in 0..{1} (the model has {2} "
-                                    "output{3})",
-                                    loss.modelOutput, outputs - 1, outputs,
-                                    outputs == 1 ? "" : "s"));
+  std::string count = llvm::formatv("the model has {0} output{1}", outputs,
+                                    outputs == 1 ? "" : "s");
+  if (llvm::Error err = checkOption(
+          "lossOutput",
+          IntegerRule{0, outputs - 1, "", count}.problem(loss.modelOutput)))
+    return err;
   const ValueRef &ref = manifest.modelOutputs[loss.modelOutput];
   if (ref.isModelInput())
     return makeError(llvm::formatv("model output {0} is model input {1} "

@@ -254,7 +254,7 @@ class TrainTest(unittest.TestCase):
             (["--steps", "0"], "--steps"),
             (["--schedule", "interleaved-1f1b"],
              "interleaved-1f1b needs at least 2 stages per rank"),
-            (["--loss-output", "3"], "--loss-output 3 is not in 0..0"),
+            (["--loss-output", "3"], "--loss-output 3 is not an integer in 0..0 (the model has 1 output)"),
         ]
         for args, needle in cases:
             with self.subTest(args=args):
