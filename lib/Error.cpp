@@ -28,6 +28,19 @@ llvm::Error makeOptionError(const llvm::Twine &field,
   return llvm::make_error<OptionError>(field.str(), problem.str());
 }
 
+std::string printable(llvm::StringRef raw, size_t limit) {
+  std::string out;
+  for (char c : raw.take_front(limit)) {
+    if (llvm::isPrint(c))
+      out += c;
+    else
+      out += llvm::formatv("\\x{0:x-2}", static_cast<unsigned char>(c)).str();
+  }
+  if (raw.size() > limit)
+    out += "...";
+  return out;
+}
+
 llvm::Error withContext(llvm::Error err, const llvm::Twine &context) {
   if (!err)
     return err;
@@ -73,19 +86,6 @@ torchScriptCause(llvm::StringRef message) {
     return line;
   }
   return std::nullopt;
-}
-
-std::string printableBytes(llvm::StringRef raw, size_t max) {
-  std::string out;
-  for (char c : raw.take_front(max)) {
-    if (llvm::isPrint(c))
-      out += c;
-    else
-      out += llvm::formatv("\\x{0:x-2}", static_cast<unsigned char>(c)).str();
-  }
-  if (raw.size() > max)
-    out += "...";
-  return out;
 }
 
 std::string firstLine(const std::string &message) {

@@ -68,6 +68,12 @@ private:
 llvm::Error makeOptionError(const llvm::Twine &field,
                             const llvm::Twine &problem);
 
+/// `raw` as a message may show it: at most `limit` bytes (then "..."),
+/// every byte that is not printable ASCII as \xHH, so bytes from a file, a
+/// peer, the environment or the command line never reach a terminal raw
+/// (an ESC, a NUL, a newline that would split the error line).
+std::string printable(llvm::StringRef raw, size_t limit = 64);
+
 /// Prefixes every message in `err` with `context: `, e.g. a file name. A
 /// TypedError keeps its type; any other error becomes a plain one.
 llvm::Error withContext(llvm::Error err, const llvm::Twine &context);
@@ -80,11 +86,6 @@ llvm::Error withContext(llvm::Error err, const llvm::Twine &context);
 /// the cause after the traceback, without the uninformative "RuntimeError: "
 /// ("mat1 and mat2 shapes cannot be multiplied (2x5 and 3x4)").
 std::string firstLine(const std::string &message);
-
-/// Untrusted bytes (a file's, a peer's) as a message may show them: at most
-/// `max` bytes, each one that is not printable ASCII as \xHH, "..." after a
-/// cut, so that they never reach a terminal raw or break the one line.
-std::string printableBytes(llvm::StringRef raw, size_t max = 64);
 
 /// Runs `fn`, turning any exception it throws into an llvm::Error whose
 /// message starts with `what` (e.g. "cannot load 'm.pt'"). `fn` returns

@@ -79,10 +79,11 @@ loadOriginal(const Manifest &manifest, llvm::StringRef path) {
   if (bytes.size() != manifest.sourceSize || hash != manifest.sourceSha256)
     return makeError(
         llvm::formatv("the original model '{0}' does not match the manifest "
-                      "(sha256 {1} != {2}); ppc join needs the model the "
+                      "({1}); ppc join needs the model the "
                       "stages were split from",
-                      path, hash.substr(0, 12),
-                      llvm::StringRef(manifest.sourceSha256).substr(0, 12)));
+                      path,
+                      contentMismatch(bytes.size(), hash, manifest.sourceSize,
+                                      manifest.sourceSha256)));
   return formatOf(manifest).loadExecutable(bytes, path);
 }
 

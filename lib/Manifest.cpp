@@ -19,6 +19,7 @@
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <algorithm>
 #include <limits>
 
 using llvm::json::Array;
@@ -332,6 +333,22 @@ static std::string at(const char *what, size_t i) {
 
 /// Stage files are resolved against the manifest's directory and must stay
 /// in it: the manifest is untrusted and must not name arbitrary files.
+std::string contentMismatch(uint64_t size, llvm::StringRef sha256,
+                            std::optional<uint64_t> expectedSize,
+                            llvm::StringRef expectedSha256) {
+  if (expectedSize && size != *expectedSize)
+    return llvm::formatv("{0} bytes, the manifest says {1}", size,
+                         *expectedSize)
+        .str();
+  size_t same = 0;
+  while (same < sha256.size() && same < expectedSha256.size() &&
+         sha256[same] == expectedSha256[same])
+    ++same;
+  size_t shown = std::max<size_t>(12, same + 1);
+  return "sha256 " + printable(sha256.take_front(shown), shown) +
+         " != " + printable(expectedSha256.take_front(shown), shown);
+}
+
 llvm::Error checkStageFile(const StageInfo &s) {
   llvm::StringRef file = s.file;
   size_t i = static_cast<size_t>(s.index);

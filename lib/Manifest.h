@@ -108,6 +108,15 @@ struct TiedParameter {
 /// empty".
 llvm::Error checkStageFile(const StageInfo &stage);
 
+/// How a file's bytes differ from what a manifest records of them, for a
+/// message: "N bytes, the manifest says M" when `expectedSize` is given and
+/// differs, else "sha256 HASH != EXPECTED" with both hashes cut to the first
+/// 12 hex digits or, where they share those, to one past the first that
+/// differs (the manifest's text escaped: it is untrusted).
+std::string contentMismatch(uint64_t size, llvm::StringRef sha256,
+                            std::optional<uint64_t> expectedSize,
+                            llvm::StringRef expectedSha256);
+
 struct Manifest {
   /// The version this ppc writes; it reads every version from 1 on.
   static constexpr int kSchemaVersion = 2;

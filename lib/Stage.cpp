@@ -42,8 +42,9 @@ llvm::Expected<Stage> Stage::load(const Manifest &manifest, llvm::StringRef dir,
   if (hash != info.sha256)
     return makeError(llvm::formatv(
         "stage {0} file '{1}' does not match the manifest "
-        "(sha256 {2} != {3})",
-        index, path, hash.substr(0, 12), info.sha256.substr(0, 12)));
+        "({2})",
+        index, path,
+        contentMismatch(bytes.size(), hash, std::nullopt, info.sha256)));
   const ModelFormat *format = findModelFormat(manifest.format);
   if (!format)
     return makeError("manifest: unknown format '" + manifest.format + "'");

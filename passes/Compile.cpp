@@ -212,7 +212,8 @@ static llvm::Error checkOptions(const CompileOptions &options) {
                      "--cost profile");
   if (auto cap = options.partition.maxStageMemory) {
     if (*cap <= 0)
-      return makeError("--max-stage-memory must be positive");
+      return makeError("--max-stage-memory " + std::to_string(*cap) +
+                       " is not a byte count above 0");
     if (!needs)
       return makeError("--max-stage-memory needs --cost profile or flops, "
                        "which measure activations on --example-input");

@@ -9,6 +9,7 @@
 #ifndef PPC_RUNTIME_C10DWORK_H
 #define PPC_RUNTIME_C10DWORK_H
 
+#include "runtime/Duration.h"
 #include "runtime/Link.h"
 
 #include <algorithm>
@@ -61,7 +62,7 @@ llvm::Error finishRecv(int peer, std::chrono::milliseconds timeout,
   bool done = false;
   if (llvm::Error err = guardPeer(peer, timeout, what, [&] {
         compat::WorkPtr work = start();
-        done = waitFor(work, how, std::chrono::steady_clock::now() + timeout);
+        done = waitFor(work, how, deadlineAfter(timeout));
       }))
     return err;
   if (!done)
@@ -88,8 +89,7 @@ public:
     if (llvm::Error err = reap())
       return err;
     if (pending_.size() >= kMaxPending) {
-      if (llvm::Error err = wait(pending_.front(),
-                                 std::chrono::steady_clock::now() + timeout_))
+      if (llvm::Error err = wait(pending_.front(), deadlineAfter(timeout_)))
         return err;
       pending_.pop_front();
     }

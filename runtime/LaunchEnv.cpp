@@ -6,6 +6,7 @@
 #include "runtime/LaunchEnv.h"
 
 #include "lib/Error.h"
+#include "lib/NumberRules.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -20,8 +21,10 @@ llvm::Expected<LaunchEnv> LaunchEnv::fromEnvironment(
   auto get = [&](const char *name) -> const char * {
     return getenv ? getenv(name) : std::getenv(name);
   };
-  auto readInt = [&](const char *name, std::optional<int> fallback,
-                     int &out) -> llvm::Error {
+  // Each variable is read under its rule: a value from the environment is
+  // untrusted, and one out of an int's range must not wrap.
+  auto readInt = [&](const char *name, IntegerRule rule,
+                     std::optional<int> fallback, int &out) -> llvm::Error {
     const char *text = get(name);
     if (!text || !*text) {
       if (fallback) {
@@ -32,53 +35,50 @@ llvm::Expected<LaunchEnv> LaunchEnv::fromEnvironment(
           llvm::Twine(name) +
           " is not set; start ppc run under ppc launch or torchrun");
     }
-    long long value;
-    if (llvm::StringRef(text).trim().getAsInteger(10, value) ||
-        value < INT32_MIN || value > INT32_MAX)
-      return makeError(
-          llvm::formatv("{0}='{1}' is not an integer", name, text).str());
+    int64_t value = 0;
+    std::string problem = rule.parse(llvm::StringRef(text).trim(), value);
+    if (!problem.empty())
+      return makeError(llvm::Twine(name) + "=" + problem);
     out = static_cast<int>(value);
     return llvm::Error::success();
   };
+  const IntegerRule index{0, INT32_MAX}, count{1, INT32_MAX};
 
   LaunchEnv env;
-  if (llvm::Error err = readInt("RANK", std::nullopt, env.rank))
-    return err;
-  if (llvm::Error err = readInt("WORLD_SIZE", std::nullopt, env.worldSize))
-    return err;
-  if (llvm::Error err = readInt("LOCAL_RANK", env.rank, env.localRank))
+  if (llvm::Error err = readInt("RANK", index, std::nullopt, env.rank))
     return err;
   if (llvm::Error err =
-          readInt("LOCAL_WORLD_SIZE", env.worldSize, env.localWorldSize))
+          readInt("WORLD_SIZE", count, std::nullopt, env.worldSize))
+    return err;
+  if (llvm::Error err = readInt("LOCAL_RANK", index, env.rank, env.localRank))
+    return err;
+  if (llvm::Error err =
+          readInt("LOCAL_WORLD_SIZE", count, env.worldSize, env.localWorldSize))
     return err;
   const char *addr = get("MASTER_ADDR");
   if (!addr || !*addr)
     return makeError(
         "MASTER_ADDR is not set; start ppc run under ppc launch or torchrun");
+  // Messages show the address ("rendezvous at ADDR:PORT failed").
+  if (llvm::StringRef(addr).size() > 255 ||
+      llvm::any_of(llvm::StringRef(addr),
+                   [](char c) { return llvm::isPrint(c) == 0; }))
+    return makeError("MASTER_ADDR '" + printable(addr) +
+                     "' is not a host name or address (at most 255 printable "
+                     "characters)");
   env.masterAddr = addr;
-  if (llvm::Error err = readInt("MASTER_PORT", std::nullopt, env.masterPort))
+  if (llvm::Error err = readInt("MASTER_PORT", IntegerRule{1, 65535},
+                                std::nullopt, env.masterPort))
     return err;
 
-  if (env.worldSize < 1)
-    return makeError(
-        llvm::formatv("WORLD_SIZE={0} must be at least 1", env.worldSize)
-            .str());
-  if (env.rank < 0 || env.rank >= env.worldSize)
+  if (env.rank >= env.worldSize)
     return makeError(llvm::formatv("RANK={0} is not below WORLD_SIZE={1}",
                                    env.rank, env.worldSize)
                          .str());
-  if (env.localWorldSize < 1)
-    return makeError(llvm::formatv("LOCAL_WORLD_SIZE={0} must be at least 1",
-                                   env.localWorldSize)
-                         .str());
-  if (env.localRank < 0 || env.localRank >= env.localWorldSize)
+  if (env.localRank >= env.localWorldSize)
     return makeError(
         llvm::formatv("LOCAL_RANK={0} is not below LOCAL_WORLD_SIZE={1}",
                       env.localRank, env.localWorldSize)
-            .str());
-  if (env.masterPort < 1 || env.masterPort > 65535)
-    return makeError(
-        llvm::formatv("MASTER_PORT={0} is not a port number", env.masterPort)
             .str());
   if (const char *hosted = get("TORCHELASTIC_USE_AGENT_STORE"))
     env.launcherHostsStore = llvm::StringRef(hosted) == "True";

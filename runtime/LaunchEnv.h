@@ -36,12 +36,15 @@ struct LaunchEnv {
   /// MASTER_PORT, TORCHELASTIC_USE_AGENT_STORE and PPC_JOB_TOKEN through
   /// `getenv` (the process environment by default). RANK, WORLD_SIZE,
   /// MASTER_ADDR and MASTER_PORT are required; LOCAL_RANK defaults to RANK
-  /// and LOCAL_WORLD_SIZE to WORLD_SIZE. Errors: a missing variable ("RANK
-  /// is not set; start ppc run under ppc launch or torchrun"), one that is
-  /// not an integer ("WORLD_SIZE='x' is not an integer"), values out of
-  /// range ("RANK=4 is not below WORLD_SIZE=4", "MASTER_PORT=70000 is not
-  /// a port number"), a job token longer than 256 bytes or holding
-  /// control characters.
+  /// and LOCAL_WORLD_SIZE to WORLD_SIZE. Every number must fit an int
+  /// (ranks from 0, sizes from 1, the port 1..65535). Errors: a missing
+  /// variable ("RANK is not set; start ppc run under ppc launch or
+  /// torchrun"), one that breaks its rule ("WORLD_SIZE='x' is not an integer
+  /// in 1..2147483647", "RANK=3000000000 is not an integer in
+  /// 0..2147483647", "MASTER_PORT=70000 is not an integer in 1..65535"), a
+  /// rank not below its size ("RANK=4 is not below WORLD_SIZE=4"), a
+  /// MASTER_ADDR longer than 255 bytes or a job token longer than 256, or
+  /// either holding control characters (escaped in the message).
   static llvm::Expected<LaunchEnv> fromEnvironment(
       const std::function<const char *(const char *)> &getenv = nullptr);
 };

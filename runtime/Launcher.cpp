@@ -10,6 +10,8 @@
 #include "runtime/Launcher.h"
 
 #include "lib/Error.h"
+#include "lib/NumberRules.h"
+#include "runtime/Duration.h"
 #include "runtime/Threads.h"
 
 #include "llvm/Support/Errno.h"
@@ -50,12 +52,6 @@ std::string signalName(int sig) {
   if (const char *abbrev = sigabbrev_np(sig))
     return std::string("SIG") + abbrev;
   return std::to_string(sig);
-}
-
-std::string formatSeconds(double seconds) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "%g", seconds);
-  return buffer;
 }
 
 std::string errnoText(int error) { return llvm::sys::StrError(error); }
@@ -307,7 +303,7 @@ public:
   llvm::Error run() {
     Clock::time_point start = Clock::now();
     if (options.timeoutSeconds)
-      timeoutAt = start + toDuration(*options.timeoutSeconds);
+      timeoutAt = deadlineAfter(toDuration(*options.timeoutSeconds), start);
     for (int local = 0; local < options.nprocPerNode && !failure; ++local)
       spawn(local);
     while (anyRunning())
@@ -319,8 +315,7 @@ public:
 
 private:
   static Clock::duration toDuration(double seconds) {
-    return std::chrono::duration_cast<Clock::duration>(
-        std::chrono::duration<double>(seconds));
+    return durationFromSeconds<Clock::duration>(seconds);
   }
 
   bool anyRunning() const {
@@ -346,7 +341,7 @@ private:
       if (worker.running)
         ::kill(-worker.pid, sig);
     if (!killAt && !killed)
-      killAt = Clock::now() + toDuration(options.gracePeriodSeconds);
+      killAt = deadlineAfter(toDuration(options.gracePeriodSeconds));
   }
 
   /// The three pipes of one worker: stdout, stderr, and the exec-error
@@ -520,7 +515,7 @@ private:
   void checkDeadlines() {
     Clock::time_point now = Clock::now();
     if (timeoutAt && now >= *timeoutAt &&
-        fail("timed out after " + formatSeconds(*options.timeoutSeconds) +
+        fail("timed out after " + formatNumber(*options.timeoutSeconds) +
              " seconds"))
       stop(SIGTERM);
     if (killAt && now >= *killAt) {
@@ -543,29 +538,39 @@ private:
 } // namespace
 
 llvm::Error validateLaunchOptions(const LaunchOptions &options) {
-  if (options.nprocPerNode < 1)
-    return makeOptionError("nprocPerNode",
-                           "must be at least 1 (got " +
-                               llvm::Twine(options.nprocPerNode) + ")");
-  if (options.nnodes < 1)
-    return makeOptionError("nnodes", "must be at least 1 (got " +
-                                         llvm::Twine(options.nnodes) + ")");
-  if (options.nodeRank < 0 || options.nodeRank >= options.nnodes)
-    return makeOptionError("nodeRank",
-                           "must be in [0, " + llvm::Twine(options.nnodes) +
-                               ") (got " + llvm::Twine(options.nodeRank) + ")");
-  if (options.masterPort < 0 || options.masterPort > 65535)
-    return makeOptionError("masterPort", "must be in [0, 65535] (got " +
-                                             llvm::Twine(options.masterPort) +
-                                             ")");
-  if (options.timeoutSeconds && !(*options.timeoutSeconds > 0))
-    return makeOptionError("timeoutSeconds",
-                           "must be positive (got " +
-                               formatSeconds(*options.timeoutSeconds) + ")");
-  if (!(options.gracePeriodSeconds >= 0))
-    return makeOptionError("gracePeriodSeconds",
-                           "must not be negative (got " +
-                               formatSeconds(options.gracePeriodSeconds) + ")");
+  if (llvm::Error err = checkOption(
+          "nprocPerNode",
+          IntegerRule{1, kMaxProcsPerNode}.problem(options.nprocPerNode)))
+    return err;
+  if (llvm::Error err = checkOption(
+          "nnodes", IntegerRule{1, INT_MAX}.problem(options.nnodes)))
+    return err;
+  if (llvm::Error err = checkOption(
+          "nodeRank",
+          IntegerRule{0, options.nnodes - 1}.problem(options.nodeRank)))
+    return err;
+  // Every rank, nodeRank * nprocPerNode + localRank, is below the world
+  // size: when that fits an int, so does each rank.
+  int64_t world = int64_t(options.nnodes) * options.nprocPerNode;
+  if (world > INT_MAX)
+    return makeError(llvm::formatv("--nnodes {0} times --nproc-per-node {1} "
+                                   "is {2} ranks; WORLD_SIZE holds at most {3}",
+                                   options.nnodes, options.nprocPerNode, world,
+                                   INT_MAX)
+                         .str());
+  if (llvm::Error err = checkOption(
+          "masterPort", IntegerRule{0, 65535}.problem(options.masterPort)))
+    return err;
+  if (options.timeoutSeconds)
+    if (llvm::Error err = checkOption(
+            "timeoutSeconds",
+            RealRule::seconds(kMinTimeoutSeconds, kMaxDurationSeconds)
+                .problem(*options.timeoutSeconds)))
+      return err;
+  if (llvm::Error err = checkOption("gracePeriodSeconds",
+                                    RealRule::seconds(0, kMaxDurationSeconds)
+                                        .problem(options.gracePeriodSeconds)))
+    return err;
   if (options.command.empty() || options.command[0].empty())
     return makeError("no command to launch (put it after '--')");
   return llvm::Error::success();
@@ -579,6 +584,7 @@ std::string newJobToken() {
 
 std::vector<std::pair<std::string, std::string>>
 launchEnvironment(const LaunchOptions &options, int localRank) {
+  // validateLaunchOptions() keeps both within an int.
   int rank = options.nodeRank * options.nprocPerNode + localRank;
   int worldSize = options.nnodes * options.nprocPerNode;
   std::vector<std::pair<std::string, std::string>> vars{

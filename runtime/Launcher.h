@@ -19,12 +19,19 @@
 
 namespace ppc {
 
+/// The most worker processes one node's launch starts (each holds two
+/// pipes open in the launcher): a bound on the work done before any check
+/// a worker could make, not a guess at a useful size.
+constexpr int kMaxProcsPerNode = 1024;
+
 /// What to launch and where. The names mirror `ppc launch`'s options, and
 /// validation errors name those options.
 struct LaunchOptions {
-  /// Worker processes on this node (local ranks 0..nprocPerNode-1).
+  /// Worker processes on this node (local ranks 0..nprocPerNode-1), at most
+  /// kMaxProcsPerNode.
   int nprocPerNode = 1;
-  /// Nodes in the job; WORLD_SIZE = nnodes * nprocPerNode.
+  /// Nodes in the job; WORLD_SIZE = nnodes * nprocPerNode, which must fit
+  /// an int.
   int nnodes = 1;
   /// This node's index; RANK = nodeRank * nprocPerNode + localRank.
   int nodeRank = 0;
@@ -39,9 +46,11 @@ struct LaunchOptions {
   /// Passed to workers as PPC_JOB_TOKEN when not empty; ranks of different
   /// jobs that meet at one rendezvous refuse each other.
   std::string jobToken;
-  /// Stop everything and fail after this many seconds; none when empty.
+  /// Stop everything and fail after this many seconds (kMinTimeoutSeconds
+  /// to kMaxDurationSeconds, runtime/Duration.h); none when empty.
   std::optional<double> timeoutSeconds;
-  /// How long workers get to exit after SIGTERM before SIGKILL.
+  /// How long workers get to exit after SIGTERM before SIGKILL, in seconds
+  /// (0 to kMaxDurationSeconds).
   double gracePeriodSeconds = 5;
   /// The program (looked up in PATH) and its arguments.
   std::vector<std::string> command;
@@ -50,20 +59,24 @@ struct LaunchOptions {
   int stderrFd = 2;
 };
 
-/// Checks `options` without starting anything. Errors:
-///   "--nproc-per-node must be at least 1 (got N)"
-///   "--nnodes must be at least 1 (got N)"
-///   "--node-rank must be in [0, NNODES) (got R)"
-///   "--master-port must be in [0, 65535] (got P)"
-///   "--timeout must be positive (got S)"
-///   "--grace-period must not be negative (got S)"
+/// Checks `options` without starting anything. Errors, each an OptionError
+/// naming the field (the CLI shows its flag) except the last two:
+///   "nprocPerNode 0 is not an integer in 1..1024"
+///   "nnodes 0 is not an integer in 1..2147483647"
+///   "nodeRank 2 is not an integer in 0..1"
+///   "masterPort 70000 is not an integer in 0..65535"
+///   "timeoutSeconds 1e+10 is not a number of seconds in 0.001..604800"
+///   "gracePeriodSeconds inf is not a number of seconds in 0..604800"
+///   "--nnodes N times --nproc-per-node P is W ranks; WORLD_SIZE holds at
+///    most 2147483647"
 ///   "no command to launch (put it after '--')"
 llvm::Error validateLaunchOptions(const LaunchOptions &options);
 
 /// A fresh random job token (16 hex digits).
 std::string newJobToken();
 
-/// The variables set for local rank `localRank`, in a fixed order (the
+/// The variables set for local rank `localRank` of `options` that
+/// validateLaunchOptions() accepts, in a fixed order (the
 /// store and token variables last, where set); the rest of the environment
 /// is inherited.
 std::vector<std::pair<std::string, std::string>>

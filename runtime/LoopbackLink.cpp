@@ -7,6 +7,7 @@
 #include "runtime/LoopbackLink.h"
 
 #include "lib/Error.h"
+#include "runtime/Duration.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -50,7 +51,7 @@ llvm::Error LoopbackHub::take(int to, const Message &m, at::Tensor &tensor,
   at::Tensor got;
   {
     std::unique_lock<std::mutex> lock(mutex_);
-    bool ready = arrived_.wait_for(lock, timeout, [&] {
+    bool ready = arrived_.wait_until(lock, deadlineAfter(timeout), [&] {
       return mail_.count(key) != 0 || closed_.at(m.peer);
     });
     auto it = mail_.find(key);

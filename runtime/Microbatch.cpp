@@ -2,6 +2,8 @@
 #include "runtime/Microbatch.h"
 
 #include "lib/Error.h"
+#include "lib/NumberRules.h"
+#include "runtime/ScheduleKind.h"
 #include "runtime/TensorMeta.h"
 
 #include "llvm/Support/FormatVariadic.h"
@@ -13,8 +15,9 @@ namespace ppc {
 llvm::Expected<std::vector<std::vector<c10::IValue>>>
 splitMicrobatches(llvm::ArrayRef<c10::IValue> inputs, size_t expectedInputs,
                   int count) {
-  if (count < 1)
-    return makeOptionError("microbatches", "must be at least 1");
+  if (llvm::Error err = checkOption(
+          "microbatches", IntegerRule{1, kMaxMicrobatches}.problem(count)))
+    return err;
   if (inputs.size() != expectedInputs)
     return makeError(
         llvm::formatv("the model takes {0} input{1}, got {2}", expectedInputs,

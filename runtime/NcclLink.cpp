@@ -20,6 +20,7 @@
 //===----------------------------------------------------------------------===//
 #ifdef PPC_HAVE_NCCL
 #include "runtime/C10dWork.h"
+#include "runtime/Duration.h"
 #include "runtime/Link.h"
 
 #include "lib/Error.h"
@@ -107,7 +108,7 @@ public:
                 {1}, at::TensorOptions().dtype(at::kFloat).device(device_))};
             compat::WorkPtr work = from == rank_ ? (*group)->send(one, 1, 0)
                                                  : (*group)->recv(one, 0, 0);
-            done = pollWork(work, std::chrono::steady_clock::now() + timeout_);
+            done = pollWork(work, deadlineAfter(timeout_));
           }))
         return noteFailure(std::move(err));
       if (!done)

@@ -27,6 +27,7 @@
 #ifndef PPC_RUNTIME_PIPELINE_H
 #define PPC_RUNTIME_PIPELINE_H
 
+#include "runtime/Duration.h"
 #include "runtime/LaunchEnv.h"
 #include "runtime/ScheduleKind.h"
 
@@ -53,10 +54,6 @@ namespace ppc {
 enum class MetaSource { Inferred, Cache, User };
 llvm::StringRef metaSourceName(MetaSource source);
 
-/// The most microbatches a run may ask for: bounds the schedule, which is
-/// built before the batch size is known.
-constexpr int kMaxMicrobatches = 65536;
-
 struct RunOptions {
   /// Microbatches the batch is split into (torch.tensor_split along dim 0),
   /// 1..kMaxMicrobatches.
@@ -73,7 +70,8 @@ struct RunOptions {
   /// against a LibTorch with CUDA and NCCL, and a GPU per rank on each
   /// machine (checkCudaDevice() in runtime/Rendezvous.h lists the errors).
   std::string device = "cpu";
-  /// Bound on every wait for another rank (rendezvous, each message).
+  /// Bound on every wait for another rank (rendezvous, each message):
+  /// kMinTimeout (1 ms) to kMaxDuration (7 days), runtime/Duration.h.
   std::chrono::milliseconds timeout{60000};
   /// Directory of the meta cache files; empty = the manifest's directory.
   std::string metaCacheDir;
@@ -81,8 +79,8 @@ struct RunOptions {
   /// A JSON file with user-given boundary metadata (docs/runtime.md);
   /// when set, no inference runs.
   std::string inputMetaPath;
-  /// Intra-op threads per rank, at most 4 per core (and at least 4); 0 = the
-  /// machine's cores divided by LOCAL_WORLD_SIZE.
+  /// Intra-op threads per rank, at most 4 per core (and at least 4 are
+  /// allowed); 0 = the machine's cores divided by LOCAL_WORLD_SIZE.
   int threads = 0;
   /// Whether LibTorch's own glog diagnostics (c10d socket warnings, ...)
   /// print. Off: Pipeline::create raises glog's threshold process-wide, so
@@ -131,7 +129,9 @@ public:
   /// Loads the manifest at `manifestPath` and this rank's stages, builds
   /// and simulates the schedule, and connects to the other ranks. Errors,
   /// each one line: an option out of range (an OptionError naming the
-  /// RunOptions field: microbatches, threads, timeout) or an unknown device;
+  /// RunOptions field and its rule: "microbatches 0 is not an integer in
+  /// 1..65536", "timeout 0 is not a number of milliseconds in
+  /// 1..604800000"; likewise threads) or an unknown device;
   /// the manifest cannot be read; its stages cannot be placed on WORLD_SIZE
   /// ranks (their count must equal WORLD_SIZE or be a multiple of it); a
   /// stage file is missing or does not match the manifest's hash; device

@@ -10,7 +10,9 @@
 
 #include "lib/Error.h"
 #include "lib/ModelFormat.h"
+#include "lib/NumberRules.h"
 #include "runtime/Collectives.h"
+#include "runtime/Duration.h"
 #include "runtime/Rendezvous.h"
 #include "runtime/Threads.h"
 #include "runtime/TorchCompat.h"
@@ -25,19 +27,18 @@ namespace {
 /// Checks the options that need no manifest, before anything is built;
 /// returns the device. Everything here bounds what a run may allocate.
 llvm::Expected<DeviceKind> checkOptions(const RunOptions &options) {
-  if (options.microbatches < 1 || options.microbatches > kMaxMicrobatches)
-    return makeOptionError("microbatches", llvm::formatv("{0} is not in 1..{1}",
-                                                         options.microbatches,
-                                                         kMaxMicrobatches));
-  int cores = availableCores();
-  int maxThreads = std::max(4, 4 * cores);
-  if (options.threads < 0 || options.threads > maxThreads)
-    return makeOptionError("threads",
-                           llvm::formatv("{0} is not in 1..{1} (4 per core), "
-                                         "or 0 for the default",
-                                         options.threads, maxThreads));
-  if (options.timeout.count() <= 0)
-    return makeOptionError("timeout", "must be positive");
+  if (llvm::Error err = checkOption(
+          "microbatches",
+          IntegerRule{1, kMaxMicrobatches}.problem(options.microbatches)))
+    return err;
+  if (llvm::Error err =
+          checkOption("threads", threadsRule().problem(options.threads)))
+    return err;
+  if (llvm::Error err = checkOption(
+          "timeout",
+          IntegerRule{kMinTimeout.count(), kMaxDuration.count(), "milliseconds"}
+              .problem(options.timeout.count())))
+    return err;
   std::optional<DeviceKind> device = deviceKindNamed(options.device);
   if (!device)
     return makeError("unknown device '" + options.device +

@@ -8,6 +8,7 @@
 #include "runtime/Rendezvous.h"
 
 #include "lib/Error.h"
+#include "runtime/Duration.h"
 #include "runtime/LaunchEnv.h"
 #include "runtime/Link.h"
 #include "runtime/TorchCompat.h"
@@ -242,12 +243,10 @@ llvm::Expected<T> runBounded(Clock::time_point deadline,
   return std::move(*call->value);
 }
 
-/// Text from a peer, safe to print: printable ASCII, at most 64 bytes.
-std::string printable(const std::vector<uint8_t> &bytes) {
-  std::string out;
-  for (size_t i = 0; i < bytes.size() && i < 64; ++i)
-    out += llvm::isPrint(bytes[i]) ? static_cast<char>(bytes[i]) : '?';
-  return bytes.size() > 64 ? out + "..." : out;
+/// Text from a peer, safe to print (printable() in lib/Error.h).
+std::string printableBytes(const std::vector<uint8_t> &bytes) {
+  return printable(llvm::StringRef(reinterpret_cast<const char *>(bytes.data()),
+                                   bytes.size()));
 }
 
 /// The rendezvous store's keys: "ppc/job" holds the job token of the job
@@ -295,7 +294,7 @@ c10::intrusive_ptr<c10d::Store> meetRanks(const LaunchEnv &env,
     throw StepError{Failure::other(
         llvm::formatv("another job (job token '{0}') holds the rendezvous at "
                       "{1}; give each job its own MASTER_PORT",
-                      printable(holder), where))};
+                      printableBytes(holder), where))};
   if (store->add(rankKey(env.rank), 1) != 1)
     throw StepError{Failure::other(llvm::formatv(
         "RANK={0} joined the rendezvous at {1} twice: another job with the "
@@ -400,10 +399,10 @@ connectTransport(const LaunchEnv &env, DeviceKind device,
   // A little past the deadline, so that the steps' own timeouts, which say
   // more, normally fire first.
   constexpr std::chrono::milliseconds kGrace(500);
-  Clock::time_point deadline = Clock::now() + timeout;
+  Clock::time_point deadline = deadlineAfter(timeout);
   auto storeSilent = [&] { return storeSilence(env, timeout); };
   auto store = runBounded<c10::intrusive_ptr<c10d::Store>>(
-      deadline + kGrace, storeSilent, failed,
+      saturatingAdd(deadline, kGrace), storeSilent, failed,
       [env, timeout, deadline] { return meetRanks(env, timeout, deadline); });
   if (!store)
     return store.takeError();
@@ -411,7 +410,7 @@ connectTransport(const LaunchEnv &env, DeviceKind device,
   // Every rank has arrived; connecting the group gets a timeout of its own.
   // The Gloo group exists on every device: with CUDA it carries the CPU
   // messages, and NCCL groups are connected per channel on first use.
-  deadline = Clock::now() + timeout;
+  deadline = deadlineAfter(timeout);
   auto groupSilent = [&] {
     return Failure::other(
         llvm::formatv("{0} (connecting the process group took over {1} s)",
@@ -421,7 +420,7 @@ connectTransport(const LaunchEnv &env, DeviceKind device,
   if (!glooDev)
     return glooDev.takeError();
   auto group = runBounded<c10::intrusive_ptr<compat::GlooGroup>>(
-      deadline + kGrace, groupSilent, failed,
+      saturatingAdd(deadline, kGrace), groupSilent, failed,
       [store = *store, env, timeout, dev = *glooDev] {
         return compat::makeGlooGroup(store, env.rank, env.worldSize, timeout,
                                      dev);

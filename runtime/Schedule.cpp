@@ -10,6 +10,7 @@
 #include "runtime/Schedule.h"
 
 #include "lib/Error.h"
+#include "lib/NumberRules.h"
 
 #include "llvm/ADT/STLFunctionalExtras.h"
 #include "llvm/ADT/SmallVector.h"
@@ -836,8 +837,10 @@ llvm::Error generate(Schedule &schedule) {
 llvm::Expected<Schedule> emptyTrainingSchedule(const Manifest &manifest,
                                                const Placement &placement,
                                                int microbatches) {
-  if (microbatches < 1)
-    return makeOptionError("microbatches", "must be at least 1");
+  if (llvm::Error err =
+          checkOption("microbatches",
+                      IntegerRule{1, kMaxMicrobatches}.problem(microbatches)))
+    return err;
   if (static_cast<size_t>(placement.numStages()) != manifest.stages.size())
     return makeError(llvm::formatv("the placement has {0} stages but the "
                                    "manifest {1}",
@@ -862,8 +865,10 @@ llvm::Expected<Schedule> emptyTrainingSchedule(const Manifest &manifest,
 llvm::Expected<Schedule> buildSchedule(const Manifest &manifest,
                                        const Placement &placement,
                                        ScheduleKind kind, int microbatches) {
-  if (microbatches < 1)
-    return makeOptionError("microbatches", "must be at least 1");
+  if (llvm::Error err =
+          checkOption("microbatches",
+                      IntegerRule{1, kMaxMicrobatches}.problem(microbatches)))
+    return err;
   if (!scheduleRunsInference(kind))
     return makeError(llvm::formatv("schedule {0} is for training (ppc train); "
                                    "ppc run takes {1}",
@@ -1362,20 +1367,8 @@ struct Cell {
   int stage = 0, microbatch = 0;
 };
 
-/// A cell as messages show it: at most 40 bytes, every byte that is not
-/// printable ASCII as \xHH, so a file's bytes never reach the terminal raw.
-std::string printableCell(llvm::StringRef raw) {
-  std::string out;
-  for (char c : raw.take_front(40)) {
-    if (llvm::isPrint(c))
-      out += c;
-    else
-      out += llvm::formatv("\\x{0:x-2}", static_cast<unsigned char>(c)).str();
-  }
-  if (raw.size() > 40)
-    out += "...";
-  return out;
-}
+/// A cell as messages show it: at most 40 bytes, escaped (printable()).
+std::string printableCell(llvm::StringRef raw) { return printable(raw, 40); }
 
 /// Parses a non-empty run of at most 9 digits at the front of `text`.
 std::optional<int> takeNumber(llvm::StringRef &text) {
@@ -1912,8 +1905,10 @@ chooseSchedule(const Manifest &manifest, int worldSize, int microbatches,
                std::optional<int> maxActivations) {
   // What every kind would refuse alike is the caller's error, said once.
   int numStages = static_cast<int>(manifest.stages.size());
-  if (microbatches < 1)
-    return makeOptionError("microbatches", "must be at least 1");
+  if (llvm::Error err =
+          checkOption("microbatches",
+                      IntegerRule{1, kMaxMicrobatches}.problem(microbatches)))
+    return err;
   if (auto edges = boundaryEdges(manifest); !edges)
     return edges.takeError();
   if (auto loop = Placement::create(numStages, worldSize); !loop)

@@ -17,6 +17,10 @@
 
 namespace ppc {
 
+/// The most microbatches a run may ask for: bounds the schedule, which is
+/// built before the batch size is known (every schedule builder checks it).
+constexpr int kMaxMicrobatches = 65536;
+
 enum class ScheduleKind {
 #define SCHEDULE(Enum, Name, Inference, Placement, Help, Generator) Enum,
 #include "runtime/Schedules.def"

@@ -74,6 +74,11 @@ int defaultThreads(int localWorldSize) {
   return std::max(1, availableCores() / std::max(1, localWorldSize));
 }
 
+IntegerRule threadsRule() {
+  return {0, std::max(4, 4 * availableCores()), "",
+          "0: the default; at most 4 per core"};
+}
+
 void boundThreads(int threads) {
   threads = std::max(1, threads);
   at::set_num_threads(threads);

@@ -36,6 +36,8 @@
 #ifndef PPC_RUNTIME_THREADS_H
 #define PPC_RUNTIME_THREADS_H
 
+#include "lib/NumberRules.h"
+
 namespace ppc {
 
 /// The cores this process may run on: the size of its CPU affinity mask
@@ -47,6 +49,10 @@ int availableCores();
 /// machine: max(1, availableCores() / localWorldSize). A localWorldSize
 /// below 1 counts as 1.
 int defaultThreads(int localWorldSize);
+
+/// What RunOptions::threads (ppc run --threads) takes: 0 for the default,
+/// else at most 4 threads per core (and at least 4 in all).
+IntegerRule threadsRule();
 
 /// Bounds this process's compute threads to `threads` (below 1 counts as
 /// 1) as the file comment describes. Call it once at start-up, before the

@@ -548,19 +548,6 @@ public:
   size_t index;
 };
 
-/// `text` for a one-line message: at most 32 bytes of it, with bytes other
-/// than printable ASCII written as \xNN.
-std::string printable(llvm::StringRef text) {
-  std::string out;
-  for (unsigned char c : text.take_front(32)) {
-    if (c >= 0x20 && c < 0x7f && c != '\\')
-      out += static_cast<char>(c);
-    else
-      out += llvm::formatv("\\x{0:x-2}", c).str();
-  }
-  return text.size() > 32 ? out + "..." : out;
-}
-
 bool isCategory(llvm::StringRef category) {
   return category == "compute" || category == "send" || category == "recv" ||
          category == "wait" || category == "other";
@@ -579,7 +566,7 @@ llvm::Error readComplete(const EventReader &reader, TimelineEvent &out) {
   if (!category)
     return category.takeError();
   if (!isCategory(*category))
-    return reader.fail("unknown category '" + printable(*category) +
+    return reader.fail("unknown category '" + printable(*category, 32) +
                        "' (expected compute, send, recv, wait or other)");
   auto pid = reader.integer("pid", 0, kMaxTraceRanks - 1);
   if (!pid)

@@ -41,7 +41,8 @@ loadTrainingData(llvm::StringRef path, size_t modelInputs) {
   } else if (auto items = elementsOf(*data)) {
     pairs = std::move(*items);
     if (pairs.empty())
-      return makeError(name + " is an empty list");
+      return makeError(name + " is an empty " +
+                       (data->isTuple() ? "tuple" : "list"));
   } else {
     return makeError(name + " holds a " + data->tagKind() +
                      "; expected an (input, target) pair or a list of them");

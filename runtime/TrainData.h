@@ -31,9 +31,9 @@ struct TrainingBatch {
 /// second element is a tensor is one batch; anything else must be a list
 /// of pairs. Errors: loadTensorTree's; "data 'd.pt' holds a tensor;
 /// expected an (input, target) pair or a list of them"; "data 'd.pt' is an
-/// empty list"; "data 'd.pt' batch 1 is a tensor; expected an (input,
-/// target) pair"; "data 'd.pt' batch 0: the model takes 2 inputs, got 1";
-/// "data 'd.pt' batch 0: the target is a tuple; expected a tensor"; "data
+/// empty list" (or "tuple"); "data 'd.pt' batch 1 is a tensor; expected an
+/// (input, target) pair"; "data 'd.pt' batch 0: the model takes 2 inputs, got
+/// 1"; "data 'd.pt' batch 0: the target is a tuple; expected a tensor"; "data
 /// 'd.pt' batch 0: input 0 has 8 rows, the target 6".
 llvm::Expected<std::vector<TrainingBatch>>
 loadTrainingData(llvm::StringRef path, size_t modelInputs);

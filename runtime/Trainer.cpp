@@ -11,6 +11,7 @@
 #include "lib/Error.h"
 #include "lib/FileUtil.h"
 #include "lib/Manifest.h"
+#include "lib/NumberRules.h"
 #include "lib/OutputGuard.h"
 #include "lib/SafeRead.h"
 #include "lib/TensorIO.h"
@@ -33,6 +34,7 @@
 #include <cstdio>
 #include <optional>
 #include <sstream>
+#include <tuple>
 
 namespace ppc {
 
@@ -154,12 +156,12 @@ Trainer::~Trainer() = default;
 /// a Tensor produced by a stage.
 static llvm::Error resolveLoss(const Manifest &manifest, LossSpec &loss) {
   int outputs = static_cast<int>(manifest.modelOutputs.size());
-  if (loss.modelOutput < 0 || loss.modelOutput >= outputs)
-    return makeOptionError(
-        "lossOutput", llvm::formatv("{0} is not in 0..{1} (the model has {2} "
-                                    "output{3})",
-                                    loss.modelOutput, outputs - 1, outputs,
-                                    outputs == 1 ? "" : "s"));
+  std::string count = llvm::formatv("the model has {0} output{1}", outputs,
+                                    outputs == 1 ? "" : "s");
+  if (llvm::Error err = checkOption(
+          "lossOutput",
+          IntegerRule{0, outputs - 1, "", count}.problem(loss.modelOutput)))
+    return err;
   const ValueRef &ref = manifest.modelOutputs[loss.modelOutput];
   if (ref.isModelInput())
     return makeError(llvm::formatv("model output {0} is model input {1} "
@@ -181,19 +183,12 @@ static llvm::Error resolveLoss(const Manifest &manifest, LossSpec &loss) {
 llvm::Expected<std::unique_ptr<Trainer>>
 Trainer::create(llvm::StringRef manifestPath, const LaunchEnv &env,
                 const TrainOptions &options) {
-  auto number = [](double x) {
-    char text[32];
-    std::snprintf(text, sizeof text, "%g", x);
-    return std::string(text);
-  };
-  if (!(options.lr > 0) || !std::isfinite(options.lr))
-    return makeOptionError("lr", number(options.lr) + " must be positive");
-  if (!(options.momentum >= 0) || !std::isfinite(options.momentum))
-    return makeOptionError("momentum",
-                           number(options.momentum) + " must not be negative");
-  if (!(options.weightDecay >= 0) || !std::isfinite(options.weightDecay))
-    return makeOptionError("weightDecay", number(options.weightDecay) +
-                                              " must not be negative");
+  for (auto [field, value, rule] :
+       {std::tuple("lr", options.lr, RealRule::above(0)),
+        std::tuple("momentum", options.momentum, RealRule::atLeast(0)),
+        std::tuple("weightDecay", options.weightDecay, RealRule::atLeast(0))})
+    if (llvm::Error err = checkOption(field, rule.problem(value)))
+      return err;
   // A given CSV is run even when empty: its reader says why it cannot be.
   std::optional<std::string> csv;
   if (!options.scheduleCSVPath.empty()) {
@@ -378,19 +373,21 @@ llvm::Error Trainer::checkSameData(llvm::StringRef digest) {
       if (first < 0)
         first = r;
       else if (digests[r] != digests[first])
-        verdict = llvm::formatv("the training data on rank {0} differs from "
-                                "the training data on rank {1} (sha256 {2} "
-                                "vs {3}); every rank must read the same data",
-                                r, first, printableBytes(llvm::StringRef(digests[r]).take_front(12)),
-                                printableBytes(llvm::StringRef(digests[first]).take_front(12)))
-                      .str();
+        verdict =
+            llvm::formatv(
+                "the training data on rank {0} differs from "
+                "the training data on rank {1} (sha256 {2} "
+                "vs {3}); every rank must read the same data",
+                r, first, printable(llvm::StringRef(digests[r]).take_front(12)),
+                printable(llvm::StringRef(digests[first]).take_front(12)))
+                .str();
     }
   }
   if (llvm::Error err = broadcastBytes(ctx.transport(), verdict, 0,
                                        "the training data's check"))
     return err;
   if (!verdict.empty())
-    return makeError(printableBytes(verdict, 400));
+    return makeError(printable(verdict, 400));
   return llvm::Error::success();
 }
 
@@ -529,7 +526,7 @@ llvm::Error Trainer::save(llvm::StringRef dir) {
         llvm::StringRef part(parts[r]);
         if (part.consume_front("error "))
           return llvm::formatv("error rank {0} could not save: {1}", r,
-                               printableBytes(part, 400))
+                               printable(part, 400))
               .str();
         if (!part.consume_front("ok\n"))
           return llvm::formatv("error rank {0} sent a malformed save report", r)
@@ -543,7 +540,7 @@ llvm::Error Trainer::save(llvm::StringRef dir) {
               hash.size() != 64)
             return llvm::formatv("error rank {0} sent a malformed stage "
                                  "hash '{1}'",
-                                 r, printableBytes(row))
+                                 r, printable(row))
                 .str();
           trained.stages[stage].sha256 = hash.str();
         }

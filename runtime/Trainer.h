@@ -59,7 +59,8 @@ struct TrainOptions {
   /// not trained through.
   int lossOutput = 0;
   OptimizerKind optimizer = OptimizerKind::SGD;
-  /// Learning rate (> 0), SGD momentum and weight decay (>= 0); Adam takes
+  /// Learning rate (finite, > 0), SGD momentum and weight decay (finite,
+  /// >= 0); Adam takes
   /// the learning rate and weight decay with torch::optim's other defaults.
   double lr = 0.01;
   double momentum = 0;
@@ -100,7 +101,9 @@ struct TrainStats {
 class Trainer {
 public:
   /// As Pipeline::create, and: an option out of range (an OptionError
-  /// naming the TrainOptions field: lr, momentum, weightDecay, lossOutput);
+  /// naming the TrainOptions field and its rule: "lr 0 is not a finite
+  /// number above 0", "momentum nan is not a finite number of at least 0";
+  /// likewise weightDecay, lossOutput);
   /// a loss output that is a model input or not a Tensor; a schedule that
   /// does not fit the placement; autoSchedule with a schedule CSV, or with
   /// no schedule that fits; a schedule CSV that is unreadable, names

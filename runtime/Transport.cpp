@@ -8,6 +8,7 @@
 #include "runtime/Transport.h"
 
 #include "lib/Error.h"
+#include "runtime/Duration.h"
 #include "runtime/Link.h"
 
 #include "llvm/Support/FormatVariadic.h"
@@ -124,7 +125,7 @@ llvm::Error Transport::recv(at::Tensor &tensor, int peer, int channel,
 }
 
 llvm::Error Transport::flushSends() {
-  auto deadline = std::chrono::steady_clock::now() + timeout_;
+  auto deadline = deadlineAfter(timeout_);
   if (llvm::Error err = control_->flushSends(deadline))
     return err;
   for (const std::unique_ptr<Link> &link : payload_)

@@ -275,27 +275,32 @@ class LaunchTest(unittest.TestCase):
     def test_bad_arguments(self):
         cases = [
             (["--nproc-per-node", "0", "--", "true"],
-             "error: --nproc-per-node must be at least 1 (got 0)"),
+             "error: --nproc-per-node: 0 is not an integer in 1..1024 (see ppc "
+             "--help)"),
             (["--nproc-per-node", "2"],
              "error: no command to launch (put it after '--')"),
             (["--nproc-per-node", "2", "--"],
              "error: no command to launch (put it after '--')"),
             (["--nproc-per-node", "2", "--nnodes", "2", "--node-rank", "2",
               "--", "true"],
-             "error: --node-rank must be in [0, 2) (got 2)"),
+             "error: --node-rank 2 is not an integer in 0..1"),
             (["--nproc-per-node", "1", "--nnodes", "0", "--", "true"],
-             "error: --nnodes must be at least 1 (got 0)"),
+             "error: --nnodes: 0 is not an integer in 1..2147483647 (see ppc "
+             "--help)"),
             (["--nproc-per-node", "1", "--timeout", "0", "--", "true"],
-             "error: --timeout must be positive (got 0)"),
+             "error: --timeout: 0 is not a number of seconds in 0.001..604800 "
+             "(see ppc --help)"),
             (["--nproc-per-node", "1", "--master-port", "70000", "--",
               "true"],
-             "error: --master-port must be in [0, 65535] (got 70000)"),
+             "error: --master-port: 70000 is not an integer in 0..65535 (see "
+             "ppc --help)"),
             (["--nproc-per-node", "1", "--nnodes", "2", "--master-port", "0",
               "--", "true"],
              "error: --master-port 0 needs --nnodes 1: the nodes must agree "
              "on the port"),
             (["--nproc-per-node", "1", "--grace-period", "-1", "--", "true"],
-             "error: --grace-period must not be negative (got -1)"),
+             "error: --grace-period: -1 is not a number of seconds in "
+             "0..604800 (see ppc --help)"),
             (["--", "true"],
              "error: --nproc-per-node is required (see ppc --help)"),
         ]

@@ -221,8 +221,8 @@ class RunBatchesTest(unittest.TestCase):
         inp = self.save(self.x, "x.pt")
         out = os.path.join(self.tmp, "out.pt")
         for n in (0, -1, 1000001):
-            self.run_fails(self.mlp, inp, out, f"--repeat {n} is not in 1..1000000",
-                           "--repeat", n, failing=(0, 1))
+            self.run_fails(self.mlp, inp, out, f"--repeat: {n} is not an integer in 1..1000000 "
+                           "(see ppc --help)", "--repeat", n, failing=(0, 1))
 
     def test_bad_list_elements(self):
         out = os.path.join(self.tmp, "out.pt")

@@ -277,7 +277,8 @@ class RunFailuresTest(unittest.TestCase):
         self.assertLess(time.monotonic() - start, 20)
         for code, _, err in results:
             self.assertEqual(code, 2)
-            self.assertEqual(err, "error: --microbatches 100000000 is not in 1..65536\n")
+            self.assertEqual(err, "error: --microbatches: 100000000 is not an integer in "
+                                  "1..65536 (see ppc --help)\n")
 
     def test_microbatches_above_the_batch(self):
         results = finish(start_ranks(2, self.args(self.mlp, None, "--microbatches", "1000")))
@@ -294,8 +295,9 @@ class RunFailuresTest(unittest.TestCase):
                 results = finish(start_ranks(2, self.args(self.mlp, None, "--threads", threads)))
                 for code, _, err in results:
                     self.assertEqual(code, 2)
-                    self.assertEqual(err, f"error: --threads {threads} is not in 1..{limit} "
-                                          "(4 per core), or 0 for the default\n")
+                    self.assertEqual(err, f"error: --threads: {threads} is not an integer in "
+                                          f"0..{limit} (0: the default; at most 4 per core) "
+                                          "(see ppc --help)\n")
 
     def max_threads_of_run(self, threads):
         """Runs one rank (world 1) with --threads THREADS; returns the most

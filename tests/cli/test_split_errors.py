@@ -88,7 +88,7 @@ class SplitErrorsTest(unittest.TestCase):
 
     def test_zero_stages(self):
         self.expect_error(["split", model_path("mlp"), "-o", self.out, "--stages", 0],
-                          "the stage count must be at least 1, got 0")
+                          "--stages: 0 is not an integer in 1..2147483647 (see ppc --help)")
         self.assertFalse(os.path.exists(self.out))
 
     def test_more_stages_than_cuts(self):

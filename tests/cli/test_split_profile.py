@@ -59,10 +59,10 @@ class SplitProfileErrorsTest(unittest.TestCase):
                           "activations on --example-input")
 
     def test_memory_cap_must_be_a_byte_count(self):
-        for bad in ["12X", "M", "-5", "1.5G", ""]:
+        for bad in ["12X", "M", "-5", "1.5G", "", "0", "0K"]:
             with self.subTest(value=bad):
                 self.expect_error(self.mlp("--max-stage-memory", bad),
-                                  f"--max-stage-memory: '{bad}' is not a byte count (e.g. "
+                                  f"--max-stage-memory: '{bad}' is not a byte count above 0 (e.g. "
                                   "1048576, 512M, 2G) (see ppc --help)")
 
     def test_memory_cap_and_split_at_exclude_each_other(self):

@@ -251,11 +251,11 @@ class TrainTest(unittest.TestCase):
 
     def test_bad_options(self):
         cases = [
-            (["--lr", "0"], "--lr 0 must be positive"),
+            (["--lr", "0"], "--lr: 0 is not a finite number above 0"),
             (["--steps", "0"], "--steps"),
             (["--schedule", "interleaved-1f1b"],
              "interleaved-1f1b needs at least 2 stages per rank"),
-            (["--loss-output", "3"], "--loss-output 3 is not in 0..0"),
+            (["--loss-output", "3"], "--loss-output 3 is not an integer in 0..0 (the model has 1 output)"),
         ]
         for args, needle in cases:
             with self.subTest(args=args):

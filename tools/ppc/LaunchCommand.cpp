@@ -7,8 +7,10 @@
 #include "tools/ppc/Commands.h"
 
 #include "lib/Error.h"
+#include "runtime/Duration.h"
 #include "runtime/Launcher.h"
 #include "runtime/Rendezvous.h"
+#include "tools/ppc/OptionChecks.h"
 
 #include "llvm/Support/raw_ostream.h"
 
@@ -79,16 +81,19 @@ Command addLaunchCommand(CLI::App &parent) {
       "--epochs 3");
 
   app->add_option("--nproc-per-node", options.nprocPerNode,
-                  "Worker processes to start on this node (at least 1); "
+                  "Worker processes to start on this node (1 to 1024); "
                   "local rank l gets RANK = node-rank * N + l")
-      ->required();
+      ->required()
+      ->transform(intInRange(1, kMaxProcsPerNode));
   app->add_option("--nnodes", options.nnodes,
                   "Nodes in the job, each running its own 'ppc launch'; "
-                  "WORLD_SIZE = nnodes * N")
-      ->capture_default_str();
+                  "WORLD_SIZE = nnodes * N, at most 2147483647")
+      ->capture_default_str()
+      ->transform(intInRange(1));
   app->add_option("--node-rank", options.nodeRank,
                   "This node's index in [0, nnodes) (GROUP_RANK)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->transform(intInRange(0));
   app->add_option("--master-addr", options.masterAddr,
                   "Address of the node that runs rank 0 (MASTER_ADDR)")
       ->capture_default_str();
@@ -96,13 +101,18 @@ Command addLaunchCommand(CLI::App &parent) {
                   "Rendezvous port on the master node (MASTER_PORT); 0 makes "
                   "ppc launch serve the rendezvous store itself on a free "
                   "port, which it prints (only with --nnodes 1)")
-      ->capture_default_str();
-  args->timeout = app->add_option(
-      "--timeout", args->timeoutSeconds,
-      "Stop every worker and fail after this many seconds (default: none)");
+      ->capture_default_str()
+      ->transform(intInRange(0, 65535));
+  args->timeout = app->add_option("--timeout", args->timeoutSeconds,
+                                  "Stop every worker and fail after this many "
+                                  "seconds (0.001 to 604800, "
+                                  "7 days; default: none)")
+                      ->transform(durationOption(kMinTimeoutSeconds));
   app->add_option("--grace-period", options.gracePeriodSeconds,
-                  "Seconds workers get to exit after SIGTERM before SIGKILL")
-      ->capture_default_str();
+                  "Seconds workers get to exit after SIGTERM before SIGKILL "
+                  "(0 to 604800)")
+      ->capture_default_str()
+      ->transform(durationOption(0));
   app->add_option("command", options.command,
                   "The program (looked up in PATH) and its arguments: "
                   "everything after '--', or from the first argument that is "

@@ -8,6 +8,7 @@
 #include "tools/ppc/Commands.h"
 
 #include "runtime/Pipeline.h"
+#include "tools/ppc/OptionChecks.h"
 #include "tools/ppc/RunFiles.h"
 #include "tools/ppc/RuntimeFlags.h"
 
@@ -84,7 +85,8 @@ Command addRunCommand(CLI::App &parent) {
   app->add_option("--repeat", o->repeat,
                   "Run the input this many times (1..1000000) in one launch, "
                   "for benchmarking; the last run's outputs are written")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->transform(intInRange(1, kMaxRepeat));
   o->flags.addTo(*app);
   addScheduleOption(*app, o->schedule, /*inference=*/true);
   app->add_option(

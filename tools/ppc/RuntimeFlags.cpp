@@ -6,6 +6,11 @@
 //===----------------------------------------------------------------------===//
 #include "tools/ppc/RuntimeFlags.h"
 
+#include "lib/Error.h"
+#include "runtime/Duration.h"
+#include "runtime/Threads.h"
+#include "tools/ppc/OptionChecks.h"
+
 #include <optional>
 
 namespace ppc {
@@ -13,14 +18,15 @@ namespace ppc {
 void RuntimeFlags::addTo(CLI::App &app) {
   app.add_option("--microbatches", microbatches, "Microbatches per batch")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->transform(intInRange(1, kMaxMicrobatches));
   app.add_option("--device", device, "cpu (Gloo) or cuda (NCCL)")
       ->capture_default_str()
       ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--timeout", timeoutSeconds,
-                 "Seconds to wait for another rank before giving up")
+                 "Seconds to wait for another rank before giving up "
+                 "(0.001 to 604800, 7 days)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->transform(durationOption(kMinTimeoutSeconds));
   app.add_option(
       "--meta-cache", metaCacheDir,
       "Directory of the meta cache (default: the manifest's directory)");
@@ -28,7 +34,8 @@ void RuntimeFlags::addTo(CLI::App &app) {
                "Neither read nor write the meta cache");
   app.add_option("--threads", threads,
                  "Intra-op threads per rank, at most 4 per core (default: "
-                 "cores / LOCAL_WORLD_SIZE)");
+                 "cores / LOCAL_WORLD_SIZE)")
+      ->transform(integerOption(threadsRule()));
   app.add_option("--trace", tracePath,
                  "Record every action of every rank and write a Chrome trace "
                  "(Perfetto, chrome://tracing; ppc trace summary|plot) to "
@@ -45,7 +52,7 @@ void RuntimeFlags::applyTo(RunOptions &options) const {
   options.microbatches = microbatches;
   options.device = device;
   options.timeout =
-      std::chrono::milliseconds(static_cast<int64_t>(timeoutSeconds * 1000));
+      durationFromSeconds<std::chrono::milliseconds>(timeoutSeconds);
   options.metaCacheDir = metaCacheDir;
   options.useMetaCache = !noMetaCache;
   options.threads = threads;
@@ -63,7 +70,7 @@ CLI::Validator scheduleValidator(bool inference, bool storeKind,
           return "";
         std::optional<ScheduleKind> kind = parseScheduleName(name);
         if (!kind)
-          return "must be " + list + " (got '" + name + "')";
+          return "must be " + list + " (got '" + printable(name) + "')";
         if (storeKind)
           name = std::to_string(static_cast<int>(*kind));
         return "";

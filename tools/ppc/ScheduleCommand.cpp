@@ -12,9 +12,11 @@
 
 #include "lib/Error.h"
 #include "lib/FileUtil.h"
+#include "lib/NumberRules.h"
 #include "lib/OutputGuard.h"
 #include "lib/SafeRead.h"
 #include "runtime/Schedule.h"
+#include "tools/ppc/OptionChecks.h"
 #include "tools/ppc/RuntimeFlags.h"
 
 #include "llvm/ADT/StringExtras.h"
@@ -111,17 +113,18 @@ stageCosts(const ScheduleOptions &o, const std::optional<Manifest> &manifest,
   for (const std::string &text : o.costs) {
     llvm::SmallVector<llvm::StringRef, 3> parts;
     llvm::StringRef(text).split(parts, ',');
-    double v[3];
-    bool ok = parts.size() == 3;
-    for (size_t i = 0; ok && i < 3; ++i) {
-      llvm::StringRef part = parts[i].trim();
-      ok = !part.getAsDouble(v[i]) && std::isfinite(v[i]) && v[i] >= 0;
-    }
-    if (!ok)
+    if (parts.size() != 3)
       return makeOptionError(
-          "costs", "'" + text +
+          "costs", "'" + printable(text) +
                        "' is not F,B,W: three finite numbers >= 0 (forward, "
                        "input gradients, weight gradients)");
+    double v[3];
+    for (size_t i = 0; i < 3; ++i)
+      if (std::string problem =
+              RealRule::atLeast(0).parse(parts[i].trim(), v[i]);
+          !problem.empty())
+        return makeOptionError("costs",
+                               "'" + printable(text) + "': " + problem);
     costs.push_back({v[0], v[1], v[2]});
   }
   if (costs.size() == 1)
@@ -334,14 +337,14 @@ Command addScheduleCommand(CLI::App &parent) {
       ->check(CLI::IsMember(styles));
   app->add_option("--stages", o->stages,
                   "Number of pipeline stages (default: the manifest's)")
-      ->check(CLI::Range(1, kMaxGridStages));
+      ->transform(intInRange(1, kMaxGridStages));
   app->add_option("--microbatches", o->microbatches, "Microbatches per batch")
       ->required()
-      ->check(CLI::Range(1, kMaxGridMicrobatches));
+      ->transform(intInRange(1, kMaxGridMicrobatches));
   app->add_option("--ranks", o->ranks,
                   "Ranks (default: one per stage, one per two stages for zbv "
                   "and dualpipev); --stages must be a multiple of it")
-      ->check(CLI::Range(1, kMaxGridStages));
+      ->transform(intInRange(1, kMaxGridStages));
   app->add_option("--manifest", o->manifest,
                   "Schedule the stages and edges of this manifest (skip "
                   "connections included), with its predicted stage costs")

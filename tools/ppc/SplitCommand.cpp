@@ -4,6 +4,7 @@
 #include "lib/Error.h"
 #include "passes/Compile.h"
 #include "runtime/Threads.h"
+#include "tools/ppc/OptionChecks.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -29,7 +30,8 @@ static CLI::Validator costKindOption() {
       [list](std::string &value) -> std::string {
         std::optional<CostKind> kind = parseCostKind(value);
         if (!kind)
-          return "'" + value + "' is not a cost model (" + list + ")";
+          return "'" + printable(value) + "' is not a cost model (" + list +
+                 ")";
         value = std::to_string(static_cast<int>(*kind));
         return "";
       },
@@ -42,8 +44,8 @@ static CLI::Validator byteCountOption() {
   return CLI::Validator(
       [](std::string &value) -> std::string {
         llvm::StringRef text(value);
-        std::string bad = "'" + value +
-                          "' is not a byte count (e.g. 1048576, "
+        std::string bad = "'" + printable(value) +
+                          "' is not a byte count above 0 (e.g. 1048576, "
                           "512M, 2G)";
         unsigned shift = 0;
         if (!text.empty() && !llvm::isDigit(text.back())) {
@@ -67,10 +69,10 @@ static CLI::Validator byteCountOption() {
         }
         uint64_t number = 0;
         if (text.empty() || !llvm::all_of(text, llvm::isDigit) ||
-            text.getAsInteger(10, number))
+            text.getAsInteger(10, number) || number == 0)
           return bad;
         if (number > (uint64_t(INT64_MAX) >> shift))
-          return "'" + value + "' is too large";
+          return "'" + printable(value) + "' is too large";
         value = std::to_string(number << shift);
         return "";
       },
@@ -102,7 +104,8 @@ Command addSplitCommand(CLI::App &parent) {
   auto *stages = app->add_option("--stages", opts->partition.stages,
                                  "Number of stages: contiguous in graph order, "
                                  "chosen to minimize the most "
-                                 "expensive stage under --cost");
+                                 "expensive stage under --cost")
+                     ->transform(intInRange(1));
   auto *splitAt = app->add_option("--split-at", opts->partition.splitAt,
                                   "Module paths where stages begin, in "
                                   "execution order, as in named_modules() "

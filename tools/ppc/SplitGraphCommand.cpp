@@ -11,6 +11,7 @@
 #include "passes/ExtractStage.h"
 #include "passes/Passes.h"
 #include "passes/PlanPartition.h"
+#include "tools/ppc/OptionChecks.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -113,7 +114,8 @@ Command addSplitGraphCommand(CLI::App &parent) {
       "boundary values and graph. Used by the golden IR tests.");
   app->add_option("ir", o->irPath, "File with TorchScript graph text")
       ->required();
-  auto *stages = app->add_option("--stages", o->stages, "Number of stages");
+  auto *stages = app->add_option("--stages", o->stages, "Number of stages")
+                     ->transform(intInRange(1));
   auto *before =
       app->add_option("--split-before", o->splitBefore,
                       "Begin a stage at the operation producing each of "

@@ -12,6 +12,7 @@
 #include "lib/OutputGuard.h"
 #include "runtime/TrainData.h"
 #include "runtime/Trainer.h"
+#include "tools/ppc/OptionChecks.h"
 #include "tools/ppc/RuntimeFlags.h"
 
 #include "llvm/ADT/SmallString.h"
@@ -196,19 +197,23 @@ Command addTrainCommand(CLI::App &parent) {
   app->add_option("--loss-output", o->lossOutput,
                   "Which model output the loss reads (for models returning "
                   "a tuple)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->transform(intInRange(0));
   app->add_option("--optimizer", o->optimizer, "torch::optim optimizer")
       ->capture_default_str()
       ->check(CLI::IsMember(names(kAllOptimizerKinds, optimizerName)));
   app->add_option("--lr", o->lr, "Learning rate (positive)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->transform(finiteAbove(0));
   app->add_option("--momentum", o->momentum, "SGD momentum")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->transform(finiteAtLeast(0));
   app->add_option("--weight-decay", o->weightDecay, "Weight decay (L2)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->transform(finiteAtLeast(0));
   app->add_option("--steps", o->steps, "Optimizer steps")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->transform(intInRange(1));
   o->flags.addTo(*app);
   app->add_option(
          "--schedule", o->schedule,
@@ -225,7 +230,7 @@ Command addTrainCommand(CLI::App &parent) {
                   "With --schedule auto: leave out schedules that hold more "
                   "microbatches' activations at once on a rank")
       ->type_name("N")
-      ->check(CLI::Range(1, 1 << 20));
+      ->transform(intInRange(1, 1 << 20));
   app->add_option("--schedule-csv", o->scheduleCSV,
                   "Run this schedule (PyTorch pipelining's compute_only or "
                   "compute_comms CSV, as ppc schedule --csv writes them) "

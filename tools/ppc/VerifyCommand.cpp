@@ -6,6 +6,7 @@
 #include "lib/ModelFormat.h"
 #include "lib/Stage.h"
 #include "lib/TensorIO.h"
+#include "tools/ppc/OptionChecks.h"
 
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
@@ -101,10 +102,10 @@ Command addVerifyCommand(CLI::App &parent) {
       ->required();
   app->add_option("--rtol", o->rtol, "Relative tolerance")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->transform(finiteAtLeast(0));
   app->add_option("--atol", o->atol, "Absolute tolerance")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->transform(finiteAtLeast(0));
   return {app, [o]() { return runVerify(*o); }};
 }
 

@@ -62,18 +62,56 @@ TEST(LaunchEnvTest, Errors) {
             "RANK is not set; start ppc run under ppc launch or torchrun");
   vars = good();
   vars["WORLD_SIZE"] = "x";
-  EXPECT_EQ(errorOf(parse(vars)), "WORLD_SIZE='x' is not an integer");
+  EXPECT_EQ(errorOf(parse(vars)),
+            "WORLD_SIZE='x' is not an integer in 1..2147483647");
   vars = good();
   vars["RANK"] = "4";
   EXPECT_EQ(errorOf(parse(vars)), "RANK=4 is not below WORLD_SIZE=4");
   vars = good();
   vars["MASTER_PORT"] = "70000";
-  EXPECT_EQ(errorOf(parse(vars)), "MASTER_PORT=70000 is not a port number");
+  EXPECT_EQ(errorOf(parse(vars)),
+            "MASTER_PORT=70000 is not an integer in 1..65535");
   vars = good();
   vars.erase("MASTER_ADDR");
   EXPECT_EQ(
       errorOf(parse(vars)),
       "MASTER_ADDR is not set; start ppc run under ppc launch or torchrun");
+}
+
+TEST(LaunchEnvTest, NumbersAreCheckedNotWrapped) {
+  // The environment is untrusted: a value beyond an int is refused as it
+  // is, never wrapped into a small or negative rank.
+  auto vars = good();
+  vars["WORLD_SIZE"] = "4294967300";
+  EXPECT_EQ(errorOf(parse(vars)),
+            "WORLD_SIZE=4294967300 is not an integer in 1..2147483647");
+  vars = good();
+  vars["RANK"] = "-2147483649";
+  EXPECT_EQ(errorOf(parse(vars)),
+            "RANK=-2147483649 is not an integer in 0..2147483647");
+  vars = good();
+  vars["LOCAL_WORLD_SIZE"] = "0";
+  EXPECT_EQ(errorOf(parse(vars)),
+            "LOCAL_WORLD_SIZE=0 is not an integer in 1..2147483647");
+  vars = good();
+  vars["LOCAL_RANK"] = "2";
+  EXPECT_EQ(errorOf(parse(vars)),
+            "LOCAL_RANK=2 is not below LOCAL_WORLD_SIZE=2");
+  vars = good();
+  vars["LOCAL_RANK"] = "1\033[1m";
+  EXPECT_EQ(errorOf(parse(vars)),
+            "LOCAL_RANK='1\\x1b[1m' is not an integer in 0..2147483647");
+  vars = good();
+  vars["MASTER_ADDR"] = "host\nname";
+  EXPECT_EQ(errorOf(parse(vars)),
+            "MASTER_ADDR 'host\\x0aname' is not a host name or address (at "
+            "most 255 printable characters)");
+  // Surrounding white space is no part of the number.
+  vars = good();
+  vars["WORLD_SIZE"] = " 8\n";
+  auto env = parse(vars);
+  ASSERT_TRUE(static_cast<bool>(env)) << errorOf(std::move(env));
+  EXPECT_EQ(env->worldSize, 8);
 }
 
 TEST(LaunchEnvTest, StoreHostAndJobToken) {

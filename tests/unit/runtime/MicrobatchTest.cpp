@@ -89,7 +89,7 @@ TEST(MicrobatchTest, Errors) {
   EXPECT_EQ(err(splitMicrobatches({at::zeros({})}, 1, 1)),
             "input 0 has no batch dimension (it is a 0-dim tensor)");
   EXPECT_EQ(err(splitMicrobatches({at::zeros({5})}, 1, 0)),
-            "microbatches must be at least 1");
+            "microbatches 0 is not an integer in 1..65536");
 }
 
 // Tests that an option out of range names its field by type, and keeps its

@@ -385,5 +385,5 @@ TEST(ScheduleFamiliesTest, AutoPicksTheShortestSimulatedStep) {
             "4 stages cannot be placed on WORLD_SIZE=3 ranks: the stage count "
             "must equal WORLD_SIZE or be a multiple of it");
   EXPECT_EQ(llvm::toString(chooseSchedule(m, 2, 0, {}, "x").takeError()),
-            "microbatches must be at least 1");
+            "microbatches 0 is not an integer in 1..65536");
 }

@@ -619,7 +619,7 @@ TEST(ScheduleCSVTest, RejectsMalformedText) {
             "schedule 'x.csv' row 1 (rank 0) has more than 3 actions (3 per "
             "stage and microbatch)");
   EXPECT_EQ(csvError(m, 2, 2, "0F0,0B0\r\n1F0,1B0\r\n", 0),
-            "microbatches must be at least 1");
+            "microbatches 0 is not an integer in 1..65536");
   EXPECT_EQ(csvError(chain(3), 2, 2, "0F0,0B0\r\n1F0,1B0\r\n", 1),
             "the placement has 2 stages but the manifest 3");
 }
