@@ -106,10 +106,7 @@ readFileBounded(llvm::StringRef path, uint64_t maxBytes, llvm::StringRef what) {
   return std::unique_ptr<llvm::MemoryBuffer>(std::move(buffer));
 }
 
-/// Whether `text` nests arrays and objects more than `maxDepth` deep.
-/// Brackets inside strings do not count; a backslash escapes the next byte,
-/// so "\"" does not end a string. Malformed text is left to the parser.
-static bool nestsDeeperThan(llvm::StringRef text, unsigned maxDepth) {
+bool nestsDeeperThan(llvm::StringRef text, unsigned maxDepth) {
   unsigned depth = 0;
   bool inString = false;
   for (size_t i = 0, e = text.size(); i < e; ++i) {

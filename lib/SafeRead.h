@@ -60,6 +60,12 @@ constexpr unsigned kMaxJSONDepth = 256;
 llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>>
 readFileBounded(llvm::StringRef path, uint64_t maxBytes, llvm::StringRef what);
 
+/// Whether `text` nests arrays and objects more than `maxDepth` deep: a
+/// linear scan in which brackets inside strings do not count and a
+/// backslash escapes the next byte, so "\"" does not end a string.
+/// Malformed text is left to the parser.
+bool nestsDeeperThan(llvm::StringRef text, unsigned maxDepth);
+
 /// Parses `text` as JSON after checking, with a linear scan that respects
 /// strings and escapes, that arrays and objects nest at most `maxDepth`
 /// levels. `what` names the text in messages ("manifest 'm.json'"). Errors:

@@ -201,31 +201,6 @@ namespace {
 /// any monotonic clock reading, small enough that sums stay exact enough.
 constexpr double kMaxTimeUs = 1e15;
 
-/// Whether `text` nests arrays and objects more than `maxDepth` deep, by the
-/// rule of parseJSONBounded (lib/SafeRead.cpp): brackets inside strings do
-/// not count, and a backslash escapes the next byte.
-bool nestsDeeperThan(llvm::StringRef text, unsigned maxDepth) {
-  unsigned depth = 0;
-  bool inString = false;
-  for (size_t i = 0, e = text.size(); i < e; ++i) {
-    char c = text[i];
-    if (inString) {
-      if (c == '\\')
-        ++i;
-      else if (c == '"')
-        inString = false;
-    } else if (c == '"') {
-      inString = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > maxDepth)
-        return true;
-    } else if ((c == ']' || c == '}') && depth > 0) {
-      --depth;
-    }
-  }
-  return false;
-}
-
 /// A place where a JSON text is malformed, and what is wrong there, in
 /// llvm::json::parse's words.
 struct SyntaxError {

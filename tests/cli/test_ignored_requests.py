@@ -17,7 +17,8 @@ import unittest
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import PPC, finish, free_port, launch, main, rank_env, split_at  # noqa: E402
+from common import (PPC, finish, free_port, launch, main, model_path, ppc,  # noqa: E402
+                    rank_env, split_at)
 from training import write_data  # noqa: E402
 
 
@@ -40,6 +41,35 @@ class IgnoredRequestsTest(unittest.TestCase):
     def train(self, *args):
         return launch(2, "train", self.manifest, "--data", self.data, "--loss",
                       "cross_entropy", "--no-meta-cache", *args, timeout=120)
+
+    def test_empty_paths(self):
+        m, d, i = self.manifest, self.data, model_path("mlp", ".input.pt")
+        o = os.path.join(self.tmp, "o.pt")
+        train = ["train", m, "--data", d]
+        run = ["run", m, "--input", i, "--output", o]
+        cases = {
+            "--trace": train + ["--trace", ""], "--save": train + ["--save", ""],
+            "--save-grads": train + ["--save-grads", ""],
+            "--schedule-csv": train + ["--schedule-csv", ""],
+            "--data": ["train", m, "--data", ""],
+            "--meta-cache": run + ["--meta-cache", ""], "--input-meta": run + ["--input-meta", ""],
+            "--output": ["run", m, "--input", i, "--output", ""],
+            "--dot": ["inspect", m, "--dot", ""],
+            "--csv": ["schedule", "--schedule", "1f1b", "--stages", "2", "--csv", ""],
+            "--from-csv": ["schedule", "--from-csv", "", "--stages", "2"],
+            "-o": ["join", m, "-o", ""],
+            "manifest": ["inspect", ""],
+        }
+        for option, args in cases.items():
+            with self.subTest(option):
+                r = ppc(*args, check=False)
+                self.assertEqual(r.returncode, 2, r.stderr)
+                self.assertEqual(r.stdout, "")
+                lines = r.stderr.splitlines()
+                self.assertEqual(len(lines), 1, r.stderr)
+                self.assertRegex(lines[0], r"^error: .*: '' names no file or directory "
+                                 r"\(see ppc --help\)$")
+                self.assertIn(option, lines[0])
 
     def test_empty_schedule_csv_file(self):
         empty = os.path.join(self.tmp, "empty.csv")

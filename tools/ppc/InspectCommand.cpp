@@ -1,9 +1,10 @@
 //===- tools/ppc/InspectCommand.cpp - ppc inspect -------------------------===//
 #include "tools/ppc/Commands.h"
+#include "tools/ppc/OptionChecks.h"
 
 #include "lib/FileUtil.h"
-#include "lib/OutputGuard.h"
 #include "lib/Manifest.h"
+#include "lib/OutputGuard.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -90,11 +91,13 @@ Command addInspectCommand(CLI::App &parent) {
       "inspect", "Print the stages of a manifest and the values between them");
   app->add_option("manifest", *manifestPath,
                   "manifest.json written by ppc split")
-      ->required();
+      ->required()
+      ->check(pathOption());
   app->add_option(
-      "--dot", *dotPath,
-      "Also write the stage graph as Graphviz to this file (render with "
-      "dot -Tpng)");
+         "--dot", *dotPath,
+         "Also write the stage graph as Graphviz to this file (render with "
+         "dot -Tpng)")
+      ->check(pathOption());
   return {app, [=]() -> llvm::Expected<int> {
             auto m = Manifest::load(*manifestPath);
             if (!m)

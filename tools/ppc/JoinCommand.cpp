@@ -1,5 +1,6 @@
 //===- tools/ppc/JoinCommand.cpp - ppc join -------------------------------===//
 #include "tools/ppc/Commands.h"
+#include "tools/ppc/OptionChecks.h"
 
 #include "lib/Join.h"
 
@@ -41,10 +42,12 @@ Command addJoinCommand(CLI::App &parent) {
       "docs/join.md.");
   app->add_option("manifest", o->manifestPath,
                   "manifest.json of the (trained) stages")
-      ->required();
+      ->required()
+      ->check(pathOption());
   app->add_option("-o,--output", o->outputPath,
                   "The joined TorchScript model to write (OUT.pt)")
-      ->required();
+      ->required()
+      ->check(pathOption());
   return {app, [o]() -> llvm::Expected<int> {
             auto report = joinStages(o->manifestPath, o->outputPath);
             if (!report)

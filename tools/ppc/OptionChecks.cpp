@@ -54,6 +54,14 @@ CLI::Validator finiteAbove(double lo) {
   return numberOption(RealRule::above(lo));
 }
 
+CLI::Validator pathOption() {
+  return CLI::Validator(
+      [](std::string &text) -> std::string {
+        return text.empty() ? "'' names no file or directory" : "";
+      },
+      "PATH");
+}
+
 CLI::Validator durationOption(double lo) {
   return numberOption(RealRule::seconds(lo, kMaxDurationSeconds));
 }

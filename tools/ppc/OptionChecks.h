@@ -32,6 +32,10 @@ CLI::Validator numberOption(const RealRule &rule);
 CLI::Validator finiteAtLeast(double lo);
 /// A finite number above `lo` ("--lr").
 CLI::Validator finiteAbove(double lo);
+/// A path (a file or a directory): any text but the empty one, which names
+/// nothing ("--save: '' names no file or directory"), so that a given
+/// option is honoured or refused, never dropped as if absent.
+CLI::Validator pathOption();
 /// A number of seconds in lo..kMaxDurationSeconds (runtime/Duration.h):
 /// a timeout (lo = kMinTimeoutSeconds) or a grace period (lo = 0).
 CLI::Validator durationOption(double lo);

@@ -67,7 +67,8 @@ Command addRunCommand(CLI::App &parent) {
       "(docs/runtime.md, \"Many batches per launch\").");
   app->add_option("manifest", o->manifestPath,
                   "manifest.json written by ppc split")
-      ->required();
+      ->required()
+      ->check(pathOption());
   app->add_option(
          "--input", o->inputPath,
          "Input written by torch.save: one batch (a tensor or a tuple/list of "
@@ -75,13 +76,15 @@ Command addRunCommand(CLI::App &parent) {
          "elements include a tuple/list, or, for a one-input model, a list "
          "of more than one tensor); or a directory whose .pt files each hold "
          "one batch, run in name order")
-      ->required();
+      ->required()
+      ->check(pathOption());
   app->add_option("--output", o->outputPath,
                   "Written by the last stage's rank (torch.load reads it): "
                   "the outputs of one batch, a list of them for a list of "
                   "batches, or for a directory input a directory receiving "
                   "one file per input file, of the same name")
-      ->required();
+      ->required()
+      ->check(pathOption());
   app->add_option("--repeat", o->repeat,
                   "Run the input this many times (1..1000000) in one launch, "
                   "for benchmarking; the last run's outputs are written")
@@ -90,8 +93,9 @@ Command addRunCommand(CLI::App &parent) {
   o->flags.addTo(*app);
   addScheduleOption(*app, o->schedule, /*inference=*/true);
   app->add_option(
-      "--input-meta", o->inputMeta,
-      "JSON file with the boundary metadata (docs/runtime.md); no inference");
+         "--input-meta", o->inputMeta,
+         "JSON file with the boundary metadata (docs/runtime.md); no inference")
+      ->check(pathOption());
   app->add_flag("--stats", o->stats,
                 "Print one 'stats: rank=R ...' line per rank, covering every "
                 "batch of the launch (batches=N at its end)");

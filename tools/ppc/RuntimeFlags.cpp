@@ -28,8 +28,9 @@ void RuntimeFlags::addTo(CLI::App &app) {
       ->capture_default_str()
       ->transform(durationOption(kMinTimeoutSeconds));
   app.add_option(
-      "--meta-cache", metaCacheDir,
-      "Directory of the meta cache (default: the manifest's directory)");
+         "--meta-cache", metaCacheDir,
+         "Directory of the meta cache (default: the manifest's directory)")
+      ->check(pathOption());
   app.add_flag("--no-meta-cache", noMetaCache,
                "Neither read nor write the meta cache");
   app.add_option("--threads", threads,
@@ -39,7 +40,8 @@ void RuntimeFlags::addTo(CLI::App &app) {
   app.add_option("--trace", tracePath,
                  "Record every action of every rank and write a Chrome trace "
                  "(Perfetto, chrome://tracing; ppc trace summary|plot) to "
-                 "this file from rank 0");
+                 "this file from rank 0")
+      ->check(pathOption());
   app.add_flag("--verbose", verbose,
                "Show LibTorch's own diagnostics (c10d, Gloo), hidden by "
                "default");

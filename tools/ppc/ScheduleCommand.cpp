@@ -348,7 +348,8 @@ Command addScheduleCommand(CLI::App &parent) {
   app->add_option("--manifest", o->manifest,
                   "Schedule the stages and edges of this manifest (skip "
                   "connections included), with its predicted stage costs")
-      ->type_name("FILE");
+      ->type_name("FILE")
+      ->check(pathOption());
   app->add_option("--costs", o->costs,
                   "F,B,W: how long a stage's forward, input gradients and "
                   "weight gradients take (a whole backward is B+W); one for "
@@ -357,7 +358,8 @@ Command addScheduleCommand(CLI::App &parent) {
       ->expected(1, kMaxGridStages);
   app->add_option("--csv", o->csvOut,
                   "Write the schedule to FILE as PyTorch's CSV")
-      ->type_name("FILE");
+      ->type_name("FILE")
+      ->check(pathOption());
   app->add_option("--csv-format", o->csvFormat,
                   "The layout --csv writes: compute_only (compute actions) or "
                   "compute_comms (with SEND/RECV and WAIT_SEND)")
@@ -366,7 +368,8 @@ Command addScheduleCommand(CLI::App &parent) {
   app->add_option("--from-csv", o->csvIn,
                   "Read the schedule from FILE (PyTorch's compute_only or "
                   "compute_comms CSV) instead of building it (no --schedule)")
-      ->type_name("FILE");
+      ->type_name("FILE")
+      ->check(pathOption());
   return {app, [o] { return runSchedule(*o); }};
 }
 

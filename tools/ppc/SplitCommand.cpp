@@ -95,12 +95,14 @@ Command addSplitCommand(CLI::App &parent) {
               "any error it is left as it was. OUTDIR must not hold the "
               "model.");
   app->add_option("model", opts->modelPath, "TorchScript model file (MODEL.pt)")
-      ->required();
+      ->required()
+      ->check(pathOption());
   app->add_option(
          "-o,--output", opts->outDir,
          "Output directory; created, or replaced if it holds only an earlier "
          "ppc split output")
-      ->required();
+      ->required()
+      ->check(pathOption());
   auto *stages = app->add_option("--stages", opts->partition.stages,
                                  "Number of stages: contiguous in graph order, "
                                  "chosen to minimize the most "

@@ -113,7 +113,8 @@ Command addSplitGraphCommand(CLI::App &parent) {
       "(one unit of cost per operation), and print each stage's "
       "boundary values and graph. Used by the golden IR tests.");
   app->add_option("ir", o->irPath, "File with TorchScript graph text")
-      ->required();
+      ->required()
+      ->check(pathOption());
   auto *stages = app->add_option("--stages", o->stages, "Number of stages")
                      ->transform(intInRange(1));
   auto *before =

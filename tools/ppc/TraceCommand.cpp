@@ -5,6 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "tools/ppc/Commands.h"
+#include "tools/ppc/OptionChecks.h"
 
 #include "lib/FileUtil.h"
 #include "lib/OutputGuard.h"
@@ -63,16 +64,19 @@ Command addTraceCommand(CLI::App &parent) {
       "summary", "Print each rank's busy and waiting time, bubble fraction "
                  "and event counts, and the slowest stage");
   args->summary->add_option("trace", args->summaryPath, "The trace file (JSON)")
-      ->required();
+      ->required()
+      ->check(pathOption());
   args->plot = app->add_subcommand(
       "plot", "Draw the trace as an SVG timeline: one row per rank, one box "
               "per compute action");
   args->plot->add_option("trace", args->plotPath, "The trace file (JSON)")
-      ->required();
+      ->required()
+      ->check(pathOption());
   args->plot
       ->add_option("-o,--output", args->outputPath,
                    "The SVG file to write (atomically)")
-      ->required();
+      ->required()
+      ->check(pathOption());
   return {app, [args]() -> llvm::Expected<int> {
             if (args->plot->parsed())
               return runPlot(*args);

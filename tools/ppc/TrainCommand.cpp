@@ -186,11 +186,13 @@ Command addTrainCommand(CLI::App &parent) {
       "one per step, cycled (docs/training.md).");
   app->add_option("manifest", o->manifestPath,
                   "manifest.json written by ppc split (or ppc train --save)")
-      ->required();
+      ->required()
+      ->check(pathOption());
   app->add_option("--data", o->dataPath,
                   "torch.save file: (input, target) or a list of such pairs; "
                   "a tuple input feeds a model with several inputs")
-      ->required();
+      ->required()
+      ->check(pathOption());
   app->add_option("--loss", o->loss, "Loss over the chosen model output")
       ->capture_default_str()
       ->check(CLI::IsMember(names(kAllLossKinds, lossName)));
@@ -234,14 +236,17 @@ Command addTrainCommand(CLI::App &parent) {
   app->add_option("--schedule-csv", o->scheduleCSV,
                   "Run this schedule (PyTorch pipelining's compute_only or "
                   "compute_comms CSV, as ppc schedule --csv writes them) "
-                  "instead of --schedule");
+                  "instead of --schedule")
+      ->check(pathOption());
   app->add_option("--save", o->savePath,
                   "Write the trained stages and a manifest to this directory "
-                  "(ppc run, ppc train and ppc join read it)");
+                  "(ppc run, ppc train and ppc join read it)")
+      ->check(pathOption());
   app->add_option("--save-grads", o->gradsDir,
                   "After the last step, each rank writes its parameters' "
                   "gradients to DIR/grads.rank<R>.pt (a dict by parameter "
-                  "path that torch.load reads)");
+                  "path that torch.load reads)")
+      ->check(pathOption());
   app->add_flag("--stats", o->stats,
                 "Print one 'stats: rank=R step=N ...' line per rank and step");
   return {app, [o] { return runTrain(*o); }};

@@ -91,15 +91,18 @@ Command addVerifyCommand(CLI::App &parent) {
               "all match, 1 with a "
               "per-output report when any differs, 2 on an error.");
   app->add_option("model", o->modelPath, "The unsplit TorchScript model")
-      ->required();
+      ->required()
+      ->check(pathOption());
   app->add_option("manifest", o->manifestPath,
                   "manifest.json written by ppc split")
-      ->required();
+      ->required()
+      ->check(pathOption());
   app->add_option(
          "--input", o->inputPath,
          "Input file written by torch.save: a tensor or a tuple/list of "
          "tensors, one per model input")
-      ->required();
+      ->required()
+      ->check(pathOption());
   app->add_option("--rtol", o->rtol, "Relative tolerance")
       ->capture_default_str()
       ->transform(finiteAtLeast(0));
