@@ -150,31 +150,45 @@ void onSignal(int sig) {
   ::raise(sig);
 }
 
+/// Guards the table's writers (the handler only reads a slot once its path
+/// is whole).
+std::mutex stagedMutex;
+
 void installHandlers() {
   std::call_once(handlersInstalled, [] {
     struct sigaction action = {};
     action.sa_handler = onSignal;
     sigemptyset(&action.sa_mask);
-    for (int i = 0; i < 3; ++i)
+    for (int i = 0; i < 3; ++i) {
+      // A signal the process ignores (SIGHUP under nohup) stays ignored:
+      // removing the staged directory would only break the save.
+      struct sigaction current = {};
+      if (::sigaction(kSignals[i], nullptr, &current) == 0 &&
+          current.sa_handler == SIG_IGN)
+        continue;
       ::sigaction(kSignals[i], &action, &previousActions[i]);
+    }
   });
 }
 
-int registerStaged(const std::string &path) {
+/// Registers `path` for removal by a signal; a path too long, or a full
+/// table, is only removed by its StagedDirectory.
+void registerStaged(const std::string &path) {
   if (path.size() >= PATH_MAX)
-    return -1;
+    return;
   installHandlers();
+  std::lock_guard<std::mutex> lock(stagedMutex);
   for (int i = 0; i < kMaxStaged; ++i) {
     if (stagedInUse[i].load())
       continue;
     std::memcpy(stagedPaths[i], path.c_str(), path.size() + 1);
     stagedInUse[i].store(true);
-    return i;
+    return;
   }
-  return -1;
 }
 
 void unregisterStaged(const std::string &path) {
+  std::lock_guard<std::mutex> lock(stagedMutex);
   for (int i = 0; i < kMaxStaged; ++i)
     if (stagedInUse[i].load() && path == stagedPaths[i])
       stagedInUse[i].store(false);
@@ -214,8 +228,7 @@ void removeStale(llvm::StringRef absDir) {
   std::string prefix =
       (llvm::sys::path::filename(absDir) + ".tmp-" + hostTag() + "-").str();
   std::error_code ec;
-  for (llvm::sys::fs::directory_iterator it(parent, ec, /*follow=*/false),
-       end;
+  for (llvm::sys::fs::directory_iterator it(parent, ec, /*follow=*/false), end;
        !ec && it != end; it.increment(ec)) {
     llvm::StringRef name = llvm::sys::path::filename(it->path());
     if (!name.consume_front(prefix))
@@ -300,8 +313,7 @@ llvm::Expected<StagedDirectory> StagedDirectory::create(llvm::StringRef dir) {
   llvm::SmallString<256> model(absDir);
   model += stagedSuffix();
   llvm::SmallString<256> tmpDir;
-  if (std::error_code ec =
-          llvm::sys::fs::createUniqueDirectory(model, tmpDir))
+  if (std::error_code ec = llvm::sys::fs::createUniqueDirectory(model, tmpDir))
     return makeError("cannot create output directory '" + dir +
                      "': " + ec.message());
   // createUniqueDirectory appends "-" and 6 random characters.
@@ -367,8 +379,8 @@ llvm::Error StagedDirectory::commit(
   }
   done_ = true;
   unregisterStaged(path_);
-  if (llvm::Error err = syncPath(llvm::sys::path::parent_path(dir_)))
-    return err;
+  // The switch is done; making the rename itself durable is best effort.
+  llvm::consumeError(syncPath(llvm::sys::path::parent_path(dir_)));
   return llvm::Error::success();
 }
 

@@ -157,11 +157,19 @@ public:
   llvm::Error saveGradients(llvm::StringRef path) const;
 
   /// Writes the trained stage files (in the mode the model was saved in)
-  /// and, on rank 0, a manifest of the same layout to `dir`, each file
-  /// atomically; every rank must call it. `ppc run`, `ppc train` and `ppc
-  /// join` read the result. Errors: `dir` is the trained manifest's own
-  /// directory ("--save 'out' is the directory of the manifest being
-  /// trained; choose another"), a file cannot be written, a peer is lost.
+  /// and a manifest of the same layout to `dir`, atomically as a whole
+  /// (docs/outputs.md): rank 0 stages a directory beside `dir`, every rank
+  /// writes its stages there, and rank 0 writes the manifest and switches
+  /// the directory in only once every rank has written its part; on any
+  /// failure `dir` stays as it was. Every rank must call it. `ppc run`,
+  /// `ppc train` and `ppc join` read the result. Errors (on every rank, the
+  /// failing rank's own first): `dir` holds something the run reads
+  /// ("--save 'out' holds the manifest ('out/manifest.json'); refusing to
+  /// overwrite it", OutputGuard); an existing non-empty `dir` that is not
+  /// an earlier ppc output (checkEarlierOutput); a rank that cannot see the
+  /// staged directory or cannot write its files ("the save failed on rank
+  /// 0: rank 1 could not save: cannot write 'out/stage_1.pt': No space left
+  /// on device"); a lost peer.
   llvm::Error save(llvm::StringRef dir);
 
   /// Waits until every rank has called finish(). Errors: "lost rank R".

@@ -273,8 +273,9 @@ class VerifyAndInspectErrorsTest(unittest.TestCase):
                 before = os.lstat(target)
                 proc = ppc("inspect", self.manifest, "--dot", target, check=False)
                 self.assertEqual(proc.returncode, 2)
-                self.assertEqual(proc.stderr, f"error: cannot write '{target}': it exists and is "
-                                              "not a regular file\n")
+                want = (f"error: --dot '{target}' is a directory\n" if target == self.out else
+                        f"error: cannot write '{target}': it exists and is not a regular file\n")
+                self.assertEqual(proc.stderr, want)
                 after = os.lstat(target)
                 self.assertEqual((before.st_mode, before.st_ino), (after.st_mode, after.st_ino))
         self.assertEqual(sorted(os.listdir(self.dir)), ["fifo", "out"])
