@@ -197,7 +197,7 @@ ssize_t writev(int fd, const struct iovec *iov, int count) {
   return total;
 }
 
-static int openCommon(const char *name, int dirfd, const char *path, int flags,
+static int openCommon(const char *, int dirfd, const char *path, int flags,
                       mode_t mode) {
   if ((flags & O_CREAT) && (dirfd == AT_FDCWD || path[0] == '/') && under(path))
     operation();
@@ -207,35 +207,26 @@ static int openCommon(const char *name, int dirfd, const char *path, int flags,
 }
 
 int open(const char *path, int flags, ...) {
-  mode_t mode = 0;
-  if (flags & O_CREAT) {
-    va_list ap;
-    va_start(ap, flags);
-    mode = va_arg(ap, mode_t);
-    va_end(ap);
-  }
+  va_list ap;
+  va_start(ap, flags);
+  mode_t mode = (flags & O_CREAT) ? va_arg(ap, mode_t) : 0;
+  va_end(ap);
   return openCommon("open", AT_FDCWD, path, flags, mode);
 }
 
 int open64(const char *path, int flags, ...) {
-  mode_t mode = 0;
-  if (flags & O_CREAT) {
-    va_list ap;
-    va_start(ap, flags);
-    mode = va_arg(ap, mode_t);
-    va_end(ap);
-  }
+  va_list ap;
+  va_start(ap, flags);
+  mode_t mode = (flags & O_CREAT) ? va_arg(ap, mode_t) : 0;
+  va_end(ap);
   return openCommon("open64", AT_FDCWD, path, flags, mode);
 }
 
 int openat(int dirfd, const char *path, int flags, ...) {
-  mode_t mode = 0;
-  if (flags & O_CREAT) {
-    va_list ap;
-    va_start(ap, flags);
-    mode = va_arg(ap, mode_t);
-    va_end(ap);
-  }
+  va_list ap;
+  va_start(ap, flags);
+  mode_t mode = (flags & O_CREAT) ? va_arg(ap, mode_t) : 0;
+  va_end(ap);
   return openCommon("openat", dirfd, path, flags, mode);
 }
 
