@@ -42,9 +42,11 @@ constexpr int64_t kMaxRepeat = 1000000;
 /// with every rank. `schedule` (if not null) receives the printed schedule
 /// before the run. Returns the stats of the whole launch. Errors: those of
 /// Pipeline::create, run (prefixed with the batch when there are several)
-/// and finish; --repeat out of range; an --output that would replace what
-/// the run reads (the input, the manifest, a stage file, a meta cache file,
-/// or their directories); an unreadable input or a batch that does not fit
+/// and finish; --repeat out of range; an --output or --trace that would
+/// replace what the run reads or keeps (OutputGuard: the input, the
+/// manifest, a stage file, the model, a meta cache file, --input-meta, each
+/// other), checked by every rank before Pipeline::create; an unreadable
+/// input or a batch that does not fit
 /// the model; input ranks that see different inputs; an unwritable output.
 llvm::Expected<RunStats>
 runPipelineFiles(llvm::StringRef manifestPath, llvm::StringRef inputPath,
