@@ -7,6 +7,7 @@
 #include "lib/OutputGuard.h"
 
 #include "lib/Error.h"
+#include "lib/FileUtil.h"
 #include "lib/Manifest.h"
 #include "lib/Stage.h"
 
@@ -166,6 +167,16 @@ llvm::Error OutputGuard::claimDirectory(llvm::StringRef option,
     return err;
   claims_.push_back({std::move(p), option.str(), given.str(), true});
   return llvm::Error::success();
+}
+
+llvm::Error OutputGuard::claimReplacedDirectory(llvm::StringRef option,
+                                                llvm::StringRef given) {
+  if (llvm::Error err = claimDirectory(option, given))
+    return err;
+  auto nonEmpty = isNonEmptyDirectory(given);
+  if (!nonEmpty)
+    return nonEmpty.takeError();
+  return *nonEmpty ? checkEarlierOutput(given, option) : llvm::Error::success();
 }
 
 bool isMetaCacheFileName(llvm::StringRef name) {

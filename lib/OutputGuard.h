@@ -55,6 +55,12 @@ public:
   ///    overwrite it"
   ///   "--output 'in' is the input directory; refusing to overwrite it"
   llvm::Error claimDirectory(llvm::StringRef option, llvm::StringRef path);
+  /// Claims `path` as claimDirectory() does, for a directory the command
+  /// replaces whole (split -o, train --save): an existing non-empty one must
+  /// also be an earlier ppc output (checkEarlierOutput, `option` naming it
+  /// in its messages).
+  llvm::Error claimReplacedDirectory(llvm::StringRef option,
+                                     llvm::StringRef path);
 
 private:
   /// Where a path is on disk: `location` is its real directory joined with

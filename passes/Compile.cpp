@@ -303,7 +303,7 @@ llvm::Expected<CompileResult> compileModel(const CompileOptions &options) {
   OutputGuard guard;
   guard.keep(options.modelPath, "the model");
   if (llvm::Error err =
-          guard.claimDirectory("output directory", options.outDir))
+          guard.claimReplacedDirectory("output directory", options.outDir))
     return err;
   auto model = loadPrepared(options.modelPath);
   if (!model)

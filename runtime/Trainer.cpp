@@ -34,7 +34,9 @@
 #include <cstdio>
 #include <optional>
 #include <sstream>
+
 #include <tuple>
+#include <unistd.h>
 
 namespace ppc {
 
@@ -391,23 +393,27 @@ llvm::Error Trainer::checkSameData(llvm::StringRef digest) {
   return llvm::Error::success();
 }
 
-/// The serialized stage files of this rank: index, file name and bytes.
-struct SavedStage {
-  int index;
-  std::string file, bytes;
+namespace {
+/// What one rank wrote into a save's staged directory: removed again (its
+/// files, the directories it made, then the staged directory if that is
+/// now empty) unless the save succeeded, so that a rank whose peer died
+/// mid-save leaves nothing behind; rank 0's StagedDirectory removes the
+/// rest.
+struct WrittenPart {
+  std::string staged;
+  std::vector<std::string> files, dirs;
+  bool keep = false;
+  ~WrittenPart() {
+    if (keep || staged.empty())
+      return;
+    for (const std::string &file : files)
+      llvm::sys::fs::remove(file);
+    for (auto it = dirs.rbegin(); it != dirs.rend(); ++it)
+      ::rmdir(it->c_str());
+    ::rmdir(staged.c_str());
+  }
 };
-
-/// A rank's part of a save, as gathered on rank 0: "ok\n" then one
-/// "INDEX SHA256" line per stage, or "error MESSAGE".
-static std::string encodeSaved(llvm::Error err,
-                               const std::vector<SavedStage> &saved) {
-  if (err)
-    return "error " + llvm::toString(std::move(err));
-  std::string out = "ok\n";
-  for (const SavedStage &stage : saved)
-    out += llvm::formatv("{0} {1}\n", stage.index, sha256Hex(stage.bytes));
-  return out;
-}
+} // namespace
 
 llvm::Error Trainer::save(llvm::StringRef dir) {
   RankContext &ctx = *impl_->ctx;
@@ -416,7 +422,7 @@ llvm::Error Trainer::save(llvm::StringRef dir) {
     OutputGuard guard;
     keepManifestFiles(guard, ctx.manifestPath(),
                       metaCacheDirOf(ctx.options(), ctx.manifestPath()));
-    if (llvm::Error err = guard.claimDirectory("--save", dir))
+    if (llvm::Error err = guard.claimReplacedDirectory("--save", dir))
       return err;
   }
   auto replaceable = [](llvm::StringRef d) {
@@ -427,21 +433,11 @@ llvm::Error Trainer::save(llvm::StringRef dir) {
   std::optional<StagedDirectory> staged;
   std::string where;
   if (rank == 0) {
-    llvm::Error err = llvm::Error::success();
-    auto nonEmpty = isNonEmptyDirectory(dir);
-    if (!nonEmpty)
-      err = nonEmpty.takeError();
-    else if (*nonEmpty)
-      err = replaceable(dir);
-    if (!err) {
-      auto created = StagedDirectory::create(dir);
-      if (created)
-        staged.emplace(std::move(*created));
-      else
-        err = created.takeError();
-    }
-    where = err ? "error " + llvm::toString(std::move(err))
-                : "ok " + staged->path();
+    auto created = StagedDirectory::create(dir);
+    if (created)
+      staged.emplace(std::move(*created));
+    where = created ? "ok " + staged->path()
+                    : "error " + llvm::toString(created.takeError());
   }
   if (llvm::Error err = broadcastBytes(ctx.transport(), where, 0,
                                        "the directory of the save"))
@@ -453,10 +449,13 @@ llvm::Error Trainer::save(llvm::StringRef dir) {
   if (!whereRef.consume_front("ok "))
     return makeError("rank 0 sent a malformed save directory");
   std::string tmp = whereRef.str();
+  WrittenPart ownFiles;
+  ownFiles.staged = tmp;
 
   // 2. Each rank writes its stages there, in the mode they were saved in,
-  // and reports their hashes (or why it could not) to rank 0.
-  std::vector<SavedStage> saved;
+  // and reports to rank 0 "ok\n" and an "INDEX SHA256" line per stage, or
+  // "error MESSAGE".
+  std::string hashes;
   llvm::Error written = [&]() -> llvm::Error {
     if (!llvm::sys::fs::is_directory(tmp))
       return makeError(llvm::formatv("rank {0} does not see the save's "
@@ -495,21 +494,24 @@ llvm::Error Trainer::save(llvm::StringRef dir) {
         llvm::sys::path::append(path, part);
         if (std::error_code ec = llvm::sys::fs::create_directory(path))
           return makeError("cannot create '" + path + "': " + ec.message());
+        ownFiles.dirs.push_back(std::string(path));
       }
       path = tmp;
       llvm::sys::path::append(path, info.file);
+      ownFiles.files.push_back(std::string(path));
       if (llvm::Error err =
               writeFileAtomically(path, [&](llvm::raw_ostream &os) {
                 os.write(bytes->data(), bytes->size());
                 return llvm::Error::success();
               }))
         return err;
-      saved.push_back({index, info.file, std::move(*bytes)});
+      hashes += llvm::formatv("{0} {1}\n", index, sha256Hex(*bytes)).str();
     }
     return llvm::Error::success();
   }();
-  std::string mine = encodeSaved(
-      StagedDirectory::renamed(std::move(written), tmp, dir), saved);
+  llvm::Error failure = StagedDirectory::renamed(std::move(written), tmp, dir);
+  std::string mine =
+      failure ? "error " + llvm::toString(std::move(failure)) : "ok\n" + hashes;
   bool failedHere = llvm::StringRef(mine).startswith("error ");
   std::vector<std::string> parts;
   if (llvm::Error err =
@@ -559,8 +561,10 @@ llvm::Error Trainer::save(llvm::StringRef dir) {
           broadcastBytes(ctx.transport(), outcome, 0, "the save's outcome"))
     return err;
   llvm::StringRef result(outcome);
-  if (result == "ok")
+  if (result == "ok") {
+    ownFiles.keep = true;
     return llvm::Error::success();
+  }
   if (!result.consume_front("error "))
     return makeError("rank 0 sent a malformed save outcome");
   // The rank that failed has reported its own error already.

@@ -68,14 +68,8 @@ llvm::Error checkOutputPaths(const TrainCommandOptions &o,
   guard.keep(o.dataPath, "the --data file");
   guard.keep(o.scheduleCSV, "the --schedule-csv file");
   if (!o.savePath.empty()) {
-    if (llvm::Error err = guard.claimDirectory("--save", o.savePath))
+    if (llvm::Error err = guard.claimReplacedDirectory("--save", o.savePath))
       return err;
-    auto nonEmpty = isNonEmptyDirectory(o.savePath);
-    if (!nonEmpty)
-      return nonEmpty.takeError();
-    if (*nonEmpty)
-      if (llvm::Error err = checkEarlierOutput(o.savePath, "--save"))
-        return err;
   }
   if (!o.gradsDir.empty()) {
     if (!llvm::sys::fs::is_directory(o.gradsDir))
