@@ -128,6 +128,7 @@ MetaCache MetaCache::load(llvm::StringRef path, const MetaCacheKey &key,
   warning.clear();
   if (!llvm::sys::fs::exists(path)) {
     warning = "no meta cache at '" + path.str() + "'";
+    cache.routineMiss_ = true;
     return cache;
   }
   auto corrupt = [&](const std::string &why) {
@@ -168,6 +169,7 @@ MetaCache MetaCache::load(llvm::StringRef path, const MetaCacheKey &key,
              *k->get("stages") != *expected.getAsObject()->get("stages"))
       what = "a stage file changed";
     warning = "meta cache '" + path.str() + "' is stale (" + what + ")";
+    cache.routineMiss_ = true;
     return cache;
   }
   std::map<std::string, MetaTable> entries;

@@ -59,6 +59,12 @@ public:
   static MetaCache load(llvm::StringRef path, const MetaCacheKey &key,
                         std::string &warning);
 
+  /// Whether load() found no usable file for a routine reason: none yet, or
+  /// one written for another manifest, stage files or placement (the first
+  /// run after a split, a re-split or a --save). A corrupt, unreadable or
+  /// other-version file is not routine: the user may want to know.
+  bool missIsRoutine() const { return routineMiss_; }
+
   /// The entry for `signature` if it holds every key in `required`.
   const MetaTable *find(llvm::StringRef signature,
                         const std::vector<std::pair<int, int>> &required) const;
@@ -80,6 +86,7 @@ private:
   std::string path_;
   MetaCacheKey key_;
   std::map<std::string, MetaTable> entries_;
+  bool routineMiss_ = false;
 };
 
 } // namespace ppc

@@ -227,12 +227,11 @@ bool MetaSettler::loadCache(const std::vector<Signature> &signatures) {
   key.layout = scope_.placement->describe();
   cachePath_ =
       MetaCache::filePath(scope_.cacheDir, scope_.rank, scope_.worldSize);
-  std::string warning;
-  cache_ = MetaCache::load(cachePath_, key, warning);
-  if (!warning.empty()) {
-    warnings() << "warning: " << warning << "; inferring shapes\n";
+  cacheMiss_.clear();
+  cache_ = MetaCache::load(cachePath_, key, cacheMiss_);
+  cacheMissRoutine_ = cache_->missIsRoutine();
+  if (!cacheMiss_.empty())
     return false;
-  }
   for (const Signature &sig : signatures) {
     const MetaTable *table = cache_->find(cacheEntry(sig), required_);
     if (!table)
@@ -244,9 +243,10 @@ bool MetaSettler::loadCache(const std::vector<Signature> &signatures) {
               : nullptr;
       if (!stage || key.second >= static_cast<int>(stage->outputs.size()) ||
           stage->outputs[key.second].kind != meta.kind) {
-        warnings() << "warning: meta cache '" << cachePath_
-                   << "' does not match the manifest (stage " << key.first
-                   << " output " << key.second << "); inferring shapes\n";
+        cacheMiss_ = llvm::formatv("meta cache '{0}' does not match the "
+                                   "manifest (stage {1} output {2})",
+                                   cachePath_, key.first, key.second);
+        cacheMissRoutine_ = false;
         return false;
       }
     }
@@ -271,13 +271,15 @@ MetaSettler::agree(const std::vector<Signature> &signatures) {
   }
   bool cacheComplete = scope_.useCache && !user && loadCache(signatures);
 
-  // One agreement: two flags, then per edge between ranks the smallest
+  // One agreement: three flags (the third, negated, says whether any rank
+  // has a complete cache), then per edge between ranks the smallest
   // digest and the smallest negated digest of what its producer rank will
   // send and its consumer rank expects from the cache. The two agree iff
   // every rank involved holds the same metadata for the edge; ranks not
   // on the edge (or without a complete cache) pass the neutral maximum.
   constexpr int64_t kNeutral = std::numeric_limits<int64_t>::max();
-  std::vector<int64_t> agreed{user ? 1 : 0, cacheComplete ? 1 : 0};
+  std::vector<int64_t> agreed{user ? 1 : 0, cacheComplete ? 1 : 0,
+                              cacheComplete ? -1 : 0};
   std::vector<const Edge *> remote;
   std::map<std::string, MetaTable> cached;
   if (cacheComplete)
@@ -304,10 +306,12 @@ MetaSettler::agree(const std::vector<Signature> &signatures) {
   if (user)
     return makeError("user metadata was given on some ranks only");
   source_ = MetaSource::Inferred;
-  if (!agreed[1])
+  if (!agreed[1]) {
+    reportCacheMiss(/*othersHaveCache=*/agreed[2] < 0);
     return std::map<std::string, MetaTable>();
+  }
   for (size_t k = 0; k < remote.size(); ++k) {
-    int64_t lowest = agreed[2 + 2 * k], highest = -agreed[3 + 2 * k];
+    int64_t lowest = agreed[3 + 2 * k], highest = -agreed[4 + 2 * k];
     if (lowest != highest) {
       const Edge &e = *remote[k];
       warnings() << llvm::formatv(
@@ -321,6 +325,21 @@ MetaSettler::agree(const std::vector<Signature> &signatures) {
   }
   source_ = MetaSource::Cache;
   return cached;
+}
+
+void MetaSettler::reportCacheMiss(bool othersHaveCache) {
+  if (cacheMiss_.empty())
+    return;
+  // No cache anywhere yet, or every rank's outdated by a re-split: the
+  // normal first run, one note for the job. A file missing beside others'
+  // complete ones, or one that is corrupt, is worth each rank's warning.
+  if (cacheMissRoutine_ && !othersHaveCache) {
+    if (scope_.rank == 0)
+      warnings() << "note: " << cacheMiss_
+                 << "; inferring shapes (saved there for later runs)\n";
+    return;
+  }
+  warnings() << "warning: " << cacheMiss_ << "; inferring shapes\n";
 }
 
 llvm::Error MetaSettler::classify(llvm::Error err) {

@@ -128,6 +128,9 @@ private:
   llvm::Expected<std::map<std::string, MetaTable>>
   userTables(const std::vector<Signature> &signatures);
   bool loadCache(const std::vector<Signature> &signatures);
+  /// Prints why loadCache() found no usable file, once every rank's outcome
+  /// is known: a routine miss on every rank is one note from rank 0.
+  void reportCacheMiss(bool othersHaveCache);
   llvm::Expected<std::map<std::string, MetaTable>>
   agree(const std::vector<Signature> &signatures);
   void saveCache(const std::vector<Signature> &signatures);
@@ -144,6 +147,11 @@ private:
   std::vector<Signature> fresh_;
   std::optional<MetaCache> cache_;
   std::string cachePath_;
+  /// Why the last loadCache() found no usable cache file ("" if it did),
+  /// and whether that is routine (MetaCache::missIsRoutine): reported by
+  /// agree() once every rank's outcome is known.
+  std::string cacheMiss_;
+  bool cacheMissRoutine_ = false;
   MetaSource source_ = MetaSource::Inferred;
   bool cacheWritten_ = false;
 };

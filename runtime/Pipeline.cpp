@@ -110,6 +110,9 @@ int Pipeline::outputRank() const {
   return impl_->ctx->placement().outputRank();
 }
 int Pipeline::rank() const { return impl_->ctx->rank(); }
+int Pipeline::stageCount() const {
+  return static_cast<int>(impl_->ctx->manifest().stages.size());
+}
 bool Pipeline::outputIsTuple() const {
   return impl_->ctx->manifest().outputIsTuple;
 }

@@ -153,6 +153,8 @@ public:
   /// The rank that returns the model outputs (the rank of the last stage).
   int outputRank() const;
   int rank() const;
+  /// The number of stages of the manifest (on every rank).
+  int stageCount() const;
 
   /// This rank's schedule, one action per line.
   void printSchedule(llvm::raw_ostream &os) const;

@@ -272,6 +272,9 @@ int Trainer::lossRank() const {
   return impl_->ctx->placement().rankOf(impl_->ctx->loss()->stage);
 }
 int Trainer::rank() const { return impl_->ctx->rank(); }
+int Trainer::stageCount() const {
+  return static_cast<int>(impl_->ctx->manifest().stages.size());
+}
 size_t Trainer::modelInputCount() const {
   return impl_->ctx->manifest().modelInputs.size();
 }

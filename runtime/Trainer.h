@@ -123,6 +123,8 @@ public:
   /// output).
   int lossRank() const;
   int rank() const;
+  /// The number of stages of the manifest (on every rank).
+  int stageCount() const;
   /// How many inputs the model takes (loadTrainingData's `modelInputs`).
   size_t modelInputCount() const;
 

@@ -85,7 +85,11 @@ class RunCacheTest(unittest.TestCase):
         r1, s1, out1 = self.run_pipeline()
         self.assertEqual(self.sources(s1), {"inferred"})
         self.assertGreater(self.meta_messages(s1), 0)
-        self.assertIn("warning: no meta cache at", r1.stderr)
+        # The normal first run: one note, from rank 0, and no warning.
+        self.assertEqual(r1.stderr.count("note: no meta cache at"), 1, r1.stderr)
+        self.assertIn("[rank 0] note: no meta cache at '%s'; inferring shapes" %
+                      self.cache_file(0), r1.stderr)
+        self.assertNotIn("warning", r1.stderr)
         files = sorted(glob.glob(os.path.join(self.out_dir, "meta_cache.rank*of3.json")))
         self.assertEqual(files, [self.cache_file(r) for r in range(3)])
 
@@ -101,7 +105,10 @@ class RunCacheTest(unittest.TestCase):
         os.remove(rank1)
         r, s, _ = self.run_pipeline()
         self.assertEqual(self.sources(s), {"inferred"})
-        self.assertIn("warning: no meta cache at '%s'; inferring shapes" % rank1, r.stderr)
+        # One file missing beside complete ones is not the normal path: that
+        # rank warns.
+        self.assertIn("[rank 1] warning: no meta cache at '%s'; inferring shapes" % rank1,
+                      r.stderr)
         _, s, _ = self.run_pipeline()
         self.assertEqual(self.sources(s), {"cache"})
 
@@ -156,7 +163,10 @@ class RunCacheTest(unittest.TestCase):
             json.dump(m, f)
         r, s, _ = self.run_pipeline()
         self.assertEqual(self.sources(s), {"inferred"})
-        self.assertIn("is stale (the manifest changed); inferring shapes", r.stderr)
+        # Every rank's cache is outdated by the edit: routine, one note.
+        self.assertIn("[rank 0] note: meta cache '%s' is stale (the manifest changed); "
+                      "inferring shapes" % self.cache_file(0), r.stderr)
+        self.assertNotIn("warning", r.stderr)
 
     def check_manifest_shape(self):
         """The split USER_META describes: output counts and consumers; returns

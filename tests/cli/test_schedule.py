@@ -340,8 +340,9 @@ class ScheduleTest(unittest.TestCase):
         self.assertEqual(os.listdir(d), [])
 
     def test_run_refuses_training_schedules(self):
-        # ppc run (inference) accepts the training names only to refuse them
-        # in one line, before meeting any other rank.
+        # ppc run (inference) refuses the training names as it parses its
+        # command line, in one line naming ppc train, before meeting any
+        # other rank.
         d = tmpdir(self)
         ppc("split", model_path("mlp"), "-o", d, "--stages", 2)
         for kind in ["interleaved-1f1b", "zb-h1"]:
@@ -350,9 +351,10 @@ class ScheduleTest(unittest.TestCase):
                            model_path("mlp", ".input.pt"), "--output", os.path.join(d, "out.pt"),
                            "--schedule", kind, check=False, env=rank_env(0, 1, free_port()))
                 self.assertEqual((proc.returncode, proc.stdout), (2, ""))
-                self.assertEqual(proc.stderr, f"error: schedule {kind} is for training "
-                                              "(ppc train); ppc run takes gpipe, 1f1b or "
-                                              "looped-bfs\n")
+                # Refused when the command line is parsed, as an unknown name.
+                self.assertEqual(proc.stderr, "error: --schedule: must be gpipe, 1f1b or "
+                                              f"looped-bfs (got '{kind}', a training schedule: "
+                                              "ppc train runs it) (see ppc --help)\n")
                 self.assertFalse(os.path.exists(os.path.join(d, "out.pt")))
 
 

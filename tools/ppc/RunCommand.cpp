@@ -7,11 +7,15 @@
 //===----------------------------------------------------------------------===//
 #include "tools/ppc/Commands.h"
 
+#include "lib/FileUtil.h"
 #include "runtime/Pipeline.h"
 #include "tools/ppc/OptionChecks.h"
+#include "tools/ppc/Progress.h"
 #include "tools/ppc/RunFiles.h"
 #include "tools/ppc/RuntimeFlags.h"
 
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <memory>
@@ -28,6 +32,33 @@ struct RunCommandOptions {
 };
 } // namespace
 
+/// The --stats-json document of the output rank (docs/runtime.md).
+static llvm::json::Value statsJSON(const RunCommandOptions &o,
+                                   const LaunchEnv &env,
+                                   const RunSummary &run) {
+  const RunStats &s = run.stats;
+  llvm::json::Object out{
+      {"command", "run"},
+      {"output", o.outputPath},
+      {"world_size", env.worldSize},
+      {"rank", s.rank},
+      {"microbatches", o.flags.microbatches},
+      {"schedule", scheduleName(o.schedule)},
+      {"batches", s.batches},
+      {"seconds", run.seconds},
+      {"first_output_ms", s.firstOutputMs},
+      {"meta", metaSourceName(s.metaSource)},
+      {"meta_messages_sent", s.metaMessagesSent},
+      {"messages_sent", s.messagesSent},
+      {"cache_written", s.cacheWritten},
+  };
+  if (run.samples >= 0)
+    out["samples"] = run.samples;
+  if (run.samplesPerSecond)
+    out["samples_per_second"] = *run.samplesPerSecond;
+  return out;
+}
+
 static llvm::Expected<int> runRun(const RunCommandOptions &o) {
   auto env = LaunchEnv::fromEnvironment();
   if (!env)
@@ -36,14 +67,45 @@ static llvm::Expected<int> runRun(const RunCommandOptions &o) {
   o.flags.applyTo(options);
   options.schedule = o.schedule;
   options.inputMetaPath = o.inputMeta;
-  auto stats = runPipelineFiles(
-      o.manifestPath, o.inputPath, o.outputPath, *env, options,
-      o.flags.printSchedule ? &llvm::outs() : nullptr, o.repeat);
-  if (!stats)
-    return stats.takeError();
+  RunDisplay display;
+  display.progress = progressStyle(2, o.flags.quiet, o.flags.progress);
+  display.notes = o.flags.quiet ? nullptr : &llvm::errs();
+  display.microbatchesNote = [&](int stages) {
+    return o.flags.microbatchesNote(stages);
+  };
+  std::vector<std::pair<std::string, std::string>> extra;
+  if (!o.flags.statsJsonPath.empty())
+    extra.emplace_back("--stats-json", o.flags.statsJsonPath);
+  auto run = runPipelineFiles(
+      o.manifestPath, o.inputPath, o.outputPath, *env, options, display,
+      o.flags.printSchedule ? &llvm::outs() : nullptr, o.repeat, extra);
+  if (!run)
+    return run.takeError();
   if (o.stats)
-    llvm::outs() << stats->line() << " batches=" << stats->batches << "\n";
+    llvm::outs() << run->stats.line() << " batches=" << run->stats.batches
+                 << "\n";
   llvm::outs().flush();
+  int64_t batches = run->stats.batches;
+  const char *noun = batches == 1 ? " batch" : " batches";
+  if (!o.flags.tracePath.empty() && env->rank == 0 && !o.flags.quiet)
+    llvm::errs() << "wrote " << o.flags.tracePath << " (the trace of "
+                 << batches << noun << ")\n";
+  if (!run->wroteOutputs)
+    return 0;
+  if (!o.flags.statsJsonPath.empty())
+    if (llvm::Error err = writeFileAtomically(
+            o.flags.statsJsonPath, [&](llvm::raw_ostream &os) {
+              os << llvm::formatv("{0:2}", statsJSON(o, *env, *run)) << "\n";
+              return llvm::Error::success();
+            }))
+      return err;
+  if (!o.flags.quiet) {
+    llvm::errs() << "wrote " << o.outputPath << " (" << batches << noun << ", "
+                 << formatSeconds(run->seconds);
+    if (run->samplesPerSecond)
+      llvm::errs() << ", " << formatRate(*run->samplesPerSecond, "samples");
+    llvm::errs() << ")\n";
+  }
   return 0;
 }
 

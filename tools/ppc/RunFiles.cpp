@@ -42,10 +42,10 @@ double msSince(Clock::time_point start) {
 /// input's output is a directory receiving files named after the input's,
 /// so it must hold nothing kept. Every rank checks (before meeting the
 /// others), so all fail alike and at once.
-llvm::Error checkOutputPaths(llvm::StringRef manifestPath,
-                             llvm::StringRef inputPath,
-                             llvm::StringRef outputPath,
-                             const RunOptions &options) {
+llvm::Error checkOutputPaths(
+    llvm::StringRef manifestPath, llvm::StringRef inputPath,
+    llvm::StringRef outputPath, const RunOptions &options,
+    const std::vector<std::pair<std::string, std::string>> &extraOutputs) {
   // A rank that does not read inputs may not see them (another host): the
   // output rank checks the form again once the input root has described
   // them.
@@ -71,8 +71,21 @@ llvm::Error checkOutputPaths(llvm::StringRef manifestPath,
                                   : guard.claimFile("--output", outputPath))
     return err;
   if (!options.tracePath.empty())
-    return guard.claimFile("--trace", options.tracePath);
+    if (llvm::Error err = guard.claimFile("--trace", options.tracePath))
+      return err;
+  for (const auto &[option, path] : extraOutputs)
+    if (llvm::Error err = guard.claimFile(option, path))
+      return err;
   return llvm::Error::success();
+}
+
+/// The samples of one batch's outputs: the rows of the first, or -1 when
+/// it has no batch dimension.
+int64_t samplesOf(const std::vector<c10::IValue> &outputs) {
+  if (outputs.empty() || !outputs.front().isTensor() ||
+      outputs.front().toTensor().dim() < 1)
+    return -1;
+  return outputs.front().toTensor().size(0);
 }
 
 /// The forms of a `ppc run` input (docs/runtime.md, "Many batches per
@@ -354,22 +367,27 @@ void addRun(RunStats &total, const RunStats &run, bool first) {
 }
 } // namespace
 
-llvm::Expected<RunStats>
-runPipelineFiles(llvm::StringRef manifestPath, llvm::StringRef inputPath,
-                 llvm::StringRef outputPath, const LaunchEnv &env,
-                 const RunOptions &options, llvm::raw_ostream *schedule,
-                 int64_t repeat) {
+llvm::Expected<RunSummary> runPipelineFiles(
+    llvm::StringRef manifestPath, llvm::StringRef inputPath,
+    llvm::StringRef outputPath, const LaunchEnv &env, const RunOptions &options,
+    const RunDisplay &display, llvm::raw_ostream *schedule, int64_t repeat,
+    const std::vector<std::pair<std::string, std::string>> &extraOutputs) {
   if (repeat < 1 || repeat > kMaxRepeat)
     return makeError(
         llvm::formatv("--repeat {0} is not in 1..{1}", repeat, kMaxRepeat)
             .str());
-  if (llvm::Error err =
-          checkOutputPaths(manifestPath, inputPath, outputPath, options))
+  if (llvm::Error err = checkOutputPaths(manifestPath, inputPath, outputPath,
+                                         options, extraOutputs))
     return err;
   auto created = Pipeline::create(manifestPath, env, options);
   if (!created)
     return created.takeError();
   Pipeline &pipeline = **created;
+  if (display.notes && display.microbatchesNote && pipeline.rank() == 0) {
+    std::string note = display.microbatchesNote(pipeline.stageCount());
+    if (!note.empty())
+      *display.notes << note << "\n";
+  }
   if (schedule) {
     pipeline.printSchedule(*schedule);
     schedule->flush();
@@ -405,6 +423,10 @@ runPipelineFiles(llvm::StringRef manifestPath, llvm::StringRef inputPath,
   std::vector<std::vector<c10::IValue>> kept;
   RunStats total;
   Clock::time_point start = Clock::now();
+  Progress progress(llvm::errs(),
+                    writes ? display.progress : ProgressStyle::Off, "batch",
+                    "batches", plan.count * plan.repeat, start);
+  int64_t samples = 0;
   for (int64_t pass = 0; pass < plan.repeat; ++pass) {
     bool last = pass + 1 == plan.repeat;
     for (int64_t b = 0; b < plan.count; ++b) {
@@ -422,6 +444,11 @@ runPipelineFiles(llvm::StringRef manifestPath, llvm::StringRef inputPath,
                              : withContext(outputs.takeError(), label);
       }
       addRun(total, pipeline.stats(), pass == 0 && b == 0);
+      if (writes) {
+        int64_t rows = samplesOf(*outputs);
+        samples = samples < 0 || rows < 0 ? -1 : samples + rows;
+        progress.update(pass * plan.count + b + 1, samples);
+      }
       if (!writes || !last)
         continue;
       if (!directory) {
@@ -435,6 +462,7 @@ runPipelineFiles(llvm::StringRef manifestPath, llvm::StringRef inputPath,
     }
   }
   total.totalMs = msSince(start);
+  progress.clear();
   if (writes && plan.form == InputForm::List)
     if (llvm::Error err = saveTensorList(outputPath, kept, tuple))
       return err;
@@ -443,7 +471,14 @@ runPipelineFiles(llvm::StringRef manifestPath, llvm::StringRef inputPath,
       return err;
   if (llvm::Error err = pipeline.finish())
     return err;
-  return total;
+  RunSummary summary;
+  summary.stats = total;
+  summary.wroteOutputs = writes;
+  summary.samples = writes ? samples : -1;
+  summary.seconds = total.totalMs / 1000;
+  if (summary.samples >= 0 && summary.seconds > 0)
+    summary.samplesPerSecond = summary.samples / summary.seconds;
+  return summary;
 }
 
 } // namespace ppc

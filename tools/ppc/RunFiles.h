@@ -11,11 +11,17 @@
 #define PPC_TOOLS_PPC_RUNFILES_H
 
 #include "runtime/Pipeline.h"
+#include "tools/ppc/Progress.h"
 
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
 #include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace llvm {
 class raw_ostream;
@@ -27,6 +33,34 @@ namespace ppc {
 /// most runs --repeat may ask for.
 constexpr int64_t kMaxBatches = 1000000;
 constexpr int64_t kMaxRepeat = 1000000;
+
+/// What runPipelineFiles shows while it runs, besides errors.
+struct RunDisplay {
+  /// The progress of the batches, on the output rank.
+  ProgressStyle progress = ProgressStyle::Off;
+  /// Where notes go (the --microbatches note of RuntimeFlags, on rank 0);
+  /// nothing when null.
+  llvm::raw_ostream *notes = nullptr;
+  /// RuntimeFlags::microbatchesNote's, for the pipeline's stage count.
+  std::function<std::string(int stages)> microbatchesNote;
+};
+
+/// What one rank of `ppc run` did.
+struct RunSummary {
+  /// The stats of the whole launch (batches = every batch of every
+  /// repetition).
+  RunStats stats;
+  /// The samples (rows along dim 0 of the first output) of every batch,
+  /// counted on the output rank; -1 elsewhere or when the output has no
+  /// batch dimension.
+  int64_t samples = -1;
+  /// Seconds from the first batch's start to the last one's end.
+  double seconds = 0;
+  /// Whether this rank wrote the outputs.
+  bool wroteOutputs = false;
+  /// Samples per second over the launch, when known.
+  std::optional<double> samplesPerSecond;
+};
 
 /// The whole of `ppc run` for one rank: creates the pipeline, reads
 /// `inputPath` where needed, runs every batch it holds `repeat` times
@@ -48,11 +82,14 @@ constexpr int64_t kMaxRepeat = 1000000;
 /// other), checked by every rank before Pipeline::create; an unreadable
 /// input or a batch that does not fit
 /// the model; input ranks that see different inputs; an unwritable output.
-llvm::Expected<RunStats>
-runPipelineFiles(llvm::StringRef manifestPath, llvm::StringRef inputPath,
-                 llvm::StringRef outputPath, const LaunchEnv &env,
-                 const RunOptions &options,
-                 llvm::raw_ostream *schedule = nullptr, int64_t repeat = 1);
+/// `extraOutputs` are more output files the caller writes (--stats-json),
+/// claimed with the others: (option, path) pairs.
+llvm::Expected<RunSummary> runPipelineFiles(
+    llvm::StringRef manifestPath, llvm::StringRef inputPath,
+    llvm::StringRef outputPath, const LaunchEnv &env, const RunOptions &options,
+    const RunDisplay &display, llvm::raw_ostream *schedule = nullptr,
+    int64_t repeat = 1,
+    const std::vector<std::pair<std::string, std::string>> &extraOutputs = {});
 
 } // namespace ppc
 

@@ -11,14 +11,20 @@
 #include "runtime/Threads.h"
 #include "tools/ppc/OptionChecks.h"
 
+#include "llvm/Support/raw_ostream.h"
+
 #include <optional>
 
 namespace ppc {
 
 void RuntimeFlags::addTo(CLI::App &app) {
-  app.add_option("--microbatches", microbatches, "Microbatches per batch")
+  app.add_option("--microbatches", microbatches,
+                 "Microbatches per batch; the default, 1, runs the stages one "
+                 "after another, without overlap: the stages of a pipeline "
+                 "overlap with at least as many microbatches as stages")
       ->capture_default_str()
-      ->transform(intInRange(1, kMaxMicrobatches));
+      ->transform(intInRange(1, kMaxMicrobatches))
+      ->each([this](const std::string &) { microbatchesGiven = true; });
   app.add_option("--device", device, "cpu (Gloo) or cuda (NCCL)")
       ->capture_default_str()
       ->check(CLI::IsMember({"cpu", "cuda"}));
@@ -48,6 +54,24 @@ void RuntimeFlags::addTo(CLI::App &app) {
   app.add_flag("--print-schedule", printSchedule,
                "Print this rank's schedule ('schedule: rank=R ...' lines) "
                "before running");
+  app.add_flag("--quiet", quiet,
+               "Print only errors and the results asked for (loss lines, "
+               "--stats): no notes, warnings, progress or closing line");
+  app.add_flag("--progress", progress,
+               "Print progress lines (done, rate, time left) even when stderr "
+               "is not a terminal; on a terminal one line is redrawn in place");
+  app.add_option("--stats-json", statsJsonPath,
+                 "Write the run's statistics as JSON to this file, from the "
+                 "rank that reports results (docs/runtime.md)")
+      ->check(pathOption());
+}
+
+std::string RuntimeFlags::microbatchesNote(int stages) const {
+  if (microbatchesGiven || microbatches != 1 || stages < 2 || quiet)
+    return "";
+  return "note: --microbatches 1 (the default) runs the " +
+         std::to_string(stages) + " stages one after another; --microbatches " +
+         std::to_string(stages) + " or more overlaps them";
 }
 
 void RuntimeFlags::applyTo(RunOptions &options) const {
@@ -60,6 +84,8 @@ void RuntimeFlags::applyTo(RunOptions &options) const {
   options.threads = threads;
   options.tracePath = tracePath;
   options.torchLogs = verbose;
+  if (quiet)
+    options.warnings = &llvm::nulls();
 }
 
 CLI::Validator scheduleValidator(bool inference, bool storeKind,
@@ -67,12 +93,16 @@ CLI::Validator scheduleValidator(bool inference, bool storeKind,
   std::string list = allowAuto ? scheduleNames(inference, ", ") + " or auto"
                                : scheduleNames(inference);
   return CLI::Validator(
-      [list, storeKind, allowAuto](std::string &name) -> std::string {
+      [list, storeKind, allowAuto,
+       inference](std::string &name) -> std::string {
         if (allowAuto && name == "auto")
           return "";
         std::optional<ScheduleKind> kind = parseScheduleName(name);
         if (!kind)
           return "must be " + list + " (got '" + printable(name) + "')";
+        if (inference && !scheduleRunsInference(*kind))
+          return "must be " + list + " (got '" + name +
+                 "', a training schedule: ppc train runs it)";
         if (storeKind)
           name = std::to_string(static_cast<int>(*kind));
         return "";

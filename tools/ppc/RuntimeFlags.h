@@ -1,8 +1,10 @@
 //===- tools/ppc/RuntimeFlags.h - Options run and train share --*- C++ -*-===//
 //
 // How a rank runs, as opposed to what it runs: microbatches, device,
-// timeout, meta cache, threads, trace, logging. `ppc run` and `ppc train`
-// declare them once, here, and copy them into RunOptions the same way.
+// timeout, meta cache, threads, trace, logging, and what it prints besides
+// results and errors (--quiet, --progress, --stats-json). `ppc run` and
+// `ppc train` declare them once, here, and copy them into RunOptions the
+// same way.
 // The --schedule option of ppc run, ppc train and ppc schedule is made here
 // too, from runtime/Schedules.def.
 //
@@ -28,19 +30,31 @@ struct RuntimeFlags {
   std::string tracePath;
   bool verbose = false;
   bool printSchedule = false;
+  /// Only errors and the results asked for: no notes, warnings, progress or
+  /// closing lines.
+  bool quiet = false;
+  /// Progress lines even when stderr is not a terminal.
+  bool progress = false;
+  /// Where the reporting rank writes the run's statistics as JSON.
+  std::string statsJsonPath;
+  /// Whether --microbatches was given (its default does not pipeline).
+  bool microbatchesGiven = false;
 
   /// Adds --microbatches, --device, --timeout, --meta-cache,
-  /// --no-meta-cache, --threads, --trace, --verbose and --print-schedule to
-  /// `app`.
+  /// --no-meta-cache, --threads, --trace, --verbose, --print-schedule,
+  /// --quiet, --progress and --stats-json to `app`.
   void addTo(CLI::App &app);
-  /// Copies them into `options`; the schedule and user metadata are each
-  /// command's own.
+  /// Copies them into `options` (--quiet sends warnings nowhere); the
+  /// schedule and user metadata are each command's own.
   void applyTo(RunOptions &options) const;
+  /// The note for a run whose --microbatches was left at 1 on more than
+  /// one stage, printed once by rank 0 ("" when it does not apply).
+  std::string microbatchesNote(int stages) const;
 };
 
 /// A check for --schedule: accepts the names of Schedules.def; the error for
 /// any other lists every kind, or with `inference` those ppc run takes (a
-/// training kind passes, for ppc run to refuse by name). With `storeKind`
+/// training kind is refused too, naming ppc train). With `storeKind`
 /// it turns the name into its ScheduleKind, as the number CLI11 then
 /// stores. With `allowAuto` it also takes "auto" (ppc train).
 CLI::Validator scheduleValidator(bool inference, bool storeKind,

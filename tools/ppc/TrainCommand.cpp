@@ -13,10 +13,13 @@
 #include "runtime/TrainData.h"
 #include "runtime/Trainer.h"
 #include "tools/ppc/OptionChecks.h"
+#include "tools/ppc/Progress.h"
 #include "tools/ppc/RuntimeFlags.h"
 
 #include "llvm/ADT/SmallString.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -80,8 +83,63 @@ llvm::Error checkOutputPaths(const TrainCommandOptions &o,
       return err;
   }
   if (!o.flags.tracePath.empty())
-    return guard.claimFile("--trace", o.flags.tracePath);
+    if (llvm::Error err = guard.claimFile("--trace", o.flags.tracePath))
+      return err;
+  if (!o.flags.statsJsonPath.empty())
+    return guard.claimFile("--stats-json", o.flags.statsJsonPath);
   return llvm::Error::success();
+}
+
+/// The rows of a target (the samples of a step), or -1 without a batch
+/// dimension.
+int64_t samplesOf(const at::Tensor &target) {
+  return target.defined() && target.dim() >= 1 ? target.size(0) : -1;
+}
+
+/// One step as the loss rank saw it, for --stats-json.
+struct StepRecord {
+  int step;
+  double loss, seconds;
+  int64_t samples;
+};
+
+/// The --stats-json document of the loss rank (docs/training.md).
+llvm::json::Value statsJSON(const TrainCommandOptions &o, const LaunchEnv &env,
+                            const std::vector<StepRecord> &steps,
+                            const RateMeter &meter) {
+  llvm::json::Array records;
+  for (const StepRecord &r : steps) {
+    llvm::json::Object record{
+        {"step", r.step}, {"loss", r.loss}, {"seconds", r.seconds}};
+    if (r.samples >= 0)
+      record["samples"] = r.samples;
+    records.push_back(std::move(record));
+  }
+  llvm::json::Object out{{"command", "train"},
+                         {"world_size", env.worldSize},
+                         {"rank", env.rank},
+                         {"microbatches", o.flags.microbatches},
+                         {"schedule", o.schedule},
+                         {"steps", std::move(records)},
+                         {"seconds", meter.elapsedSeconds()}};
+  if (std::optional<double> rate = meter.overallSamplesPerSecond())
+    out["samples_per_second"] = *rate;
+  if (std::optional<double> rate = meter.samplesPerSecond())
+    out["steady_samples_per_second"] = *rate;
+  return out;
+}
+
+/// " (0.041 s, 780 samples/s, 3.2 s left)": the timing after a step's
+/// loss.
+std::string stepTiming(double seconds, const RateMeter &meter, int64_t step,
+                       int64_t steps) {
+  std::string out = " (" + formatSeconds(seconds);
+  if (std::optional<double> rate = meter.samplesPerSecond())
+    out += ", " + formatRate(*rate, "samples");
+  if (step < steps)
+    if (std::optional<double> left = meter.secondsLeft(steps))
+      out += ", " + formatSeconds(*left) + " left";
+  return out + ")";
 }
 
 /// "%.9g": every float32 loss printed exactly enough to compare.
@@ -118,8 +176,12 @@ static llvm::Expected<int> runTrain(const TrainCommandOptions &o) {
   if (!trainer)
     return trainer.takeError();
   Trainer &t = **trainer;
-  if (!t.scheduleNote().empty() && t.rank() == 0)
+  bool quiet = o.flags.quiet;
+  if (!t.scheduleNote().empty() && t.rank() == 0 && !quiet)
     llvm::errs() << "note: " << t.scheduleNote() << "\n";
+  std::string note = o.flags.microbatchesNote(t.stageCount());
+  if (!note.empty() && t.rank() == 0)
+    llvm::errs() << note << "\n";
   if (o.flags.printSchedule) {
     t.printSchedule(llvm::outs());
     llvm::outs().flush();
@@ -138,27 +200,66 @@ static llvm::Expected<int> runTrain(const TrainCommandOptions &o) {
   }
   if (llvm::Error err = t.checkSameData(digest))
     return err;
+  // The loss rank reports: the loss, the step's time, the rate and the
+  // time left (RateMeter counts from the end of step 1, which infers
+  // shapes).
+  bool reports = t.rank() == t.lossRank();
+  std::vector<StepRecord> records;
+  ProgressClock::time_point start = ProgressClock::now();
+  RateMeter meter(start);
+  int64_t samples = 0;
   for (int s = 1; s <= o.steps; ++s) {
     TrainingBatch batch;
     if (!data.empty())
       batch = data[(s - 1) % data.size()];
+    ProgressClock::time_point stepStart = ProgressClock::now();
     auto loss = t.step(batch.inputs, batch.target);
     if (!loss)
       return loss.takeError();
-    if (t.needsTargets())
-      llvm::outs() << "step " << s << " loss " << formatLoss(*loss) << "\n";
+    ProgressClock::time_point stepEnd = ProgressClock::now();
+    double seconds = std::chrono::duration<double>(stepEnd - stepStart).count();
+    int64_t rows = samplesOf(batch.target);
+    samples = samples < 0 || rows < 0 ? -1 : samples + rows;
+    meter.record(s, samples, stepEnd);
+    if (reports) {
+      records.push_back({s, *loss, seconds, rows});
+      llvm::outs() << "step " << s << " loss " << formatLoss(*loss)
+                   << (quiet ? "" : stepTiming(seconds, meter, s, o.steps))
+                   << "\n";
+    }
     if (o.stats)
       llvm::outs() << t.stats().line() << "\n";
     llvm::outs().flush();
   }
-  if (!o.gradsDir.empty())
-    if (llvm::Error err = t.saveGradients(gradsPath(o.gradsDir, t.rank())))
+  if (!o.gradsDir.empty()) {
+    std::string path = gradsPath(o.gradsDir, t.rank());
+    if (llvm::Error err = t.saveGradients(path))
       return err;
-  if (!o.savePath.empty())
+    if (!quiet)
+      llvm::errs() << "wrote " << path << " (the gradients of rank " << t.rank()
+                   << ")\n";
+  }
+  if (!o.savePath.empty()) {
     if (llvm::Error err = t.save(o.savePath))
       return err;
+    if (t.rank() == 0 && !quiet)
+      llvm::errs() << "wrote " << o.savePath << " (" << t.stageCount()
+                   << " trained stages and their manifest, after " << o.steps
+                   << (o.steps == 1 ? " step)\n" : " steps)\n");
+  }
   if (llvm::Error err = t.finish())
     return err;
+  if (!o.flags.tracePath.empty() && t.rank() == 0 && !quiet)
+    llvm::errs() << "wrote " << o.flags.tracePath << " (the trace of "
+                 << o.steps << (o.steps == 1 ? " step)\n" : " steps)\n");
+  if (reports && !o.flags.statsJsonPath.empty())
+    if (llvm::Error err = writeFileAtomically(
+            o.flags.statsJsonPath, [&](llvm::raw_ostream &os) {
+              os << llvm::formatv("{0:2}", statsJSON(o, *env, records, meter))
+                 << "\n";
+              return llvm::Error::success();
+            }))
+      return err;
   return 0;
 }
 
@@ -175,7 +276,9 @@ Command addTrainCommand(CLI::App &parent) {
       "splits one batch of DATA into microbatches, runs the schedule's "
       "forwards and backwards, sums the gradients of tied parameters and "
       "updates each rank's parameters. The rank computing the loss prints "
-      "'step N loss X' (the batch's mean loss before the update). DATA is "
+      "'step N loss X (T s, R samples/s, L s left)' (the batch's mean loss "
+      "before the update, the step's time, the rate since step 1 and the "
+      "time left; the part in brackets goes under --quiet). DATA is "
       "written by torch.save: an (input, target) pair or a list of them, "
       "one per step, cycled (docs/training.md).");
   app->add_option("manifest", o->manifestPath,

@@ -5,6 +5,7 @@
 #include "lib/Error.h"
 #include "lib/ModelFormat.h"
 #include "lib/Stage.h"
+#include "lib/StageExecutable.h"
 #include "lib/TensorIO.h"
 #include "tools/ppc/OptionChecks.h"
 
@@ -22,34 +23,25 @@ struct VerifyOptions {
 };
 } // namespace
 
-static llvm::Expected<int> runVerify(const VerifyOptions &o) {
-  auto manifest = Manifest::load(o.manifestPath);
-  if (!manifest)
-    return manifest.takeError();
-  auto inputs = loadTensors(o.inputPath);
-  if (!inputs)
-    return inputs.takeError();
-  auto file = readModelFile(o.modelPath);
-  if (!file)
-    return file.takeError();
-  auto model = file->format->loadExecutable(file->bytes(), o.modelPath);
-  if (!model)
-    return model.takeError();
-  if (llvm::Error err = torchCall("cannot load '" + o.modelPath + "'",
-                                  [&] { (*model)->setTraining(false); }))
-    return err;
-
+/// Runs one batch through the stages and the model and prints one line per
+/// output, each prefixed with `label` ("" or "batch 2: "). Returns whether
+/// every output matched.
+static llvm::Expected<bool> verifyBatch(const VerifyOptions &o,
+                                        const Manifest &manifest,
+                                        StageExecutable &model,
+                                        const std::vector<c10::IValue> &inputs,
+                                        const std::string &label) {
   auto actual =
-      runSequentially(*manifest, manifestDirectory(o.manifestPath), *inputs);
+      runSequentially(manifest, manifestDirectory(o.manifestPath), inputs);
   if (!actual)
     return actual.takeError();
   auto expected = torchCall("the unsplit model failed",
-                            [&] { return (*model)->forward(*inputs); });
+                            [&] { return model.forward(inputs); });
   if (!expected)
     return expected.takeError();
 
   std::vector<c10::IValue> expectedOutputs;
-  if (manifest->outputIsTuple && expected->isTuple())
+  if (manifest.outputIsTuple && expected->isTuple())
     expectedOutputs = expected->toTupleRef().elements().vec();
   else
     expectedOutputs.push_back(*expected);
@@ -69,8 +61,41 @@ static llvm::Expected<int> runVerify(const VerifyOptions &o) {
       return compared.takeError();
     const OutputComparison &c = *compared;
     all &= c.match;
-    llvm::outs() << llvm::formatv("output {0}: {1}: {2}\n", i,
+    llvm::outs() << llvm::formatv("{0}output {1}: {2}: {3}\n", label, i,
                                   c.match ? "match" : "MISMATCH", c.detail);
+  }
+  return all;
+}
+
+static llvm::Expected<int> runVerify(const VerifyOptions &o) {
+  auto manifest = Manifest::load(o.manifestPath);
+  if (!manifest)
+    return manifest.takeError();
+  // The input forms ppc run takes: one batch, or a list of batches.
+  auto inputs = loadInputBatches(o.inputPath, manifest->modelInputs.size());
+  if (!inputs)
+    return inputs.takeError();
+  auto file = readModelFile(o.modelPath);
+  if (!file)
+    return file.takeError();
+  auto model = file->format->loadExecutable(file->bytes(), o.modelPath);
+  if (!model)
+    return model.takeError();
+  if (llvm::Error err = torchCall("cannot load '" + o.modelPath + "'",
+                                  [&] { (*model)->setTraining(false); }))
+    return err;
+
+  bool all = true;
+  for (size_t b = 0; b < inputs->batches.size(); ++b) {
+    std::string label =
+        inputs->isList ? llvm::formatv("batch {0}: ", b).str() : "";
+    auto matched =
+        verifyBatch(o, *manifest, **model, inputs->batches[b], label);
+    if (!matched)
+      return inputs->isList ? withContext(matched.takeError(),
+                                          llvm::formatv("batch {0}", b).str())
+                            : matched.takeError();
+    all &= *matched;
   }
   llvm::outs() << (all ? "verify: stages match the model\n"
                        : "verify: stages DIFFER from the model\n");
@@ -99,8 +124,9 @@ Command addVerifyCommand(CLI::App &parent) {
       ->check(pathOption());
   app->add_option(
          "--input", o->inputPath,
-         "Input file written by torch.save: a tensor or a tuple/list of "
-         "tensors, one per model input")
+         "Input file written by torch.save, as ppc run reads it: one batch "
+         "(a tensor or a tuple/list of tensors, one per model input) or a "
+         "list of batches, each verified")
       ->required()
       ->check(pathOption());
   app->add_option("--rtol", o->rtol, "Relative tolerance")
