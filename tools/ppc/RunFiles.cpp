@@ -383,11 +383,6 @@ llvm::Expected<RunSummary> runPipelineFiles(
   if (!created)
     return created.takeError();
   Pipeline &pipeline = **created;
-  if (display.notes && display.microbatchesNote && pipeline.rank() == 0) {
-    std::string note = display.microbatchesNote(pipeline.stageCount());
-    if (!note.empty())
-      *display.notes << note << "\n";
-  }
   if (schedule) {
     pipeline.printSchedule(*schedule);
     schedule->flush();
@@ -444,6 +439,13 @@ llvm::Expected<RunSummary> runPipelineFiles(
                              : withContext(outputs.takeError(), label);
       }
       addRun(total, pipeline.stats(), pass == 0 && b == 0);
+      // Once the first batch has run, so that a failure stays one line.
+      if (pass == 0 && b == 0 && display.notes && display.microbatchesNote &&
+          pipeline.rank() == 0) {
+        std::string note = display.microbatchesNote(pipeline.stageCount());
+        if (!note.empty())
+          *display.notes << note << "\n";
+      }
       if (writes) {
         int64_t rows = samplesOf(*outputs);
         samples = samples < 0 || rows < 0 ? -1 : samples + rows;

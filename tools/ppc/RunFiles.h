@@ -38,8 +38,8 @@ constexpr int64_t kMaxRepeat = 1000000;
 struct RunDisplay {
   /// The progress of the batches, on the output rank.
   ProgressStyle progress = ProgressStyle::Off;
-  /// Where notes go (the --microbatches note of RuntimeFlags, on rank 0);
-  /// nothing when null.
+  /// Where notes go (the --microbatches note of RuntimeFlags, on rank 0
+  /// once the first batch has run); nothing when null.
   llvm::raw_ostream *notes = nullptr;
   /// RuntimeFlags::microbatchesNote's, for the pipeline's stage count.
   std::function<std::string(int stages)> microbatchesNote;

@@ -48,7 +48,8 @@ struct RuntimeFlags {
   /// schedule and user metadata are each command's own.
   void applyTo(RunOptions &options) const;
   /// The note for a run whose --microbatches was left at 1 on more than
-  /// one stage, printed once by rank 0 ("" when it does not apply).
+  /// one stage, printed once by rank 0 after the first batch or step ("" when
+  /// it does not apply).
   std::string microbatchesNote(int stages) const;
 };
 

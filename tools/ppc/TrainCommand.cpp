@@ -179,9 +179,6 @@ static llvm::Expected<int> runTrain(const TrainCommandOptions &o) {
   bool quiet = o.flags.quiet;
   if (!t.scheduleNote().empty() && t.rank() == 0 && !quiet)
     llvm::errs() << "note: " << t.scheduleNote() << "\n";
-  std::string note = o.flags.microbatchesNote(t.stageCount());
-  if (!note.empty() && t.rank() == 0)
-    llvm::errs() << note << "\n";
   if (o.flags.printSchedule) {
     t.printSchedule(llvm::outs());
     llvm::outs().flush();
@@ -217,6 +214,11 @@ static llvm::Expected<int> runTrain(const TrainCommandOptions &o) {
     if (!loss)
       return loss.takeError();
     ProgressClock::time_point stepEnd = ProgressClock::now();
+    // Once step 1 has run, so that a failure stays one line.
+    std::string note =
+        s == 1 && t.rank() == 0 ? o.flags.microbatchesNote(t.stageCount()) : "";
+    if (!note.empty())
+      llvm::errs() << note << "\n";
     double seconds = std::chrono::duration<double>(stepEnd - stepStart).count();
     int64_t rows = samplesOf(batch.target);
     samples = samples < 0 || rows < 0 ? -1 : samples + rows;
