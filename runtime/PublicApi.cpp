@@ -84,6 +84,14 @@ MetaSource metaSourceOf(const std::string &name) {
   return MetaSource::Inferred;
 }
 
+/// What `printSchedule` of an internal Pipeline or Trainer prints.
+template <typename Internal> std::string scheduleOf(const Internal &internal) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  internal.printSchedule(os);
+  return os.str();
+}
+
 ppc::LaunchEnv launchFromEnvironment() {
   return take(ppc::LaunchEnv::fromEnvironment());
 }
@@ -135,12 +143,7 @@ RunStats Pipeline::stats() const {
   return out;
 }
 
-std::string Pipeline::schedule() const {
-  std::string text;
-  llvm::raw_string_ostream os(text);
-  impl_->printSchedule(os);
-  return os.str();
-}
+std::string Pipeline::schedule() const { return scheduleOf(*impl_); }
 
 // Trainer ------------------------------------------------------------------
 
@@ -221,12 +224,7 @@ TrainStats Trainer::stats() const {
   return out;
 }
 
-std::string Trainer::schedule() const {
-  std::string text;
-  llvm::raw_string_ostream os(text);
-  impl_->printSchedule(os);
-  return os.str();
-}
+std::string Trainer::schedule() const { return scheduleOf(*impl_); }
 
 std::string Trainer::scheduleNote() const { return impl_->scheduleNote(); }
 
