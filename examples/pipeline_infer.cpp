@@ -26,16 +26,13 @@ int main(int argc, char **argv) try {
   options.microbatches = argc > 3 ? std::atoi(argv[3]) : 2;
   options.useMetaCache = false;
   ppc::api::Pipeline pipeline(argv[1], options);
-  std::vector<c10::IValue> inputs;
-  if (pipeline.needsInputs())
-    inputs = ppc::api::loadInputs(argv[2]);
+  auto inputs = pipeline.needsInputs() ? ppc::api::loadInputs(argv[2])
+                                       : std::vector<c10::IValue>();
   std::vector<c10::IValue> outputs = pipeline.run(inputs);
   for (size_t i = 0; i < outputs.size(); ++i) {
-    const at::Tensor &t = outputs[i].toTensor();
-    std::cout << "output " << i << ": shape [";
-    for (int64_t d = 0; d < t.dim(); ++d)
-      std::cout << (d ? "," : "") << t.size(d);
-    std::cout << "] sum " << std::setprecision(9) << t.sum().item<double>()
+    at::Tensor t = outputs[i].toTensor();
+    std::cout << "output " << i << ": shape [" << c10::Join(",", t.sizes())
+              << "] sum " << std::setprecision(9) << t.sum().item<double>()
               << "\n";
   }
   if (argc > 4 && pipeline.rank() == pipeline.outputRank())
