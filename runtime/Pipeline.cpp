@@ -50,13 +50,17 @@ Pipeline::Impl::run(const std::vector<c10::IValue> &inputs) {
   ExecutorStep step;
   if (llvm::Error err = ctx->prepare(inputs, step))
     return err;
-  double preparedMs = msSince(start);
   auto done = ctx->execute(step);
   if (!done)
     return done.takeError();
   stats.metaSource = ctx->meta().source();
   stats.metaMessagesSent = done->metaMessagesSent;
-  stats.firstOutputMs = preparedMs + done->firstOutputMs;
+  // From the end of prepare(), whose signature broadcast and agreement every
+  // rank passes together, not from this rank's entry into run(): a rank
+  // that enters early (no inputs to read, or fewer stages to load) would
+  // otherwise count its wait for the slowest rank's set-up, which `ppc run`
+  // has already waited for in its own broadcast (RunStats::firstOutputMs).
+  stats.firstOutputMs = done->firstOutputMs;
 
   // Model outputs on the output rank.
   const Manifest &manifest = ctx->manifest();

@@ -106,7 +106,10 @@ struct RunStats {
   int64_t metaMessagesSent = 0;
   /// Point-to-point messages of any kind this rank sent.
   int64_t messagesSent = 0;
-  /// From the start of run() until this rank finished microbatch 0.
+  /// From the end of run()'s start-up agreement (every rank has entered
+  /// run() and settled the microbatches) until this rank finished
+  /// microbatch 0: a wait for slower ranks' set-up is not counted, so the
+  /// library and `ppc run` measure the same.
   double firstOutputMs = 0;
   /// run() from start to end.
   double totalMs = 0;

@@ -1,9 +1,12 @@
 #!/usr/bin/python3
-"""Tests the example program that links libppc_runtime, and the installed
-CMake package: `find_package(ppc)` + `ppc::runtime` in a fresh project.
+"""Tests the example programs on libppc_runtime's public API (<ppc/ppc.h>),
+built in the tree: their outputs against the unsplit model's, and the errors
+the API throws (ppc::api::Error) as the examples print them.
+tests/cli/test_install.py builds the same examples against an installed ppc
+and reuses the checks here.
 
 Env: PPC (the ppc binary), PPC_MODELS_DIR (generated models), PPC_BUILD_DIR
-(the build tree: bin/pipeline_infer, and what `cmake --install` installs).
+(the build tree: bin/pipeline_infer, bin/train_pipeline).
 """
 import os
 import shutil
@@ -13,7 +16,45 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import BUILD, PPC, ROOT, expected_output, main, model_path, ppc  # noqa: E402
+from common import (BUILD, PPC, assert_outputs_close, expected_output, main,  # noqa: E402
+                    model_path, ppc)
+
+
+def check_infer(test, launcher, program, manifest, output):
+    """pipeline_infer on 2 ranks with 3 microbatches: the output rank prints
+    the output's shape and sum, and the file it saves holds the unsplit
+    model's output."""
+    import torch
+    r = subprocess.run([launcher, "launch", "--nproc-per-node", "2", "--master-port", "0",
+                        "--", program, manifest, model_path("mlp", ".input.pt"), "3", output],
+                       capture_output=True, text=True, timeout=300)
+    test.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+    expected = expected_output("mlp")
+    line = [l for l in r.stdout.splitlines() if "output 0:" in l]
+    test.assertEqual(len(line), 1, r.stdout)
+    test.assertIn("[rank 1] output 0: shape [5,10] sum ", line[0])
+    total = float(line[0].split(" sum ")[1])
+    test.assertAlmostEqual(total, expected.sum().item(), places=4)
+    test.assertIn("[rank 1] stats: rank=1 meta=inferred ", r.stdout)
+    assert_outputs_close(test, expected, torch.load(output))
+
+
+def check_training(test, launcher, program, manifest, tmp):
+    """train_pipeline: 3 Adam steps on 2 ranks give the losses of the
+    unsplit model trained in Python with the same microbatches."""
+    from training import reference, write_data
+    data = os.path.join(tmp, "mlp.mse.data.pt")
+    inputs, target = write_data(data, "mlp", "mse")
+    losses, _ = reference("mlp", inputs, target, 3, 2, "mse", "adam", 1e-3)
+    r = subprocess.run([launcher, "launch", "--nproc-per-node", "2", "--master-port", "0",
+                        "--", program, manifest, data, "3", "2"],
+                       capture_output=True, text=True, timeout=300)
+    test.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+    got = [float(l.split(" loss ")[1]) for l in r.stdout.splitlines() if " loss " in l]
+    test.assertEqual(len(got), 3, r.stdout)
+    for a, b in zip(got, losses):
+        test.assertLessEqual(abs(a - b), 1e-4 * abs(b), (got, losses))
+    test.assertIn("[rank 0] rank 0: ", r.stdout)
 
 
 class RunExampleTest(unittest.TestCase):
@@ -22,73 +63,53 @@ class RunExampleTest(unittest.TestCase):
         cls.tmp = tempfile.mkdtemp(prefix="ppc-run-example-")
         cls.manifest = os.path.join(cls.tmp, "mlp", "manifest.json")
         ppc("split", model_path("mlp"), "-o", os.path.dirname(cls.manifest), "--stages", "2")
+        cls.infer = os.path.join(BUILD, "bin", "pipeline_infer")
 
     @classmethod
     def tearDownClass(cls):
         shutil.rmtree(cls.tmp)
 
-    def run_example(self, program):
-        r = subprocess.run([PPC, "launch", "--nproc-per-node", "2", "--master-port", "0",
-                            "--", program, self.manifest, model_path("mlp", ".input.pt"), "3"],
-                           capture_output=True, text=True, timeout=300)
-        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        expected = expected_output("mlp")
-        line = [l for l in r.stdout.splitlines() if "output 0:" in l]
-        self.assertEqual(len(line), 1, r.stdout)
-        self.assertIn("[rank 1] output 0: shape [5,10] sum ", line[0])
-        total = float(line[0].split(" sum ")[1])
-        self.assertAlmostEqual(total, expected.sum().item(), places=4)
-
     def test_example_program(self):
-        self.run_example(os.path.join(BUILD, "bin", "pipeline_infer"))
-
-    def run_training_example(self, program):
-        """train_pipeline: 3 Adam steps on 2 ranks give the losses of the
-        unsplit model trained in Python with the same microbatches."""
-        from training import reference, write_data
-        data = os.path.join(self.tmp, "mlp.mse.data.pt")
-        inputs, target = write_data(data, "mlp", "mse")
-        losses, _ = reference("mlp", inputs, target, 3, 2, "mse", "adam", 1e-3)
-        r = subprocess.run([PPC, "launch", "--nproc-per-node", "2", "--master-port", "0",
-                            "--", program, self.manifest, data, "3", "2"],
-                           capture_output=True, text=True, timeout=300)
-        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        got = [float(l.split(" loss ")[1]) for l in r.stdout.splitlines() if " loss " in l]
-        self.assertEqual(len(got), 3, r.stdout)
-        for a, b in zip(got, losses):
-            self.assertLessEqual(abs(a - b), 1e-4 * abs(b), (got, losses))
-        self.assertIn("[rank 0] rank 0: ", r.stdout)
+        check_infer(self, PPC, self.infer, self.manifest, os.path.join(self.tmp, "out.pt"))
 
     def test_training_example(self):
-        self.run_training_example(os.path.join(BUILD, "bin", "train_pipeline"))
+        check_training(self, PPC, os.path.join(BUILD, "bin", "train_pipeline"),
+                       self.manifest, self.tmp)
 
-    def test_find_package(self):
-        prefix = os.path.join(self.tmp, "prefix")
-        r = subprocess.run(["cmake", "--install", BUILD, "--prefix", prefix],
-                           capture_output=True, text=True)
-        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        project = os.path.join(self.tmp, "user")
-        os.makedirs(project)
-        for example in ("pipeline_infer.cpp", "train_pipeline.cpp"):
-            shutil.copy(os.path.join(ROOT, "examples", example), project)
-        with open(os.path.join(project, "CMakeLists.txt"), "w") as f:
-            f.write("cmake_minimum_required(VERSION 3.18)\n"
-                    "project(user C CXX)\n"
-                    "set(CMAKE_CXX_STANDARD 17)\n"
-                    "find_package(ppc REQUIRED)\n"
-                    "add_executable(pipeline_infer pipeline_infer.cpp)\n"
-                    "target_link_libraries(pipeline_infer PRIVATE ppc::runtime)\n"
-                    "add_executable(train_pipeline train_pipeline.cpp)\n"
-                    "target_link_libraries(train_pipeline PRIVATE ppc::runtime)\n")
-        build = os.path.join(project, "build")
-        r = subprocess.run(["cmake", "-S", project, "-B", build, "-G", "Ninja",
-                            "-DCMAKE_PREFIX_PATH=" + prefix, "-DCMAKE_BUILD_TYPE=Release"],
-                           capture_output=True, text=True)
-        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        r = subprocess.run(["cmake", "--build", build, "-j2"], capture_output=True, text=True)
-        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        self.run_example(os.path.join(build, "pipeline_infer"))
-        self.run_training_example(os.path.join(build, "train_pipeline"))
+    def one_rank(self, *args, env=None):
+        """pipeline_infer run directly, as rank 0 of 1 unless `env` is given."""
+        if env is None:
+            env = dict(os.environ, RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+                       MASTER_PORT="1")
+        return subprocess.run([self.infer, *args], capture_output=True, text=True,
+                              timeout=120, env=env)
+
+    def test_errors_are_one_line(self):
+        """ppc::api::Error carries the message ppc run prints, options named by
+        their RunOptions field; the example prints it and exits 2."""
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+        cases = [
+            (("m.json", "in.pt"), env,
+             "error: RANK is not set; start ppc run under ppc launch or torchrun\n"),
+            ((self.manifest, "in.pt", "0"), None,
+             "error: microbatches 0 is not an integer in 1..65536\n"),
+        ]
+        for args, case_env, message in cases:
+            r = self.one_rank(*args, env=case_env)
+            self.assertEqual((r.returncode, r.stderr), (2, message), r.stdout)
+        r = self.one_rank()
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("usage: pipeline_infer MANIFEST INPUT.pt", r.stderr)
+
+    def test_missing_input_fails_on_its_rank(self):
+        missing = os.path.join(self.tmp, "missing.pt")
+        r = subprocess.run([PPC, "launch", "--nproc-per-node", "2", "--master-port", "0",
+                            "--timeout", "120", "--", self.infer, self.manifest, missing, "2"],
+                           capture_output=True, text=True, timeout=300)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("[rank 0] error: cannot read input '%s': No such file or directory\n"
+                      % missing, r.stderr)
 
 
 if __name__ == "__main__":

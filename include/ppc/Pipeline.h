@@ -1,0 +1,148 @@
+//===- ppc/Pipeline.h - Pipeline inference from a C++ program ---*- C++ -*-===//
+//
+// Part of libppc_runtime's public API (ppc/ppc.h): runs a pipeline that
+// `ppc split` produced (a manifest plus stage files) on the ranks of a
+// torchrun-style launch, as `ppc run` does. Start the program on every rank
+// (`ppc launch --nproc-per-node N -- my_program ...`, or torchrun); each
+// rank constructs one Pipeline with the same manifest and options, calls
+// run() once per batch and finish() at the end. docs/library.md shows a
+// complete program and how to build it against an installed ppc.
+//
+// Vocabulary: std types, LibTorch values (c10::IValue, at::Tensor, which is
+// torch::Tensor) in and out, errors thrown as ppc::api::Error (ppc/Error.h).
+// No LLVM header is needed.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PPC_PUBLIC_PIPELINE_H
+#define PPC_PUBLIC_PIPELINE_H
+
+#include "ppc/Error.h"
+
+#include <ATen/core/ivalue.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ppc {
+class Pipeline;
+} // namespace ppc
+
+namespace ppc::api {
+
+/// How a pipeline runs; the fields mirror `ppc run`'s flags
+/// (docs/runtime.md), each checked by the constructor.
+struct RunOptions {
+  /// Microbatches each batch is split into along dim 0, 1..65536.
+  int microbatches = 1;
+  /// The schedule, by `ppc run --schedule`'s names: "gpipe" or "1f1b".
+  std::string schedule = "1f1b";
+  /// "cpu", or "cuda": each rank's stages on cuda:LOCAL_RANK, values over
+  /// NCCL (needs a ppc built against a LibTorch with CUDA and NCCL).
+  std::string device = "cpu";
+  /// Bound on every wait for another rank, 1 ms to 7 days.
+  std::chrono::milliseconds timeout{60000};
+  /// Whether the boundary metadata is read from and saved to the meta
+  /// cache, in `metaCacheDir` (empty: the manifest's directory).
+  bool useMetaCache = true;
+  std::string metaCacheDir;
+  /// A JSON file with user-given boundary metadata (docs/runtime.md);
+  /// empty: inferred from the first microbatch (or cached).
+  std::string inputMetaPath;
+  /// Intra-op threads per rank; 0: the machine's cores divided by
+  /// LOCAL_WORLD_SIZE.
+  int threads = 0;
+  /// Whether LibTorch's own glog diagnostics print (off: the constructor
+  /// raises glog's threshold process-wide).
+  bool torchLogs = false;
+  /// If set, finish() writes a Chrome trace of every run here from rank 0
+  /// (docs/trace.md).
+  std::string tracePath;
+};
+
+/// What one rank did in its last run(), as `ppc run --stats` reports it.
+struct RunStats {
+  int rank = 0;
+  /// Where the boundary metadata came from: "inferred", "cache" or "user".
+  std::string metaSource = "inferred";
+  /// Metadata headers this rank sent (0 when it came from the cache or the
+  /// user), and point-to-point messages of any kind.
+  int64_t metaMessagesSent = 0;
+  int64_t messagesSent = 0;
+  /// From the moment every rank has entered run() and settled the batch's
+  /// microbatches (the run's start-up agreement) until this rank finished
+  /// microbatch 0: waiting for ranks that are still setting up, loading
+  /// their stages or reading their inputs, is not counted. `ppc run`
+  /// measures the same (docs/runtime.md, Stats).
+  double firstOutputMs = 0;
+  /// run() from its start to its end, waits included.
+  double totalMs = 0;
+  /// Whether this rank wrote its meta cache file.
+  bool cacheWritten = false;
+
+  /// The `ppc run --stats` line, without its " batches=N": "stats: rank=0
+  /// meta=inferred meta_messages_sent=2 messages_sent=14
+  /// first_output_ms=3.100 total_ms=9.800 cache_written=1".
+  std::string line() const;
+};
+
+class Pipeline {
+public:
+  /// Reads this rank's launch from the environment (RANK, WORLD_SIZE,
+  /// LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, as ppc launch
+  /// and torchrun set them), loads the manifest at `manifestPath` and this
+  /// rank's stages, builds the schedule and meets the other ranks, every
+  /// wait bounded by options.timeout. Throws: a missing or malformed
+  /// variable ("RANK is not set; start ppc run under ppc launch or
+  /// torchrun"); an option out of range ("microbatches 0 is not an integer
+  /// in 1..65536", "schedule 'x' is not gpipe or 1f1b"); an unreadable
+  /// manifest or stage file; stages that cannot be placed on WORLD_SIZE
+  /// ranks; a failed rendezvous ("lost rank R (...)").
+  explicit Pipeline(const std::string &manifestPath,
+                    const RunOptions &options = {});
+  ~Pipeline();
+  Pipeline(Pipeline &&) noexcept;
+  Pipeline &operator=(Pipeline &&) noexcept;
+
+  /// Whether this rank's stages read model inputs; run() ignores its
+  /// `inputs` on the other ranks (they may pass an empty vector).
+  bool needsInputs() const;
+  /// How many inputs the model takes.
+  size_t inputCount() const;
+  /// This process's rank, and the rank whose run() returns the outputs.
+  int rank() const;
+  int outputRank() const;
+  /// Whether the model returns a tuple (saveOutputs' `asTuple`).
+  bool outputIsTuple() const;
+
+  /// Runs the pipeline once over `inputs` (the model inputs in order, each
+  /// a tensor with the batch along dim 0, e.g. loadInputs()). Every rank
+  /// must call it. Returns the model outputs, concatenated over the
+  /// microbatches, on the CPU, one entry per element of a returned tuple,
+  /// on outputRank(); an empty vector on the other ranks. Throws: inputs
+  /// that do not fit the model ("the model takes 2 inputs, got 1",
+  /// "microbatches 8 exceeds the batch size 5"); a stage's failure ("stage
+  /// 0 failed: ..."); a lost peer ("lost rank 1 (...)").
+  std::vector<c10::IValue> run(const std::vector<c10::IValue> &inputs);
+
+  /// Writes the trace if one is recorded, then waits until every rank has
+  /// called finish(), so no rank leaves while another still needs it.
+  /// Throws: "lost rank R (...)"; the trace cannot be written.
+  void finish();
+
+  /// This rank's statistics of its last run().
+  RunStats stats() const;
+
+  /// This rank's schedule, one action per line (`ppc run
+  /// --print-schedule`).
+  std::string schedule() const;
+
+private:
+  std::unique_ptr<ppc::Pipeline> impl_;
+};
+
+} // namespace ppc::api
+
+#endif // PPC_PUBLIC_PIPELINE_H

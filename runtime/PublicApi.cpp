@@ -1,0 +1,258 @@
+//===- runtime/PublicApi.cpp - libppc_runtime's public API ----------------===//
+//
+// This file implements the installed headers include/ppc/*.h as a thin
+// facade over the internal API the CLI uses (runtime/Pipeline.h,
+// runtime/Trainer.h, runtime/TrainData.h, lib/TensorIO.h): option names
+// parsed into their kinds, llvm::Error turned into ppc::api::Error with the
+// same message, StringRef into std::string. Nothing here decides anything
+// the internal API does not.
+//
+//===----------------------------------------------------------------------===//
+#include "ppc/ppc.h"
+
+#include "lib/Error.h"
+#include "lib/TensorIO.h"
+#include "runtime/LaunchEnv.h"
+#include "runtime/LossKind.h"
+#include "runtime/OptimizerKind.h"
+#include "runtime/Pipeline.h"
+#include "runtime/ScheduleKind.h"
+#include "runtime/TrainData.h"
+#include "runtime/Trainer.h"
+
+#include "llvm/Support/raw_ostream.h"
+
+namespace ppc::api {
+
+namespace {
+/// Throws `err`'s message (which is one line) as an Error.
+[[noreturn]] void raise(llvm::Error err) {
+  throw Error(llvm::toString(std::move(err)));
+}
+
+void check(llvm::Error err) {
+  if (err)
+    raise(std::move(err));
+}
+
+template <typename T> T take(llvm::Expected<T> value) {
+  if (!value)
+    raise(value.takeError());
+  return std::move(*value);
+}
+
+/// `name` as a kind, by the names `parse` knows; else an OptionError on
+/// `field` listing `choices`, as the command line's validators list them.
+template <typename Kind, typename Parse>
+Kind kindOf(const std::string &name, Parse parse, const char *field,
+            const std::string &choices) {
+  std::optional<Kind> kind = parse(name);
+  if (!kind)
+    raise(
+        makeOptionError(field, "'" + printable(name) + "' is not " + choices));
+  return *kind;
+}
+
+ppc::RunOptions internalOptions(const RunOptions &o, bool inference) {
+  ppc::RunOptions out;
+  out.microbatches = o.microbatches;
+  out.schedule = kindOf<ScheduleKind>(
+      o.schedule,
+      [&](llvm::StringRef name) -> std::optional<ScheduleKind> {
+        std::optional<ScheduleKind> kind = parseScheduleName(name);
+        if (kind && inference && !scheduleRunsInference(*kind))
+          return std::nullopt;
+        return kind;
+      },
+      "schedule", scheduleNames(inference));
+  out.device = o.device;
+  out.timeout = o.timeout;
+  out.useMetaCache = o.useMetaCache;
+  out.metaCacheDir = o.metaCacheDir;
+  out.inputMetaPath = o.inputMetaPath;
+  out.threads = o.threads;
+  out.torchLogs = o.torchLogs;
+  out.tracePath = o.tracePath;
+  return out;
+}
+
+MetaSource metaSourceOf(const std::string &name) {
+  for (MetaSource source :
+       {MetaSource::Inferred, MetaSource::Cache, MetaSource::User})
+    if (metaSourceName(source) == name)
+      return source;
+  return MetaSource::Inferred;
+}
+
+/// What `printSchedule` of an internal Pipeline or Trainer prints.
+template <typename Internal> std::string scheduleOf(const Internal &internal) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  internal.printSchedule(os);
+  return os.str();
+}
+
+ppc::LaunchEnv launchFromEnvironment() {
+  return take(ppc::LaunchEnv::fromEnvironment());
+}
+} // namespace
+
+// Pipeline -----------------------------------------------------------------
+
+std::string RunStats::line() const {
+  ppc::RunStats s;
+  s.rank = rank;
+  s.metaSource = metaSourceOf(metaSource);
+  s.metaMessagesSent = metaMessagesSent;
+  s.messagesSent = messagesSent;
+  s.firstOutputMs = firstOutputMs;
+  s.totalMs = totalMs;
+  s.cacheWritten = cacheWritten;
+  return s.line();
+}
+
+Pipeline::Pipeline(const std::string &manifestPath, const RunOptions &options)
+    : impl_(take(ppc::Pipeline::create(manifestPath, launchFromEnvironment(),
+                                       internalOptions(options, true)))) {}
+Pipeline::~Pipeline() = default;
+Pipeline::Pipeline(Pipeline &&) noexcept = default;
+Pipeline &Pipeline::operator=(Pipeline &&) noexcept = default;
+
+bool Pipeline::needsInputs() const { return impl_->needsInputs(); }
+size_t Pipeline::inputCount() const { return impl_->inputCount(); }
+int Pipeline::rank() const { return impl_->rank(); }
+int Pipeline::outputRank() const { return impl_->outputRank(); }
+bool Pipeline::outputIsTuple() const { return impl_->outputIsTuple(); }
+
+std::vector<c10::IValue> Pipeline::run(const std::vector<c10::IValue> &inputs) {
+  return take(impl_->run(inputs));
+}
+
+void Pipeline::finish() { check(impl_->finish()); }
+
+RunStats Pipeline::stats() const {
+  const ppc::RunStats &s = impl_->stats();
+  RunStats out;
+  out.rank = s.rank;
+  out.metaSource = metaSourceName(s.metaSource).str();
+  out.metaMessagesSent = s.metaMessagesSent;
+  out.messagesSent = s.messagesSent;
+  out.firstOutputMs = s.firstOutputMs;
+  out.totalMs = s.totalMs;
+  out.cacheWritten = s.cacheWritten;
+  return out;
+}
+
+std::string Pipeline::schedule() const { return scheduleOf(*impl_); }
+
+// Trainer ------------------------------------------------------------------
+
+namespace {
+ppc::TrainOptions internalOptions(const TrainOptions &o) {
+  ppc::TrainOptions out;
+  out.run = internalOptions(o.run, false);
+  out.loss = kindOf<LossKind>(
+      o.loss, [](llvm::StringRef n) { return parseLossName(n); }, "loss",
+      "mse or cross_entropy");
+  out.lossOutput = o.lossOutput;
+  out.optimizer = kindOf<OptimizerKind>(
+      o.optimizer, [](llvm::StringRef n) { return parseOptimizerName(n); },
+      "optimizer", "sgd or adam");
+  out.lr = o.lr;
+  out.momentum = o.momentum;
+  out.weightDecay = o.weightDecay;
+  out.scheduleCSVPath = o.scheduleCSVPath;
+  out.autoSchedule = o.autoSchedule;
+  out.maxActivations = o.maxActivations;
+  return out;
+}
+} // namespace
+
+std::string TrainStats::line() const {
+  ppc::TrainStats s;
+  s.rank = rank;
+  s.step = step;
+  s.metaSource = metaSourceOf(metaSource);
+  s.metaMessagesSent = metaMessagesSent;
+  s.messagesSent = messagesSent;
+  s.stepMs = stepMs;
+  s.peakActivations = peakActivations;
+  s.cacheWritten = cacheWritten;
+  return s.line();
+}
+
+Trainer::Trainer(const std::string &manifestPath, const TrainOptions &options)
+    : impl_(take(ppc::Trainer::create(manifestPath, launchFromEnvironment(),
+                                      internalOptions(options)))) {}
+Trainer::~Trainer() = default;
+Trainer::Trainer(Trainer &&) noexcept = default;
+Trainer &Trainer::operator=(Trainer &&) noexcept = default;
+
+bool Trainer::needsInputs() const { return impl_->needsInputs(); }
+bool Trainer::needsTargets() const { return impl_->needsTargets(); }
+int Trainer::lossRank() const { return impl_->lossRank(); }
+int Trainer::rank() const { return impl_->rank(); }
+size_t Trainer::modelInputCount() const { return impl_->modelInputCount(); }
+
+double Trainer::step(const std::vector<c10::IValue> &inputs,
+                     const at::Tensor &target) {
+  return take(impl_->step(inputs, target));
+}
+
+std::vector<std::pair<std::string, at::Tensor>>
+Trainer::namedParameters() const {
+  return impl_->namedParameters();
+}
+
+void Trainer::saveGradients(const std::string &path) const {
+  check(impl_->saveGradients(path));
+}
+void Trainer::save(const std::string &dir) { check(impl_->save(dir)); }
+void Trainer::finish() { check(impl_->finish()); }
+
+TrainStats Trainer::stats() const {
+  const ppc::TrainStats &s = impl_->stats();
+  TrainStats out;
+  out.rank = s.rank;
+  out.step = s.step;
+  out.metaSource = metaSourceName(s.metaSource).str();
+  out.metaMessagesSent = s.metaMessagesSent;
+  out.messagesSent = s.messagesSent;
+  out.stepMs = s.stepMs;
+  out.peakActivations = s.peakActivations;
+  out.cacheWritten = s.cacheWritten;
+  return out;
+}
+
+std::string Trainer::schedule() const { return scheduleOf(*impl_); }
+
+std::string Trainer::scheduleNote() const { return impl_->scheduleNote(); }
+
+// IO -----------------------------------------------------------------------
+
+std::vector<c10::IValue> loadInputs(const std::string &path) {
+  return take(loadTensors(path));
+}
+
+void saveOutputs(const std::string &path,
+                 const std::vector<c10::IValue> &outputs, bool asTuple) {
+  if (!asTuple && outputs.size() != 1)
+    throw Error("cannot save " + std::to_string(outputs.size()) +
+                " outputs to '" + printable(path) +
+                "' as one value; save them as a tuple");
+  check(saveTensors(path, outputs, asTuple));
+}
+
+std::vector<TrainingBatch> loadTrainingData(const std::string &path,
+                                            size_t modelInputs) {
+  std::vector<ppc::TrainingBatch> batches =
+      take(ppc::loadTrainingData(path, modelInputs));
+  std::vector<TrainingBatch> out(batches.size());
+  for (size_t i = 0; i < batches.size(); ++i) {
+    out[i].inputs = std::move(batches[i].inputs);
+    out[i].target = std::move(batches[i].target);
+  }
+  return out;
+}
+
+} // namespace ppc::api
