@@ -327,11 +327,12 @@ MODELS = {
     "mobilenet_v3_small": (lambda: torchvision.models.mobilenet_v3_small(num_classes=10), image,
                            {2: ["features.10"], 3: ["features.8", "features.12"],
                             4: ["features.6", "features.10", "features.12"]}),
-    # Inverted residuals whose `if self.use_res_connect:` holds the block.
+    # Inverted residuals whose `if self.use_res_connect:` holds the block;
+    # the cuts are those of `ppc split --cost flops` at 64x64.
     "mobilenet_v2": (lambda: torchvision.models.mobilenet_v2(num_classes=10),
                      lambda: torch.randn(BATCH, 3, 64, 64),
-                     {2: ["features.7"], 3: ["features.4", "features.11"],
-                      4: ["features.3", "features.7", "features.14"]}),
+                     {2: ["features.11"], 3: ["features.6", "features.14"],
+                      4: ["features.4", "features.11", "features.15"]}),
     "vit": (lambda: torchvision.models.VisionTransformer(
                 image_size=32, patch_size=8, num_layers=4, num_heads=2, hidden_dim=32,
                 mlp_dim=64, num_classes=10), image,
