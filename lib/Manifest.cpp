@@ -71,9 +71,12 @@ Value Manifest::toJSON() const {
       Array consumers;
       for (int c : out.consumers)
         consumers.push_back(c);
-      outs.push_back(Object{{"name", out.name},
-                            {"type", kindName(out.kind)},
-                            {"consumers", std::move(consumers)}});
+      Object o{{"name", out.name},
+               {"type", kindName(out.kind)},
+               {"consumers", std::move(consumers)}};
+      if (!out.label.empty())
+        o["label"] = out.label;
+      outs.push_back(std::move(o));
     }
     Object so{{"index", s.index},
               {"file", s.file},
@@ -86,6 +89,12 @@ Value Manifest::toJSON() const {
               {"outputs", std::move(outs)}};
     if (!s.beginsAt.empty())
       so["begins_at"] = s.beginsAt;
+    if (s.modules) {
+      Array modules;
+      for (const std::string &path : *s.modules)
+        modules.push_back(path);
+      so["modules"] = std::move(modules);
+    }
     if (s.meta)
       so["meta"] = *s.meta;
     stageArray.push_back(std::move(so));
@@ -211,7 +220,7 @@ static bool fromJSON(const Value &v, StageOutput &out, llvm::json::Path p) {
   llvm::json::ObjectMapper o(v, p);
   std::vector<NonNegative<int>> consumers;
   if (!(o && o.map("name", out.name) && o.map("type", out.kind) &&
-        o.map("consumers", consumers)))
+        o.map("consumers", consumers) && o.mapOptional("label", out.label)))
     return false;
   out.consumers.clear();
   for (const auto &c : consumers)
@@ -239,6 +248,12 @@ static bool fromJSON(const Value &v, StageInfo &out, llvm::json::Path p) {
   out.parameterCount = count.value;
   out.parameterBytes = parameterBytes.value;
   out.bufferBytes = bufferBytes.value;
+  if (v.getAsObject()->get("modules")) {
+    std::vector<std::string> modules;
+    if (!o.map("modules", modules))
+      return false;
+    out.modules = std::move(modules);
+  }
   // The runtime interprets "meta" (docs/runtime.md); it is carried as is.
   if (const Value *meta = v.getAsObject()->get("meta"))
     out.meta = *meta;
@@ -347,6 +362,44 @@ std::string contentMismatch(uint64_t size, llvm::StringRef sha256,
   size_t shown = std::max<size_t>(12, same + 1);
   return "sha256 " + printable(sha256.take_front(shown), shown) +
          " != " + printable(expectedSha256.take_front(shown), shown);
+}
+
+/// Splits "features.12" into "features" and 12; false without a numeric
+/// last component.
+static bool splitIndex(llvm::StringRef path, llvm::StringRef &parent,
+                       unsigned &index) {
+  size_t dot = path.rfind('.');
+  if (dot == llvm::StringRef::npos)
+    return false;
+  parent = path.take_front(dot);
+  llvm::StringRef last = path.drop_front(dot + 1);
+  return !last.empty() && llvm::all_of(last, llvm::isDigit) &&
+         !last.getAsInteger(10, index);
+}
+
+std::string describeModules(const std::vector<std::string> &modules) {
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < modules.size();) {
+    llvm::StringRef parent;
+    unsigned first = 0;
+    size_t end = i + 1;
+    if (splitIndex(modules[i], parent, first)) {
+      for (llvm::StringRef p; end < modules.size(); ++end) {
+        unsigned index = 0;
+        if (!splitIndex(modules[end], p, index) || p != parent ||
+            index != first + (end - i))
+          break;
+      }
+    }
+    if (end - i >= 3) {
+      parts.push_back(modules[i] + " ... " + modules[end - 1]);
+    } else {
+      end = i + 1;
+      parts.push_back(modules[i]);
+    }
+    i = end;
+  }
+  return llvm::join(parts, ", ");
 }
 
 llvm::Error checkStageFile(const StageInfo &s) {

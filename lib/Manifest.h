@@ -70,6 +70,18 @@ struct StageOutput {
   ValueKind kind = ValueKind::Tensor;
   /// Later stages that take this output as an input, ascending.
   std::vector<int> consumers;
+  /// A readable name ("label" in JSON): the module path of the operation
+  /// producing the value and the operation ("layer2.1.relu:relu_1",
+  /// "features.3:add", "flatten" for code of the top-level forward), unique
+  /// in the manifest. Empty when the manifest does not record one (written
+  /// before ppc split recorded labels); displayName() then falls back to
+  /// `name`.
+  std::string label;
+
+  /// The label, or the graph name where there is none.
+  const std::string &displayName() const {
+    return label.empty() ? name : label;
+  }
 };
 
 struct StageInfo {
@@ -83,6 +95,13 @@ struct StageInfo {
   double predictedCost = 0;   ///< Under the manifest's cost model.
   /// The module path the stage begins at (from --split-at), if any.
   std::string beginsAt;
+  /// The module paths whose code the stage runs ("modules" in JSON), in
+  /// execution order: for each operation, the shortest path (as in
+  /// named_modules()) of a module all of whose operations are in this stage,
+  /// each path once ("conv1", "bn1", "relu", "maxpool", "layer1",
+  /// "layer2.0"). Operations of the top-level forward add no path. Absent
+  /// (nullopt) in manifests written before ppc split recorded it.
+  std::optional<std::vector<std::string>> modules;
   std::vector<StageInput> inputs;
   std::vector<StageOutput> outputs;
   /// Optional user-given boundary metadata for the runtime ("meta" in JSON);
@@ -99,6 +118,12 @@ struct TiedParameter {
   std::vector<Use> uses;
   int64_t bytes = 0;
 };
+
+/// A stage's module paths (StageInfo::modules) for people: joined by ", ",
+/// with runs of three or more consecutive indices of one parent shortened
+/// to their ends ("conv1, bn1, layer1, features.0 ... features.6,
+/// classifier"); "" for none.
+std::string describeModules(const std::vector<std::string> &modules);
 
 /// Checks that a stage's file is a non-empty relative path without '..', so
 /// resolved against the manifest's directory it stays inside it. Errors:

@@ -160,3 +160,107 @@ llvm::Error PartitionPlan::verify() const {
 }
 
 } // namespace ppc
+
+namespace ppc {
+
+/// The node that makes output `k` of `n`: for a prim::If or prim::Loop,
+/// the node inside its first block that makes the matching block output,
+/// followed down; else `n` itself. `k` becomes that node's output index.
+static torch::jit::Node *originOf(torch::jit::Node *n, size_t &k) {
+  while (!n->blocks().empty()) {
+    torch::jit::Block *b = n->blocks()[0];
+    // A loop body's outputs are the continue condition, then the carried
+    // values.
+    size_t index = n->kind() == c10::prim::Loop ? k + 1 : k;
+    if (index >= b->outputs().size())
+      break;
+    Value *v = b->outputs()[index];
+    torch::jit::Node *inner = v->node();
+    if (inner->owningBlock() != b)
+      break; // the block returns a value from outside it
+    k = v->offset();
+    n = inner;
+  }
+  return n;
+}
+
+std::unordered_map<const Value *, std::string>
+valueLabels(const ItemGraph &graph) {
+  std::unordered_map<const Value *, std::string> labels;
+  std::unordered_map<std::string, int> seen;
+  for (size_t i = 0; i < graph.size(); ++i) {
+    torch::jit::Node *item = graph.item(i);
+    for (size_t k = 0; k < item->outputs().size(); ++k) {
+      size_t offset = k;
+      torch::jit::Node *origin = originOf(item, offset);
+      std::string path;
+      if (torch::jit::ScopePtr scope = origin->scope();
+          scope && !scope->isBlank())
+        path = scope->name().toUnqualString();
+      if (path.empty())
+        path = graph.modulePath(i);
+      // An in-place variant ("relu_") is named as the operation it is.
+      llvm::StringRef op = origin->kind().toUnqualString();
+      if (op.size() > 1 && op.endswith("_") && !op.startswith("_"))
+        op = op.drop_back();
+      std::string base = op.str();
+      if (!path.empty())
+        base = path + ":" + base;
+      int count = seen[base]++;
+      labels[item->output(k)] =
+          count == 0 ? base : base + "_" + std::to_string(count);
+    }
+  }
+  return labels;
+}
+
+/// Whether `prefix` is `path` or a module containing it ("layer2" of
+/// "layer2.0.conv1", not of "layer20").
+static bool containsPath(llvm::StringRef prefix, llvm::StringRef path) {
+  return path == prefix ||
+         (path.startswith(prefix) && path[prefix.size()] == '.');
+}
+
+std::vector<std::string> stageModules(const PartitionPlan &plan, size_t s) {
+  const ItemGraph &g = plan.graph();
+  // For each prefix of the stage's paths: whether an item outside the stage
+  // runs code of it.
+  std::unordered_map<std::string, bool> sharedOutside;
+  for (size_t i = plan.stageBegin(s); i < plan.stageEnd(s); ++i) {
+    llvm::StringRef path = g.modulePath(i);
+    for (size_t dot = 0; dot != llvm::StringRef::npos;) {
+      dot = path.find('.', dot + 1);
+      sharedOutside.emplace(path.substr(0, dot).str(), false);
+    }
+  }
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (i == plan.stageBegin(s)) {
+      i = plan.stageEnd(s) - 1;
+      continue;
+    }
+    for (auto &[prefix, shared] : sharedOutside)
+      if (!shared && containsPath(prefix, g.modulePath(i)))
+        shared = true;
+  }
+  std::vector<std::string> modules;
+  std::set<std::string> listed;
+  for (size_t i = plan.stageBegin(s); i < plan.stageEnd(s); ++i) {
+    llvm::StringRef path = g.modulePath(i);
+    if (path.empty())
+      continue;
+    std::string chosen = path.str();
+    for (size_t dot = 0; dot != llvm::StringRef::npos;) {
+      dot = path.find('.', dot + 1);
+      std::string prefix = path.substr(0, dot).str();
+      if (!sharedOutside[prefix]) {
+        chosen = prefix;
+        break;
+      }
+    }
+    if (listed.insert(chosen).second)
+      modules.push_back(chosen);
+  }
+  return modules;
+}
+
+} // namespace ppc

@@ -21,6 +21,7 @@
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/Support/Error.h"
 
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -73,6 +74,27 @@ private:
   std::unordered_map<const torch::jit::Value *, std::vector<int>> consumers_;
   std::unordered_map<const torch::jit::Value *, int> outputIndex_;
 };
+
+/// A readable name for every value an item of `graph` produces (the
+/// manifest's StageOutput::label): "MODULE:OP", the module path the
+/// producing operation runs on behalf of (ItemGraph::modulePath) and the
+/// operation's name ("features.3:add", "layer2.1.relu:relu"; an in-place
+/// "relu_" is named "relu"), or "OP" alone for code of the top-level forward
+/// ("flatten"). For the outputs of a
+/// prim::If or prim::Loop item, the operation producing the value in its
+/// first block names it (the `add` of `if self.use_res_connect: return x +
+/// self.conv(x)`), when that operation is inside the block. A name that
+/// repeats gets "_1", "_2", ... in graph order, so every name is unique and
+/// does not depend on where the stages are cut.
+std::unordered_map<const torch::jit::Value *, std::string>
+valueLabels(const ItemGraph &graph);
+
+/// The module paths stage `s` of `plan` runs code of (the manifest's
+/// StageInfo::modules): for each of its items in order, the shortest prefix
+/// of the item's module path ("layer2" of "layer2.0.conv1", cut at dots) all
+/// of whose items are in stage s, else the item's full path; each path once.
+/// Items of the top-level forward (path "") add nothing.
+std::vector<std::string> stageModules(const PartitionPlan &plan, size_t s);
 
 } // namespace ppc
 

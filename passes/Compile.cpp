@@ -66,8 +66,10 @@ static void describeBoundaries(const PartitionPlan &plan, Manifest &m) {
     m.modelInputs.push_back({valueName(g.modelInputs()[i]),
                              *boundaryKind(g.modelInputs()[i]->type())});
   }
+  auto labels = valueLabels(g);
   for (size_t s = 0; s < plan.numStages(); ++s) {
     StageInfo &info = m.stages[s];
+    info.modules = stageModules(plan, s);
     for (torch::jit::Value *v : plan.inputs(s)) {
       int from = plan.stageOfValue(v);
       ValueRef ref = from < 0 ? ValueRef::fromModelInput(modelInputIndex[v])
@@ -76,8 +78,8 @@ static void describeBoundaries(const PartitionPlan &plan, Manifest &m) {
           {valueName(v), *boundaryKind(v->type()), ref, false});
     }
     for (torch::jit::Value *v : plan.outputs(s))
-      info.outputs.push_back(
-          {valueName(v), *boundaryKind(v->type()), plan.consumers(v)});
+      info.outputs.push_back({valueName(v), *boundaryKind(v->type()),
+                              plan.consumers(v), labels[v]});
   }
   for (torch::jit::Value *v : g.modelOutputs()) {
     int from = plan.stageOfValue(v);
@@ -150,6 +152,8 @@ namespace {
 /// Step 3's results besides the ItemGraph.
 struct Analysis {
   std::vector<int64_t> costs;
+  /// Per item, what the flops model left out (itemCosts()).
+  std::vector<std::string> uncounted;
   std::optional<StageMemoryModel> memory;
 };
 } // namespace
@@ -182,8 +186,8 @@ static llvm::Expected<Analysis> analyze(const ItemGraph &items,
       return memory.takeError();
     out.memory = std::move(*memory);
   }
-  auto costs =
-      itemCosts(items, &model, options.cost, example ? &*example : nullptr);
+  auto costs = itemCosts(items, &model, options.cost,
+                         example ? &*example : nullptr, &out.uncounted);
   if (!costs)
     return costs.takeError();
   out.costs = std::move(*costs);
@@ -297,6 +301,33 @@ static llvm::Error writeOutput(const CompileOptions &options,
       });
 }
 
+/// One warning per stage holding items whose operations the cost model
+/// could not count: its predicted share may be far from what it takes.
+static std::vector<std::string>
+uncountedWarnings(const PartitionPlan &plan, const CompileOptions &options,
+                  const std::vector<std::string> &uncounted) {
+  std::vector<std::string> warnings;
+  if (uncounted.empty())
+    return warnings;
+  const ItemGraph &g = plan.graph();
+  for (size_t s = 0; s < plan.numStages(); ++s) {
+    std::vector<std::string> what;
+    for (size_t i = plan.stageBegin(s); i < plan.stageEnd(s); ++i)
+      if (!uncounted[i].empty())
+        what.push_back(uncounted[i] + (g.modulePath(i).empty()
+                                           ? std::string()
+                                           : " of " + g.modulePath(i)));
+    if (what.empty())
+      continue;
+    warnings.push_back(llvm::formatv(
+        "the {0} cost model cannot count all of stage {1}: {2}; its "
+        "predicted share may be far from what it takes; --cost profile "
+        "measures it",
+        costKindName(options.cost), s, llvm::join(what, "; ")));
+  }
+  return warnings;
+}
+
 llvm::Expected<CompileResult> compileModel(const CompileOptions &options) {
   if (llvm::Error err = checkOptions(options))
     return err;
@@ -335,7 +366,9 @@ llvm::Expected<CompileResult> compileModel(const CompileOptions &options) {
     return manifest.takeError();
   if (llvm::Error err = writeOutput(options, built, *manifest))
     return err;
-  CompileResult result{std::move(*manifest), {}};
+  CompileResult result{std::move(*manifest),
+                       {},
+                       uncountedWarnings(*plan, options, analysis->uncounted)};
   if (memory)
     result.stageMemory = stageMemories(*memory, plan->starts());
   return result;

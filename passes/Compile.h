@@ -48,6 +48,11 @@ struct CompileResult {
   /// activations; lib/Partitioner.h), when an example input measured it;
   /// else empty.
   std::vector<int64_t> stageMemory;
+  /// What the user should know about the chosen stages, one line each
+  /// without the "warning: " prefix: under --cost flops, the stages whose
+  /// operations the flops model could not count (CostModel.h), each naming
+  /// them and suggesting --cost profile.
+  std::vector<std::string> warnings;
 };
 
 /// Runs the whole split. Errors: every problem named in the steps above,

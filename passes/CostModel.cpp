@@ -6,14 +6,18 @@
 #include "lib/TorchScriptStage.h"
 #include "passes/ProfileItems.h"
 
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/FormatVariadic.h"
 
 #include <torch/csrc/jit/api/function_impl.h>
+#include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/ir/ir.h>
 
 #include <algorithm>
 #include <initializer_list>
+#include <iterator>
+#include <map>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -85,29 +89,30 @@ paramCosts(const ItemGraph &g, const torch::jit::Module &m) {
 }
 
 using ValueTensors = std::unordered_map<const Value *, at::Tensor>;
+using ValueShapes = std::unordered_map<const Value *, std::vector<int64_t>>;
 
-/// Every top-level tensor value, from one run of a copy of the graph that
-/// returns them all.
-static llvm::Expected<ValueTensors>
-runRecordingTensors(const ItemGraph &g, const torch::jit::Module *m,
-                    const std::vector<c10::IValue> &example) {
-  auto copy = g.graph()->copy();
+/// The values of `wanted` (top-level values or inputs of `graph`) from one
+/// run of a copy of `graph` that returns them all. With `cloneInputs` it
+/// runs on copies of the example tensors (a model may write its inputs, and
+/// a caller that runs it again wants the same input); without, on the
+/// example itself, so that outputs can be told apart from views of it.
+static llvm::Expected<std::unordered_map<const Value *, c10::IValue>>
+runRecording(torch::jit::Graph &graph, const torch::jit::Module *m,
+             const std::vector<c10::IValue> &example,
+             const std::vector<const Value *> &wanted, bool cloneInputs) {
+  auto copy = graph.copy();
   std::unordered_map<const Value *, Value *> toCopy;
-  for (size_t i = 0; i < g.graph()->inputs().size(); ++i)
-    toCopy[g.graph()->inputs()[i]] = copy->inputs()[i];
-  auto orig = g.graph()->nodes().begin();
+  for (size_t i = 0; i < graph.inputs().size(); ++i)
+    toCopy[graph.inputs()[i]] = copy->inputs()[i];
+  auto orig = graph.nodes().begin();
   for (Node *n : copy->nodes()) {
     for (size_t k = 0; k < n->outputs().size(); ++k)
       toCopy[orig->output(k)] = n->output(k);
     ++orig;
   }
-  std::vector<const Value *> recorded;
   std::vector<Value *> results;
-  for (const auto &[from, to] : toCopy)
-    if (to->type()->kind() == c10::TypeKind::TensorType) {
-      recorded.push_back(from);
-      results.push_back(to);
-    }
+  for (const Value *v : wanted)
+    results.push_back(toCopy.at(v));
   while (!copy->outputs().empty())
     copy->eraseOutput(0);
   copy->registerOutput(copy->insertNode(copy->createTuple(results))->output());
@@ -118,31 +123,187 @@ runRecordingTensors(const ItemGraph &g, const torch::jit::Module *m,
     torch::jit::Stack stack;
     if (m)
       stack.push_back(m->_ivalue());
-    stack.insert(stack.end(), example.begin(), example.end());
+    for (const c10::IValue &v : example)
+      stack.push_back(
+          cloneInputs && v.isTensor() ? c10::IValue(v.toTensor().clone()) : v);
     fn.run(stack);
     return stack.back().toTupleRef().elements().vec();
   });
   if (!outputs)
     return outputs.takeError();
+  std::unordered_map<const Value *, c10::IValue> values;
+  for (size_t i = 0; i < wanted.size(); ++i)
+    values[wanted[i]] = (*outputs)[i];
+  return values;
+}
+
+/// The top-level tensor values of `graph` among `candidates`.
+static std::vector<const Value *>
+tensorValues(const std::vector<const Value *> &candidates) {
+  std::vector<const Value *> out;
+  for (const Value *v : candidates)
+    if (v->type()->kind() == c10::TypeKind::TensorType)
+      out.push_back(v);
+  return out;
+}
+
+/// Every value the top-level nodes of `g` make.
+static std::vector<const Value *> topLevelValues(torch::jit::Graph &g) {
+  std::vector<const Value *> out;
+  for (const Node *n : g.nodes())
+    for (const Value *v : n->outputs())
+      out.push_back(v);
+  return out;
+}
+
+/// Every top-level tensor value, from one run of a copy of the graph that
+/// returns them all.
+static llvm::Expected<ValueTensors>
+runRecordingTensors(const ItemGraph &g, const torch::jit::Module *m,
+                    const std::vector<c10::IValue> &example) {
+  auto values = runRecording(*g.graph(), m, example,
+                             tensorValues(topLevelValues(*g.graph())), false);
+  if (!values)
+    return values.takeError();
   ValueTensors tensors;
-  for (size_t i = 0; i < recorded.size(); ++i)
-    if ((*outputs)[i].isTensor() && (*outputs)[i].toTensor().defined())
-      tensors[recorded[i]] = (*outputs)[i].toTensor();
+  for (const auto &[value, iv] : *values)
+    if (iv.isTensor() && iv.toTensor().defined())
+      tensors[value] = iv.toTensor();
   return tensors;
 }
 
-/// Shapes of every top-level tensor value on the example input.
-static llvm::Expected<std::unordered_map<const Value *, std::vector<int64_t>>>
-profileShapes(const ItemGraph &g, const torch::jit::Module *m,
-              const std::vector<c10::IValue> &example) {
-  auto tensors = runRecordingTensors(g, m, example);
-  if (!tensors)
-    return tensors.takeError();
-  std::unordered_map<const Value *, std::vector<int64_t>> shapes;
-  for (const auto &[value, tensor] : *tensors)
-    shapes[value] = tensor.sizes().vec();
-  return shapes;
-}
+namespace {
+/// A copy of the model graph whose control flow is replaced, where one run
+/// on the example input resolves it, by the operations it runs: a prim::If
+/// by its taken branch, a prim::Loop with a known trip count that always
+/// continues by its body once per iteration. Each top-level node of the
+/// copy remembers the item it stands for.
+class FlatGraph {
+public:
+  FlatGraph(const ItemGraph &g) : graph_(g.graph()->copy()) {
+    std::unordered_map<const Node *, int> itemOf;
+    for (size_t i = 0; i < g.size(); ++i)
+      itemOf[g.item(i)] = static_cast<int>(i);
+    auto orig = g.graph()->nodes().begin();
+    for (Node *n : graph_->nodes()) {
+      auto it = itemOf.find(*orig);
+      item_[n] = it == itemOf.end() ? -1 : it->second;
+      ++orig;
+    }
+  }
+
+  /// Resolves control flow round by round (a branch inside a taken branch
+  /// is resolved in the next round) until none is left that a run can
+  /// resolve.
+  llvm::Error flatten(const torch::jit::Module *m,
+                      const std::vector<c10::IValue> &example) {
+    for (int round = 0; round < kMaxRounds; ++round) {
+      std::vector<const Value *> wanted;
+      for (Node *n : graph_->nodes())
+        if (n->kind() == c10::prim::If || n->kind() == c10::prim::Loop)
+          wanted.push_back(n->input(0));
+      if (wanted.empty())
+        return llvm::Error::success();
+      auto values = runRecording(*graph_, m, example, wanted, true);
+      if (!values)
+        return values.takeError();
+      bool changed = false;
+      std::vector<Node *> nodes(graph_->nodes().begin(), graph_->nodes().end());
+      for (Node *n : nodes) {
+        if (n->kind() != c10::prim::If && n->kind() != c10::prim::Loop)
+          continue;
+        auto found = values->find(n->input(0));
+        if (found == values->end())
+          continue;
+        const c10::IValue &v = found->second;
+        if (n->kind() == c10::prim::If && v.isBool()) {
+          replaceIf(n, v.toBool());
+          changed = true;
+        } else if (n->kind() == c10::prim::Loop && v.isInt() &&
+                   v.toInt() <= kMaxUnrolledIterations && alwaysContinues(n)) {
+          unrollLoop(n, std::max<int64_t>(v.toInt(), 0));
+          changed = true;
+        }
+      }
+      if (!changed)
+        return llvm::Error::success();
+    }
+    return llvm::Error::success();
+  }
+
+  const std::shared_ptr<torch::jit::Graph> &graph() const { return graph_; }
+  /// The item a top-level node stands for, or -1 (rematerializable code).
+  int itemOf(Node *n) const { return item_.at(n); }
+
+private:
+  static constexpr int kMaxRounds = 16;
+
+  /// Whether a loop's initial condition and its body's condition are the
+  /// constant true (a `for` loop, as TorchScript writes range loops).
+  static bool alwaysContinues(Node *loop) {
+    auto isTrue = [](Value *v) {
+      auto c = torch::jit::toIValue(v);
+      return c && c->isBool() && c->toBool();
+    };
+    return isTrue(loop->input(1)) && isTrue(loop->blocks()[0]->outputs()[0]);
+  }
+
+  /// Copies the nodes of `b` before `at`, its inputs bound to `inputs`;
+  /// returns the copies of its outputs. The copies stand for `at`'s item.
+  std::vector<Value *> inlineBlock(Node *at, torch::jit::Block *b,
+                                   const std::vector<Value *> &inputs) {
+    std::unordered_map<Value *, Value *> env;
+    for (size_t i = 0; i < inputs.size(); ++i)
+      env[b->inputs()[i]] = inputs[i];
+    auto lookup = [&](Value *v) {
+      auto it = env.find(v);
+      return it == env.end() ? v : it->second;
+    };
+    torch::jit::WithInsertPoint point(at);
+    for (Node *inner : b->nodes()) {
+      Node *copy = graph_->insertNode(graph_->createClone(inner, lookup));
+      item_[copy] = item_.at(at);
+      for (size_t k = 0; k < inner->outputs().size(); ++k)
+        env[inner->output(k)] = copy->output(k);
+    }
+    std::vector<Value *> outputs;
+    for (Value *v : b->outputs())
+      outputs.push_back(lookup(v));
+    return outputs;
+  }
+
+  void replaceWith(Node *n, const std::vector<Value *> &values) {
+    for (size_t k = 0; k < n->outputs().size(); ++k)
+      n->output(k)->replaceAllUsesWith(values[k]);
+    item_.erase(n);
+    n->destroy();
+  }
+
+  void replaceIf(Node *n, bool taken) {
+    replaceWith(n, inlineBlock(n, n->blocks()[taken ? 0 : 1], {}));
+  }
+
+  void unrollLoop(Node *n, int64_t trips) {
+    std::vector<Value *> carried(n->inputs().begin() + 2, n->inputs().end());
+    for (int64_t i = 0; i < trips; ++i) {
+      Value *index;
+      {
+        torch::jit::WithInsertPoint point(n);
+        index = graph_->insertConstant(i);
+      }
+      item_[index->node()] = -1;
+      std::vector<Value *> inputs{index};
+      inputs.insert(inputs.end(), carried.begin(), carried.end());
+      std::vector<Value *> outs = inlineBlock(n, n->blocks()[0], inputs);
+      carried.assign(outs.begin() + 1, outs.end());
+    }
+    replaceWith(n, carried);
+  }
+
+  std::shared_ptr<torch::jit::Graph> graph_;
+  std::unordered_map<Node *, int> item_;
+};
+} // namespace
 
 static int64_t numel(const std::vector<int64_t> &shape) {
   int64_t n = 1;
@@ -151,9 +312,7 @@ static int64_t numel(const std::vector<int64_t> &shape) {
   return n;
 }
 
-static int64_t
-flops(Node *n,
-      const std::unordered_map<const Value *, std::vector<int64_t>> &shapes) {
+static int64_t flops(Node *n, const ValueShapes &shapes) {
   auto shape = [&](size_t input) -> const std::vector<int64_t> * {
     if (input >= n->inputs().size())
       return nullptr;
@@ -189,9 +348,100 @@ flops(Node *n,
   return std::max<int64_t>(out, 1);
 }
 
+/// Whether `kind` is an operation whose FLOPs grow with a product of
+/// dimensions (flops() counts it by its multiply-accumulates).
+static bool isMacHeavy(c10::Symbol kind) {
+  static const c10::Symbol kinds[] = {c10::aten::linear,
+                                      c10::aten::matmul,
+                                      c10::aten::mm,
+                                      c10::aten::bmm,
+                                      c10::aten::addmm,
+                                      c10::aten::baddbmm,
+                                      c10::aten::conv1d,
+                                      c10::aten::conv2d,
+                                      c10::aten::conv3d,
+                                      c10::aten::_convolution,
+                                      c10::aten::conv_transpose1d,
+                                      c10::aten::conv_transpose2d,
+                                      c10::aten::conv_transpose3d,
+                                      c10::aten::einsum};
+  return std::find(std::begin(kinds), std::end(kinds), kind) != std::end(kinds);
+}
+
+/// Counts the multiply-accumulate heavy operations inside `n`'s blocks.
+static void countMacHeavy(Node *n, std::map<std::string, int> &counts) {
+  for (torch::jit::Block *b : n->blocks())
+    for (Node *inner : b->nodes()) {
+      if (isMacHeavy(inner->kind()))
+        ++counts[inner->kind().toQualString()];
+      countMacHeavy(inner, counts);
+    }
+}
+
+/// What flops() cannot count of a node left with blocks: "" when its
+/// blocks hold no multiply-accumulate heavy operation.
+static std::string uncountedOps(Node *n) {
+  std::map<std::string, int> counts;
+  countMacHeavy(n, counts);
+  if (counts.empty())
+    return "";
+  std::vector<std::string> parts;
+  for (const auto &[kind, count] : counts)
+    parts.push_back(count == 1 ? kind : kind + " x" + std::to_string(count));
+  return llvm::join(parts, ", ") + " in a " + n->kind().toQualString() +
+         (n->kind() == c10::prim::Loop
+              ? " whose trip count the example run does not fix"
+              : " the example run does not resolve");
+}
+
+/// The flops cost model (see CostModel.h): the items' operations, control
+/// flow resolved on the example, each counted by flops().
+static llvm::Expected<std::vector<int64_t>>
+flopsCosts(const ItemGraph &graph, const torch::jit::Module *module,
+           const std::vector<c10::IValue> &example,
+           std::vector<std::string> *uncounted) {
+  FlatGraph flat(graph);
+  if (llvm::Error err = flat.flatten(module, example))
+    return err;
+  // The model inputs too: the first linear of an MLP reads one.
+  std::vector<const Value *> recorded = topLevelValues(*flat.graph());
+  recorded.insert(recorded.end(), flat.graph()->inputs().begin(),
+                  flat.graph()->inputs().end());
+  auto values = runRecording(*flat.graph(), module, example,
+                             tensorValues(recorded), true);
+  if (!values)
+    return values.takeError();
+  ValueShapes shapes;
+  for (const auto &[value, iv] : *values)
+    if (iv.isTensor() && iv.toTensor().defined())
+      shapes[value] = iv.toTensor().sizes().vec();
+  std::vector<int64_t> costs(graph.size(), 0);
+  std::vector<std::string> left(graph.size());
+  for (Node *n : flat.graph()->nodes()) {
+    int item = flat.itemOf(n);
+    if (item < 0 || n->kind() == c10::prim::Constant ||
+        n->kind() == c10::prim::GetAttr)
+      continue;
+    costs[item] += flops(n, shapes);
+    if (!n->blocks().empty()) {
+      std::string ops = uncountedOps(n);
+      if (!ops.empty())
+        left[item] = left[item].empty() ? ops : left[item] + "; " + ops;
+    }
+  }
+  for (int64_t &c : costs)
+    c = std::max<int64_t>(c, 1);
+  if (uncounted)
+    *uncounted = std::move(left);
+  return costs;
+}
+
 llvm::Expected<std::vector<int64_t>>
 itemCosts(const ItemGraph &graph, const torch::jit::Module *module,
-          CostKind kind, const std::vector<c10::IValue> *example) {
+          CostKind kind, const std::vector<c10::IValue> *example,
+          std::vector<std::string> *uncounted) {
+  if (uncounted)
+    uncounted->clear();
   switch (kind) {
   case CostKind::Nodes:
     return std::vector<int64_t>(graph.size(), 1);
@@ -208,13 +458,7 @@ itemCosts(const ItemGraph &graph, const torch::jit::Module *module,
     if (!example)
       return makeError("the flops cost model needs an example input "
                        "(--example-input IN.pt)");
-    auto shapes = profileShapes(graph, module, *example);
-    if (!shapes)
-      return shapes.takeError();
-    std::vector<int64_t> costs;
-    for (size_t i = 0; i < graph.size(); ++i)
-      costs.push_back(flops(graph.item(i), *shapes));
-    return costs;
+    return flopsCosts(graph, module, *example, uncounted);
   }
   }
   llvm_unreachable("unknown CostKind");

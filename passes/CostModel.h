@@ -6,7 +6,16 @@
 //  - flops: estimated floating-point operations of the item on an example
 //    input: 2*M*N*K for linear/matmul/bmm/addmm, 2*out*(Cin/groups*kernel)
 //    for convolutions, the output size for everything else (balances time).
-//    Shapes come from one run of the model graph on the example input.
+//    Shapes come from runs of the model graph on the example input. Control
+//    flow is counted by what it runs on that input: a prim::If counts the
+//    operations of the branch its condition takes (the condition recorded
+//    in the run, or a constant or module attribute such as
+//    `self.use_res_connect`), a prim::Loop whose trip count the run records
+//    and whose body always continues counts its body once per iteration
+//    (at most kMaxUnrolledIterations). Control flow it cannot resolve that
+//    way (a `while` loop, more iterations, a branch inside such a loop) is
+//    counted by its output size alone: the item is "uncounted" and says
+//    which of its operations are left out (see itemCosts()).
 //  - nodes: 1 per item (for graphs without weights, e.g. golden tests).
 //  - profile: measured nanoseconds of the item on this machine, on an
 //    example input (passes/ProfileItems.h).
@@ -30,6 +39,7 @@
 #include <torch/csrc/jit/api/module.h>
 
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace ppc {
@@ -55,15 +65,24 @@ llvm::StringRef costKindName(CostKind kind);
 /// The kind with that name, or nullopt.
 std::optional<CostKind> parseCostKind(llvm::StringRef name);
 
+/// The most loop iterations the flops model unrolls to count a loop.
+inline constexpr int64_t kMaxUnrolledIterations = 256;
+
 /// Cost of each item of `graph` (which was built from `module`'s forward).
 /// `example` is required for CostKind::Flops and CostKind::Profile and
-/// holds the model inputs, checked with checkExampleInput(). Errors: flops
-/// or profile without an example input ("the profile cost model needs an
-/// example input (--example-input IN.pt)"), or the example run failing
-/// ("cannot run the model on the example input: ...").
+/// holds the model inputs, checked with checkExampleInput(). With
+/// `uncounted` and CostKind::Flops, it receives one entry per item: empty
+/// when the model counted all of the item's operations, else what it left
+/// out of a multiply-accumulate heavy kind (convolution, matmul, linear)
+/// inside control flow it could not resolve ("aten::linear x2 in a
+/// prim::Loop without a known trip count"); for other kinds it is cleared.
+/// Errors: flops or profile without an example input ("the profile cost
+/// model needs an example input (--example-input IN.pt)"), or the example
+/// run failing ("cannot run the model on the example input: ...").
 llvm::Expected<std::vector<int64_t>>
 itemCosts(const ItemGraph &graph, const torch::jit::Module *module,
-          CostKind kind, const std::vector<c10::IValue> *example);
+          CostKind kind, const std::vector<c10::IValue> *example,
+          std::vector<std::string> *uncounted = nullptr);
 
 /// Checks that `example` fits the model inputs of `graph` as ppc run checks
 /// its inputs. Errors: "the model takes 2 inputs, got 1"; "model input 0

@@ -4,12 +4,14 @@
 Usage: /usr/bin/python3 tests/models/make_models.py OUTDIR [--only NAME[,NAME...]]
                                                     [--mlp-layers N[,N...]]
 
-For each model NAME (mlp, resnet18, mobilenet_v3_small, vit, unet, decoder,
-two_io, values, inplace) it writes into OUTDIR:
+For each model NAME (mlp, resnet18, mobilenet_v3_small, mobilenet_v2, vit, unet,
+decoder, two_io, values, inplace) it writes into OUTDIR:
   NAME.pt           torch.jit.script(model.eval()) saved with torch.jit.save
                     (scripted, not traced: module calls and paths survive).
   NAME.input.pt     example input (torch.save): a tensor, or a tuple for
                     multi-input models.  Batch 5: not divisible by 2, 3 or 4.
+                    Images are 32x32, mobilenet_v2's 64x64 (its blocks' branches
+                    on use_res_connect are what the flops cost model is tested on).
   NAME.expected.pt  the scripted model's output on it under torch.no_grad()
                     (run on a copy: `inplace` writes its inputs).
   NAME.json         {"name", "inputs": count, "split_at": {"2"|"3"|"4": paths}}:
@@ -33,7 +35,7 @@ import sys
 import time
 from typing import Tuple
 
-NAMES = ["mlp", "resnet18", "mobilenet_v3_small", "vit", "unet", "decoder", "two_io",
+NAMES = ["mlp", "resnet18", "mobilenet_v3_small", "mobilenet_v2", "vit", "unet", "decoder", "two_io",
          "values", "inplace"]
 STAMP_SUFFIXES = (".pt", ".input.pt", ".expected.pt", ".json", ".stamp")
 
@@ -325,6 +327,12 @@ MODELS = {
     "mobilenet_v3_small": (lambda: torchvision.models.mobilenet_v3_small(num_classes=10), image,
                            {2: ["features.10"], 3: ["features.8", "features.12"],
                             4: ["features.6", "features.10", "features.12"]}),
+    # Inverted residuals whose `if self.use_res_connect:` holds the block;
+    # the cuts are those of `ppc split --cost flops` at 64x64.
+    "mobilenet_v2": (lambda: torchvision.models.mobilenet_v2(num_classes=10),
+                     lambda: torch.randn(BATCH, 3, 64, 64),
+                     {2: ["features.11"], 3: ["features.6", "features.14"],
+                      4: ["features.4", "features.11", "features.15"]}),
     "vit": (lambda: torchvision.models.VisionTransformer(
                 image_size=32, patch_size=8, num_layers=4, num_heads=2, hidden_dim=32,
                 mlp_dim=64, num_classes=10), image,

@@ -21,7 +21,19 @@ static std::string refString(const Manifest &m, const ValueRef &ref) {
     return "input " + std::to_string(ref.modelInput) + " (" +
            m.modelInputs[ref.modelInput].name + ")";
   return llvm::formatv("stage {0}.{1} ({2})", ref.stage, ref.output,
-                       m.output(ref).name);
+                       m.output(ref).displayName());
+}
+
+/// The readable name of a stage input: its source output's label.
+static const std::string &inputName(const Manifest &m, const StageInput &in) {
+  return in.source.isModelInput() ? in.name : m.output(in.source).displayName();
+}
+
+/// Where an input comes from, without repeating its name.
+static std::string sourceString(const ValueRef &ref) {
+  if (ref.isModelInput())
+    return "input " + std::to_string(ref.modelInput);
+  return llvm::formatv("stage {0}.{1}", ref.stage, ref.output);
 }
 
 static void printTable(const Manifest &m, llvm::raw_ostream &os) {
@@ -39,12 +51,21 @@ static void printTable(const Manifest &m, llvm::raw_ostream &os) {
                         s.parameterBytes + s.bufferBytes,
                         total > 0 ? 100 * s.predictedCost / total : 0.0,
                         s.inputs.size(), s.outputs.size());
+  os << "\nstage contents (module paths):\n";
+  for (const StageInfo &s : m.stages) {
+    std::string shown =
+        !s.modules           ? "not recorded (written by an older ppc split)"
+        : s.modules->empty() ? "only code of the top-level forward"
+                             : describeModules(*s.modules);
+    os << llvm::formatv("  stage {0}: {1}\n", s.index, shown);
+  }
   os << "\nboundary values:\n";
   for (const StageInfo &s : m.stages)
     for (size_t i = 0; i < s.inputs.size(); ++i)
       os << llvm::formatv("  stage {0} input {1}: {2} {3} <- {4}{5}\n", s.index,
-                          i, kindName(s.inputs[i].kind), s.inputs[i].name,
-                          refString(m, s.inputs[i].source),
+                          i, kindName(s.inputs[i].kind),
+                          inputName(m, s.inputs[i]),
+                          sourceString(s.inputs[i].source),
                           s.inputs[i].mutated ? " [written in place]" : "");
   std::vector<std::string> outputs;
   for (const ValueRef &ref : m.modelOutputs)
@@ -59,13 +80,28 @@ static void printTable(const Manifest &m, llvm::raw_ostream &os) {
   }
 }
 
+/// `text` inside a double-quoted Graphviz string.
+static std::string dotEscape(llvm::StringRef text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '"' || c == '\\')
+      out += '\\';
+    out += c;
+  }
+  return out;
+}
+
 static void writeDot(const Manifest &m, llvm::raw_ostream &os) {
   os << "digraph stages {\n  rankdir=LR;\n  node [shape=box];\n";
   for (size_t i = 0; i < m.modelInputs.size(); ++i)
     os << llvm::formatv("  in{0} [shape=ellipse, label=\"{1}\"];\n", i,
                         m.modelInputs[i].name);
   for (const StageInfo &s : m.stages)
-    os << llvm::formatv("  s{0} [label=\"stage {0}\\n{1} params\"];\n", s.index,
+    os << llvm::formatv("  s{0} [label=\"stage {0}\\n{1}{2} params\"];\n",
+                        s.index,
+                        s.modules && !s.modules->empty()
+                            ? dotEscape(describeModules(*s.modules)) + "\\n"
+                            : std::string(),
                         s.parameterCount);
   os << "  out [shape=ellipse, label=\"output\"];\n";
   for (const StageInfo &s : m.stages)
@@ -74,7 +110,8 @@ static void writeDot(const Manifest &m, llvm::raw_ostream &os) {
                              ? "in" + std::to_string(in.source.modelInput)
                              : "s" + std::to_string(in.source.stage);
       os << llvm::formatv("  {0} -> s{1} [label=\"{2}: {3}\"];\n", from,
-                          s.index, in.name, kindName(in.kind));
+                          s.index, dotEscape(inputName(m, in)),
+                          kindName(in.kind));
     }
   for (const ValueRef &ref : m.modelOutputs)
     os << llvm::formatv("  {0} -> out;\n",

@@ -169,6 +169,12 @@ Command addSplitCommand(CLI::App &parent) {
                                       result->stageMemory[s.index])
                             .str(),
                   s.beginsAt.empty() ? "" : " (begins at " + s.beginsAt + ")");
+            for (const StageInfo &s : manifest->stages)
+              if (s.modules && !s.modules->empty())
+                llvm::outs() << llvm::formatv("  stage {0} runs {1}\n", s.index,
+                                              describeModules(*s.modules));
+            for (const std::string &warning : result->warnings)
+              llvm::errs() << "warning: " << warning << "\n";
             return 0;
           }};
 }

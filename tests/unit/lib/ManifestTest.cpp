@@ -48,13 +48,15 @@ Manifest twoStages() {
   s0.index = 0;
   s0.file = "stage_0.pt";
   s0.inputs = {{"x", ValueKind::Tensor, ValueRef::fromModelInput(0), false}};
-  s0.outputs = {{"h", ValueKind::Tensor, {1}}, {"n", ValueKind::Int, {1}}};
+  s0.outputs = {{"h", ValueKind::Tensor, {1}, "layer1:relu"},
+                {"n", ValueKind::Int, {1}, ""}};
+  s0.modules = {"conv1", "layer1"};
   s1.index = 1;
   s1.file = "stage_1.pt";
   s1.beginsAt = "layer2";
   s1.inputs = {{"h", ValueKind::Tensor, ValueRef::fromStage(0, 0), true},
                {"n", ValueKind::Int, ValueRef::fromStage(0, 1), false}};
-  s1.outputs = {{"y", ValueKind::TensorTuple, {}}};
+  s1.outputs = {{"y", ValueKind::TensorTuple, {}, ""}};
   m.stages = {s0, s1};
   m.modelOutputs = {ValueRef::fromStage(1, 0)};
   m.tiedParameters = {{{{0, "embed.weight"}, {1, "head.weight"}}, 64}};
@@ -143,11 +145,18 @@ TEST(ManifestTest, ReadsTheDocumentedExampleFieldByField) {
   EXPECT_EQ(s0.outputs[0].consumers, std::vector<int>{1});
   EXPECT_EQ(s0.outputs[1].name, "x1.1");
   EXPECT_EQ(s0.outputs[1].kind, ValueKind::Tensor);
+  EXPECT_EQ(s0.outputs[0].label, "");
+  EXPECT_EQ(s0.outputs[0].displayName(), "mask.1");
+  EXPECT_EQ(s0.outputs[1].label, "blocks.1:add_1");
+  EXPECT_EQ(s0.outputs[1].displayName(), "blocks.1:add_1");
+  EXPECT_EQ(s0.modules,
+            (std::vector<std::string>{"embed", "blocks.0", "blocks.1"}));
 
   const StageInfo &s1 = m->stages[1];
   EXPECT_EQ(s1.index, 1);
   EXPECT_EQ(s1.file, "stage_1.pt");
   EXPECT_EQ(s1.beginsAt, "blocks.2");
+  EXPECT_FALSE(s1.modules.has_value()); // not recorded: older manifests
   EXPECT_EQ(s1.parameterCount, 33216);
   EXPECT_EQ(s1.parameterBytes, 132864);
   EXPECT_EQ(s1.bufferBytes, 256);
@@ -194,6 +203,25 @@ TEST(ManifestTest, ReadsOptionalFieldsAsTheirDefaults) {
   // the bytes that were parsed.
   EXPECT_EQ(sha,
             "c0eea42a6645f42f9e5297287e6788db23a44e89da39b662f73ee94049404c02");
+}
+
+TEST(ManifestTest, DescribesModulesShorteningIndexRuns) {
+  EXPECT_EQ(describeModules({}), "");
+  EXPECT_EQ(describeModules({"conv1", "bn1", "layer1", "layer2.0"}),
+            "conv1, bn1, layer1, layer2.0");
+  EXPECT_EQ(describeModules({"features.0", "features.1", "features.2",
+                             "features.3", "classifier"}),
+            "features.0 ... features.3, classifier");
+  // Two in a row stay listed; a gap or another parent ends a run.
+  EXPECT_EQ(describeModules({"a.0", "a.1", "b.2", "b.3", "b.4", "b.6", "c.7",
+                             "c.8", "c.9"}),
+            "a.0, a.1, b.2 ... b.4, b.6, c.7 ... c.9");
+}
+
+TEST(ManifestTest, RejectsModulesThatAreNotStrings) {
+  Value json = fixture("decoder.json");
+  stage(json, 0)["modules"] = llvm::json::Array{1};
+  EXPECT_EQ(errorOf(json), "expected string at manifest.stages[0].modules[0]");
 }
 
 TEST(ManifestTest, WritesTheDocumentedLayout) {

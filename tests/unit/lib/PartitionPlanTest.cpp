@@ -114,3 +114,47 @@ graph(%x : Tensor):
   ASSERT_EQ(items->size(), 4u);
   EXPECT_FALSE(items->canCutBefore(3)); // between relu_ and the read of %a
 }
+
+// Module paths as the inliner records them (passes/InlineCalls.cpp): one
+// scope per node, named by the full instance path.
+TEST(PartitionPlanTest, StagesNameTheirModulesAndValuesTheirOrigin) {
+  auto g = parse(R"IR(
+graph(%x : Tensor):
+  %a : Tensor = aten::relu(%x)
+  %b : Tensor = aten::relu(%a)
+  %c : Tensor = aten::relu_(%b)
+  %d : Tensor = aten::sigmoid(%c)
+  %e : Tensor = aten::tanh(%d)
+  %f : Tensor = aten::neg(%e)
+  return (%f)
+)IR");
+  auto root = c10::make_intrusive<torch::jit::Scope>();
+  const char *paths[] = {"stem",     "layer1.0.relu", "layer1.0.relu",
+                         "layer1.1", "layer10",       ""};
+  size_t k = 0;
+  for (torch::jit::Node *n : g->nodes()) {
+    if (*paths[k] != '\0') // "": code of the top-level forward
+      n->setScope(root->push(c10::Symbol::scope(paths[k])));
+    ++k;
+  }
+  auto items = ItemGraph::build(g);
+  ASSERT_TRUE(static_cast<bool>(items)) << llvm::toString(items.takeError());
+  auto plan = PartitionPlan::fromStarts(*items, {0, 2, 4});
+  ASSERT_TRUE(static_cast<bool>(plan));
+  // layer1.0.relu runs in stages 0 and 1, so neither holds layer1 or
+  // layer1.0 whole; layer10 is not part of layer1.
+  EXPECT_EQ(stageModules(*plan, 0),
+            (std::vector<std::string>{"stem", "layer1.0.relu"}));
+  EXPECT_EQ(stageModules(*plan, 1),
+            (std::vector<std::string>{"layer1.0.relu", "layer1.1"}));
+  EXPECT_EQ(stageModules(*plan, 2), (std::vector<std::string>{"layer10"}));
+
+  auto labels = valueLabels(*items);
+  std::vector<std::string> got;
+  for (size_t i = 0; i < items->size(); ++i)
+    got.push_back(labels.at(items->item(i)->output()));
+  // relu_ is named relu; the second relu of one module gets _1.
+  EXPECT_EQ(got, (std::vector<std::string>{
+                     "stem:relu", "layer1.0.relu:relu", "layer1.0.relu:relu_1",
+                     "layer1.1:sigmoid", "layer10:tanh", "neg"}));
+}

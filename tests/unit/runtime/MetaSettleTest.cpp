@@ -40,7 +40,7 @@ Manifest chain() {
     in.source =
         s == 0 ? ValueRef::fromModelInput(0) : ValueRef::fromStage(0, 0);
     info.inputs.push_back(in);
-    info.outputs.push_back({"y", ValueKind::Tensor, {}});
+    info.outputs.push_back({"y", ValueKind::Tensor, {}, ""});
     if (s == 0)
       info.outputs[0].consumers.push_back(1);
     m.stages.push_back(info);

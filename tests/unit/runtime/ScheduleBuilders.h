@@ -33,8 +33,8 @@ inline Manifest chain(int n, std::vector<std::pair<int, int>> skips = {}) {
     in.source =
         s == 0 ? ValueRef::fromModelInput(0) : ValueRef::fromStage(s - 1, 0);
     info.inputs.push_back(in);
-    info.outputs.push_back({"y", ValueKind::Tensor, {}});
-    info.outputs.push_back({"skip", ValueKind::Tensor, {}});
+    info.outputs.push_back({"y", ValueKind::Tensor, {}, ""});
+    info.outputs.push_back({"skip", ValueKind::Tensor, {}, ""});
     if (s + 1 < n)
       info.outputs[0].consumers.push_back(s + 1);
     m.stages.push_back(info);
