@@ -133,33 +133,6 @@ llvm::Expected<std::string> localAddressTowards(const std::string &host,
   return result;
 }
 
-/// Whether something accepts TCP connections at host:port within `wait`.
-/// Tells a store host that never started (refused, or unreachable) from one
-/// that listens but does not answer (a stopped process: the kernel still
-/// accepts its connections).
-bool acceptsConnections(const std::string &host, int port,
-                        std::chrono::milliseconds wait) {
-  auto found = resolveIPv4(host, port, SOCK_STREAM);
-  if (!found) {
-    llvm::consumeError(found.takeError());
-    return false;
-  }
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0)
-    return false;
-  bool accepted = connect(fd, (*found)->ai_addr, (*found)->ai_addrlen) == 0;
-  if (!accepted && errno == EINPROGRESS) {
-    pollfd waiting{fd, POLLOUT, 0};
-    int error = 0;
-    socklen_t len = sizeof(error);
-    accepted = poll(&waiting, 1, static_cast<int>(wait.count())) == 1 &&
-               getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) == 0 &&
-               error == 0;
-  }
-  close(fd);
-  return accepted;
-}
-
 /// A TCP connection to host:port made within `wait`, or -1: a
 /// non-blocking socket, closed by the destructor.
 class ProbeSocket {
@@ -224,6 +197,15 @@ public:
 private:
   int fd_ = -1;
 };
+
+/// Whether something accepts TCP connections at host:port within `wait`.
+/// Tells a store host that never started (refused, or unreachable) from one
+/// that listens but does not answer (a stopped process: the kernel still
+/// accepts its connections).
+bool acceptsConnections(const std::string &host, int port,
+                        std::chrono::milliseconds wait) {
+  return ProbeSocket(host, port, wait).connected();
+}
 
 /// Whether the store at host:port speaks PyTorch 2.x's store protocol,
 /// which LibTorch 1.13's client cannot (compat::kStoreHasValidation): a

@@ -22,7 +22,8 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import PPC, ROOT, libtorch_major, main, split_at, tmpdir  # noqa: E402
+from common import (PPC, ROOT, libtorch_major, main, model_path, split_at,  # noqa: E402
+                    tmpdir)
 
 PPC = os.path.abspath(PPC)
 TORCHRUN = os.environ.get("PPC_TORCHRUN",
@@ -44,8 +45,7 @@ class TorchrunStoreTest(unittest.TestCase):
         start = time.monotonic()
         proc = subprocess.Popen(
             [TORCHRUN, "--nproc_per_node", "2", "--master_port", port, "--no_python", PPC,
-             "run", manifest, "--input", os.path.join(os.environ.get("PPC_MODELS_DIR", ""),
-                                                      "mlp.input.pt"),
+             "run", manifest, "--input", model_path("mlp", ".input.pt"),
              "--output", out, "--timeout", "30"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
         try:
