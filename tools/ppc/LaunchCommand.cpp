@@ -45,7 +45,7 @@ CLI::Validator procsOption() {
             IntegerRule{1, kMaxProcsPerNode}.parse(text, value);
         return problem.empty() ? "" : problem + ", auto, cpu or gpu";
       },
-      "INT:1.." + std::to_string(kMaxProcsPerNode) + "|auto|cpu|gpu");
+      "1.." + std::to_string(kMaxProcsPerNode) + "|auto|cpu|gpu");
 }
 
 /// The GPUs this ppc's LibTorch sees (0 without CUDA); asked only for
@@ -118,7 +118,8 @@ Command addLaunchCommand(CLI::App &parent) {
       "Workers run in their own process groups with stdin from /dev/null; "
       "SIGINT, SIGTERM and SIGHUP sent to ppc are forwarded to all of them "
       "(so a Ctrl-C reaches each worker once).\n"
-      "As soon as one worker fails, the others get SIGTERM, then SIGKILL "
+      "As soon as one worker fails (2 s later when it only lost another "
+      "rank), the others get SIGTERM, then SIGKILL "
       "after the grace period, and ppc reports 'error: rank R exited with "
       "status S' (or 'killed by signal SIG'). Exit 0 when every worker "
       "exits with 0, 2 otherwise.\n\n"
@@ -137,6 +138,7 @@ Command addLaunchCommand(CLI::App &parent) {
                   "or auto (gpu when there is a GPU, else cpu); local rank l "
                   "gets RANK = node-rank * N + l")
       ->required()
+      ->type_name("INT")
       ->check(procsOption());
   CLI::Option *nnodes =
       app->add_option("--nnodes", options.nnodes,
