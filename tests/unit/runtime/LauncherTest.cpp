@@ -160,11 +160,16 @@ TEST(LauncherTest, TheRootCauseWinsOverEarlierConsequences) {
 }
 
 TEST(LauncherTest, AKilledRankIsTheCauseOfItsPeersLosingIt) {
+  // Rank 0 reports losing rank 1 before rank 1 is seen to die (kill -9 from
+  // outside, not from the launcher).
   auto [message, text] =
-      launchScript(2, "if [ $RANK = 1 ]; then kill -KILL $$; fi; sleep 0.3; "
+      launchScript(2, "if [ $RANK = 1 ]; then sleep 0.3; kill -KILL $$; fi; "
                       "echo \"error: lost rank 1 (closed)" +
                           consequenceNote(1) + "\" >&2; exit 2");
   EXPECT_EQ(message, "rank 1 killed by signal SIGKILL") << text;
+  EXPECT_NE(text.find("[rank 0] error: lost rank 1 (closed)"),
+            std::string::npos)
+      << text;
 }
 
 TEST(LauncherTest, OnlyConsequencesReportTheFirst) {
