@@ -146,22 +146,52 @@ private:
 // Workers
 //===----------------------------------------------------------------------===//
 
+/// The most of a worker's error line that the launcher keeps for its own
+/// report; the line itself is forwarded whole.
+constexpr size_t kMaxErrorLine = 16 << 10;
+
+/// A worker's last "error: " line, as launch() reports it.
+struct ErrorLine {
+  /// Without "error: " and '\n', at most kMaxErrorLine bytes; empty: none.
+  std::string text;
+  /// Whether the whole line is a consequence (isConsequenceLine()).
+  bool consequence = false;
+};
+
 /// The read end of one worker pipe (stdout or stderr) and its unfinished
-/// last line.
+/// last line; `lastError`, when set, receives the stream's error lines.
 struct OutputStream {
   int fd = -1;
   int targetFd = -1;
   std::string pending;
+  ErrorLine *lastError = nullptr;
 };
 
 struct Worker {
   int rank = 0;
   pid_t pid = -1;
   bool running = false;
+  /// Whether the launcher signalled it while it ran.
+  bool signalled = false;
   std::string prefix;
   OutputStream out;
   OutputStream err;
+  ErrorLine error;
+  /// Set when it failed: "rank R exited with status S" or the like, and
+  /// whether it failed for a reason of its own (launch(), step 3).
+  std::optional<std::string> failure;
+  bool ownCause = false;
 };
+
+/// Keeps `line` (one whole line, '\n' included) as the last error of
+/// `stream` when it is an "error: " line.
+void noteErrorLine(OutputStream &stream, llvm::StringRef line) {
+  if (!stream.lastError || !line.consume_front("error: "))
+    return;
+  line = line.rtrim("\r\n");
+  stream.lastError->consequence = isConsequenceLine(line);
+  stream.lastError->text = line.take_front(kMaxErrorLine).str();
+}
 
 /// Writes the complete lines of `stream.pending`, each prefixed, in one
 /// write; an unfinished rest of kMaxLine bytes or more in lines of exactly
@@ -174,6 +204,8 @@ void emitLines(OutputStream &stream, const std::string &prefix, bool atEof) {
        start = newline + 1) {
     chunk += prefix;
     chunk.append(stream.pending, start, newline + 1 - start);
+    noteErrorLine(stream,
+                  llvm::StringRef(stream.pending).slice(start, newline + 1));
   }
   for (; stream.pending.size() - start >= kMaxLine; start += kMaxLine) {
     chunk += prefix;
@@ -184,6 +216,7 @@ void emitLines(OutputStream &stream, const std::string &prefix, bool atEof) {
     chunk += prefix;
     chunk.append(stream.pending, start, std::string::npos);
     chunk += '\n';
+    noteErrorLine(stream, llvm::StringRef(stream.pending).drop_front(start));
     start = stream.pending.size();
   }
   stream.pending.erase(0, start);
@@ -304,12 +337,18 @@ public:
     Clock::time_point start = Clock::now();
     if (options.timeoutSeconds)
       timeoutAt = deadlineAfter(toDuration(*options.timeoutSeconds), start);
+    // Stable addresses: each worker's stderr stream points at its error.
+    workers.reserve(static_cast<size_t>(options.nprocPerNode));
     for (int local = 0; local < options.nprocPerNode && !failure; ++local)
       spawn(local);
     while (anyRunning())
       step();
     if (failure)
       return makeError(*failure);
+    if (const Worker *cause = rootCause())
+      return makeError(*cause->failure + (cause->error.text.empty()
+                                              ? ""
+                                              : ": " + cause->error.text));
     return llvm::Error::success();
   }
 
@@ -325,8 +364,9 @@ private:
     return false;
   }
 
-  /// Records the first cause of failure and returns true for it; later
-  /// failures are usually consequences of stopping.
+  /// Records the first failure of the launcher itself (a signal, the
+  /// timeout, a worker that cannot start) and returns true for it; it wins
+  /// over any worker's.
   bool fail(std::string cause) {
     if (failure)
       return false;
@@ -334,14 +374,44 @@ private:
     return true;
   }
 
+  /// Whether the job is failing: stopping, or about to stop.
+  bool failing() const { return failure || workerFailed; }
+
+  /// The failed worker that launch() reports, in the order of `exits`: the
+  /// first that failed for a reason of its own, else the first.
+  const Worker *rootCause() const {
+    for (size_t index : exits)
+      if (workers[index].ownCause)
+        return &workers[index];
+    return exits.empty() ? nullptr : &workers[exits.front()];
+  }
+
   /// Sends `sig` to every running worker's process group and starts the
   /// grace period, unless it has already started.
   void stop(int sig) {
-    for (const Worker &worker : workers)
-      if (worker.running)
+    stopAt.reset();
+    for (Worker &worker : workers)
+      if (worker.running) {
         ::kill(-worker.pid, sig);
+        worker.signalled = true;
+      }
     if (!killAt && !killed)
       killAt = deadlineAfter(toDuration(options.gracePeriodSeconds));
+  }
+
+  /// Records that `worker` failed as `what`, and stops the others: at once
+  /// when it failed for a reason of its own, after the settle time when it
+  /// only lost a peer.
+  void workerFailure(Worker &worker, std::string what) {
+    worker.failure = std::move(what);
+    worker.ownCause = worker.error.text.empty() ? !worker.signalled
+                                                : !worker.error.consequence;
+    exits.push_back(static_cast<size_t>(&worker - workers.data()));
+    workerFailed = true;
+    if (worker.ownCause)
+      stop(SIGTERM);
+    else if (!stopAt && !killAt && !killed)
+      stopAt = deadlineAfter(toDuration(kConsequenceSettleSeconds));
   }
 
   /// The three pipes of one worker: stdout, stderr, and the exec-error
@@ -431,11 +501,13 @@ private:
 
     worker.pid = pid;
     worker.running = true;
-    worker.out = {pipes.out[0], options.stdoutFd, {}};
-    worker.err = {pipes.err[0], options.stderrFd, {}};
+    worker.out = {pipes.out[0], options.stdoutFd, {}, nullptr};
+    worker.err = {pipes.err[0], options.stderrFd, {}, nullptr};
     ::fcntl(pipes.out[0], F_SETFL, O_NONBLOCK);
     ::fcntl(pipes.err[0], F_SETFL, O_NONBLOCK);
     workers.push_back(std::move(worker));
+    // `workers` holds every worker before any output is read.
+    workers.back().err.lastError = &workers.back().error;
 
     // Every rank runs the same command, so the first one tells.
     if (int error = execError(pipes.exec[0]))
@@ -478,7 +550,9 @@ private:
 
   int pollTimeoutMs() const {
     std::optional<Clock::time_point> next = killAt;
-    if (timeoutAt && !failure && (!next || *timeoutAt < *next))
+    if (stopAt && (!next || *stopAt < *next))
+      next = stopAt;
+    if (timeoutAt && !failing() && (!next || *timeoutAt < *next))
       next = timeoutAt;
     if (!next)
       return -1;
@@ -498,25 +572,25 @@ private:
       }
       if (result == 0)
         continue;
+      int waitError = errno;
       worker.running = false;
       drain(worker.out, worker.prefix);
       drain(worker.err, worker.prefix);
-      bool first = false;
       if (result < 0)
-        first = fail("lost rank " + std::to_string(worker.rank) + ": " +
-                     errnoText(errno));
+        workerFailure(worker, "lost rank " + std::to_string(worker.rank) +
+                                  ": " + errnoText(waitError));
       else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        first = fail(describeExit(worker.rank, status));
-      if (first)
-        stop(SIGTERM);
+        workerFailure(worker, describeExit(worker.rank, status));
     }
   }
 
   void checkDeadlines() {
     Clock::time_point now = Clock::now();
-    if (timeoutAt && now >= *timeoutAt &&
+    if (timeoutAt && now >= *timeoutAt && !failing() &&
         fail("timed out after " + formatNumber(*options.timeoutSeconds) +
              " seconds"))
+      stop(SIGTERM);
+    if (stopAt && now >= *stopAt)
       stop(SIGTERM);
     if (killAt && now >= *killAt) {
       killAt.reset();
@@ -529,8 +603,13 @@ private:
   SignalPipe &signals;
   int devNull;
   std::vector<Worker> workers;
+  /// Indexes into `workers` of the failed ones, in the order seen.
+  std::vector<size_t> exits;
   std::optional<std::string> failure;
+  bool workerFailed = false;
   std::optional<Clock::time_point> timeoutAt;
+  /// When a consequence's settle time ends (launch(), step 3).
+  std::optional<Clock::time_point> stopAt;
   std::optional<Clock::time_point> killAt;
   bool killed = false;
 };
@@ -574,6 +653,54 @@ llvm::Error validateLaunchOptions(const LaunchOptions &options) {
   if (options.command.empty() || options.command[0].empty())
     return makeError("no command to launch (put it after '--')");
   return llvm::Error::success();
+}
+
+namespace {
+constexpr llvm::StringLiteral kConsequence =
+    "; a consequence: this rank stopped because of rank ";
+} // namespace
+
+std::string consequenceNote(int lostRank) {
+  return kConsequence.str() + std::to_string(lostRank);
+}
+
+bool isConsequenceLine(llvm::StringRef line) {
+  line = line.rtrim("\r\n");
+  size_t at = line.rfind(kConsequence);
+  if (at == llvm::StringRef::npos)
+    return false;
+  llvm::StringRef rank = line.drop_front(at + kConsequence.size());
+  return !rank.empty() && rank.size() <= 10 &&
+         rank.find_first_not_of("0123456789") == llvm::StringRef::npos;
+}
+
+llvm::Expected<int> procsPerNode(llvm::StringRef value, int cpus, int gpus) {
+  int count = 0;
+  if (value == "cpu") {
+    count = cpus;
+  } else if (value == "gpu") {
+    if (gpus <= 0)
+      return llvm::make_error<OptionError>(
+          "nprocPerNode", "gpu: this machine has no GPU that this ppc's "
+                          "LibTorch can use (CUDA is not available)");
+    count = gpus;
+  } else if (value == "auto") {
+    count = gpus > 0 ? gpus : cpus;
+  } else {
+    int64_t parsed = 0;
+    std::string problem = IntegerRule{1, kMaxProcsPerNode}.parse(value, parsed);
+    if (!problem.empty())
+      return llvm::make_error<OptionError>("nprocPerNode",
+                                           problem + ", auto, cpu or gpu");
+    return static_cast<int>(parsed);
+  }
+  if (count > kMaxProcsPerNode)
+    return llvm::make_error<OptionError>(
+        "nprocPerNode",
+        llvm::formatv("{0} is {1} workers, more than the {2} one node starts",
+                      value, count, kMaxProcsPerNode)
+            .str());
+  return std::max(count, 1);
 }
 
 std::string newJobToken() {

@@ -72,6 +72,28 @@ struct LaunchOptions {
 ///   "no command to launch (put it after '--')"
 llvm::Error validateLaunchOptions(const LaunchOptions &options);
 
+/// How long the launcher waits, after a worker failed only as a consequence
+/// of another rank, before it stops the rest (step 3 of launch()).
+constexpr double kConsequenceSettleSeconds = 2;
+
+/// What a rank appends to its one error line when it stopped only because
+/// it lost rank `lostRank` (a LostRankError: the peer died, hung or never
+/// came), so that the line reads as a consequence under any launcher:
+/// "; a consequence: this rank stopped because of rank R".
+std::string consequenceNote(int lostRank);
+
+/// Whether `line`, a worker's error line, ends with a consequenceNote().
+bool isConsequenceLine(llvm::StringRef line);
+
+/// The number of workers `ppc launch --nproc-per-node VALUE` starts, as
+/// torchrun reads VALUE: an integer in 1..kMaxProcsPerNode; "cpu": `cpus`;
+/// "gpu": `gpus`; "auto": `gpus` when there is one, else `cpus`. Errors (an
+/// OptionError for the field "nprocPerNode"): "'x' is not an integer in
+/// 1..1024, auto, cpu or gpu"; "gpu: this machine has no GPU that this
+/// ppc's LibTorch can use (CUDA is not available)"; "cpu is 2048 workers,
+/// more than the 1024 one node starts". A count of 0 reads as 1.
+llvm::Expected<int> procsPerNode(llvm::StringRef value, int cpus, int gpus);
+
 /// A fresh random job token (16 hex digits).
 std::string newJobToken();
 
@@ -90,21 +112,33 @@ launchEnvironment(const LaunchOptions &options, int localRank);
 ///   2. Forwards worker stdout lines to options.stdoutFd and stderr lines to
 ///      options.stderrFd, each prefixed "[rank R] " and written whole; a
 ///      last line without '\n' is completed at exit, and a line longer than
-///      1 MiB is split (each piece prefixed).
-///   3. On the first failure, SIGINT/SIGTERM/SIGHUP to the launcher, or the
-///      timeout, signals every running worker's process group (SIGTERM, or
-///      the received signal), waits up to gracePeriodSeconds, then SIGKILLs.
+///      1 MiB is split (each piece prefixed). The last stderr line of each
+///      worker that starts with "error: " is kept as its error.
+///   3. On SIGINT/SIGTERM/SIGHUP to the launcher, the timeout, or a worker
+///      that fails for a reason of its own, signals every running worker's
+///      process group (SIGTERM, or the received signal), waits up to
+///      gracePeriodSeconds, then SIGKILLs. A worker whose error is only a
+///      consequence (isConsequenceLine()) starts that stop
+///      kConsequenceSettleSeconds later, so that the rank it lost can still
+///      report its own error rather than be stopped before it.
 ///   4. Returns once every worker has exited.
-/// Errors, after all workers are gone (the first cause wins):
+/// Errors, after all workers are gone:
 ///   any validateLaunchOptions() error (nothing is started)
 ///   "cannot run 'CMD': <strerror>" (the program cannot be executed)
-///   "rank R exited with status S"
-///   "rank R killed by signal SIGxxx"
 ///   "timed out after S seconds"
 ///   "interrupted by SIGxxx"
 ///   "cannot start rank R: <reason>" (pipe or fork failed)
-/// Installs handlers for SIGINT, SIGTERM, SIGHUP, SIGCHLD and SIGPIPE while
-/// it runs and restores the previous ones; one launch per process at a time.
+///   else the root cause among the failed workers, as torchrun's "first
+///   observed failure": the first, in the order their exits were seen, that
+///   failed for a reason of its own (an error line that is not a
+///   consequence; without one, an exit or a signal that came before the
+///   launcher signalled it), else the first failed worker:
+///   "rank R exited with status S", "rank R killed by signal SIGxxx", each
+///   followed by ": ERROR" (its error line without "error: ") when it
+///   printed one.
+/// The first four win over any worker's failure. Installs handlers for
+/// SIGINT, SIGTERM, SIGHUP, SIGCHLD and SIGPIPE while it runs and restores
+/// the previous ones; one launch per process at a time.
 llvm::Error launch(const LaunchOptions &options);
 
 } // namespace ppc

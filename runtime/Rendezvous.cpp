@@ -133,31 +133,108 @@ llvm::Expected<std::string> localAddressTowards(const std::string &host,
   return result;
 }
 
+/// A TCP connection to host:port made within `wait`, or -1: a
+/// non-blocking socket, closed by the destructor.
+class ProbeSocket {
+public:
+  ProbeSocket(const std::string &host, int port,
+              std::chrono::milliseconds wait) {
+    auto found = resolveIPv4(host, port, SOCK_STREAM);
+    if (!found) {
+      llvm::consumeError(found.takeError());
+      return;
+    }
+    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd_ < 0)
+      return;
+    if (connect(fd_, (*found)->ai_addr, (*found)->ai_addrlen) == 0)
+      return;
+    pollfd waiting{fd_, POLLOUT, 0};
+    int error = 0;
+    socklen_t len = sizeof(error);
+    if (errno != EINPROGRESS ||
+        poll(&waiting, 1, static_cast<int>(wait.count())) != 1 ||
+        getsockopt(fd_, SOL_SOCKET, SO_ERROR, &error, &len) != 0 ||
+        error != 0) {
+      close(fd_);
+      fd_ = -1;
+    }
+  }
+  ProbeSocket(const ProbeSocket &) = delete;
+  ProbeSocket &operator=(const ProbeSocket &) = delete;
+  ~ProbeSocket() {
+    if (fd_ >= 0)
+      close(fd_);
+  }
+  bool connected() const { return fd_ >= 0; }
+
+  /// Sends `bytes` and reads exactly `size` bytes within `wait`; returns
+  /// them, or an empty vector when the peer closed, failed or said less.
+  std::vector<uint8_t> ask(const std::vector<uint8_t> &bytes, size_t size,
+                           std::chrono::milliseconds wait) {
+    if (fd_ < 0 || send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) !=
+                       static_cast<ssize_t>(bytes.size()))
+      return {};
+    Clock::time_point deadline = deadlineAfter(wait);
+    std::vector<uint8_t> got;
+    while (got.size() < size) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - Clock::now());
+      pollfd reading{fd_, POLLIN, 0};
+      if (left.count() <= 0 ||
+          poll(&reading, 1, static_cast<int>(left.count())) != 1)
+        return {};
+      uint8_t buffer[16];
+      ssize_t n =
+          recv(fd_, buffer, std::min(sizeof buffer, size - got.size()), 0);
+      if (n <= 0)
+        return {};
+      got.insert(got.end(), buffer, buffer + n);
+    }
+    return got;
+  }
+
+private:
+  int fd_ = -1;
+};
+
 /// Whether something accepts TCP connections at host:port within `wait`.
 /// Tells a store host that never started (refused, or unreachable) from one
 /// that listens but does not answer (a stopped process: the kernel still
 /// accepts its connections).
 bool acceptsConnections(const std::string &host, int port,
                         std::chrono::milliseconds wait) {
-  auto found = resolveIPv4(host, port, SOCK_STREAM);
-  if (!found) {
-    llvm::consumeError(found.takeError());
-    return false;
+  return ProbeSocket(host, port, wait).connected();
+}
+
+/// Whether the store at host:port speaks PyTorch 2.x's store protocol,
+/// which LibTorch 1.13's client cannot (compat::kStoreHasValidation): a
+/// 2.x store ignores, or hangs up on, a client that does not open with its
+/// VALIDATE message, so the 1.13 client would wait for its whole timeout.
+/// Both questions are harmless to either store:
+///   1. "how many keys?" in 1.13's words (the one byte GETNUMKEYS = 6): a
+///      1.13 store answers with 8 bytes at once, and the answer is no;
+///   2. else, on a new connection, 2.x's VALIDATE (0, then the magic number
+///      0x3C85F7CE) and PING (13, then a nonce): a 2.x store echoes the
+///      nonce, and the answer is yes. A 1.13 store reads the bytes as a key
+///      longer than any allocation and drops that connection.
+/// A store that answers neither within `wait` each (not up yet, or stopped)
+/// is left to the rendezvous and its own timeout: the answer is no.
+bool speaksNewerStoreProtocol(const std::string &host, int port,
+                              std::chrono::milliseconds wait) {
+  {
+    ProbeSocket probe(host, port, wait);
+    if (!probe.connected())
+      return false;
+    if (probe.ask({6}, 8, wait).size() == 8)
+      return false;
   }
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0)
-    return false;
-  bool accepted = connect(fd, (*found)->ai_addr, (*found)->ai_addrlen) == 0;
-  if (!accepted && errno == EINPROGRESS) {
-    pollfd waiting{fd, POLLOUT, 0};
-    int error = 0;
-    socklen_t len = sizeof(error);
-    accepted = poll(&waiting, 1, static_cast<int>(wait.count())) == 1 &&
-               getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) == 0 &&
-               error == 0;
-  }
-  close(fd);
-  return accepted;
+  ProbeSocket probe(host, port, wait);
+  // Little-endian, as both protocols send integers (x86 and ARM hosts).
+  std::vector<uint8_t> validateAndPing = {0,  0xCE, 0xF7, 0x85, 0x3C,
+                                          13, 0x7F, 0x70, 0x70, 0x7F};
+  std::vector<uint8_t> nonce(validateAndPing.end() - 4, validateAndPing.end());
+  return probe.ask(validateAndPing, 4, wait) == nonce;
 }
 
 /// "MASTER_ADDR:MASTER_PORT", the rendezvous store's address.
@@ -276,6 +353,19 @@ c10::intrusive_ptr<c10d::Store> meetRanks(const LaunchEnv &env,
                                           Clock::time_point deadline) {
   std::string where = storeAddress(env);
   bool serve = env.rank == 0 && !env.launcherHostsStore;
+  // The launcher's store is up before any rank starts, so a short probe
+  // tells torchrun 2.x's store from ours (a rank 0 of this same ppc always
+  // speaks our protocol).
+  if (!compat::kStoreHasValidation && env.launcherHostsStore &&
+      speaksNewerStoreProtocol(env.masterAddr, env.masterPort,
+                               std::min<std::chrono::milliseconds>(
+                                   std::chrono::seconds(1), timeout / 4)))
+    throw StepError{Failure::other(llvm::formatv(
+        "rendezvous at {0} failed: its store speaks the protocol of PyTorch "
+        "2.x (torchrun from a pip-installed torch?), which this ppc, built "
+        "against LibTorch {1}.{2}, cannot; start the ranks with 'ppc launch' "
+        "instead, or use a ppc built against LibTorch 2.x",
+        where, compat::kTorchMajor, compat::kTorchMinor))};
   c10::intrusive_ptr<c10d::TCPStore> store;
   try {
     // c10d truncates the connect timeout to whole seconds (0.9 s would fail

@@ -17,6 +17,10 @@
 //    c10::DistBackendError (a c10::Error), which torchCall() catches.
 //  - A TCPStore server whose port is taken says so differently
 //    (isAddressInUse()).
+//  - The TCPStore wire protocol: 2.x clients open with a VALIDATE message
+//    and number their queries one higher than 1.13's, so a 1.13 client
+//    cannot talk to the store of PyTorch 2.x's torchrun
+//    (kStoreHasValidation).
 //  - Debian's c10 logs through glog (C10_USE_GLOG), the wheel's through a
 //    logger of its own with the same levels (setTorchLogging()).
 //  - The wheel's LibTorch has CUDA and NCCL: cmake/Torch.cmake then defines
@@ -53,6 +57,11 @@ namespace ppc::compat {
 
 constexpr int kTorchMajor = TORCH_VERSION_MAJOR;
 constexpr int kTorchMinor = TORCH_VERSION_MINOR;
+
+/// Whether this LibTorch's TCPStore speaks the 2.x protocol (a VALIDATE
+/// handshake, then query codes from SET = 1), as torchrun 2.x's store does.
+/// 1.13's client (SET = 0, no handshake) gets no answer from such a store.
+constexpr bool kStoreHasValidation = TORCH_VERSION_MAJOR >= 2;
 
 /// What this ppc was built against, for `ppc --version`: the LibTorch
 /// version (e.g. "2.15.0"), whether that LibTorch has CUDA, and whether the

@@ -103,7 +103,7 @@ class HostileFilesTest(unittest.TestCase):
         """A 2-rank `ppc run` under `ppc launch`. Every rank in `messages` reads
         the bad file; the first to fail prints its message as its one error
         line (the launcher may stop the others before they print), the
-        launcher names a failed rank, everything ends within the
+        launcher names a reader and its error, everything ends within the
         timeout, and no output or file is written."""
         before = self.snapshot()
         start = time.monotonic()
@@ -120,9 +120,10 @@ class HostileFilesTest(unittest.TestCase):
             self.assertIn(errors, ([], [f"[rank {rank}] error: {message}"]), proc.stderr)
         failed = [l for l in lines if l.startswith("error: rank ")]
         self.assertEqual(len(failed), 1, proc.stderr)
-        # Whichever rank exits first is named: the reader of the bad file, or
-        # a peer that saw it go.
-        self.assertRegex(failed[0], r"^error: rank [01] exited with status 2$")
+        # The root cause is named with its own error: a reader of the bad
+        # file, not a peer that only saw it go.
+        self.assertIn(failed[0], [f"error: rank {r} exited with status 2: {m}"
+                                  for r, m in messages.items()], proc.stderr)
         self.assertFalse(os.path.exists(self.output))
         self.assertEqual(self.snapshot(), before)
 

@@ -25,7 +25,11 @@ from common import (PPC, assert_outputs_close, expected_output, launch, main,  #
                     model_path, rank_env, free_port, split_at, tmpdir)
 from training import write_data  # noqa: E402
 
-HELP = " (see ppc --help)"
+def help_of(args):
+    """The usage error's pointer to the help of its subcommand."""
+    return f" (see ppc {args[0]} --help)"
+
+
 TIMEOUT_RULE = "is not a number of seconds in 0.001..604800"
 
 
@@ -83,7 +87,7 @@ class NumericOptionsTest(unittest.TestCase):
         ]
         for args, message in cases:
             with self.subTest(args=args):
-                self.expect(args, message + HELP)
+                self.expect(args, message + help_of(args))
 
     def test_reals(self):
         cases = [
@@ -100,7 +104,7 @@ class NumericOptionsTest(unittest.TestCase):
         ]
         for args, message in cases:
             with self.subTest(args=args):
-                self.expect(args, message + HELP)
+                self.expect(args, message + help_of(args))
 
     def test_durations(self):
         # Below 1 ms (which would round to 0 ms, "no timeout" to c10d), above
@@ -121,7 +125,7 @@ class NumericOptionsTest(unittest.TestCase):
         ]
         for args, message in cases:
             with self.subTest(args=args):
-                self.expect(args, message + HELP)
+                self.expect(args, message + help_of(args))
 
     def test_schedule_costs(self):
         self.expect(self.SCHEDULE + ["--costs", "1,1e999,1"],
@@ -129,7 +133,7 @@ class NumericOptionsTest(unittest.TestCase):
 
     def test_raw_bytes_are_escaped(self):
         self.expect(self.TRAIN + ["--steps", "3\x1b[2J"],
-                    "--steps: '3\\x1b[2J' is not an integer in 1..2147483647" + HELP)
+                    "--steps: '3\\x1b[2J' is not an integer in 1..2147483647" + help_of(self.TRAIN))
         self.expect(self.SCHEDULE + ["--costs", "1,\x07,1"],
                     "--costs '1,\\x07,1': '\\x07' is not a finite number of at least 0")
 
@@ -160,7 +164,8 @@ class LaunchBoundsTest(unittest.TestCase):
 
     def test_too_many_processes_per_node(self):
         self.refuse(["--nproc-per-node", "5000"],
-                    "--nproc-per-node: 5000 is not an integer in 1..1024" + HELP)
+                    "--nproc-per-node: 5000 is not an integer in 1..1024, auto, cpu or gpu"
+                    + help_of(["launch"]))
 
     def test_world_beyond_an_int(self):
         # 715827883 * 3 = 2147483649: one past what WORLD_SIZE holds.

@@ -68,7 +68,7 @@ class IgnoredRequestsTest(unittest.TestCase):
                 lines = r.stderr.splitlines()
                 self.assertEqual(len(lines), 1, r.stderr)
                 self.assertRegex(lines[0], r"^error: .*: '' names no file or directory "
-                                 r"\(see ppc --help\)$")
+                                 rf"\(see ppc {args[0]} --help\)$")
                 self.assertIn(option, lines[0])
 
     def test_empty_schedule_csv_file(self):

@@ -275,8 +275,8 @@ class LaunchTest(unittest.TestCase):
     def test_bad_arguments(self):
         cases = [
             (["--nproc-per-node", "0", "--", "true"],
-             "error: --nproc-per-node: 0 is not an integer in 1..1024 (see ppc "
-             "--help)"),
+             "error: --nproc-per-node: 0 is not an integer in 1..1024, auto, cpu "
+             "or gpu (see ppc launch --help)"),
             (["--nproc-per-node", "2"],
              "error: no command to launch (put it after '--')"),
             (["--nproc-per-node", "2", "--"],
@@ -286,28 +286,80 @@ class LaunchTest(unittest.TestCase):
              "error: --node-rank 2 is not an integer in 0..1"),
             (["--nproc-per-node", "1", "--nnodes", "0", "--", "true"],
              "error: --nnodes: 0 is not an integer in 1..2147483647 (see ppc "
-             "--help)"),
+             "launch --help)"),
             (["--nproc-per-node", "1", "--timeout", "0", "--", "true"],
              "error: --timeout: 0 is not a number of seconds in 0.001..604800 "
-             "(see ppc --help)"),
+             "(see ppc launch --help)"),
             (["--nproc-per-node", "1", "--master-port", "70000", "--",
               "true"],
              "error: --master-port: 70000 is not an integer in 0..65535 (see "
-             "ppc --help)"),
+             "ppc launch --help)"),
             (["--nproc-per-node", "1", "--nnodes", "2", "--master-port", "0",
               "--", "true"],
              "error: --master-port 0 needs --nnodes 1: the nodes must agree "
              "on the port"),
             (["--nproc-per-node", "1", "--grace-period", "-1", "--", "true"],
              "error: --grace-period: -1 is not a number of seconds in "
-             "0..604800 (see ppc --help)"),
+             "0..604800 (see ppc launch --help)"),
             (["--", "true"],
-             "error: --nproc-per-node is required (see ppc --help)"),
+             "error: --nproc-per-node is required (see ppc launch --help)"),
         ]
         for args, message in cases:
             with self.subTest(args=args):
                 code, out, err, _ = launch(*args)
                 self.assertEqual((code, out, err), (2, "", message + "\n"))
+
+    def test_torchrun_spellings(self):
+        script = ["sh", "-c", "echo $RANK $WORLD_SIZE $GROUP_RANK $MASTER_ADDR $MASTER_PORT"]
+        code, out, err, _ = launch("--nproc_per_node=2", "--", *script)
+        self.assertEqual((code, err), (0, ""))
+        self.assertEqual(sorted(out.splitlines()), ["[rank 0] 0 2 0 127.0.0.1 29500",
+                                                    "[rank 1] 1 2 0 127.0.0.1 29500"])
+        code, out, err, _ = launch("--nproc_per_node", "1", "--nnodes=3", "--node_rank=2",
+                                   "--master_addr=10.1.2.3", "--master_port=1234", *script)
+        self.assertEqual((code, err), (0, ""))
+        self.assertEqual(out, "[rank 2] 2 3 2 10.1.2.3 1234\n")
+        code, out, err, _ = launch("--nproc_per_node=0", "--", "true")
+        self.assertEqual((code, out, err), (2, "", "error: --nproc-per-node: 0 is not an integer "
+                                                   "in 1..1024, auto, cpu or gpu (see ppc launch "
+                                                   "--help)\n"))
+
+    def test_standalone_serves_the_store_on_a_free_port(self):
+        code, out, err, _ = launch("--standalone", "--nproc-per-node=2", "--", "sh", "-c",
+                                   "echo $MASTER_ADDR:$MASTER_PORT $TORCHELASTIC_USE_AGENT_STORE")
+        self.assertEqual(code, 0, err)
+        m = re.fullmatch(r"note: using MASTER_PORT=(\d+)\n", err)
+        self.assertIsNotNone(m, err)
+        port = m.group(1)
+        self.assertNotEqual(port, "29500")
+        self.assertEqual(sorted(out.splitlines()), [f"[rank 0] 127.0.0.1:{port} True",
+                                                    f"[rank 1] 127.0.0.1:{port} True"])
+        for option, flag in ((["--nnodes", "2"], "--nnodes"),
+                             (["--master_port", "1234"], "--master-port"),
+                             (["--node_rank=0"], "--node-rank")):
+            with self.subTest(option=option):
+                code, out, err, _ = launch("--standalone", "--nproc-per-node", "1", *option,
+                                           "--", "true")
+                self.assertEqual((code, out, err), (2, "", f"error: {flag} excludes --standalone "
+                                                           "(see ppc launch --help)\n"))
+
+    def test_nproc_per_node_words(self):
+        # As torchrun: cpu is one worker per CPU, gpu one per GPU (an error
+        # without one), auto gpu when there is one, else cpu.
+        rank0_world = ["--", "sh", "-c", "if [ $RANK = 0 ]; then echo $WORLD_SIZE; fi"]
+        cpus = os.cpu_count()
+        code, out, err, _ = launch("--nproc-per-node", "cpu", *rank0_world)
+        self.assertEqual((code, out, err), (0, f"[rank 0] {cpus}\n", ""))
+        version = subprocess.run([PPC, "--version"], capture_output=True, text=True).stdout
+        has_gpu = "CUDA: yes" in version and os.path.exists("/dev/nvidia0")
+        if has_gpu:
+            return
+        code, out, err, _ = launch("--nproc-per-node", "auto", *rank0_world)
+        self.assertEqual((code, out, err), (0, f"[rank 0] {cpus}\n", ""))
+        code, out, err, _ = launch("--nproc-per-node", "gpu", *rank0_world)
+        self.assertEqual((code, out, err), (2, "", "error: --nproc-per-node gpu: this machine "
+                                                   "has no GPU that this ppc's LibTorch can use "
+                                                   "(CUDA is not available)\n"))
 
     def test_all_ranks_succeed(self):
         code, _, err, _ = launch("--nproc-per-node", "4", "--", "true")
@@ -319,7 +371,9 @@ class LaunchTest(unittest.TestCase):
         self.assertEqual(result.returncode, 0)
         for option in ["--nproc-per-node", "--nnodes", "--node-rank",
                        "--master-addr", "--master-port", "--timeout",
-                       "--grace-period", "command"]:
+                       "--grace-period", "command", "--nproc_per_node",
+                       "--node_rank", "--master_addr", "--master_port",
+                       "--standalone"]:
             self.assertIn(option, result.stdout)
 
 

@@ -222,7 +222,7 @@ class RunBatchesTest(unittest.TestCase):
         out = os.path.join(self.tmp, "out.pt")
         for n in (0, -1, 1000001):
             self.run_fails(self.mlp, inp, out, f"--repeat: {n} is not an integer in 1..1000000 "
-                           "(see ppc --help)", "--repeat", n, failing=(0, 1))
+                           "(see ppc run --help)", "--repeat", n, failing=(0, 1))
 
     def test_bad_list_elements(self):
         out = os.path.join(self.tmp, "out.pt")

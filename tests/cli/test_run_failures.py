@@ -50,7 +50,8 @@ def never_reached(missing, port, seconds):
     timeout, 2.x's may overshoot it, and then ppc's own deadline finds that
     nothing listens at the port."""
     return (f"error: lost rank {missing} (never reached the rendezvous at "
-            f"127.0.0.1:{port} within {seconds} s)")
+            f"127.0.0.1:{port} within {seconds} s); a consequence: this rank stopped "
+            f"because of rank {missing}")
 
 
 class RunFailuresTest(unittest.TestCase):
@@ -206,7 +207,8 @@ class RunFailuresTest(unittest.TestCase):
         # 3 s of timeout, plus process start-up on a loaded machine.
         self.assertLess(elapsed, 12)
         self.assertEqual(err, "error: lost rank 0 (the rendezvous store at "
-                              f"127.0.0.1:{port} did not answer within 3 s)\n")
+                              f"127.0.0.1:{port} did not answer within 3 s); a consequence: "
+                              "this rank stopped because of rank 0\n")
 
     def test_stopped_rank_0_mid_run_is_named(self):
         procs = start_ranks(2, self.args(self.resnet, self.big_input, "--microbatches", "8",
@@ -278,7 +280,7 @@ class RunFailuresTest(unittest.TestCase):
         for code, _, err in results:
             self.assertEqual(code, 2)
             self.assertEqual(err, "error: --microbatches: 100000000 is not an integer in "
-                                  "1..65536 (see ppc --help)\n")
+                                  "1..65536 (see ppc run --help)\n")
 
     def test_microbatches_above_the_batch(self):
         results = finish(start_ranks(2, self.args(self.mlp, None, "--microbatches", "1000")))
@@ -297,7 +299,7 @@ class RunFailuresTest(unittest.TestCase):
                     self.assertEqual(code, 2)
                     self.assertEqual(err, f"error: --threads: {threads} is not an integer in "
                                           f"0..{limit} (0: the default; at most 4 per core) "
-                                          "(see ppc --help)\n")
+                                          "(see ppc run --help)\n")
 
     def max_threads_of_run(self, threads):
         """Runs one rank (world 1) with --threads THREADS; returns the most
@@ -344,7 +346,7 @@ class RunFailuresTest(unittest.TestCase):
                                    capture_output=True, text=True, timeout=60)
                 self.assertEqual((r.returncode, r.stdout), (2, ""))
                 self.assertEqual(r.stderr, f"error: --schedule: must be gpipe, 1f1b or looped-bfs (got "
-                                           f"'{name}') (see ppc --help)\n")
+                                           f"'{name}') (see ppc run --help)\n")
 
 
 if __name__ == "__main__":

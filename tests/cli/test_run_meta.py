@@ -154,7 +154,8 @@ class RunMetaTest(unittest.TestCase):
         rc, _, err = results[0]
         self.assertEqual(rc, 2, err)
         self.assertRegex(err.splitlines()[-1],
-                         r"^error: lost rank 2 \(.*while waiting for the start-up agreement\)$")
+                         r"^error: lost rank 2 \(.*while waiting for the start-up agreement\); "
+                         r"a consequence: this rank stopped because of rank 2$")
         rc, _, err = results[1]
         self.assertEqual(rc, 2, err)
         self.assertRegex(err.splitlines()[-1], r"^error: lost rank [02] \(")

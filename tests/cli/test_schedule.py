@@ -150,7 +150,7 @@ class ScheduleTest(unittest.TestCase):
         self.expect_error(["--schedule", "zb", "--stages", 4, "--microbatches", 2],
                           "--schedule: must be gpipe, 1f1b, interleaved-1f1b, zb-h1, "
                           "looped-bfs, interleaved-zb, zbv or dualpipev "
-                          "(got 'zb') (see ppc --help)")
+                          "(got 'zb') (see ppc schedule --help)")
         self.expect_error(["--stages", 4, "--microbatches", 2],
                           "ppc schedule takes one of --schedule NAME, --from-csv FILE and "
                           "--compare")

@@ -88,7 +88,7 @@ class SplitErrorsTest(unittest.TestCase):
 
     def test_zero_stages(self):
         self.expect_error(["split", model_path("mlp"), "-o", self.out, "--stages", 0],
-                          "--stages: 0 is not an integer in 1..2147483647 (see ppc --help)")
+                          "--stages: 0 is not an integer in 1..2147483647 (see ppc split --help)")
         self.assertFalse(os.path.exists(self.out))
 
     def test_more_stages_than_cuts(self):
@@ -214,12 +214,12 @@ class SplitErrorsTest(unittest.TestCase):
                    check=False)
         self.assertEqual(proc.returncode, 2)
         self.assertEqual(proc.stderr, "error: --cost: 'bytes' is not a cost model (params, flops, "
-                                      "nodes, profile) (see ppc --help)\n")
+                                      "nodes, profile) (see ppc split --help)\n")
         # The enum's numbers are no names.
         proc = ppc("split", model_path("mlp"), "-o", self.out, "--stages", 2, "--cost", "2",
                    check=False)
         self.assertEqual(proc.stderr, "error: --cost: '2' is not a cost model (params, flops, "
-                                      "nodes, profile) (see ppc --help)\n")
+                                      "nodes, profile) (see ppc split --help)\n")
         self.assertFalse(os.path.exists(self.out))
 
     def test_unknown_pass_in_ppc_debug_passes(self):

@@ -63,12 +63,12 @@ class SplitProfileErrorsTest(unittest.TestCase):
             with self.subTest(value=bad):
                 self.expect_error(self.mlp("--max-stage-memory", bad),
                                   f"--max-stage-memory: '{bad}' is not a byte count above 0 (e.g. "
-                                  "1048576, 512M, 2G) (see ppc --help)")
+                                  "1048576, 512M, 2G) (see ppc split --help)")
 
     def test_memory_cap_and_split_at_exclude_each_other(self):
         self.expect_error([model_path("mlp"), "-o", self.out, "--split-at", "layers.4",
                            "--max-stage-memory", "1M"],
-                          "--split-at excludes --max-stage-memory (see ppc --help)")
+                          "--split-at excludes --max-stage-memory (see ppc split --help)")
 
     def test_example_input_with_the_wrong_number_of_inputs(self):
         path = model_path("two_io", ".input.pt")

@@ -7,6 +7,7 @@
 #include "tools/ppc/Commands.h"
 
 #include "lib/Error.h"
+#include "lib/NumberRules.h"
 #include "runtime/Duration.h"
 #include "runtime/Launcher.h"
 #include "runtime/Rendezvous.h"
@@ -14,23 +15,67 @@
 
 #include "llvm/Support/raw_ostream.h"
 
+#include <torch/cuda.h>
+
 #include <cstdlib>
 #include <memory>
+#include <thread>
 
 namespace ppc {
 
 namespace {
 struct LaunchArgs {
   LaunchOptions options;
+  /// --nproc-per-node as given: a number, auto, cpu or gpu.
+  std::string nprocPerNode;
+  bool standalone = false;
   double timeoutSeconds = 0;
   CLI::Option *timeout = nullptr;
 };
+
+/// --nproc-per-node's check at parsing: a number in range, or a word that
+/// procsPerNode() reads once the machine is looked at.
+CLI::Validator procsOption() {
+  return CLI::Validator(
+      [](std::string &text) -> std::string {
+        if (text == "auto" || text == "cpu" || text == "gpu")
+          return "";
+        int64_t value = 0;
+        std::string problem =
+            IntegerRule{1, kMaxProcsPerNode}.parse(text, value);
+        return problem.empty() ? "" : problem + ", auto, cpu or gpu";
+      },
+      "1.." + std::to_string(kMaxProcsPerNode) + "|auto|cpu|gpu");
+}
+
+/// The GPUs this ppc's LibTorch sees (0 without CUDA); asked only for
+/// --nproc-per-node auto or gpu, as torchrun does.
+int gpuCount() {
+  try {
+    return static_cast<int>(torch::cuda::device_count());
+  } catch (const std::exception &) {
+    return 0;
+  }
+}
 } // namespace
 
 static llvm::Expected<int> runLaunch(const LaunchArgs &args) {
   LaunchOptions options = args.options;
   if (args.timeout->count())
     options.timeoutSeconds = args.timeoutSeconds;
+  bool countsDevices =
+      args.nprocPerNode == "auto" || args.nprocPerNode == "gpu";
+  auto procs = procsPerNode(
+      args.nprocPerNode, static_cast<int>(std::thread::hardware_concurrency()),
+      countsDevices ? gpuCount() : 0);
+  if (!procs)
+    return procs.takeError();
+  options.nprocPerNode = *procs;
+  // torchrun --standalone: one node, a rendezvous on a free local port.
+  if (args.standalone) {
+    options.masterAddr = "127.0.0.1";
+    options.masterPort = 0;
+  }
   if (llvm::Error err = validateLaunchOptions(options))
     return err;
   // One node's launch can name its job; nodes of a multi-node job share
@@ -73,36 +118,59 @@ Command addLaunchCommand(CLI::App &parent) {
       "Workers run in their own process groups with stdin from /dev/null; "
       "SIGINT, SIGTERM and SIGHUP sent to ppc are forwarded to all of them "
       "(so a Ctrl-C reaches each worker once).\n"
-      "As soon as one worker fails, the others get SIGTERM, then SIGKILL "
+      "As soon as one worker fails (2 s later when it only lost another "
+      "rank), the others get SIGTERM, then SIGKILL "
       "after the grace period, and ppc reports 'error: rank R exited with "
       "status S' (or 'killed by signal SIG'). Exit 0 when every worker "
       "exits with 0, 2 otherwise.\n\n"
+      "A worker whose error line says it only lost another rank ('lost "
+      "rank R (...); a consequence: ...') is not taken for the cause: ppc "
+      "then ends with the first failure of a rank's own, 'error: rank R "
+      "exited with status S: ITS ERROR', as torchrun's root cause.\n"
+      "torchrun's spellings work too: --nproc_per_node, --node_rank, "
+      "--master_addr, --master_port, '--option=value', --standalone.\n\n"
       "Example: ppc launch --nproc-per-node 4 -- python3 train.py "
       "--epochs 3");
 
-  app->add_option("--nproc-per-node", options.nprocPerNode,
-                  "Worker processes to start on this node (1 to 1024); "
-                  "local rank l gets RANK = node-rank * N + l")
+  app->add_option("--nproc-per-node,--nproc_per_node", args->nprocPerNode,
+                  "Worker processes to start on this node: 1 to 1024, or as "
+                  "torchrun reads them, cpu (one per CPU), gpu (one per GPU) "
+                  "or auto (gpu when there is a GPU, else cpu); local rank l "
+                  "gets RANK = node-rank * N + l")
       ->required()
-      ->transform(intInRange(1, kMaxProcsPerNode));
-  app->add_option("--nnodes", options.nnodes,
-                  "Nodes in the job, each running its own 'ppc launch'; "
-                  "WORLD_SIZE = nnodes * N, at most 2147483647")
-      ->capture_default_str()
-      ->transform(intInRange(1));
-  app->add_option("--node-rank", options.nodeRank,
-                  "This node's index in [0, nnodes) (GROUP_RANK)")
-      ->capture_default_str()
-      ->transform(intInRange(0));
-  app->add_option("--master-addr", options.masterAddr,
-                  "Address of the node that runs rank 0 (MASTER_ADDR)")
-      ->capture_default_str();
-  app->add_option("--master-port", options.masterPort,
-                  "Rendezvous port on the master node (MASTER_PORT); 0 makes "
-                  "ppc launch serve the rendezvous store itself on a free "
-                  "port, which it prints (only with --nnodes 1)")
-      ->capture_default_str()
-      ->transform(intInRange(0, 65535));
+      ->type_name("INT")
+      ->check(procsOption());
+  CLI::Option *nnodes =
+      app->add_option("--nnodes", options.nnodes,
+                      "Nodes in the job, each running its own 'ppc launch'; "
+                      "WORLD_SIZE = nnodes * N, at most 2147483647")
+          ->capture_default_str()
+          ->transform(intInRange(1));
+  CLI::Option *nodeRank =
+      app->add_option("--node-rank,--node_rank", options.nodeRank,
+                      "This node's index in [0, nnodes) (GROUP_RANK)")
+          ->capture_default_str()
+          ->transform(intInRange(0));
+  CLI::Option *masterAddr =
+      app->add_option("--master-addr,--master_addr", options.masterAddr,
+                      "Address of the node that runs rank 0 (MASTER_ADDR)")
+          ->capture_default_str();
+  CLI::Option *masterPort =
+      app->add_option(
+             "--master-port,--master_port", options.masterPort,
+             "Rendezvous port on the master node (MASTER_PORT); 0 makes "
+             "ppc launch serve the rendezvous store itself on a free "
+             "port, which it prints (only with --nnodes 1)")
+          ->capture_default_str()
+          ->transform(intInRange(0, 65535));
+  app->add_flag("--standalone", args->standalone,
+                "One node, with the rendezvous served by ppc launch on a "
+                "free local port (as torchrun --standalone; the same as "
+                "--master-port 0)")
+      ->excludes(nnodes)
+      ->excludes(nodeRank)
+      ->excludes(masterAddr)
+      ->excludes(masterPort);
   args->timeout = app->add_option("--timeout", args->timeoutSeconds,
                                   "Stop every worker and fail after this many "
                                   "seconds (0.001 to 604800, "

@@ -7,6 +7,8 @@
 #include "tools/ppc/Commands.h"
 
 #include "lib/Error.h"
+#include "runtime/Launcher.h"
+#include "runtime/Link.h"
 #include "runtime/TorchCompat.h"
 
 #include "llvm/Support/raw_ostream.h"
@@ -42,14 +44,32 @@ static std::string flagOf(llvm::StringRef field) {
 }
 
 /// The message of `err` as the command line says it: an option the
-/// library names by its field is named by its flag.
+/// library names by its field is named by its flag; a rank that stops only
+/// because it lost another says so (runtime/Launcher.h, consequenceNote()),
+/// so that its line does not read as the cause under any launcher.
 static std::string cliMessage(llvm::Error err) {
   err = llvm::handleErrors(
-      std::move(err), [](std::unique_ptr<ppc::OptionError> option) {
+      std::move(err),
+      [](std::unique_ptr<ppc::OptionError> option) {
         return ppc::makeError(option->context() + flagOf(option->field()) +
                               " " + option->problem());
+      },
+      [](std::unique_ptr<ppc::LostRankError> lost) {
+        return ppc::makeError(lost->context() + lost->describe() +
+                              ppc::consequenceNote(lost->rank()));
       });
   return llvm::toString(std::move(err));
+}
+
+/// "ppc SUB --help" for the (sub)command being parsed, so that a usage
+/// error points to the help that explains it.
+static std::string helpCommand(const CLI::App &app) {
+  std::string command = "ppc";
+  for (const CLI::App *at = &app; !at->get_subcommands().empty();) {
+    at = at->get_subcommands().front();
+    command += " " + at->get_name();
+  }
+  return command + " --help";
 }
 
 /// `ppc --version`: ppc's version, then what this binary was built against
@@ -91,7 +111,7 @@ int main(int argc, char **argv) {
   } catch (const CLI::CallForVersion &e) {
     return app.exit(e);
   } catch (const CLI::ParseError &e) {
-    printError(std::string(e.what()) + " (see ppc --help)");
+    printError(std::string(e.what()) + " (see " + helpCommand(app) + ")");
     return ppc::kErrorExitCode;
   }
 
