@@ -625,6 +625,15 @@ class TraceFormatTest(unittest.TestCase):
         self.assertTrue(broken(lambda ev: first(ev, "f").pop("bp")))
         self.assertTrue(broken(lambda ev: first(ev, "s").update(ts=10 ** 9)))
         self.assertTrue(trace_problems({"traceEvents": 3}))
+        # Batch and step marks: -1 stage and microbatch, one rank's do not overlap.
+        marked = pipeline_trace("batch", steps=2)
+        self.assertEqual(trace_problems(marked), [])
+        mark = next(e for e in marked["traceEvents"] if e.get("name") == "batch")
+        mark["args"]["stage"] = 0
+        self.assertEqual(len(trace_problems(marked)), 1)
+        mark["args"]["stage"] = -1
+        mark["dur"] *= 100
+        self.assertEqual(len(trace_problems(marked)), 1, trace_problems(marked))
 
 
 class TraceErrorsTest(unittest.TestCase):
