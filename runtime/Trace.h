@@ -243,6 +243,11 @@ struct TimePoint {
 ///    from 1"
 llvm::Expected<TimePoint> parseTimePoint(llvm::StringRef text);
 
+/// A stretch of a timeline, in its own microseconds.
+struct TimeRange {
+  double startUs = 0, endUs = 0;
+};
+
 /// The range [startUs, endUs) of `timeline` (in its own microseconds) that
 /// `from` and `to` select; a missing end is the trace's first start (last
 /// end). `fromText` and `toText` name them in messages ("--from step:9").
@@ -251,9 +256,6 @@ llvm::Expected<TimePoint> parseTimePoint(llvm::StringRef text);
 /// trace has no step events (traces of ppc older than its step and batch
 /// marks have none)"; "--from 500ms: the trace ends at 321.000 ms";
 /// "--from 300ms is not before --to 200ms".
-struct TimeRange {
-  double startUs = 0, endUs = 0;
-};
 llvm::Expected<TimeRange> resolveTimeRange(const Timeline &timeline,
                                            const std::optional<TimePoint> &from,
                                            const std::optional<TimePoint> &to,
@@ -292,7 +294,7 @@ struct StageTime {
 /// of durations: a stage's actions do not overlap).
 struct StageSummary {
   int stage = -1;
-  /// The rank of its first event.
+  /// The rank of its first such event.
   int rank = -1;
   /// Compute events F, B, I, W; sends (SEND_F, SEND_B); receives (RECV_F,
   /// RECV_B: the time the stage's rank waited for its values).
@@ -311,7 +313,8 @@ struct TraceSummary {
   /// Over compute events named "F" (and "B") with a stage; ties go to the
   /// lower stage. Empty when there are none.
   std::optional<StageTime> slowestForward, slowestBackward;
-  /// Every stage with an event, in stage order.
+  /// Every stage with a compute, send or receive event, in stage order
+  /// (not OUT's pseudo-stage).
   std::vector<StageSummary> stages;
 };
 
