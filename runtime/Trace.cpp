@@ -913,7 +913,11 @@ llvm::Expected<TimeRange> resolveTimeRange(const Timeline &timeline,
       return us.takeError();
     range.endUs = *us;
   }
-  if (range.startUs >= range.endUs)
+  // Ranks overlap their batches: batch 3 may begin on one rank before
+  // batch 2 ends on another, yet "from batch 3 to batch 2" is no range.
+  bool backwards = from && to && from->kind != TimePoint::Kind::Ms &&
+                   from->kind == to->kind && from->index > to->index;
+  if (backwards || range.startUs >= range.endUs)
     return makeError((from ? fromText : llvm::StringRef("the trace's start")) +
                      " is not before " +
                      (to ? toText : llvm::StringRef("the trace's end")));

@@ -255,7 +255,8 @@ struct TimeRange {
 /// trace has no batch events (it has step events)"; "--from step:1: the
 /// trace has no step events (traces of ppc older than its step and batch
 /// marks have none)"; "--from 500ms: the trace ends at 321.000 ms";
-/// "--from 300ms is not before --to 200ms".
+/// "--from 300ms is not before --to 200ms" (and "--from step:3 is not
+/// before --to step:2", even where ranks overlap those steps).
 llvm::Expected<TimeRange> resolveTimeRange(const Timeline &timeline,
                                            const std::optional<TimePoint> &from,
                                            const std::optional<TimePoint> &to,

@@ -727,6 +727,14 @@ TEST(TraceRangeTest, ResolvesAndRefusesRanges) {
   EXPECT_EQ(errorOf(range(TimePoint{TimePoint::Kind::Ms, 0.52, 0}, {})),
             "--from X: the trace ends at 0.520 ms");
   EXPECT_EQ(errorOf(range(step3, step2)), "--from X is not before --to Y");
+  // Even where step 3 starts on one rank before step 2 ends on another.
+  Timeline overlapping = threeSteps();
+  for (TimelineEvent &e : overlapping.events)
+    if (e.rank == 1 && e.name == "step")
+      e.durationUs += 300;
+  EXPECT_EQ(errorOf(resolveTimeRange(overlapping, step3, step2, "--from X",
+                                     "--to Y")),
+            "--from X is not before --to Y");
   EXPECT_EQ(errorOf(range({}, TimePoint{TimePoint::Kind::Ms, 0, 0})),
             "the trace's start is not before --to Y");
   Timeline old = timelineOf({{0, "F", "compute", 0, 0, 10, 5}});
