@@ -138,10 +138,17 @@ def trace_summary(path):
     return result
 
 
+def is_mark(e):
+    """A batch or step event (docs/trace.md): it spans a whole batch or step,
+    set-up and optimizer included, so the spans below leave it out."""
+    return e.get("name") in ("batch", "step") and e.get("cat") == "other"
+
+
 def trace_events(path):
-    """The complete (ph X) events of a Chrome trace file that ppc wrote."""
+    """The complete (ph X) events of a Chrome trace file that ppc wrote, but
+    the batch and step marks."""
     with open(path) as f:
-        return [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+        return [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X" and not is_mark(e)]
 
 
 def durations_ms(events, name, rank=None, stage=None):
@@ -521,14 +528,15 @@ def bench_split(cfg):
 
 def steady_trace(path, out_path, skip_steps=1):
     """Writes the events of PATH after each rank's first `skip_steps` steps
-    (every executed step ends with one 'flush' event per rank) to OUT_PATH."""
+    (every executed step ends with one 'flush' event per rank), but the batch
+    and step marks, to OUT_PATH."""
     with open(path) as f:
         doc = json.load(f)
     meta = [e for e in doc["traceEvents"] if e.get("ph") == "M"]
     kept = []
     for rank in sorted({e["pid"] for e in doc["traceEvents"] if e.get("ph") == "X"}):
-        mine = sorted((e for e in doc["traceEvents"] if e.get("ph") == "X" and e["pid"] == rank),
-                      key=lambda e: e["ts"])
+        mine = sorted((e for e in doc["traceEvents"] if e.get("ph") == "X" and e["pid"] == rank
+                       and not is_mark(e)), key=lambda e: e["ts"])
         flushes = [i for i, e in enumerate(mine) if e["name"] == "flush"]
         kept += mine[flushes[skip_steps - 1] + 1:]
     doc["traceEvents"] = meta + kept

@@ -57,6 +57,25 @@ void checkAccepted(const Timeline &timeline) {
   llvm::raw_null_ostream null;
   printTraceSummary(summary, null);
   renderTimelineSVG(timeline, null);
+
+  // Skipped steps and plotted ranges: a result or a one-line error.
+  auto kept = skipFirstSteps(timeline, 1);
+  if (kept)
+    printTraceSummary(summarizeTrace(*kept), null);
+  else
+    checkOneLine(llvm::toString(kept.takeError()));
+  TimePoint from{TimePoint::Kind::Step, 0, 1}, to{TimePoint::Kind::Ms, 0.5, 0};
+  auto range = resolveTimeRange(timeline, from, to, "--from", "--to");
+  if (range) {
+    if (!(range->startUs < range->endUs))
+      fuzz::fail("an empty range was accepted");
+    PlotOptions options;
+    options.width = kMinPlotWidth;
+    options.range = *range;
+    renderTimelineSVG(timeline, null, options);
+  } else {
+    checkOneLine(llvm::toString(range.takeError()));
+  }
 }
 } // namespace
 

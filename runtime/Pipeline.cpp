@@ -11,6 +11,7 @@
 #include "runtime/Collectives.h"
 #include "runtime/Microbatch.h"
 #include "runtime/RankContext.h"
+#include "runtime/Trace.h"
 
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
@@ -42,6 +43,7 @@ struct Pipeline::Impl {
 llvm::Expected<std::vector<c10::IValue>>
 Pipeline::Impl::run(const std::vector<c10::IValue> &inputs) {
   Clock::time_point start = Clock::now();
+  int64_t traceStartUs = TraceRecorder::nowUs();
   at::NoGradGuard noGrad;
   Transport &transport = ctx->transport();
   int64_t sentBefore = transport.messagesSent();
@@ -75,6 +77,7 @@ Pipeline::Impl::run(const std::vector<c10::IValue> &inputs) {
       result.push_back(std::move(*joined));
     }
   ctx->finishStep();
+  recordMark(step.trace, kBatchEventName, traceStartUs);
   stats.cacheWritten = ctx->meta().cacheWritten();
   stats.messagesSent = transport.messagesSent() - sentBefore;
   stats.totalMs = msSince(start);

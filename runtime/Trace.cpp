@@ -14,6 +14,7 @@
 
 #include "lib/Error.h"
 #include "lib/FileUtil.h"
+#include "lib/NumberRules.h"
 #include "lib/SafeRead.h"
 
 #include "llvm/ADT/STLExtras.h"
@@ -75,6 +76,12 @@ void TraceRecorder::add(TraceEvent event) {
 const std::vector<TraceEvent> &TraceRecorder::events() const { return events_; }
 
 int TraceRecorder::rank() const { return rank_; }
+
+void recordMark(TraceRecorder *trace, llvm::StringRef name, int64_t startUs) {
+  if (trace)
+    trace->add({name.str(), "other", -1, -1, startUs,
+                std::max<int64_t>(TraceRecorder::nowUs() - startUs, 0)});
+}
 
 std::string TraceRecorder::eventsJSON() const {
   std::string text;
@@ -781,6 +788,179 @@ llvm::Expected<Timeline> readTraceFile(llvm::StringRef path) {
 }
 
 //===----------------------------------------------------------------------===//
+// Steps, batches and ranges
+//===----------------------------------------------------------------------===//
+
+namespace {
+bool isMark(const TimelineEvent &e, llvm::StringRef kind) {
+  return e.name == kind && e.category == "other";
+}
+
+bool isMark(const TimelineEvent &e) {
+  return isMark(e, kStepEventName) || isMark(e, kBatchEventName);
+}
+
+/// "steps" or "batches" for a mark kind.
+std::string plural(llvm::StringRef kind) {
+  return kind == kBatchEventName ? "batches" : kind.str() + "s";
+}
+
+constexpr llvm::StringLiteral kNoMarks =
+    "traces of ppc older than its step and batch marks have none";
+} // namespace
+
+std::vector<TimelineMark> timelineMarks(const Timeline &timeline) {
+  bool steps = llvm::any_of(timeline.events, [](const TimelineEvent &e) {
+    return isMark(e, kStepEventName);
+  });
+  llvm::StringRef kind = steps ? kStepEventName : kBatchEventName;
+  std::map<int, std::vector<std::pair<double, double>>> byRank;
+  for (const TimelineEvent &e : timeline.events)
+    if (isMark(e, kind))
+      byRank[e.rank].push_back({e.startUs, e.startUs + e.durationUs});
+  std::vector<TimelineMark> marks;
+  for (auto &[rank, spans] : byRank) {
+    llvm::sort(spans);
+    for (size_t i = 0; i < spans.size(); ++i) {
+      if (i == marks.size()) {
+        marks.push_back({kind.str(), static_cast<int>(i + 1), spans[i].first,
+                         spans[i].second});
+        continue;
+      }
+      marks[i].startUs = std::min(marks[i].startUs, spans[i].first);
+      marks[i].endUs = std::max(marks[i].endUs, spans[i].second);
+    }
+  }
+  return marks;
+}
+
+llvm::Expected<TimePoint> parseTimePoint(llvm::StringRef text) {
+  auto bad = [&](llvm::StringRef why = "") {
+    return makeError(llvm::Twine("'") + printable(text) +
+                     "' is not a time (e.g. 120ms, step:3, batch:2)" + why);
+  };
+  TimePoint point;
+  llvm::StringRef rest = text;
+  bool step = rest.consume_front("step:");
+  if (step || rest.consume_front("batch:")) {
+    point.kind = step ? TimePoint::Kind::Step : TimePoint::Kind::Batch;
+    int64_t index = 0;
+    if (!IntegerRule(INT_MIN, INT_MAX).parse(rest, index).empty())
+      return bad();
+    if (index < 1)
+      return bad(step ? ": steps count from 1" : ": batches count from 1");
+    point.index = static_cast<int>(index);
+    return point;
+  }
+  double ms = 0;
+  if (!rest.consume_back("ms") || rest.empty() ||
+      !RealRule::seconds(0, kMaxTimeUs / 1000).parse(rest, ms).empty())
+    return bad();
+  point.ms = ms;
+  return point;
+}
+
+llvm::Expected<TimeRange> resolveTimeRange(const Timeline &timeline,
+                                           const std::optional<TimePoint> &from,
+                                           const std::optional<TimePoint> &to,
+                                           llvm::StringRef fromText,
+                                           llvm::StringRef toText) {
+  TimeRange whole;
+  whole.startUs = timeline.events.empty() ? 0 : timeline.events[0].startUs;
+  whole.endUs = whole.startUs;
+  for (const TimelineEvent &e : timeline.events) {
+    whole.startUs = std::min(whole.startUs, e.startUs);
+    whole.endUs = std::max(whole.endUs, e.startUs + e.durationUs);
+  }
+  std::vector<TimelineMark> marks;
+  if ((from && from->kind != TimePoint::Kind::Ms) ||
+      (to && to->kind != TimePoint::Kind::Ms))
+    marks = timelineMarks(timeline);
+  auto resolve = [&](const TimePoint &point, llvm::StringRef what,
+                     bool start) -> llvm::Expected<double> {
+    if (point.kind == TimePoint::Kind::Ms) {
+      double us = whole.startUs + point.ms * 1000;
+      if (start && us >= whole.endUs)
+        return makeError(llvm::formatv("{0}: the trace ends at {1:f3} ms", what,
+                                       (whole.endUs - whole.startUs) / 1000));
+      return us;
+    }
+    llvm::StringRef kind =
+        point.kind == TimePoint::Kind::Step ? kStepEventName : kBatchEventName;
+    if (marks.empty())
+      return makeError(what + ": the trace has no " + kind + " events (" +
+                       kNoMarks + ")");
+    if (marks[0].kind != kind)
+      return makeError(what + ": the trace has no " + kind +
+                       " events (it has " + marks[0].kind + " events)");
+    if (point.index > static_cast<int>(marks.size()))
+      return makeError(
+          llvm::formatv("{0}: the trace has {1} {2}", what, marks.size(),
+                        marks.size() == 1 ? kind.str() : plural(kind)));
+    const TimelineMark &mark = marks[point.index - 1];
+    return start ? mark.startUs : mark.endUs;
+  };
+  TimeRange range = whole;
+  if (from) {
+    auto us = resolve(*from, fromText, true);
+    if (!us)
+      return us.takeError();
+    range.startUs = *us;
+  }
+  if (to) {
+    auto us = resolve(*to, toText, false);
+    if (!us)
+      return us.takeError();
+    range.endUs = *us;
+  }
+  // Ranks overlap their batches: batch 3 may begin on one rank before
+  // batch 2 ends on another, yet "from batch 3 to batch 2" is no range.
+  bool backwards = from && to && from->kind != TimePoint::Kind::Ms &&
+                   from->kind == to->kind && from->index > to->index;
+  if (backwards || range.startUs >= range.endUs)
+    return makeError((from ? fromText : llvm::StringRef("the trace's start")) +
+                     " is not before " +
+                     (to ? toText : llvm::StringRef("the trace's end")));
+  return range;
+}
+
+llvm::Expected<Timeline> skipFirstSteps(const Timeline &timeline, int steps) {
+  if (steps <= 0)
+    return timeline;
+  std::vector<TimelineMark> marks = timelineMarks(timeline);
+  if (marks.empty())
+    return makeError(llvm::Twine("the trace has no step or batch events to "
+                                 "skip (") +
+                     kNoMarks + ")");
+  llvm::StringRef kind = marks[0].kind;
+  if (static_cast<size_t>(steps) >= marks.size())
+    return makeError(llvm::formatv(
+        "the trace has {0} {1}; skipping {2} "
+        "leaves none",
+        marks.size(), marks.size() == 1 ? kind.str() : plural(kind), steps));
+  // Each rank's end of its steps-th mark.
+  std::map<int, std::vector<double>> ends;
+  for (const TimelineEvent &e : timeline.events)
+    if (isMark(e, kind))
+      ends[e.rank].push_back(e.startUs);
+  std::map<int, double> cut;
+  for (auto &[rank, starts] : ends) {
+    if (starts.size() <= static_cast<size_t>(steps))
+      continue; // a rank with no step after the skipped ones: all dropped
+    std::nth_element(starts.begin(), starts.begin() + steps, starts.end());
+    cut[rank] = starts[steps];
+  }
+  Timeline kept;
+  kept.ranks = timeline.ranks;
+  for (const TimelineEvent &e : timeline.events) {
+    auto it = cut.find(e.rank);
+    if (it != cut.end() && e.startUs >= it->second)
+      kept.events.push_back(e);
+  }
+  return kept;
+}
+
+//===----------------------------------------------------------------------===//
 // Summary
 //===----------------------------------------------------------------------===//
 
@@ -837,12 +1017,38 @@ TraceSummary summarizeTrace(const Timeline &timeline) {
   for (size_t i = 0; i < n; ++i)
     summary.ranks[i].rank = timeline.ranks[i];
   std::map<int, std::pair<double, int64_t>> forward, backward;
+  std::map<int, StageSummary> stages;
   for (const TimelineEvent &e : timeline.events) {
     size_t i =
         llvm::lower_bound(timeline.ranks, e.rank) - timeline.ranks.begin();
     RankSummary &rank = summary.ranks[i];
     std::pair<double, double> interval{e.startUs, e.startUs + e.durationUs};
     ++rank.events;
+    // OUT's stage is the number of stages (the outputs' pseudo-stage): only
+    // compute, sends and receives make a stage's row.
+    if (e.stage >= 0 && (e.category == "compute" || e.category == "send" ||
+                         e.category == "recv")) {
+      auto [it, added] = stages.try_emplace(e.stage);
+      StageSummary &stage = it->second;
+      if (added) {
+        stage.stage = e.stage;
+        stage.rank = e.rank;
+      }
+      if (e.category == "compute") {
+        double *slot = e.name == "F"   ? &stage.forwardUs
+                       : e.name == "B" ? &stage.backwardUs
+                       : e.name == "I" ? &stage.inputUs
+                       : e.name == "W" ? &stage.weightUs
+                                       : nullptr;
+        if (slot)
+          *slot += e.durationUs;
+        stage.forwards += e.name == "F";
+      } else if (e.category == "send") {
+        stage.sendUs += e.durationUs;
+      } else if (e.category == "recv") {
+        stage.recvUs += e.durationUs;
+      }
+    }
     if (e.category == "compute") {
       ++rank.compute;
       busy[i].push_back(interval);
@@ -876,6 +1082,8 @@ TraceSummary summarizeTrace(const Timeline &timeline) {
       summary.spanUs > 0 && n > 0 ? 1 - busyTotal / (summary.spanUs * n) : 0.0;
   summary.slowestForward = slowestStage(forward);
   summary.slowestBackward = slowestStage(backward);
+  for (auto &[index, stage] : stages)
+    summary.stages.push_back(stage);
   return summary;
 }
 
@@ -892,6 +1100,30 @@ void printTraceSummary(const TraceSummary &summary, llvm::raw_ostream &os) {
                         "{6,6} {7,6} {8,6} {9,6}\n",
                         r.rank, ms(r.busyUs), ms(r.waitUs), r.bubble, r.events,
                         r.compute, r.send, r.recv, r.wait, r.other);
+  // Per stage; the B, I and W columns only where some stage has them.
+  if (!summary.stages.empty()) {
+    using Column = std::pair<llvm::StringRef, double StageSummary::*>;
+    std::vector<Column> columns{{"F_ms", &StageSummary::forwardUs}};
+    for (Column c : {Column{"B_ms", &StageSummary::backwardUs},
+                     Column{"I_ms", &StageSummary::inputUs},
+                     Column{"W_ms", &StageSummary::weightUs}})
+      if (llvm::any_of(summary.stages, [&](const StageSummary &st) {
+            return st.*c.second > 0;
+          }))
+        columns.push_back(c);
+    columns.push_back({"send_ms", &StageSummary::sendUs});
+    columns.push_back({"recv_ms", &StageSummary::recvUs});
+    os << llvm::formatv("{0,-6} {1,6}", "stage", "rank");
+    for (const Column &c : columns)
+      os << llvm::formatv(" {0,11}", c.first);
+    os << llvm::formatv(" {0,8}\n", "forwards");
+    for (const StageSummary &st : summary.stages) {
+      os << llvm::formatv("{0,-6} {1,6}", st.stage, st.rank);
+      for (const Column &c : columns)
+        os << llvm::formatv(" {0,11:f3}", ms(st.*c.second));
+      os << llvm::formatv(" {0,8}\n", st.forwards);
+    }
+  }
   if (const auto &f = summary.slowestForward)
     os << llvm::formatv("slowest stage: {0} (F mean {1:f3} ms over {2})\n",
                         f->stage, ms(f->meanUs), f->count);
@@ -899,6 +1131,13 @@ void printTraceSummary(const TraceSummary &summary, llvm::raw_ostream &os) {
     os << llvm::formatv("slowest backward stage: {0} (B mean {1:f3} ms over "
                         "{2})\n",
                         b->stage, ms(b->meanUs), b->count);
+  for (const StageSummary &st : summary.stages)
+    os << llvm::formatv("trace: stage={0} f_ms={1:f3} b_ms={2:f3} "
+                        "i_ms={3:f3} w_ms={4:f3} send_ms={5:f3} "
+                        "recv_ms={6:f3} forwards={7}\n",
+                        st.stage, ms(st.forwardUs), ms(st.backwardUs),
+                        ms(st.inputUs), ms(st.weightUs), ms(st.sendUs),
+                        ms(st.recvUs), st.forwards);
   for (const RankSummary &r : summary.ranks)
     os << llvm::formatv("trace: rank={0} busy_ms={1:f3} wait_ms={2:f3} "
                         "bubble={3:f4} events={4} compute={5} send={6} "
@@ -923,7 +1162,7 @@ void printTraceSummary(const TraceSummary &summary, llvm::raw_ostream &os) {
 namespace {
 
 /// Geometry of the drawing, in SVG user units (pixels).
-constexpr double kWidth = 1200, kLeft = 70, kRight = 20, kTop = 34;
+constexpr double kLeft = 70, kRight = 20, kTop = 44;
 constexpr double kRowHeight = 30, kAxisHeight = 40;
 /// Average glyph width of the 11px labels, to decide whether one fits.
 constexpr double kCharWidth = 6.5;
@@ -1111,44 +1350,82 @@ void drawBox(llvm::raw_ostream &os, const Box &box, double y, double originUs) {
 
 } // namespace
 
-void renderTimelineSVG(const Timeline &timeline, llvm::raw_ostream &os) {
+void renderTimelineSVG(const Timeline &timeline, llvm::raw_ostream &os,
+                       const PlotOptions &options) {
   TraceSummary extent = summarizeTrace(timeline);
-  double chartWidth = kWidth - kLeft - kRight;
-  double spanUs = extent.spanUs > 0 ? extent.spanUs : 1;
+  // Times are shown in milliseconds from the trace's first event, whatever
+  // range is drawn.
+  double originUs = extent.startUs;
+  TimeRange range =
+      options.range.value_or(TimeRange{extent.startUs, extent.endUs});
+  double width = std::clamp(options.width, kMinPlotWidth, kMaxPlotWidth);
+  double chartWidth = width - kLeft - kRight;
+  double rangeUs =
+      range.endUs > range.startUs ? range.endUs - range.startUs : 1;
   auto x = [&](double us) {
-    return kLeft + (us - extent.startUs) / spanUs * chartWidth;
+    us = std::clamp(us, range.startUs, range.startUs + rangeUs);
+    return kLeft + (us - range.startUs) / rangeUs * chartWidth;
   };
   size_t rows = timeline.ranks.size();
   double axisY = kTop + rows * kRowHeight + 6;
   double height = axisY + kAxisHeight;
 
+  // The events drawn, per row: all but the step and batch marks, where
+  // they overlap the range.
+  auto drawn = [&](const TimelineEvent &e) {
+    if (isMark(e))
+      return false;
+    double end = e.startUs + e.durationUs;
+    if (e.durationUs > 0)
+      return e.startUs < range.endUs && end > range.startUs;
+    return e.startUs >= range.startUs && e.startUs <= range.endUs;
+  };
+  std::vector<std::vector<const TimelineEvent *>> byRow(rows);
+  std::array<bool, 5> kindDrawn{};
+  std::array<bool, kBands> bandDrawn{};
+  for (const TimelineEvent &e : timeline.events) {
+    if (!drawn(e))
+      continue;
+    byRow[llvm::lower_bound(timeline.ranks, e.rank) - timeline.ranks.begin()]
+        .push_back(&e);
+    Band band = bandOf(e.category);
+    bandDrawn[static_cast<size_t>(band)] = true;
+    if (band == Band::Compute)
+      kindDrawn[kindIndex(computeKind(e.name))] = true;
+  }
+
   os << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
   os << llvm::formatv("<svg xmlns=\"http://www.w3.org/2000/svg\" "
                       "width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} {1}\" "
                       "font-family=\"sans-serif\" font-size=\"11\">\n",
-                      num(kWidth), num(height));
+                      static_cast<int>(width), num(height));
   os << "<rect class=\"background\" x=\"0\" y=\"0\" width=\"100%\" "
         "height=\"100%\" fill=\"white\"/>\n";
 
-  // Legend: one swatch per compute kind, then the thin bars.
+  // Legend: a swatch per compute kind drawn, then the thin bars drawn.
   os << "<g class=\"legend\">\n";
   double lx = kLeft;
-  for (llvm::StringRef kind : {"F", "B", "I", "W"}) {
-    os << llvm::formatv("<rect class=\"legend\" x=\"{0}\" y=\"8\" "
-                        "width=\"12\" height=\"12\" fill=\"{1}\"/>"
-                        "<text x=\"{2}\" y=\"18\">{3}</text>\n",
-                        num(lx), computeColour(kind), num(lx + 16), kind);
-    lx += 40;
-  }
-  os << llvm::formatv("<rect class=\"legend\" x=\"{0}\" y=\"14\" width=\"12\" "
-                      "height=\"4\" fill=\"#888888\"/><text x=\"{1}\" "
-                      "y=\"18\">send/recv</text>\n",
-                      num(lx), num(lx + 16));
-  lx += 80;
-  os << llvm::formatv("<rect class=\"legend\" x=\"{0}\" y=\"11\" width=\"12\" "
-                      "height=\"6\" fill=\"#d0d0d0\"/><text x=\"{1}\" "
-                      "y=\"18\">wait</text>\n",
-                      num(lx), num(lx + 16));
+  auto entry = [&](llvm::StringRef kind, llvm::StringRef label, double top,
+                   double barHeight, llvm::StringRef fill) {
+    os << llvm::formatv("<rect class=\"legend\" data-kind=\"{0}\" x=\"{1}\" "
+                        "y=\"{2}\" width=\"12\" height=\"{3}\" fill=\"{4}\"/>"
+                        "<text x=\"{5}\" y=\"18\">{6}</text>\n",
+                        kind, num(lx), num(top), num(barHeight), fill,
+                        num(lx + 16), label);
+    lx += 16 + kCharWidth * label.size() + 14;
+  };
+  for (size_t k = 0; k < kindDrawn.size(); ++k)
+    if (kindDrawn[k])
+      entry(kComputeKinds[k],
+            k + 1 == kindDrawn.size() ? llvm::StringRef("other compute")
+                                      : kComputeKinds[k],
+            8, 12, computeColour(kComputeKinds[k]));
+  if (bandDrawn[static_cast<size_t>(Band::Message)])
+    entry("message", "send/recv", 14, 4, "#888888");
+  if (bandDrawn[static_cast<size_t>(Band::Wait)])
+    entry("wait", "wait", 11, 6, "#d0d0d0");
+  if (bandDrawn[static_cast<size_t>(Band::Other)])
+    entry("other-event", "other", 16, 2, "#bbbbbb");
   os << "</g>\n";
 
   // One group per rank: its label, then its boxes in order of start.
@@ -1159,10 +1436,6 @@ void renderTimelineSVG(const Timeline &timeline, llvm::raw_ostream &os) {
       std::clamp<size_t>(kMaxPlotBoxes / (kBands * std::max<size_t>(rows, 1)),
                          1, static_cast<size_t>(chartWidth));
   double columnWidth = chartWidth / columns;
-  std::vector<std::vector<const TimelineEvent *>> byRow(rows);
-  for (const TimelineEvent &e : timeline.events)
-    byRow[llvm::lower_bound(timeline.ranks, e.rank) - timeline.ranks.begin()]
-        .push_back(&e);
   for (size_t row = 0; row < rows; ++row) {
     int rank = timeline.ranks[row];
     double y = kTop + row * kRowHeight;
@@ -1188,33 +1461,61 @@ void renderTimelineSVG(const Timeline &timeline, llvm::raw_ostream &os) {
         continue;
       }
       if (box.events)
-        drawBox(os, box, y, extent.startUs);
+        drawBox(os, box, y, originUs);
       box = Box(*e, column, left, right);
     }
     for (const Box &box : open)
       if (box.events)
-        drawBox(os, box, y, extent.startUs);
+        drawBox(os, box, y, originUs);
     os << "</g>\n";
   }
 
-  // The x axis: milliseconds from the first event.
-  double spanMs = extent.spanUs / 1000;
+  // A dashed line at the start of each step or batch that starts in the
+  // range (not at its end), with its label above the rows where it does not run
+  // into the previous one.
+  double labelEnd = 0;
+  for (const TimelineMark &mark : timelineMarks(timeline)) {
+    if (mark.startUs < range.startUs || mark.startUs >= range.endUs)
+      continue;
+    double mx = x(mark.startUs);
+    std::string label = mark.kind + " " + std::to_string(mark.index);
+    os << llvm::formatv(
+        "<g class=\"marker {0}\" data-index=\"{1}\">"
+        "<title>{0} {1}: {2:f3} ms at {3:f3} ms</title>"
+        "<line x1=\"{4}\" y1=\"{5}\" x2=\"{4}\" y2=\"{6}\" "
+        "stroke=\"#444444\" stroke-dasharray=\"3,2\"/>",
+        mark.kind, mark.index, (mark.endUs - mark.startUs) / 1000,
+        (mark.startUs - originUs) / 1000, num(mx), num(kTop - 12), num(axisY));
+    double labelWidth = kCharWidth * label.size();
+    if (mx + 2 >= labelEnd + 4 && mx + 2 + labelWidth <= width) {
+      os << llvm::formatv("<text class=\"marker\" x=\"{0}\" y=\"{1}\">{2}"
+                          "</text>",
+                          num(mx + 2), num(kTop - 4), label);
+      labelEnd = mx + 2 + labelWidth;
+    }
+    os << "</g>\n";
+  }
+
+  // The x axis: milliseconds from the trace's first event.
+  double fromMs = (range.startUs - originUs) / 1000;
+  double toMs = (range.endUs - originUs) / 1000;
+  double spanMs = toMs - fromMs;
   double step = tickStep(spanMs);
   os << "<g class=\"axis\">\n";
   os << llvm::formatv("<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" "
                       "stroke=\"black\"/>\n",
                       num(kLeft), num(axisY), num(kLeft + chartWidth));
-  for (int k = 0;; ++k) {
+  for (double k = std::ceil(fromMs / step - 1e-9);; ++k) {
     double t = k * step;
-    if (t > spanMs * (1 + 1e-9) && k > 0)
+    if (t > toMs + spanMs * 1e-9 && t > fromMs)
       break;
-    double tx = kLeft + (spanMs > 0 ? t / spanMs : 0) * chartWidth;
+    double tx = kLeft + (spanMs > 0 ? (t - fromMs) / spanMs : 0) * chartWidth;
     os << llvm::formatv("<line class=\"tick\" x1=\"{0}\" y1=\"{1}\" "
                         "x2=\"{0}\" y2=\"{2}\" stroke=\"black\"/><text "
                         "class=\"tick\" x=\"{0}\" y=\"{3}\" "
                         "text-anchor=\"middle\">{4}</text>\n",
                         num(tx), num(axisY), num(axisY + 5), num(axisY + 17),
-                        tickLabel(t));
+                        tickLabel(std::abs(t) < step * 1e-9 ? 0 : t));
     if (spanMs <= 0)
       break;
   }

@@ -56,7 +56,8 @@ namespace ppc {
 /// One action of one rank, as recorded.
 struct TraceEvent {
   /// The action: "F", "B", "I", "W" (compute), "SEND_F", "RECV_F",
-  /// "SEND_B", "RECV_B", "OUT", "wait", "step", ...
+  /// "SEND_B", "RECV_B", "OUT", "post_recv", "flush", and the marks
+  /// kStepEventName and kBatchEventName (docs/trace.md lists them all).
   std::string name;
   /// "compute", "send", "recv", "wait" or "other" (the reader refuses any
   /// other category). Summaries count "compute" as busy time and "wait" and
@@ -72,6 +73,14 @@ struct TraceEvent {
   /// True on the send side of a flow, false on the receive side.
   bool flowOut = false;
 };
+
+/// The event that spans one training step on a rank (Trainer::step), and
+/// the one that spans one batch of a launch (Pipeline::run): category
+/// "other", stage and microbatch -1. The k-th such event of a rank, in
+/// order of start, is its step (batch) k, counted from 1 as `ppc train`
+/// counts steps.
+constexpr llvm::StringLiteral kStepEventName = "step";
+constexpr llvm::StringLiteral kBatchEventName = "batch";
 
 /// Flow ids stay below 2^53 so that JavaScript viewers, which read JSON
 /// numbers as doubles, see each id exactly.
@@ -113,6 +122,11 @@ private:
   int rank_;
   std::vector<TraceEvent> events_;
 };
+
+/// Records one step or batch mark on `trace` (when not null): `name`
+/// (kStepEventName or kBatchEventName) from `startUs` (nowUs() when the
+/// step began) to now.
+void recordMark(TraceRecorder *trace, llvm::StringRef name, int64_t startUs);
 
 /// The most bytes of a trace file, or of one rank's eventsJSON() text,
 /// that is read (~150 bytes an event: about 400,000 events).
@@ -197,6 +211,66 @@ llvm::Expected<Timeline> parseTrace(llvm::StringRef text, llvm::StringRef what);
 /// parseTrace's, naming the file.
 llvm::Expected<Timeline> readTraceFile(llvm::StringRef path);
 
+/// One step (or batch) of a timeline: the index-th kStepEventName (or
+/// kBatchEventName) event of every rank that has one.
+struct TimelineMark {
+  /// kStepEventName or kBatchEventName.
+  std::string kind;
+  /// From 1.
+  int index = 0;
+  /// The earliest start and the latest end of those events.
+  double startUs = 0, endUs = 0;
+};
+
+/// The step marks of `timeline` (from ppc train) or, when it has none, its
+/// batch marks (from ppc run), by index; empty for a trace with neither (one
+/// written before ppc recorded them).
+std::vector<TimelineMark> timelineMarks(const Timeline &timeline);
+
+/// One end of a range of a timeline, as --from and --to give it: a time in
+/// milliseconds from the trace's first event ("120ms", "0.5ms"), or a step
+/// or batch ("step:3", "batch:2"), which begins (--from) or ends (--to) the
+/// range where that step does.
+struct TimePoint {
+  enum class Kind { Ms, Step, Batch } kind = Kind::Ms;
+  double ms = 0;
+  int index = 0;
+};
+
+/// Reads a TimePoint from `text`. Errors, one line naming the value:
+///   "'12' is not a time (e.g. 120ms, step:3, batch:2)"
+///   "'step:0' is not a time (e.g. 120ms, step:3, batch:2): steps count
+///    from 1"
+llvm::Expected<TimePoint> parseTimePoint(llvm::StringRef text);
+
+/// A stretch of a timeline, in its own microseconds.
+struct TimeRange {
+  double startUs = 0, endUs = 0;
+};
+
+/// The range [startUs, endUs) of `timeline` (in its own microseconds) that
+/// `from` and `to` select; a missing end is the trace's first start (last
+/// end). `fromText` and `toText` name them in messages ("--from step:9").
+/// Errors: "--from step:9: the trace has 4 steps"; "--from batch:2: the
+/// trace has no batch events (it has step events)"; "--from step:1: the
+/// trace has no step events (traces of ppc older than its step and batch
+/// marks have none)"; "--from 500ms: the trace ends at 321.000 ms";
+/// "--from 300ms is not before --to 200ms" (and "--from step:3 is not
+/// before --to step:2", even where ranks overlap those steps).
+llvm::Expected<TimeRange> resolveTimeRange(const Timeline &timeline,
+                                           const std::optional<TimePoint> &from,
+                                           const std::optional<TimePoint> &to,
+                                           llvm::StringRef fromText,
+                                           llvm::StringRef toText);
+
+/// `timeline` without its warm-up: on each rank, only the events that
+/// start no earlier than its step (or batch) `steps` + 1; a rank without
+/// that step keeps none. Zero keeps all.
+/// Errors: "the trace has 3 steps; skipping 3 leaves none"; "the trace has
+/// no step or batch events to skip (traces of ppc older than its step and
+/// batch marks have none)".
+llvm::Expected<Timeline> skipFirstSteps(const Timeline &timeline, int steps);
+
 /// What one rank did over a trace.
 struct RankSummary {
   int rank = 0;
@@ -217,6 +291,19 @@ struct StageTime {
   int64_t count = 0;
 };
 
+/// The time one stage spent in each kind of action, over the trace (sums
+/// of durations: a stage's actions do not overlap).
+struct StageSummary {
+  int stage = -1;
+  /// The rank of its first such event.
+  int rank = -1;
+  /// Compute events F, B, I, W; sends (SEND_F, SEND_B); receives (RECV_F,
+  /// RECV_B: the time the stage's rank waited for its values).
+  double forwardUs = 0, backwardUs = 0, inputUs = 0, weightUs = 0;
+  double sendUs = 0, recvUs = 0;
+  int64_t forwards = 0;
+};
+
 struct TraceSummary {
   /// First start and last end over all ranks, and their difference.
   double startUs = 0, endUs = 0, spanUs = 0;
@@ -227,13 +314,20 @@ struct TraceSummary {
   /// Over compute events named "F" (and "B") with a stage; ties go to the
   /// lower stage. Empty when there are none.
   std::optional<StageTime> slowestForward, slowestBackward;
+  /// Every stage with a compute, send or receive event, in stage order
+  /// (not OUT's pseudo-stage).
+  std::vector<StageSummary> stages;
 };
 
 /// Summarizes a timeline (as parseTrace returns it: at least one event).
 TraceSummary summarizeTrace(const Timeline &timeline);
 
-/// Prints `summary` as an aligned table, the slowest stages, then one
-/// machine-parsable line per rank and one for the whole trace:
+/// Prints `summary` as an aligned table per rank, one per stage (its B, I
+/// and W columns only where the trace has such events), the slowest stages,
+/// then one machine-parsable line per stage, one per rank and one for the
+/// whole trace, last:
+///   trace: stage=0 f_ms=2.000 b_ms=4.000 i_ms=0.000 w_ms=0.000
+///          send_ms=0.200 recv_ms=1.000 forwards=2
 ///   trace: rank=0 busy_ms=6.000 wait_ms=2.000 bubble=0.4000 events=9
 ///          compute=4 send=2 recv=2 wait=1 other=0
 ///   trace: span_ms=10.000 ranks=2 bubble=0.4000 slowest_f_stage=1
@@ -245,15 +339,33 @@ void printTraceSummary(const TraceSummary &summary, llvm::raw_ostream &os);
 /// kMaxPlotBoxes / 4 ranks (4 per rank beyond).
 constexpr size_t kMaxPlotBoxes = 16384;
 
-/// Draws `timeline` as a standalone SVG document: one row per rank
-/// (labelled "rank R", in a <g class="rank">), a box per compute event
-/// (<rect class="compute KIND">, KIND = F, B, I, W or other, each its own
-/// colour) labelled like "2F5" (stage, name, microbatch) where the label
-/// fits, thinner grey bars for sends, receives, waits and other events,
-/// and an x axis in milliseconds with ticks.
+/// The width of a plot in pixels: the default and the bounds of --width.
+constexpr int kDefaultPlotWidth = 1200, kMinPlotWidth = 400,
+              kMaxPlotWidth = 20000;
+
+struct PlotOptions {
+  /// kMinPlotWidth..kMaxPlotWidth.
+  int width = kDefaultPlotWidth;
+  /// The range drawn (resolveTimeRange); the whole trace when absent.
+  std::optional<TimeRange> range;
+};
+
+/// Draws `timeline` as a standalone SVG document `options.width` pixels
+/// wide: one row per rank (labelled "rank R", in a <g class="rank">), a box
+/// per compute event (<rect class="compute KIND">, KIND = F, B, I, W or
+/// other, each its own colour) labelled like "2F5" (stage, name,
+/// microbatch) where the label fits, thinner grey bars for sends, receives,
+/// waits and other events, a legend of the kinds drawn (<rect
+/// class="legend" data-kind="F|B|I|W|other|message|wait|other-event">), a
+/// vertical line at the start of each step or batch (<g class="marker step"
+/// data-index="3">, labelled "step 3" where the label fits), and an x axis
+/// in milliseconds from the trace's first event, with ticks.
 ///
-/// Its size is bounded: the 1110-pixel chart is cut into columns (as many
-/// as fit kMaxPlotBoxes boxes in 4 bands of every row: compute, messages,
+/// With options.range, only what overlaps it is drawn, cut at its ends,
+/// and the axis spans it (still in milliseconds from the trace's start).
+///
+/// Its size is bounded: the chart (width - 90 pixels) is cut into columns (as
+/// many as fit kMaxPlotBoxes boxes in 4 bands of every row: compute, messages,
 /// waits, other), and the events of one band of a row that start in one
 /// column are drawn as one box, <rect class="compute KIND merged"
 /// data-events="N"> (KIND: the kind of most of its time) or class
@@ -263,7 +375,8 @@ constexpr size_t kMaxPlotBoxes = 16384;
 /// and about 4 MB with ppc's names. A trace whose events of each band start
 /// at least a column apart (ppc's runs, unless they are very long) is drawn
 /// event by event.
-void renderTimelineSVG(const Timeline &timeline, llvm::raw_ostream &os);
+void renderTimelineSVG(const Timeline &timeline, llvm::raw_ostream &os,
+                       const PlotOptions &options = {});
 
 } // namespace ppc
 

@@ -18,6 +18,7 @@
 #include "runtime/Collectives.h"
 #include "runtime/Microbatch.h"
 #include "runtime/RankContext.h"
+#include "runtime/Trace.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
@@ -291,6 +292,7 @@ llvm::Expected<double> Trainer::step(const std::vector<c10::IValue> &inputs,
   Impl &t = *impl_;
   RankContext &ctx = *t.ctx;
   auto start = std::chrono::steady_clock::now();
+  int64_t traceStartUs = TraceRecorder::nowUs();
   int64_t sentBefore = ctx.transport().messagesSent();
   ctx.meta().clearCacheWritten();
   ++t.stats.step;
@@ -325,6 +327,7 @@ llvm::Expected<double> Trainer::step(const std::vector<c10::IValue> &inputs,
                                     [&] { t.optimizer->step(); }))
       return err;
   ctx.finishStep();
+  recordMark(step.trace, kStepEventName, traceStartUs);
 
   TrainStats &stats = t.stats;
   stats.metaSource = ctx.meta().source();

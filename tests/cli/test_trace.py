@@ -2,10 +2,15 @@
 """Tests `ppc trace summary` and `ppc trace plot` on trace fixtures, and
 that the files ppc writes follow the trace event format (trace_format.py).
 
-Run: PPC=build/bin/ppc /usr/bin/python3 tests/cli/test_trace.py -v
+Run: PPC=build/bin/ppc PPC_MODELS_DIR=build/models /usr/bin/python3 tests/cli/test_trace.py -v
 Fixtures: tests/unit/fixtures/trace/summary.json (hand-written; its
 numbers are worked out in its "otherData" and in TraceTest.cpp) and
 written.json (what writeTraceFile writes for TraceTest's two ranks).
+RangeTest and MarksTest build multi-step traces in Python (pipeline_trace)
+and compute what `plot --from/--to` must draw and what `summary
+--skip-steps` must print from the events; RealRunTest traces `ppc run
+--repeat` and `ppc train` of the 2-stage MLP and checks their batch and step
+events and the per-stage table against the files.
 TraceLimitsTest writes traces at and over the event limit (about 60 MB
 each) into a temporary directory and bounds ppc's memory and the SVG's size.
 """
@@ -20,7 +25,7 @@ import unittest
 import xml.etree.ElementTree as ET
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import PPC, ROOT, tmpdir  # noqa: E402
+from common import PPC, ROOT, launch, model_path, tmpdir  # noqa: E402
 from trace_format import assert_valid_trace, load_trace, trace_problems  # noqa: E402
 
 FIXTURES = os.path.join(ROOT, "tests", "unit", "fixtures", "trace")
@@ -129,6 +134,465 @@ class TracePlotTest(unittest.TestCase):
         self.check_plot(WRITTEN)
 
 
+LEFT, RIGHT = 70, 20   # the chart's margins in the SVG (runtime/Trace.cpp)
+
+
+def pipeline_trace(marks="step", steps=4, microbatches=2, warmup=10):
+    """The trace of a 2-rank, 2-stage pipeline as ppc writes it, with `steps`
+    steps (marks="step", forward and backward) or batches (marks="batch",
+    forward only), each enclosed by a mark event on both ranks. The first
+    one is `warmup` times slower, as a first batch is."""
+    events = [{"name": "process_name", "ph": "M", "pid": r, "tid": 0, "ts": 0,
+               "args": {"name": "rank %d" % r}} for r in (0, 1)]
+
+    def x(rank, name, cat, stage, mb, ts, dur):
+        events.append({"name": name, "cat": cat, "ph": "X", "ts": ts, "dur": dur, "pid": rank,
+                       "tid": 0, "args": {"stage": stage, "microbatch": mb}})
+        return ts + dur
+
+    t = 1000000
+    for k in range(steps):
+        c = warmup if k == 0 else 1
+        end = t
+        for m in range(microbatches):
+            f0 = t + m * 1000 * c
+            x(0, "F", "compute", 0, m, f0, 700 * c)
+            x(0, "SEND_F", "send", 0, m, f0 + 700 * c, 100 * c)
+            x(1, "RECV_F", "recv", 1, m, f0 + 500 * c, 300 * c)
+            end = max(end, x(1, "F", "compute", 1, m, f0 + 800 * c, 900 * c))
+        if marks == "step":
+            for m in range(microbatches):
+                b1 = end + m * 2000 * c
+                x(1, "B", "compute", 1, m, b1, 1200 * c)
+                x(1, "SEND_B", "send", 1, m, b1 + 1200 * c, 100 * c)
+                x(0, "RECV_B", "recv", 0, m, b1 + 1000 * c, 300 * c)
+                x(0, "B", "compute", 0, m, b1 + 1300 * c, 600 * c)
+            end += microbatches * 2000 * c
+        for r in (0, 1):
+            x(r, "flush", "wait", -1, -1, end, 50)
+            x(r, marks, "other", -1, -1, t, end + 60 - t)
+        t = end + 100
+    return {"traceEvents": events, "displayTimeUnit": "ms"}
+
+
+def write_trace(test, trace, name="t.json"):
+    path = os.path.join(tmpdir(test), name)
+    with open(path, "w") as f:
+        json.dump(trace, f)
+    return path
+
+
+def complete(trace):
+    return [e for e in (trace["traceEvents"] if isinstance(trace, dict) else trace)
+            if e["ph"] == "X"]
+
+
+def mark_spans(events, kind):
+    """[(start, end)] of step (batch) k = the k-th mark event of each rank."""
+    per_rank = {}
+    for e in sorted(events, key=lambda e: e["ts"]):
+        if e["name"] == kind and e["cat"] == "other":
+            per_rank.setdefault(e["pid"], []).append((e["ts"], e["ts"] + e["dur"]))
+    return [(min(s for s, _ in spans), max(e for _, e in spans))
+            for spans in zip(*per_rank.values())]
+
+
+def skip_first(events, kind, k):
+    """What `summary --skip-steps k` keeps: per rank, the events that start
+    no earlier than its own step (batch) k + 1."""
+    kept = []
+    for rank in sorted({e["pid"] for e in events}):
+        mine = [e for e in events if e["pid"] == rank]
+        starts = sorted(e["ts"] for e in mine if e["name"] == kind and e["cat"] == "other")
+        kept += [e for e in mine if e["ts"] >= starts[k]]
+    return kept
+
+
+def compute_boxes(root):
+    return [r for r in root.iter(SVG + "rect") if (r.get("class") or "").split()[:1] == ["compute"]]
+
+
+def legend_kinds(root):
+    return [r.get("data-kind") for r in root.iter(SVG + "rect") if r.get("class") == "legend"]
+
+
+def markers(root):
+    """[(class, index, x, label or None)] of the step and batch markers."""
+    out = []
+    for g in root.iter(SVG + "g"):
+        if (g.get("class") or "").split()[:1] != ["marker"]:
+            continue
+        line = g.find(SVG + "line")
+        text = g.find(SVG + "text")
+        out.append((g.get("class"), int(g.get("data-index")), float(line.get("x1")),
+                    None if text is None else text.text))
+    return out
+
+
+class RangeTest(unittest.TestCase):
+    def plot(self, path, *args):
+        out = os.path.join(tmpdir(self), "range.svg")
+        r = trace_cmd("plot", path, "-o", out, *args)
+        self.assertEqual((r.returncode, r.stderr), (0, ""))
+        return ET.parse(out).getroot()
+
+    def expected_xs(self, events, start, end, width):
+        """The left edges of the compute boxes of `events` in [start, end)."""
+        chart = width - LEFT - RIGHT
+        return sorted(round(LEFT + (max(e["ts"], start) - start) / (end - start) * chart, 2)
+                      for e in events if e["cat"] == "compute"
+                      and e["ts"] < end and e["ts"] + e["dur"] > start)
+
+    def assert_boxes(self, root, events, start, end, width=1200):
+        xs = sorted(float(b.get("x")) for b in compute_boxes(root))
+        want = self.expected_xs(events, start, end, width)
+        self.assertEqual(len(xs), len(want))
+        for got, expected in zip(xs, want):
+            self.assertAlmostEqual(got, expected, delta=0.011)
+        for b in compute_boxes(root):
+            self.assertGreaterEqual(float(b.get("x")), LEFT - 0.01)
+            self.assertLessEqual(float(b.get("x")) + float(b.get("width")),
+                                 width - RIGHT + 0.01)
+
+    def test_from_to_steps_draws_only_those_steps(self):
+        trace = pipeline_trace("step", steps=4)
+        path = write_trace(self, trace)
+        events = complete(trace)
+        spans = mark_spans(events, "step")
+        root = self.plot(path, "--from", "step:2", "--to", "step:3")
+        self.assert_boxes(root, events, spans[1][0], spans[2][1])
+        # 2 steps x 2 microbatches x (F and B) x 2 ranks; the warm-up is gone.
+        self.assertEqual(len(compute_boxes(root)), 16)
+        self.assertEqual([(c, i, t) for c, i, _, t in markers(root)],
+                         [("marker step", 2, "step 2"), ("marker step", 3, "step 3")])
+        self.assertEqual(markers(root)[0][2], LEFT)
+        # The axis is in ms from the trace's start: it begins at step 2.
+        ticks = [float(t.text) for t in root.iter(SVG + "text") if t.get("class") == "tick"]
+        first_ms = (spans[1][0] - min(e["ts"] for e in events)) / 1000
+        self.assertGreaterEqual(ticks[0], first_ms)
+        self.assertLessEqual(ticks[-1], (spans[2][1] - min(e["ts"] for e in events)) / 1000)
+
+    def test_from_a_time_and_from_a_step_to_the_end(self):
+        trace = pipeline_trace("step", steps=4)
+        path = write_trace(self, trace)
+        events = complete(trace)
+        origin = min(e["ts"] for e in events)
+        end = max(e["ts"] + e["dur"] for e in events)
+        root = self.plot(path, "--from", "12.5ms")
+        self.assert_boxes(root, events, origin + 12500, end)
+        # Boxes cut at the left edge: an event running at 12.5 ms starts at x = LEFT.
+        self.assertTrue(any(e["ts"] < origin + 12500 < e["ts"] + e["dur"]
+                            for e in events if e["cat"] == "compute"))
+        self.assertEqual(min(float(b.get("x")) for b in compute_boxes(root)), LEFT)
+        spans = mark_spans(events, "step")
+        root = self.plot(path, "--from", "step:4")
+        self.assert_boxes(root, events, spans[3][0], end)
+        self.assertEqual([i for _, i, _, _ in markers(root)], [4])
+        root = self.plot(path, "--to", "step:1")
+        self.assert_boxes(root, events, origin, spans[0][1])
+        self.assertEqual(len(compute_boxes(root)), 8)
+
+    def test_markers_of_a_whole_training_plot(self):
+        trace = pipeline_trace("step", steps=4)
+        path = write_trace(self, trace)
+        events = complete(trace)
+        spans = mark_spans(events, "step")
+        root = self.plot(path)
+        origin = min(e["ts"] for e in events)
+        end = max(e["ts"] + e["dur"] for e in events)
+        got = markers(root)
+        self.assertEqual([(c, i, t) for c, i, _, t in got],
+                         [("marker step", k, "step %d" % k) for k in (1, 2, 3, 4)])
+        for (_, _, x, _), (start, _) in zip(got, spans):
+            self.assertAlmostEqual(x, LEFT + (start - origin) / (end - origin) * 1110, delta=0.011)
+        # Mark events are markers, not boxes.
+        self.assertEqual(len([r for r in root.iter(SVG + "rect")
+                              if (r.get("class") or "").startswith("other")]), 0)
+        self.assertEqual(legend_kinds(root), ["F", "B", "message", "wait"])
+
+    def test_inference_plot_has_batch_markers_and_no_backward_legend(self):
+        trace = pipeline_trace("batch", steps=3)
+        path = write_trace(self, trace)
+        root = self.plot(path, "--from", "batch:2")
+        self.assertEqual([(c, i, t) for c, i, _, t in markers(root)],
+                         [("marker batch", 2, "batch 2"), ("marker batch", 3, "batch 3")])
+        self.assertEqual(legend_kinds(root), ["F", "message", "wait"])
+        legend_text = [t.text for g in root.iter(SVG + "g") if g.get("class") == "legend"
+                       for t in g.iter(SVG + "text")]
+        self.assertEqual(legend_text, ["F", "send/recv", "wait"])
+        self.assertEqual(len(compute_boxes(root)), 2 * 2 * 2)
+        # A range with only receives and sends in it lists only them.
+        events = complete(trace)
+        recv = next(e for e in events if e["name"] == "RECV_F" and e["args"]["microbatch"] == 0)
+        origin = min(e["ts"] for e in events)
+        f0 = next(e for e in events if e["name"] == "F" and e["pid"] == 0)
+        # rank 0's first F ends at 7 ms; rank 1's first F starts at 8 ms.
+        self.assertLess(f0["ts"] + f0["dur"], recv["ts"] + recv["dur"])
+        root = self.plot(path, "--from", "%gms" % ((f0["ts"] + f0["dur"] - origin) / 1000 + 0.1),
+                         "--to", "%gms" % ((recv["ts"] + recv["dur"] - origin) / 1000 - 0.1))
+        self.assertEqual(compute_boxes(root), [])
+        self.assertEqual(legend_kinds(root), ["message"])
+
+    def test_width(self):
+        trace = pipeline_trace("step", steps=2)
+        path = write_trace(self, trace)
+        events = complete(trace)
+        root = self.plot(path, "--width", "800")
+        self.assertEqual(root.get("width"), "800")
+        self.assertTrue(root.get("viewBox").startswith("0 0 800 "))
+        self.assert_boxes(root, events, min(e["ts"] for e in events),
+                          max(e["ts"] + e["dur"] for e in events), width=800)
+        wide = self.plot(path, "--width", "20000")
+        self.assertEqual(wide.get("width"), "20000")
+
+    def test_old_traces_without_marks_still_plot(self):
+        root = self.plot(WRITTEN)
+        self.assertEqual(markers(root), [])
+        self.assertEqual(len(compute_boxes(root)), 2)
+        root = self.plot(WRITTEN, "--from", "0.2ms", "--to", "1ms")
+        # rank 0's F [0, 0.5) ms and rank 1's F [0.55, 1.25) ms both overlap.
+        self.assertEqual(len(compute_boxes(root)), 2)
+
+    def test_bad_values_are_one_line_errors(self):
+        trace = pipeline_trace("step", steps=4)
+        path = write_trace(self, trace)
+        inference = write_trace(self, pipeline_trace("batch", steps=2), "i.json")
+        out = os.path.join(tmpdir(self), "x.svg")
+        bad = "is not a time (e.g. 120ms, step:3, batch:2)"
+        cases = [
+            (["--from", "120"], "--from: '120' " + bad),
+            (["--from", "step:0"], "--from: 'step:0' " + bad + ": steps count from 1"),
+            (["--from", "step:9"], "--from step:9: the trace has 4 steps"),
+            (["--from", "batch:1"], "--from batch:1: the trace has no batch events "
+                                    "(it has step events)"),
+            (["--from", "900ms"], "--from 900ms: the trace ends at "),
+            (["--from", "step:3", "--to", "step:2"], "--from step:3 is not before --to step:2"),
+            (["--width", "100"], "--width: 100 is not an integer in 400..20000"),
+        ]
+        # (parseTimePoint's and resolveTimeRange's other refusals are in
+        # TraceTest.cpp.)
+        for args, message in cases:
+            with self.subTest(args=args):
+                r = trace_cmd("plot", path, "-o", out, *args)
+                self.assertEqual((r.returncode, r.stdout), (2, ""), r.stderr)
+                self.assertEqual(r.stderr.count("\n"), 1, r.stderr)
+                self.assertTrue(r.stderr.startswith("error: " + message), r.stderr)
+        self.assertFalse(os.path.exists(out))
+        r = trace_cmd("plot", inference, "-o", out, "--to", "step:1")
+        self.assertEqual(r.stderr, "error: --to step:1: the trace has no step events "
+                         "(it has batch events)\n")
+        r = trace_cmd("plot", WRITTEN, "-o", out, "--from", "step:1")
+        self.assertEqual(r.stderr, "error: --from step:1: the trace has no step events "
+                         "(traces of ppc older than its step and batch marks have none)\n")
+
+
+def stage_lines(text):
+    return {int(m.group(1)): fields(m.group(2))
+            for m in re.finditer(r"^trace: stage=(\d+) (.*)$", text, re.M)}
+
+
+def expected_busy_ms(events, rank):
+    """Compute time of `rank` (ppc's events of one rank do not overlap)."""
+    return sum(e["dur"] for e in events if e["pid"] == rank and e["cat"] == "compute") / 1000
+
+
+class SkipStepsTest(unittest.TestCase):
+    def test_skipping_the_warm_up(self):
+        trace = pipeline_trace("step", steps=4)
+        path = write_trace(self, trace)
+        events = complete(trace)
+        full = trace_cmd("summary", path)
+        skipped = trace_cmd("summary", path, "--skip-steps", "1")
+        for r in (full, skipped):
+            self.assertEqual((r.returncode, r.stderr), (0, ""))
+        kept = skip_first(events, "step", 1)
+        # The ranks of pipeline_trace start each step together.
+        self.assertEqual(len(kept), len([e for e in events
+                                         if e["ts"] >= mark_spans(events, "step")[1][0]]))
+        for r, evs in ((full, events), (skipped, kept)):
+            ranks = {int(m.group(1)): fields(m.group(2)) for m in RANK_LINE.finditer(r.stdout)}
+            span_us = max(e["ts"] + e["dur"] for e in evs) - min(e["ts"] for e in evs)
+            total = fields("span_ms=" + TOTAL_LINE.search(r.stdout).group(1))
+            self.assertEqual(total["span_ms"], "%.3f" % (span_us / 1000))
+            for rank in (0, 1):
+                busy = expected_busy_ms(evs, rank)
+                self.assertEqual(ranks[rank]["busy_ms"], "%.3f" % busy)
+                self.assertEqual(ranks[rank]["bubble"], "%.4f" % (1 - busy * 1000 / span_us))
+                self.assertEqual(int(ranks[rank]["events"]),
+                                 len([e for e in evs if e["pid"] == rank]))
+        # The warm-up step is 10 times slower: skipping it lowers the span
+        # from 13 steps' worth to 3.
+        span = lambda r: float(TOTAL_LINE.search(r.stdout).group(1).split()[0])  # noqa: E731
+        self.assertLess(span(skipped), span(full) / 3)
+        # Per stage, F time over the kept steps only.
+        for stage, row in stage_lines(skipped.stdout).items():
+            f = sum(e["dur"] for e in kept if e["name"] == "F" and e["args"]["stage"] == stage)
+            self.assertEqual(row["f_ms"], "%.3f" % (f / 1000))
+            self.assertEqual(row["forwards"], "6")
+
+    def test_bad_counts(self):
+        path = write_trace(self, pipeline_trace("batch", steps=4))
+        cases = [
+            ([path, "--skip-steps", "4"],
+             "--skip-steps 4: the trace has 4 batches; skipping 4 leaves none"),
+            ([path, "--skip-steps", "-1"],
+             "--skip-steps: -1 is not an integer in 0..2147483647"),
+            ([WRITTEN, "--skip-steps", "1"],
+             "--skip-steps 1: the trace has no step or batch events to skip (traces of ppc "
+             "older than its step and batch marks have none)"),
+        ]
+        for args, message in cases:
+            with self.subTest(args=args[1:]):
+                r = trace_cmd("summary", *args)
+                self.assertEqual((r.returncode, r.stdout), (2, ""))
+                self.assertEqual(r.stderr.count("\n"), 1, r.stderr)
+                self.assertTrue(r.stderr.startswith("error: " + message), r.stderr)
+        r = trace_cmd("summary", WRITTEN, "--skip-steps", "0")
+        self.assertEqual((r.returncode, r.stderr), (0, ""))
+
+
+class StageTableTest(unittest.TestCase):
+    def test_a_row_per_stage_matching_the_events(self):
+        trace = pipeline_trace("step", steps=3)
+        path = write_trace(self, trace)
+        events = complete(trace)
+        r = trace_cmd("summary", path)
+        self.assertEqual((r.returncode, r.stderr), (0, ""))
+        rows = stage_lines(r.stdout)
+        self.assertEqual(sorted(rows), [0, 1])
+        for stage, row in rows.items():
+            def total(pred):
+                return "%.3f" % (sum(e["dur"] for e in events
+                                     if e["args"]["stage"] == stage and pred(e)) / 1000)
+            self.assertEqual(row, {
+                "f_ms": total(lambda e: e["name"] == "F"),
+                "b_ms": total(lambda e: e["name"] == "B"),
+                "i_ms": "0.000", "w_ms": "0.000",
+                "send_ms": total(lambda e: e["cat"] == "send"),
+                "recv_ms": total(lambda e: e["cat"] == "recv"),
+                "forwards": "6"})
+        # The table: a header naming the kinds that occur (no I or W), a row
+        # per stage with its rank.
+        lines = r.stdout.splitlines()
+        header = next(i for i, line in enumerate(lines) if line.startswith("stage "))
+        self.assertEqual(lines[header].split(),
+                         ["stage", "rank", "F_ms", "B_ms", "send_ms", "recv_ms", "forwards"])
+        self.assertEqual([l.split()[:3] for l in lines[header + 1:header + 3]],
+                         [["0", "0", rows[0]["f_ms"]], ["1", "1", rows[1]["f_ms"]]])
+        # The lines scripts read are still there, and the whole-trace line last.
+        self.assertEqual(len(RANK_LINE.findall(r.stdout)), 2)
+        self.assertTrue(lines[-1].startswith("trace: span_ms="), lines[-1])
+
+
+class RealRunTest(unittest.TestCase):
+    """Traces of real runs of the 2-stage MLP on 2 ranks: `ppc run --repeat
+    3` (batch marks) and `ppc train --steps 3` (step marks)."""
+
+    @classmethod
+    def setUpClass(cls):
+        from training import split, train, write_data
+        cls.tmp = tempfile.TemporaryDirectory(prefix="ppc-trace-real-")
+        d = cls.tmp.name
+        manifest = split(d, "mlp", 2)
+        cls.run_trace = os.path.join(d, "run.json")
+        r = launch(2, "run", manifest, "--input", model_path("mlp", ".input.pt"),
+                   "--output", os.path.join(d, "out.pt"), "--microbatches", 2, "--repeat", 3,
+                   "--no-meta-cache", "--timeout", 60, "--trace", cls.run_trace)
+        if r.returncode != 0:
+            raise AssertionError(r.stdout + r.stderr)
+        data = os.path.join(d, "mlp.data.pt")
+        write_data(data, "mlp", "cross_entropy")
+        cls.train_trace = os.path.join(d, "train.json")
+        t = train(2, manifest, data, "--loss", "cross_entropy", "--steps", 3,
+                  "--microbatches", 2, "--no-meta-cache", "--trace", cls.train_trace)
+        if t.proc.returncode != 0:
+            raise AssertionError(t.output)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def check_marks(self, path, kind, other):
+        trace = assert_valid_trace(self, path)
+        events = complete(trace)
+        for rank in (0, 1):
+            mine = sorted((e for e in events if e["pid"] == rank), key=lambda e: e["ts"])
+            marks = [e for e in mine if e["name"] == kind]
+            self.assertEqual(len(marks), 3, (rank, kind))
+            self.assertEqual({e["cat"] for e in marks}, {"other"})
+            self.assertEqual({(e["args"]["stage"], e["args"]["microbatch"]) for e in marks},
+                             {(-1, -1)})
+            self.assertFalse([e for e in mine if e["name"] == other])
+            # Every action of the rank lies in one of its marks, and each
+            # mark holds one run of the executor (it ends with a flush).
+            for e in mine:
+                if e["name"] != kind:
+                    self.assertEqual(len([m for m in marks if m["ts"] <= e["ts"]
+                                          and e["ts"] + e["dur"] <= m["ts"] + m["dur"]]), 1, e)
+            for m in marks:
+                inside = [e for e in mine if m["ts"] <= e["ts"] < m["ts"] + m["dur"]]
+                self.assertEqual(len([e for e in inside if e["name"] == "flush"]), 1)
+                self.assertEqual(len([e for e in inside if e["name"] == "F"]), 2)
+        return events
+
+    def test_run_trace_has_batch_marks(self):
+        events = self.check_marks(self.run_trace, "batch", "step")
+        out = os.path.join(tmpdir(self), "run.svg")
+        r = trace_cmd("plot", self.run_trace, "-o", out, "--from", "batch:2")
+        self.assertEqual((r.returncode, r.stderr), (0, ""))
+        root = ET.parse(out).getroot()
+        self.assertEqual([(c, i, t) for c, i, _, t in markers(root)],
+                         [("marker batch", 2, "batch 2"), ("marker batch", 3, "batch 3")])
+        # Inference: no B, I or W in the legend.
+        self.assertEqual([k for k in legend_kinds(root) if k in ("F", "B", "I", "W")], ["F"])
+        # The range starts where the first rank starts batch 2 (rank 1 may
+        # still be in batch 1 then): the F boxes are the F events after it.
+        spans = mark_spans(events, "batch")
+        self.assertEqual(len(compute_boxes(root)),
+                         len([e for e in events if e["name"] == "F"
+                              and e["ts"] + e["dur"] > spans[1][0]]))
+        self.assertGreaterEqual(len(compute_boxes(root)), 8)
+        # The per-stage table against the file, whole and without batch 1.
+        for skip, evs in ((0, events), (1, skip_first(events, "batch", 1))):
+            s = trace_cmd("summary", self.run_trace, "--skip-steps", skip)
+            self.assertEqual((s.returncode, s.stderr), (0, ""))
+            rows = stage_lines(s.stdout)
+            self.assertEqual(sorted(rows), [0, 1])
+            for stage, row in rows.items():
+                f = [e["dur"] for e in evs if e["name"] == "F" and e["args"]["stage"] == stage]
+                self.assertEqual(len(f), 2 * (3 - skip))
+                self.assertEqual(row["forwards"], str(len(f)))
+                self.assertAlmostEqual(float(row["f_ms"]), sum(f) / 1000, delta=0.0015)
+                self.assertEqual(row["b_ms"], "0.000")
+            ranks = {int(m.group(1)): fields(m.group(2)) for m in RANK_LINE.finditer(s.stdout)}
+            for rank in (0, 1):
+                self.assertAlmostEqual(float(ranks[rank]["busy_ms"]),
+                                       expected_busy_ms(evs, rank), delta=0.0015)
+
+    def test_train_trace_has_step_marks(self):
+        events = self.check_marks(self.train_trace, "step", "batch")
+        out = os.path.join(tmpdir(self), "train.svg")
+        r = trace_cmd("plot", self.train_trace, "-o", out, "--from", "step:2", "--to", "step:2")
+        self.assertEqual((r.returncode, r.stderr), (0, ""))
+        root = ET.parse(out).getroot()
+        # Step 2 runs from its first start to its last end on any rank (by
+        # then, rank 0 may have begun step 3).
+        start, end = mark_spans(events, "step")[1]
+        self.assertEqual(markers(root)[0][:2], ("marker step", 2))
+        self.assertEqual([i for _, i, _, _ in markers(root)][1:], [3] * (len(markers(root)) - 1))
+        kinds = sorted(b.get("class").split()[1] for b in compute_boxes(root))
+        self.assertEqual(kinds, sorted(e["name"] for e in events if e["cat"] == "compute"
+                                       and e["ts"] < end and e["ts"] + e["dur"] > start))
+        # At least step 2's 2 microbatches x 2 stages of F and of B.
+        self.assertGreaterEqual(kinds.count("F"), 4)
+        self.assertGreaterEqual(kinds.count("B"), 4)
+        s = trace_cmd("summary", self.train_trace)
+        rows = stage_lines(s.stdout)
+        for stage, row in rows.items():
+            b = sum(e["dur"] for e in events if e["name"] == "B" and e["args"]["stage"] == stage)
+            self.assertAlmostEqual(float(row["b_ms"]), b / 1000, delta=0.0015)
+
+
 class TraceFormatTest(unittest.TestCase):
     def test_fixtures_follow_the_trace_event_format(self):
         # written.json is writeTraceFile's output (TraceTest keeps it so).
@@ -161,6 +625,15 @@ class TraceFormatTest(unittest.TestCase):
         self.assertTrue(broken(lambda ev: first(ev, "f").pop("bp")))
         self.assertTrue(broken(lambda ev: first(ev, "s").update(ts=10 ** 9)))
         self.assertTrue(trace_problems({"traceEvents": 3}))
+        # Batch and step marks: -1 stage and microbatch, one rank's do not overlap.
+        marked = pipeline_trace("batch", steps=2)
+        self.assertEqual(trace_problems(marked), [])
+        mark = next(e for e in marked["traceEvents"] if e.get("name") == "batch")
+        mark["args"]["stage"] = 0
+        self.assertEqual(len(trace_problems(marked)), 1)
+        mark["args"]["stage"] = -1
+        mark["dur"] *= 100
+        self.assertEqual(len(trace_problems(marked)), 1, trace_problems(marked))
 
 
 class TraceErrorsTest(unittest.TestCase):

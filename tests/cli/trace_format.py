@@ -16,12 +16,16 @@ chrome://tracing) rely on:
     same id, cat and name (Perfetto matches v1 flows by those three), and
     the reverse; ends carry "bp": "e" (bind to the enclosing slice);
   - every flow event lies within a complete event of the same pid and tid
-    (the slice its arrow attaches to).
+    (the slice its arrow attaches to), other than a batch or step mark;
+  - the batch and step marks (complete events named "batch" or "step" of
+    category other) have stage and microbatch -1, and one rank's marks do
+    not overlap (its k-th mark is its batch or step k).
 """
 import json
 import numbers
 
 CATEGORIES = {"compute", "send", "recv", "wait", "other"}
+MARKS = {"batch", "step"}
 
 
 def _is_int(value):
@@ -44,6 +48,7 @@ def trace_problems(trace):
     slices = {}   # (pid, tid) -> [(start, end)]
     flows = {}    # (id, cat, name) -> {"s": [ts...], "f": [ts...]}
     flow_points = []
+    marks = {}    # pid -> [(start, end, index)]
     for i, e in enumerate(events):
         where = "event %d" % i
         if not isinstance(e, dict):
@@ -73,7 +78,14 @@ def trace_problems(trace):
                     _is_int(args.get(k, -1)) and args.get(k, -1) >= -1
                     for k in ("stage", "microbatch")):
                 problems.append(where + ": bad args %r" % (args,))
-            slices.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + dur))
+            if e.get("name") in MARKS and e.get("cat") == "other":
+                # Not a slice an arrow attaches to: it encloses the whole batch.
+                if not isinstance(args, dict) or (args.get("stage"), args.get("microbatch")) != (-1, -1):
+                    problems.append(where + ": a %s mark with stage or microbatch other than -1"
+                                    % e["name"])
+                marks.setdefault(e["pid"], []).append((e["ts"], e["ts"] + dur, i))
+            else:
+                slices.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + dur))
         elif ph in ("s", "f"):
             key = (e.get("id"), e.get("cat"), e.get("name"))
             if not (_is_int(key[0]) or isinstance(key[0], str)) or not all(
@@ -92,6 +104,12 @@ def trace_problems(trace):
             problems.append("flow id %r (cat %r, name %r): %d starts (ph s), %d ends (ph f); "
                             "expected one each" % (key[0], key[1], key[2],
                                                    len(ends["s"]), len(ends["f"])))
+    for pid, spans in marks.items():
+        spans.sort()
+        for (_, end, _), (start, _, i) in zip(spans, spans[1:]):
+            if start < end:
+                problems.append("event %d: a mark of pid %r that begins before the previous one "
+                                "ends" % (i, pid))
     for i, pid, tid, ts in flow_points:
         if not any(start <= ts <= end for start, end in slices.get((pid, tid), [])):
             problems.append("event %d: flow event at ts %r is inside no complete event of "

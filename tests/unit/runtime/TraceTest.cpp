@@ -620,3 +620,231 @@ TEST(TraceSVGTest, DenseTracesAreMergedIntoBoundedBoxes) {
   EXPECT_EQ(llvm::StringRef(svg).count("<text class=\"event\""), 0u);
   EXPECT_LT(svg.size(), size_t(4) << 20);
 }
+
+namespace {
+/// A timeline of `ranks` ranks from events (rank, name, category, stage,
+/// microbatch, start, duration).
+Timeline timelineOf(std::vector<TimelineEvent> events) {
+  Timeline t;
+  std::set<int> ranks;
+  for (const TimelineEvent &e : events)
+    ranks.insert(e.rank);
+  t.ranks.assign(ranks.begin(), ranks.end());
+  t.events = std::move(events);
+  return t;
+}
+
+/// Two ranks, three steps of 100 us starting at 1000, 1200 and 1400 (rank
+/// 1's 10 us later, and 10 us longer), one F of 50 us at the start of each.
+Timeline threeSteps(llvm::StringRef kind = kStepEventName) {
+  std::vector<TimelineEvent> events;
+  for (int k = 0; k < 3; ++k)
+    for (int r = 0; r < 2; ++r) {
+      double start = 1000 + 200 * k + 10 * r;
+      events.push_back({r, kind.str(), "other", -1, -1, start, 100.0 + 10 * r});
+      events.push_back({r, "F", "compute", r, k, start + 5, 50});
+    }
+  return timelineOf(std::move(events));
+}
+
+std::string svgOf(const Timeline &timeline, const PlotOptions &options = {}) {
+  std::string svg;
+  llvm::raw_string_ostream os(svg);
+  renderTimelineSVG(timeline, os, options);
+  os.flush();
+  return svg;
+}
+} // namespace
+
+TEST(TraceRangeTest, TimePoints) {
+  auto ms = parseTimePoint("120ms");
+  ASSERT_TRUE(static_cast<bool>(ms)) << llvm::toString(ms.takeError());
+  EXPECT_EQ(ms->kind, TimePoint::Kind::Ms);
+  EXPECT_DOUBLE_EQ(ms->ms, 120);
+  auto half = parseTimePoint("0.5ms");
+  ASSERT_TRUE(static_cast<bool>(half));
+  EXPECT_DOUBLE_EQ(half->ms, 0.5);
+  auto step = parseTimePoint("step:3");
+  ASSERT_TRUE(static_cast<bool>(step));
+  EXPECT_EQ(step->kind, TimePoint::Kind::Step);
+  EXPECT_EQ(step->index, 3);
+  auto batch = parseTimePoint("batch:12");
+  ASSERT_TRUE(static_cast<bool>(batch));
+  EXPECT_EQ(batch->kind, TimePoint::Kind::Batch);
+  EXPECT_EQ(batch->index, 12);
+  const std::string bad = "' is not a time (e.g. 120ms, step:3, batch:2)";
+  for (const char *text :
+       {"120", "ms", "step:", "steps:3", "12 ms", "infms", "nanms", "-1ms",
+        "1e400ms", "step:1.5", "batch:x", "STEP:1", ""})
+    EXPECT_EQ(errorOf(parseTimePoint(text)), "'" + std::string(text) + bad)
+        << text;
+  EXPECT_EQ(errorOf(parseTimePoint("step:0")),
+            "'step:0" + bad + ": steps count from 1");
+  EXPECT_EQ(errorOf(parseTimePoint("batch:-2")),
+            "'batch:-2" + bad + ": batches count from 1");
+  EXPECT_EQ(errorOf(parseTimePoint("1\x01ms")), "'1\\x01ms" + bad);
+}
+
+TEST(TraceRangeTest, MarksAreTheKthEventOfEachRank) {
+  std::vector<TimelineMark> marks = timelineMarks(threeSteps());
+  ASSERT_EQ(marks.size(), 3u);
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_EQ(marks[k].kind, "step");
+    EXPECT_EQ(marks[k].index, k + 1);
+    EXPECT_DOUBLE_EQ(marks[k].startUs, 1000 + 200 * k);     // rank 0's start
+    EXPECT_DOUBLE_EQ(marks[k].endUs, 1000 + 200 * k + 120); // rank 1's end
+  }
+  EXPECT_EQ(timelineMarks(threeSteps(kBatchEventName))[1].kind, "batch");
+  // A "step" of another category is not a mark.
+  Timeline t = threeSteps();
+  for (TimelineEvent &e : t.events)
+    e.category = e.category == "other" ? "wait" : e.category;
+  EXPECT_TRUE(timelineMarks(t).empty());
+}
+
+TEST(TraceRangeTest, ResolvesAndRefusesRanges) {
+  Timeline t = threeSteps();
+  auto range = [&](std::optional<TimePoint> from, std::optional<TimePoint> to) {
+    return resolveTimeRange(t, from, to, "--from X", "--to Y");
+  };
+  TimePoint step2{TimePoint::Kind::Step, 0, 2};
+  TimePoint step3{TimePoint::Kind::Step, 0, 3};
+  auto r = range(step2, step3);
+  ASSERT_TRUE(static_cast<bool>(r)) << llvm::toString(r.takeError());
+  EXPECT_DOUBLE_EQ(r->startUs, 1200);
+  EXPECT_DOUBLE_EQ(r->endUs, 1520);
+  auto whole = range(std::nullopt, std::nullopt);
+  ASSERT_TRUE(static_cast<bool>(whole));
+  EXPECT_DOUBLE_EQ(whole->startUs, 1000);
+  EXPECT_DOUBLE_EQ(whole->endUs, 1520);
+  auto ms = range(TimePoint{TimePoint::Kind::Ms, 0.25, 0}, std::nullopt);
+  ASSERT_TRUE(static_cast<bool>(ms));
+  EXPECT_DOUBLE_EQ(ms->startUs, 1250);
+  EXPECT_EQ(errorOf(range(TimePoint{TimePoint::Kind::Step, 0, 4}, {})),
+            "--from X: the trace has 3 steps");
+  EXPECT_EQ(errorOf(range({}, TimePoint{TimePoint::Kind::Batch, 0, 1})),
+            "--to Y: the trace has no batch events (it has step events)");
+  EXPECT_EQ(errorOf(range(TimePoint{TimePoint::Kind::Ms, 0.52, 0}, {})),
+            "--from X: the trace ends at 0.520 ms");
+  EXPECT_EQ(errorOf(range(step3, step2)), "--from X is not before --to Y");
+  // Even where step 3 starts on one rank before step 2 ends on another.
+  Timeline overlapping = threeSteps();
+  for (TimelineEvent &e : overlapping.events)
+    if (e.rank == 1 && e.name == "step")
+      e.durationUs += 300;
+  EXPECT_EQ(errorOf(resolveTimeRange(overlapping, step3, step2, "--from X",
+                                     "--to Y")),
+            "--from X is not before --to Y");
+  EXPECT_EQ(errorOf(range({}, TimePoint{TimePoint::Kind::Ms, 0, 0})),
+            "the trace's start is not before --to Y");
+  Timeline old = timelineOf({{0, "F", "compute", 0, 0, 10, 5}});
+  EXPECT_EQ(errorOf(resolveTimeRange(old, step2, {}, "--from step:2", "")),
+            "--from step:2: the trace has no step events (traces of ppc "
+            "older than its step and batch marks have none)");
+}
+
+TEST(TraceRangeTest, SkippingSteps) {
+  Timeline t = threeSteps();
+  auto kept = skipFirstSteps(t, 1);
+  ASSERT_TRUE(static_cast<bool>(kept)) << llvm::toString(kept.takeError());
+  ASSERT_EQ(kept->events.size(), 8u);
+  for (const TimelineEvent &e : kept->events)
+    EXPECT_GE(e.startUs, 1200 + 10 * e.rank);
+  TraceSummary s = summarizeTrace(*kept);
+  EXPECT_DOUBLE_EQ(s.startUs, 1200);
+  EXPECT_DOUBLE_EQ(s.spanUs, 320);
+  EXPECT_DOUBLE_EQ(s.ranks[0].busyUs, 100);
+  auto all = skipFirstSteps(t, 0);
+  ASSERT_TRUE(static_cast<bool>(all));
+  EXPECT_EQ(all->events.size(), t.events.size());
+  EXPECT_EQ(errorOf(skipFirstSteps(t, 3)),
+            "the trace has 3 steps; skipping 3 leaves none");
+  EXPECT_EQ(errorOf(skipFirstSteps(threeSteps(kBatchEventName), 5)),
+            "the trace has 3 batches; skipping 5 leaves none");
+  EXPECT_EQ(
+      errorOf(skipFirstSteps(timelineOf({{0, "F", "compute", 0, 0, 1, 1}}), 1)),
+      "the trace has no step or batch events to skip (traces of ppc "
+      "older than its step and batch marks have none)");
+}
+
+// The fixture's stages (see HandComputedNumbers): stage 0 on rank 0 runs F
+// 1000 + 1000, B 2000 + 2000, sends 100 + 100 and receives 200 + 800 us;
+// stage 1 on rank 1 F 1500 + 1500, B 1250 + 1250, sends 100 + 100 and
+// receives 150 + 100 us.
+TEST(TraceSummaryTest, PerStageTimes) {
+  auto timeline = readTraceFile(fixture("summary.json"));
+  ASSERT_TRUE(static_cast<bool>(timeline))
+      << llvm::toString(timeline.takeError());
+  TraceSummary s = summarizeTrace(*timeline);
+  ASSERT_EQ(s.stages.size(), 2u);
+  const StageSummary &s0 = s.stages[0], &s1 = s.stages[1];
+  EXPECT_EQ(s0.stage, 0);
+  EXPECT_EQ(s0.rank, 0);
+  EXPECT_DOUBLE_EQ(s0.forwardUs, 2000);
+  EXPECT_DOUBLE_EQ(s0.backwardUs, 4000);
+  EXPECT_DOUBLE_EQ(s0.sendUs, 200);
+  EXPECT_DOUBLE_EQ(s0.recvUs, 1000);
+  EXPECT_EQ(s0.forwards, 2);
+  EXPECT_EQ(s1.stage, 1);
+  EXPECT_EQ(s1.rank, 1);
+  EXPECT_DOUBLE_EQ(s1.forwardUs, 3000);
+  EXPECT_DOUBLE_EQ(s1.backwardUs, 2500);
+  EXPECT_DOUBLE_EQ(s1.sendUs, 200);
+  EXPECT_DOUBLE_EQ(s1.recvUs, 250);
+  EXPECT_DOUBLE_EQ(s1.inputUs + s1.weightUs + s0.inputUs + s0.weightUs, 0);
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  printTraceSummary(s, os);
+  os.flush();
+  EXPECT_NE(text.find("trace: stage=0 f_ms=2.000 b_ms=4.000 i_ms=0.000 "
+                      "w_ms=0.000 send_ms=0.200 recv_ms=1.000 forwards=2\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("\nstage    rank        F_ms        B_ms     send_ms "
+                      "    recv_ms forwards\n0           0       2.000 "
+                      "      4.000       0.200       1.000        2\n"),
+            std::string::npos)
+      << text;
+}
+
+TEST(TraceSVGTest, RangeWidthMarkersAndLegend) {
+  Timeline t = threeSteps();
+  std::string whole = svgOf(t);
+  auto count = [](const std::string &svg, llvm::StringRef needle) {
+    return llvm::StringRef(svg).count(needle);
+  };
+  EXPECT_EQ(count(whole, "<rect class=\"compute F\""), 6u);
+  EXPECT_EQ(count(whole, "<g class=\"marker step\""), 3u);
+  EXPECT_EQ(count(whole, ">step 1</text>"), 1u);
+  EXPECT_EQ(count(whole, ">step 3</text>"), 1u);
+  EXPECT_EQ(count(whole, "width=\"1200\" height="), 1u);
+  // Only F is drawn: the legend has F alone, and marks are not boxes.
+  EXPECT_EQ(count(whole, "<rect class=\"legend\""), 1u);
+  EXPECT_EQ(count(whole, "data-kind=\"F\""), 1u);
+  EXPECT_EQ(count(whole, "<rect class=\"other"), 0u);
+
+  PlotOptions options;
+  options.width = 600;
+  options.range = TimeRange{1200, 1400};
+  std::string part = svgOf(t, options);
+  EXPECT_EQ(count(part, "width=\"600\" height="), 1u);
+  EXPECT_EQ(count(part, "<rect class=\"compute F\""), 2u);
+  EXPECT_EQ(count(part, "<g class=\"marker step\" data-index=\"2\""), 1u);
+  EXPECT_EQ(count(part, "<g class=\"marker"), 1u); // step 3 starts at the end
+  // Rank 0's F of step 2 starts 5 us into the 200 us range of a 510-pixel
+  // chart.
+  EXPECT_EQ(count(part, "class=\"compute F\" x=\"82.75\""), 1u);
+  // The axis: 0.2 .. 0.4 ms from the trace's start.
+  EXPECT_EQ(count(part, "class=\"tick\" x=\"70.00\""), 1u);
+  EXPECT_EQ(count(part, ">0.2</text>"), 1u);
+  EXPECT_EQ(count(part, ">0.4</text>"), 1u);
+  EXPECT_EQ(count(part, ">0.1</text>"), 0u);
+
+  auto fixtureTimeline = readTraceFile(fixture("summary.json"));
+  ASSERT_TRUE(static_cast<bool>(fixtureTimeline));
+  std::string svg = svgOf(*fixtureTimeline);
+  for (const char *kind : {"F", "B", "message", "wait", "other-event"})
+    EXPECT_EQ(count(svg, std::string("data-kind=\"") + kind + "\""), 1u)
+        << kind;
+  EXPECT_EQ(count(svg, "<rect class=\"legend\""), 5u);
+}
