@@ -725,6 +725,10 @@ launchEnvironment(const LaunchOptions &options, int localRank) {
       {"ROLE_WORLD_SIZE", std::to_string(worldSize)},
       {"MASTER_ADDR", options.masterAddr},
       {"MASTER_PORT", std::to_string(options.masterPort)},
+      // The launcher relays whole lines: a rank cannot redraw a progress
+      // line through it, but prints plain ones for a person at a terminal
+      // (tools/ppc/Progress.h).
+      {"PPC_LAUNCH_TTY", ::isatty(2) ? "1" : "0"},
   };
   // Like torchrun, workers that share a node get OMP_NUM_THREADS unless the
   // user set it; unlike torchrun's 1, each gets its share of the cores, the

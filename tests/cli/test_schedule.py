@@ -354,7 +354,7 @@ class ScheduleTest(unittest.TestCase):
                 # Refused when the command line is parsed, as an unknown name.
                 self.assertEqual(proc.stderr, "error: --schedule: must be gpipe, 1f1b or "
                                               f"looped-bfs (got '{kind}', a training schedule: "
-                                              "ppc train runs it) (see ppc --help)\n")
+                                              "ppc train runs it) (see ppc run --help)\n")
                 self.assertFalse(os.path.exists(os.path.join(d, "out.pt")))
 
 
