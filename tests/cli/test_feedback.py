@@ -26,6 +26,22 @@ def class_tmpdir(cls):
     return d.name
 
 
+def read_all(master):
+    """Everything written to the terminal whose master side is `master`,
+    until the other side closes; closes `master`."""
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 4096)
+        except OSError:  # EIO: the other side closed
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    return b"".join(chunks).decode()
+
+
 PROGRESS = re.compile(r"^\[rank 1\] progress: batch (\d+)/(\d+) \((\d+)%\)", re.M)
 
 
@@ -97,18 +113,8 @@ class RunFeedbackTest(unittest.TestCase):
                               self.input, "--output", out], stderr=slave,
                              stdout=subprocess.DEVNULL, env=rank_env(0, 1, free_port()))
         os.close(slave)
-        chunks = []
-        while True:
-            try:
-                data = os.read(master, 4096)
-            except OSError:  # EIO: the other side closed
-                break
-            if not data:
-                break
-            chunks.append(data)
+        text = read_all(master)
         p.wait(timeout=120)
-        os.close(master)
-        text = b"".join(chunks).decode()
         self.assertEqual(p.returncode, 0, text)
         self.assertIn("\rprogress: batch 1/4 (25%)", text)
         self.assertIn("\rprogress: batch 4/4 (100%)", text)
@@ -116,6 +122,29 @@ class RunFeedbackTest(unittest.TestCase):
         self.assertNotIn("progress: batch 1/4 (25%)\r\n", text.replace("\x1b[K", ""))
         # The closing line starts on a cleared line.
         self.assertRegex(text, r"\r\x1b\[Kwrote %s \(4 batches, " % re.escape(out))
+
+    def test_progress_lines_through_a_launcher_on_a_terminal(self):
+        # ppc launch relays whole lines, so its ranks cannot redraw; when its
+        # own stderr is a terminal it says so (PPC_LAUNCH_TTY=1) and the rank
+        # of the last stage prints plain progress lines unasked.
+        master, slave = pty.openpty()
+        out = os.path.join(self.tmp, "tty.pt")
+        p = subprocess.Popen([PPC, "launch", "--nproc-per-node", "2", "--master-port", "0",
+                              "--", PPC, "run", self.manifest, "--input", self.input,
+                              "--output", out, "--microbatches", "2"],
+                             stderr=slave, stdout=subprocess.DEVNULL)
+        os.close(slave)
+        text = read_all(master)
+        p.wait(timeout=120)
+        self.assertEqual(p.returncode, 0, text)
+        self.assertIn("[rank 1] progress: batch 1/4 (25%)", text)
+        self.assertIn("[rank 1] progress: batch 4/4 (100%)", text)
+        self.assertNotIn("\x1b[K", text)
+        # And not a terminal: 0, whatever the launcher itself inherited.
+        r = subprocess.run([PPC, "launch", "--nproc-per-node", "1", "--", "sh", "-c",
+                            "echo tty=$PPC_LAUNCH_TTY"], capture_output=True, text=True,
+                           env=dict(os.environ, PPC_LAUNCH_TTY="1"), timeout=60)
+        self.assertIn("[rank 0] tty=0", r.stdout)
 
     def test_quiet_prints_nothing_but_errors(self):
         self.clear_caches()
