@@ -76,6 +76,16 @@ if(TORCH_CUDA_LIBRARIES)
   target_link_options(ppc_torch INTERFACE ${PPC_TORCH_LINK_OPTIONS})
 endif()
 
+# Where installed binaries find this LibTorch's libraries at run time: a wheel's
+# site-packages/torch/lib goes into their RPATH (the libraries its CMake config links with
+# linker flags, libtorch_cuda.so among them, are not in CMake's link path, so
+# CMAKE_INSTALL_RPATH_USE_LINK_PATH alone misses them); a system LibTorch (Debian's, under
+# /usr) needs nothing, the loader searches there anyway.
+set(PPC_TORCH_INSTALL_RPATH "")
+if(NOT TORCH_INSTALL_PREFIX STREQUAL "/usr" AND EXISTS "${TORCH_INSTALL_PREFIX}/lib")
+  set(PPC_TORCH_INSTALL_RPATH "${TORCH_INSTALL_PREFIX}/lib")
+endif()
+
 # The Python whose torch package holds this LibTorch (a wheel's venv: <prefix>/lib/pythonX.Y/
 # site-packages/torch), which the tests compare `ppc --version` with and script 2.x models
 # with; empty for Debian's LibTorch (tests use /usr/bin/python3).
