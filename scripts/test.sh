@@ -99,7 +99,8 @@ print("output matches the unsplit model")
 PY
   done
   # Training: 2 steps of every backward action kind (zb-h1 has I and W, 1f1b B) on 4
-  # stages over 2 ranks, the losses checked against a run without sanitizers.
+  # stages over 2 ranks, the losses checked against a run without sanitizers (--quiet:
+  # the loss lines without their timing).
   [ $rc -eq 0 ] && "$ppc" split "$models/mlp.pt" -o "$tmp/split4" --stages 4 || rc=1
   [ $rc -eq 0 ] && /usr/bin/python3 -c "
 import torch; x = torch.load('$models/mlp.input.pt')
@@ -109,7 +110,8 @@ torch.save((x, torch.arange(x.shape[0]) % 10), '$tmp/data.pt')" || rc=1
     for bin in "$ppc" "$build/bin/ppc"; do
       "$bin" launch --nproc-per-node 2 --master-port 0 --timeout 300 -- \
         "$bin" train "$tmp/split4/manifest.json" --data "$tmp/data.pt" --loss cross_entropy \
-        --steps 2 --microbatches 3 --schedule $schedule --no-meta-cache >"$tmp/train.out" || rc=1
+        --steps 2 --microbatches 3 --schedule $schedule --no-meta-cache --quiet \
+        >"$tmp/train.out" || rc=1
       grep "loss" "$tmp/train.out" >>"$tmp/losses.$schedule"
     done
     # 2 steps from each build, every line twice.
