@@ -12,6 +12,7 @@
 #include "lib/Stage.h"
 #include "lib/ValueWalk.h"
 #include "runtime/Pipeline.h"
+#include "tests/unit/runtime/FreePort.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
@@ -20,24 +21,10 @@
 #include <gtest/gtest.h>
 #include <torch/script.h>
 
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 using namespace ppc;
 
 namespace {
-int freePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr *>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
+using ppc::testing::freePort;
 
 /// Two stages that write their inputs in place:
 ///   stage 0: a = (x.add_(1)) * 2          x: model input, mutated

@@ -11,6 +11,7 @@
 #include "lib/FileUtil.h"
 #include "lib/Manifest.h"
 #include "runtime/Pipeline.h"
+#include "tests/unit/runtime/FreePort.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
@@ -19,10 +20,6 @@
 #include <gtest/gtest.h>
 #include <torch/script.h>
 
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <string>
 #include <thread>
@@ -30,17 +27,7 @@
 using namespace ppc;
 
 namespace {
-int freePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr *>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
+using ppc::testing::freePort;
 
 /// Two stages, one per rank: a = x * 2 on rank 0, b = a + 1 on rank 1.
 class FirstOutputTest : public ::testing::Test {
