@@ -41,30 +41,35 @@ template <typename T> T take(llvm::Expected<T> value) {
   return std::move(*value);
 }
 
-/// `name` as a kind, by the names `parse` knows; else an OptionError on
-/// `field` listing `choices`, as the command line's validators list them.
-template <typename Kind, typename Parse>
-Kind kindOf(const std::string &name, Parse parse, const char *field,
-            const std::string &choices) {
-  std::optional<Kind> kind = parse(name);
-  if (!kind)
-    raise(
-        makeOptionError(field, "'" + printable(name) + "' is not " + choices));
-  return *kind;
+[[noreturn]] void raiseNotOneOf(const std::string &name, const char *field,
+                                const std::string &choices) {
+  raise(makeOptionError(field, "'" + printable(name) + "' is not " + choices));
+}
+
+/// The kind of `all` that `nameOf` calls `name`; else an OptionError on
+/// `field` listing their names, as the command line's validators do.
+template <typename Kind, size_t N>
+Kind kindOf(const std::string &name, const Kind (&all)[N],
+            llvm::StringRef (*nameOf)(Kind), const char *field) {
+  std::string choices;
+  for (size_t i = 0; i < N; ++i) {
+    if (nameOf(all[i]) == name)
+      return all[i];
+    choices += (i == 0       ? ""
+                : i + 1 == N ? " or "
+                             : ", ") +
+               nameOf(all[i]).str();
+  }
+  raiseNotOneOf(name, field, choices);
 }
 
 ppc::RunOptions internalOptions(const RunOptions &o, bool inference) {
   ppc::RunOptions out;
   out.microbatches = o.microbatches;
-  out.schedule = kindOf<ScheduleKind>(
-      o.schedule,
-      [&](llvm::StringRef name) -> std::optional<ScheduleKind> {
-        std::optional<ScheduleKind> kind = parseScheduleName(name);
-        if (kind && inference && !scheduleRunsInference(*kind))
-          return std::nullopt;
-        return kind;
-      },
-      "schedule", scheduleNames(inference));
+  std::optional<ScheduleKind> schedule = parseScheduleName(o.schedule);
+  if (!schedule || (inference && !scheduleRunsInference(*schedule)))
+    raiseNotOneOf(o.schedule, "schedule", scheduleNames(inference));
+  out.schedule = *schedule;
   out.device = o.device;
   out.timeout = o.timeout;
   out.useMetaCache = o.useMetaCache;
@@ -151,13 +156,10 @@ namespace {
 ppc::TrainOptions internalOptions(const TrainOptions &o) {
   ppc::TrainOptions out;
   out.run = internalOptions(o.run, false);
-  out.loss = kindOf<LossKind>(
-      o.loss, [](llvm::StringRef n) { return parseLossName(n); }, "loss",
-      "mse or cross_entropy");
+  out.loss = kindOf(o.loss, kAllLossKinds, lossName, "loss");
   out.lossOutput = o.lossOutput;
-  out.optimizer = kindOf<OptimizerKind>(
-      o.optimizer, [](llvm::StringRef n) { return parseOptimizerName(n); },
-      "optimizer", "sgd or adam");
+  out.optimizer =
+      kindOf(o.optimizer, kAllOptimizerKinds, optimizerName, "optimizer");
   out.lr = o.lr;
   out.momentum = o.momentum;
   out.weightDecay = o.weightDecay;

@@ -37,7 +37,8 @@ namespace ppc::api {
 struct RunOptions {
   /// Microbatches each batch is split into along dim 0, 1..65536.
   int microbatches = 1;
-  /// The schedule, by `ppc run --schedule`'s names: "gpipe" or "1f1b".
+  /// The schedule, by `ppc run --schedule`'s names: "gpipe", "1f1b" or
+  /// "looped-bfs".
   std::string schedule = "1f1b";
   /// "cpu", or "cuda": each rank's stages on cuda:LOCAL_RANK, values over
   /// NCCL (needs a ppc built against a LibTorch with CUDA and NCCL).
@@ -97,7 +98,7 @@ public:
   /// wait bounded by options.timeout. Throws: a missing or malformed
   /// variable ("RANK is not set; start ppc run under ppc launch or
   /// torchrun"); an option out of range ("microbatches 0 is not an integer
-  /// in 1..65536", "schedule 'x' is not gpipe or 1f1b"); an unreadable
+  /// in 1..65536", "schedule 'x' is not gpipe, 1f1b or looped-bfs"); an unreadable
   /// manifest or stage file; stages that cannot be placed on WORLD_SIZE
   /// ranks; a failed rendezvous ("lost rank R (...)").
   explicit Pipeline(const std::string &manifestPath,

@@ -19,11 +19,18 @@ from common import (PPC, launch, main, model_path, ppc, rank_env, free_port,  # 
                     split_at, tmpdir)
 from training import STEP, write_data  # noqa: E402
 
-def class_tmpdir(cls):
-    """A temporary directory for a whole test class, removed after it."""
-    d = tempfile.TemporaryDirectory(prefix="ppc-test-")
-    cls.addClassCleanup(d.cleanup)
-    return d.name
+class SplitMlpTest(unittest.TestCase):
+    """Tests over the mlp model split in 2 stages once per class, in a
+    temporary directory removed after it (tmp, out, manifest)."""
+
+    @classmethod
+    def setUpClass(cls):
+        d = tempfile.TemporaryDirectory(prefix="ppc-test-")
+        cls.addClassCleanup(d.cleanup)
+        cls.tmp = d.name
+        cls.out = os.path.join(cls.tmp, "mlp2")
+        split_at("mlp", 2, cls.out)
+        cls.manifest = os.path.join(cls.out, "manifest.json")
 
 
 def read_all(master):
@@ -45,13 +52,10 @@ def read_all(master):
 PROGRESS = re.compile(r"^\[rank 1\] progress: batch (\d+)/(\d+) \((\d+)%\)", re.M)
 
 
-class RunFeedbackTest(unittest.TestCase):
+class RunFeedbackTest(SplitMlpTest):
     @classmethod
     def setUpClass(cls):
-        cls.tmp = class_tmpdir(cls)
-        cls.out = os.path.join(cls.tmp, "mlp2")
-        split_at("mlp", 2, cls.out)
-        cls.manifest = os.path.join(cls.out, "manifest.json")
+        super().setUpClass()
         x = torch.load(model_path("mlp", ".input.pt"))
         cls.batches = [x, x * 2, x[:3], x + 1]
         cls.input = os.path.join(cls.tmp, "batches.pt")
@@ -195,13 +199,10 @@ class RunFeedbackTest(unittest.TestCase):
         self.assertNotIn("--microbatches 1 (the default)", r.stderr)
 
 
-class TrainFeedbackTest(unittest.TestCase):
+class TrainFeedbackTest(SplitMlpTest):
     @classmethod
     def setUpClass(cls):
-        cls.tmp = class_tmpdir(cls)
-        cls.out = os.path.join(cls.tmp, "mlp2")
-        split_at("mlp", 2, cls.out)
-        cls.manifest = os.path.join(cls.out, "manifest.json")
+        super().setUpClass()
         cls.data = os.path.join(cls.tmp, "data.pt")
         write_data(cls.data, "mlp", "cross_entropy")
 

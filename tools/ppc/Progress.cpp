@@ -27,13 +27,19 @@ double secondsBetween(ProgressClock::time_point from,
 
 void RateMeter::record(int64_t done, int64_t samples,
                        ProgressClock::time_point now) {
+  samples_ = samples_ < 0 || samples < 0 ? -1 : samples_ + samples;
   if (done <= 1 || done_ == 0) {
     firstEnd_ = now;
-    firstSamples_ = samples;
+    firstSamples_ = samples_;
   }
   done_ = done;
-  samples_ = samples;
   last_ = now;
+}
+
+std::optional<int64_t> RateMeter::samples() const {
+  if (samples_ < 0)
+    return std::nullopt;
+  return samples_;
 }
 
 double RateMeter::elapsedSeconds() const {

@@ -35,9 +35,13 @@ public:
   explicit RateMeter(ProgressClock::time_point start) : start_(start) {}
 
   /// Records that `done` units (counting from 1) are complete at `now`,
-  /// holding `samples` samples in all (rows along dim 0; negative when not
-  /// known, and then the sample rates are nullopt).
+  /// the ones since the last record() holding `samples` samples (rows along
+  /// dim 0; negative when not known, and from then on the sample figures
+  /// are nullopt).
   void record(int64_t done, int64_t samples, ProgressClock::time_point now);
+
+  /// The samples of every unit recorded; nullopt when one was not known.
+  std::optional<int64_t> samples() const;
 
   /// Seconds from the start to the last record().
   double elapsedSeconds() const;
@@ -84,8 +88,9 @@ public:
            std::string units, int64_t total,
            ProgressClock::time_point start = ProgressClock::now());
 
-  /// Records that `done` of the total units are complete, `samples` in
-  /// all, and shows it when due: Redraw at most ten times a second and at
+  /// Records that `done` of the total units are complete, the ones since
+  /// the last update() holding `samples` (RateMeter::record), and shows it
+  /// when due: Redraw at most ten times a second and at
   /// the first and last unit; Lines at the first unit, the last, and at
   /// most once a second between them.
   void update(int64_t done, int64_t samples,

@@ -45,17 +45,17 @@ static llvm::json::Value statsJSON(const RunCommandOptions &o,
       {"microbatches", o.flags.microbatches},
       {"schedule", scheduleName(o.schedule)},
       {"batches", s.batches},
-      {"seconds", run.seconds},
+      {"seconds", run.seconds()},
       {"first_output_ms", s.firstOutputMs},
       {"meta", metaSourceName(s.metaSource)},
       {"meta_messages_sent", s.metaMessagesSent},
       {"messages_sent", s.messagesSent},
       {"cache_written", s.cacheWritten},
   };
-  if (run.samples >= 0)
-    out["samples"] = run.samples;
-  if (run.samplesPerSecond)
-    out["samples_per_second"] = *run.samplesPerSecond;
+  if (run.samples)
+    out["samples"] = *run.samples;
+  if (std::optional<double> rate = run.samplesPerSecond())
+    out["samples_per_second"] = *rate;
   return out;
 }
 
@@ -69,7 +69,6 @@ static llvm::Expected<int> runRun(const RunCommandOptions &o) {
   options.inputMetaPath = o.inputMeta;
   RunDisplay display;
   display.progress = progressStyle(2, o.flags.quiet, o.flags.progress);
-  display.notes = o.flags.quiet ? nullptr : &llvm::errs();
   display.microbatchesNote = [&](int stages) {
     return o.flags.microbatchesNote(stages);
   };
@@ -101,9 +100,9 @@ static llvm::Expected<int> runRun(const RunCommandOptions &o) {
       return err;
   if (!o.flags.quiet) {
     llvm::errs() << "wrote " << o.outputPath << " (" << batches << noun << ", "
-                 << formatSeconds(run->seconds);
-    if (run->samplesPerSecond)
-      llvm::errs() << ", " << formatRate(*run->samplesPerSecond, "samples");
+                 << formatSeconds(run->seconds());
+    if (std::optional<double> rate = run->samplesPerSecond())
+      llvm::errs() << ", " << formatRate(*rate, "samples");
     llvm::errs() << ")\n";
   }
   return 0;

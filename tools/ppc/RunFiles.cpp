@@ -421,7 +421,6 @@ llvm::Expected<RunSummary> runPipelineFiles(
   Progress progress(llvm::errs(),
                     writes ? display.progress : ProgressStyle::Off, "batch",
                     "batches", plan.count * plan.repeat, start);
-  int64_t samples = 0;
   for (int64_t pass = 0; pass < plan.repeat; ++pass) {
     bool last = pass + 1 == plan.repeat;
     for (int64_t b = 0; b < plan.count; ++b) {
@@ -440,16 +439,14 @@ llvm::Expected<RunSummary> runPipelineFiles(
       }
       addRun(total, pipeline.stats(), pass == 0 && b == 0);
       // Once the first batch has run, so that a failure stays one line.
-      if (pass == 0 && b == 0 && display.notes && display.microbatchesNote &&
+      if (pass == 0 && b == 0 && display.microbatchesNote &&
           pipeline.rank() == 0) {
         std::string note = display.microbatchesNote(pipeline.stageCount());
         if (!note.empty())
-          *display.notes << note << "\n";
+          llvm::errs() << note << "\n";
       }
       if (writes) {
-        int64_t rows = samplesOf(*outputs);
-        samples = samples < 0 || rows < 0 ? -1 : samples + rows;
-        progress.update(pass * plan.count + b + 1, samples);
+        progress.update(pass * plan.count + b + 1, samplesOf(*outputs));
       }
       if (!writes || !last)
         continue;
@@ -476,10 +473,8 @@ llvm::Expected<RunSummary> runPipelineFiles(
   RunSummary summary;
   summary.stats = total;
   summary.wroteOutputs = writes;
-  summary.samples = writes ? samples : -1;
-  summary.seconds = total.totalMs / 1000;
-  if (summary.samples >= 0 && summary.seconds > 0)
-    summary.samplesPerSecond = summary.samples / summary.seconds;
+  if (writes)
+    summary.samples = progress.meter().samples();
   return summary;
 }
 

@@ -38,10 +38,8 @@ constexpr int64_t kMaxRepeat = 1000000;
 struct RunDisplay {
   /// The progress of the batches, on the output rank.
   ProgressStyle progress = ProgressStyle::Off;
-  /// Where notes go (the --microbatches note of RuntimeFlags, on rank 0
-  /// once the first batch has run); nothing when null.
-  llvm::raw_ostream *notes = nullptr;
-  /// RuntimeFlags::microbatchesNote's, for the pipeline's stage count.
+  /// The note rank 0 prints to stderr once the first batch has run, given
+  /// the stage count ("" or null: none); RuntimeFlags::microbatchesNote.
   std::function<std::string(int stages)> microbatchesNote;
 };
 
@@ -51,15 +49,20 @@ struct RunSummary {
   /// repetition).
   RunStats stats;
   /// The samples (rows along dim 0 of the first output) of every batch,
-  /// counted on the output rank; -1 elsewhere or when the output has no
-  /// batch dimension.
-  int64_t samples = -1;
-  /// Seconds from the first batch's start to the last one's end.
-  double seconds = 0;
+  /// counted on the output rank; nullopt elsewhere or when the output has
+  /// no batch dimension.
+  std::optional<int64_t> samples;
   /// Whether this rank wrote the outputs.
   bool wroteOutputs = false;
+
+  /// Seconds from the first batch's start to the last one's end.
+  double seconds() const { return stats.totalMs / 1000; }
   /// Samples per second over the launch, when known.
-  std::optional<double> samplesPerSecond;
+  std::optional<double> samplesPerSecond() const {
+    if (!samples || !(stats.totalMs > 0))
+      return std::nullopt;
+    return *samples / seconds();
+  }
 };
 
 /// The whole of `ppc run` for one rank: creates the pipeline, reads

@@ -204,7 +204,6 @@ static llvm::Expected<int> runTrain(const TrainCommandOptions &o) {
   std::vector<StepRecord> records;
   ProgressClock::time_point start = ProgressClock::now();
   RateMeter meter(start);
-  int64_t samples = 0;
   for (int s = 1; s <= o.steps; ++s) {
     TrainingBatch batch;
     if (!data.empty())
@@ -221,8 +220,7 @@ static llvm::Expected<int> runTrain(const TrainCommandOptions &o) {
       llvm::errs() << note << "\n";
     double seconds = std::chrono::duration<double>(stepEnd - stepStart).count();
     int64_t rows = samplesOf(batch.target);
-    samples = samples < 0 || rows < 0 ? -1 : samples + rows;
-    meter.record(s, samples, stepEnd);
+    meter.record(s, rows, stepEnd);
     if (reports) {
       records.push_back({s, *loss, seconds, rows});
       llvm::outs() << "step " << s << " loss " << formatLoss(*loss)
