@@ -5,6 +5,8 @@
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/SHA256.h"
@@ -45,6 +47,14 @@ llvm::Expected<uint64_t> fileSize(llvm::StringRef path) {
   if (std::error_code ec = llvm::sys::fs::file_size(path, size))
     return makeError("cannot stat '" + path + "': " + ec.message());
   return size;
+}
+
+llvm::Error writeJSONFileAtomically(llvm::StringRef path,
+                                    const llvm::json::Value &value) {
+  return writeFileAtomically(path, [&](llvm::raw_ostream &os) {
+    os << llvm::formatv("{0:2}", value) << "\n";
+    return llvm::Error::success();
+  });
 }
 
 llvm::Error writeFileAtomically(

@@ -17,7 +17,10 @@
 
 namespace llvm {
 class raw_ostream;
-}
+namespace json {
+class Value;
+} // namespace json
+} // namespace llvm
 
 namespace ppc {
 
@@ -40,6 +43,12 @@ llvm::Expected<uint64_t> fileSize(llvm::StringRef path);
 llvm::Error writeFileAtomically(
     llvm::StringRef path,
     const std::function<llvm::Error(llvm::raw_ostream &)> &write);
+
+/// Writes `value` to `path` as writeFileAtomically does: JSON indented by
+/// two spaces, with a final newline (how ppc writes every JSON file it
+/// owns: manifests, meta caches, --stats-json).
+llvm::Error writeJSONFileAtomically(llvm::StringRef path,
+                                    const llvm::json::Value &value);
 
 /// A directory built beside its destination and switched in whole:
 ///   1. create(dir) makes "DIR.tmp-HOST-PID-XXXXXX" beside `dir` (creating

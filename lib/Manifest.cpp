@@ -604,10 +604,7 @@ llvm::Expected<Manifest> Manifest::load(llvm::StringRef path,
 }
 
 llvm::Error Manifest::save(llvm::StringRef path) const {
-  return writeFileAtomically(path, [&](llvm::raw_ostream &os) {
-    os << llvm::formatv("{0:2}", toJSON()) << "\n";
-    return llvm::Error::success();
-  });
+  return writeJSONFileAtomically(path, toJSON());
 }
 
 } // namespace ppc

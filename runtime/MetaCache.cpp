@@ -219,10 +219,7 @@ llvm::Error MetaCache::save() const {
     if (std::error_code ec = llvm::sys::fs::create_directories(dir))
       return makeError("cannot create meta cache directory '" + dir +
                        "': " + ec.message());
-  return writeFileAtomically(path_, [&](llvm::raw_ostream &os) {
-    os << llvm::formatv("{0:2}", toJSON()) << "\n";
-    return llvm::Error::success();
-  });
+  return writeJSONFileAtomically(path_, toJSON());
 }
 
 } // namespace ppc

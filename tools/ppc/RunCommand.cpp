@@ -14,7 +14,6 @@
 #include "tools/ppc/RunFiles.h"
 #include "tools/ppc/RuntimeFlags.h"
 
-#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -92,11 +91,8 @@ static llvm::Expected<int> runRun(const RunCommandOptions &o) {
   if (!run->wroteOutputs)
     return 0;
   if (!o.flags.statsJsonPath.empty())
-    if (llvm::Error err = writeFileAtomically(
-            o.flags.statsJsonPath, [&](llvm::raw_ostream &os) {
-              os << llvm::formatv("{0:2}", statsJSON(o, *env, *run)) << "\n";
-              return llvm::Error::success();
-            }))
+    if (llvm::Error err = writeJSONFileAtomically(o.flags.statsJsonPath,
+                                                  statsJSON(o, *env, *run)))
       return err;
   if (!o.flags.quiet) {
     llvm::errs() << "wrote " << o.outputPath << " (" << batches << noun << ", "

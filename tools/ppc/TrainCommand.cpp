@@ -18,7 +18,6 @@
 
 #include "llvm/ADT/SmallString.h"
 #include "llvm/Support/FileSystem.h"
-#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
@@ -253,12 +252,8 @@ static llvm::Expected<int> runTrain(const TrainCommandOptions &o) {
     llvm::errs() << "wrote " << o.flags.tracePath << " (the trace of "
                  << o.steps << (o.steps == 1 ? " step)\n" : " steps)\n");
   if (reports && !o.flags.statsJsonPath.empty())
-    if (llvm::Error err = writeFileAtomically(
-            o.flags.statsJsonPath, [&](llvm::raw_ostream &os) {
-              os << llvm::formatv("{0:2}", statsJSON(o, *env, records, meter))
-                 << "\n";
-              return llvm::Error::success();
-            }))
+    if (llvm::Error err = writeJSONFileAtomically(
+            o.flags.statsJsonPath, statsJSON(o, *env, records, meter)))
       return err;
   return 0;
 }
