@@ -840,8 +840,10 @@ llvm::Expected<ExecutorResult> Executor::run() {
       err = recvBackward(a);
       break;
     }
-    if (err)
+    if (err) {
+      step.failedMicrobatch = a.microbatch;
       return err;
+    }
     if (step.trace)
       record(a, startUs);
     postAheadTraced(i + 1);
@@ -851,8 +853,10 @@ llvm::Expected<ExecutorResult> Executor::run() {
               .count();
   }
   int64_t flushStart = step.trace ? TraceRecorder::nowUs() : 0;
-  if (llvm::Error err = plan.transport->flushSends())
+  if (llvm::Error err = plan.transport->flushSends()) {
+    step.failedMicrobatch = schedule.microbatches - 1;
     return err;
+  }
   if (step.trace)
     step.trace->add({"flush", "wait", -1, -1, flushStart,
                      TraceRecorder::nowUs() - flushStart});

@@ -130,6 +130,10 @@ struct ExecutorStep {
   /// apart; every rank counts runs alike).
   TraceRecorder *trace = nullptr;
   int64_t runIndex = 0;
+  /// Set by a failed execute(): the microbatch of the action that failed,
+  /// or the last microbatch when the final flush of the sends failed (a
+  /// streaming window names its batch from it).
+  int failedMicrobatch = -1;
 };
 
 /// What one run of the executor produced on this rank.

@@ -182,16 +182,14 @@ MetaSettler::userTables(const std::vector<Signature> &signatures) {
 }
 
 llvm::Expected<std::vector<Signature>> MetaSettler::shareSignatures(
-    const std::vector<c10::IValue> &inputs,
-    std::vector<std::vector<c10::IValue>> &microbatches) {
-  const int count = scope_.schedule->microbatches;
+    const std::vector<std::vector<c10::IValue>> &microbatches, int count) {
   std::vector<std::string> texts(count);
   if (readsInputs_) {
-    auto split =
-        splitMicrobatches(inputs, scope_.manifest->modelInputs.size(), count);
-    if (!split)
-      return split.takeError();
-    microbatches = std::move(*split);
+    if (static_cast<int>(microbatches.size()) != count)
+      return makeError(llvm::formatv("internal error: {0} microbatches for a "
+                                     "schedule of {1}",
+                                     microbatches.size(), count)
+                           .str());
     for (int m = 0; m < count; ++m)
       texts[m] = Signature::of(microbatches[m]).text;
   }
@@ -378,10 +376,25 @@ void MetaSettler::saveCache(const std::vector<Signature> &signatures) {
 llvm::Error MetaSettler::prepare(const std::vector<c10::IValue> &inputs,
                                  ExecutorStep &step) {
   const int count = scope_.schedule->microbatches;
+  std::vector<std::vector<c10::IValue>> microbatches;
+  if (readsInputs_) {
+    auto split =
+        splitMicrobatches(inputs, scope_.manifest->modelInputs.size(), count);
+    if (!split)
+      return split.takeError();
+    microbatches = std::move(*split);
+  }
+  return prepareMicrobatches(std::move(microbatches), count, step);
+}
+
+llvm::Error MetaSettler::prepareMicrobatches(
+    std::vector<std::vector<c10::IValue>> microbatches, int count,
+    ExecutorStep &step) {
   // 1. Microbatches and their signatures, shared by the input root.
-  auto shared = shareSignatures(inputs, step.microbatches);
+  auto shared = shareSignatures(microbatches, count);
   if (!shared)
     return shared.takeError();
+  step.microbatches = std::move(microbatches);
   step.signatures = std::move(*shared);
   step.tables = &known_;
   step.inferring.assign(count, false);

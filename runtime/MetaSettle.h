@@ -100,6 +100,14 @@ public:
   /// user metadata on some ranks only; "lost rank R (...)".
   llvm::Error prepare(const std::vector<c10::IValue> &inputs,
                       ExecutorStep &step);
+  /// The same for `count` microbatches already split (a streaming window
+  /// of several batches, Pipeline::submit): `microbatches` holds them on
+  /// ranks that read model inputs and is ignored elsewhere. Errors:
+  /// prepare()'s but splitMicrobatches's; fewer or more than `count`
+  /// microbatches on a rank that reads inputs.
+  llvm::Error
+  prepareMicrobatches(std::vector<std::vector<c10::IValue>> microbatches,
+                      int count, ExecutorStep &step);
 
   /// After a successful run: saves the metadata prepare() left to infer to
   /// the meta cache (a warning when it cannot be written).
@@ -121,8 +129,8 @@ private:
   /// values require grad where inference's do not, so they are apart.
   std::string cacheEntry(const Signature &signature) const;
   llvm::Expected<std::vector<Signature>>
-  shareSignatures(const std::vector<c10::IValue> &inputs,
-                  std::vector<std::vector<c10::IValue>> &microbatches);
+  shareSignatures(const std::vector<std::vector<c10::IValue>> &microbatches,
+                  int count);
   llvm::Expected<std::map<int, std::vector<ValueMeta>>>
   userGiven(std::string &source);
   llvm::Expected<std::map<std::string, MetaTable>>

@@ -20,6 +20,13 @@
 //   4. finish() waits until every rank is done, so no rank leaves while
 //      another still needs it.
 //
+// Streaming (instead of one run() per batch): submit() queues batches and
+// next() hands out their outputs in order; the queued batches run as one
+// window, one execution of the schedule over all their microbatches, so
+// that a batch's first microbatches enter the first stage while the
+// previous batch's last are still in later stages (the pipeline does not
+// drain between batches). RunOptions::streamMicrobatches bounds a window.
+//
 // Every error is one line. A peer that dies or stops answering makes every
 // blocking call fail within the timeout with "lost rank R (...)".
 //
@@ -91,6 +98,12 @@ struct RunOptions {
   std::string tracePath;
   /// Where warnings ("warning: ...") go; stderr when null.
   llvm::raw_ostream *warnings = nullptr;
+  /// Streaming (Pipeline::submit): the most microbatches a window holds,
+  /// 0..kMaxMicrobatches. A window takes max(1, streamMicrobatches /
+  /// microbatches) batches; 0 (or a bound below `microbatches`) runs each
+  /// batch on its own, as run() does.
+  int streamMicrobatches = kDefaultStreamMicrobatches;
+  static constexpr int kDefaultStreamMicrobatches = 256;
 };
 
 /// The meta cache directory of a run with `options` of the manifest at
@@ -115,7 +128,9 @@ struct RunStats {
   double totalMs = 0;
   /// Whether this rank wrote its meta cache file.
   bool cacheWritten = false;
-  /// The batches these stats cover: 1 for Pipeline::run; every batch of
+  /// The batches these stats cover: 1 for Pipeline::run, the window's for
+  /// submit() and flush() (the other fields then cover the window, and
+  /// firstOutputMs is its first batch's); every batch of
   /// the launch for `ppc run`, which sums the counts, keeps batch 0's
   /// first_output_ms, times the whole batch loop and appends it to line()
   /// as " batches=N".
@@ -172,14 +187,48 @@ public:
   /// OptionError on microbatches); a stage fails (its first error line); a
   /// value does not match its metadata (a MetaMismatchError, or a
   /// StaleCacheError when the meta cache gave the metadata and was removed
-  /// for it); a peer is lost; a user meta file is unreadable or incomplete.
-  /// A missing, stale or corrupt meta cache file is not an error: a
-  /// warning, then inference.
+  /// for it); a peer is lost; a user meta file is unreadable or incomplete;
+  /// batches submitted and not yet run (flush() first). A missing, stale
+  /// or corrupt meta cache file is not an error: a warning, then inference.
   llvm::Expected<std::vector<c10::IValue>>
   run(const std::vector<c10::IValue> &inputs);
 
   /// Whether the model returns a tuple (else outputs hold one value).
   bool outputIsTuple() const;
+
+  /// Streaming. Every rank calls the same sequence of submit() and flush()
+  /// (like run(), each is collective when it runs a window); next() is
+  /// local.
+  ///
+  /// submit() queues one batch (`inputs` as for run(); only used where
+  /// needsInputs(), and held until its window has run). When the queue
+  /// holds windowBatches() batches it runs them as one window before it
+  /// returns: so at most windowBatches() * microbatches microbatches are in
+  /// flight, and a caller that submits faster than the pipeline computes is
+  /// held back. `label` names the batch in errors ("batch 3 ('c.pt')");
+  /// empty: "batch N", N its index among this pipeline's submitted batches
+  /// from 0. Errors, each prefixed with the label of the batch it concerns:
+  /// inputs that do not fit the model (at once, on the ranks that read
+  /// them); run()'s for the batch whose microbatch failed (a failure before
+  /// the window's microbatches run, such as a signature agreement, names
+  /// the window's first batch; microbatch numbers in the message count over
+  /// the window). After an error the queued batches are dropped and the
+  /// pipeline is not usable, as after a failed run(); outputs of windows
+  /// that completed stay available from next().
+  llvm::Error submit(std::vector<c10::IValue> inputs, std::string label = {});
+  /// Runs the queued batches, if any, as one (shorter) window. Errors:
+  /// submit()'s.
+  llvm::Error flush();
+  /// The outputs of the oldest submitted batch whose window has run and
+  /// that next() has not handed out yet (as run() returns them: on
+  /// outputRank() the model outputs on the CPU, an empty vector on other
+  /// ranks, so that every rank gets one entry per batch); nullopt when
+  /// there is none (its window has not run: submit more, or flush()).
+  std::optional<std::vector<c10::IValue>> next();
+  /// Batches per window: max(1, streamMicrobatches / microbatches).
+  int windowBatches() const;
+  /// Batches submitted whose window has not run yet.
+  int queuedBatches() const;
 
   /// Writes the trace if one is recorded (RunOptions::tracePath), then
   /// waits until every rank has called finish(). Errors: "lost rank R", the

@@ -78,6 +78,7 @@ ppc::RunOptions internalOptions(const RunOptions &o, bool inference) {
   out.threads = o.threads;
   out.torchLogs = o.torchLogs;
   out.tracePath = o.tracePath;
+  out.streamMicrobatches = o.streamMicrobatches;
   return out;
 }
 
@@ -132,6 +133,16 @@ bool Pipeline::outputIsTuple() const { return impl_->outputIsTuple(); }
 std::vector<c10::IValue> Pipeline::run(const std::vector<c10::IValue> &inputs) {
   return take(impl_->run(inputs));
 }
+
+void Pipeline::submit(const std::vector<c10::IValue> &inputs) {
+  check(impl_->submit(inputs));
+}
+void Pipeline::flush() { check(impl_->flush()); }
+std::optional<std::vector<c10::IValue>> Pipeline::next() {
+  return impl_->next();
+}
+int Pipeline::windowBatches() const { return impl_->windowBatches(); }
+int Pipeline::queuedBatches() const { return impl_->queuedBatches(); }
 
 void Pipeline::finish() { check(impl_->finish()); }
 

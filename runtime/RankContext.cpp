@@ -35,6 +35,10 @@ llvm::Expected<DeviceKind> checkOptions(const RunOptions &options) {
           checkOption("threads", threadsRule().problem(options.threads)))
     return err;
   if (llvm::Error err = checkOption(
+          "streamMicrobatches",
+          IntegerRule{0, kMaxMicrobatches}.problem(options.streamMicrobatches)))
+    return err;
+  if (llvm::Error err = checkOption(
           "timeout",
           IntegerRule{kMinTimeout.count(), kMaxDuration.count(), "milliseconds"}
               .problem(options.timeout.count())))
@@ -151,6 +155,7 @@ llvm::Error RankContext::loadStages() {
 
 llvm::Error RankContext::prepare(const std::vector<c10::IValue> &inputs,
                                  ExecutorStep &step) {
+  current_ = &executorPlan_;
   if (llvm::Error err = meta_->prepare(inputs, step))
     return err;
   step.trace = trace_ ? &*trace_ : nullptr;
@@ -158,8 +163,40 @@ llvm::Error RankContext::prepare(const std::vector<c10::IValue> &inputs,
   return llvm::Error::success();
 }
 
+llvm::Error
+RankContext::prepareWindow(std::vector<std::vector<c10::IValue>> microbatches,
+                           int count, const ScheduleBuilder &build,
+                           ExecutorStep &step) {
+  current_ = &executorPlan_;
+  if (count != schedule_.microbatches) {
+    std::unique_ptr<Variant> &variant = variants_[count];
+    if (!variant) {
+      auto built = build(manifest_, placement(), count);
+      if (!built) {
+        variants_.erase(count);
+        return built.takeError();
+      }
+      if (llvm::Error err = simulateSchedule(*built)) {
+        variants_.erase(count);
+        return err;
+      }
+      variant = std::make_unique<Variant>();
+      variant->schedule = std::move(*built);
+      variant->plan = makeExecutorPlan(manifest_, variant->schedule, env_.rank,
+                                       stages_, *transport_, device_, loss_);
+    }
+    current_ = &variant->plan;
+  }
+  if (llvm::Error err =
+          meta_->prepareMicrobatches(std::move(microbatches), count, step))
+    return err;
+  step.trace = trace_ ? &*trace_ : nullptr;
+  step.runIndex = runs_++;
+  return llvm::Error::success();
+}
+
 llvm::Expected<ExecutorResult> RankContext::execute(ExecutorStep &step) {
-  auto done = ppc::execute(executorPlan_, step);
+  auto done = ppc::execute(*current_, step);
   if (!done)
     return meta_->classify(done.takeError());
   return done;

@@ -55,6 +55,11 @@ struct JobPlan {
   std::optional<LossSpec> loss;
 };
 
+/// Builds the schedule of a job for another microbatch count (streaming
+/// windows, Pipeline::submit), on the job's placement.
+using ScheduleBuilder = std::function<llvm::Expected<Schedule>(
+    const Manifest &manifest, const Placement &placement, int microbatches)>;
+
 /// Plans a job over a loaded manifest for `worldSize` ranks. Errors:
 /// whatever makes the job impossible (stages that cannot be placed, a
 /// schedule that does not fit the placement, a loss output that is not a
@@ -92,12 +97,22 @@ public:
   }
 
   /// Settles the metadata of `inputs`' microbatches and fills `step` for
-  /// execute() (MetaSettler::prepare).
+  /// execute() (MetaSettler::prepare), over the job's own schedule.
   llvm::Error prepare(const std::vector<c10::IValue> &inputs,
                       ExecutorStep &step);
-  /// Runs this rank's actions of the schedule over `step`, recorded in the
-  /// trace if one is kept. Errors: runtime/Executor.h's, a mismatch with
-  /// cached metadata as a StaleCacheError.
+  /// The same for a window of `count` microbatches (given already split on
+  /// ranks that read model inputs, ignored elsewhere), over the schedule of
+  /// `count` microbatches: the job's own when `count` is its count, else
+  /// one `build` makes, simulated, and kept with its executor plan for later
+  /// windows of that count (every rank builds the same). Errors: `build`'s
+  /// and simulateSchedule()'s; MetaSettler::prepare's.
+  llvm::Error prepareWindow(std::vector<std::vector<c10::IValue>> microbatches,
+                            int count, const ScheduleBuilder &build,
+                            ExecutorStep &step);
+  /// Runs this rank's actions of the schedule the last prepare() chose over
+  /// `step`, recorded in the trace if one is kept. Errors:
+  /// runtime/Executor.h's, a mismatch with cached metadata as a
+  /// StaleCacheError.
   llvm::Expected<ExecutorResult> execute(ExecutorStep &step);
   /// After a step that succeeded: saves what it inferred to the meta cache.
   void finishStep() { meta_->finish(); }
@@ -126,6 +141,15 @@ private:
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<MetaSettler> meta_;
   ExecutorPlan executorPlan_;
+  /// Schedules of other microbatch counts (prepareWindow), each with its
+  /// executor plan (which points into it), by count; and the plan the last
+  /// prepare chose.
+  struct Variant {
+    Schedule schedule;
+    ExecutorPlan plan;
+  };
+  std::map<int, std::unique_ptr<Variant>> variants_;
+  const ExecutorPlan *current_ = &executorPlan_;
   /// The actions of every run, when RunOptions::tracePath asks for them,
   /// and how many runs there were.
   std::optional<TraceRecorder> trace_;

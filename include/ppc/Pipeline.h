@@ -5,7 +5,8 @@
 // torchrun-style launch, as `ppc run` does. Start the program on every rank
 // (`ppc launch --nproc-per-node N -- my_program ...`, or torchrun); each
 // rank constructs one Pipeline with the same manifest and options, calls
-// run() once per batch and finish() at the end. docs/library.md shows a
+// run() once per batch (or streams them: submit(), next(), flush()) and
+// finish() at the end. docs/library.md shows a
 // complete program and how to build it against an installed ppc.
 //
 // Vocabulary: std types, LibTorch values (c10::IValue, at::Tensor, which is
@@ -23,6 +24,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,6 +63,10 @@ struct RunOptions {
   /// If set, finish() writes a Chrome trace of every run here from rank 0
   /// (docs/trace.md).
   std::string tracePath;
+  /// Streaming (submit()): the most microbatches in flight, 0..65536; a
+  /// window runs max(1, streamMicrobatches / microbatches) batches as one
+  /// execution of the schedule. 0: each batch on its own.
+  int streamMicrobatches = 256;
 };
 
 /// What one rank did in its last run(), as `ppc run --stats` reports it.
@@ -98,9 +104,9 @@ public:
   /// wait bounded by options.timeout. Throws: a missing or malformed
   /// variable ("RANK is not set; start ppc run under ppc launch or
   /// torchrun"); an option out of range ("microbatches 0 is not an integer
-  /// in 1..65536", "schedule 'x' is not gpipe, 1f1b or looped-bfs"); an unreadable
-  /// manifest or stage file; stages that cannot be placed on WORLD_SIZE
-  /// ranks; a failed rendezvous ("lost rank R (...)").
+  /// in 1..65536", "schedule 'x' is not gpipe, 1f1b or looped-bfs"); an
+  /// unreadable manifest or stage file; stages that cannot be placed on
+  /// WORLD_SIZE ranks; a failed rendezvous ("lost rank R (...)").
   explicit Pipeline(const std::string &manifestPath,
                     const RunOptions &options = {});
   ~Pipeline();
@@ -128,12 +134,35 @@ public:
   /// 0 failed: ..."); a lost peer ("lost rank 1 (...)").
   std::vector<c10::IValue> run(const std::vector<c10::IValue> &inputs);
 
+  /// Streaming: the batches run in windows of windowBatches() consecutive
+  /// batches, each one execution of the schedule over all their
+  /// microbatches, so the pipeline stays full across batches. Every rank
+  /// calls submit() and flush() in the same sequence; next() is local.
+  ///
+  /// Queues one batch (`inputs` as for run(); kept until its window runs);
+  /// when windowBatches() are queued, runs them before it returns (the
+  /// backpressure: at most windowBatches() * microbatches microbatches in
+  /// flight). Throws run()'s errors prefixed with the batch they concern,
+  /// "batch N: ..." (N counts this pipeline's submitted batches from 0);
+  /// the queued batches are then dropped.
+  void submit(const std::vector<c10::IValue> &inputs);
+  /// Runs the queued batches, if any, as one window. Throws: submit()'s.
+  void flush();
+  /// The outputs of the oldest submitted batch whose window has run and
+  /// that next() has not returned yet: as run() returns them on
+  /// outputRank(), an empty vector on other ranks (one entry per batch on
+  /// every rank); std::nullopt when none is ready (submit more or flush()).
+  std::optional<std::vector<c10::IValue>> next();
+  /// Batches per window, and batches submitted whose window has not run.
+  int windowBatches() const;
+  int queuedBatches() const;
+
   /// Writes the trace if one is recorded, then waits until every rank has
   /// called finish(), so no rank leaves while another still needs it.
   /// Throws: "lost rank R (...)"; the trace cannot be written.
   void finish();
 
-  /// This rank's statistics of its last run().
+  /// This rank's statistics of its last run() or window.
   RunStats stats() const;
 
   /// This rank's schedule, one action per line (`ppc run

@@ -28,6 +28,7 @@ struct RunCommandOptions {
   RuntimeFlags flags;
   bool stats = false;
   int64_t repeat = 1;
+  int streamWindow = RunOptions::kDefaultStreamMicrobatches;
 };
 } // namespace
 
@@ -43,6 +44,7 @@ static llvm::json::Value statsJSON(const RunCommandOptions &o,
       {"rank", s.rank},
       {"microbatches", o.flags.microbatches},
       {"schedule", scheduleName(o.schedule)},
+      {"stream_window", o.streamWindow},
       {"batches", s.batches},
       {"seconds", run.seconds()},
       {"first_output_ms", s.firstOutputMs},
@@ -66,6 +68,7 @@ static llvm::Expected<int> runRun(const RunCommandOptions &o) {
   o.flags.applyTo(options);
   options.schedule = o.schedule;
   options.inputMetaPath = o.inputMeta;
+  options.streamMicrobatches = o.streamWindow;
   RunDisplay display;
   display.progress = progressStyle(2, o.flags.quiet, o.flags.progress);
   display.microbatchesNote = [&](int stages) {
@@ -147,6 +150,14 @@ Command addRunCommand(CLI::App &parent) {
                   "for benchmarking; the last run's outputs are written")
       ->capture_default_str()
       ->transform(intInRange(1, kMaxRepeat));
+  app->add_option(
+         "--stream-window", o->streamWindow,
+         "Microbatches in flight across the batches of a launch (0..65536): "
+         "consecutive batches run as one window of max(1, N / --microbatches) "
+         "batches, so the pipeline does not drain between them; outputs "
+         "still come out per batch, in order. 0 runs each batch on its own")
+      ->capture_default_str()
+      ->transform(intInRange(0, kMaxMicrobatches));
   o->flags.addTo(*app);
   addScheduleOption(*app, o->schedule, /*inference=*/true);
   app->add_option(

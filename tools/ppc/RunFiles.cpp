@@ -421,9 +421,55 @@ llvm::Expected<RunSummary> runPipelineFiles(
   Progress progress(llvm::errs(),
                     writes ? display.progress : ProgressStyle::Off, "batch",
                     "batches", plan.count * plan.repeat, start);
-  for (int64_t pass = 0; pass < plan.repeat; ++pass) {
-    bool last = pass + 1 == plan.repeat;
-    for (int64_t b = 0; b < plan.count; ++b) {
+  // The batches flow as one stream of windows (Pipeline::submit); a
+  // window's outputs come out, batch by batch in order, once it has run.
+  const int64_t batches = plan.count * plan.repeat;
+  int64_t handed = 0;
+  bool ranWindow = false;
+  auto afterWindow = [&] {
+    addRun(total, pipeline.stats(), !ranWindow);
+    // Once the first batch has run, so that a failure stays one line.
+    if (!ranWindow && display.microbatchesNote && pipeline.rank() == 0) {
+      std::string note = display.microbatchesNote(pipeline.stageCount());
+      if (!note.empty())
+        llvm::errs() << note << "\n";
+    }
+    ranWindow = true;
+  };
+  auto handOut = [&](std::vector<c10::IValue> outputs) -> llvm::Error {
+    int64_t pass = handed / plan.count, b = handed % plan.count;
+    ++handed;
+    if (writes)
+      progress.update(handed, samplesOf(outputs));
+    if (!writes || pass + 1 != plan.repeat)
+      return llvm::Error::success();
+    if (!directory) {
+      kept.push_back(std::move(outputs));
+      return llvm::Error::success();
+    }
+    llvm::SmallString<256> file(outputPath);
+    llvm::sys::path::append(file, plan.names[b]);
+    return saveTensors(file, outputs, tuple);
+  };
+  if (batches == 1) {
+    // One batch: nothing to stream, and errors need no batch label.
+    std::vector<c10::IValue> inputs;
+    if (input) {
+      auto loaded = input->batch(0);
+      if (!loaded)
+        return loaded.takeError();
+      inputs = std::move(*loaded);
+    }
+    auto outputs = pipeline.run(inputs);
+    if (!outputs)
+      return outputs.takeError();
+    afterWindow();
+    if (llvm::Error err = handOut(std::move(*outputs)))
+      return err;
+  }
+  for (int64_t k = 0; batches > 1 && k <= batches; ++k) {
+    if (k < batches) {
+      int64_t pass = k / plan.count, b = k % plan.count;
       std::vector<c10::IValue> inputs;
       if (input) {
         auto loaded = input->batch(b);
@@ -431,32 +477,19 @@ llvm::Expected<RunSummary> runPipelineFiles(
           return loaded.takeError();
         inputs = std::move(*loaded);
       }
-      auto outputs = pipeline.run(inputs);
-      if (!outputs) {
-        std::string label = plan.label(b, pass);
-        return label.empty() ? outputs.takeError()
-                             : withContext(outputs.takeError(), label);
-      }
-      addRun(total, pipeline.stats(), pass == 0 && b == 0);
-      // Once the first batch has run, so that a failure stays one line.
-      if (pass == 0 && b == 0 && display.microbatchesNote &&
-          pipeline.rank() == 0) {
-        std::string note = display.microbatchesNote(pipeline.stageCount());
-        if (!note.empty())
-          llvm::errs() << note << "\n";
-      }
-      if (writes) {
-        progress.update(pass * plan.count + b + 1, samplesOf(*outputs));
-      }
-      if (!writes || !last)
-        continue;
-      if (!directory) {
-        kept.push_back(std::move(*outputs));
-        continue;
-      }
-      llvm::SmallString<256> file(outputPath);
-      llvm::sys::path::append(file, plan.names[b]);
-      if (llvm::Error err = saveTensors(file, *outputs, tuple))
+      if (llvm::Error err =
+              pipeline.submit(std::move(inputs), plan.label(b, pass)))
+        return err;
+    } else if (llvm::Error err = pipeline.flush()) {
+      return err;
+    }
+    // A call runs at most one window: its outputs, if any, are ready now.
+    bool first = true;
+    while (std::optional<std::vector<c10::IValue>> outputs = pipeline.next()) {
+      if (first)
+        afterWindow();
+      first = false;
+      if (llvm::Error err = handOut(std::move(*outputs)))
         return err;
     }
   }

@@ -75,7 +75,11 @@ struct RunSummary {
 /// one-batch .pt files run in bytewise name order (the output is a
 /// directory, created if missing, receiving one file of the same name per
 /// input file as its batch completes); docs/runtime.md, "Many batches per
-/// launch". The input root's view of the input and of `repeat` is shared
+/// launch". The batches of all repetitions flow as one stream of windows
+/// (RunOptions::streamMicrobatches, Pipeline::submit): a window's outputs
+/// are written, and its progress shown, batch by batch once the window has
+/// run; after a failure the files of earlier windows stay, whole. The input
+/// root's view of the input and of `repeat` is shared
 /// with every rank. `schedule` (if not null) receives the printed schedule
 /// before the run. Returns the stats of the whole launch. Errors: those of
 /// Pipeline::create, run (prefixed with the batch when there are several)
