@@ -118,7 +118,7 @@ def race_model(cfg, venv, d, m, reps, repeat):
         trace = os.path.join(d, "%s.%s.%d.trace.json" % (name, schedule, nproc))
         cmd = R.launch(nproc, "run", manifest, "--input", inp, "--output", out,
                        "--microbatches", M, "--threads", 1, "--schedule", schedule,
-                       "--repeat", repeat + 1, "--trace", trace)
+                       "--repeat", repeat + 1, "--stream-window", 0, "--trace", trace)
         # /usr/bin/time around each rank: its peak resident memory.
         cmd = cmd[:cmd.index("--") + 1] + ["/usr/bin/time", "-f", "race_rss_kb=%M"] + \
             cmd[cmd.index("--") + 1:]

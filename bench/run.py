@@ -236,7 +236,7 @@ def wide_runs(cfg):
     So the first batch's costs (the modules' first, profiling calls, the
     ranks' start-up skew) are left out, as plain_forward leaves out its cold
     batch. Stage times t_i are the medians of the F events after batch 1."""
-    M, R = 32, cfg["wide_repeat"]
+    M, R = 32, cfg["wide_repeat"]  # one execution per batch: --stream-window 0
     model, inp = os.path.join(MODELS, "wide.pt"), os.path.join(MODELS, "wide.input.pt")
     one = split(model, os.path.join(WORK, "wide.1"), "--stages", "1")
     two = split(model, os.path.join(WORK, "wide.2"), "--split-at", "layers.8")
@@ -246,7 +246,7 @@ def wide_runs(cfg):
         trace = os.path.join(WORK, "wide.%s.trace.json" % tag)
         s = sh(launch(nproc, "run", manifest, "--input", inp, "--output", out,
                       "--microbatches", M, "--threads", 1, "--schedule", schedule,
-                      "--repeat", R, "--stats", "--trace", trace))
+                      "--repeat", R, "--stream-window", 0, "--stats", "--trace", trace))
         st = parse_stats(s.out)
         assert len(st) == nproc, s.out
         events = trace_events(trace)
@@ -690,6 +690,72 @@ def bench_startup(cfg):
     return rows
 
 
+def bench_streaming(cfg):
+    """Issue 21, target 4: the batches of one launch as one stream. 7 batches
+    of 256 rows of the 16 x Linear(1024) MLP, M=8, 2 stages on 2 ranks
+    (1f1b), in one `ppc run` launch with windows of every batch
+    (--stream-window 256) against one execution per batch (--stream-window
+    0). A batch's time is (end of batch 7 - end of batch 1) / 6, a batch
+    ending when its last rank's batch mark ends, so the first batch's cold
+    calls are left out; t_i is the median F of stage i in the same run's
+    trace (each stage's first M F events left out). The bound without a
+    bubble between batches is M * max t_i."""
+    M, B, rows = 8, 7, 256
+    model = os.path.join(MODELS, "wide.pt")
+    manifest = split(model, os.path.join(WORK, "wide.2"), "--split-at", "layers.8")
+    inp = os.path.join(WORK, "stream.input.pt")
+    if not os.path.exists(inp):
+        sh([PYTHON, "-c", "import torch,sys; x=torch.load(sys.argv[1]); "
+            "torch.save([x[k * %d:(k + 1) * %d] for k in range(%d)], sys.argv[2])"
+            % (rows, rows, B), os.path.join(MODELS, "wide.input.pt"), inp])
+
+    def one(window):
+        trace = os.path.join(WORK, "stream.%d.trace.json" % window)
+        s = sh(launch(2, "run", manifest, "--input", inp, "--output",
+                      os.path.join(WORK, "stream.out.pt"), "--microbatches", M,
+                      "--threads", 1, "--stats", "--stream-window", window, "--trace", trace))
+        st = parse_stats(s.out)
+        assert len(st) == 2 and all(r["batches"] == B for r in st), s.out
+        with open(trace) as f:
+            everything = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+        marks = {}
+        for e in sorted((e for e in everything if is_mark(e)), key=lambda e: e["ts"]):
+            marks.setdefault(e["pid"], []).append(e["ts"] + e["dur"])
+        ends = [max(per) for per in zip(*marks.values())]
+        assert len(ends) == B, (len(ends), B)
+        t = {}
+        for stage in sorted({e["args"]["stage"] for e in everything if e["name"] == "F"}):
+            fs = sorted((e for e in everything if e["name"] == "F"
+                         and e["args"]["stage"] == stage), key=lambda e: e["ts"])
+            t[stage] = statistics.median(e["dur"] / 1000.0 for e in fs[M:])
+        batch_ms = (ends[-1] - ends[0]) / 1000.0 / (B - 1)
+        return {"batch_ms": batch_ms, "t_ms": t, "bound_ms": M * max(t.values()),
+                "ratio": batch_ms / (M * max(t.values())), "wall_s": s.wall_s,
+                "meta": sorted({r["meta"] for r in st})}
+
+    runs = rounds({"stream": lambda: one(256), "drain": lambda: one(0)},
+                  cfg.get("stream_reps", 3))
+    rows_out = []
+    for name, label in (("stream", "streamed (--stream-window 256)"),
+                        ("drain", "one execution per batch (--stream-window 0)")):
+        rs = runs[name]
+        ratio = statistics.median(r["ratio"] for r in rs)
+        rows_out.append(row(
+            "#21-4 streaming", "16×Linear(1024), 7 batches × 256 rows, M=%d, 2 stages / 2 "
+            "ranks, 1f1b: a batch, %s" % (M, label), stats([r["batch_ms"] for r in rs]), "ms",
+            "M · max t_i", stats([r["bound_ms"] for r in rs]), ratio,
+            "<= 1.05x" if name == "stream" else None,
+            ratio <= 1.05 if name == "stream" else None,
+            "batch = (end of batch 7 − end of batch 1) / 6; t_i = median F of stage i in the "
+            "same run's trace (first M per stage left out); ratio = median of per-run ratios "
+            "(%s); streamed vs drained per batch: %.3fx"
+            % (", ".join("%.3f" % r["ratio"] for r in rs),
+               statistics.median(r["batch_ms"] for r in runs["stream"])
+               / statistics.median(r["batch_ms"] for r in runs["drain"])),
+            runs=rs))
+    return rows_out
+
+
 def bench_partition(cfg):
     """Benchmark 10, in bench/partition.py: per model and stage count, the
     max/mean of the stage times (each stage alone on its real inputs, one
@@ -796,7 +862,8 @@ def main():
     global BUILD, MODELS, WORK, PPC
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer repetitions, smaller sizes")
-    ap.add_argument("--only", help="comma-separated benchmark numbers (1-10)")
+    ap.add_argument("--only", help="comma-separated benchmark numbers (1-10) or names "
+                    "(stream: #21 target 4)")
     ap.add_argument("--venv", help="the torch wheel's venv for benchmark 9 (default "
                     "build-wheel/venv, or PPC_RACE_VENV)")
     ap.add_argument("--build-dir", default=os.path.join(ROOT, "build"))
@@ -808,7 +875,7 @@ def main():
     cfg = dict(QUICK if args.quick else FULL)
     if args.venv:
         cfg["race_venv"] = os.path.abspath(args.venv)
-    only = set(args.only.split(",")) if args.only else {str(k) for k in range(1, 11)}
+    only = set(args.only.split(",")) if args.only else {str(k) for k in range(1, 11)} | {"stream"}
     BUILD = os.path.abspath(args.build_dir)
     MODELS, WORK = os.path.join(BUILD, "bench-models"), os.path.join(BUILD, "bench-work")
     PPC = os.path.join(BUILD, "bin", "ppc")
@@ -840,7 +907,8 @@ def main():
             ("7", "start-up", lambda: bench_startup(cfg)),
             ("8", "pipeline efficiency", lambda: bench_efficiency(cfg, need_wide())),
             ("9", "race against torch.distributed.pipelining", lambda: bench_race(cfg)),
-            ("10", "partition balance", lambda: bench_partition(cfg))]
+            ("10", "partition balance", lambda: bench_partition(cfg)),
+            ("stream", "streaming across batches (#21 target 4)", lambda: bench_streaming(cfg))]
     for key, name, fn in plan:
         if key not in only:
             continue

@@ -85,7 +85,6 @@ llvm::Error Pipeline::Impl::enqueue(const std::vector<c10::IValue> &inputs,
     batch.microbatches = std::move(*split);
   }
   queue.push_back(std::move(batch));
-  ++submitted;
   return llvm::Error::success();
 }
 
@@ -278,6 +277,7 @@ llvm::Error Pipeline::submit(std::vector<c10::IValue> inputs,
                              std::string label) {
   if (label.empty())
     label = llvm::formatv("batch {0}", impl_->submitted).str();
+  ++impl_->submitted;
   if (llvm::Error err = impl_->enqueue(inputs, label)) {
     impl_->queue.clear();
     return withContext(std::move(err), label);

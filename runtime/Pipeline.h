@@ -206,11 +206,11 @@ public:
   /// returns: so at most windowBatches() * microbatches microbatches are in
   /// flight, and a caller that submits faster than the pipeline computes is
   /// held back. `label` names the batch in errors ("batch 3 ('c.pt')");
-  /// empty: "batch N", N its index among this pipeline's submitted batches
-  /// from 0. Errors, each prefixed with the label of the batch it concerns:
-  /// inputs that do not fit the model (at once, on the ranks that read
-  /// them); run()'s for the batch whose microbatch failed (a failure before
-  /// the window's microbatches run, such as a signature agreement, names
+  /// empty: "batch N", N counting this pipeline's submit() calls from 0
+  /// (a refused batch counts). Errors, each prefixed with the label of the
+  /// batch it concerns: inputs that do not fit the model (at once, on the ranks
+  /// that read them); run()'s for the batch whose microbatch failed (a failure
+  /// before the window's microbatches run, such as a signature agreement, names
   /// the window's first batch; microbatch numbers in the message count over
   /// the window). After an error the queued batches are dropped and the
   /// pipeline is not usable, as after a failed run(); outputs of windows

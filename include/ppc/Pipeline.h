@@ -143,7 +143,7 @@ public:
   /// when windowBatches() are queued, runs them before it returns (the
   /// backpressure: at most windowBatches() * microbatches microbatches in
   /// flight). Throws run()'s errors prefixed with the batch they concern,
-  /// "batch N: ..." (N counts this pipeline's submitted batches from 0);
+  /// "batch N: ..." (N counts submit() calls from 0);
   /// the queued batches are then dropped.
   void submit(const std::vector<c10::IValue> &inputs);
   /// Runs the queued batches, if any, as one window. Throws: submit()'s.

@@ -1,0 +1,259 @@
+#!/usr/bin/python3
+"""Tests streaming in `ppc run`: the batches of one launch (a list, a
+directory, --repeat) run in windows of --stream-window microbatches, one
+execution of the schedule each, so the pipeline does not drain between
+batches.
+
+Streamed outputs must equal those of one execution per batch
+(--stream-window 0) bitwise, in order, with batches of different signatures
+mixed in a window, for a one-input and a two-input model, on 2, 3 and 4
+ranks, gpipe and 1f1b; the meta cache written by a streamed launch serves
+the next; and the trace of a streamed launch shows batch b+1's first F on
+stage 0 starting before batch b's last F on the last stage.
+
+Env: PPC (the ppc binary), PPC_MODELS_DIR (generated models).
+"""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import (BUILD, PPC, assert_identical, assert_outputs_close, launch, main,  # noqa: E402
+                    model_path, parse_stats, split_at, tmpdir, unsplit_output)
+from trace_format import assert_valid_trace  # noqa: E402
+
+BATCHES = re.compile(r"stats: rank=(\d+) .* cache_written=\d batches=(\d+)$", re.M)
+
+
+class StreamTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.shared = tempfile.TemporaryDirectory(prefix="ppc-stream-")
+        d = cls.shared.name
+        cls.mlp2 = split_at("mlp", 2, os.path.join(d, "mlp2"))
+        cls.mlp3 = split_at("mlp", 3, os.path.join(d, "mlp3"))
+        cls.mlp4 = split_at("mlp", 4, os.path.join(d, "mlp4"))
+        cls.two_io3 = split_at("two_io", 3, os.path.join(d, "two_io3"))
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.shared.cleanup()
+
+    def setUp(self):
+        self.tmp = tmpdir(self)
+        self.x = torch.load(model_path("mlp", ".input.pt"))  # 5 x 64
+
+    def save(self, value, name):
+        path = os.path.join(self.tmp, name)
+        torch.save(value, path)
+        return path
+
+    def ppc_run(self, ranks, manifest, inp, out, *extra):
+        """`ppc run` on `ranks` ranks with --stats; returns {rank: batches}
+        and the stats."""
+        r = launch(ranks, "run", manifest, "--input", inp, "--output", out, "--stats",
+                   "--timeout", 60, *extra)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        counts = {int(k): int(n) for k, n in BATCHES.findall(r.stdout)}
+        self.assertEqual(sorted(counts), list(range(ranks)), r.stdout)
+        return counts, parse_stats(r.stdout)
+
+    def compare(self, ranks, manifest, inp, *extra, windows=("4", "256"), batches=None):
+        """The outputs of `inp` with each --stream-window in `windows` equal
+        those of --stream-window 0, bitwise; returns them."""
+        ext = "" if os.path.isdir(inp) else ".pt"
+        base = os.path.join(self.tmp, "base" + ext)
+        counts, _ = self.ppc_run(ranks, manifest, inp, base, "--stream-window", 0,
+                             "--no-meta-cache", *extra)
+        if batches is not None:
+            self.assertEqual(set(counts.values()), {batches})
+        for w in windows:
+            out = os.path.join(self.tmp, "w%s%s" % (w, ext))
+            got, _ = self.ppc_run(ranks, manifest, inp, out, "--stream-window", w,
+                              "--no-meta-cache", *extra)
+            self.assertEqual(got, counts)
+            if ext:
+                a, b = torch.load(base), torch.load(out)
+                if isinstance(a, list):
+                    self.assertIsInstance(b, list)
+                    self.assertEqual(len(a), len(b))
+                    for k, (x, y) in enumerate(zip(a, b)):
+                        with self.subTest(window=w, batch=k):
+                            assert_identical(self, x, y)
+                else:
+                    assert_identical(self, a, b)
+            else:
+                self.assertEqual(sorted(os.listdir(base)), sorted(os.listdir(out)))
+                for name in os.listdir(base):
+                    with self.subTest(window=w, file=name):
+                        assert_identical(self, torch.load(os.path.join(base, name)),
+                                         torch.load(os.path.join(out, name)))
+        return base
+
+    def mixed(self):
+        """Six batches of three signatures (rows 5, 4, 3), in no order."""
+        x = self.x
+        return [x, x[:4] * 2, x.flip(0), x[:3] - 1, x * 3, x[1:]]
+
+    # --- outputs ------------------------------------------------------------
+
+    def test_list_of_mixed_signatures_2_ranks(self):
+        batches = self.mixed()
+        inp = self.save(batches, "list.pt")
+        for schedule in ("gpipe", "1f1b"):
+            with self.subTest(schedule=schedule):
+                base = self.compare(2, self.mlp2, inp, "--microbatches", 2,
+                                    "--schedule", schedule, batches=6)
+                got = torch.load(base)
+                for b, g in zip(batches, got):
+                    assert_outputs_close(self, unsplit_output("mlp", b), g)
+
+    def test_four_stages_on_2_ranks(self):
+        inp = self.save(self.mixed(), "list.pt")
+        for schedule in ("gpipe", "1f1b"):
+            with self.subTest(schedule=schedule):
+                # Windows of 1 (3 < M), 2 and all 6 batches.
+                self.compare(2, self.mlp4, inp, "--microbatches", 3, "--schedule", schedule,
+                             windows=("3", "7", "18"), batches=6)
+
+    def test_two_inputs_on_3_and_4_ranks(self):
+        x, y = torch.load(model_path("two_io", ".input.pt"))
+        batches = [(x, y), (x[:4] * 2, y[:4]), (x.flip(0), y.flip(0)), (x[:2], y[:2] + 1)]
+        inp = self.save(batches, "list.pt")
+        for schedule in ("gpipe", "1f1b"):
+            with self.subTest(schedule=schedule):
+                base = self.compare(3, self.two_io3, inp, "--microbatches", 2,
+                                    "--schedule", schedule, batches=4)
+                for b, g in zip(batches, torch.load(base)):
+                    self.assertIsInstance(g, tuple)
+                    assert_outputs_close(self, unsplit_output("two_io", b), g)
+        inp = self.save(self.mixed(), "mlp.pt")
+        self.compare(4, self.mlp4, inp, "--microbatches", 2, windows=("6",), batches=6)
+
+    def test_repeat(self):
+        inp = self.save(self.x, "x.pt")
+        self.compare(2, self.mlp2, inp, "--microbatches", 2, "--repeat", 5,
+                     windows=("4", "5", "256"), batches=5)
+
+    def test_directory_of_batch_files(self):
+        inp = os.path.join(self.tmp, "in")
+        os.mkdir(inp)
+        for k, b in enumerate(self.mixed()):
+            torch.save(b, os.path.join(inp, "%d.pt" % k))
+        base = self.compare(2, self.mlp2, inp, "--microbatches", 2, "--repeat", 2, batches=12)
+        self.assertEqual(sorted(os.listdir(base)), ["%d.pt" % k for k in range(6)])
+
+    # --- metadata ------------------------------------------------------------
+
+    def test_meta_cache_serves_a_second_streamed_run(self):
+        inp = self.save(self.mixed(), "list.pt")
+        cache = os.path.join(self.tmp, "cache")
+        os.mkdir(cache)
+        outs = []
+        for k in range(2):
+            outs.append(os.path.join(self.tmp, "out%d.pt" % k))
+            _, stats = self.ppc_run(2, self.mlp2, inp, outs[-1], "--microbatches", 2,
+                                "--meta-cache", cache)
+            meta = {s[0] for s in stats.values()}
+            sent = sum(int(s[1]) for s in stats.values())
+            if k == 0:
+                self.assertEqual(meta, {"inferred"})
+                self.assertGreater(sent, 0)
+            else:
+                self.assertEqual(meta, {"cache"})
+                self.assertEqual(sent, 0)
+        a, b = torch.load(outs[0]), torch.load(outs[1])
+        for x, y in zip(a, b):
+            assert_identical(self, x, y)
+
+    # --- the trace -----------------------------------------------------------
+
+    def trace_events(self, window):
+        inp = self.save([self.x] * 4, "list.pt")
+        trace = os.path.join(self.tmp, "trace%s.json" % window)
+        self.ppc_run(3, self.mlp3, inp, os.path.join(self.tmp, "o.pt"),
+            "--microbatches", 2, "--schedule", "gpipe", "--no-meta-cache",
+            "--stream-window", window, "--trace", trace)
+        data = assert_valid_trace(self, trace)
+        events = data["traceEvents"] if isinstance(data, dict) else data
+        return [e for e in events if e.get("ph") == "X"]
+
+    def test_trace_shows_the_next_batch_entering_before_the_last_leaves(self):
+        m = 2
+        # One window of 4 batches: one execution, whose microbatches count
+        # 0..7 over the window. Batch b+1's first F on stage 0 starts before
+        # batch b's last F on stage 2 does.
+        events = self.trace_events(8)
+        fs = {(e["args"]["stage"], e["args"]["microbatch"]): e
+              for e in events if e["name"] == "F"}
+        self.assertEqual(len(fs), 3 * 4 * m)
+        for b in range(3):
+            enter = fs[(0, (b + 1) * m)]["ts"]
+            leave = fs[(2, b * m + m - 1)]["ts"]
+            self.assertLess(enter, leave, "batch %d" % b)
+        # Every rank has one batch mark per batch, in order, not overlapping.
+        for rank in range(3):
+            marks = sorted((e["ts"], e["ts"] + e["dur"]) for e in events
+                           if e["pid"] == rank and e["name"] == "batch")
+            self.assertEqual(len(marks), 4)
+            for (_, end), (start, _) in zip(marks, marks[1:]):
+                self.assertLessEqual(end, start)
+
+    # --- the library ----------------------------------------------------------
+
+    def test_library_example_streams(self):
+        """examples/pipeline_infer with BATCHES: submit/next/flush over the
+        public API, against `ppc run` of the same batches one per run."""
+        program = os.path.join(BUILD, "bin", "pipeline_infer")
+        out = os.path.join(self.tmp, "lib.pt")
+        r = subprocess.run([PPC, "launch", "--nproc-per-node", "2", "--master-port", "0", "--",
+                            program, self.mlp2, model_path("mlp", ".input.pt"), "2", out, "5"],
+                           capture_output=True, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("[rank 1] streamed 5 batches in windows of 128", r.stdout)
+        self.assertIn("[rank 0] streamed 5 batches in windows of 128", r.stdout)
+        batches = [self.x[:5 - b % 2] * (b + 1) for b in range(5)]
+        base = os.path.join(self.tmp, "base.pt")
+        self.ppc_run(2, self.mlp2, self.save(batches, "list.pt"), base, "--microbatches", 2,
+                 "--stream-window", 0, "--no-meta-cache")
+        for b, want in enumerate(torch.load(base)):
+            with self.subTest(batch=b):
+                assert_identical(self, want, torch.load("%s.%d" % (out, b)))
+
+    # --- errors --------------------------------------------------------------
+
+    def test_a_failure_names_its_batch_and_keeps_earlier_windows(self):
+        inp = os.path.join(self.tmp, "in")
+        os.mkdir(inp)
+        for k in range(4):
+            torch.save(self.x, os.path.join(inp, "%d.pt" % k))
+        # The fifth file holds a batch of the wrong width: stage 0 fails on
+        # it, in the third window of 2 batches.
+        torch.save(torch.randn(5, 7), os.path.join(inp, "4.pt"))
+        torch.save(self.x, os.path.join(inp, "5.pt"))
+        out = os.path.join(self.tmp, "out")
+        r = launch(2, "run", self.mlp2, "--input", inp, "--output", out, "--microbatches", 2,
+                   "--stream-window", 4, "--no-meta-cache", "--timeout", 10)
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertRegex(r.stderr, r"\[rank 0\] error: batch 4 \('4.pt'\): stage 0 failed: ")
+        # The first two windows were written whole; nothing of the third.
+        self.assertEqual(sorted(os.listdir(out)), ["0.pt", "1.pt", "2.pt", "3.pt"])
+        for k in range(4):
+            assert_outputs_close(self, unsplit_output("mlp", self.x),
+                                 torch.load(os.path.join(out, "%d.pt" % k)))
+
+    def test_stream_window_out_of_range(self):
+        r = launch(1, "run", self.mlp2, "--input", model_path("mlp", ".input.pt"),
+                   "--output", os.path.join(self.tmp, "o.pt"), "--stream-window", 65537)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--stream-window", r.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "o.pt")))
+
+
+if __name__ == "__main__":
+    main()
