@@ -203,6 +203,16 @@ class StreamTest(unittest.TestCase):
             self.assertEqual(len(marks), 4)
             for (_, end), (start, _) in zip(marks, marks[1:]):
                 self.assertLessEqual(end, start)
+            # They tile the window: every action of the rank lies in one.
+            for e in events:
+                if e["pid"] == rank and e["name"] != "batch":
+                    self.assertTrue([m for m in marks if m[0] <= e["ts"]
+                                     and e["ts"] + e["dur"] <= m[1]], e)
+            # The rank's one run of the executor ends with one flush, in
+            # the last batch's mark.
+            flushes = [e for e in events if e["pid"] == rank and e["name"] == "flush"]
+            self.assertEqual(len(flushes), 1)
+            self.assertGreaterEqual(flushes[0]["ts"], marks[-1][0])
 
     # --- the library ----------------------------------------------------------
 

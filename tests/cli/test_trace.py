@@ -497,7 +497,10 @@ class RealRunTest(unittest.TestCase):
         cls.run_trace = os.path.join(d, "run.json")
         r = launch(2, "run", manifest, "--input", model_path("mlp", ".input.pt"),
                    "--output", os.path.join(d, "out.pt"), "--microbatches", 2, "--repeat", 3,
-                   "--no-meta-cache", "--timeout", 60, "--trace", cls.run_trace)
+                   "--no-meta-cache", "--timeout", 60, "--trace", cls.run_trace,
+                   # One run of the executor per batch (test_stream.py checks
+                   # the marks of streamed batches).
+                   "--stream-window", 0)
         if r.returncode != 0:
             raise AssertionError(r.stdout + r.stderr)
         data = os.path.join(d, "mlp.data.pt")
@@ -524,22 +527,14 @@ class RealRunTest(unittest.TestCase):
                              {(-1, -1)})
             self.assertFalse([e for e in mine if e["name"] == other])
             # Every action of the rank lies in one of its marks, and each
-            # step's mark holds one run of the executor (it ends with a
-            # flush). The 3 batches stream as one window, one run: their
-            # marks tile it (they may touch) and the last holds its flush.
-            streamed = kind == "batch"
+            # mark holds one run of the executor (it ends with a flush).
             for e in mine:
                 if e["name"] != kind:
-                    within = [m for m in marks if m["ts"] <= e["ts"]
-                              and e["ts"] + e["dur"] <= m["ts"] + m["dur"]]
-                    if streamed:
-                        self.assertIn(len(within), (1, 2), e)
-                    else:
-                        self.assertEqual(len(within), 1, e)
-            for k, m in enumerate(marks):
+                    self.assertEqual(len([m for m in marks if m["ts"] <= e["ts"]
+                                          and e["ts"] + e["dur"] <= m["ts"] + m["dur"]]), 1, e)
+            for m in marks:
                 inside = [e for e in mine if m["ts"] <= e["ts"] < m["ts"] + m["dur"]]
-                flushes = 1 if not streamed or k == len(marks) - 1 else 0
-                self.assertEqual(len([e for e in inside if e["name"] == "flush"]), flushes)
+                self.assertEqual(len([e for e in inside if e["name"] == "flush"]), 1)
                 self.assertEqual(len([e for e in inside if e["name"] == "F"]), 2)
         return events
 
