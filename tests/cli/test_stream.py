@@ -257,6 +257,14 @@ class StreamTest(unittest.TestCase):
             assert_outputs_close(self, unsplit_output("mlp", self.x),
                                  torch.load(os.path.join(out, "%d.pt" % k)))
 
+    def test_a_list_of_one_batch_still_names_it(self):
+        inp = self.save([(torch.randn(5, 7),)], "one.pt")
+        r = launch(2, "run", self.mlp2, "--input", inp, "--output",
+                   os.path.join(self.tmp, "o.pt"), "--microbatches", 2, "--no-meta-cache",
+                   "--timeout", 10)
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertRegex(r.stderr, r"\[rank 0\] error: batch 0: stage 0 failed: ")
+
     def test_stream_window_out_of_range(self):
         r = launch(1, "run", self.mlp2, "--input", model_path("mlp", ".input.pt"),
                    "--output", os.path.join(self.tmp, "o.pt"), "--stream-window", 65537)

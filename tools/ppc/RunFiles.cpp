@@ -452,7 +452,7 @@ llvm::Expected<RunSummary> runPipelineFiles(
     return saveTensors(file, outputs, tuple);
   };
   if (batches == 1) {
-    // One batch: nothing to stream, and errors need no batch label.
+    // One batch: nothing to stream.
     std::vector<c10::IValue> inputs;
     if (input) {
       auto loaded = input->batch(0);
@@ -461,8 +461,11 @@ llvm::Expected<RunSummary> runPipelineFiles(
       inputs = std::move(*loaded);
     }
     auto outputs = pipeline.run(inputs);
-    if (!outputs)
-      return outputs.takeError();
+    if (!outputs) {
+      std::string label = plan.label(0, 0);
+      return label.empty() ? outputs.takeError()
+                           : withContext(outputs.takeError(), label);
+    }
     afterWindow();
     if (llvm::Error err = handOut(std::move(*outputs)))
       return err;
