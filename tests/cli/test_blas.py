@@ -24,7 +24,8 @@ import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import PPC, free_port, launch, main, model_path, ppc, rank_env, split_at, tmpdir  # noqa: E402
+from common import (PPC, free_port, launch, main, model_path, ppc, rank_env,  # noqa: E402
+                    split_at, tmpdir)
 
 TIMEOUT = 120
 BLAS_LINE = re.compile(r"^blas: (\S+)(?: (\S+))?(?: (\S+))?(?: \((DYNAMIC_ARCH)\))?$", re.M)
@@ -48,7 +49,8 @@ LAUNCH_WARNING = re.compile(r"^warning: OpenBLAS runs its generic Prescott kerne
 def env_with(**extra):
     """This environment less any OPENBLAS_CORETYPE or test hook, plus `extra`."""
     env = {k: v for k, v in os.environ.items()
-           if k not in ("OPENBLAS_CORETYPE", "PPC_BLAS_WARNED") and not k.startswith("PPC_TEST_BLAS")}
+           if k not in ("OPENBLAS_CORETYPE", "PPC_BLAS_WARNED")
+           and not k.startswith("PPC_TEST_BLAS")}
     env.update(extra)
     return env
 
