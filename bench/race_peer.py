@@ -17,8 +17,12 @@ tensors (static shapes) or without (the stage infers them on the first step).
 Each rank prints one line `race: {json}`: first_step_ms (the first step,
 which infers shapes when they are not static), first_wall_ms (from the
 start of this script, before importing torch, to the end of that step),
-batch_ms (mean of R steps after it, between barriers) and rss_kb (peak
-resident memory). Steps of inference run under torch.no_grad() with no
+batch_ms (mean of R steps after it, between barriers), rss_kb (peak
+resident memory) and blas: the BLAS this torch computes with ("mkl 2024.2",
+or "openblas:CORE" for a torch on OpenBLAS) and its CPU capability (the
+instruction set LibTorch's own kernels use, and the highest MKL may use,
+which MKL_ENABLE_INSTRUCTIONS caps), so that bench/race.py can state which
+kernel class each side runs. Steps of inference run under torch.no_grad() with no
 loss; training steps run forward, backward (MSE loss) and an SGD step.
 """
 import time
@@ -26,8 +30,10 @@ import time
 T0 = time.monotonic()
 
 import argparse  # noqa: E402
+import ctypes  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
+import re  # noqa: E402
 import resource  # noqa: E402
 
 import torch  # noqa: E402
@@ -59,8 +65,27 @@ def load_mlp(path):
     return model, width
 
 
+def blas():
+    """"mkl VERSION" or "openblas:CORE", with the CPU capability: what this
+    torch's matrix products run on."""
+    config = torch.__config__.show()
+    capability = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", lambda: "?")()
+    if torch.backends.mkl.is_available():
+        m = re.search(r"Math Kernel Library Version ([\w.]+)", config)
+        name = "mkl" + (" " + m.group(1) if m else "")
+    else:
+        try:
+            lib = ctypes.CDLL("libopenblas.so.0")
+            lib.openblas_get_corename.restype = ctypes.c_char_p
+            name = "openblas:" + lib.openblas_get_corename().decode()
+        except (OSError, AttributeError):
+            name = "unknown"
+    return "%s (cpu capability %s)" % (name, capability)
+
+
 def report(**fields):
     fields["rss_kb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    fields["blas"] = blas()
     print("race: " + json.dumps(fields), flush=True)
 
 

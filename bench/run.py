@@ -53,14 +53,14 @@ class Sample:
         self.out, self.wall_s, self.cpu_s = out, wall_s, cpu_s
 
 
-def sh(cmd, timeout=600):
-    """Runs cmd (a list) with the bounded-thread environment; returns a
-    Sample, or raises with the command's output when it fails."""
+def sh(cmd, timeout=600, env=None):
+    """Runs cmd (a list) with the bounded-thread environment (or `env`);
+    returns a Sample, or raises with the command's output when it fails."""
     cmd = [str(c) for c in cmd]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.monotonic()
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, timeout=timeout, env=ENV, cwd=ROOT)
+                          text=True, timeout=timeout, env=env or ENV, cwd=ROOT)
     wall = time.monotonic() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
@@ -256,6 +256,7 @@ def wide_runs(cfg):
         stages = sorted({e["args"]["stage"] for e in steady if e["name"] == "F"})
         summary = trace_summary(trace + ".steady.json")
         return {"batch_ms": (ends[-1] - ends[0]) / 1000.0 / (R - 1),
+                "blas": sorted({r["blas"] for r in st}),
                 # From the first action of any rank to the end of batch 1.
                 "first_batch_ms": (ends[0] - min(e["ts"] for e in events)) / 1000.0,
                 "total_ms": max(r["total_ms"] for r in st),
@@ -300,6 +301,7 @@ def bench_speedup(cfg, wide):
              % (fmt(f2), fmt(f1), f2 / f1, 100 * busy / split2["median"], cpus))
     speed = unsplit["median"] / split2["median"]
     notes += "; speed-up per round: %s" % ", ".join("%.2f" % x for x in paired)
+    notes += "; " + same_kernel_note(runs, ("unsplit", "1f1b"))
     return [
         row("1 speed-up", "16×Linear(1024), 4096 rows, M=32: 2 stages / 2 ranks, a warm batch",
             split2, "ms", "1 stage / 1 rank", unsplit, speed, ">= 1.7x",
@@ -311,6 +313,121 @@ def bench_speedup(cfg, wide):
             None, None, "plain_forward: same microbatching, median of warm batches "
             "(which include the split and the concatenation)"),
     ]
+
+
+def same_kernel_note(runs, names):
+    """"BLAS openblas:Cooperlake on every side (pinned: ...)": the kernels
+    the --stats of the runs `names` name, asserted to be one."""
+    kernels = sorted({b for n in names for r in runs[n] for b in r["blas"]})
+    assert len(kernels) == 1, "the sides ran different BLAS kernels: %s" % kernels
+    return "BLAS %s on every side (%s)" % (kernels[0], BLAS_PIN)
+
+
+def bench_speedup_kernel(cfg, wide):
+    """Issue #21 target 3: benchmark 1's speed-up, both sides on the same,
+    best kernel (main() pins it), with the issue's target."""
+    first = bench_speedup(cfg, wide)[0]
+    speed = first["ratio"]
+    return [dict(first, benchmark="21.3 speed-up, same kernel", target=">= 1.8x",
+                 met=speed >= 1.8)]
+
+
+def gflops(ms, m=128, k=1024, n=1024):
+    return 2.0 * m * k * n / (ms * 1e-3) / 1e9
+
+
+MATMUL_SCRIPT = r"""
+import ctypes, json, sys, time, torch
+torch.set_num_threads(1)
+torch.manual_seed(0)
+a, w = torch.randn(128, 1024), torch.randn(1024, 1024)
+for _ in range(5):
+    a @ w
+ms = []
+for _ in range(int(sys.argv[1])):
+    t = time.perf_counter()
+    a @ w
+    ms.append((time.perf_counter() - t) * 1e3)
+core = "mkl" if torch.backends.mkl.is_available() else ""
+if not core:
+    try:
+        lib = ctypes.CDLL("libopenblas.so.0")
+        lib.openblas_get_corename.restype = ctypes.c_char_p
+        core = "openblas:" + lib.openblas_get_corename().decode()
+    except OSError:
+        core = "unknown"
+print("matmul: " + json.dumps({"blas": core, "ms": ms}))
+"""
+
+
+def bench_blas(cfg):
+    """Issue #21 target 6: single-thread 128x1024x1024 matmul throughput
+    under each OpenBLAS core type that loads (Debian's python3-torch, the
+    same libopenblas as ppc's LibTorch) and the torch wheel's MKL (its venv,
+    if there is one), against a ppc rank's: a 1-stage `ppc launch` of one
+    Linear(1024, 1024, bias=False) on 128 rows, the median of its traced F
+    events (the first batch left out), with OPENBLAS_CORETYPE unset (what
+    ppc launch gives a rank on this machine) and with the generic kernel as
+    OpenBLAS's default (the test hook PPC_TEST_BLAS_CORETYPE_IS_DEFAULT,
+    docs/runtime.md), which ppc launch must correct."""
+    model = os.path.join(MODELS, "matmul.pt")
+    inp = os.path.join(MODELS, "matmul.input.pt")
+    if not os.path.exists(inp):
+        sh([PYTHON, "-c", "import torch, sys; torch.manual_seed(0); "
+            "linear = torch.nn.Linear(1024, 1024, bias=False); "
+            "torch.jit.save(torch.jit.script(linear), sys.argv[1]); "
+            "torch.save(torch.randn(128, 1024), sys.argv[2])", model, inp])
+    manifest = split(model, os.path.join(WORK, "matmul.1"), "--stages", "1")
+    base = {k: v for k, v in ENV.items() if k != "OPENBLAS_CORETYPE"}
+    reps, repeat = cfg["blas_reps"], cfg["blas_repeat"]
+
+    def python(core, exe=PYTHON):
+        env = dict(base, OPENBLAS_CORETYPE=core) if core else base
+        s = sh([exe, "-c", MATMUL_SCRIPT, repeat], env=env)
+        r = json.loads(s.out.split("matmul: ", 1)[1].splitlines()[0])
+        return {"blas": r["blas"], "ms": statistics.median(r["ms"])}
+
+    def rank(**extra):
+        trace = os.path.join(WORK, "matmul.trace.json")
+        s = sh(launch(1, "run", manifest, "--input", inp, "--output",
+                      os.path.join(WORK, "matmul.out.pt"), "--threads", 1, "--repeat", repeat,
+                      "--stats", "--trace", trace), env=dict(base, **extra))
+        f = sorted((e["ts"], e["dur"] / 1000.0) for e in trace_events(trace) if e["name"] == "F")
+        return {"blas": parse_stats(s.out)[0]["blas"],
+                "ms": statistics.median(d for _, d in f[1:]), "out": s.out}
+
+    configs = {}
+    for core in ("Prescott", "Sandybridge", "Haswell", "Zen", "SkylakeX", "Cooperlake"):
+        configs[core] = lambda c=core: python(c)
+    venv_python = os.path.join(os.environ.get("PPC_RACE_VENV") or os.path.join(
+        ROOT, "build-wheel", "venv"), "bin", "python")
+    if os.path.exists(venv_python):
+        configs["mkl"] = lambda: python("", venv_python)
+    configs["rank"] = rank
+    configs["rank, Prescott as default"] = lambda: rank(
+        OPENBLAS_CORETYPE="Prescott", PPC_TEST_BLAS_CORETYPE_IS_DEFAULT="1")
+    runs = rounds(configs, reps)
+    # A core type OpenBLAS does not have (or maps to another) is left out.
+    kernels = {n: rs for n, rs in runs.items() if not n.startswith("rank") and (
+        n == "mkl" or all(r["blas"] == "openblas:" + n for r in rs))}
+    rate = {n: stats([gflops(r["ms"]) for r in rs]) for n, rs in runs.items()}
+    best = max(kernels, key=lambda n: rate[n]["median"])
+    out = []
+    for n in kernels:
+        ratio = rate[n]["median"] / rate[best]["median"]
+        out.append(row("21.6 matmul", "128x1024x1024 matmul, 1 thread, %s (python3 torch.matmul)"
+                       % (n if n == "mkl" else "OpenBLAS " + n), rate[n], "GFLOP/s",
+                       "best: " + best, rate[best], ratio, None, None,
+                       "kernel as loaded: %s" % kernels[n][0]["blas"]))
+    for n in ("rank", "rank, Prescott as default"):
+        ratio = rate[n]["median"] / rate[best]["median"]
+        out.append(row("21.6 matmul", "a ppc rank's F (%s), 1 thread" % n, rate[n], "GFLOP/s",
+                       "best: " + best, rate[best], ratio, ">= 0.9x", ratio >= 0.9,
+                       "the rank ran %s; ppc launch %s" % (
+                           " / ".join(sorted({r["blas"] for r in runs[n]})),
+                           "noted it chose the kernel" if "note: OpenBLAS" in runs[n][0]["out"]
+                           else "chose nothing")))
+    return out
 
 
 def bench_plain(cfg, wide):
@@ -776,11 +893,33 @@ def bench_partition(cfg):
     return out
 
 
-def bench_race(cfg):
-    """Benchmark 9, in bench/race.py."""
+def bench_race(cfg, issue21=False):
+    """Benchmarks 9 and 21.5, in bench/race.py."""
     import race
     race.R = sys.modules[__name__]
-    return race.bench_race(cfg)
+    return race.bench_race(cfg, issue21)
+
+
+# How main() pinned the BLAS kernel, for the notes.
+BLAS_PIN = ""
+
+
+def pin_blas_kernel():
+    """Every benchmark runs the best OpenBLAS kernel for this CPU (`ppc
+    --version` names it): OPENBLAS_CORETYPE in ENV unless the environment
+    sets it. Returns what was done, for the notes."""
+    global BLAS_PIN
+    text = subprocess.run([PPC, "--version"], stdout=subprocess.PIPE, text=True).stdout
+    m = re.search(r"best OpenBLAS core type: (\w+)", text)
+    blas = re.search(r"^blas: (.*)$", text, re.M)
+    if "OPENBLAS_CORETYPE" in os.environ:
+        BLAS_PIN = "OPENBLAS_CORETYPE=%s from the environment" % os.environ["OPENBLAS_CORETYPE"]
+    elif m and blas and blas.group(1).startswith("openblas"):
+        ENV["OPENBLAS_CORETYPE"] = m.group(1)
+        BLAS_PIN = "pinned OPENBLAS_CORETYPE=%s, the best for this CPU" % m.group(1)
+    else:
+        BLAS_PIN = blas.group(1) if blas else "BLAS unknown"
+    return BLAS_PIN
 
 
 # ------------------------------------------------------------------ main
@@ -792,12 +931,13 @@ FULL = {"wide_reps": 5, "wide_repeat": 4, "plain_cold": 1, "plain_reps": 2, "tin
         "train_steps": 6, "train_reps": 3,
         "schedules": ["gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "looped-bfs",
                       "interleaved-zb", "zbv", "dualpipev"], "startup_reps": 4,
-        "race_reps": 3, "race_repeat": 4, "partition_reps": 15}
+        "race_reps": 3, "race_repeat": 4, "partition_reps": 15, "blas_reps": 3,
+        "blas_repeat": 20}
 QUICK = dict(FULL, wide_reps=2, wide_repeat=3, plain_reps=1, tiny_mb=256, tiny_reps=2,
              transport_sizes=[(8, 500), (64 << 10, 100), (1 << 20, 30), (16 << 20, 8),
                               (64 << 20, 4)],
              split_sizes=[256, 512, 1024], split_reps=2, train_steps=3, train_reps=1,
-             startup_reps=2, race_reps=1, race_repeat=3, partition_reps=7)
+             startup_reps=2, race_reps=1, race_repeat=3, partition_reps=7, blas_reps=2)
 
 
 def build(build_dir, jobs):
@@ -862,8 +1002,8 @@ def main():
     global BUILD, MODELS, WORK, PPC
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer repetitions, smaller sizes")
-    ap.add_argument("--only", help="comma-separated benchmark numbers (1-10) or names "
-                    "(stream: #21 target 4)")
+    ap.add_argument("--only", help="comma-separated benchmark keys (1-10; issue #21: "
+                    "21.1, 21.3, 21.4, 21.5, 21.6, 21.c); default: all")
     ap.add_argument("--venv", help="the torch wheel's venv for benchmark 9 (default "
                     "build-wheel/venv, or PPC_RACE_VENV)")
     ap.add_argument("--build-dir", default=os.path.join(ROOT, "build"))
@@ -875,7 +1015,7 @@ def main():
     cfg = dict(QUICK if args.quick else FULL)
     if args.venv:
         cfg["race_venv"] = os.path.abspath(args.venv)
-    only = set(args.only.split(",")) if args.only else {str(k) for k in range(1, 11)} | {"stream"}
+    only = set(args.only.split(",")) if args.only else None
     BUILD = os.path.abspath(args.build_dir)
     MODELS, WORK = os.path.join(BUILD, "bench-models"), os.path.join(BUILD, "bench-work")
     PPC = os.path.join(BUILD, "bin", "ppc")
@@ -886,9 +1026,10 @@ def main():
         build(BUILD, args.jobs)
     make_models(cfg)
     print("bench: built and generated in %.0f s" % (time.monotonic() - t0), flush=True)
+    print("bench: BLAS: %s" % pin_blas_kernel(), flush=True)
 
     results = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-               "quick": args.quick, "machine": machine(), "config": cfg,
+               "quick": args.quick, "machine": dict(machine(), blas=BLAS_PIN), "config": cfg,
                "load_start": list(os.getloadavg()), "rows": [], "seconds": {}}
     wide = None
 
@@ -908,9 +1049,12 @@ def main():
             ("8", "pipeline efficiency", lambda: bench_efficiency(cfg, need_wide())),
             ("9", "race against torch.distributed.pipelining", lambda: bench_race(cfg)),
             ("10", "partition balance", lambda: bench_partition(cfg)),
-            ("stream", "streaming across batches (#21 target 4)", lambda: bench_streaming(cfg))]
+            ("21.3", "speed-up, same best kernel", lambda: bench_speedup_kernel(cfg, need_wide())),
+            ("21.5", "race, same kernel class", lambda: bench_race(cfg, issue21=True)),
+            ("21.6", "matmul throughput per kernel", lambda: bench_blas(cfg)),
+            ("21.4", "streaming across batches", lambda: bench_streaming(cfg))]
     for key, name, fn in plan:
-        if key not in only:
+        if only is not None and key not in only:
             continue
         start = time.monotonic()
         print("bench %s: %s ..." % (key, name), flush=True)

@@ -747,6 +747,8 @@ launchEnvironment(const LaunchOptions &options, int localRank) {
   }
   if (!options.jobToken.empty())
     vars.emplace_back("PPC_JOB_TOKEN", options.jobToken);
+  vars.insert(vars.end(), options.extraEnvironment.begin(),
+              options.extraEnvironment.end());
   return vars;
 }
 

@@ -52,6 +52,9 @@ struct LaunchOptions {
   /// How long workers get to exit after SIGTERM before SIGKILL, in seconds
   /// (0 to kMaxDurationSeconds).
   double gracePeriodSeconds = 5;
+  /// Set for every worker after the variables above (replacing inherited
+  /// ones of the same name): OPENBLAS_CORETYPE chosen by ppc launch.
+  std::vector<std::pair<std::string, std::string>> extraEnvironment;
   /// The program (looked up in PATH) and its arguments.
   std::vector<std::string> command;
   /// Where the prefixed worker stdout and stderr lines go.
@@ -99,8 +102,8 @@ std::string newJobToken();
 
 /// The variables set for local rank `localRank` of `options` that
 /// validateLaunchOptions() accepts, in a fixed order (the
-/// store and token variables last, where set); the rest of the environment
-/// is inherited.
+/// store and token variables, where set, then options.extraEnvironment
+/// last); the rest of the environment is inherited.
 std::vector<std::pair<std::string, std::string>>
 launchEnvironment(const LaunchOptions &options, int localRank);
 

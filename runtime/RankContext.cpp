@@ -11,6 +11,7 @@
 #include "lib/Error.h"
 #include "lib/ModelFormat.h"
 #include "lib/NumberRules.h"
+#include "runtime/Blas.h"
 #include "runtime/Collectives.h"
 #include "runtime/Duration.h"
 #include "runtime/Rendezvous.h"
@@ -80,6 +81,7 @@ RankContext::create(llvm::StringRef manifestPath, const LaunchEnv &env,
     return makeError("manifest: no stage reads a model input");
   boundThreads(options.threads > 0 ? options.threads
                                    : defaultThreads(env.localWorldSize));
+  warnAboutBlasKernel(ctx->warnings());
   if (llvm::Error err = ctx->connect())
     return err;
   if (llvm::Error err = ctx->loadStages())

@@ -6,6 +6,8 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/Pipeline.h"
 
+#include "runtime/Blas.h"
+
 #include "llvm/Support/FormatVariadic.h"
 
 namespace ppc {
@@ -26,9 +28,10 @@ std::string RunStats::line() const {
   return llvm::formatv(
       "stats: rank={0} meta={1} meta_messages_sent={2} "
       "messages_sent={3} first_output_ms={4:f3} total_ms={5:f3} "
-      "cache_written={6}",
+      "cache_written={6} blas={7}",
       rank, metaSourceName(metaSource), metaMessagesSent, messagesSent,
-      firstOutputMs, totalMs, cacheWritten ? 1 : 0);
+      firstOutputMs, totalMs, cacheWritten ? 1 : 0,
+      blasStatsName(loadedBlas()));
 }
 
 } // namespace ppc

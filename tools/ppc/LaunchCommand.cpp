@@ -8,11 +8,14 @@
 
 #include "lib/Error.h"
 #include "lib/NumberRules.h"
+#include "runtime/Blas.h"
 #include "runtime/Duration.h"
 #include "runtime/Launcher.h"
 #include "runtime/Rendezvous.h"
 #include "tools/ppc/OptionChecks.h"
 
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <torch/cuda.h>
@@ -57,6 +60,33 @@ int gpuCount() {
     return 0;
   }
 }
+
+/// The ranks' BLAS kernel (runtime/Blas.h, planRankKernel()): when this
+/// ppc's OpenBLAS picked a kernel below the CPU and the user did not set
+/// OPENBLAS_CORETYPE, the best core type is checked once in a child and, if
+/// it computes correctly, set for the ranks. The note or warning is printed
+/// unless the command passes --quiet (ppc run's and ppc train's).
+void chooseRankKernel(LaunchOptions &options) {
+  bool userSet = std::getenv("OPENBLAS_CORETYPE") &&
+                 !std::getenv("PPC_TEST_BLAS_CORETYPE_IS_DEFAULT");
+  const char *candidate = std::getenv("PPC_TEST_BLAS_CANDIDATE");
+  RankKernelPlan plan = planRankKernel(
+      loadedBlas(), hostCpuFeatures(), userSet, candidate ? candidate : "",
+      [](llvm::StringRef core) {
+        return checkCoreType(
+            core, llvm::sys::fs::getMainExecutable(
+                      "ppc", reinterpret_cast<void *>(&addLaunchCommand)));
+      });
+  if (!plan.coreType.empty())
+    options.extraEnvironment.emplace_back("OPENBLAS_CORETYPE", plan.coreType);
+  if (!plan.warning.empty())
+    options.extraEnvironment.emplace_back("PPC_BLAS_WARNED", "1");
+  if (llvm::is_contained(options.command, "--quiet"))
+    return;
+  for (const std::string &line : {plan.note, plan.warning})
+    if (!line.empty())
+      llvm::errs() << line << "\n";
+}
 } // namespace
 
 static llvm::Expected<int> runLaunch(const LaunchArgs &args) {
@@ -78,6 +108,7 @@ static llvm::Expected<int> runLaunch(const LaunchArgs &args) {
   }
   if (llvm::Error err = validateLaunchOptions(options))
     return err;
+  chooseRankKernel(options);
   // One node's launch can name its job; nodes of a multi-node job share
   // whatever PPC_JOB_TOKEN the user gives them all (inherited).
   if (options.nnodes == 1 && !std::getenv("PPC_JOB_TOKEN"))
@@ -127,6 +158,10 @@ Command addLaunchCommand(CLI::App &parent) {
       "rank R (...); a consequence: ...') is not taken for the cause: ppc "
       "then ends with the first failure of a rank's own, 'error: rank R "
       "exited with status S: ITS ERROR', as torchrun's root cause.\n"
+      "When ppc's OpenBLAS runs a kernel slower than the CPU allows (its "
+      "generic Prescott kernel on an AVX-512 CPU) and OPENBLAS_CORETYPE is "
+      "not set, the best core type is checked numerically once and set for "
+      "the workers (docs/runtime.md).\n"
       "torchrun's spellings work too: --nproc_per_node, --node_rank, "
       "--master_addr, --master_port, '--option=value', --standalone.\n\n"
       "Example: ppc launch --nproc-per-node 4 -- python3 train.py "

@@ -8,6 +8,7 @@
 #include "tools/ppc/Commands.h"
 
 #include "lib/FileUtil.h"
+#include "runtime/Blas.h"
 #include "runtime/Pipeline.h"
 #include "tools/ppc/OptionChecks.h"
 #include "tools/ppc/Progress.h"
@@ -52,6 +53,7 @@ static llvm::json::Value statsJSON(const RunCommandOptions &o,
       {"meta_messages_sent", s.metaMessagesSent},
       {"messages_sent", s.messagesSent},
       {"cache_written", s.cacheWritten},
+      {"blas", blasStatsName(loadedBlas())},
   };
   if (run.samples)
     out["samples"] = *run.samples;

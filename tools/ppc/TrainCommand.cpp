@@ -10,6 +10,7 @@
 #include "lib/Error.h"
 #include "lib/FileUtil.h"
 #include "lib/OutputGuard.h"
+#include "runtime/Blas.h"
 #include "runtime/TrainData.h"
 #include "runtime/Trainer.h"
 #include "tools/ppc/OptionChecks.h"
@@ -125,6 +126,7 @@ llvm::json::Value statsJSON(const TrainCommandOptions &o, const LaunchEnv &env,
     out["samples_per_second"] = *rate;
   if (std::optional<double> rate = meter.samplesPerSecond())
     out["steady_samples_per_second"] = *rate;
+  out["blas"] = blasStatsName(loadedBlas());
   return out;
 }
 

@@ -7,6 +7,7 @@
 #include "tools/ppc/Commands.h"
 
 #include "lib/Error.h"
+#include "runtime/Blas.h"
 #include "runtime/Launcher.h"
 #include "runtime/Link.h"
 #include "runtime/TorchCompat.h"
@@ -16,6 +17,7 @@
 #include <c10/util/Exception.h>
 
 #include <exception>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -78,12 +80,20 @@ static std::string helpCommand(const CLI::App &app) {
 ///   LibTorch 2.15.0
 ///   CUDA: yes
 ///   NCCL: yes
+/// and the BLAS it computes with, with the CPU's features and the best
+/// OpenBLAS kernel for them (runtime/Blas.h):
+///   blas: openblas 0.3.21 Cooperlake (DYNAMIC_ARCH)
+///   cpu: avx avx2 avx512f avx512bw avx512vl avx512dq avx512_bf16 (best
+///        OpenBLAS core type: Cooperlake)
 static std::string versionText() {
   auto yesNo = [](bool b) { return b ? "yes" : "no"; };
+  ppc::CpuFeatures cpu = ppc::hostCpuFeatures();
   return std::string("ppc ") + PPC_VERSION_STRING + "\nLibTorch " +
          ppc::compat::kTorchVersion +
          "\nCUDA: " + yesNo(ppc::compat::kHaveCuda) +
-         "\nNCCL: " + yesNo(ppc::compat::kHaveNccl);
+         "\nNCCL: " + yesNo(ppc::compat::kHaveNccl) + "\n" +
+         ppc::blasVersionLine(ppc::loadedBlas()) + "\ncpu: " + cpu.names() +
+         " (best OpenBLAS core type: " + ppc::bestOpenBlasCore(cpu) + ")";
 }
 
 int main(int argc, char **argv) {
@@ -94,9 +104,9 @@ int main(int argc, char **argv) {
   app.footer("Exit status: 0 on success, 1 when 'ppc verify' finds a mismatch, "
              "2 on any error (reported as one 'error: ...' line).");
   app.require_subcommand(1);
-  app.set_version_flag("--version", versionText(),
-                       "Print ppc's version and the LibTorch it was built "
-                       "against, then exit");
+  app.set_version_flag("--version", std::function<std::string()>(versionText),
+                       "Print ppc's version, the LibTorch it was built "
+                       "against and the BLAS it runs, then exit");
 
   std::vector<ppc::Command> commands;
 #define PPC_COMMAND(fn) commands.push_back(ppc::fn(app));
