@@ -37,6 +37,13 @@
 #      A ppc batch's steady-state time is (total_ms(--repeat 85) - total_ms(--repeat 5)) / 80
 #      (total_ms times a launch's whole batch loop; the difference drops start-up and the
 #      first batches), the median of 3 such pairs; the plain forward's is its median warm batch.
+#      - from the trace (--trace, one batch of the tiny stages after a warm batch): per stage and
+#        microbatch, the host's time inside F (launching the stage's kernels) and outside it
+#        (host_overhead_us: ppc's executor, transport and waits; issue #21 target 7: <= 20 us),
+#        against kernel_us / stages; with 2 or more GPUs, 2 stages on 2 ranks over NCCL: the
+#        share of microbatches whose send (SEND_F on rank 0 to the end of RECV_F on rank 1, one
+#        host clock) overlaps rank 0's next F, i.e. a send did not hold back the next compute
+#        ("overlap": at least 90% of them).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${PPC_GPU_BUILD_DIR:-$root/build-gpu}
@@ -215,6 +222,61 @@ bench["one_stage_vs_plain"] = {
     "ppc_batch_ms": t, "ppc_samples_ms": ts, "plain_batch_ms": plain,
     "plain_samples_ms": plain_s, "ratio": t / plain}
 
+def traced(manifest, inp, mb, ranks):
+    """The trace events of one warm batch (ranks > 1: under ppc launch)."""
+    path = os.path.join(WORK, "trace.json")
+    args = ["run", manifest, "--input", inp, "--output", os.path.join(WORK, "out.pt"),
+            "--device", DEVICE, "--microbatches", mb, "--repeat", 2, "--trace", path]
+    if ranks == 1:
+        env = dict(os.environ, RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port()))
+        sh([PPC, *args], env)
+    else:
+        sh([PPC, "launch", "--nproc-per-node", ranks, "--master-port", 0, "--", PPC, *args])
+    with open(path) as f:
+        events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+    # The last batch mark of each rank bounds its warm batch.
+    last = {}
+    for e in events:
+        if e["name"] == "batch":
+            last[e["pid"]] = max(last.get(e["pid"], e["ts"]), e["ts"])
+    return [e for e in events if e["name"] != "batch" and e["ts"] >= last.get(e["pid"], 0)]
+
+
+def host_split(events, mb, stages):
+    """(us in F, us outside F) per microbatch per stage, from rank 0's events."""
+    ev = [e for e in events if e["pid"] == 0]
+    span = max(e["ts"] + e["dur"] for e in ev) - min(e["ts"] for e in ev)
+    in_f = sum(e["dur"] for e in ev if e["name"] == "F")
+    return in_f / (mb * stages), (span - in_f) / (mb * stages)
+
+
+M = 256
+manifest4 = split(tiny, 4)
+in_f, outside = host_split(traced(manifest4, tiny_in, M, 1), M, 4)
+trace = {"model": "4 x (Linear(16,16)+ReLU), 4 stages on 1 rank, 256 microbatches",
+         "f_host_us_per_microbatch_per_stage": in_f, "host_overhead_us": outside,
+         "kernel_us_per_microbatch_per_stage": kernel_us / 4,
+         "host_overhead_over_kernel": outside / (kernel_us / 4),
+         "target_host_overhead_us": 20, "met": outside <= 20}
+if int(E["GPUS"]) >= 2:
+    events = traced(split(tiny, 2), tiny_in, M, 2)
+    by = {(e["pid"], e["name"], e["args"]["microbatch"]): e for e in events}
+    overlapped = total = 0
+    for m in range(M - 1):
+        send, recv, nxt = by.get((0, "SEND_F", m)), by.get((1, "RECV_F", m)), by.get((0, "F", m + 1))
+        if send and recv and nxt:
+            total += 1
+            overlapped += nxt["ts"] < recv["ts"] + recv["dur"] and nxt["ts"] + nxt["dur"] > send["ts"]
+    in_f2, outside2 = host_split(events, M, 1)
+    trace["two_ranks"] = {"model": "the same, 2 stages on 2 ranks over NCCL",
+                          "f_host_us_per_microbatch": in_f2, "host_overhead_us": outside2,
+                          "sends_overlapping_next_compute": overlapped, "sends": total,
+                          "overlap": total > 0 and overlapped >= 0.9 * total}
+else:
+    trace["two_ranks"] = "skipped: one GPU (NCCL puts no two ranks of a group on one device)"
+bench["trace"] = trace
+
 with open(E["TESTS_LOG"]) as f:
     log = f.read()
 results = {
@@ -237,6 +299,17 @@ print("gpu-check: kernel time per microbatch (plain forward) %.1f us" % o["kerne
 for name, r in o["runs"].items():
     print("gpu-check: %s: overhead %.1f us per microbatch per stage (%.2fx the kernel time)"
           % (name, r["overhead_us_per_microbatch_per_stage"], r["overhead_over_kernel"]))
+t = bench["trace"]
+print("gpu-check: trace, 4 stages: host %.1f us in F and %.1f us outside it per microbatch per "
+      "stage, against %.1f us of kernel time (target <= 20 us: %s)"
+      % (t["f_host_us_per_microbatch_per_stage"], t["host_overhead_us"],
+         t["kernel_us_per_microbatch_per_stage"], "met" if t["met"] else "missed"))
+if isinstance(t["two_ranks"], dict):
+    r = t["two_ranks"]
+    print("gpu-check: trace, 2 ranks: %d of %d sends overlap the next F; host overhead %.1f us"
+          % (r["sends_overlapping_next_compute"], r["sends"], r["host_overhead_us"]))
+else:
+    print("gpu-check: trace, 2 ranks: " + t["two_ranks"])
 w = bench["one_stage_vs_plain"]
 print("gpu-check: 1 stage %.2f ms per batch vs plain forward %.2f ms: %.3fx"
       % (w["ppc_batch_ms"], w["plain_batch_ms"], w["ratio"]))

@@ -542,6 +542,63 @@ def bench_overhead(cfg):
     return rows
 
 
+def bench_coalesce(cfg):
+    """An edge carrying many values (tests/models' `values`: its one cut
+    carries ten wire tensors), 2 stages on 2 ranks, M one-row microbatches:
+    messages per microbatch per stage and the time per microbatch (the
+    trace span over M), coalesced (the default: one message per edge and
+    microbatch, runtime/WirePack.h) against PPC_COALESCE=0 (one message per
+    wire tensor), in interleaved rounds. Messages per microbatch: rank 0's
+    messages_sent at M and M/2 (meta from the cache, so no headers; the
+    start-up collectives cancel), divided by M/2."""
+    M = max(32, cfg["tiny_mb"] // 8)
+    if not os.path.exists(os.path.join(MODELS, "values.pt")):
+        sh([PYTHON, os.path.join(ROOT, "tests", "models", "make_models.py"), MODELS,
+            "--only", "values"])
+    manifest = split(os.path.join(MODELS, "values.pt"), os.path.join(WORK, "values.2"),
+                     "--split-at", "post")
+    inp = os.path.join(WORK, "values.input.%d.pt" % M)
+    if not os.path.exists(inp):
+        sh([PYTHON, "-c", "import torch,sys; torch.manual_seed(0); "
+            "torch.save(torch.randn(%d, 8), sys.argv[1])" % M, inp])
+    half = inp[:-3] + ".half.pt"
+    if not os.path.exists(half):
+        sh([PYTHON, "-c", "import torch,sys; torch.save(torch.load(sys.argv[1])[:%d], sys.argv[2])"
+            % (M // 2), inp, half])
+
+    def one(coalesce, mb, x, trace=None):
+        extra = ["--trace", trace] if trace else []
+        s = sh(["env", "PPC_COALESCE=%d" % coalesce,
+                *launch(2, "run", manifest, "--input", x, "--output",
+                        os.path.join(WORK, "values.out.pt"), "--microbatches", mb,
+                        "--threads", 1, "--stats", *extra)])
+        return {int(r["rank"]): r for r in parse_stats(s.out)}
+
+    def timed(coalesce):
+        trace = os.path.join(WORK, "values.%d.trace.json" % coalesce)
+        st = one(coalesce, M, inp, trace)
+        ev = trace_events(trace)
+        span = max(e["ts"] + e["dur"] for e in ev) - min(e["ts"] for e in ev)
+        return {"per_mb_us": span / M, "meta": sorted({r["meta"] for r in st.values()})}
+
+    messages = {}
+    for c in (1, 0):
+        one(c, M, inp)  # writes the meta cache
+        messages[c] = (one(c, M, inp)[0]["messages_sent"]
+                       - one(c, M // 2, half)[0]["messages_sent"]) / (M // 2)
+    runs = rounds({"coalesced": lambda: timed(1), "PPC_COALESCE=0": lambda: timed(0)},
+                  cfg["tiny_reps"])
+    fig = stats([r["per_mb_us"] for r in runs["coalesced"]])
+    base = stats([r["per_mb_us"] for r in runs["PPC_COALESCE=0"]])
+    return [row("coalesce", "values (10 wire tensors per edge), 2 stages / 2 ranks, %d × 1 row: "
+                "time per microbatch" % M, fig, "µs", "one message per wire tensor "
+                "(PPC_COALESCE=0)", base, fig["median"] / base["median"], None, None,
+                "messages per microbatch per stage: %s coalesced, %s not"
+                % (fmt(messages[1]), fmt(messages[0])),
+                messages_per_microbatch={"coalesced": messages[1], "uncoalesced": messages[0]},
+                runs=runs)]
+
+
 def tcp_loopback_us(nbytes, iterations):
     """Median half round trip (µs) of a plain TCP ping-pong over 127.0.0.1
     between this process and a forked child (Python sockets, TCP_NODELAY):
@@ -1052,7 +1109,8 @@ def main():
             ("21.3", "speed-up, same best kernel", lambda: bench_speedup_kernel(cfg, need_wide())),
             ("21.5", "race, same kernel class", lambda: bench_race(cfg, issue21=True)),
             ("21.6", "matmul throughput per kernel", lambda: bench_blas(cfg)),
-            ("21.4", "streaming across batches", lambda: bench_streaming(cfg))]
+            ("21.4", "streaming across batches", lambda: bench_streaming(cfg)),
+            ("21.c", "an edge's values as one message", lambda: bench_coalesce(cfg))]
     for key, name, fn in plan:
         if only is not None and key not in only:
             continue

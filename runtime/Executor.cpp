@@ -9,6 +9,7 @@
 #include "lib/Error.h"
 #include "lib/ValueWalk.h"
 #include "runtime/Trace.h"
+#include "runtime/WirePack.h"
 
 #include "llvm/ADT/STLFunctionalExtras.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -17,6 +18,8 @@
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/grad_mode.h>
 #include <torch/nn/functional/loss.h>
+
+#include <cstdlib>
 
 namespace ppc {
 
@@ -47,6 +50,15 @@ void accumulate(std::vector<at::Tensor> &sum, size_t k, const at::Tensor &g) {
     sum.resize(k + 1);
   sum[k] = sum[k].defined() ? sum[k] + g : g;
 }
+
+/// The buffers one receive action (RECV_F, RECV_B) receives into: its
+/// message (WirePack.h), whose wire tensors are, for RECV_F, each value's in
+/// edge order (`counts[k]` of value k), for RECV_B the gradients in
+/// forEachGradient() order.
+struct Incoming {
+  WireMessage message;
+  std::vector<size_t> counts;
+};
 
 /// A stage's forward of one microbatch, kept for its backward.
 struct SavedForward {
@@ -83,18 +95,18 @@ private:
   /// Training: forward graphs awaiting their backward, by (stage, mb).
   std::map<std::pair<int, int>, SavedForward> saved;
   std::map<int, int> live;
+  /// Training, on the loss stage's rank: the weighted losses so far.
+  at::Tensor lossSum;
   /// Training: gradients of this rank's stage outputs, summed over the
   /// consumers seen so far, per tensor of the value.
   std::map<ValueKey, std::vector<at::Tensor>> outputGrads;
   /// Receive-ahead: the index of the action running, the first action not
   /// yet considered for posting its receives ahead, the receive actions
-  /// posted and not run yet, and, per posted action, its buffers: per
-  /// output, the wire tensors (RECV_F), or the gradient tensors in
-  /// forEachGradient() order (RECV_B, one list).
+  /// posted and not run yet, and, per posted action, its buffers.
   size_t current = 0;
   size_t aheadCursor = 0;
   int postedAhead = 0;
-  std::map<size_t, std::vector<std::vector<at::Tensor>>> posted;
+  std::map<size_t, Incoming> posted;
   /// Posts the receives of the actions from `next` on (every earlier action
   /// has run) ahead of need, in action order, until kRecvAhead are posted
   /// or one cannot be posted yet (its metadata is not known: an inferring
@@ -106,8 +118,10 @@ private:
   void postAheadTraced(size_t next);
   /// The buffers action `a` (RECV_F or RECV_B) receives into, or nothing
   /// when its metadata is not known yet.
-  std::optional<std::vector<std::vector<at::Tensor>>>
-  receiveBuffers(const Action &a);
+  std::optional<Incoming> receiveBuffers(const Action &a);
+  /// The buffers action `a` receives into, allocated from the metadata of
+  /// its values. Errors: metadata missing, the allocation fails.
+  llvm::Expected<Incoming> incoming(const Action &a, const std::string &what);
   /// Messages so far per (channel, from, to), for trace flow ids.
   std::map<std::tuple<int, int, int>, int64_t> messages;
   /// Records action `a`, run from `startUs` until now.
@@ -384,16 +398,22 @@ llvm::Error Executor::sendForward(const Action &a) {
       return err;
     ++result.metaMessagesSent;
   }
+  // Detached: a training stage's outputs carry its graph, and the packed
+  // buffer must not join it.
+  std::vector<at::Tensor> wire;
   for (size_t k = 0; k < vals.size(); ++k) {
-    auto wire = toWire(vals[k], metas[k].kind, plan.device, what);
-    if (!wire)
-      return wire.takeError();
-    for (at::Tensor &t : *wire)
-      if (t.numel() > 0)
-        if (llvm::Error err =
-                plan.transport->send(t.detach(), a.peerRank, channel, what))
-          return err;
+    auto tensors = toWire(vals[k], metas[k].kind, plan.device, what);
+    if (!tensors)
+      return tensors.takeError();
+    for (const at::Tensor &t : *tensors)
+      wire.push_back(t.detach());
   }
+  auto message = packMessage(wire, plan.device, plan.coalesce, what);
+  if (!message)
+    return message.takeError();
+  for (const at::Tensor &t : *message)
+    if (llvm::Error err = plan.transport->send(t, a.peerRank, channel, what))
+      return err;
   return llvm::Error::success();
 }
 
@@ -402,46 +422,45 @@ llvm::Error Executor::sendForward(const Action &a) {
 /// buffers stay a small multiple of one microbatch's.
 constexpr int kRecvAhead = 4;
 
-std::optional<std::vector<std::vector<at::Tensor>>>
-Executor::receiveBuffers(const Action &a) {
+llvm::Expected<Incoming> Executor::incoming(const Action &a,
+                                            const std::string &what) {
   const Edge &edge = schedule.edges[a.edge];
   const int m = a.microbatch;
-  std::vector<std::vector<at::Tensor>> buffers;
+  Incoming in;
+  std::vector<WireShape> shapes;
   if (a.kind == ActionKind::RecvF) {
-    if (inferring(m))
-      return std::nullopt;
-    const MetaTable &table = (*step.tables)[step.signatures[m].text];
     for (int o : edge.outputs) {
-      auto it = table.find({edge.producer, o});
-      if (it == table.end())
-        return std::nullopt;
-      auto wire = allocateWire(it->second, plan.device, "");
-      if (!wire) {
-        llvm::consumeError(wire.takeError()); // recvForward reports it
-        return std::nullopt;
-      }
-      buffers.push_back(std::move(*wire));
+      auto meta = metaFor(m, edge.producer, o);
+      if (!meta)
+        return meta.takeError();
+      std::vector<WireShape> value = wireShapes(**meta);
+      in.counts.push_back(value.size());
+      shapes.insert(shapes.end(), value.begin(), value.end());
     }
-    return buffers;
+  } else if (llvm::Error err = forEachGradient(
+                 edge, m,
+                 [&](int, size_t, const TensorMeta &meta) -> llvm::Error {
+                   shapes.push_back({meta.dtype, meta.sizes});
+                   return llvm::Error::success();
+                 })) {
+    return llvm::Expected<Incoming>(std::move(err));
   }
-  buffers.emplace_back();
-  llvm::Error err = forEachGradient(
-      edge, m, [&](int, size_t, const TensorMeta &meta) -> llvm::Error {
-        auto t = torchCall("", [&] {
-          return at::empty(
-              meta.sizes,
-              at::TensorOptions().dtype(meta.dtype).device(plan.device));
-        });
-        if (!t)
-          return t.takeError();
-        buffers.back().push_back(std::move(*t));
-        return llvm::Error::success();
-      });
-  if (err) {
-    llvm::consumeError(std::move(err)); // recvBackward reports it
+  auto message = allocateMessage(shapes, plan.device, plan.coalesce, what);
+  if (!message)
+    return message.takeError();
+  in.message = std::move(*message);
+  return in;
+}
+
+std::optional<Incoming> Executor::receiveBuffers(const Action &a) {
+  if (a.kind == ActionKind::RecvF && inferring(a.microbatch))
+    return std::nullopt;
+  auto in = incoming(a, "");
+  if (!in) {
+    llvm::consumeError(in.takeError()); // the receive itself reports it
     return std::nullopt;
   }
-  return buffers;
+  return std::move(*in);
 }
 
 void Executor::postAheadTraced(size_t next) {
@@ -465,15 +484,13 @@ int Executor::postAhead(size_t next) {
     if (!buffers)
       return count;
     int channel = channelOf(schedule, a);
-    for (const std::vector<at::Tensor> &list : *buffers)
-      for (const at::Tensor &t : list)
-        if (t.numel() > 0)
-          if (llvm::Error err =
-                  plan.transport->postRecv(t, a.peerRank, channel, "")) {
-            // The receive itself will report a lost peer.
-            llvm::consumeError(std::move(err));
-            return count;
-          }
+    for (const at::Tensor &t : buffers->message.crossing)
+      if (llvm::Error err =
+              plan.transport->postRecv(t, a.peerRank, channel, "")) {
+        // The receive itself will report a lost peer.
+        llvm::consumeError(std::move(err));
+        return count;
+      }
     posted[aheadCursor] = std::move(*buffers);
     ++postedAhead;
     ++aheadCursor;
@@ -483,9 +500,8 @@ int Executor::postAhead(size_t next) {
 }
 
 /// Takes the buffers posted ahead for the running action, if any.
-std::optional<std::vector<std::vector<at::Tensor>>>
-takePosted(std::map<size_t, std::vector<std::vector<at::Tensor>>> &posted,
-           size_t index, int &postedAhead) {
+std::optional<Incoming> takePosted(std::map<size_t, Incoming> &posted,
+                                   size_t index, int &postedAhead) {
   auto it = posted.find(index);
   if (it == posted.end())
     return std::nullopt;
@@ -512,22 +528,22 @@ llvm::Error Executor::recvForward(const Action &a) {
     for (size_t k = 0; k < edge.outputs.size(); ++k)
       table[{edge.producer, edge.outputs[k]}] = (*metas)[k];
   }
+  auto in =
+      ahead ? llvm::Expected<Incoming>(std::move(*ahead)) : incoming(a, what);
+  if (!in)
+    return in.takeError();
+  for (at::Tensor &t : in->message.crossing)
+    if (llvm::Error err = plan.transport->recv(t, a.peerRank, channel, what))
+      return err;
+  auto next = in->message.wire.begin();
   for (size_t k = 0; k < edge.outputs.size(); ++k) {
     int o = edge.outputs[k];
     auto meta = metaFor(m, edge.producer, o);
     if (!meta)
       return meta.takeError();
-    auto wire =
-        ahead ? llvm::Expected<std::vector<at::Tensor>>(std::move((*ahead)[k]))
-              : allocateWire(**meta, plan.device, what);
-    if (!wire)
-      return wire.takeError();
-    for (at::Tensor &t : *wire)
-      if (t.numel() > 0)
-        if (llvm::Error err =
-                plan.transport->recv(t, a.peerRank, channel, what))
-          return err;
-    auto value = fromWire(std::move(*wire), **meta, what);
+    std::vector<at::Tensor> wire(next, next + in->counts[k]);
+    next += in->counts[k];
+    auto value = fromWire(std::move(wire), **meta, what);
     if (!value)
       return value.takeError();
     store(edge.producer, o, m, std::move(*value));
@@ -626,7 +642,11 @@ llvm::Error Executor::backward(const Action &a, bool inputsOnly) {
     auto loss = lossOf(f, m);
     if (!loss)
       return loss.takeError();
-    result.loss += loss->item<double>();
+    // Summed where the loss lives, read once after the step: an item() per
+    // microbatch would wait for the device each time. In double, as the
+    // host would sum it.
+    at::Tensor part = loss->detach().to(at::kDouble);
+    lossSum = lossSum.defined() ? lossSum + part : part;
     if (loss->requires_grad()) {
       roots.push_back(*loss);
       rootGrads.push_back(at::ones_like(*loss));
@@ -715,10 +735,12 @@ llvm::Error Executor::forEachGradient(
 }
 
 /// SEND_B(e, m): the consumer's gradients for the edge's values, one tensor
-/// per value tensor that carries a gradient (zeros where none flowed).
+/// per value tensor that carries a gradient (zeros where none flowed), as
+/// one message (WirePack.h).
 llvm::Error Executor::sendBackward(const Action &a) {
   const Edge &edge = schedule.edges[a.edge];
   std::string what = "the gradients of " + describeEdge(edge, a.microbatch);
+  std::vector<at::Tensor> wire;
   llvm::Error err = forEachGradient(
       edge, a.microbatch,
       [&](int o, size_t k, const TensorMeta &meta) -> llvm::Error {
@@ -728,22 +750,29 @@ llvm::Error Executor::sendBackward(const Action &a) {
           g = it->second[k];
         // On the plan's device, where the producer's buffer is.
         c10::Device device = plan.device;
-        auto wire = torchCall("cannot prepare " + what, [&] {
+        auto t = torchCall("cannot prepare " + what, [&] {
           return g.defined() ? g.detach().to(device).contiguous()
                              : at::zeros(meta.sizes, at::TensorOptions()
                                                          .dtype(meta.dtype)
                                                          .device(device));
         });
-        if (!wire)
-          return wire.takeError();
-        if (wire->numel() == 0)
-          return llvm::Error::success();
-        return plan.transport->send(*wire, a.peerRank, channelOf(schedule, a),
-                                    what);
+        if (!t)
+          return t.takeError();
+        wire.push_back(std::move(*t));
+        return llvm::Error::success();
       });
   for (int o : edge.outputs)
     toSend.erase({edge.consumer, edge.producer, o, a.microbatch});
-  return err;
+  if (err)
+    return err;
+  auto message = packMessage(wire, plan.device, plan.coalesce, what);
+  if (!message)
+    return message.takeError();
+  for (const at::Tensor &t : *message)
+    if (llvm::Error err =
+            plan.transport->send(t, a.peerRank, channelOf(schedule, a), what))
+      return err;
+  return llvm::Error::success();
 }
 
 /// RECV_B(e, m): receives the consumer's gradients and adds them to the
@@ -752,24 +781,20 @@ llvm::Error Executor::recvBackward(const Action &a) {
   const Edge &edge = schedule.edges[a.edge];
   std::string what = "the gradients of " + describeEdge(edge, a.microbatch);
   auto ahead = takePosted(posted, current, postedAhead);
+  auto in =
+      ahead ? llvm::Expected<Incoming>(std::move(*ahead)) : incoming(a, what);
+  if (!in)
+    return in.takeError();
+  for (at::Tensor &t : in->message.crossing)
+    if (llvm::Error err =
+            plan.transport->recv(t, a.peerRank, channelOf(schedule, a), what))
+      return err;
   size_t next = 0;
   return forEachGradient(
       edge, a.microbatch,
-      [&](int o, size_t k, const TensorMeta &meta) -> llvm::Error {
-        auto buffer =
-            ahead ? llvm::Expected<at::Tensor>((*ahead)[0][next++])
-                  : torchCall("cannot allocate " + what, [&] {
-                      return at::empty(meta.sizes, at::TensorOptions()
-                                                       .dtype(meta.dtype)
-                                                       .device(plan.device));
-                    });
-        if (!buffer)
-          return buffer.takeError();
-        if (buffer->numel() > 0)
-          if (llvm::Error err = plan.transport->recv(
-                  *buffer, a.peerRank, channelOf(schedule, a), what))
-            return err;
-        accumulate(outputGrads[{edge.producer, o, a.microbatch}], k, *buffer);
+      [&](int o, size_t k, const TensorMeta &) -> llvm::Error {
+        accumulate(outputGrads[{edge.producer, o, a.microbatch}], k,
+                   in->message.wire[next++]);
         return llvm::Error::success();
       });
 }
@@ -852,6 +877,13 @@ llvm::Expected<ExecutorResult> Executor::run() {
           std::chrono::duration<double, std::milli>(Clock::now() - start)
               .count();
   }
+  if (lossSum.defined()) {
+    auto loss = torchCall("cannot read the loss",
+                          [&] { return lossSum.item<double>(); });
+    if (!loss)
+      return loss.takeError();
+    result.loss = *loss;
+  }
   int64_t flushStart = step.trace ? TraceRecorder::nowUs() : 0;
   if (llvm::Error err = plan.transport->flushSends()) {
     step.failedMicrobatch = schedule.microbatches - 1;
@@ -877,6 +909,8 @@ ExecutorPlan makeExecutorPlan(const Manifest &manifest,
   plan.transport = &transport;
   plan.device = device;
   plan.loss = loss;
+  const char *coalesce = std::getenv("PPC_COALESCE");
+  plan.coalesce = !coalesce || std::string(coalesce) != "0";
   plan.globalUses = outputUses(manifest);
   const Placement &placement = schedule.placement;
   std::map<std::pair<int, int>, int> &localUses = plan.localUses;

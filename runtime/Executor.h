@@ -12,10 +12,12 @@
 //                 and the graph is kept until the stage's backward.
 //   SEND_F(e, m)  on an inferring microbatch first sends the edge's metadata
 //                 header (length, then the int64 words), then the values'
-//                 wire tensors.
+//                 wire tensors as one message (runtime/WirePack.h: packed
+//                 into one buffer when there are several).
 //   RECV_F(e, m)  on an inferring microbatch first receives the header and
-//                 records it; then allocates buffers from the metadata and
-//                 receives the wire tensors.
+//                 records it; then allocates the message's buffer from the
+//                 metadata, receives it, and rebuilds the values from views
+//                 of it (no second copy).
 //   OUT(m)        keeps microbatch m's model outputs (inference).
 //   B(s, m)       the stage's backward: the gradients of its outputs (summed
 //                 over every consumer, plus the loss on the loss stage) go
@@ -27,7 +29,8 @@
 //                 the graph is kept for W.
 //   W(s, m)       the weight half: the parameters' gradients, from the roots
 //                 I kept; then the graph is freed.
-//   SEND_B(e, m)  the consumer's gradients for edge e's values.
+//   SEND_B(e, m)  the consumer's gradients for edge e's values, as one
+//                 message (packed like SEND_F's).
 //   RECV_B(e, m)  the producer receives them and adds them to its own.
 // Gradient messages need no metadata: a gradient has its value's forward
 // metadata, and only tensors whose forward metadata says requires_grad
@@ -98,6 +101,10 @@ struct ExecutorPlan {
   std::map<std::pair<int, int>, int> localUses;
   /// Training only: where the loss is computed.
   std::optional<LossSpec> loss;
+  /// Whether an edge's wire tensors cross as one message per microbatch
+  /// (runtime/WirePack.h). makeExecutorPlan() sets it unless PPC_COALESCE=0
+  /// (one message per wire tensor, for measurement: docs/runtime.md).
+  bool coalesce = true;
 };
 
 /// The plan of rank `rank` running `schedule`: the given parts, and the

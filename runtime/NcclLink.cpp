@@ -17,6 +17,33 @@
 // order, exactly as the tags order them on Gloo. Receives are not posted
 // ahead: NCCL matches them by order on their group.
 //
+// What runs where (ProcessGroupNCCL's pointToPoint, in LibTorch 1.13 and
+// 2.x alike):
+//   - Compute: every stage's kernels, the wire copies (toWire's .to() and
+//     .contiguous(), the packing of an edge's tensors into one buffer,
+//     runtime/WirePack.h) and the allocation of receive buffers run on the
+//     thread's current CUDA stream, the compute stream.
+//   - Communication: each group owns an NCCL stream. A send or receive first
+//     makes that stream wait on an event recorded on the compute stream (so
+//     it sees the packed buffer, and a receive buffer's memory is no longer
+//     used by earlier kernels), then runs ncclSend / ncclRecv there; the
+//     tensor is recorded on the NCCL stream, so the caching allocator keeps
+//     its memory until the transfer ends even after ppc drops it.
+//   - A send never waits on the host: send() returns once the operation is
+//     queued, and the compute stream goes on to the next microbatch while
+//     the NCCL stream transfers (their overlap shows in bench/gpu-check.sh).
+//     The host waits for sends only when kMaxPending are in flight
+//     (C10dWork.h) and in flushSends() at the end of a step.
+//   - A receive is polled from the host until it completes, within the
+//     timeout, so a lost peer is named (every wait has a deadline); then
+//     Work::wait() makes the compute stream wait on the NCCL stream's end
+//     event (it never blocks the host: TORCH_NCCL_BLOCKING_WAIT is not set).
+//     Because the receive's stream waited on the compute stream, the host
+//     returns from a receive only after the kernels queued before it ran:
+//     this is the one place a rank's host meets its GPU in a step, besides
+//     reading the step's loss once (Executor.cpp) and copying inputs in and
+//     outputs out (RankContext.cpp).
+//
 //===----------------------------------------------------------------------===//
 #ifdef PPC_HAVE_NCCL
 #include "runtime/C10dWork.h"

@@ -466,27 +466,32 @@ llvm::Expected<std::vector<at::Tensor>> toWire(const c10::IValue &value,
   });
 }
 
+std::vector<WireShape> wireShapes(const ValueMeta &meta) {
+  switch (meta.kind) {
+  case ValueKind::Int:
+  case ValueKind::Bool:
+    return {{at::kLong, {1}}};
+  case ValueKind::Float:
+    return {{at::kDouble, {1}}};
+  case ValueKind::IntList:
+    return {{at::kLong, {meta.length}}};
+  default:
+    break;
+  }
+  std::vector<WireShape> out;
+  for (const TensorMeta &t : meta.tensors)
+    out.push_back({t.dtype, t.sizes});
+  return out;
+}
+
 llvm::Expected<std::vector<at::Tensor>> allocateWire(const ValueMeta &meta,
                                                      c10::Device device,
                                                      const llvm::Twine &what) {
   return torchCall("cannot allocate " + what, [&] {
     std::vector<at::Tensor> out;
     auto opts = at::TensorOptions().device(device);
-    switch (meta.kind) {
-    case ValueKind::Int:
-    case ValueKind::Bool:
-      out.push_back(at::empty({1}, opts.dtype(at::kLong)));
-      break;
-    case ValueKind::Float:
-      out.push_back(at::empty({1}, opts.dtype(at::kDouble)));
-      break;
-    case ValueKind::IntList:
-      out.push_back(at::empty({meta.length}, opts.dtype(at::kLong)));
-      break;
-    default:
-      for (const TensorMeta &t : meta.tensors)
-        out.push_back(at::empty(t.sizes, opts.dtype(t.dtype)));
-    }
+    for (const WireShape &shape : wireShapes(meta))
+      out.push_back(at::empty(shape.sizes, opts.dtype(shape.dtype)));
     return out;
   });
 }

@@ -184,6 +184,14 @@ llvm::Expected<std::vector<at::Tensor>> toWire(const c10::IValue &value,
                                                ValueKind kind,
                                                c10::Device device,
                                                const llvm::Twine &what);
+/// The dtype and sizes of one wire tensor.
+struct WireShape {
+  c10::ScalarType dtype = c10::ScalarType::Float;
+  std::vector<int64_t> sizes;
+};
+/// The wire tensors of a value with metadata `meta` (validated), in order:
+/// what allocateWire() allocates.
+std::vector<WireShape> wireShapes(const ValueMeta &meta);
 /// Empty receive buffers for a value with metadata `meta`, on `device`.
 /// `meta` must have passed validateMeta(). Errors: the allocation fails
 /// ("cannot allocate V: ...").
