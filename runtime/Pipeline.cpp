@@ -80,6 +80,7 @@ Pipeline::Impl::run(const std::vector<c10::IValue> &inputs) {
   recordMark(step.trace, kBatchEventName, traceStartUs);
   stats.cacheWritten = ctx->meta().cacheWritten();
   stats.messagesSent = transport.messagesSent() - sentBefore;
+  stats.link = transport.linksUsed();
   stats.totalMs = msSince(start);
   return result;
 }
