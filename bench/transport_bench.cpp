@@ -92,12 +92,14 @@ int bareRing(int argc, char **argv) {
       return fail(ping.takeError());
     if (!pong)
       return fail(pong.takeError());
-    std::vector<unsigned char> out(bytes, 1), in(bytes, 0);
     const int warmup = iterations / 10 + 2;
     RingPeer parent{0, PeerProcess::self(), std::chrono::seconds(60)};
     pid_t child = fork();
     if (child < 0)
       return 2;
+    // Buffers made after the fork: pages shared copy-on-write would fault
+    // on every first write.
+    std::vector<unsigned char> out(bytes, 1), in(bytes, 0);
     if (child == 0) {
       for (int i = 0; i < warmup + iterations; ++i) {
         if (llvm::Error err =

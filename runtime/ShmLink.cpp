@@ -15,7 +15,10 @@
 //    memfd (never a name in /dev/shm: the memory goes when the last
 //    process holding it exits, however it exits) and published in the store
 //    as "pid fd nonce"; the receiver opens /proc/PID/fd/FD on its first
-//    receive and checks the nonce. Both keep it mapped until the link goes.
+//    receive and checks the nonce. Both keep it mapped until the link goes;
+//    the sender's link, when it goes, first waits (up to the timeout) for
+//    each receiver to have mapped its ring, which it cannot once the
+//    sender's descriptor is closed.
 // 3. Sends never block: a message that fits the ring, with nothing queued
 //    before it on that ring, is written at once; any other is queued, and
 //    one thread per link (started on the first queued send) streams the
@@ -116,6 +119,22 @@ std::vector<uint8_t> toBytes(const std::string &text) {
   return std::vector<uint8_t>(text.begin(), text.end());
 }
 
+/// Runs a call on the rendezvous store on behalf of a wait for `peer`. A
+/// store that does not answer (its host, rank 0, stopped) throws c10d's
+/// "Socket Timeout", which is a timeout like any other here.
+template <typename Fn>
+llvm::Error storeCall(int peer, std::chrono::milliseconds timeout,
+                      const llvm::Twine &what, Fn &&fn) {
+  try {
+    fn();
+    return llvm::Error::success();
+  } catch (const std::exception &e) {
+    if (llvm::StringRef(e.what()).contains_insensitive("timeout"))
+      return lostRankTimedOut(peer, timeout, what);
+    return lostRankFrom(peer, timeout, what, e);
+  }
+}
+
 class ShmLink : public Link {
 public:
   ShmLink(const LinkSetup &setup, std::vector<PeerInfo> peers,
@@ -133,6 +152,7 @@ public:
       shm::ring(*bell);
     if (thread_.joinable())
       thread_.join();
+    waitUntilOpened();
   }
 
   bool carries(const at::Tensor &tensor, int peer) const override {
@@ -191,28 +211,6 @@ public:
       return failureError();
     if (OutRing *r = queued())
       return lostRankTimedOut(r->peer, timeout_, r->queue.front().what);
-    // A sent message is delivered only once its receiver has mapped the
-    // ring: this rank may not close it (exit) before.
-    lock.unlock();
-    for (auto &entry : out_) {
-      OutRing &r = *entry.second;
-      shm::Bell &bell = r.ring.header().spaceBell;
-      std::string what = llvm::formatv("rank {0} to open the shared-memory "
-                                       "ring of channel {1}",
-                                       r.peer, entry.first.second);
-      while (r.ring.header().opened.load() == 0) {
-        if (!peers_[r.peer].process.alive())
-          return lostRank(r.peer, "it exited, while waiting for " + what);
-        if (Clock::now() >= deadline)
-          return lostRankTimedOut(r.peer, timeout_, what);
-        bell.sleepers.fetch_add(1);
-        uint32_t seen = bell.seq.load();
-        if (r.ring.header().opened.load() == 0)
-          shm::sleepOn(bell, seen,
-                       std::min(deadline, Clock::now() + shm::kSleepSlice));
-        bell.sleepers.fetch_sub(1);
-      }
-    }
     return llvm::Error::success();
   }
 
@@ -249,7 +247,7 @@ private:
     std::string value =
         llvm::formatv("{0} {1} {2}", getpid(), r->ring.fd(), r->ring.nonce())
             .str();
-    if (llvm::Error err = guardPeer(peer, timeout_, what, [&] {
+    if (llvm::Error err = storeCall(peer, timeout_, what, [&] {
           store_->set(ringKey(rank_, peer, channel), toBytes(value));
         }))
       return err;
@@ -271,7 +269,7 @@ private:
     auto pause = std::chrono::microseconds(100);
     while (true) {
       bool ready = false;
-      if (llvm::Error err = guardPeer(peer, timeout_, what,
+      if (llvm::Error err = storeCall(peer, timeout_, what,
                                       [&] { ready = store_->check({key}); }))
         return err;
       if (ready)
@@ -284,7 +282,7 @@ private:
       pause = std::min(pause * 2, std::chrono::microseconds(20000));
     }
     std::string value;
-    if (llvm::Error err = guardPeer(peer, timeout_, what,
+    if (llvm::Error err = storeCall(peer, timeout_, what,
                                     [&] { value = toText(store_->get(key)); }))
       return err;
     llvm::SmallVector<llvm::StringRef, 3> parts;
@@ -315,6 +313,30 @@ private:
     shm::ring(ring->header().spaceBell);
     return &in_.emplace(std::make_pair(peer, channel), std::move(*ring))
                 .first->second;
+  }
+
+  /// Waits until the receiver of every ring this rank created has mapped
+  /// it, it exits, or the timeout passes: a message in a ring lives as long
+  /// as someone holds the ring, and the receiver finds it through this
+  /// process's descriptor, so exiting earlier would lose the last messages
+  /// of a ring whose receiver had not read it yet.
+  void waitUntilOpened() {
+    if (failure_)
+      return;
+    Clock::time_point deadline = Clock::now() + timeout_;
+    for (auto &entry : out_) {
+      OutRing &r = *entry.second;
+      shm::Bell &bell = r.ring.header().spaceBell;
+      while (r.ring.header().opened.load() == 0 &&
+             peers_[r.peer].process.alive() && Clock::now() < deadline) {
+        bell.sleepers.fetch_add(1);
+        uint32_t seen = bell.seq.load();
+        if (r.ring.header().opened.load() == 0)
+          shm::sleepOn(bell, seen,
+                       std::min(deadline, Clock::now() + shm::kSleepSlice));
+        bell.sleepers.fetch_sub(1);
+      }
+    }
   }
 
   /// The first ring with queued sends (under mutex_).
@@ -451,7 +473,7 @@ llvm::Expected<std::unique_ptr<Link>> makeShmLink(const LinkSetup &setup) {
   std::string policy = linkPolicyName(setup.link).str();
   PeerInfo self{hostIdentity(), shm::PeerProcess::self(), policy};
   std::string what = "the host identities of the ranks";
-  if (llvm::Error err = guardPeer(0, setup.timeout, what, [&] {
+  if (llvm::Error err = storeCall(0, setup.timeout, what, [&] {
         setup.store->set(peerKey(setup.rank), toBytes(encode(self)));
       }))
     return err;
@@ -462,7 +484,7 @@ llvm::Expected<std::unique_ptr<Link>> makeShmLink(const LinkSetup &setup) {
     std::string key = peerKey(r);
     while (true) {
       bool ready = false;
-      if (llvm::Error err = guardPeer(r, setup.timeout, what, [&] {
+      if (llvm::Error err = storeCall(r, setup.timeout, what, [&] {
             ready = setup.store->check({key});
           }))
         return err;
@@ -473,7 +495,7 @@ llvm::Expected<std::unique_ptr<Link>> makeShmLink(const LinkSetup &setup) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     std::string text;
-    if (llvm::Error err = guardPeer(r, setup.timeout, what, [&] {
+    if (llvm::Error err = storeCall(r, setup.timeout, what, [&] {
           text = toText(setup.store->get(key));
         }))
       return err;
