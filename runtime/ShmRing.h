@@ -20,7 +20,7 @@
 // message that never completes: the receiver's wait then finds the sender
 // gone and fails naming it.
 //
-// Waiting: each side spins a few microseconds, then sleeps on a futex word
+// Waiting: each side spins up to 200 µs, then sleeps on a futex word
 // of the header (its "bell") in slices of at most kSleepSlice, checking the
 // peer's liveness between slices. The other side bumps the bell after it
 // moves head or tail and wakes a sleeper only when one is registered.
