@@ -668,6 +668,94 @@ def bench_transport(cfg):
     return rows
 
 
+def shm_tiny_rows(cfg):
+    """Target 1 of issue #21: tiny stages (4 × Linear(16), M one-row
+    microbatches), 2 stages on 2 ranks and 4 stages on 2 ranks, over
+    --link shm and --link gloo in interleaved rounds: the trace span (first
+    action to last, every rank) per microbatch, all-in."""
+    M = cfg["tiny_mb"]
+    model = os.path.join(MODELS, "tiny.pt")
+    inp = os.path.join(WORK, "tiny.input.%d.pt" % M)
+    if not os.path.exists(inp):
+        sh([PYTHON, "-c", "import torch,sys; torch.save(torch.load(sys.argv[1])[:%d], sys.argv[2])"
+            % M, os.path.join(MODELS, "tiny.input.pt"), inp])
+    manifests = {s: split(model, os.path.join(WORK, "tiny.%d" % s), "--stages", s) for s in (2, 4)}
+
+    def one(stages, link):
+        trace = os.path.join(WORK, "tiny.%d.%s.trace.json" % (stages, link))
+        s = sh(launch(2, "run", manifests[stages], "--input", inp, "--output",
+                      os.path.join(WORK, "tiny.out.pt"), "--microbatches", M, "--threads", 1,
+                      "--link", link, "--stats", "--trace", trace))
+        used = sorted({r.get("link") for r in parse_stats(s.out)})
+        ev = trace_events(trace)
+        span = max(e["ts"] + e["dur"] for e in ev) - min(e["ts"] for e in ev)
+        return {"per_mb_us": span / M, "links": used}
+
+    configs = {(st, link): (lambda st=st, link=link: one(st, link))
+               for st in (2, 4) for link in ("shm", "gloo")}
+    runs = rounds(configs, cfg["tiny_reps"])
+    rows = []
+    for st, target in ((2, 30), (4, 60)):
+        shm = stats([r["per_mb_us"] for r in runs[(st, "shm")]])
+        gloo = stats([r["per_mb_us"] for r in runs[(st, "gloo")]])
+        rows.append(row(
+            "21.1 shared-memory link", "tiny stages, %d stages / 2 ranks, %d × 1 row: µs per "
+            "microbatch all-in (--link shm)" % (st, M), shm, "µs",
+            "the same over --link gloo", gloo, shm["median"] / gloo["median"],
+            "<= %d µs" % target, shm["median"] <= target,
+            "trace span / M; links %s vs %s" % (runs[(st, "shm")][0]["links"],
+                                                 runs[(st, "gloo")][0]["links"]),
+            runs={"shm": runs[(st, "shm")], "gloo": runs[(st, "gloo")]}))
+    return rows
+
+
+def shm_ring_rows(cfg):
+    """Target 2 of issue #21: a crossing over the shared-memory link
+    (transport_bench --link shm: Transport, tags, the link's queue and
+    thread) against a bare ping over the same rings (transport_bench
+    --bare-ring: two processes, ShmRing alone), 64 B to 64 MB; and the 64 MB
+    crossing's bandwidth against memcpy's."""
+    sizes = cfg["shm_sizes"]
+    bench = os.path.join(BUILD, "bin", "transport_bench")
+    args = ["%d:%d" % (b, n) for b, n in sizes]
+
+    def parse(text):
+        out = {}
+        for line in text.splitlines():
+            line = line.split("] ", 1)[-1]
+            if line.startswith("{"):
+                r = json.loads(line)
+                out[r["bytes"]] = r
+        return out
+
+    link = parse(sh([PPC, "launch", "--nproc-per-node", 2, "--master-port", 0, "--", bench,
+                     "--link", "shm", *args]).out)
+    bare = parse(sh([bench, "--bare-ring", *args]).out)
+    rows = []
+    for b, _ in sizes:
+        lat, base = stats(link[b]["half_rtt_us"]), stats(bare[b]["half_rtt_us"])
+        label = ("%d B" % b if b < 1024 else "%d KB" % (b >> 10) if b < 1 << 20
+                 else "%d MB" % (b >> 20))
+        rows.append(row(
+            "21.1 shared-memory link", "%s: half round trip over --link shm" % label, lat, "µs",
+            "bare ping over the same rings", base, lat["median"] / base["median"], "<= 1.3×",
+            lat["median"] / base["median"] <= 1.3, "link %s" % link[b].get("link"), bytes=b))
+    big = max(b for b, _ in sizes)
+    lat, mem = stats(link[big]["half_rtt_us"]), stats(link[big]["memcpy_us"])
+    ratio = mem["median"] / lat["median"]
+    rows.append(row(
+        "21.1 shared-memory link", "%d MB crossing: bandwidth against memcpy" % (big >> 20),
+        stats([big / x / 1e3 for x in link[big]["half_rtt_us"]]), "GB/s",
+        "memcpy of the same bytes", stats([big / x / 1e3 for x in link[big]["memcpy_us"]]), ratio, ">= 0.5×", ratio >= 0.5,
+        "half round trip %s µs, memcpy %s µs" % (fmt(lat["median"]), fmt(mem["median"])),
+        bytes=big))
+    return rows
+
+
+def bench_shm(cfg):
+    return shm_tiny_rows(cfg) + shm_ring_rows(cfg)
+
+
 def bench_split(cfg):
     """`ppc split --stages 4` on MLPs of n Linear layers. The split runs on
     one thread, so its CPU time (user + sys) is its work, and unlike wall
@@ -989,12 +1077,16 @@ FULL = {"wide_reps": 5, "wide_repeat": 4, "plain_cold": 1, "plain_reps": 2, "tin
         "schedules": ["gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "looped-bfs",
                       "interleaved-zb", "zbv", "dualpipev"], "startup_reps": 4,
         "race_reps": 3, "race_repeat": 4, "partition_reps": 15, "blas_reps": 3,
-        "blas_repeat": 20}
+        "blas_repeat": 20,
+        "shm_sizes": [(64, 2000), (4 << 10, 1000), (64 << 10, 300), (1 << 20, 100),
+                      (16 << 20, 20), (64 << 20, 8)]}
 QUICK = dict(FULL, wide_reps=2, wide_repeat=3, plain_reps=1, tiny_mb=256, tiny_reps=2,
              transport_sizes=[(8, 500), (64 << 10, 100), (1 << 20, 30), (16 << 20, 8),
                               (64 << 20, 4)],
              split_sizes=[256, 512, 1024], split_reps=2, train_steps=3, train_reps=1,
-             startup_reps=2, race_reps=1, race_repeat=3, partition_reps=7, blas_reps=2)
+             startup_reps=2, race_reps=1, race_repeat=3, partition_reps=7, blas_reps=2,
+             shm_sizes=[(64, 500), (4 << 10, 300), (64 << 10, 100), (1 << 20, 30),
+                        (16 << 20, 8), (64 << 20, 4)])
 
 
 def build(build_dir, jobs):
@@ -1106,6 +1198,7 @@ def main():
             ("8", "pipeline efficiency", lambda: bench_efficiency(cfg, need_wide())),
             ("9", "race against torch.distributed.pipelining", lambda: bench_race(cfg)),
             ("10", "partition balance", lambda: bench_partition(cfg)),
+            ("21.1", "shared-memory link (targets 1, 2)", lambda: bench_shm(cfg)),
             ("21.3", "speed-up, same best kernel", lambda: bench_speedup_kernel(cfg, need_wide())),
             ("21.5", "race, same kernel class", lambda: bench_race(cfg, issue21=True)),
             ("21.6", "matmul throughput per kernel", lambda: bench_blas(cfg)),

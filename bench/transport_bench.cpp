@@ -15,13 +15,28 @@
 //
 //   {"bytes": B, "half_rtt_us": [...], "memcpy_us": [...]}
 //
+// `--link gloo|shm|auto` (first argument; default gloo) chooses the link
+// (runtime/Link.h: LinkPolicy), and rank 0's lines then carry "link".
+//
+// `transport_bench --bare-ring B:N ...`, without a launcher, is the
+// shared-memory link's baseline (bench/run.py, benchmark 11): the process
+// forks, and parent and child ping-pong the same bytes through a pair of
+// the link's rings (runtime/ShmRing.h: sendMessage / receiveMessage), with
+// no transport, tags or queues around them. It prints
+//
+//   {"bytes": B, "half_rtt_us": [...], "bare": true}
+//
 // Threads are bounded to 1 (ppc::boundThreads), as `ppc run --threads 1`.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/Collectives.h"
 #include "runtime/LaunchEnv.h"
 #include "runtime/Rendezvous.h"
+#include "runtime/ShmRing.h"
 #include "runtime/Threads.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <ATen/ATen.h>
 
@@ -54,14 +69,94 @@ void printList(const char *key, const std::vector<double> &values) {
   std::printf("]");
 }
 
+bool parseSize(const char *arg, int64_t &bytes, int &iterations) {
+  if (std::sscanf(arg, "%ld:%d", &bytes, &iterations) != 2 || bytes < 1 ||
+      iterations < 1) {
+    std::fprintf(stderr, "error: '%s' is not BYTES:ITERATIONS\n", arg);
+    return false;
+  }
+  return true;
+}
+
+/// The --bare-ring mode (file comment).
+int bareRing(int argc, char **argv) {
+  using namespace ppc::shm;
+  for (int a = 0; a < argc; ++a) {
+    int64_t bytes = 0;
+    int iterations = 0;
+    if (!parseSize(argv[a], bytes, iterations))
+      return 2;
+    auto ping = ShmRing::create(size_t(4) << 20);
+    auto pong = ShmRing::create(size_t(4) << 20);
+    if (!ping)
+      return fail(ping.takeError());
+    if (!pong)
+      return fail(pong.takeError());
+    const int warmup = iterations / 10 + 2;
+    RingPeer parent{0, PeerProcess::self(), std::chrono::seconds(60)};
+    pid_t child = fork();
+    if (child < 0)
+      return 2;
+    // Buffers made after the fork: pages shared copy-on-write would fault
+    // on every first write.
+    std::vector<unsigned char> out(bytes, 1), in(bytes, 0);
+    if (child == 0) {
+      for (int i = 0; i < warmup + iterations; ++i) {
+        if (llvm::Error err =
+                receiveMessage(*ping, parent, i, in.data(), in.size(), "ping"))
+          _exit(fail(std::move(err)));
+        Outgoing m(i, out.data(), out.size());
+        if (llvm::Error err = sendMessage(*pong, parent, m, "pong"))
+          _exit(fail(std::move(err)));
+      }
+      _exit(0);
+    }
+    RingPeer peer{1, PeerProcess(child, processStartTime(child)),
+                  std::chrono::seconds(60)};
+    std::vector<double> halfRtt;
+    for (int i = 0; i < warmup + iterations; ++i) {
+      Clock::time_point start = Clock::now();
+      Outgoing m(i, out.data(), out.size());
+      if (llvm::Error err = sendMessage(*ping, peer, m, "ping"))
+        return fail(std::move(err));
+      if (llvm::Error err =
+              receiveMessage(*pong, peer, i, in.data(), in.size(), "pong"))
+        return fail(std::move(err));
+      if (i >= warmup)
+        halfRtt.push_back(usSince(start) / 2);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    std::printf("{\"bytes\": %ld, ", bytes);
+    printList("half_rtt_us", halfRtt);
+    std::printf(", \"bare\": true}\n");
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: transport_bench BYTES:ITERATIONS ...\n");
+    std::fprintf(stderr, "usage: transport_bench [--link gloo|shm|auto | "
+                         "--bare-ring] BYTES:ITERATIONS ...\n");
     return 2;
   }
   ppc::boundThreads(1);
+  if (std::strcmp(argv[1], "--bare-ring") == 0)
+    return bareRing(argc - 2, argv + 2);
+  ppc::LinkPolicy link = ppc::LinkPolicy::Gloo;
+  int first = 1;
+  if (std::strcmp(argv[1], "--link") == 0 && argc > 2) {
+    auto named = ppc::linkPolicyNamed(argv[2]);
+    if (!named) {
+      std::fprintf(stderr, "error: unknown link '%s'\n", argv[2]);
+      return 2;
+    }
+    link = *named;
+    first = 3;
+  }
   auto env = ppc::LaunchEnv::fromEnvironment();
   if (!env)
     return fail(env.takeError());
@@ -70,7 +165,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   auto transport = ppc::connectTransport(*env, ppc::DeviceKind::CPU,
-                                         std::chrono::seconds(60));
+                                         std::chrono::seconds(60), link);
   if (!transport)
     return fail(transport.takeError());
   ppc::Transport &t = **transport;
@@ -78,14 +173,11 @@ int main(int argc, char **argv) {
   const int rank = env->rank;
   const int peer = 1 - rank;
 
-  for (int a = 1; a < argc; ++a) {
+  for (int a = first; a < argc; ++a) {
     int64_t bytes = 0;
     int iterations = 0;
-    if (std::sscanf(argv[a], "%ld:%d", &bytes, &iterations) != 2 || bytes < 1 ||
-        iterations < 1) {
-      std::fprintf(stderr, "error: '%s' is not BYTES:ITERATIONS\n", argv[a]);
+    if (!parseSize(argv[a], bytes, iterations))
       return 2;
-    }
     // Separate buffers for sending and receiving: a send may still be in
     // flight when the next receive starts.
     at::Tensor out = at::full({bytes}, 1, at::kByte);
@@ -133,7 +225,8 @@ int main(int argc, char **argv) {
       if (i >= warmup)
         memcpyUs.push_back(usSince(start) / group);
     }
-    std::printf("{\"bytes\": %ld, ", bytes);
+    std::printf("{\"bytes\": %ld, \"link\": \"%s\", ", bytes,
+                t.linksUsed().c_str());
     printList("half_rtt_us", halfRtt);
     std::printf(", ");
     printList("memcpy_us", memcpyUs);

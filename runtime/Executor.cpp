@@ -816,6 +816,11 @@ void Executor::record(const Action &a, int64_t startUs) {
     e.flowId = messageFlowId(channel, from, to, (step.runIndex << 24) + seq);
     e.flowOut = sending;
     e.durationUs = std::max<int64_t>(e.durationUs, 1);
+    e.link =
+        plan.transport
+            ->linkName(at::empty({0}, at::TensorOptions().device(plan.device)),
+                       a.peerRank)
+            .str();
   }
   step.trace->add(std::move(e));
 }

@@ -36,6 +36,7 @@
 #include "runtime/TorchCompat.h"
 #include "runtime/Transport.h"
 
+#include "llvm/ADT/StringRef.h"
 #include "llvm/ADT/Twine.h"
 #include "llvm/Support/Error.h"
 
@@ -44,6 +45,7 @@
 #include <chrono>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -103,6 +105,28 @@ struct Message {
   int tag = 0;
 };
 
+/// Which link carries CPU tensors between ranks (RunOptions::link): auto
+/// (shared memory to co-located peers, Gloo to the others), gloo (never
+/// shared memory) or shm (every peer must be co-located).
+enum class LinkPolicy { Auto, Gloo, Shm };
+
+/// The policy named `name` ("auto", "gloo", "shm"), or none.
+inline std::optional<LinkPolicy> linkPolicyNamed(llvm::StringRef name) {
+  if (name == "auto")
+    return LinkPolicy::Auto;
+  if (name == "gloo")
+    return LinkPolicy::Gloo;
+  if (name == "shm")
+    return LinkPolicy::Shm;
+  return std::nullopt;
+}
+
+inline llvm::StringRef linkPolicyName(LinkPolicy policy) {
+  return policy == LinkPolicy::Gloo  ? "gloo"
+         : policy == LinkPolicy::Shm ? "shm"
+                                     : "auto";
+}
+
 /// What a link's factory may build on; each factory takes what it needs and
 /// declines (returns no link) when its part is missing.
 struct LinkSetup {
@@ -118,6 +142,9 @@ struct LinkSetup {
   c10::intrusive_ptr<compat::GlooGroup> glooGroup;
   /// The in-process hub of ranks running as threads (tests).
   std::shared_ptr<LoopbackHub> loopback;
+  /// Which links may carry CPU tensors (the shared-memory link's factory
+  /// reads it).
+  LinkPolicy link = LinkPolicy::Auto;
 };
 
 class Link {

@@ -203,6 +203,7 @@ llvm::Error Pipeline::Impl::runWindow(bool labelled) {
   stats.batches = static_cast<int64_t>(batches);
   stats.cacheWritten = ctx->meta().cacheWritten();
   stats.messagesSent = transport.messagesSent() - sentBefore;
+  stats.link = transport.linksUsed();
   stats.totalMs = msSince(start);
   return llvm::Error::success();
 }

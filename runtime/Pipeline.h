@@ -80,6 +80,12 @@ struct RunOptions {
   /// Bound on every wait for another rank (rendezvous, each message):
   /// kMinTimeout (1 ms) to kMaxDuration (7 days), runtime/Duration.h.
   std::chrono::milliseconds timeout{60000};
+  /// Which link carries CPU tensors between ranks: "auto" (shared memory
+  /// to ranks on this host, Gloo to the others), "gloo" (Gloo only) or
+  /// "shm" (shared memory; every rank must be on this host, else an error
+  /// names a rank on another). Every rank must pass the same. ppc's
+  /// --link, default PPC_LINK; docs/runtime.md, "Links".
+  std::string link = "auto";
   /// Directory of the meta cache files; empty = the manifest's directory.
   std::string metaCacheDir;
   bool useMetaCache = true;
@@ -135,6 +141,9 @@ struct RunStats {
   /// first_output_ms, times the whole batch loop and appends it to line()
   /// as " batches=N".
   int64_t batches = 1;
+  /// The links this rank's messages took (Transport::linksUsed():
+  /// "shm", "gloo", "shm+gloo"); line() ends with " link=..." when set.
+  std::string link;
 
   /// One machine-parsable line: "stats: rank=0 meta=inferred
   /// meta_messages_sent=2 messages_sent=14 first_output_ms=3.1

@@ -44,6 +44,9 @@ llvm::Expected<DeviceKind> checkOptions(const RunOptions &options) {
           IntegerRule{kMinTimeout.count(), kMaxDuration.count(), "milliseconds"}
               .problem(options.timeout.count())))
     return err;
+  if (!linkPolicyNamed(options.link))
+    return makeError("unknown link '" + options.link +
+                     "' (expected auto, gloo or shm)");
   std::optional<DeviceKind> device = deviceKindNamed(options.device);
   if (!device)
     return makeError("unknown device '" + options.device +
@@ -124,7 +127,8 @@ llvm::Error RankContext::loadManifest() {
 
 /// Meets the other ranks and connects what the schedule's links need.
 llvm::Error RankContext::connect() {
-  auto transport = connectTransport(env_, deviceKind_, options_.timeout);
+  auto transport = connectTransport(env_, deviceKind_, options_.timeout,
+                                    *linkPolicyNamed(options_.link));
   if (!transport)
     return transport.takeError();
   transport_ = std::move(*transport);

@@ -480,7 +480,7 @@ llvm::Error checkCudaDevice(const LaunchEnv &env) {
 
 llvm::Expected<std::unique_ptr<Transport>>
 connectTransport(const LaunchEnv &env, DeviceKind device,
-                 std::chrono::milliseconds timeout) {
+                 std::chrono::milliseconds timeout, LinkPolicy link) {
   std::string where = storeAddress(env);
   std::string failed = "rendezvous at " + where + " failed";
   if (device == DeviceKind::CUDA)
@@ -525,6 +525,7 @@ connectTransport(const LaunchEnv &env, DeviceKind device,
   setup.device = device;
   setup.store = *store;
   setup.glooGroup = *group;
+  setup.link = link;
   return Transport::create(setup);
 }
 

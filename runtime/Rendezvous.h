@@ -12,6 +12,7 @@
 
 #include "lib/Error.h"
 #include "runtime/DeviceKind.h"
+#include "runtime/Link.h"
 #include "runtime/Transport.h"
 
 #include "llvm/Support/Error.h"
@@ -51,9 +52,12 @@ private:
 /// answering; another job holding the rendezvous; a rank joining twice;
 /// "rendezvous at HOST:PORT failed (...)" for the rest; and for
 /// DeviceKind::CUDA those of checkCudaDevice(), before any rendezvous.
+/// `link` decides where the shared-memory link carries CPU tensors
+/// (runtime/Link.h); its errors are the link's (ShmLink.cpp).
 llvm::Expected<std::unique_ptr<Transport>>
 connectTransport(const LaunchEnv &env, DeviceKind device,
-                 std::chrono::milliseconds timeout);
+                 std::chrono::milliseconds timeout,
+                 LinkPolicy link = LinkPolicy::Auto);
 
 /// Checks that this rank can put its stages on cuda:LOCAL_RANK. Errors,
 /// each one line: this ppc's LibTorch has no CUDA; this ppc was built

@@ -26,12 +26,15 @@ llvm::StringRef metaSourceName(MetaSource source) {
 
 std::string RunStats::line() const {
   return llvm::formatv(
-      "stats: rank={0} meta={1} meta_messages_sent={2} "
-      "messages_sent={3} first_output_ms={4:f3} total_ms={5:f3} "
-      "cache_written={6} blas={7}",
-      rank, metaSourceName(metaSource), metaMessagesSent, messagesSent,
-      firstOutputMs, totalMs, cacheWritten ? 1 : 0,
-      blasStatsName(loadedBlas()));
+  return llvm::formatv(
+             "stats: rank={0} meta={1} meta_messages_sent={2} "
+             "messages_sent={3} first_output_ms={4:f3} total_ms={5:f3} "
+             "cache_written={6}",
+             rank, metaSourceName(metaSource), metaMessagesSent, messagesSent,
+             firstOutputMs, totalMs, cacheWritten ? 1 : 0)
+             .str() +
+         (link.empty() ? "" : " link=" + link) + " blas=" +
+         blasStatsName(loadedBlas());
 }
 
 } // namespace ppc

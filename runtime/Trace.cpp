@@ -100,6 +100,8 @@ std::string TraceRecorder::eventsJSON() const {
         j.attributeObject("args", [&] {
           j.attribute("stage", e.stage);
           j.attribute("microbatch", e.microbatch);
+          if (!e.link.empty())
+            j.attribute("link", e.link);
         });
       });
       if (e.flowId < 0)

@@ -72,6 +72,9 @@ struct TraceEvent {
   int64_t flowId = -1;
   /// True on the send side of a flow, false on the receive side.
   bool flowOut = false;
+  /// Sends and receives: the link that carried the message ("shm",
+  /// "gloo", "nccl"; written as args.link); "" for the rest.
+  std::string link = std::string();
 };
 
 /// The event that spans one training step on a rank (Trainer::step), and

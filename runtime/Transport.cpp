@@ -48,10 +48,14 @@ Transport::create(const LinkSetup &setup) {
       return link.takeError();
     if (!*link)
       continue;
-    if (kind.role == LinkRole::Control)
+    if (kind.role == LinkRole::Control) {
       t->control_ = std::move(*link);
-    else
+      t->controlName_ = kind.name;
+    } else {
       t->payload_.push_back(std::move(*link));
+      t->payloadNames_.push_back(kind.name);
+      t->payloadUsed_.push_back(false);
+    }
   }
   if (!t->control_)
     return makeError("internal error: no link connects rank " +
@@ -59,13 +63,43 @@ Transport::create(const LinkSetup &setup) {
   return t;
 }
 
-Link &Transport::linkFor(const at::Tensor &tensor, int peer) {
+int Transport::payloadIndexFor(const at::Tensor &tensor, int peer) const {
   // Payload links first (a CUDA tensor: NCCL; a co-located peer: shared
   // memory), in Links.def order; the control link carries the rest.
-  for (const std::unique_ptr<Link> &link : payload_)
-    if (link->carries(tensor, peer))
-      return *link;
-  return *control_;
+  for (size_t i = 0; i < payload_.size(); ++i)
+    if (payload_[i]->carries(tensor, peer))
+      return static_cast<int>(i);
+  return -1;
+}
+
+Link &Transport::linkFor(const at::Tensor &tensor, int peer) {
+  int i = payloadIndexFor(tensor, peer);
+  return i < 0 ? *control_ : *payload_[i];
+}
+
+Link &Transport::useLinkFor(const at::Tensor &tensor, int peer) {
+  int i = payloadIndexFor(tensor, peer);
+  if (i < 0) {
+    controlUsed_ = true;
+    return *control_;
+  }
+  payloadUsed_[i] = true;
+  return *payload_[i];
+}
+
+llvm::StringRef Transport::linkName(const at::Tensor &tensor, int peer) const {
+  int i = payloadIndexFor(tensor, peer);
+  return i < 0 ? controlName_ : payloadNames_[i];
+}
+
+std::string Transport::linksUsed() const {
+  std::string names;
+  for (size_t i = 0; i < payload_.size(); ++i)
+    if (payloadUsed_[i])
+      names += (names.empty() ? "" : "+") + std::string(payloadNames_[i]);
+  if (controlUsed_)
+    names += (names.empty() ? "" : "+") + std::string(controlName_);
+  return names;
 }
 
 llvm::Expected<int> Transport::nextTag(bool sending, int peer, int channel) {
@@ -86,7 +120,7 @@ llvm::Error Transport::send(const at::Tensor &tensor, int peer, int channel,
   if (!tag)
     return tag.takeError();
   ++messagesSent_;
-  return linkFor(tensor, peer).send(tensor, {peer, channel, *tag}, what);
+  return useLinkFor(tensor, peer).send(tensor, {peer, channel, *tag}, what);
 }
 
 llvm::Error Transport::postRecv(const at::Tensor &tensor, int peer, int channel,
@@ -121,7 +155,7 @@ llvm::Error Transport::recv(at::Tensor &tensor, int peer, int channel,
       return next.takeError();
     tag = *next;
   }
-  return linkFor(tensor, peer).recv(tensor, {peer, channel, tag}, what);
+  return useLinkFor(tensor, peer).recv(tensor, {peer, channel, tag}, what);
 }
 
 llvm::Error Transport::flushSends() {

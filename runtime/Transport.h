@@ -43,6 +43,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -112,11 +113,23 @@ public:
   /// Number of point-to-point messages sent so far, over every link.
   int64_t messagesSent() const { return messagesSent_; }
 
+  /// The name (Links.def) of the link that carries `tensor` to or from
+  /// `peer`: "shm", "gloo", "nccl", "loopback".
+  llvm::StringRef linkName(const at::Tensor &tensor, int peer) const;
+
+  /// The links that messages sent or received so far took, payload links
+  /// first, joined by '+' ("shm", "shm+gloo", "gloo"); "" before any.
+  std::string linksUsed() const;
+
 private:
   Transport(int rank, int worldSize, std::chrono::milliseconds timeout);
 
   /// The link that carries `tensor` to or from `peer`: the policy.
   Link &linkFor(const at::Tensor &tensor, int peer);
+  /// Its index in payload_, or -1 for the control link.
+  int payloadIndexFor(const at::Tensor &tensor, int peer) const;
+  /// linkFor(), noting the link as used.
+  Link &useLinkFor(const at::Tensor &tensor, int peer);
 
   /// The next tag for messages to / from `peer` on `channel`.
   llvm::Expected<int> nextTag(bool sending, int peer, int channel);
@@ -138,6 +151,11 @@ private:
   /// are destroyed in reverse: payload links (NCCL's shutdown) first.
   std::unique_ptr<Link> control_;
   std::vector<std::unique_ptr<Link>> payload_;
+  /// Their Links.def names, and whether a message has used each.
+  const char *controlName_ = "";
+  std::vector<const char *> payloadNames_;
+  bool controlUsed_ = false;
+  std::vector<bool> payloadUsed_;
 };
 
 } // namespace ppc

@@ -25,7 +25,7 @@ from common import (assert_identical, assert_outputs_close, launch, main,  # noq
                     model_path, parse_stats, split_at, tmpdir, unsplit_output)
 
 TIMEOUT = 10
-BATCHES = re.compile(r"stats: rank=(\d+) .* cache_written=\d.* batches=(\d+)$", re.M)
+BATCHES = re.compile(r"stats: rank=(\d+) .* cache_written=\d(?: [a-z_]+=\S+)* batches=(\d+)$", re.M)
 
 
 def batch_counts(text):

@@ -28,6 +28,15 @@ void RuntimeFlags::addTo(CLI::App &app) {
   app.add_option("--device", device, "cpu (Gloo) or cuda (NCCL)")
       ->capture_default_str()
       ->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--link", link,
+                 "Which link carries CPU tensors between ranks: auto (shared "
+                 "memory between ranks on one host, Gloo across hosts), gloo "
+                 "(Gloo only) or shm (shared memory; every rank must be on "
+                 "one host). Default: the PPC_LINK environment variable, "
+                 "else auto")
+      ->capture_default_str()
+      ->envname("PPC_LINK")
+      ->check(CLI::IsMember({"auto", "gloo", "shm"}));
   app.add_option("--timeout", timeoutSeconds,
                  "Seconds to wait for another rank before giving up "
                  "(0.001 to 604800, 7 days)")
@@ -77,6 +86,7 @@ std::string RuntimeFlags::microbatchesNote(int stages) const {
 void RuntimeFlags::applyTo(RunOptions &options) const {
   options.microbatches = microbatches;
   options.device = device;
+  options.link = link;
   options.timeout =
       durationFromSeconds<std::chrono::milliseconds>(timeoutSeconds);
   options.metaCacheDir = metaCacheDir;

@@ -23,6 +23,8 @@ namespace ppc {
 struct RuntimeFlags {
   int microbatches = 1;
   std::string device = "cpu";
+  /// --link: auto, gloo or shm (default PPC_LINK, else auto).
+  std::string link = "auto";
   double timeoutSeconds = 60;
   std::string metaCacheDir;
   bool noMetaCache = false;
@@ -40,7 +42,7 @@ struct RuntimeFlags {
   /// Whether --microbatches was given (its default does not pipeline).
   bool microbatchesGiven = false;
 
-  /// Adds --microbatches, --device, --timeout, --meta-cache,
+  /// Adds --microbatches, --device, --link, --timeout, --meta-cache,
   /// --no-meta-cache, --threads, --trace, --verbose, --print-schedule,
   /// --quiet, --progress and --stats-json to `app`.
   void addTo(CLI::App &app);

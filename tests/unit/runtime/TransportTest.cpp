@@ -39,7 +39,7 @@ LaunchEnv rankEnv(int rank, int world, const StoreHost &store,
 std::vector<std::string>
 onRanks(int world, std::chrono::milliseconds timeout,
         const std::function<llvm::Error(int, Transport &)> &body,
-        std::vector<int> ranks = {}) {
+        std::vector<int> ranks = {}, LinkPolicy link = LinkPolicy::Auto) {
   auto store = StoreHost::start(0);
   if (!store)
     return {llvm::toString(store.takeError())};
@@ -51,7 +51,7 @@ onRanks(int world, std::chrono::milliseconds timeout,
   for (int r : ranks)
     threads.emplace_back([&, r] {
       LaunchEnv env = rankEnv(r, world, **store);
-      auto t = connectTransport(env, DeviceKind::CPU, timeout);
+      auto t = connectTransport(env, DeviceKind::CPU, timeout, link);
       if (!t) {
         errors[r] = llvm::toString(t.takeError());
         return;
@@ -146,15 +146,20 @@ TEST(TransportTest, TimeoutNamesThePeer) {
             "1 of microbatch 0)");
 }
 
+// Gloo's: a rank that leaves closes its connections. (Ranks that are
+// threads of one process share a pid, so the shared-memory link cannot see
+// one leave; ShmLinkTest kills a real process.)
 TEST(TransportTest, PeerExitNamesThePeer) {
   auto errors = onRanks(
-      2, std::chrono::seconds(20), [](int rank, Transport &t) -> llvm::Error {
+      2, std::chrono::seconds(20),
+      [](int rank, Transport &t) -> llvm::Error {
         if (rank == 0)
           return llvm::Error::success(); // leaves at once: its connections
                                          // close
         at::Tensor buf = at::empty({1});
         return t.recv(buf, 0, 1, "stage 0 -> 1 of microbatch 0");
-      });
+      },
+      {}, LinkPolicy::Gloo);
   EXPECT_EQ(errors[0], "");
   // "Connection closed by peer ..." or "Read error ...: Connection reset by
   // peer", depending on timing.
@@ -231,34 +236,37 @@ TEST(TransportTest, TakenPortIsOneClearLine) {
                       "another port");
 }
 
+// Over Gloo, whose sends complete as the receiver takes them (the
+// shared-memory ring would hold all eight small messages at once).
 TEST(TransportTest, FlushWaitsOneTimeoutForAllPendingSends) {
   // Rank 1 takes 0.4 s per message: each send alone would finish within
   // the 1 s timeout, but all eight take 3.2 s. flushSends() has one
   // deadline for all of them, so a peer that drains too slowly cannot
   // stretch it to a timeout per message.
   double flushSeconds = 0;
-  auto errors =
-      onRanks(2, std::chrono::milliseconds(1000),
-              [&](int rank, Transport &t) -> llvm::Error {
-                if (rank == 1) {
-                  for (int i = 0; i < 8; ++i) {
-                    std::this_thread::sleep_for(std::chrono::milliseconds(400));
-                    at::Tensor buf = at::empty({4});
-                    if (llvm::Error err = t.recv(buf, 0, 1, "m"))
-                      return err;
-                  }
-                  return llvm::Error::success();
-                }
-                for (int i = 0; i < 8; ++i)
-                  if (llvm::Error err = t.send(at::full({4}, 1.0), 1, 1, "m"))
-                    return err;
-                auto start = std::chrono::steady_clock::now();
-                llvm::Error err = t.flushSends();
-                flushSeconds = std::chrono::duration<double>(
-                                   std::chrono::steady_clock::now() - start)
-                                   .count();
-                return err;
-              });
+  auto errors = onRanks(
+      2, std::chrono::milliseconds(1000),
+      [&](int rank, Transport &t) -> llvm::Error {
+        if (rank == 1) {
+          for (int i = 0; i < 8; ++i) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(400));
+            at::Tensor buf = at::empty({4});
+            if (llvm::Error err = t.recv(buf, 0, 1, "m"))
+              return err;
+          }
+          return llvm::Error::success();
+        }
+        for (int i = 0; i < 8; ++i)
+          if (llvm::Error err = t.send(at::full({4}, 1.0), 1, 1, "m"))
+            return err;
+        auto start = std::chrono::steady_clock::now();
+        llvm::Error err = t.flushSends();
+        flushSeconds = std::chrono::duration<double>(
+                           std::chrono::steady_clock::now() - start)
+                           .count();
+        return err;
+      },
+      {}, LinkPolicy::Gloo);
   EXPECT_EQ(errors[0],
             "lost rank 1 (no answer within 1 s while waiting for m)");
   EXPECT_LT(flushSeconds, 2.0);
