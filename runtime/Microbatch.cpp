@@ -86,6 +86,15 @@ Signature Signature::parse(llvm::StringRef text) {
   return out;
 }
 
+namespace {
+/// `t` alone, or a copy when it views a larger storage (a tensor carved out
+/// of a coalesced receive buffer, runtime/WirePack.h): torch.save writes a
+/// tensor's whole storage, so an output file would hold the other values.
+at::Tensor compact(const at::Tensor &t) {
+  return t.storage().nbytes() > t.nbytes() ? t.clone() : t;
+}
+} // namespace
+
 llvm::Expected<c10::IValue>
 concatMicrobatches(llvm::ArrayRef<c10::IValue> parts, ValueKind kind,
                    int outputIndex) {
@@ -98,8 +107,9 @@ concatMicrobatches(llvm::ArrayRef<c10::IValue> parts, ValueKind kind,
     for (const c10::IValue &p : parts)
       ts.push_back(p.toTensor());
     return torchCall(
-        llvm::formatv("cannot concatenate model output {0}", outputIndex),
-        [&] { return c10::IValue(ts.size() == 1 ? ts[0] : at::cat(ts, 0)); });
+        llvm::formatv("cannot concatenate model output {0}", outputIndex), [&] {
+          return c10::IValue(ts.size() == 1 ? compact(ts[0]) : at::cat(ts, 0));
+        });
   }
   case ValueKind::TensorList:
   case ValueKind::TensorTuple: {
@@ -119,7 +129,7 @@ concatMicrobatches(llvm::ArrayRef<c10::IValue> parts, ValueKind kind,
       }
       auto cat = torchCall(
           llvm::formatv("cannot concatenate model output {0}", outputIndex),
-          [&] { return at::cat(ts, 0); });
+          [&] { return ts.size() == 1 ? compact(ts[0]) : at::cat(ts, 0); });
       if (!cat)
         return cat.takeError();
       joined.emplace_back(*cat);

@@ -26,7 +26,6 @@ llvm::StringRef metaSourceName(MetaSource source) {
 
 std::string RunStats::line() const {
   return llvm::formatv(
-  return llvm::formatv(
              "stats: rank={0} meta={1} meta_messages_sent={2} "
              "messages_sent={3} first_output_ms={4:f3} total_ms={5:f3} "
              "cache_written={6}",

@@ -76,6 +76,30 @@ TEST(MicrobatchTest, ConcatTuples) {
             "concatenated");
 }
 
+// One microbatch's output carved out of a coalesced receive buffer comes
+// back compact: torch.save writes a tensor's whole storage.
+TEST(MicrobatchTest, OneViewOfALargerBufferIsCopied) {
+  at::Tensor buffer = at::arange(64, at::kFloat);
+  at::Tensor view = buffer.slice(0, 16, 24).view({2, 4});
+  for (ValueKind kind : {ValueKind::Tensor, ValueKind::TensorTuple}) {
+    c10::IValue part = kind == ValueKind::Tensor
+                           ? c10::IValue(view)
+                           : c10::IValue(c10::ivalue::Tuple::create({view}));
+    auto joined = concatMicrobatches({part}, kind, 0);
+    ASSERT_TRUE(static_cast<bool>(joined));
+    at::Tensor t = kind == ValueKind::Tensor
+                       ? joined->toTensor()
+                       : joined->toTupleRef().elements()[0].toTensor();
+    EXPECT_TRUE(at::equal(t, view));
+    EXPECT_EQ(t.storage().nbytes(), t.nbytes());
+  }
+  // A tensor that is its whole storage is returned as it is.
+  at::Tensor whole = at::ones({2, 4});
+  auto same = concatMicrobatches({c10::IValue(whole)}, ValueKind::Tensor, 0);
+  ASSERT_TRUE(static_cast<bool>(same));
+  EXPECT_TRUE(same->toTensor().is_same(whole));
+}
+
 TEST(MicrobatchTest, Errors) {
   auto err = [](llvm::Expected<std::vector<std::vector<c10::IValue>>> r) {
     return r ? std::string() : llvm::toString(r.takeError());
