@@ -5,6 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/Blas.h"
+#include "runtime/Threads.h"
 
 #include "lib/Error.h"
 
@@ -99,30 +100,10 @@ std::string itsKernel(llvm::StringRef core) {
          core.str() + " kernel";
 }
 
-/// The address of `name` in the process: first in the global scope (ppc
-/// links LibTorch, and so BLAS, directly), then among LibTorch's own
-/// dependencies, which a program that dlopen()ed libppc_runtime with
-/// RTLD_LOCAL keeps out of the global scope (as runtime/Threads.cpp finds
-/// the BLAS thread setters).
-void *lookUp(const char *name) {
-  if (void *address = dlsym(RTLD_DEFAULT, name))
-    return address;
-  Dl_info info;
-  if (!dladdr(reinterpret_cast<void *>(&at::set_num_threads), &info) ||
-      !info.dli_fname)
-    return nullptr;
-  void *torch = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
-  if (!torch)
-    return nullptr;
-  void *address = dlsym(torch, name);
-  dlclose(torch);
-  return address;
-}
-
 /// The string an OpenBLAS getter `name` returns, or "" without one.
 std::string openBlasString(const char *name) {
   using Getter = char *(*)();
-  void *address = lookUp(name);
+  void *address = findBlasSymbol(name);
   if (!address)
     return "";
   const char *text = reinterpret_cast<Getter>(address)();

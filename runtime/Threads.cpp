@@ -19,11 +19,28 @@
 namespace ppc {
 namespace {
 
-/// The address of `name` in the process: first in the global scope (ppc
-/// links LibTorch, and so BLAS, directly), then among LibTorch's own
-/// dependencies, which a program that dlopen()ed libppc_runtime with
-/// RTLD_LOCAL keeps out of the global scope.
-void *lookUp(const char *name) {
+template <typename Arg> bool callSetter(const char *name, Arg threads) {
+  void *address = findBlasSymbol(name);
+  if (!address)
+    return false;
+  reinterpret_cast<void (*)(Arg)>(address)(threads);
+  return true;
+}
+
+/// OpenBLAS's thread count when it was first asked: the size of the pool
+/// it started when loaded (unless the program changed it before); 0 when
+/// OpenBLAS is not loaded or too old to say.
+int openBLASPoolSize() {
+  static const int size = [] {
+    void *address = findBlasSymbol("openblas_get_num_threads");
+    return address ? reinterpret_cast<int (*)()>(address)() : 0;
+  }();
+  return size;
+}
+
+} // namespace
+
+void *findBlasSymbol(const char *name) {
   if (void *address = dlsym(RTLD_DEFAULT, name))
     return address;
   Dl_info info;
@@ -38,27 +55,6 @@ void *lookUp(const char *name) {
   dlclose(torch);
   return address;
 }
-
-template <typename Arg> bool callSetter(const char *name, Arg threads) {
-  void *address = lookUp(name);
-  if (!address)
-    return false;
-  reinterpret_cast<void (*)(Arg)>(address)(threads);
-  return true;
-}
-
-/// OpenBLAS's thread count when it was first asked: the size of the pool
-/// it started when loaded (unless the program changed it before); 0 when
-/// OpenBLAS is not loaded or too old to say.
-int openBLASPoolSize() {
-  static const int size = [] {
-    void *address = lookUp("openblas_get_num_threads");
-    return address ? reinterpret_cast<int (*)()>(address)() : 0;
-  }();
-  return size;
-}
-
-} // namespace
 
 int availableCores() {
   cpu_set_t set;

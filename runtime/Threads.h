@@ -60,6 +60,13 @@ IntegerRule threadsRule();
 /// is. Never fails; a library that is not loaded is skipped.
 void boundThreads(int threads);
 
+/// The address of `name` (a BLAS function such as openblas_get_corename)
+/// in the process, or null: first in the global scope (ppc links LibTorch,
+/// and so BLAS, directly), then among LibTorch's own dependencies, which a
+/// program that dlopen()ed libppc_runtime with RTLD_LOCAL keeps out of the
+/// global scope. Also used by runtime/Blas.cpp.
+void *findBlasSymbol(const char *name);
+
 } // namespace ppc
 
 #endif // PPC_RUNTIME_THREADS_H

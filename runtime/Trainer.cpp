@@ -15,6 +15,7 @@
 #include "lib/OutputGuard.h"
 #include "lib/SafeRead.h"
 #include "lib/TensorIO.h"
+#include "runtime/Blas.h"
 #include "runtime/Collectives.h"
 #include "runtime/Microbatch.h"
 #include "runtime/RankContext.h"
@@ -51,7 +52,10 @@ std::string TrainStats::line() const {
                        "step_ms={5:f3} peak_activations={6} cache_written={7}",
                        rank, step, metaSourceName(metaSource), metaMessagesSent,
                        messagesSent, stepMs, peaks.empty() ? "none" : peaks,
-                       cacheWritten ? 1 : 0);
+                       cacheWritten ? 1 : 0)
+             .str() +
+         (link.empty() ? "" : " link=" + link) + " blas=" +
+         blasStatsName(loadedBlas());
 }
 
 /// The most bytes a schedule CSV may have.
@@ -333,6 +337,7 @@ llvm::Expected<double> Trainer::step(const std::vector<c10::IValue> &inputs,
   stats.metaSource = ctx.meta().source();
   stats.metaMessagesSent = done->metaMessagesSent;
   stats.messagesSent = ctx.transport().messagesSent() - sentBefore;
+  stats.link = ctx.transport().linksUsed();
   stats.peakActivations = done->peakActivations;
   stats.cacheWritten = ctx.meta().cacheWritten();
   stats.stepMs = std::chrono::duration<double, std::milli>(

@@ -91,10 +91,13 @@ struct TrainStats {
   /// (forward graph) it held at once.
   std::map<int, int> peakActivations;
   bool cacheWritten = false;
+  /// The links the step's messages took, as RunStats::link.
+  std::string link;
 
   /// "stats: rank=0 step=1 meta=inferred meta_messages_sent=2
   /// messages_sent=30 step_ms=12.500 peak_activations=0:4,2:3
-  /// cache_written=1".
+  /// cache_written=1 link=shm blas=openblas:Cooperlake" (link= only when
+  /// the step sent messages).
   std::string line() const;
 };
 

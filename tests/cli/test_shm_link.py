@@ -89,9 +89,12 @@ class ShmLinkTest(unittest.TestCase):
         for link in ("shm", "gloo"):
             runs[link] = train(2, manifest, data, "--loss", LOSS["mlp"], "--lr", "0.05",
                                "--momentum", "0.9", "--steps", "5", "--microbatches", "4",
-                               "--schedule", "1f1b", "--link", link)
+                               "--schedule", "1f1b", "--link", link, "--stats")
             self.assertEqual(runs[link].proc.returncode, 0, runs[link].output)
             self.assertEqual(len(runs[link].losses), 5, runs[link].output)
+            # ppc train --stats names the link too (every step's line).
+            self.assertEqual(set(links(runs[link].output).values()), {link},
+                             runs[link].output)
         self.assertEqual(runs["shm"].losses, runs["gloo"].losses)
 
     def test_killed_rank_mid_transfer_is_named_and_leaves_no_shm(self):

@@ -12,6 +12,7 @@
 #include "lib/Manifest.h"
 #include "runtime/Pipeline.h"
 #include "tests/unit/runtime/FreePort.h"
+#include "tests/unit/runtime/TwoStageJob.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
@@ -30,53 +31,7 @@ namespace {
 using ppc::testing::freePort;
 
 /// Two stages, one per rank: a = x * 2 on rank 0, b = a + 1 on rank 1.
-class FirstOutputTest : public ::testing::Test {
-protected:
-  void SetUp() override {
-    ASSERT_FALSE(llvm::sys::fs::createUniqueDirectory("ppc-first-output", dir));
-    const char *code[] = {"def forward(self, x: Tensor):\n"
-                          "    return (x * 2.0,)\n",
-                          "def forward(self, a: Tensor):\n"
-                          "    return (a + 1.0,)\n"};
-    manifest.modelInputs.push_back({"x", ValueKind::Tensor});
-    for (int s = 0; s < 2; ++s) {
-      StageInfo info;
-      info.index = s;
-      info.file = "stage" + std::to_string(s) + ".pt";
-      torch::jit::Module m("Stage");
-      m.define(code[s]);
-      m.save(path(info.file));
-      auto sha = sha256File(path(info.file));
-      ASSERT_TRUE(static_cast<bool>(sha));
-      info.sha256 = *sha;
-      StageInput in;
-      in.name = s == 0 ? "x" : "a";
-      in.source =
-          s == 0 ? ValueRef::fromModelInput(0) : ValueRef::fromStage(0, 0);
-      info.inputs.push_back(in);
-      StageOutput out;
-      out.name = s == 0 ? "a" : "b";
-      if (s == 0)
-        out.consumers = {1};
-      info.outputs.push_back(out);
-      manifest.stages.push_back(info);
-    }
-    manifest.modelOutputs = {ValueRef::fromStage(1, 0)};
-    manifest.costModel = "nodes";
-    ASSERT_FALSE(static_cast<bool>(manifest.verify()));
-    ASSERT_FALSE(static_cast<bool>(manifest.save(path("manifest.json"))));
-  }
-  void TearDown() override { llvm::sys::fs::remove_directories(dir); }
-
-  std::string path(llvm::StringRef name) const {
-    llvm::SmallString<256> p(dir);
-    llvm::sys::path::append(p, name);
-    return std::string(p);
-  }
-
-  llvm::SmallString<128> dir;
-  Manifest manifest;
-};
+class FirstOutputTest : public ppc::testing::TwoStageJob {};
 } // namespace
 
 TEST_F(FirstOutputTest, AWaitForASlowerRankIsNotCounted) {

@@ -12,6 +12,7 @@
 #include "lib/Manifest.h"
 #include "runtime/Pipeline.h"
 #include "tests/unit/runtime/FreePort.h"
+#include "tests/unit/runtime/TwoStageJob.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
@@ -30,50 +31,8 @@ namespace {
 using ppc::testing::freePort;
 
 /// Two stages: a = x * 2, b = a + 1.
-class PipelineStreamTest : public ::testing::Test {
+class PipelineStreamTest : public ppc::testing::TwoStageJob {
 protected:
-  void SetUp() override {
-    ASSERT_FALSE(llvm::sys::fs::createUniqueDirectory("ppc-stream", dir));
-    const char *code[] = {"def forward(self, x: Tensor):\n"
-                          "    return (x * 2.0,)\n",
-                          "def forward(self, a: Tensor):\n"
-                          "    return (a + 1.0,)\n"};
-    manifest.modelInputs.push_back({"x", ValueKind::Tensor});
-    for (int s = 0; s < 2; ++s) {
-      StageInfo info;
-      info.index = s;
-      info.file = "stage" + std::to_string(s) + ".pt";
-      torch::jit::Module m("Stage");
-      m.define(code[s]);
-      m.save(path(info.file));
-      auto sha = sha256File(path(info.file));
-      ASSERT_TRUE(static_cast<bool>(sha));
-      info.sha256 = *sha;
-      StageInput in;
-      in.name = s == 0 ? "x" : "a";
-      in.source =
-          s == 0 ? ValueRef::fromModelInput(0) : ValueRef::fromStage(0, 0);
-      info.inputs.push_back(in);
-      StageOutput out;
-      out.name = s == 0 ? "a" : "b";
-      if (s == 0)
-        out.consumers = {1};
-      info.outputs.push_back(out);
-      manifest.stages.push_back(info);
-    }
-    manifest.modelOutputs = {ValueRef::fromStage(1, 0)};
-    manifest.costModel = "nodes";
-    ASSERT_FALSE(static_cast<bool>(manifest.verify()));
-    ASSERT_FALSE(static_cast<bool>(manifest.save(path("manifest.json"))));
-  }
-  void TearDown() override { llvm::sys::fs::remove_directories(dir); }
-
-  std::string path(llvm::StringRef name) const {
-    llvm::SmallString<256> p(dir);
-    llvm::sys::path::append(p, name);
-    return std::string(p);
-  }
-
   RunOptions options(int microbatches, int stream) const {
     RunOptions o;
     o.microbatches = microbatches;
@@ -119,9 +78,6 @@ protected:
   static at::Tensor batch(int b) {
     return at::arange(4 + b % 3, at::kFloat).view({-1, 1}) + 10.0 * b;
   }
-
-  llvm::SmallString<128> dir;
-  Manifest manifest;
 };
 } // namespace
 
