@@ -27,7 +27,7 @@ from common import (BUILD, PPC, assert_identical, assert_outputs_close, launch, 
                     model_path, parse_stats, split_at, tmpdir, unsplit_output)
 from trace_format import assert_valid_trace  # noqa: E402
 
-BATCHES = re.compile(r"stats: rank=(\d+) .* cache_written=\d batches=(\d+)$", re.M)
+BATCHES = re.compile(r"stats: rank=(\d+) .* cache_written=\d(?: [a-z_]+=\S+)* batches=(\d+)$", re.M)
 
 
 class StreamTest(unittest.TestCase):
