@@ -590,7 +590,7 @@ def bench_coalesce(cfg):
                   cfg["tiny_reps"])
     fig = stats([r["per_mb_us"] for r in runs["coalesced"]])
     base = stats([r["per_mb_us"] for r in runs["PPC_COALESCE=0"]])
-    return [row("coalesce", "values (10 wire tensors per edge), 2 stages / 2 ranks, %d × 1 row: "
+    return [row("21.c coalesce", "values (10 wire tensors per edge), 2 stages / 2 ranks, %d × 1 row: "
                 "time per microbatch" % M, fig, "µs", "one message per wire tensor "
                 "(PPC_COALESCE=0)", base, fig["median"] / base["median"], None, None,
                 "messages per microbatch per stage: %s coalesced, %s not"
@@ -1003,7 +1003,7 @@ def bench_streaming(cfg):
         rs = runs[name]
         ratio = statistics.median(r["ratio"] for r in rs)
         rows_out.append(row(
-            "#21-4 streaming", "16×Linear(1024), 7 batches × 256 rows, M=%d, 2 stages / 2 "
+            "21.4 streaming", "16×Linear(1024), 7 batches × 256 rows, M=%d, 2 stages / 2 "
             "ranks, 1f1b: a batch, %s" % (M, label), stats([r["batch_ms"] for r in rs]), "ms",
             "M · max t_i", stats([r["bound_ms"] for r in rs]), ratio,
             "<= 1.05x" if name == "stream" else None,
