@@ -32,8 +32,8 @@ std::string RunStats::line() const {
              rank, metaSourceName(metaSource), metaMessagesSent, messagesSent,
              firstOutputMs, totalMs, cacheWritten ? 1 : 0)
              .str() +
-         (link.empty() ? "" : " link=" + link) + " blas=" +
-         blasStatsName(loadedBlas());
+         (link.empty() ? "" : " link=" + link) +
+         " blas=" + blasStatsName(loadedBlas());
 }
 
 } // namespace ppc

@@ -54,8 +54,8 @@ std::string TrainStats::line() const {
                        messagesSent, stepMs, peaks.empty() ? "none" : peaks,
                        cacheWritten ? 1 : 0)
              .str() +
-         (link.empty() ? "" : " link=" + link) + " blas=" +
-         blasStatsName(loadedBlas());
+         (link.empty() ? "" : " link=" + link) +
+         " blas=" + blasStatsName(loadedBlas());
 }
 
 /// The most bytes a schedule CSV may have.
