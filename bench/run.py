@@ -474,6 +474,16 @@ def bench_efficiency(cfg, wide):
     return rows
 
 
+def tiny_model_and_input(M):
+    """The tiny model (4 × Linear(16)) and an input of its first M rows
+    (made once into WORK): M one-row microbatches."""
+    inp = os.path.join(WORK, "tiny.input.%d.pt" % M)
+    if not os.path.exists(inp):
+        sh([PYTHON, "-c", "import torch,sys; torch.save(torch.load(sys.argv[1])[:%d], sys.argv[2])"
+            % M, os.path.join(MODELS, "tiny.input.pt"), inp])
+    return os.path.join(MODELS, "tiny.pt"), inp
+
+
 def bench_overhead(cfg):
     """Tiny stages, M microbatches of one row: what a microbatch costs a rank
     beyond its compute (F events) and its transport (SEND_F, RECV_F and post_recv
@@ -485,11 +495,7 @@ def bench_overhead(cfg):
     input, the start-up agreement, where a rank also waits for a peer that
     is still loading) and the final concatenation; the JSON keeps total_ms."""
     M = cfg["tiny_mb"]
-    model = os.path.join(MODELS, "tiny.pt")
-    inp = os.path.join(WORK, "tiny.input.%d.pt" % M)
-    if not os.path.exists(inp):
-        sh([PYTHON, "-c", "import torch,sys; torch.save(torch.load(sys.argv[1])[:%d], sys.argv[2])"
-            % M, os.path.join(MODELS, "tiny.input.pt"), inp])
+    model, inp = tiny_model_and_input(M)
     layouts = {"1 stage / 1 rank": (1, 1), "2 stages / 2 ranks": (2, 2),
                "4 stages / 2 ranks": (4, 2)}
     manifests = {k: split(model, os.path.join(WORK, "tiny.%d" % s), "--stages", s)
@@ -674,11 +680,7 @@ def shm_tiny_rows(cfg):
     --link shm and --link gloo in interleaved rounds: the trace span (first
     action to last, every rank) per microbatch, all-in."""
     M = cfg["tiny_mb"]
-    model = os.path.join(MODELS, "tiny.pt")
-    inp = os.path.join(WORK, "tiny.input.%d.pt" % M)
-    if not os.path.exists(inp):
-        sh([PYTHON, "-c", "import torch,sys; torch.save(torch.load(sys.argv[1])[:%d], sys.argv[2])"
-            % M, os.path.join(MODELS, "tiny.input.pt"), inp])
+    model, inp = tiny_model_and_input(M)
     manifests = {s: split(model, os.path.join(WORK, "tiny.%d" % s), "--stages", s) for s in (2, 4)}
 
     def one(stages, link):

@@ -218,16 +218,22 @@ TEST(ShmLinkTest, GlooPolicyDeclines) {
   EXPECT_FALSE(pair.links[1]);
 }
 
-TEST(ShmLinkTest, ShmPolicyRefusesARankOnAnotherHost) {
+/// Rank 0's link setup in a two-rank job whose rank 1 has published itself
+/// as a rank on another host asking for `policy` ("shm", "auto").
+LinkSetup besideARankOnAnotherHost(const std::string &policy) {
   auto store = c10::make_intrusive<c10d::HashStore>();
-  // Rank 1 as a rank on another host publishes itself.
-  std::string other = "1\nanother-host\n1\n1\nshm";
+  std::string other = "1\nanother-host\n1\n1\n" + policy;
   store->set("ppc_shm/peer/1",
              std::vector<uint8_t>(other.begin(), other.end()));
   LinkSetup setup;
   setup.rank = 0;
   setup.worldSize = 2;
   setup.store = store;
+  return setup;
+}
+
+TEST(ShmLinkTest, ShmPolicyRefusesARankOnAnotherHost) {
+  LinkSetup setup = besideARankOnAnotherHost("shm");
   setup.link = LinkPolicy::Shm;
   auto link = makeShmLink(setup);
   ASSERT_FALSE(bool(link));
@@ -237,15 +243,7 @@ TEST(ShmLinkTest, ShmPolicyRefusesARankOnAnotherHost) {
 }
 
 TEST(ShmLinkTest, AutoPolicyLeavesAPeerOnAnotherHostToGloo) {
-  auto store = c10::make_intrusive<c10d::HashStore>();
-  std::string other = "1\nanother-host\n1\n1\nauto";
-  store->set("ppc_shm/peer/1",
-             std::vector<uint8_t>(other.begin(), other.end()));
-  LinkSetup setup;
-  setup.rank = 0;
-  setup.worldSize = 2;
-  setup.store = store;
-  auto link = makeShmLink(setup);
+  auto link = makeShmLink(besideARankOnAnotherHost("auto"));
   ASSERT_TRUE(bool(link)) << llvm::toString(link.takeError());
   EXPECT_FALSE(*link); // no co-located peer: no link
 }
