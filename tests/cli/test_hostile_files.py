@@ -16,7 +16,6 @@ import json
 import os
 import shutil
 import stat
-import time
 import tempfile
 import unittest
 
@@ -106,12 +105,15 @@ class HostileFilesTest(unittest.TestCase):
         launcher names a reader and its error, everything ends within the
         timeout, and no output or file is written."""
         before = self.snapshot()
-        start = time.monotonic()
         proc = launch(2, "run", self.manifest, "--input", self.input, "--output", self.output,
                       "--timeout", TIMEOUT, "--no-meta-cache", timeout=120)
-        elapsed = time.monotonic() - start
         self.assertEqual(proc.returncode, 2, proc.stdout + proc.stderr)
-        self.assertLess(elapsed, 2 * TIMEOUT + 10, proc.stderr)
+        # No rank waited out its --timeout: a wait that ran out would be the
+        # job's first failure and be named below. (Not a wall-clock bound: a
+        # loaded CI machine once took 109 s to start two ranks of the wheel
+        # build's ppc, whose libraries map 2.7 GB.)
+        self.assertNotIn(f"within {TIMEOUT} s", proc.stderr)
+        self.assertNotIn("timed out", proc.stderr)
         lines = proc.stderr.splitlines()
         printed = [r for r, m in messages.items() if f"[rank {r}] error: {m}" in lines]
         self.assertTrue(printed, proc.stderr)
