@@ -23,6 +23,9 @@
 //    (kStoreHasValidation).
 //  - Debian's c10 logs through glog (C10_USE_GLOG), the wheel's through a
 //    logger of its own with the same levels (setTorchLogging()).
+//  - torch::optim::Optimizer::state() is keyed by the parameter's
+//    TensorImpl: by its address as a string in 1.13, by the pointer in 2.x
+//    (optimizerStateKey()).
 //  - The wheel's LibTorch has CUDA and NCCL: cmake/Torch.cmake then defines
 //    PPC_HAVE_CUDA and PPC_HAVE_NCCL for every file, and puts the wheel's
 //    nccl.h ahead of the CUDA toolkit's.
@@ -35,7 +38,9 @@
 #define USE_C10D_GLOO 1
 #endif
 
+#include <ATen/core/Tensor.h>
 #include <c10/util/Logging.h>
+#include <c10/util/string_utils.h>
 #include <torch/csrc/api/include/torch/version.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -188,6 +193,15 @@ inline void closeNcclGroup(NcclGroup &group, bool abort) {
   }
 }
 #endif
+
+/// The key of parameter `param` in torch::optim::Optimizer::state().
+inline auto optimizerStateKey(const at::Tensor &param) {
+#if TORCH_VERSION_MAJOR >= 2
+  return static_cast<void *>(param.unsafeGetTensorImpl());
+#else
+  return c10::guts::to_string(param.unsafeGetTensorImpl());
+#endif
+}
 
 } // namespace ppc::compat
 

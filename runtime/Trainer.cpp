@@ -14,8 +14,10 @@
 #include "lib/NumberRules.h"
 #include "lib/OutputGuard.h"
 #include "lib/SafeRead.h"
+#include "lib/Stage.h"
 #include "lib/TensorIO.h"
 #include "runtime/Blas.h"
+#include "runtime/Checkpoint.h"
 #include "runtime/Collectives.h"
 #include "runtime/Microbatch.h"
 #include "runtime/RankContext.h"
@@ -34,6 +36,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <optional>
 #include <sstream>
 
@@ -61,6 +64,25 @@ std::string TrainStats::line() const {
 /// The most bytes a schedule CSV may have.
 constexpr uint64_t kMaxScheduleCSVBytes = 64 << 20;
 
+namespace {
+/// What a save writes besides the stages and the manifest (a checkpoint's
+/// files); the default writes nothing more.
+struct SaveExtras {
+  /// Writes this rank's own files into the staged directory `tmp`, adding
+  /// the path of each (relative to `tmp`) to `names` before writing it.
+  std::function<llvm::Error(llvm::StringRef tmp,
+                            std::vector<std::string> &names)>
+      write;
+  /// On rank 0, after the manifest: writes the last file into `tmp`,
+  /// given the SHA-256 of every other file (relative path to hash).
+  std::function<llvm::Error(llvm::StringRef tmp,
+                            const std::map<std::string, std::string> &hashes)>
+      last;
+  /// Whether an existing `dir` may be replaced (StagedDirectory::commit).
+  std::function<llvm::Error(llvm::StringRef dir)> replaceable;
+};
+} // namespace
+
 struct Trainer::Impl {
   std::unique_ptr<RankContext> ctx;
   TrainOptions options;
@@ -77,6 +99,15 @@ struct Trainer::Impl {
   llvm::Error sumTiedGradients();
   /// Splits the target like the inputs; checks its rows.
   llvm::Error splitTarget(const at::Tensor &target, ExecutorStep &step);
+  /// Trainer::save's protocol, writing `extras` too (checkpoints).
+  llvm::Error saveDirectory(llvm::StringRef dir, const SaveExtras &extras);
+  // --- checkpoints (#17)
+  /// This rank's stages' parameters (with their paths) by stage.
+  std::vector<std::pair<std::string, at::Tensor>> stageParameters(int stage);
+  /// Loads the stages, optimizer state and generators of checkpoint
+  /// `path` (verified) onto this rank.
+  llvm::Error loadCheckpoint(const std::string &path,
+                             const CheckpointInfo &info);
 };
 
 std::vector<at::Tensor> Trainer::Impl::parameters() {
@@ -428,7 +459,6 @@ struct WrittenPart {
 
 llvm::Error Trainer::save(llvm::StringRef dir) {
   RankContext &ctx = *impl_->ctx;
-  const int rank = ctx.rank();
   {
     OutputGuard guard;
     keepManifestFiles(guard, ctx.manifestPath(),
@@ -436,9 +466,16 @@ llvm::Error Trainer::save(llvm::StringRef dir) {
     if (llvm::Error err = guard.claimReplacedDirectory("--save", dir))
       return err;
   }
-  auto replaceable = [](llvm::StringRef d) {
+  SaveExtras extras;
+  extras.replaceable = [](llvm::StringRef d) {
     return checkEarlierOutput(d, "--save");
   };
+  return impl_->saveDirectory(dir, extras);
+}
+
+llvm::Error Trainer::Impl::saveDirectory(llvm::StringRef dir,
+                                         const SaveExtras &extras) {
+  const int rank = ctx->rank();
 
   // 1. Rank 0 stages a directory beside `dir` and tells every rank where.
   std::optional<StagedDirectory> staged;
@@ -450,7 +487,7 @@ llvm::Error Trainer::save(llvm::StringRef dir) {
     where = created ? "ok " + staged->path()
                     : "error " + llvm::toString(created.takeError());
   }
-  if (llvm::Error err = broadcastBytes(ctx.transport(), where, 0,
+  if (llvm::Error err = broadcastBytes(ctx->transport(), where, 0,
                                        "the directory of the save"))
     return err;
   llvm::StringRef whereRef(where);
@@ -474,17 +511,17 @@ llvm::Error Trainer::save(llvm::StringRef dir) {
                                      "into one shared directory",
                                      rank, tmp)
                            .str());
-    for (auto &entry : ctx.stages()) {
+    for (auto &entry : ctx->stages()) {
       // Named copies: lambdas cannot capture structured bindings in C++17.
       int index = entry.first;
       Stage &stage = entry.second;
-      const StageInfo &info = ctx.manifest().stages[index];
+      const StageInfo &info = ctx->manifest().stages[index];
       // Saved from the CPU, so that the file loads on any machine (a module
       // saved on CUDA names its device); to() keeps the parameters'
       // identity, so the optimizer still holds them after moving back.
-      c10::Device device = ctx.device();
+      c10::Device device = ctx->device();
       auto bytes = torchCall("cannot save stage " + std::to_string(index), [&] {
-        stage.executable().setTraining(impl_->savedTraining[index]);
+        stage.executable().setTraining(savedTraining[index]);
         if (!device.is_cpu())
           stage.executable().to(c10::kCPU);
         std::ostringstream os;
@@ -518,6 +555,25 @@ llvm::Error Trainer::save(llvm::StringRef dir) {
         return err;
       hashes += llvm::formatv("{0} {1}\n", index, sha256Hex(*bytes)).str();
     }
+    if (!extras.write)
+      return llvm::Error::success();
+    std::vector<std::string> names;
+    llvm::Error err = extras.write(tmp, names);
+    for (const std::string &name : names) {
+      llvm::SmallString<256> path(tmp);
+      llvm::sys::path::append(path, name);
+      ownFiles.files.push_back(std::string(path));
+    }
+    if (err)
+      return err;
+    for (const std::string &name : names) {
+      llvm::SmallString<256> path(tmp);
+      llvm::sys::path::append(path, name);
+      auto hash = sha256File(path);
+      if (!hash)
+        return hash.takeError();
+      hashes += "file " + name + " " + *hash + "\n";
+    }
     return llvm::Error::success();
   }();
   llvm::Error failure = StagedDirectory::renamed(std::move(written), tmp, dir);
@@ -526,7 +582,7 @@ llvm::Error Trainer::save(llvm::StringRef dir) {
   bool failedHere = llvm::StringRef(mine).startswith("error ");
   std::vector<std::string> parts;
   if (llvm::Error err =
-          gatherBytes(ctx.transport(), mine, 0, parts, "the saved stages"))
+          gatherBytes(ctx->transport(), mine, 0, parts, "the saved stages"))
     return err;
 
   // 3. Rank 0 writes the manifest beside them and switches the directory
@@ -534,8 +590,9 @@ llvm::Error Trainer::save(llvm::StringRef dir) {
   std::string outcome = "ok";
   if (rank == 0) {
     outcome = [&]() -> std::string {
-      Manifest trained = ctx.manifest();
-      for (int r = 0; r < ctx.env().worldSize; ++r) {
+      Manifest trained = ctx->manifest();
+      std::map<std::string, std::string> files;
+      for (int r = 0; r < ctx->env().worldSize; ++r) {
         llvm::StringRef part(parts[r]);
         if (part.consume_front("error "))
           return llvm::formatv("error rank {0} could not save: {1}", r,
@@ -547,6 +604,11 @@ llvm::Error Trainer::save(llvm::StringRef dir) {
         llvm::SmallVector<llvm::StringRef, 8> rows;
         part.split(rows, '\n', -1, false);
         for (llvm::StringRef row : rows) {
+          if (row.consume_front("file ")) {
+            auto [name, hash] = row.rsplit(' ');
+            files[name.str()] = hash.str();
+            continue;
+          }
           auto [index, hash] = row.split(' ');
           unsigned stage = 0;
           if (index.getAsInteger(10, stage) || stage >= trained.stages.size() ||
@@ -561,15 +623,25 @@ llvm::Error Trainer::save(llvm::StringRef dir) {
       llvm::SmallString<256> path(tmp);
       llvm::sys::path::append(path, "manifest.json");
       llvm::Error err = staged->renamed(trained.save(path));
+      if (!err && extras.last) {
+        for (const StageInfo &info : trained.stages)
+          files[info.file] = info.sha256;
+        auto manifestHash = sha256File(path);
+        err = manifestHash ? llvm::Error::success() : manifestHash.takeError();
+        if (!err) {
+          files["manifest.json"] = *manifestHash;
+          err = staged->renamed(extras.last(tmp, files));
+        }
+      }
       if (!err)
-        err = staged->commit(replaceable);
+        err = staged->commit(extras.replaceable);
       return err ? "error " + llvm::toString(std::move(err)) : "ok";
     }();
     if (outcome != "ok")
       staged->discard();
   }
   if (llvm::Error err =
-          broadcastBytes(ctx.transport(), outcome, 0, "the save's outcome"))
+          broadcastBytes(ctx->transport(), outcome, 0, "the save's outcome"))
     return err;
   llvm::StringRef result(outcome);
   if (result == "ok") {
@@ -583,6 +655,214 @@ llvm::Error Trainer::save(llvm::StringRef dir) {
     return makeError(llvm::StringRef(mine).drop_front(6));
   return makeError(rank == 0 ? result.str()
                              : "the save failed on rank 0: " + result.str());
+}
+
+// --- checkpoints (#17)
+
+int Trainer::stepsDone() const { return impl_->stats.step; }
+
+std::vector<std::pair<std::string, at::Tensor>>
+Trainer::Impl::stageParameters(int stage) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto &named :
+       ctx->stages().at(stage).executable().namedParameters())
+    out.emplace_back(named.name, named.value);
+  return out;
+}
+
+llvm::Error Trainer::saveCheckpoint(llvm::StringRef dir, int keep) {
+  Impl &t = *impl_;
+  RankContext &ctx = *t.ctx;
+  const int step = t.stats.step;
+  const int rank = ctx.rank();
+  if (rank == 0)
+    removeCheckpointParts(dir);
+  llvm::SmallString<256> stepDir(dir);
+  llvm::sys::path::append(stepDir, checkpointDirName(step));
+  auto in = [](llvm::StringRef tmp, llvm::StringRef name) {
+    llvm::SmallString<256> path(tmp);
+    llvm::sys::path::append(path, name);
+    return std::string(path);
+  };
+  SaveExtras extras;
+  extras.replaceable = [](llvm::StringRef d) {
+    return checkCheckpointContents(d);
+  };
+  extras.write = [&](llvm::StringRef tmp,
+                     std::vector<std::string> &names) -> llvm::Error {
+    for (auto &entry : ctx.stages()) {
+      if (!t.optimizer)
+        break;
+      auto state = optimizerStateOf(*t.optimizer, t.options.optimizer,
+                                    t.stageParameters(entry.first));
+      if (!state)
+        return state.takeError();
+      names.push_back(optimizerFileName(entry.first));
+      if (llvm::Error err = saveTensorDict(in(tmp, names.back()), *state))
+        return err;
+    }
+    names.push_back(rngFileName(rank));
+    if (llvm::Error err =
+            saveTensorDict(in(tmp, names.back()), rngStateOf(ctx.device())))
+      return err;
+    checkpointTestPause(step, rank);
+    return llvm::Error::success();
+  };
+  extras.last = [&](llvm::StringRef tmp,
+                    const std::map<std::string, std::string> &hashes) {
+    CheckpointInfo info;
+    info.step = step;
+    info.dataIndex = step;
+    info.stages = stageCount();
+    info.worldSize = ctx.env().worldSize;
+    info.optimizer = t.options.optimizer;
+    info.lr = t.options.lr;
+    info.momentum = t.options.momentum;
+    info.weightDecay = t.options.weightDecay;
+    info.files = hashes;
+    return writeFileAtomically(in(tmp, kCheckpointFile),
+                               [&](llvm::raw_ostream &os) {
+                                 os << checkpointJSON(info);
+                                 return llvm::Error::success();
+                               });
+  };
+  if (llvm::Error err = t.saveDirectory(stepDir, extras))
+    return err;
+  if (rank == 0)
+    pruneCheckpoints(dir, keep, step);
+  return llvm::Error::success();
+}
+
+llvm::Error Trainer::Impl::loadCheckpoint(const std::string &path,
+                                          const CheckpointInfo &info) {
+  const int stages = static_cast<int>(ctx->manifest().stages.size());
+  if (info.stages != stages)
+    return makeError(llvm::formatv("the checkpoint '{0}' has {1} stages, the "
+                                   "manifest {2}",
+                                   path, info.stages, stages)
+                         .str());
+  if (info.optimizer != options.optimizer)
+    return makeError("the checkpoint '" + path + "' was trained with " +
+                     "--optimizer " + optimizerName(info.optimizer) +
+                     ", this run with " + optimizerName(options.optimizer) +
+                     ": resume with the same optimizer");
+  auto in = [&](llvm::StringRef name) {
+    llvm::SmallString<256> p(path);
+    llvm::sys::path::append(p, name);
+    return std::string(p);
+  };
+  auto saved = Manifest::load(in("manifest.json"));
+  if (!saved)
+    return saved.takeError();
+  for (auto &entry : ctx->stages()) {
+    const int index = entry.first;
+    StageExecutable &ours = entry.second.executable();
+    auto theirs = Stage::load(*saved, path, index);
+    if (!theirs)
+      return theirs.takeError();
+    // Every parameter and buffer, by path, with its dtype and shape.
+    std::map<std::string, at::Tensor> from;
+    for (auto list : {theirs->executable().namedParameters(),
+                      theirs->executable().namedBuffers()})
+      for (NamedTensor &n : list)
+        from[n.name] = n.value;
+    std::vector<NamedTensor> to = ours.namedParameters();
+    for (NamedTensor &n : ours.namedBuffers())
+      to.push_back(n);
+    if (to.size() != from.size())
+      return makeError(llvm::formatv("stage {0} of the checkpoint '{1}' holds "
+                                     "{2} tensors, the manifest's {3}",
+                                     index, path, from.size(), to.size())
+                           .str());
+    for (NamedTensor &n : to) {
+      auto it = from.find(n.name);
+      if (it == from.end() || it->second.sizes() != n.value.sizes() ||
+          it->second.dtype() != n.value.dtype())
+        return makeError(llvm::formatv("stage {0} of the checkpoint '{1}' has "
+                                       "no {2} '{3}' of the manifest's dtype "
+                                       "and shape",
+                                       index, path, "tensor", n.name)
+                             .str());
+      at::Tensor source = it->second;
+      if (llvm::Error err = torchCall("cannot load '" + n.name + "'", [&] {
+            at::NoGradGuard noGrad;
+            n.value.copy_(source);
+          }))
+        return err;
+    }
+    std::string file = optimizerFileName(index);
+    if (optimizer && info.files.count(file)) {
+      auto state = loadTensorDict(in(file));
+      if (!state)
+        return state.takeError();
+      if (llvm::Error err = setOptimizerState(*optimizer, options.optimizer,
+                                              stageParameters(index), *state,
+                                              "'" + in(file) + "'"))
+        return err;
+    }
+  }
+  std::string rng = rngFileName(ctx->rank());
+  if (info.files.count(rng)) {
+    auto state = loadTensorDict(in(rng));
+    if (!state)
+      return state.takeError();
+    if (llvm::Error err = setRngState(*state))
+      return err;
+  }
+  stats.step = info.step;
+  return llvm::Error::success();
+}
+
+llvm::Expected<std::string> Trainer::resume(llvm::StringRef dir) {
+  Impl &t = *impl_;
+  RankContext &ctx = *t.ctx;
+  const int rank = ctx.rank();
+  // Rank 0 chooses (and verifies) the checkpoint; every rank loads its
+  // part of it; every rank learns whether all could.
+  std::string chosen;
+  if (rank == 0) {
+    auto found = findNewestCheckpoint(dir, "--resume");
+    chosen = found ? "ok " + found->path
+                   : "error " + llvm::toString(found.takeError());
+  }
+  if (llvm::Error err = broadcastBytes(ctx.transport(), chosen, 0,
+                                       "the checkpoint to resume from"))
+    return err;
+  llvm::StringRef ref(chosen);
+  if (ref.consume_front("error "))
+    return makeError(rank == 0 ? ref.str()
+                               : "rank 0 could not resume: " + ref.str());
+  if (!ref.consume_front("ok "))
+    return makeError("rank 0 sent a malformed checkpoint path");
+  std::string path = ref.str();
+  llvm::Error loaded = [&]() -> llvm::Error {
+    auto info = readCheckpointInfo(path);
+    if (!info)
+      return info.takeError();
+    return t.loadCheckpoint(path, *info);
+  }();
+  std::string mine =
+      loaded ? "error " + llvm::toString(std::move(loaded)) : "ok";
+  std::vector<std::string> parts;
+  if (llvm::Error err = gatherBytes(ctx.transport(), mine, 0, parts,
+                                    "the resumed checkpoint"))
+    return err;
+  std::string outcome = "ok";
+  for (int r = 0; rank == 0 && r < static_cast<int>(parts.size()); ++r)
+    if (parts[r] != "ok") {
+      outcome = llvm::formatv("{0} {1}", r, parts[r]).str();
+      break;
+    }
+  if (llvm::Error err =
+          broadcastBytes(ctx.transport(), outcome, 0, "the resume's outcome"))
+    return err;
+  if (outcome == "ok")
+    return path;
+  if (mine != "ok")
+    return makeError(llvm::StringRef(mine).drop_front(6));
+  auto [who, what] = llvm::StringRef(outcome).split(' ');
+  return makeError("the resume failed on rank " + who + ": " +
+                   what.drop_front(6));
 }
 
 llvm::Error Trainer::finish() { return impl_->ctx->finish(); }

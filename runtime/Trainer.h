@@ -177,6 +177,29 @@ public:
   /// on device"); a lost peer.
   llvm::Error save(llvm::StringRef dir);
 
+  // --- checkpoints (#17)
+  /// Writes the checkpoint after stepsDone() steps to
+  /// `dir`/step-<8-digit step> (runtime/Checkpoint.h: save()'s stages and
+  /// manifest, each stage's optimizer state by parameter path, each rank's
+  /// generators, and checkpoint.json last), atomically as save() writes
+  /// (a rank killed at any moment leaves no part that resume() takes);
+  /// before, rank 0 removes the parts killed runs left in `dir`; after,
+  /// the complete checkpoints older than the `keep` newest. Every rank
+  /// must call it. Errors: save()'s ("the save failed on rank 0: ...").
+  llvm::Error saveCheckpoint(llvm::StringRef dir, int keep);
+  /// Continues from the newest complete checkpoint in `dir` (or `dir`
+  /// itself, one step directory), verified by rank 0: every rank loads its
+  /// stages' parameters and buffers, their optimizer state (by stage and
+  /// parameter path: any schedule, placement or microbatch count) and its
+  /// generators, and stepsDone() becomes the checkpoint's step. Every rank
+  /// must call it, before step(). Returns the checkpoint's path. Errors:
+  /// findNewestCheckpoint's (a corrupt newest one is refused); "the
+  /// checkpoint 'ck/step-00000004' has 4 stages, the manifest 2"; another
+  /// optimizer; stage tensors that differ from the manifest's; a lost peer.
+  llvm::Expected<std::string> resume(llvm::StringRef dir);
+  /// The steps done: step()s run, plus those of a resumed checkpoint.
+  int stepsDone() const;
+
   /// Waits until every rank has called finish(). Errors: "lost rank R".
   llvm::Error finish();
 

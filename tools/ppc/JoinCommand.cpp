@@ -3,6 +3,7 @@
 #include "tools/ppc/OptionChecks.h"
 
 #include "lib/Join.h"
+#include "runtime/Checkpoint.h"
 
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
@@ -38,10 +39,13 @@ Command addJoinCommand(CLI::App &parent) {
       "original with the same dtype and shape, and the copies of a tensor "
       "held by several stages (tied weights) must be equal. The original's "
       "training/eval mode is kept. OUT is written whole or not at all and "
-      "must not be the manifest, a stage file or the original model. See "
-      "docs/join.md.");
+      "must not be the manifest, a stage file or the original model. "
+      "MANIFEST may also be a --save directory, or a ppc train "
+      "--checkpoint-dir (its newest complete checkpoint, verified) or one "
+      "checkpoint in it. See docs/join.md.");
   app->add_option("manifest", o->manifestPath,
-                  "manifest.json of the (trained) stages")
+                  "manifest.json of the (trained) stages, or a directory "
+                  "holding one or checkpoints")
       ->required()
       ->check(pathOption());
   app->add_option("-o,--output", o->outputPath,
@@ -49,7 +53,10 @@ Command addJoinCommand(CLI::App &parent) {
       ->required()
       ->check(pathOption());
   return {app, [o]() -> llvm::Expected<int> {
-            auto report = joinStages(o->manifestPath, o->outputPath);
+            auto manifest = manifestForJoin(o->manifestPath);
+            if (!manifest)
+              return manifest.takeError();
+            auto report = joinStages(*manifest, o->outputPath);
             if (!report)
               return report.takeError();
             llvm::outs() << llvm::formatv(
