@@ -304,7 +304,7 @@ llvm::Error checkCheckpointDirectory(llvm::StringRef dir,
       continue;
     if (isDir && parseCheckpointDirName(name)) {
       if (llvm::Error err = checkCheckpointContents(path))
-        return makeError(named + " holds " + llvm::toString(std::move(err)) +
+        return makeError(named + ": " + llvm::toString(std::move(err)) +
                          "; refusing to write checkpoints there");
       continue;
     }
