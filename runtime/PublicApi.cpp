@@ -221,6 +221,14 @@ void Trainer::saveGradients(const std::string &path) const {
   check(impl_->saveGradients(path));
 }
 void Trainer::save(const std::string &dir) { check(impl_->save(dir)); }
+// --- checkpoints (#17)
+void Trainer::saveCheckpoint(const std::string &dir, int keep) {
+  check(impl_->saveCheckpoint(dir, keep));
+}
+std::string Trainer::resume(const std::string &dir) {
+  return take(impl_->resume(dir));
+}
+int Trainer::stepsDone() const { return impl_->stepsDone(); }
 void Trainer::finish() { check(impl_->finish()); }
 
 TrainStats Trainer::stats() const {

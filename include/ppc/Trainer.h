@@ -119,6 +119,22 @@ public:
   /// reads; a rank cannot write its part; a lost peer.
   void save(const std::string &dir);
 
+  // --- checkpoints (#17)
+  /// Writes the checkpoint after stepsDone() steps to DIR/step-<8-digit
+  /// step> atomically, as `ppc train --checkpoint-dir` does (stages,
+  /// manifest, optimizer state, generators, checkpoint.json), then removes
+  /// the complete ones older than the `keep` newest. Every rank must call
+  /// it. Throws as save() does.
+  void saveCheckpoint(const std::string &dir, int keep = 3);
+  /// Continues from the newest complete checkpoint in `dir` (verified;
+  /// a corrupt newest one is refused), as `ppc train --resume`: the next
+  /// step() is step stepsDone() + 1. Every rank must call it, before
+  /// step(). Returns the checkpoint's path. Throws: no complete checkpoint,
+  /// a corrupt one, another number of stages or optimizer, a lost peer.
+  std::string resume(const std::string &dir);
+  /// The steps done, those of a resumed checkpoint included.
+  int stepsDone() const;
+
   /// Waits until every rank has called finish(). Throws: "lost rank R".
   void finish();
 
