@@ -203,6 +203,11 @@ class CheckpointTest(unittest.TestCase):
                           "checkpoint; refusing to write checkpoints there\n" % (
                               ck, os.path.join(newest, "notes.txt"))))
         os.remove(os.path.join(newest, "notes.txt"))
+        inside = os.path.join(newest, "manifest.json")
+        proc = ppc("train", inside, *one[2:], "--checkpoint-dir", ck, check=False, env=solo)
+        self.assertEqual((proc.returncode, proc.stderr),
+                         (2, "error: --checkpoint-dir '%s' holds the manifest ('%s'); refusing "
+                          "to overwrite it\n" % (ck, inside)))
         proc = ppc("train", self.manifest, "--data", self.data, "--checkpoint-every", "2",
                    check=False)
         self.assertEqual(proc.returncode, 2, proc.stderr)

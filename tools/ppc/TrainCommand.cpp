@@ -291,6 +291,7 @@ static llvm::Expected<int> runTrain(const TrainCommandOptions &o) {
     if (o.stats)
       llvm::outs() << t.stats().line() << "\n";
     llvm::outs().flush();
+    // [dp] at merge: the ranks of replica 0 only write checkpoints.
     if (!o.checkpointDir.empty() &&
         ((o.checkpointEvery > 0 && s % o.checkpointEvery == 0) || s == o.steps))
       if (llvm::Error err = writeCheckpoint(t, o))
