@@ -18,6 +18,7 @@
 #include "runtime/Blas.h"
 #include "runtime/Collectives.h"
 #include "runtime/Microbatch.h"
+#include "runtime/Optimizer.h"
 #include "runtime/RankContext.h"
 #include "runtime/Trace.h"
 
@@ -27,8 +28,6 @@
 #include "llvm/Support/Path.h"
 
 #include <ATen/ATen.h>
-#include <torch/optim/adam.h>
-#include <torch/optim/sgd.h>
 #include <torch/serialize.h>
 
 #include <chrono>
@@ -65,6 +64,7 @@ struct Trainer::Impl {
   std::unique_ptr<RankContext> ctx;
   TrainOptions options;
   TrainStats stats;
+  StepRecord lastStep;
   /// TrainOptions::autoSchedule's choice, for scheduleNote().
   std::string scheduleNote;
   /// Whether each stage's module was saved in training mode.
@@ -196,6 +196,8 @@ Trainer::create(llvm::StringRef manifestPath, const LaunchEnv &env,
         std::tuple("weightDecay", options.weightDecay, RealRule::atLeast(0))})
     if (llvm::Error err = checkOption(field, rule.problem(value)))
       return err;
+  if (llvm::Error err = checkOptimizerOptions(options))
+    return err;
   // A given CSV is run even when empty: its reader says why it cannot be.
   std::optional<std::string> csv;
   if (!options.scheduleCSVPath.empty()) {
@@ -257,17 +259,8 @@ Trainer::create(llvm::StringRef manifestPath, const LaunchEnv &env,
     stage.executable().setTraining(true);
   }
   std::vector<at::Tensor> params = impl->parameters();
-  if (!params.empty()) {
-    if (options.optimizer == OptimizerKind::SGD)
-      impl->optimizer = std::make_unique<torch::optim::SGD>(
-          params, torch::optim::SGDOptions(options.lr)
-                      .momentum(options.momentum)
-                      .weight_decay(options.weightDecay));
-    else
-      impl->optimizer = std::make_unique<torch::optim::Adam>(
-          params, torch::optim::AdamOptions(options.lr)
-                      .weight_decay(options.weightDecay));
-  }
+  if (!params.empty())
+    impl->optimizer = createOptimizer(options, std::move(params));
   return std::unique_ptr<Trainer>(new Trainer(std::move(impl)));
 }
 
@@ -284,6 +277,7 @@ size_t Trainer::modelInputCount() const {
   return impl_->ctx->manifest().modelInputs.size();
 }
 const TrainStats &Trainer::stats() const { return impl_->stats; }
+const StepRecord &Trainer::lastStep() const { return impl_->lastStep; }
 
 const std::string &Trainer::scheduleNote() const { return impl_->scheduleNote; }
 
@@ -326,10 +320,10 @@ llvm::Expected<double> Trainer::step(const std::vector<c10::IValue> &inputs,
         llvm::formatv("step {0}: the loss is {1}", t.stats.step, done->loss));
   if (llvm::Error err = t.sumTiedGradients())
     return err;
-  if (t.optimizer)
-    if (llvm::Error err = torchCall("the optimizer step failed",
-                                    [&] { t.optimizer->step(); }))
-      return err;
+  auto updated =
+      updateParameters(ctx, t.optimizer.get(), t.options, t.stats.step);
+  if (!updated)
+    return updated.takeError();
   ctx.finishStep();
   recordMark(step.trace, kStepEventName, traceStartUs);
 
@@ -343,7 +337,16 @@ llvm::Expected<double> Trainer::step(const std::vector<c10::IValue> &inputs,
   stats.stepMs = std::chrono::duration<double, std::milli>(
                      std::chrono::steady_clock::now() - start)
                      .count();
-  return needsTargets() ? done->loss : std::nan("");
+  StepRecord &record = t.lastStep;
+  record.step = stats.step;
+  record.loss = needsTargets() ? done->loss : std::nan("");
+  record.lr = updated->lr;
+  record.gradNorm = updated->gradNorm;
+  record.samples = 0;
+  for (const Signature &sig : step.signatures)
+    record.samples += sig.rows;
+  record.seconds = stats.stepMs / 1000;
+  return record.loss;
 }
 
 std::vector<std::pair<std::string, at::Tensor>>
