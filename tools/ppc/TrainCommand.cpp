@@ -320,7 +320,9 @@ Command addTrainCommand(CLI::App &parent) {
       "updates each rank's parameters. The rank computing the loss prints "
       "'step N loss X (T s, R samples/s, L s left)' (the batch's mean loss "
       "before the update, the step's time, the rate since step 1 and the "
-      "time left; the part in brackets goes under --quiet). DATA is "
+      "time left; the part in brackets goes under --quiet), with 'lr X' "
+      "after the loss when the learning rate changes over the run and "
+      "'grad_norm X' with --clip-grad-norm. DATA is "
       "written by torch.save: an (input, target) pair or a list of them, "
       "one per step, cycled (docs/training.md).");
   app->add_option("manifest", o->manifestPath,
