@@ -219,6 +219,11 @@ double Trainer::step(const std::vector<c10::IValue> &inputs,
   return take(impl_->step(inputs, target));
 }
 
+double Trainer::evaluate(const std::vector<c10::IValue> &inputs,
+                         const at::Tensor &target) {
+  return take(impl_->evaluate(inputs, target));
+}
+
 std::vector<std::pair<std::string, at::Tensor>>
 Trainer::namedParameters() const {
   return impl_->namedParameters();

@@ -22,6 +22,7 @@
 #include "runtime/RankContext.h"
 #include "runtime/Trace.h"
 
+#include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -347,6 +348,47 @@ llvm::Expected<double> Trainer::step(const std::vector<c10::IValue> &inputs,
     record.samples += sig.rows;
   record.seconds = stats.stepMs / 1000;
   return record.loss;
+}
+
+llvm::Expected<double> Trainer::evaluate(const std::vector<c10::IValue> &inputs,
+                                         const at::Tensor &target) {
+  Impl &t = *impl_;
+  RankContext &ctx = *t.ctx;
+  // The executor's training schedule always builds a graph and runs the
+  // backward; the gradients it leaves are set aside and the step's put back.
+  std::vector<at::Tensor> params = t.parameters();
+  std::vector<at::Tensor> kept;
+  for (at::Tensor &param : params) {
+    kept.push_back(param.grad());
+    param.mutable_grad() = at::Tensor();
+  }
+  for (auto &[index, stage] : ctx.stages())
+    stage.executable().setTraining(false);
+  auto restore = llvm::make_scope_exit([&] {
+    for (auto &[index, stage] : ctx.stages())
+      stage.executable().setTraining(true);
+    for (size_t k = 0; k < params.size(); ++k)
+      params[k].mutable_grad() = kept[k];
+  });
+  ExecutorStep step;
+  c10::Device device = ctx.device();
+  auto onDevice = valuesOnDevice(inputs, device, "the evaluation inputs");
+  if (!onDevice)
+    return onDevice.takeError();
+  auto targetOnDevice =
+      torchCall("cannot move the evaluation target to " + device.str(),
+                [&] { return target.defined() ? target.to(device) : target; });
+  if (!targetOnDevice)
+    return targetOnDevice.takeError();
+  if (llvm::Error err = ctx.prepare(*onDevice, step))
+    return err;
+  if (llvm::Error err = t.splitTarget(*targetOnDevice, step))
+    return err;
+  auto done = ctx.execute(step);
+  if (!done)
+    return done.takeError();
+  ctx.finishStep();
+  return needsTargets() ? done->loss : std::nan("");
 }
 
 std::vector<std::pair<std::string, at::Tensor>>

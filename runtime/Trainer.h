@@ -172,6 +172,15 @@ public:
   llvm::Expected<double> step(const std::vector<c10::IValue> &inputs,
                               const at::Tensor &target);
 
+  /// The loss of one batch with every stage in eval mode (BatchNorm's
+  /// running statistics, no dropout), the model left as it was: the
+  /// training schedule runs over the batch (its backward included, whose
+  /// gradients are discarded: the parameters keep the last step's), and
+  /// the stages go back to training mode. Every rank must call it. Returns
+  /// the batch's mean loss on lossRank(), NaN elsewhere. Errors: step()'s.
+  llvm::Expected<double> evaluate(const std::vector<c10::IValue> &inputs,
+                                  const at::Tensor &target);
+
   /// This rank's parameters, named "stage S: path" ("stage 1: fc.weight").
   std::vector<std::pair<std::string, at::Tensor>> namedParameters() const;
 

@@ -131,6 +131,12 @@ public:
   /// the loss is nan").
   double step(const std::vector<c10::IValue> &inputs, const at::Tensor &target);
 
+  /// The batch's loss with the stages in eval mode (BatchNorm's running
+  /// statistics, no dropout), the parameters and their gradients left as
+  /// they were; every rank must call it. Returns it on lossRank(), NaN
+  /// elsewhere. Throws: step()'s errors.
+  double evaluate(const std::vector<c10::IValue> &inputs,
+                  const at::Tensor &target);
   /// This rank's parameters, named "stage S: path" ("stage 1: fc.weight").
   std::vector<std::pair<std::string, at::Tensor>> namedParameters() const;
 

@@ -15,7 +15,11 @@ the schedule's formula), on the same 3 microbatches of 5 rows:
     formula, and the --log-file's JSON lines equal the printed steps;
   - --dry-run prints every step's learning rate as the formula computes it,
     without a launch, and bad values are one-line errors;
-  - --log-file may not overwrite what the run reads.
+  - --log-file may not overwrite what the run reads;
+  - --eval-data: resnet18 (BatchNorm) in 2 stages, evaluated after steps 2
+    and 3 over a set of two batches: each eval loss equals the reference's
+    eval-mode loss (rows-weighted over the set) within 1e-5, and training
+    goes on as if no evaluation had run (losses, last gradients).
 
 Env: PPC (the ppc binary), PPC_MODELS_DIR (generated models).
 """
@@ -26,10 +30,12 @@ import sys
 import tempfile
 import unittest
 
+import torch
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import free_port, ppc, main, rank_env  # noqa: E402
-from training import (LOSS, losses_rel_diff, reference_optim, schedule_lr, split,  # noqa: E402
-                      train, write_data)
+from training import (LOSS, assert_gradients, losses_rel_diff, make_target,  # noqa: E402
+                      model_inputs, reference_optim, schedule_lr, split, train, write_data)
 
 MICROBATCHES = 3
 STEPS = 20
@@ -174,6 +180,54 @@ class TrainOptimTest(unittest.TestCase):
                 self.assertNotEqual(proc.returncode, 0)
                 self.assertEqual(proc.stdout, "")
                 self.assertEqual(proc.stderr.strip(), message)
+
+    def test_eval(self):
+        """Evaluation in eval mode over the whole set, between steps."""
+        name, steps = "resnet18", 3
+        data, (inputs, target) = self.data(name)
+        g = torch.Generator().manual_seed(7)
+        x = model_inputs(name)[0]
+        batches = [(x + 0.1 * torch.randn(x.shape, generator=g), make_target(name, "mse", seed=1)),
+                   (x[:3].flip(0), make_target(name, "mse", seed=2)[:3])]
+        eval_data = os.path.join(self.tmp.name, "eval.pt")
+        torch.save(batches, eval_data)
+        want = {}
+        for after in (2, 3):
+            losses, model, _, _ = reference_optim(name, inputs, target, after, MICROBATCHES,
+                                                  "mse", "sgd", 0.01, momentum=0.9)
+            model.eval()
+            with torch.no_grad():
+                total = sum(torch.nn.functional.mse_loss(model(bx), bt).item() * bx.shape[0]
+                            for bx, bt in batches)
+            want[after] = total / sum(bx.shape[0] for bx, _ in batches)
+        manifest = split(self.tmp.name, name, 2)
+        grads = os.path.join(self.tmp.name, "grads.eval")
+        os.makedirs(grads, exist_ok=True)
+        log = os.path.join(self.tmp.name, "log.eval.jsonl")
+        run = train(2, manifest, data, "--loss", "mse", "--lr", "0.01", "--momentum", "0.9",
+                    "--steps", steps, "--microbatches", MICROBATCHES, "--no-meta-cache",
+                    "--eval-data", eval_data, "--eval-every", "2", "--save-grads", grads,
+                    "--log-file", log)
+        self.assertEqual(run.proc.returncode, 0, run.output)
+        got = {int(m.group(2)): float(m.group(1))
+               for m in re.finditer(r"eval loss (\S+) at step (\d+)", run.proc.stdout)}
+        self.assertEqual(sorted(got), [2, 3], run.output)
+        for after, loss in got.items():
+            self.assertLessEqual(abs(loss - want[after]), TOL * abs(want[after]),
+                                 "eval after step %d: %r vs %r" % (after, loss, want[after]))
+        # Training is untouched by the evaluations between its steps.
+        self.assertEqual(len(run.losses), steps, run.output)
+        self.assertLessEqual(losses_rel_diff(run.losses, losses), TOL)
+        assert_gradients(self, grads, 2, model, TOL)
+        with open(log) as f:
+            evals = [r for r in map(json.loads, f) if "eval_loss" in r]
+        self.assertEqual([(r["step"], "%.9g" % r["eval_loss"]) for r in evals],
+                         [(k, "%.9g" % v) for k, v in sorted(got.items())])
+        self.results.append("resnet18 stages=2 eval after steps 2, 3: %.6g, %.6g "
+                            "(reference %.6g, %.6g)" % (got[2], got[3], want[2], want[3]))
+        proc = ppc("train", manifest, "--data", data, "--eval-every", "2",
+                   env=rank_env(0, 1, free_port()), check=False)
+        self.assertEqual(proc.stderr.strip(), "error: --eval-every needs --eval-data")
 
     def test_log_file_guarded(self):
         """--log-file may not replace the manifest or the data."""

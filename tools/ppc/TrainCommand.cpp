@@ -45,8 +45,8 @@ struct TrainCommandOptions {
   bool stats = false;
   // --- clipping, LR schedules, step log (#17)
   double clipGradNorm = 0, minLr = 0;
-  std::string lrSchedule = "constant", logFile;
-  int warmupSteps = 0;
+  std::string lrSchedule = "constant", logFile, evalData;
+  int warmupSteps = 0, evalEvery = 0;
   bool dryRun = false;
 };
 
@@ -79,6 +79,7 @@ llvm::Error checkOutputPaths(const TrainCommandOptions &o,
   keepManifestFiles(guard, o.manifestPath, metaCacheDirOf(run, o.manifestPath));
   guard.keep(o.dataPath, "the --data file");
   guard.keep(o.scheduleCSV, "the --schedule-csv file");
+  guard.keep(o.evalData, "the --eval-data file");
   if (!o.savePath.empty()) {
     if (llvm::Error err = guard.claimReplacedDirectory("--save", o.savePath))
       return err;
@@ -200,6 +201,8 @@ static llvm::Expected<int> runTrain(const TrainCommandOptions &o) {
   options.lossOutput = o.lossOutput;
   applyOptimizerFlags(o, options);
   options.scheduleCSVPath = o.scheduleCSV;
+  if (o.evalEvery > 0 && o.evalData.empty())
+    return makeError("--eval-every needs --eval-data");
   if (llvm::Error err = checkOutputPaths(o, options.run, env->rank))
     return err;
 
@@ -228,6 +231,20 @@ static llvm::Expected<int> runTrain(const TrainCommandOptions &o) {
   }
   if (llvm::Error err = t.checkSameData(digest))
     return err;
+  // Every rank reads the whole evaluation set: all must agree on its
+  // batches' count.
+  std::vector<TrainingBatch> evalData;
+  if (!o.evalData.empty()) {
+    auto loaded = loadTrainingData(o.evalData, t.modelInputCount());
+    if (!loaded)
+      return loaded.takeError();
+    evalData = std::move(*loaded);
+    auto hash = sha256File(o.evalData);
+    if (!hash)
+      return hash.takeError();
+    if (llvm::Error err = t.checkSameData(*hash))
+      return err;
+  }
   // The loss rank reports: the loss, the step's time, the rate and the
   // time left (RateMeter counts from the end of step 1, which infers
   // shapes).
@@ -275,6 +292,19 @@ static llvm::Expected<int> runTrain(const TrainCommandOptions &o) {
     }
     if (o.stats)
       llvm::outs() << t.stats().line() << "\n";
+    if (!evalData.empty() &&
+        ((o.evalEvery > 0 && s % o.evalEvery == 0) || s == o.steps)) {
+      auto evalLoss = evaluateSet(t, evalData);
+      if (!evalLoss)
+        return evalLoss.takeError();
+      if (reports) {
+        llvm::outs() << "eval loss " << formatLoss(*evalLoss) << " at step "
+                     << s << "\n";
+        if (log)
+          if (llvm::Error err = log->writeEval(s, *evalLoss))
+            return err;
+      }
+    }
     llvm::outs().flush();
   }
   if (!o.gradsDir.empty()) {
@@ -419,6 +449,17 @@ Command addTrainCommand(CLI::App &parent) {
                   "(step, loss, lr, grad_norm, samples, seconds, "
                   "samples_per_second), flushed as each step ends")
       ->check(pathOption());
+  app->add_option("--eval-data", o->evalData,
+                  "A validation set in --data's format: after the last step "
+                  "(and every --eval-every steps) the loss rank prints 'eval "
+                  "loss X at step N', the rows-weighted mean loss over the "
+                  "set with the stages in eval mode; every rank reads it")
+      ->check(pathOption());
+  app->add_option("--eval-every", o->evalEvery,
+                  "Evaluate --eval-data every K steps too (0: after the last "
+                  "step only)")
+      ->capture_default_str()
+      ->transform(intInRange(0));
   app->add_flag("--dry-run", o->dryRun,
                 "Print the optimizer, clipping and every step's learning "
                 "rate, checked, and exit without training (needs no launch)");

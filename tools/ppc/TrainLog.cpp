@@ -1,7 +1,7 @@
 //===- tools/ppc/TrainLog.cpp - ppc train's plan and step log -------------===//
 //
-// This file implements --dry-run's plan, the numbers of a step line and the
-// --log-file (see TrainLog.h).
+// This file implements --dry-run's plan, the numbers of a step line, the
+// --log-file and the evaluation over a set (see TrainLog.h).
 //
 //===----------------------------------------------------------------------===//
 #include "tools/ppc/TrainLog.h"
@@ -10,8 +10,8 @@
 #include "lib/NumberRules.h"
 
 #include "llvm/Support/FileSystem.h"
-#include "llvm/Support/JSON.h"
 
+#include <cmath>
 #include <cstdio>
 
 namespace ppc {
@@ -55,6 +55,22 @@ std::string stepNumbers(const StepRecord &record, bool showLr) {
   return out;
 }
 
+llvm::Expected<double> evaluateSet(Trainer &trainer,
+                                   const std::vector<TrainingBatch> &batches) {
+  double sum = 0;
+  int64_t rows = 0;
+  for (const TrainingBatch &batch : batches) {
+    auto loss = trainer.evaluate(batch.inputs, batch.target);
+    if (!loss)
+      return loss.takeError();
+    if (trainer.rank() == trainer.lossRank()) {
+      sum += *loss * double(batch.target.size(0));
+      rows += batch.target.size(0);
+    }
+  }
+  return rows > 0 ? sum / double(rows) : std::nan("");
+}
+
 llvm::Expected<std::unique_ptr<StepLog>> StepLog::open(llvm::StringRef path) {
   std::error_code ec;
   auto os =
@@ -74,6 +90,14 @@ llvm::Error StepLog::write(const StepRecord &record) {
     line["grad_norm"] = *record.gradNorm;
   if (record.seconds > 0)
     line["samples_per_second"] = double(record.samples) / record.seconds;
+  return writeLine(std::move(line));
+}
+
+llvm::Error StepLog::writeEval(int step, double loss) {
+  return writeLine(llvm::json::Object{{"step", step}, {"eval_loss", loss}});
+}
+
+llvm::Error StepLog::writeLine(llvm::json::Object line) {
   *os_ << llvm::json::Value(std::move(line)) << "\n";
   os_->flush();
   if (os_->has_error()) {
