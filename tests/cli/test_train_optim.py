@@ -13,6 +13,8 @@ the schedule's formula), on the same 3 microbatches of 5 rows:
     warm-up): 20 steps' losses and printed gradient norms match the
     reference's within 1e-5 relative, the printed learning rates equal the
     formula, and the --log-file's JSON lines equal the printed steps;
+  - the reference's AdamW (LibTorchAdamW, LibTorch's rounding) is
+    torch.optim.AdamW (bitwise under PyTorch 1.13);
   - --dry-run prints every step's learning rate as the formula computes it,
     without a launch, and bad values are one-line errors;
   - --log-file may not overwrite what the run reads;
@@ -34,8 +36,10 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import free_port, ppc, main, rank_env  # noqa: E402
-from training import (LOSS, assert_gradients, losses_rel_diff, make_target,  # noqa: E402
-                      model_inputs, reference_optim, schedule_lr, split, train, write_data)
+from common import model_path  # noqa: E402
+from training import (LOSS, LibTorchAdamW, assert_gradients, losses_rel_diff,  # noqa: E402
+                      make_target, model_inputs, reference_optim, rel_diff, schedule_lr, split,
+                      train, write_data)
 
 MICROBATCHES = 3
 STEPS = 20
@@ -134,6 +138,30 @@ class TrainOptimTest(unittest.TestCase):
         """The decoder's tied embedding counts once in the norm (its two
         copies, on stages 0 and 3, hold one summed gradient)."""
         self.check("decoder", 4, "sgd", 0.05, "constant", 4, 0.0, 0.5)
+
+    def test_reference_adamw_is_torch_adamw(self):
+        """LibTorchAdamW, the references' AdamW, is torch.optim.AdamW with its
+        default decay: 20 full-batch steps on the unsplit MLP give the same
+        losses and weights (bitwise with 1.13; to rounding with 2.x, whose
+        Adam updates the first moment with lerp_)."""
+        inputs, target = model_inputs("mlp"), make_target("mlp", "cross_entropy")
+        runs = []
+        for make in (lambda p: LibTorchAdamW(p, lr=0.01), lambda p: torch.optim.AdamW(p, lr=0.01)):
+            model = torch.jit.load(model_path("mlp"))
+            model.train()
+            opt = make(list(model.parameters()))
+            losses = []
+            for _ in range(STEPS):
+                opt.zero_grad()
+                loss = torch.nn.functional.cross_entropy(model(*inputs), target)
+                loss.backward()
+                opt.step()
+                losses.append(loss.item())
+            runs.append((losses, dict(model.named_parameters())))
+        (ours, a), (theirs, b) = runs
+        self.assertLessEqual(losses_rel_diff(ours, theirs), TOL, "%s vs %s" % (ours, theirs))
+        for path, p in a.items():
+            self.assertLessEqual(rel_diff(p, b[path]), TOL, path)
 
     def test_dry_run(self):
         """Every step's learning rate as the formula has it, with no launch
