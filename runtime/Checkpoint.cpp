@@ -26,6 +26,7 @@
 #include <ATen/Context.h>
 #include <ATen/core/Generator.h>
 #include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 #include <torch/serialize.h>
 
@@ -385,6 +386,29 @@ const std::vector<std::string> &fieldsOf(OptimizerKind kind) {
                                                 "max_exp_avg_sq"};
   return kind == OptimizerKind::SGD ? sgd : adam;
 }
+
+/// Puts the state of an Adam-family parameter (Adam and AdamW keep the
+/// same fields in classes of their own) through `put`.
+template <typename State, typename Put>
+void putAdamState(const State &s, const std::string &path, Put &put) {
+  put(path, "step", at::scalar_tensor(s.step(), at::kLong));
+  put(path, "exp_avg", s.exp_avg());
+  put(path, "exp_avg_sq", s.exp_avg_sq());
+  put(path, "max_exp_avg_sq", s.max_exp_avg_sq());
+}
+
+/// The state of an Adam-family parameter from its checkpointed `fields`.
+template <typename State, typename OnDevice>
+std::unique_ptr<State>
+adamState(const std::map<std::string, at::Tensor> &fields, OnDevice &onDevice) {
+  auto s = std::make_unique<State>();
+  auto step = fields.find("step");
+  s->step(step == fields.end() ? 0 : step->second.item<int64_t>());
+  s->exp_avg(onDevice("exp_avg"));
+  s->exp_avg_sq(onDevice("exp_avg_sq"));
+  s->max_exp_avg_sq(onDevice("max_exp_avg_sq"));
+  return s;
+}
 } // namespace
 
 llvm::Expected<c10::Dict<std::string, at::Tensor>> optimizerStateOf(
@@ -406,13 +430,14 @@ llvm::Expected<c10::Dict<std::string, at::Tensor>> optimizerStateOf(
         const auto &s =
             static_cast<const torch::optim::SGDParamState &>(*it->second);
         put(path, "momentum_buffer", s.momentum_buffer());
+      } else if (kind == OptimizerKind::AdamW) {
+        putAdamState(
+            static_cast<const torch::optim::AdamWParamState &>(*it->second),
+            path, put);
       } else {
-        const auto &s =
-            static_cast<const torch::optim::AdamParamState &>(*it->second);
-        put(path, "step", at::scalar_tensor(s.step(), at::kLong));
-        put(path, "exp_avg", s.exp_avg());
-        put(path, "exp_avg_sq", s.exp_avg_sq());
-        put(path, "max_exp_avg_sq", s.max_exp_avg_sq());
+        putAdamState(
+            static_cast<const torch::optim::AdamParamState &>(*it->second),
+            path, put);
       }
     }
     return out;
@@ -460,14 +485,12 @@ setOptimizerState(torch::optim::Optimizer &optimizer, OptimizerKind kind,
         auto s = std::make_unique<torch::optim::SGDParamState>();
         s->momentum_buffer(onDevice("momentum_buffer"));
         out[compat::optimizerStateKey(param)] = std::move(s);
+      } else if (kind == OptimizerKind::AdamW) {
+        out[compat::optimizerStateKey(param)] =
+            adamState<torch::optim::AdamWParamState>(f, onDevice);
       } else {
-        auto s = std::make_unique<torch::optim::AdamParamState>();
-        auto step = f.find("step");
-        s->step(step == f.end() ? 0 : step->second.item<int64_t>());
-        s->exp_avg(onDevice("exp_avg"));
-        s->exp_avg_sq(onDevice("exp_avg_sq"));
-        s->max_exp_avg_sq(onDevice("max_exp_avg_sq"));
-        out[compat::optimizerStateKey(param)] = std::move(s);
+        out[compat::optimizerStateKey(param)] =
+            adamState<torch::optim::AdamParamState>(f, onDevice);
       }
     }
   });

@@ -13,7 +13,7 @@
 
 namespace ppc {
 
-/// torch::optim's SGD and Adam.
+/// torch::optim's SGD, Adam and AdamW.
 enum class OptimizerKind {
 #define PPC_OPTIMIZER(Kind, Name) Kind,
 #include "runtime/OptimizerKinds.def"
@@ -25,7 +25,7 @@ inline constexpr OptimizerKind kAllOptimizerKinds[] = {
 #include "runtime/OptimizerKinds.def"
 };
 
-/// "sgd" / "adam".
+/// "sgd" / "adam" / "adamw".
 inline llvm::StringRef optimizerName(OptimizerKind kind) {
   switch (kind) {
 #define PPC_OPTIMIZER(Kind, Name)                                              \

@@ -177,6 +177,13 @@ ppc::TrainOptions internalOptions(const TrainOptions &o) {
   out.scheduleCSVPath = o.scheduleCSVPath;
   out.autoSchedule = o.autoSchedule;
   out.maxActivations = o.maxActivations;
+  // --- clipping and learning-rate schedules (#17)
+  out.clipGradNorm = o.clipGradNorm;
+  out.lrSchedule.kind =
+      kindOf(o.lrSchedule, kAllLrScheduleKinds, lrScheduleName, "lr schedule");
+  out.lrSchedule.warmupSteps = o.warmupSteps;
+  out.lrSchedule.minLr = o.minLr;
+  out.lrSchedule.steps = o.steps;
   return out;
 }
 } // namespace
@@ -212,6 +219,11 @@ double Trainer::step(const std::vector<c10::IValue> &inputs,
   return take(impl_->step(inputs, target));
 }
 
+double Trainer::evaluate(const std::vector<c10::IValue> &inputs,
+                         const at::Tensor &target) {
+  return take(impl_->evaluate(inputs, target));
+}
+
 std::vector<std::pair<std::string, at::Tensor>>
 Trainer::namedParameters() const {
   return impl_->namedParameters();
@@ -242,6 +254,18 @@ TrainStats Trainer::stats() const {
   out.stepMs = s.stepMs;
   out.peakActivations = s.peakActivations;
   out.cacheWritten = s.cacheWritten;
+  return out;
+}
+
+StepRecord Trainer::lastStep() const {
+  const ppc::StepRecord &s = impl_->lastStep();
+  StepRecord out;
+  out.step = s.step;
+  out.loss = s.loss;
+  out.lr = s.lr;
+  out.gradNorm = s.gradNorm;
+  out.samples = s.samples;
+  out.seconds = s.seconds;
   return out;
 }
 

@@ -20,17 +20,17 @@
 #include "runtime/Checkpoint.h"
 #include "runtime/Collectives.h"
 #include "runtime/Microbatch.h"
+#include "runtime/Optimizer.h"
 #include "runtime/RankContext.h"
 #include "runtime/Trace.h"
 
+#include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/Path.h"
 
 #include <ATen/ATen.h>
-#include <torch/optim/adam.h>
-#include <torch/optim/sgd.h>
 #include <torch/serialize.h>
 
 #include <chrono>
@@ -87,6 +87,7 @@ struct Trainer::Impl {
   std::unique_ptr<RankContext> ctx;
   TrainOptions options;
   TrainStats stats;
+  StepRecord lastStep;
   /// TrainOptions::autoSchedule's choice, for scheduleNote().
   std::string scheduleNote;
   /// Whether each stage's module was saved in training mode.
@@ -227,6 +228,8 @@ Trainer::create(llvm::StringRef manifestPath, const LaunchEnv &env,
         std::tuple("weightDecay", options.weightDecay, RealRule::atLeast(0))})
     if (llvm::Error err = checkOption(field, rule.problem(value)))
       return err;
+  if (llvm::Error err = checkOptimizerOptions(options))
+    return err;
   // A given CSV is run even when empty: its reader says why it cannot be.
   std::optional<std::string> csv;
   if (!options.scheduleCSVPath.empty()) {
@@ -288,17 +291,8 @@ Trainer::create(llvm::StringRef manifestPath, const LaunchEnv &env,
     stage.executable().setTraining(true);
   }
   std::vector<at::Tensor> params = impl->parameters();
-  if (!params.empty()) {
-    if (options.optimizer == OptimizerKind::SGD)
-      impl->optimizer = std::make_unique<torch::optim::SGD>(
-          params, torch::optim::SGDOptions(options.lr)
-                      .momentum(options.momentum)
-                      .weight_decay(options.weightDecay));
-    else
-      impl->optimizer = std::make_unique<torch::optim::Adam>(
-          params, torch::optim::AdamOptions(options.lr)
-                      .weight_decay(options.weightDecay));
-  }
+  if (!params.empty())
+    impl->optimizer = createOptimizer(options, std::move(params));
   return std::unique_ptr<Trainer>(new Trainer(std::move(impl)));
 }
 
@@ -315,6 +309,7 @@ size_t Trainer::modelInputCount() const {
   return impl_->ctx->manifest().modelInputs.size();
 }
 const TrainStats &Trainer::stats() const { return impl_->stats; }
+const StepRecord &Trainer::lastStep() const { return impl_->lastStep; }
 
 const std::string &Trainer::scheduleNote() const { return impl_->scheduleNote; }
 
@@ -357,10 +352,10 @@ llvm::Expected<double> Trainer::step(const std::vector<c10::IValue> &inputs,
         llvm::formatv("step {0}: the loss is {1}", t.stats.step, done->loss));
   if (llvm::Error err = t.sumTiedGradients())
     return err;
-  if (t.optimizer)
-    if (llvm::Error err = torchCall("the optimizer step failed",
-                                    [&] { t.optimizer->step(); }))
-      return err;
+  auto updated =
+      updateParameters(ctx, t.optimizer.get(), t.options, t.stats.step);
+  if (!updated)
+    return updated.takeError();
   ctx.finishStep();
   recordMark(step.trace, kStepEventName, traceStartUs);
 
@@ -374,6 +369,56 @@ llvm::Expected<double> Trainer::step(const std::vector<c10::IValue> &inputs,
   stats.stepMs = std::chrono::duration<double, std::milli>(
                      std::chrono::steady_clock::now() - start)
                      .count();
+  StepRecord &record = t.lastStep;
+  record.step = stats.step;
+  record.loss = needsTargets() ? done->loss : std::nan("");
+  record.lr = updated->lr;
+  record.gradNorm = updated->gradNorm;
+  record.samples = 0;
+  for (const Signature &sig : step.signatures)
+    record.samples += sig.rows;
+  record.seconds = stats.stepMs / 1000;
+  return record.loss;
+}
+
+llvm::Expected<double> Trainer::evaluate(const std::vector<c10::IValue> &inputs,
+                                         const at::Tensor &target) {
+  Impl &t = *impl_;
+  RankContext &ctx = *t.ctx;
+  // The executor's training schedule always builds a graph and runs the
+  // backward; the gradients it leaves are set aside and the step's put back.
+  std::vector<at::Tensor> params = t.parameters();
+  std::vector<at::Tensor> kept;
+  for (at::Tensor &param : params) {
+    kept.push_back(param.grad());
+    param.mutable_grad() = at::Tensor();
+  }
+  for (auto &[index, stage] : ctx.stages())
+    stage.executable().setTraining(false);
+  auto restore = llvm::make_scope_exit([&] {
+    for (auto &[index, stage] : ctx.stages())
+      stage.executable().setTraining(true);
+    for (size_t k = 0; k < params.size(); ++k)
+      params[k].mutable_grad() = kept[k];
+  });
+  ExecutorStep step;
+  c10::Device device = ctx.device();
+  auto onDevice = valuesOnDevice(inputs, device, "the evaluation inputs");
+  if (!onDevice)
+    return onDevice.takeError();
+  auto targetOnDevice =
+      torchCall("cannot move the evaluation target to " + device.str(),
+                [&] { return target.defined() ? target.to(device) : target; });
+  if (!targetOnDevice)
+    return targetOnDevice.takeError();
+  if (llvm::Error err = ctx.prepare(*onDevice, step))
+    return err;
+  if (llvm::Error err = t.splitTarget(*targetOnDevice, step))
+    return err;
+  auto done = ctx.execute(step);
+  if (!done)
+    return done.takeError();
+  ctx.finishStep();
   return needsTargets() ? done->loss : std::nan("");
 }
 

@@ -22,7 +22,9 @@
 //      read by several stages summed before they travel back;
 //   4. tied parameters (the manifest's tied_parameters) get the sum of the
 //      gradients of all their copies, over the transport;
-//   5. each rank's optimizer (torch::optim) updates its stages' parameters.
+//   5. the gradients are clipped by their global norm (clipGradNorm), the
+//      step's learning rate set (lrSchedule), and each rank's optimizer
+//      (torch::optim) updates its stages' parameters (runtime/Optimizer.h).
 //
 // Every error is one line; a rank that fails makes the others fail within
 // the timeout with "lost rank R (...)".
@@ -33,6 +35,7 @@
 
 #include "runtime/LaunchEnv.h"
 #include "runtime/LossKind.h"
+#include "runtime/LrSchedule.h"
 #include "runtime/OptimizerKind.h"
 #include "runtime/Pipeline.h"
 
@@ -60,8 +63,10 @@ struct TrainOptions {
   int lossOutput = 0;
   OptimizerKind optimizer = OptimizerKind::SGD;
   /// Learning rate (finite, > 0), SGD momentum and weight decay (finite,
-  /// >= 0); Adam takes
-  /// the learning rate and weight decay with torch::optim's other defaults.
+  /// >= 0); Adam and AdamW take
+  /// the learning rate and weight decay with torch::optim's other defaults
+  /// (AdamW's decay is decoupled; torch.optim.AdamW's default decay 0.01 is
+  /// defaultWeightDecay(), runtime/Optimizer.h, which ppc train applies).
   double lr = 0.01;
   double momentum = 0;
   double weightDecay = 0;
@@ -75,6 +80,29 @@ struct TrainOptions {
   /// With autoSchedule: leave out schedules that hold more microbatches'
   /// activations at once on some rank.
   std::optional<int> maxActivations;
+
+  // --- clipping and learning-rate schedules (#17)
+  /// Clip the gradients to this global L2 norm (finite, >= 0; 0: off), as
+  /// torch.nn.utils.clip_grad_norm_ on the unsplit model (Optimizer.h).
+  double clipGradNorm = 0;
+  /// The learning rate of each step: lrSchedule.at(lr, step - 1), step the
+  /// 1-based global step (its `steps` are the run's).
+  LrSchedule lrSchedule;
+};
+
+/// What the last step() did, on every rank (the loss on lossRank() only).
+struct StepRecord {
+  /// The 1-based global step.
+  int step = 0;
+  /// The batch's loss before the update: NaN but on lossRank().
+  double loss = 0;
+  /// The learning rate the step updated with.
+  double lr = 0;
+  /// The global gradient norm before clipping, with clipGradNorm only.
+  std::optional<double> gradNorm;
+  /// The batch's rows.
+  int64_t samples = -1;
+  double seconds = 0;
 };
 
 /// What one rank did in its last step, for --stats.
@@ -106,7 +134,8 @@ public:
   /// As Pipeline::create, and: an option out of range (an OptionError
   /// naming the TrainOptions field and its rule: "lr 0 is not a finite
   /// number above 0", "momentum nan is not a finite number of at least 0";
-  /// likewise weightDecay, lossOutput);
+  /// likewise weightDecay, lossOutput; clipGradNorm and lrSchedule as
+  /// checkOptimizerOptions(), runtime/Optimizer.h, says);
   /// a loss output that is a model input or not a Tensor; a schedule that
   /// does not fit the placement; autoSchedule with a schedule CSV, or with
   /// no schedule that fits; a schedule CSV that is unreadable, names
@@ -142,6 +171,15 @@ public:
   /// shapes"); a NaN or infinite loss ("step 3: the loss is nan").
   llvm::Expected<double> step(const std::vector<c10::IValue> &inputs,
                               const at::Tensor &target);
+
+  /// The loss of one batch with every stage in eval mode (BatchNorm's
+  /// running statistics, no dropout), the model left as it was: the
+  /// training schedule runs over the batch (its backward included, whose
+  /// gradients are discarded: the parameters keep the last step's), and
+  /// the stages go back to training mode. Every rank must call it. Returns
+  /// the batch's mean loss on lossRank(), NaN elsewhere. Errors: step()'s.
+  llvm::Expected<double> evaluate(const std::vector<c10::IValue> &inputs,
+                                  const at::Tensor &target);
 
   /// This rank's parameters, named "stage S: path" ("stage 1: fc.weight").
   std::vector<std::pair<std::string, at::Tensor>> namedParameters() const;
@@ -210,6 +248,8 @@ public:
   const std::string &scheduleNote() const;
 
   const TrainStats &stats() const;
+  /// The last step(), or all zeros before the first.
+  const StepRecord &lastStep() const;
 
 private:
   struct Impl;

@@ -38,8 +38,9 @@ struct TrainOptions {
   /// "mse" or "cross_entropy", over model output `lossOutput` (a tensor).
   std::string loss = "mse";
   int lossOutput = 0;
-  /// "sgd" (with momentum and weight decay) or "adam" (learning rate and
-  /// weight decay, torch::optim's other defaults).
+  /// "sgd" (with momentum and weight decay), "adam" or "adamw" (learning
+  /// rate and weight decay, decoupled for adamw; torch::optim's other
+  /// defaults).
   std::string optimizer = "sgd";
   /// Learning rate (finite, > 0), momentum and weight decay (finite, >= 0).
   double lr = 0.01;
@@ -54,6 +55,31 @@ struct TrainOptions {
   /// activations at once on some rank.
   bool autoSchedule = false;
   std::optional<int> maxActivations;
+
+  // --- clipping and learning-rate schedules (#17)
+  /// Clip the gradients to this global L2 norm (>= 0; 0: off), as
+  /// torch.nn.utils.clip_grad_norm_ on the unsplit model.
+  double clipGradNorm = 0;
+  /// "constant", "linear" or "cosine" after `warmupSteps` of linear
+  /// warm-up, over `steps` steps down to `minLr` (docs/training.md); each
+  /// step's rate depends on its global step only.
+  std::string lrSchedule = "constant";
+  int warmupSteps = 0;
+  double minLr = 0;
+  int steps = 1;
+};
+
+/// What the last step() did, on every rank.
+struct StepRecord {
+  int step = 0;
+  /// The batch's loss before the update on lossRank(), NaN elsewhere.
+  double loss = 0;
+  /// The learning rate of the update, and with clipGradNorm the global
+  /// gradient norm before clipping (the same on every rank).
+  double lr = 0;
+  std::optional<double> gradNorm;
+  int64_t samples = -1;
+  double seconds = 0;
 };
 
 /// What one rank did in its last step(), as `ppc train --stats` reports it.
@@ -105,6 +131,12 @@ public:
   /// the loss is nan").
   double step(const std::vector<c10::IValue> &inputs, const at::Tensor &target);
 
+  /// The batch's loss with the stages in eval mode (BatchNorm's running
+  /// statistics, no dropout), the parameters and their gradients left as
+  /// they were; every rank must call it. Returns it on lossRank(), NaN
+  /// elsewhere. Throws: step()'s errors.
+  double evaluate(const std::vector<c10::IValue> &inputs,
+                  const at::Tensor &target);
   /// This rank's parameters, named "stage S: path" ("stage 1: fc.weight").
   std::vector<std::pair<std::string, at::Tensor>> namedParameters() const;
 
@@ -140,6 +172,8 @@ public:
 
   /// This rank's statistics of its last step().
   TrainStats stats() const;
+  /// The last step(): its learning rate, gradient norm, loss, ...
+  StepRecord lastStep() const;
   /// This rank's schedule, one action per line.
   std::string schedule() const;
   /// With autoSchedule, the line saying which schedule was picked; else

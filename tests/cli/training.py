@@ -247,3 +247,88 @@ def stage_tensors(manifest_dir):
         for key, value in module.state_dict().items():
             out.setdefault(key, []).append(value)
     return out
+
+
+# --- clipping, LR schedules, AdamW (#17) ------------------------------------
+
+class LibTorchAdamW(LibTorchAdam):
+    """AdamW as LibTorch's C++ torch::optim::AdamW computes it
+    (torch/csrc/api/src/optim/adamw.cpp): the parameter decays by
+    1 - lr * weight_decay before LibTorchAdam's update of the undecayed
+    gradient. torch.optim.AdamW's defaults (weight_decay 0.01)."""
+
+    def __init__(self, params, lr, weight_decay=0.01):
+        super().__init__(params, lr, weight_decay=weight_decay)
+
+    @torch.no_grad()
+    def step(self):
+        decays = []
+        for group in self.param_groups:
+            decays.append(group["weight_decay"])
+            for p in group["params"]:
+                if p.grad is not None and group["weight_decay"] != 0:
+                    p.mul_(1 - group["lr"] * group["weight_decay"])
+            group["weight_decay"] = 0.0
+        try:
+            super().step()
+        finally:
+            for group, decay in zip(self.param_groups, decays):
+                group["weight_decay"] = decay
+
+
+def schedule_lr(s, lr, steps, kind="constant", warmup=0, min_lr=0.0):
+    """The learning rate of 0-based step S (docs/training.md's formula)."""
+    if s < warmup:
+        return lr * (s + 1) / warmup
+    if kind == "constant":
+        return lr
+    progress = min(1.0, (s - warmup) / max(1, steps - warmup))
+    if kind == "linear":
+        return lr - (lr - min_lr) * progress
+    return min_lr + (lr - min_lr) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def reference_optim(name, inputs, target, steps, microbatches, loss, optimizer, lr,
+                    momentum=0.0, weight_decay=None, clip=0.0, schedule="constant",
+                    warmup=0, min_lr=0.0, loss_output=0):
+    """reference() with gradient clipping (torch.nn.utils.clip_grad_norm_ on
+    the unsplit model, whose parameters() holds a tied parameter once), a
+    learning-rate schedule (torch.optim.lr_scheduler.LambdaLR over
+    schedule_lr) and "adamw" (LibTorchAdamW). WEIGHT_DECAY None is the
+    optimizer's default (0.01 for adamw, else 0). Returns (losses, model,
+    lrs, norms): the learning rate and the clipped norm of every step."""
+    model = torch.jit.load(model_path(name))
+    model.train()
+    params = list(model.parameters())
+    if optimizer == "adamw":
+        opt = LibTorchAdamW(params, lr=lr,
+                            weight_decay=0.01 if weight_decay is None else weight_decay)
+    elif optimizer == "sgd":
+        opt = torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay or 0.0)
+    else:
+        opt = LibTorchAdam(params, lr=lr, weight_decay=weight_decay or 0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: schedule_lr(s, lr, steps, schedule, warmup, min_lr) / lr)
+    fn = torch.nn.functional.mse_loss if loss == "mse" else torch.nn.functional.cross_entropy
+    rows = target.shape[0]
+    parts = [torch.tensor_split(x, microbatches) for x in inputs]
+    targets = torch.tensor_split(target, microbatches)
+    losses, lrs, norms = [], [], []
+    for _ in range(steps):
+        opt.zero_grad()
+        total = 0.0
+        for m in range(microbatches):
+            out = model(*[p[m] for p in parts])
+            if isinstance(out, tuple):
+                out = out[loss_output]
+            t = targets[m].to(out.dtype) if loss == "mse" else targets[m]
+            value = fn(out, t) * (targets[m].shape[0] / rows)
+            value.backward()
+            total += value.item()
+        losses.append(total)
+        if clip > 0:
+            norms.append(torch.nn.utils.clip_grad_norm_(params, clip).item())
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    return losses, model, lrs, norms

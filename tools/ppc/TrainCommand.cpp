@@ -12,11 +12,13 @@
 #include "lib/OutputGuard.h"
 #include "runtime/Blas.h"
 #include "runtime/Checkpoint.h"
+#include "runtime/Optimizer.h"
 #include "runtime/TrainData.h"
 #include "runtime/Trainer.h"
 #include "tools/ppc/OptionChecks.h"
 #include "tools/ppc/Progress.h"
 #include "tools/ppc/RuntimeFlags.h"
+#include "tools/ppc/TrainLog.h"
 
 #include "llvm/ADT/SmallString.h"
 #include "llvm/Support/FileSystem.h"
@@ -39,11 +41,18 @@ struct TrainCommandOptions {
   std::optional<int> maxActivations;
   RuntimeFlags flags;
   int steps = 1, lossOutput = 0;
-  double lr = 0.01, momentum = 0, weightDecay = 0;
+  double lr = 0.01, momentum = 0;
+  /// Unset: the optimizer's default (defaultWeightDecay).
+  std::optional<double> weightDecay;
   bool stats = false;
   // --- checkpoints (#17)
   std::string checkpointDir, resumeDir;
   int checkpointEvery = 0, keep = kDefaultCheckpointKeep;
+  // --- clipping, LR schedules, step log (#17)
+  double clipGradNorm = 0, minLr = 0;
+  std::string lrSchedule = "constant", logFile, evalData;
+  int warmupSteps = 0, evalEvery = 0;
+  bool dryRun = false;
 };
 
 /// Where rank `rank` writes its gradients under --save-grads DIR.
@@ -75,6 +84,7 @@ llvm::Error checkOutputPaths(const TrainCommandOptions &o,
   keepManifestFiles(guard, o.manifestPath, metaCacheDirOf(run, o.manifestPath));
   guard.keep(o.dataPath, "the --data file");
   guard.keep(o.scheduleCSV, "the --schedule-csv file");
+  guard.keep(o.evalData, "the --eval-data file");
   if (!o.savePath.empty()) {
     if (llvm::Error err = guard.claimReplacedDirectory("--save", o.savePath))
       return err;
@@ -98,6 +108,9 @@ llvm::Error checkOutputPaths(const TrainCommandOptions &o,
   if (!o.flags.tracePath.empty())
     if (llvm::Error err = guard.claimFile("--trace", o.flags.tracePath))
       return err;
+  if (!o.logFile.empty())
+    if (llvm::Error err = guard.claimFile("--log-file", o.logFile))
+      return err;
   if (!o.flags.statsJsonPath.empty())
     return guard.claimFile("--stats-json", o.flags.statsJsonPath);
   return llvm::Error::success();
@@ -108,13 +121,6 @@ llvm::Error checkOutputPaths(const TrainCommandOptions &o,
 int64_t samplesOf(const at::Tensor &target) {
   return target.defined() && target.dim() >= 1 ? target.size(0) : -1;
 }
-
-/// One step as the loss rank saw it, for --stats-json.
-struct StepRecord {
-  int step;
-  double loss, seconds;
-  int64_t samples;
-};
 
 /// The --stats-json document of the loss rank (docs/training.md).
 llvm::json::Value statsJSON(const TrainCommandOptions &o, const LaunchEnv &env,
@@ -191,7 +197,35 @@ std::string formatLoss(double loss) {
 }
 } // namespace
 
+/// The optimizer's options of `o` (--optimizer ... --clip-grad-norm) in
+/// `options`.
+static void applyOptimizerFlags(const TrainCommandOptions &o,
+                                TrainOptions &options) {
+  options.optimizer = *parseOptimizerName(o.optimizer);
+  options.lr = o.lr;
+  options.momentum = o.momentum;
+  options.weightDecay =
+      o.weightDecay.value_or(defaultWeightDecay(options.optimizer));
+  options.clipGradNorm = o.clipGradNorm;
+  options.lrSchedule.kind = *parseLrScheduleName(o.lrSchedule); // validated
+  options.lrSchedule.warmupSteps = o.warmupSteps;
+  options.lrSchedule.minLr = o.minLr;
+  options.lrSchedule.steps = o.steps;
+}
+
+/// --dry-run: the plan, checked, without a launch.
+static llvm::Expected<int> printPlan(const TrainCommandOptions &o) {
+  TrainOptions options;
+  applyOptimizerFlags(o, options);
+  if (llvm::Error err = checkOptimizerOptions(options))
+    return err;
+  printTrainPlan(llvm::outs(), options);
+  return 0;
+}
+
 static llvm::Expected<int> runTrain(const TrainCommandOptions &o) {
+  if (o.dryRun)
+    return printPlan(o);
   auto env = LaunchEnv::fromEnvironment();
   if (!env)
     return env.takeError();
@@ -205,11 +239,10 @@ static llvm::Expected<int> runTrain(const TrainCommandOptions &o) {
     return makeError("--max-activations applies to --schedule auto");
   options.loss = *parseLossName(o.loss);
   options.lossOutput = o.lossOutput;
-  options.optimizer = *parseOptimizerName(o.optimizer);
-  options.lr = o.lr;
-  options.momentum = o.momentum;
-  options.weightDecay = o.weightDecay;
+  applyOptimizerFlags(o, options);
   options.scheduleCSVPath = o.scheduleCSV;
+  if (o.evalEvery > 0 && o.evalData.empty())
+    return makeError("--eval-every needs --eval-data");
   if (llvm::Error err = checkOutputPaths(o, options.run, env->rank))
     return err;
 
@@ -255,10 +288,32 @@ static llvm::Expected<int> runTrain(const TrainCommandOptions &o) {
   // Steps are numbered globally: a resumed run goes on after its
   // checkpoint's step; the meter counts this run's steps.
   const int resumed = t.stepsDone();
+  // Every rank reads the whole evaluation set: all must agree on its
+  // batches' count.
+  std::vector<TrainingBatch> evalData;
+  if (!o.evalData.empty()) {
+    auto loaded = loadTrainingData(o.evalData, t.modelInputCount());
+    if (!loaded)
+      return loaded.takeError();
+    evalData = std::move(*loaded);
+    auto hash = sha256File(o.evalData);
+    if (!hash)
+      return hash.takeError();
+    if (llvm::Error err = t.checkSameData(*hash))
+      return err;
+  }
   // The loss rank reports: the loss, the step's time, the rate and the
   // time left (RateMeter counts from the end of step 1, which infers
   // shapes).
   bool reports = t.rank() == t.lossRank();
+  std::unique_ptr<StepLog> log;
+  if (reports && !o.logFile.empty()) {
+    auto opened = StepLog::open(o.logFile);
+    if (!opened)
+      return opened.takeError();
+    log = std::move(*opened);
+  }
+  bool showLr = showsLearningRate(options);
   std::vector<StepRecord> records;
   ProgressClock::time_point start = ProgressClock::now();
   RateMeter meter(start);
@@ -281,8 +336,15 @@ static llvm::Expected<int> runTrain(const TrainCommandOptions &o) {
     int64_t rows = samplesOf(batch.target);
     meter.record(s - resumed, rows, stepEnd);
     if (reports) {
-      records.push_back({s, *loss, seconds, rows});
+      StepRecord record = t.lastStep();
+      record.seconds = seconds;
+      record.samples = rows;
+      records.push_back(record);
+      if (log)
+        if (llvm::Error err = log->write(record))
+          return err;
       llvm::outs() << "step " << s << " loss " << formatLoss(*loss)
+                   << stepNumbers(record, showLr)
                    << (quiet ? ""
                              : stepTiming(seconds, meter, s - resumed,
                                           o.steps - resumed))
@@ -290,6 +352,19 @@ static llvm::Expected<int> runTrain(const TrainCommandOptions &o) {
     }
     if (o.stats)
       llvm::outs() << t.stats().line() << "\n";
+    if (!evalData.empty() &&
+        ((o.evalEvery > 0 && s % o.evalEvery == 0) || s == o.steps)) {
+      auto evalLoss = evaluateSet(t, evalData);
+      if (!evalLoss)
+        return evalLoss.takeError();
+      if (reports) {
+        llvm::outs() << "eval loss " << formatLoss(*evalLoss) << " at step "
+                     << s << "\n";
+        if (log)
+          if (llvm::Error err = log->writeEval(s, *evalLoss))
+            return err;
+      }
+    }
     llvm::outs().flush();
     // [dp] at merge: the ranks of replica 0 only write checkpoints.
     if (!o.checkpointDir.empty() &&
@@ -340,7 +415,9 @@ Command addTrainCommand(CLI::App &parent) {
       "updates each rank's parameters. The rank computing the loss prints "
       "'step N loss X (T s, R samples/s, L s left)' (the batch's mean loss "
       "before the update, the step's time, the rate since step 1 and the "
-      "time left; the part in brackets goes under --quiet). DATA is "
+      "time left; the part in brackets goes under --quiet), with 'lr X' "
+      "after the loss when the learning rate changes over the run and "
+      "'grad_norm X' with --clip-grad-norm. DATA is "
       "written by torch.save: an (input, target) pair or a list of them, "
       "one per step, cycled (docs/training.md).");
   app->add_option("manifest", o->manifestPath,
@@ -369,8 +446,10 @@ Command addTrainCommand(CLI::App &parent) {
   app->add_option("--momentum", o->momentum, "SGD momentum")
       ->capture_default_str()
       ->transform(finiteAtLeast(0));
-  app->add_option("--weight-decay", o->weightDecay, "Weight decay (L2)")
-      ->capture_default_str()
+  app->add_option("--weight-decay", o->weightDecay,
+                  "Weight decay (L2; decoupled for adamw); default 0, for "
+                  "adamw 0.01 as torch.optim.AdamW")
+      ->type_name("FLOAT")
       ->transform(finiteAtLeast(0));
   app->add_option("--steps", o->steps, "Optimizer steps")
       ->capture_default_str()
@@ -439,6 +518,47 @@ Command addTrainCommand(CLI::App &parent) {
                   "--checkpoint-dir")
       ->type_name("DIR")
       ->check(pathOption());
+  // --- clipping, LR schedules, step log (#17)
+  app->add_option("--clip-grad-norm", o->clipGradNorm,
+                  "Clip the gradients to this global L2 norm, as "
+                  "torch.nn.utils.clip_grad_norm_ on the unsplit model "
+                  "(0: off); the step lines show grad_norm")
+      ->capture_default_str()
+      ->transform(finiteAtLeast(0));
+  app->add_option("--lr-schedule", o->lrSchedule,
+                  "The learning rate over the steps, after any warm-up: "
+                  "constant, linear or cosine (from --lr down to --min-lr "
+                  "at --steps; docs/training.md)")
+      ->capture_default_str()
+      ->check(CLI::IsMember(names(kAllLrScheduleKinds, lrScheduleName)));
+  app->add_option("--warmup-steps", o->warmupSteps,
+                  "Rise linearly to --lr over the first N steps "
+                  "(lr * (s + 1) / N at 0-based step s)")
+      ->capture_default_str()
+      ->transform(intInRange(0));
+  app->add_option("--min-lr", o->minLr,
+                  "Where linear and cosine schedules end (at most --lr)")
+      ->capture_default_str()
+      ->transform(finiteAtLeast(0));
+  app->add_option("--log-file", o->logFile,
+                  "The loss rank writes one JSON object per step to FILE "
+                  "(step, loss, lr, grad_norm, samples, seconds, "
+                  "samples_per_second), flushed as each step ends")
+      ->check(pathOption());
+  app->add_option("--eval-data", o->evalData,
+                  "A validation set in --data's format: after the last step "
+                  "(and every --eval-every steps) the loss rank prints 'eval "
+                  "loss X at step N', the rows-weighted mean loss over the "
+                  "set with the stages in eval mode; every rank reads it")
+      ->check(pathOption());
+  app->add_option("--eval-every", o->evalEvery,
+                  "Evaluate --eval-data every K steps too (0: after the last "
+                  "step only)")
+      ->capture_default_str()
+      ->transform(intInRange(0));
+  app->add_flag("--dry-run", o->dryRun,
+                "Print the optimizer, clipping and every step's learning "
+                "rate, checked, and exit without training (needs no launch)");
   return {app, [o] { return runTrain(*o); }};
 }
 
