@@ -75,6 +75,15 @@ struct TrainOptions {
   /// With autoSchedule: leave out schedules that hold more microbatches'
   /// activations at once on some rank.
   std::optional<int> maxActivations;
+  // --- data parallel (#17)
+  /// D: the job's WORLD_SIZE ranks run D replicas of one pipeline of
+  /// WORLD_SIZE / D ranks (runtime/DataParallel.h gives the layout). Each
+  /// replica takes its slice of every batch (at::tensor_split into D along
+  /// dim 0), splits it into run.microbatches, weights each microbatch's loss
+  /// by its rows over the whole batch's, and each stage's gradients are
+  /// summed over its replicas before the optimizer step: a step equals one
+  /// on the whole batch. At least 1, dividing WORLD_SIZE.
+  int dataParallel = 1;
 };
 
 /// What one rank did in its last step, for --stats.
@@ -93,11 +102,18 @@ struct TrainStats {
   bool cacheWritten = false;
   /// The links the step's messages took, as RunStats::link.
   std::string link;
+  // --- data parallel (#17)
+  /// This rank's replica when the job has several (else -1, not printed).
+  int replica = -1;
+  /// Milliseconds the step spent in the gradients' all-reduce over the
+  /// replicas (with replicas only).
+  double allReduceMs = 0;
 
   /// "stats: rank=0 step=1 meta=inferred meta_messages_sent=2
   /// messages_sent=30 step_ms=12.500 peak_activations=0:4,2:3
   /// cache_written=1 link=shm blas=openblas:Cooperlake" (link= only when
-  /// the step sent messages).
+  /// the step sent messages; with replicas, " replica=D allreduce_ms=X"
+  /// follow).
   std::string line() const;
 };
 
@@ -126,6 +142,19 @@ public:
   /// output).
   int lossRank() const;
   int rank() const;
+  // --- data parallel (#17)
+  /// This rank's replica (0..replicas()-1) and the number of replicas
+  /// (TrainOptions::dataParallel): 0 and 1 without data parallelism.
+  /// rank() and lossRank() are ranks of this replica's pipeline; jobRank()
+  /// is this rank's RANK (replica() * pipeline ranks + rank()).
+  int replica() const;
+  int replicas() const;
+  int jobRank() const;
+  /// Lowercase hex SHA-256 of this rank's parameters (bytes in stage and
+  /// parameter order): equal on the replicas of a rank whose weights are
+  /// bitwise equal.
+  std::string weightsSha256() const;
+  // --- end data parallel
   /// The number of stages of the manifest (on every rank).
   int stageCount() const;
   /// How many inputs the model takes (loadTrainingData's `modelInputs`).
@@ -191,6 +220,8 @@ public:
 private:
   struct Impl;
   explicit Trainer(std::unique_ptr<Impl> impl);
+  /// save() over this rank's pipeline.
+  llvm::Error savePipeline(llvm::StringRef dir);
   std::unique_ptr<Impl> impl_;
 };
 

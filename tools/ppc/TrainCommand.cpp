@@ -39,6 +39,8 @@ struct TrainCommandOptions {
   int steps = 1, lossOutput = 0;
   double lr = 0.01, momentum = 0, weightDecay = 0;
   bool stats = false;
+  // --- data parallel (#17)
+  int dataParallel = 1;
 };
 
 /// Where rank `rank` writes its gradients under --save-grads DIR.
@@ -122,6 +124,8 @@ llvm::json::Value statsJSON(const TrainCommandOptions &o, const LaunchEnv &env,
                          {"schedule", o.schedule},
                          {"steps", std::move(records)},
                          {"seconds", meter.elapsedSeconds()}};
+  if (o.dataParallel > 1) // --- data parallel (#17)
+    out["data_parallel"] = o.dataParallel;
   if (std::optional<double> rate = meter.overallSamplesPerSecond())
     out["samples_per_second"] = *rate;
   if (std::optional<double> rate = meter.samplesPerSecond())
@@ -170,6 +174,7 @@ static llvm::Expected<int> runTrain(const TrainCommandOptions &o) {
   options.momentum = o.momentum;
   options.weightDecay = o.weightDecay;
   options.scheduleCSVPath = o.scheduleCSV;
+  options.dataParallel = o.dataParallel; // --- data parallel (#17)
   if (llvm::Error err = checkOutputPaths(o, options.run, env->rank))
     return err;
 
@@ -178,7 +183,7 @@ static llvm::Expected<int> runTrain(const TrainCommandOptions &o) {
     return trainer.takeError();
   Trainer &t = **trainer;
   bool quiet = o.flags.quiet;
-  if (!t.scheduleNote().empty() && t.rank() == 0 && !quiet)
+  if (!t.scheduleNote().empty() && t.jobRank() == 0 && !quiet)
     llvm::errs() << "note: " << t.scheduleNote() << "\n";
   if (o.flags.printSchedule) {
     t.printSchedule(llvm::outs());
@@ -200,8 +205,8 @@ static llvm::Expected<int> runTrain(const TrainCommandOptions &o) {
     return err;
   // The loss rank reports: the loss, the step's time, the rate and the
   // time left (RateMeter counts from the end of step 1, which infers
-  // shapes).
-  bool reports = t.rank() == t.lossRank();
+  // shapes). With replicas, replica 0's: the loss is the whole batch's.
+  bool reports = t.rank() == t.lossRank() && t.replica() == 0;
   std::vector<StepRecord> records;
   ProgressClock::time_point start = ProgressClock::now();
   RateMeter meter(start);
@@ -215,8 +220,9 @@ static llvm::Expected<int> runTrain(const TrainCommandOptions &o) {
       return loss.takeError();
     ProgressClock::time_point stepEnd = ProgressClock::now();
     // Once step 1 has run, so that a failure stays one line.
-    std::string note =
-        s == 1 && t.rank() == 0 ? o.flags.microbatchesNote(t.stageCount()) : "";
+    std::string note = s == 1 && t.jobRank() == 0
+                           ? o.flags.microbatchesNote(t.stageCount())
+                           : "";
     if (!note.empty())
       llvm::errs() << note << "\n";
     double seconds = std::chrono::duration<double>(stepEnd - stepStart).count();
@@ -229,28 +235,32 @@ static llvm::Expected<int> runTrain(const TrainCommandOptions &o) {
                    << "\n";
     }
     if (o.stats)
-      llvm::outs() << t.stats().line() << "\n";
+      llvm::outs() << t.stats().line()
+                   << (t.replicas() > 1 // --- data parallel (#17)
+                           ? " weights_sha=" + t.weightsSha256().substr(0, 16)
+                           : "")
+                   << "\n";
     llvm::outs().flush();
   }
   if (!o.gradsDir.empty()) {
-    std::string path = gradsPath(o.gradsDir, t.rank());
+    std::string path = gradsPath(o.gradsDir, t.jobRank());
     if (llvm::Error err = t.saveGradients(path))
       return err;
     if (!quiet)
-      llvm::errs() << "wrote " << path << " (the gradients of rank " << t.rank()
-                   << ")\n";
+      llvm::errs() << "wrote " << path << " (the gradients of rank "
+                   << t.jobRank() << ")\n";
   }
   if (!o.savePath.empty()) {
     if (llvm::Error err = t.save(o.savePath))
       return err;
-    if (t.rank() == 0 && !quiet)
+    if (t.jobRank() == 0 && !quiet)
       llvm::errs() << "wrote " << o.savePath << " (" << t.stageCount()
                    << " trained stages and their manifest, after " << o.steps
                    << (o.steps == 1 ? " step)\n" : " steps)\n");
   }
   if (llvm::Error err = t.finish())
     return err;
-  if (!o.flags.tracePath.empty() && t.rank() == 0 && !quiet)
+  if (!o.flags.tracePath.empty() && t.jobRank() == 0 && !quiet)
     llvm::errs() << "wrote " << o.flags.tracePath << " (the trace of "
                  << o.steps << (o.steps == 1 ? " step)\n" : " steps)\n");
   if (reports && !o.flags.statsJsonPath.empty())
@@ -343,6 +353,16 @@ Command addTrainCommand(CLI::App &parent) {
       ->check(pathOption());
   app->add_flag("--stats", o->stats,
                 "Print one 'stats: rank=R step=N ...' line per rank and step");
+  // --- data parallel (#17)
+  app->add_option("--data-parallel", o->dataParallel,
+                  "Run D replicas of the pipeline on the WORLD_SIZE ranks "
+                  "(D must divide it): pipeline d is ranks d*R..d*R+R-1 "
+                  "(R = WORLD_SIZE/D), each replica trains on its slice of "
+                  "every batch, and each stage's gradients are summed over "
+                  "its replicas before the update (docs/training.md)")
+      ->type_name("D")
+      ->capture_default_str()
+      ->transform(intInRange(1, 65536));
   return {app, [o] { return runTrain(*o); }};
 }
 
