@@ -78,7 +78,8 @@ llvm::Error Transport::named(llvm::Error err) const {
       std::move(err), [&](const LostRankError &lost) -> llvm::Error {
         int global = globalRank(lost.rank());
         // lostRank() wrote "lost rank R (DETAIL)": keep the detail.
-        llvm::StringRef text(lost.describe());
+        std::string message = lost.describe();
+        llvm::StringRef text(message);
         std::string prefix = "lost rank " + std::to_string(lost.rank()) + " ";
         if (!text.consume_front(prefix))
           return llvm::make_error<LostRankError>(global, text.str());
