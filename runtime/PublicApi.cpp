@@ -177,6 +177,7 @@ ppc::TrainOptions internalOptions(const TrainOptions &o) {
   out.scheduleCSVPath = o.scheduleCSVPath;
   out.autoSchedule = o.autoSchedule;
   out.maxActivations = o.maxActivations;
+  out.dataParallel = o.dataParallel; // --- data parallel (#17)
   return out;
 }
 } // namespace
@@ -191,6 +192,8 @@ std::string TrainStats::line() const {
   s.stepMs = stepMs;
   s.peakActivations = peakActivations;
   s.cacheWritten = cacheWritten;
+  s.replica = replica;
+  s.allReduceMs = allReduceMs;
   return s.line();
 }
 
@@ -205,6 +208,8 @@ bool Trainer::needsInputs() const { return impl_->needsInputs(); }
 bool Trainer::needsTargets() const { return impl_->needsTargets(); }
 int Trainer::lossRank() const { return impl_->lossRank(); }
 int Trainer::rank() const { return impl_->rank(); }
+int Trainer::replica() const { return impl_->replica(); }
+int Trainer::replicas() const { return impl_->replicas(); }
 size_t Trainer::modelInputCount() const { return impl_->modelInputCount(); }
 
 double Trainer::step(const std::vector<c10::IValue> &inputs,
@@ -234,6 +239,8 @@ TrainStats Trainer::stats() const {
   out.stepMs = s.stepMs;
   out.peakActivations = s.peakActivations;
   out.cacheWritten = s.cacheWritten;
+  out.replica = s.replica;
+  out.allReduceMs = s.allReduceMs;
   return out;
 }
 
