@@ -31,6 +31,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import PPC, free_port, main, rank_env  # noqa: E402
+from trace_format import assert_valid_trace  # noqa: E402
 from training import (STATS, read_grads, reference_dp, rel_diff, resolve,  # noqa: E402
                       split, stage_tensors, train, write_data)
 
@@ -120,8 +121,7 @@ class TrainDataParallelTest(unittest.TestCase):
             with self.subTest(schedule=schedule):
                 trace = self.path("trace.%s.json" % schedule)
                 self.check_mlp(4, schedule, trace=trace)
-                with open(trace) as f:
-                    events = json.load(f)["traceEvents"]
+                events = assert_valid_trace(self, trace)["traceEvents"]
                 complete = [e for e in events if e.get("ph") == "X"]
                 self.assertEqual({e["pid"] for e in complete}, {0, 1, 2, 3})
                 reduce_ranks = {e["pid"] for e in complete if e["name"] == "ALLREDUCE"}
