@@ -116,6 +116,16 @@ llvm::Error Trainer::Impl::sliceForReplica(std::vector<c10::IValue> &inputs,
       continue;
     if (llvm::Error err = slice(input.toTensor(), "batch"))
       return err;
+    // Every replica refuses alike: the smallest slice decides.
+    int64_t rows = input.toTensor().size(0), smallest = rows / replicas;
+    int microbatches = ctx->options().microbatches;
+    if (smallest < microbatches)
+      return makeError(
+          llvm::formatv("--microbatches {0} exceeds the smallest replica's "
+                        "slice of the batch ({1} of {2} rows over "
+                        "--data-parallel {3})",
+                        microbatches, smallest, rows, replicas)
+              .str());
     input = at::tensor_split(input.toTensor(), replicas)[replica];
   }
   if (weightRows > 0) {

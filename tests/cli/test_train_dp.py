@@ -153,6 +153,11 @@ class TrainDataParallelTest(unittest.TestCase):
                     "cross_entropy", "--data-parallel", 3)
         self.assertNotEqual(run.proc.returncode, 0)
         self.assertIn("error: --data-parallel 3 does not divide WORLD_SIZE 2", run.output)
+        run = train(2, split(self.tmp.name, "mlp", 2), self.mlp_data, "--loss",
+                    "cross_entropy", "--data-parallel", 2, "--microbatches", 3)
+        self.assertNotEqual(run.proc.returncode, 0)
+        self.assertIn("error: --microbatches 3 exceeds the smallest replica's slice of the "
+                      "batch (2 of 5 rows over --data-parallel 2)", run.output)
 
         # Rank 3 (replica 1, pipeline rank 1) dies mid-run: its pipeline peer
         # (rank 2) and its replica peer (rank 1) name it by its job rank.
