@@ -168,7 +168,11 @@ public:
   /// the batch's ("the target has 6 rows, the batch 8"); a target that does
   /// not fit the loss ("cannot compute the mse loss of microbatch 0: the
   /// output is float32[2,4], the target float32[2,3]; mse needs equal
-  /// shapes"); a NaN or infinite loss ("step 3: the loss is nan").
+  /// shapes"); a NaN or infinite loss ("step 3: the loss is nan"). With
+  /// replicas (TrainOptions::dataParallel), the loss returned is the whole
+  /// batch's (on every replica's lossRank()), and: a batch of fewer rows
+  /// than replicas; "--microbatches 3 exceeds the smallest replica's slice
+  /// of the batch (2 of 5 rows over --data-parallel 2)".
   llvm::Expected<double> step(const std::vector<c10::IValue> &inputs,
                               const at::Tensor &target);
 
@@ -195,9 +199,10 @@ public:
   /// (docs/outputs.md): rank 0 stages a directory beside `dir`, every rank
   /// writes its stages there, and rank 0 writes the manifest and switches
   /// the directory in only once every rank has written its part; on any
-  /// failure `dir` stays as it was. Every rank must call it. `ppc run`,
-  /// `ppc train` and `ppc join` read the result. Errors (on every rank, the
-  /// failing rank's own first): `dir` holds something the run reads
+  /// failure `dir` stays as it was. Every rank must call it (with
+  /// replicas, replica 0's ranks write and the others wait for them). `ppc
+  /// run`, `ppc train` and `ppc join` read the result. Errors (on every rank,
+  /// the failing rank's own first): `dir` holds something the run reads
   /// ("--save 'out' holds the manifest ('out/manifest.json'); refusing to
   /// overwrite it", OutputGuard); an existing non-empty `dir` that is not
   /// an earlier ppc output (checkEarlierOutput); a rank that cannot see the
