@@ -813,7 +813,10 @@ void Executor::record(const Action &a, int64_t startUs) {
     int from = sending ? plan.rank : a.peerRank;
     int to = sending ? a.peerRank : plan.rank;
     int64_t seq = messages[{channel, from, to}]++;
-    e.flowId = messageFlowId(channel, from, to, (step.runIndex << 24) + seq);
+    // Job ranks: with data-parallel replicas, pipelines' ranks repeat.
+    e.flowId = messageFlowId(channel, plan.transport->globalRank(from),
+                             plan.transport->globalRank(to),
+                             (step.runIndex << 24) + seq);
     e.flowOut = sending;
     e.durationUs = std::max<int64_t>(e.durationUs, 1);
     e.link =

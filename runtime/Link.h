@@ -145,6 +145,10 @@ struct LinkSetup {
   /// Which links may carry CPU tensors (the shared-memory link's factory
   /// reads it).
   LinkPolicy link = LinkPolicy::Auto;
+  /// The job's rank of each of the transport's ranks, when the transport
+  /// connects a group of the job (runtime/Rendezvous.h, RankGroup): the
+  /// transport's errors name those. Empty: ranks are the job's.
+  std::vector<int> globalRanks;
 };
 
 class Link {

@@ -184,6 +184,7 @@ ppc::TrainOptions internalOptions(const TrainOptions &o) {
   out.lrSchedule.warmupSteps = o.warmupSteps;
   out.lrSchedule.minLr = o.minLr;
   out.lrSchedule.steps = o.steps;
+  out.dataParallel = o.dataParallel; // --- data parallel (#17)
   return out;
 }
 } // namespace
@@ -198,6 +199,8 @@ std::string TrainStats::line() const {
   s.stepMs = stepMs;
   s.peakActivations = peakActivations;
   s.cacheWritten = cacheWritten;
+  s.replica = replica;
+  s.allReduceMs = allReduceMs;
   return s.line();
 }
 
@@ -212,6 +215,8 @@ bool Trainer::needsInputs() const { return impl_->needsInputs(); }
 bool Trainer::needsTargets() const { return impl_->needsTargets(); }
 int Trainer::lossRank() const { return impl_->lossRank(); }
 int Trainer::rank() const { return impl_->rank(); }
+int Trainer::replica() const { return impl_->replica(); }
+int Trainer::replicas() const { return impl_->replicas(); }
 size_t Trainer::modelInputCount() const { return impl_->modelInputCount(); }
 
 double Trainer::step(const std::vector<c10::IValue> &inputs,
@@ -254,6 +259,8 @@ TrainStats Trainer::stats() const {
   out.stepMs = s.stepMs;
   out.peakActivations = s.peakActivations;
   out.cacheWritten = s.cacheWritten;
+  out.replica = s.replica;
+  out.allReduceMs = s.allReduceMs;
   return out;
 }
 

@@ -13,6 +13,7 @@
 #include "lib/NumberRules.h"
 #include "runtime/Blas.h"
 #include "runtime/Collectives.h"
+#include "runtime/DataParallel.h"
 #include "runtime/Duration.h"
 #include "runtime/Rendezvous.h"
 #include "runtime/Threads.h"
@@ -56,17 +57,26 @@ llvm::Expected<DeviceKind> checkOptions(const RunOptions &options) {
 } // namespace
 
 llvm::Expected<std::unique_ptr<RankContext>>
-RankContext::create(llvm::StringRef manifestPath, const LaunchEnv &env,
-                    const RunOptions &options, const JobPlanner &planner) {
+RankContext::create(llvm::StringRef manifestPath, const LaunchEnv &jobEnv,
+                    const RunOptions &options, const JobPlanner &planner,
+                    int replicas) {
   auto device = checkOptions(options);
   if (!device)
     return device.takeError();
+  // --- data parallel (#17): everything below sees this rank's pipeline.
+  auto layout = DataParallelLayout::create(jobEnv.worldSize, replicas);
+  if (!layout)
+    return layout.takeError();
+  const LaunchEnv env = layout->pipelineEnv(jobEnv);
   // c10d and Gloo report through glog (or c10's own logger), which prints
   // ahead of ppc's own error line; unless asked for, only fatal messages
   // pass.
   compat::setTorchLogging(options.torchLogs);
   std::unique_ptr<RankContext> ctx(new RankContext());
   ctx->env_ = env;
+  ctx->jobEnv_ = jobEnv;
+  ctx->replica_ = layout->replicaOf(jobEnv.rank);
+  ctx->replicas_ = layout->replicas;
   ctx->options_ = options;
   ctx->manifestPath_ = manifestPath.str();
   ctx->deviceKind_ = *device;
@@ -110,7 +120,7 @@ RankContext::create(llvm::StringRef manifestPath, const LaunchEnv &env,
       makeExecutorPlan(ctx->manifest_, ctx->schedule_, env.rank, ctx->stages_,
                        *ctx->transport_, ctx->device_, ctx->loss_);
   if (!options.tracePath.empty())
-    ctx->trace_.emplace(env.rank);
+    ctx->trace_.emplace(jobEnv.rank);
   return ctx;
 }
 
@@ -127,11 +137,24 @@ llvm::Error RankContext::loadManifest() {
 
 /// Meets the other ranks and connects what the schedule's links need.
 llvm::Error RankContext::connect() {
-  auto transport = connectTransport(env_, deviceKind_, options_.timeout,
-                                    *linkPolicyNamed(options_.link));
-  if (!transport)
-    return transport.takeError();
-  transport_ = std::move(*transport);
+  LinkPolicy link = *linkPolicyNamed(options_.link);
+  if (replicas_ > 1) {
+    auto layout = DataParallelLayout::create(jobEnv_.worldSize, replicas_);
+    if (!layout)
+      return layout.takeError();
+    auto transports =
+        connectReplicas(jobEnv_, *layout, deviceKind_, options_.timeout, link);
+    if (!transports)
+      return transports.takeError();
+    transport_ = std::move(transports->pipeline);
+    replicaTransport_ = std::move(transports->replicas);
+  } else {
+    auto transport =
+        connectTransport(env_, deviceKind_, options_.timeout, link);
+    if (!transport)
+      return transport.takeError();
+    transport_ = std::move(*transport);
+  }
   transport_->setChannelCount(pipelineChannelCount(schedule_));
   // Every rank derives the same sorted list from the whole schedule.
   std::set<Transport::Route> routes;
@@ -215,11 +238,39 @@ llvm::Error RankContext::finish() {
                                       ranks, "the trace events"))
       return err;
     trace_.reset();
-    if (env_.rank == 0)
+    // --- data parallel (#17): each pipeline's rank 0 ships its pipeline's
+    // events (length-prefixed) to the job's rank 0, in replica order.
+    if (replicaTransport_ && env_.rank == 0) {
+      std::string mine;
+      for (const std::string &events : ranks)
+        mine += std::to_string(events.size()) + ":" + events;
+      std::vector<std::string> pipelines;
+      if (llvm::Error err = gatherBytes(*replicaTransport_, mine, 0, pipelines,
+                                        "the trace events"))
+        return err;
+      if (replica_ == 0) {
+        ranks.clear();
+        for (const std::string &pipeline : pipelines) {
+          llvm::StringRef rest(pipeline);
+          while (!rest.empty()) {
+            auto [size, tail] = rest.split(':');
+            size_t n = 0;
+            if (size.getAsInteger(10, n) || n > tail.size())
+              return makeError("a replica sent malformed trace events");
+            ranks.push_back(tail.take_front(n).str());
+            rest = tail.drop_front(n);
+          }
+        }
+      }
+    }
+    if (env_.rank == 0 && replica_ == 0)
       if (llvm::Error err = writeTraceFile(options_.tracePath, ranks))
         return err;
   }
-  return barrier(*transport_);
+  if (llvm::Error err = barrier(*transport_))
+    return err;
+  return replicaTransport_ ? barrier(*replicaTransport_)
+                           : llvm::Error::success();
 }
 
 c10::IValue valueOnDevice(const c10::IValue &value, c10::Device device) {

@@ -71,12 +71,32 @@ class RankContext {
 public:
   /// Creates the context of rank env.rank (the steps above). Errors:
   /// Pipeline::create's, and the planner's.
+  ///
+  /// With `replicas` > 1 the job's WORLD_SIZE ranks run that many replicas
+  /// of one pipeline (runtime/DataParallel.h): env(), rank(), transport()
+  /// and placement() are then this rank's pipeline's (ranks 0..R-1), and
+  /// replicaTransport() connects the rank's replica group. Errors, too:
+  /// DataParallelLayout::create()'s.
   static llvm::Expected<std::unique_ptr<RankContext>>
   create(llvm::StringRef manifestPath, const LaunchEnv &env,
-         const RunOptions &options, const JobPlanner &planner);
+         const RunOptions &options, const JobPlanner &planner,
+         int replicas = 1);
 
   const LaunchEnv &env() const { return env_; }
   int rank() const { return env_.rank; }
+  /// --- data parallel (#17)
+  /// The environment of the job (env() is the pipeline's), this rank's
+  /// replica (0..replicas-1), the number of replicas, and the transport
+  /// over this rank's replica group (null with one replica).
+  const LaunchEnv &jobEnv() const { return jobEnv_; }
+  int replica() const { return replica_; }
+  int replicas() const { return replicas_; }
+  Transport *replicaTransport() { return replicaTransport_.get(); }
+  /// The job's rank of pipeline rank `rank` of this rank's pipeline.
+  int jobRank(int rank) const { return transport_->globalRank(rank); }
+  /// The trace recorder when a trace is kept, else null.
+  TraceRecorder *trace() { return trace_ ? &*trace_ : nullptr; }
+  /// --- end data parallel
   const RunOptions &options() const { return options_; }
   const std::string &manifestPath() const { return manifestPath_; }
   const Manifest &manifest() const { return manifest_; }
@@ -118,7 +138,9 @@ public:
   void finishStep() { meta_->finish(); }
 
   /// Ships every rank's trace events to rank 0, which writes the trace
-  /// file (if one is kept), then waits until every rank gets here. Errors:
+  /// file (if one is kept), then waits until every rank gets here. With
+  /// replicas, the pipelines' rank 0 ship theirs on to the job's rank 0,
+  /// which writes one trace of every job rank (pid = job rank). Errors:
   /// "lost rank R (...)", the trace cannot be written.
   llvm::Error finish();
 
@@ -129,6 +151,10 @@ private:
   llvm::Error loadStages();
 
   LaunchEnv env_;
+  /// --- data parallel (#17): see jobEnv().
+  LaunchEnv jobEnv_;
+  int replica_ = 0, replicas_ = 1;
+  std::unique_ptr<Transport> replicaTransport_;
   RunOptions options_;
   std::string manifestPath_;
   Manifest manifest_;

@@ -481,6 +481,17 @@ llvm::Error checkCudaDevice(const LaunchEnv &env) {
 llvm::Expected<std::unique_ptr<Transport>>
 connectTransport(const LaunchEnv &env, DeviceKind device,
                  std::chrono::milliseconds timeout, LinkPolicy link) {
+  auto transports =
+      connectGroupTransports(env, device, timeout, link, {RankGroup{}});
+  if (!transports)
+    return transports.takeError();
+  return std::move(transports->front());
+}
+
+llvm::Expected<std::vector<std::unique_ptr<Transport>>>
+connectGroupTransports(const LaunchEnv &env, DeviceKind device,
+                       std::chrono::milliseconds timeout, LinkPolicy link,
+                       const std::vector<RankGroup> &groups) {
   std::string where = storeAddress(env);
   std::string failed = "rendezvous at " + where + " failed";
   if (device == DeviceKind::CUDA)
@@ -497,36 +508,62 @@ connectTransport(const LaunchEnv &env, DeviceKind device,
   if (!store)
     return store.takeError();
 
-  // Every rank has arrived; connecting the group gets a timeout of its own.
-  // The Gloo group exists on every device: with CUDA it carries the CPU
-  // messages, and NCCL groups are connected per channel on first use.
-  deadline = deadlineAfter(timeout);
-  auto groupSilent = [&] {
-    return Failure::other(
-        llvm::formatv("{0} (connecting the process group took over {1} s)",
-                      failed, secondsText(timeout)));
-  };
   auto glooDev = glooDevice(env, failed);
   if (!glooDev)
     return glooDev.takeError();
-  auto group = runBounded<c10::intrusive_ptr<compat::GlooGroup>>(
-      saturatingAdd(deadline, kGrace), groupSilent, failed,
-      [store = *store, env, timeout, dev = *glooDev] {
-        return compat::makeGlooGroup(store, env.rank, env.worldSize, timeout,
-                                     dev);
-      });
-  if (!group)
-    return group.takeError();
-  LinkSetup setup;
-  setup.rank = env.rank;
-  setup.worldSize = env.worldSize;
-  setup.localRank = env.localRank;
-  setup.timeout = timeout;
-  setup.device = device;
-  setup.store = *store;
-  setup.glooGroup = *group;
-  setup.link = link;
-  return Transport::create(setup);
+  std::vector<std::unique_ptr<Transport>> transports;
+  for (const RankGroup &group : groups) {
+    // The whole job (no ranks listed) keeps the store's own prefix; a group
+    // gets one below it, so that its process group and links meet only
+    // its own ranks.
+    int rank = env.rank, worldSize = env.worldSize;
+    c10::intrusive_ptr<c10d::Store> groupStore = *store;
+    if (!group.ranks.empty()) {
+      auto at = llvm::find(group.ranks, env.rank);
+      if (at == group.ranks.end())
+        return makeError(llvm::formatv("internal error: rank {0} is not in "
+                                       "rank group '{1}'",
+                                       env.rank, group.name)
+                             .str());
+      rank = static_cast<int>(at - group.ranks.begin());
+      worldSize = static_cast<int>(group.ranks.size());
+      groupStore = compat::makePrefixStore(group.name + "/", *store);
+    }
+    // Every rank has arrived; connecting the group gets a timeout of its
+    // own. The Gloo group exists on every device: with CUDA it carries the
+    // CPU messages, and NCCL groups are connected per channel on first use.
+    deadline = deadlineAfter(timeout);
+    auto groupSilent = [&] {
+      return Failure::other(
+          llvm::formatv("{0} (connecting the process group{1} took over "
+                        "{2} s)",
+                        failed, group.name.empty() ? "" : " of " + group.name,
+                        secondsText(timeout)));
+    };
+    auto glooGroup = runBounded<c10::intrusive_ptr<compat::GlooGroup>>(
+        saturatingAdd(deadline, kGrace), groupSilent, failed,
+        [groupStore, rank, worldSize, timeout, dev = *glooDev] {
+          return compat::makeGlooGroup(groupStore, rank, worldSize, timeout,
+                                       dev);
+        });
+    if (!glooGroup)
+      return glooGroup.takeError();
+    LinkSetup setup;
+    setup.rank = rank;
+    setup.worldSize = worldSize;
+    setup.localRank = env.localRank;
+    setup.timeout = timeout;
+    setup.device = device;
+    setup.store = groupStore;
+    setup.glooGroup = *glooGroup;
+    setup.link = link;
+    setup.globalRanks = group.ranks;
+    auto transport = Transport::create(setup);
+    if (!transport)
+      return transport.takeError();
+    transports.push_back(std::move(*transport));
+  }
+  return transports;
 }
 
 struct StoreHost::Impl {

@@ -19,6 +19,8 @@
 
 #include <chrono>
 #include <memory>
+#include <string>
+#include <vector>
 
 namespace ppc {
 
@@ -58,6 +60,29 @@ llvm::Expected<std::unique_ptr<Transport>>
 connectTransport(const LaunchEnv &env, DeviceKind device,
                  std::chrono::milliseconds timeout,
                  LinkPolicy link = LinkPolicy::Auto);
+
+/// Ranks of a job that get a transport of their own (data parallelism:
+/// one pipeline, or the replicas of one pipeline rank).
+struct RankGroup {
+  /// Names the group in the store (its keys live under it): unique among
+  /// the groups of a job, e.g. "pipeline1".
+  std::string name;
+  /// Its ranks in the job, ascending; the transport's rank i is ranks[i],
+  /// and its errors name ranks[i]. Empty: the whole job, as
+  /// connectTransport() meets it.
+  std::vector<int> ranks;
+};
+
+/// connectTransport() for several groups of ranks at once: one rendezvous
+/// of the whole job (steps 1-4), then, for each of `groups` in order (each
+/// holding env.rank; every rank passes groups of the same names, in an
+/// order that cannot deadlock: each group's ranks in one order), step 5 over
+/// the group's own prefix of the store: a Gloo group and links of its
+/// ranks only, each connect within `timeout`. Errors: connectTransport()'s.
+llvm::Expected<std::vector<std::unique_ptr<Transport>>>
+connectGroupTransports(const LaunchEnv &env, DeviceKind device,
+                       std::chrono::milliseconds timeout, LinkPolicy link,
+                       const std::vector<RankGroup> &groups);
 
 /// Checks that this rank can put its stages on cuda:LOCAL_RANK. Errors,
 /// each one line: this ppc's LibTorch has no CUDA; this ppc was built

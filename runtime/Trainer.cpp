@@ -19,6 +19,7 @@
 #include "runtime/Blas.h"
 #include "runtime/Checkpoint.h"
 #include "runtime/Collectives.h"
+#include "runtime/DataParallel.h"
 #include "runtime/Microbatch.h"
 #include "runtime/Optimizer.h"
 #include "runtime/RankContext.h"
@@ -58,7 +59,12 @@ std::string TrainStats::line() const {
                        cacheWritten ? 1 : 0)
              .str() +
          (link.empty() ? "" : " link=" + link) +
-         " blas=" + blasStatsName(loadedBlas());
+         " blas=" + blasStatsName(loadedBlas()) +
+         // --- data parallel (#17)
+         (replica < 0 ? std::string()
+                      : llvm::formatv(" replica={0} allreduce_ms={1:f3}",
+                                      replica, allReduceMs)
+                            .str());
 }
 
 /// The most bytes a schedule CSV may have.
@@ -109,7 +115,74 @@ struct Trainer::Impl {
   /// `path` (verified) onto this rank.
   llvm::Error loadCheckpoint(const std::string &path,
                              const CheckpointInfo &info);
+
+  // --- data parallel (#17)
+  /// The rows the loss weights divide by: the whole batch's, of which this
+  /// replica takes a slice; 0: the microbatches' own.
+  int64_t weightRows = 0;
+  /// This replica's slice of the batch's `inputs` and `target` (each
+  /// at::tensor_split into replicas along dim 0); sets weightRows.
+  llvm::Error sliceForReplica(std::vector<c10::IValue> &inputs,
+                              at::Tensor &target);
+  /// Sums each stage's gradients over its replicas; returns the time
+  /// taken in milliseconds.
+  llvm::Expected<double> allReduceReplicas();
 };
+
+llvm::Error Trainer::Impl::sliceForReplica(std::vector<c10::IValue> &inputs,
+                                           at::Tensor &target) {
+  const int replicas = ctx->replicas(), replica = ctx->replica();
+  weightRows = target.defined() && target.dim() > 0 ? target.size(0) : 0;
+  auto slice = [&](const at::Tensor &t, const char *what) -> llvm::Error {
+    if (t.size(0) < replicas)
+      return makeError(llvm::formatv("the {0} has {1} row{2}; --data-parallel "
+                                     "{3} needs at least one per replica",
+                                     what, t.size(0), t.size(0) == 1 ? "" : "s",
+                                     replicas)
+                           .str());
+    return llvm::Error::success();
+  };
+  for (c10::IValue &input : inputs) {
+    // Anything else is left to the microbatch split, which explains it.
+    if (!input.isTensor() || input.toTensor().dim() == 0)
+      continue;
+    if (llvm::Error err = slice(input.toTensor(), "batch"))
+      return err;
+    // Every replica refuses alike: the smallest slice decides.
+    int64_t rows = input.toTensor().size(0), smallest = rows / replicas;
+    int microbatches = ctx->options().microbatches;
+    if (smallest < microbatches)
+      return makeError(
+          llvm::formatv("--microbatches {0} exceeds the smallest replica's "
+                        "slice of the batch ({1} of {2} rows over "
+                        "--data-parallel {3})",
+                        microbatches, smallest, rows, replicas)
+              .str());
+    input = at::tensor_split(input.toTensor(), replicas)[replica];
+  }
+  if (weightRows > 0) {
+    if (llvm::Error err = slice(target, "target"))
+      return err;
+    target = at::tensor_split(target, replicas)[replica];
+  }
+  return llvm::Error::success();
+}
+
+llvm::Expected<double> Trainer::Impl::allReduceReplicas() {
+  auto start = std::chrono::steady_clock::now();
+  for (auto &[index, stage] : ctx->stages()) {
+    std::vector<at::Tensor> params;
+    for (const at::Tensor &t : stage.executable().parameters())
+      params.push_back(t);
+    if (llvm::Error err =
+            allReduceGradients(*ctx->replicaTransport(), params,
+                               kGradientBucketBytes, index, ctx->trace()))
+      return err;
+  }
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now() - start)
+      .count();
+}
 
 std::vector<at::Tensor> Trainer::Impl::parameters() {
   std::vector<at::Tensor> out;
@@ -169,8 +242,11 @@ llvm::Error Trainer::Impl::splitTarget(const at::Tensor &target,
     parts.push_back(sig.rows);
     rows += parts.back();
   }
+  // With replicas, over the whole batch's rows (weightRows).
+  const int64_t whole = weightRows > 0 ? weightRows : rows;
   for (int m = 0; m < count; ++m)
-    step.lossWeights.push_back(rows > 0 ? double(parts[m]) / double(rows) : 0);
+    step.lossWeights.push_back(whole > 0 ? double(parts[m]) / double(whole)
+                                         : 0);
   if (ctx->placement().rankOf(ctx->loss()->stage) != ctx->rank())
     return llvm::Error::success();
   if (!target.defined() || target.dim() == 0)
@@ -278,7 +354,8 @@ Trainer::create(llvm::StringRef manifestPath, const LaunchEnv &env,
       return schedule.takeError();
     return JobPlan{std::move(*schedule), loss};
   };
-  auto ctx = RankContext::create(manifestPath, env, options.run, planner);
+  auto ctx = RankContext::create(manifestPath, env, options.run, planner,
+                                 options.dataParallel);
   if (!ctx)
     return ctx.takeError();
   auto impl = std::make_unique<Impl>();
@@ -286,6 +363,8 @@ Trainer::create(llvm::StringRef manifestPath, const LaunchEnv &env,
   impl->options = options;
   impl->scheduleNote = std::move(scheduleNote);
   impl->stats.rank = env.rank;
+  if (impl->ctx->replicas() > 1)
+    impl->stats.replica = impl->ctx->replica();
   for (auto &[index, stage] : impl->ctx->stages()) {
     impl->savedTraining[index] = stage.executable().isTraining();
     stage.executable().setTraining(true);
@@ -302,6 +381,12 @@ int Trainer::lossRank() const {
   return impl_->ctx->placement().rankOf(impl_->ctx->loss()->stage);
 }
 int Trainer::rank() const { return impl_->ctx->rank(); }
+int Trainer::replica() const { return impl_->ctx->replica(); }
+int Trainer::replicas() const { return impl_->ctx->replicas(); }
+int Trainer::jobRank() const { return impl_->ctx->jobEnv().rank; }
+std::string Trainer::weightsSha256() const {
+  return tensorsSha256(impl_->parameters());
+}
 int Trainer::stageCount() const {
   return static_cast<int>(impl_->ctx->manifest().stages.size());
 }
@@ -330,14 +415,24 @@ llvm::Expected<double> Trainer::step(const std::vector<c10::IValue> &inputs,
     t.optimizer->zero_grad();
 
   ExecutorStep step;
+  // --- data parallel (#17): this replica's slice of the batch.
+  std::vector<c10::IValue> sliced;
+  at::Tensor slicedTarget = target;
+  if (ctx.replicas() > 1) {
+    sliced = inputs;
+    if (llvm::Error err = t.sliceForReplica(sliced, slicedTarget))
+      return err;
+  }
+  const std::vector<c10::IValue> &batch = ctx.replicas() > 1 ? sliced : inputs;
   // With --device cuda the batch and the target go where the stages are.
   c10::Device device = ctx.device();
-  auto onDevice = valuesOnDevice(inputs, device, "the inputs");
+  auto onDevice = valuesOnDevice(batch, device, "the inputs");
   if (!onDevice)
     return onDevice.takeError();
   auto targetOnDevice =
-      torchCall("cannot move the target to " + device.str(),
-                [&] { return target.defined() ? target.to(device) : target; });
+      torchCall("cannot move the target to " + device.str(), [&] {
+        return slicedTarget.defined() ? slicedTarget.to(device) : slicedTarget;
+      });
   if (!targetOnDevice)
     return targetOnDevice.takeError();
   if (llvm::Error err = ctx.prepare(*onDevice, step))
@@ -352,6 +447,21 @@ llvm::Expected<double> Trainer::step(const std::vector<c10::IValue> &inputs,
         llvm::formatv("step {0}: the loss is {1}", t.stats.step, done->loss));
   if (llvm::Error err = t.sumTiedGradients())
     return err;
+  // --- data parallel (#17): each stage's gradients summed over its
+  // replicas, and the loss over the loss ranks' replicas.
+  double loss = done->loss;
+  if (ctx.replicas() > 1) {
+    auto ms = t.allReduceReplicas();
+    if (!ms)
+      return ms.takeError();
+    t.stats.allReduceMs = *ms;
+    if (needsTargets()) {
+      auto sum = allReduceScalar(*ctx.replicaTransport(), loss, "the loss");
+      if (!sum)
+        return sum.takeError();
+      loss = *sum;
+    }
+  }
   auto updated =
       updateParameters(ctx, t.optimizer.get(), t.options, t.stats.step);
   if (!updated)
@@ -371,7 +481,7 @@ llvm::Expected<double> Trainer::step(const std::vector<c10::IValue> &inputs,
                      .count();
   StepRecord &record = t.lastStep;
   record.step = stats.step;
-  record.loss = needsTargets() ? done->loss : std::nan("");
+  record.loss = needsTargets() ? loss : std::nan("");
   record.lr = updated->lr;
   record.gradNorm = updated->gradNorm;
   record.samples = 0;
@@ -402,6 +512,8 @@ llvm::Expected<double> Trainer::evaluate(const std::vector<c10::IValue> &inputs,
       params[k].mutable_grad() = kept[k];
   });
   ExecutorStep step;
+  // Every replica evaluates the whole batch: weights over its own rows.
+  t.weightRows = 0;
   c10::Device device = ctx.device();
   auto onDevice = valuesOnDevice(inputs, device, "the evaluation inputs");
   if (!onDevice)
@@ -462,14 +574,14 @@ llvm::Error Trainer::checkSameData(llvm::StringRef digest) {
       if (first < 0)
         first = r;
       else if (digests[r] != digests[first])
-        verdict =
-            llvm::formatv(
-                "the training data on rank {0} differs from "
-                "the training data on rank {1} (sha256 {2} "
-                "vs {3}); every rank must read the same data",
-                r, first, printable(llvm::StringRef(digests[r]).take_front(12)),
-                printable(llvm::StringRef(digests[first]).take_front(12)))
-                .str();
+        verdict = llvm::formatv(
+                      "the training data on rank {0} differs from "
+                      "the training data on rank {1} (sha256 {2} "
+                      "vs {3}); every rank must read the same data",
+                      ctx.jobRank(r), ctx.jobRank(first),
+                      printable(llvm::StringRef(digests[r]).take_front(12)),
+                      printable(llvm::StringRef(digests[first]).take_front(12)))
+                      .str();
     }
   }
   if (llvm::Error err = broadcastBytes(ctx.transport(), verdict, 0,
@@ -477,6 +589,30 @@ llvm::Error Trainer::checkSameData(llvm::StringRef digest) {
     return err;
   if (!verdict.empty())
     return makeError(printable(verdict, 400));
+  // --- data parallel (#17): a pipeline rank's replicas read alike too.
+  if (Transport *replicas = ctx.replicaTransport()) {
+    std::vector<std::string> theirs;
+    if (llvm::Error err = gatherBytes(*replicas, digest.str(), 0, theirs,
+                                      "the training data's digest"))
+      return err;
+    if (ctx.replica() == 0)
+      for (size_t d = 1; d < theirs.size() && verdict.empty(); ++d)
+        if (theirs[d] != theirs[0])
+          verdict = llvm::formatv(
+                        "the training data on rank {0} differs from the "
+                        "training data on rank {1} (sha256 {2} vs {3}); "
+                        "every rank must read the same data",
+                        replicas->globalRank(static_cast<int>(d)),
+                        replicas->globalRank(0),
+                        printable(llvm::StringRef(theirs[d]).take_front(12)),
+                        printable(llvm::StringRef(theirs[0]).take_front(12)))
+                        .str();
+    if (llvm::Error err =
+            broadcastBytes(*replicas, verdict, 0, "the training data's check"))
+      return err;
+    if (!verdict.empty())
+      return makeError(printable(verdict, 400));
+  }
   return llvm::Error::success();
 }
 
@@ -503,6 +639,18 @@ struct WrittenPart {
 } // namespace
 
 llvm::Error Trainer::save(llvm::StringRef dir) {
+  // --- data parallel (#17): replica 0 saves; the other replicas wait for
+  // it, so that the job ends together.
+  Transport *replicas = impl_->ctx->replicaTransport();
+  if (!replicas)
+    return savePipeline(dir);
+  if (impl_->ctx->replica() == 0)
+    if (llvm::Error err = savePipeline(dir))
+      return err;
+  return barrier(*replicas);
+}
+
+llvm::Error Trainer::savePipeline(llvm::StringRef dir) {
   RankContext &ctx = *impl_->ctx;
   {
     OutputGuard guard;
@@ -716,6 +864,18 @@ Trainer::Impl::stageParameters(int stage) {
 }
 
 llvm::Error Trainer::saveCheckpoint(llvm::StringRef dir, int keep) {
+  // --- data parallel (#17): replica 0 writes the checkpoint (the replicas
+  // hold the same state); the other replicas wait for it, as for save().
+  Transport *replicas = impl_->ctx->replicaTransport();
+  if (!replicas)
+    return saveCheckpointOfPipeline(dir, keep);
+  if (impl_->ctx->replica() == 0)
+    if (llvm::Error err = saveCheckpointOfPipeline(dir, keep))
+      return err;
+  return barrier(*replicas);
+}
+
+llvm::Error Trainer::saveCheckpointOfPipeline(llvm::StringRef dir, int keep) {
   Impl &t = *impl_;
   RankContext &ctx = *t.ctx;
   const int step = t.stats.step;

@@ -88,6 +88,16 @@ struct TrainOptions {
   /// The learning rate of each step: lrSchedule.at(lr, step - 1), step the
   /// 1-based global step (its `steps` are the run's).
   LrSchedule lrSchedule;
+
+  // --- data parallel (#17)
+  /// D: the job's WORLD_SIZE ranks run D replicas of one pipeline of
+  /// WORLD_SIZE / D ranks (runtime/DataParallel.h gives the layout). Each
+  /// replica takes its slice of every batch (at::tensor_split into D along
+  /// dim 0), splits it into run.microbatches, weights each microbatch's loss
+  /// by its rows over the whole batch's, and each stage's gradients are
+  /// summed over its replicas before the optimizer step: a step equals one
+  /// on the whole batch. At least 1, dividing WORLD_SIZE.
+  int dataParallel = 1;
 };
 
 /// What the last step() did, on every rank (the loss on lossRank() only).
@@ -121,11 +131,18 @@ struct TrainStats {
   bool cacheWritten = false;
   /// The links the step's messages took, as RunStats::link.
   std::string link;
+  // --- data parallel (#17)
+  /// This rank's replica when the job has several (else -1, not printed).
+  int replica = -1;
+  /// Milliseconds the step spent in the gradients' all-reduce over the
+  /// replicas (with replicas only).
+  double allReduceMs = 0;
 
   /// "stats: rank=0 step=1 meta=inferred meta_messages_sent=2
   /// messages_sent=30 step_ms=12.500 peak_activations=0:4,2:3
   /// cache_written=1 link=shm blas=openblas:Cooperlake" (link= only when
-  /// the step sent messages).
+  /// the step sent messages; with replicas, " replica=D allreduce_ms=X"
+  /// follow).
   std::string line() const;
 };
 
@@ -155,6 +172,19 @@ public:
   /// output).
   int lossRank() const;
   int rank() const;
+  // --- data parallel (#17)
+  /// This rank's replica (0..replicas()-1) and the number of replicas
+  /// (TrainOptions::dataParallel): 0 and 1 without data parallelism.
+  /// rank() and lossRank() are ranks of this replica's pipeline; jobRank()
+  /// is this rank's RANK (replica() * pipeline ranks + rank()).
+  int replica() const;
+  int replicas() const;
+  int jobRank() const;
+  /// Lowercase hex SHA-256 of this rank's parameters (bytes in stage and
+  /// parameter order): equal on the replicas of a rank whose weights are
+  /// bitwise equal.
+  std::string weightsSha256() const;
+  // --- end data parallel
   /// The number of stages of the manifest (on every rank).
   int stageCount() const;
   /// How many inputs the model takes (loadTrainingData's `modelInputs`).
@@ -168,7 +198,11 @@ public:
   /// the batch's ("the target has 6 rows, the batch 8"); a target that does
   /// not fit the loss ("cannot compute the mse loss of microbatch 0: the
   /// output is float32[2,4], the target float32[2,3]; mse needs equal
-  /// shapes"); a NaN or infinite loss ("step 3: the loss is nan").
+  /// shapes"); a NaN or infinite loss ("step 3: the loss is nan"). With
+  /// replicas (TrainOptions::dataParallel), the loss returned is the whole
+  /// batch's (on every replica's lossRank()), and: a batch of fewer rows
+  /// than replicas; "--microbatches 3 exceeds the smallest replica's slice
+  /// of the batch (2 of 5 rows over --data-parallel 2)".
   llvm::Expected<double> step(const std::vector<c10::IValue> &inputs,
                               const at::Tensor &target);
 
@@ -204,9 +238,10 @@ public:
   /// (docs/outputs.md): rank 0 stages a directory beside `dir`, every rank
   /// writes its stages there, and rank 0 writes the manifest and switches
   /// the directory in only once every rank has written its part; on any
-  /// failure `dir` stays as it was. Every rank must call it. `ppc run`,
-  /// `ppc train` and `ppc join` read the result. Errors (on every rank, the
-  /// failing rank's own first): `dir` holds something the run reads
+  /// failure `dir` stays as it was. Every rank must call it (with
+  /// replicas, replica 0's ranks write and the others wait for them). `ppc
+  /// run`, `ppc train` and `ppc join` read the result. Errors (on every rank,
+  /// the failing rank's own first): `dir` holds something the run reads
   /// ("--save 'out' holds the manifest ('out/manifest.json'); refusing to
   /// overwrite it", OutputGuard); an existing non-empty `dir` that is not
   /// an earlier ppc output (checkEarlierOutput); a rank that cannot see the
@@ -254,6 +289,10 @@ public:
 private:
   struct Impl;
   explicit Trainer(std::unique_ptr<Impl> impl);
+  /// save() over this rank's pipeline.
+  llvm::Error savePipeline(llvm::StringRef dir);
+  /// saveCheckpoint() over this rank's pipeline.
+  llvm::Error saveCheckpointOfPipeline(llvm::StringRef dir, int keep);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -40,12 +40,14 @@ llvm::Expected<std::unique_ptr<Transport>>
 Transport::create(const LinkSetup &setup) {
   std::unique_ptr<Transport> t(
       new Transport(setup.rank, setup.worldSize, setup.timeout));
+  if (static_cast<int>(setup.globalRanks.size()) == setup.worldSize)
+    t->globalRanks_ = setup.globalRanks;
   for (const LinkKind &kind : kLinkKinds) {
     if (kind.role == LinkRole::Control && t->control_)
       continue;
     auto link = kind.make(setup);
     if (!link)
-      return link.takeError();
+      return t->named(link.takeError());
     if (!*link)
       continue;
     if (kind.role == LinkRole::Control) {
@@ -61,6 +63,29 @@ Transport::create(const LinkSetup &setup) {
     return makeError("internal error: no link connects rank " +
                      std::to_string(setup.rank) + " to its peers");
   return t;
+}
+
+int Transport::globalRank(int rank) const {
+  return rank >= 0 && rank < static_cast<int>(globalRanks_.size())
+             ? globalRanks_[rank]
+             : rank;
+}
+
+llvm::Error Transport::named(llvm::Error err) const {
+  if (globalRanks_.empty() || !err)
+    return err;
+  return llvm::handleErrors(
+      std::move(err), [&](const LostRankError &lost) -> llvm::Error {
+        int global = globalRank(lost.rank());
+        // lostRank() wrote "lost rank R (DETAIL)": keep the detail.
+        std::string message = lost.describe();
+        llvm::StringRef text(message);
+        std::string prefix = "lost rank " + std::to_string(lost.rank()) + " ";
+        if (!text.consume_front(prefix))
+          return llvm::make_error<LostRankError>(global, text.str());
+        return llvm::make_error<LostRankError>(
+            global, "lost rank " + std::to_string(global) + " " + text.str());
+      });
 }
 
 int Transport::payloadIndexFor(const at::Tensor &tensor, int peer) const {
@@ -120,7 +145,8 @@ llvm::Error Transport::send(const at::Tensor &tensor, int peer, int channel,
   if (!tag)
     return tag.takeError();
   ++messagesSent_;
-  return useLinkFor(tensor, peer).send(tensor, {peer, channel, *tag}, what);
+  return named(
+      useLinkFor(tensor, peer).send(tensor, {peer, channel, *tag}, what));
 }
 
 llvm::Error Transport::postRecv(const at::Tensor &tensor, int peer, int channel,
@@ -128,8 +154,8 @@ llvm::Error Transport::postRecv(const at::Tensor &tensor, int peer, int channel,
   auto tag = nextTag(false, peer, channel);
   if (!tag)
     return tag.takeError();
-  if (llvm::Error err =
-          linkFor(tensor, peer).postRecv(tensor, {peer, channel, *tag}, what))
+  if (llvm::Error err = named(
+          linkFor(tensor, peer).postRecv(tensor, {peer, channel, *tag}, what)))
     return err;
   posted_[{peer, channel}].push_back({*tag, tensor});
   return llvm::Error::success();
@@ -155,24 +181,25 @@ llvm::Error Transport::recv(at::Tensor &tensor, int peer, int channel,
       return next.takeError();
     tag = *next;
   }
-  return useLinkFor(tensor, peer).recv(tensor, {peer, channel, tag}, what);
+  return named(
+      useLinkFor(tensor, peer).recv(tensor, {peer, channel, tag}, what));
 }
 
 llvm::Error Transport::flushSends() {
   auto deadline = deadlineAfter(timeout_);
-  if (llvm::Error err = control_->flushSends(deadline))
+  if (llvm::Error err = named(control_->flushSends(deadline)))
     return err;
   for (const std::unique_ptr<Link> &link : payload_)
-    if (llvm::Error err = link->flushSends(deadline))
+    if (llvm::Error err = named(link->flushSends(deadline)))
       return err;
   return llvm::Error::success();
 }
 
 llvm::Error Transport::connectRoutes(const std::vector<Route> &routes) {
-  if (llvm::Error err = control_->connect(routes))
+  if (llvm::Error err = named(control_->connect(routes)))
     return err;
   for (const std::unique_ptr<Link> &link : payload_)
-    if (llvm::Error err = link->connect(routes))
+    if (llvm::Error err = named(link->connect(routes)))
       return err;
   return llvm::Error::success();
 }

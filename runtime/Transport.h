@@ -66,6 +66,10 @@ public:
 
   int rank() const { return rank_; }
   int worldSize() const { return worldSize_; }
+  /// The job's rank of transport rank `rank`: itself unless the transport
+  /// connects a group of the job (LinkSetup::globalRanks). Every
+  /// LostRankError of this transport names the job's rank.
+  int globalRank(int rank) const;
   std::chrono::milliseconds timeout() const { return timeout_; }
 
   /// Sets the number of channels (at least 1; channel 0 is the start-up
@@ -131,11 +135,15 @@ private:
   /// linkFor(), noting the link as used.
   Link &useLinkFor(const at::Tensor &tensor, int peer);
 
+  /// `err` with a LostRankError's transport rank replaced by the job's.
+  llvm::Error named(llvm::Error err) const;
+
   /// The next tag for messages to / from `peer` on `channel`.
   llvm::Expected<int> nextTag(bool sending, int peer, int channel);
 
   int rank_;
   int worldSize_;
+  std::vector<int> globalRanks_;
   std::chrono::milliseconds timeout_;
   int64_t messagesSent_ = 0;
   int channelCount_ = 1;

@@ -67,6 +67,14 @@ struct TrainOptions {
   int warmupSteps = 0;
   double minLr = 0;
   int steps = 1;
+
+  // --- data parallel (#17)
+  /// `ppc train --data-parallel`: the WORLD_SIZE ranks run this many
+  /// replicas of one pipeline (it must divide WORLD_SIZE; docs/training.md
+  /// gives the rank layout), each on its slice of every batch, with each
+  /// stage's gradients summed over its replicas: a step equals one on the
+  /// whole batch.
+  int dataParallel = 1;
 };
 
 /// What the last step() did, on every rank.
@@ -95,10 +103,16 @@ struct TrainStats {
   /// held at once.
   std::map<int, int> peakActivations;
   bool cacheWritten = false;
+  // --- data parallel (#17)
+  /// This rank's replica with dataParallel > 1 (else -1), and the
+  /// milliseconds its step spent in the gradients' all-reduce.
+  int replica = -1;
+  double allReduceMs = 0;
 
   /// "stats: rank=0 step=1 meta=inferred meta_messages_sent=2
   /// messages_sent=30 step_ms=12.500 peak_activations=0:4,2:3
-  /// cache_written=1".
+  /// cache_written=1" (with replicas, " replica=1 allreduce_ms=0.400"
+  /// follow).
   std::string line() const;
 };
 
@@ -121,6 +135,12 @@ public:
   /// The rank that computes the loss, and this process's rank.
   int lossRank() const;
   int rank() const;
+  // --- data parallel (#17)
+  /// This process's replica (0..replicas()-1) and the number of replicas;
+  /// with replicas, rank() and lossRank() are ranks of this replica's
+  /// pipeline (RANK = replica() * WORLD_SIZE / replicas() + rank()).
+  int replica() const;
+  int replicas() const;
   /// How many inputs the model takes (loadTrainingData's `modelInputs`).
   size_t modelInputCount() const;
 

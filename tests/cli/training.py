@@ -332,3 +332,38 @@ def reference_optim(name, inputs, target, steps, microbatches, loss, optimizer, 
         opt.step()
         sched.step()
     return losses, model, lrs, norms
+
+
+def reference_dp(name, inputs, target, steps, replicas, microbatches, loss, lr):
+    """reference() for `ppc train --data-parallel REPLICAS`: plain SGD on the
+    unsplit model with gradient accumulation over the microbatches of every
+    replica (the batch torch.tensor_split into REPLICAS slices, each split
+    into MICROBATCHES), each loss weighted by its rows over the whole batch's.
+    As the replicas do, each replica's microbatches accumulate on their own
+    and the replicas' sums are added in replica order. Returns (losses, model)."""
+    slices = [torch.tensor_split(x, replicas) for x in (*inputs, target)]
+    model = torch.jit.load(model_path(name))
+    model.train()
+    params = list(model.parameters())
+    opt = torch.optim.SGD(params, lr=lr)
+    fn = torch.nn.functional.mse_loss if loss == "mse" else torch.nn.functional.cross_entropy
+    losses = []
+    for _ in range(steps):
+        total, summed = 0.0, None
+        for d in range(replicas):
+            opt.zero_grad(set_to_none=True)
+            parts = [torch.tensor_split(per[d], microbatches) for per in slices]
+            for m in range(microbatches):
+                out = model(*[p[m] for p in parts[:-1]])
+                t = parts[-1][m]
+                value = fn(out, t.to(out.dtype) if loss == "mse" else t) * (
+                    t.shape[0] / target.shape[0])
+                value.backward()
+                total += value.item()
+            grads = [p.grad.clone() for p in params]
+            summed = grads if summed is None else [a.add_(b) for a, b in zip(summed, grads)]
+        for p, g in zip(params, summed):
+            p.grad = g
+        losses.append(total)
+        opt.step()
+    return losses, model

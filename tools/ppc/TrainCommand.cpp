@@ -53,6 +53,8 @@ struct TrainCommandOptions {
   std::string lrSchedule = "constant", logFile, evalData;
   int warmupSteps = 0, evalEvery = 0;
   bool dryRun = false;
+  // --- data parallel (#17)
+  int dataParallel = 1;
 };
 
 /// Where rank `rank` writes its gradients under --save-grads DIR.
@@ -141,6 +143,8 @@ llvm::json::Value statsJSON(const TrainCommandOptions &o, const LaunchEnv &env,
                          {"schedule", o.schedule},
                          {"steps", std::move(records)},
                          {"seconds", meter.elapsedSeconds()}};
+  if (o.dataParallel > 1) // --- data parallel (#17)
+    out["data_parallel"] = o.dataParallel;
   if (std::optional<double> rate = meter.overallSamplesPerSecond())
     out["samples_per_second"] = *rate;
   if (std::optional<double> rate = meter.samplesPerSecond())
@@ -243,6 +247,7 @@ static llvm::Expected<int> runTrain(const TrainCommandOptions &o) {
   options.scheduleCSVPath = o.scheduleCSV;
   if (o.evalEvery > 0 && o.evalData.empty())
     return makeError("--eval-every needs --eval-data");
+  options.dataParallel = o.dataParallel; // --- data parallel (#17)
   if (llvm::Error err = checkOutputPaths(o, options.run, env->rank))
     return err;
 
@@ -251,7 +256,7 @@ static llvm::Expected<int> runTrain(const TrainCommandOptions &o) {
     return trainer.takeError();
   Trainer &t = **trainer;
   bool quiet = o.flags.quiet;
-  if (!t.scheduleNote().empty() && t.rank() == 0 && !quiet)
+  if (!t.scheduleNote().empty() && t.jobRank() == 0 && !quiet)
     llvm::errs() << "note: " << t.scheduleNote() << "\n";
   if (o.flags.printSchedule) {
     t.printSchedule(llvm::outs());
@@ -304,8 +309,8 @@ static llvm::Expected<int> runTrain(const TrainCommandOptions &o) {
   }
   // The loss rank reports: the loss, the step's time, the rate and the
   // time left (RateMeter counts from the end of step 1, which infers
-  // shapes).
-  bool reports = t.rank() == t.lossRank();
+  // shapes). With replicas, replica 0's: the loss is the whole batch's.
+  bool reports = t.rank() == t.lossRank() && t.replica() == 0;
   std::unique_ptr<StepLog> log;
   if (reports && !o.logFile.empty()) {
     auto opened = StepLog::open(o.logFile);
@@ -327,7 +332,7 @@ static llvm::Expected<int> runTrain(const TrainCommandOptions &o) {
       return loss.takeError();
     ProgressClock::time_point stepEnd = ProgressClock::now();
     // Once step 1 has run, so that a failure stays one line.
-    std::string note = s == resumed + 1 && t.rank() == 0
+    std::string note = s == resumed + 1 && t.jobRank() == 0
                            ? o.flags.microbatchesNote(t.stageCount())
                            : "";
     if (!note.empty())
@@ -351,7 +356,11 @@ static llvm::Expected<int> runTrain(const TrainCommandOptions &o) {
                    << "\n";
     }
     if (o.stats)
-      llvm::outs() << t.stats().line() << "\n";
+      llvm::outs() << t.stats().line()
+                   << (t.replicas() > 1 // --- data parallel (#17)
+                           ? " weights_sha=" + t.weightsSha256().substr(0, 16)
+                           : "")
+                   << "\n";
     if (!evalData.empty() &&
         ((o.evalEvery > 0 && s % o.evalEvery == 0) || s == o.steps)) {
       auto evalLoss = evaluateSet(t, evalData);
@@ -366,31 +375,31 @@ static llvm::Expected<int> runTrain(const TrainCommandOptions &o) {
       }
     }
     llvm::outs().flush();
-    // [dp] at merge: the ranks of replica 0 only write checkpoints.
+    // Replica 0 writes checkpoints; the other replicas wait for it.
     if (!o.checkpointDir.empty() &&
         ((o.checkpointEvery > 0 && s % o.checkpointEvery == 0) || s == o.steps))
       if (llvm::Error err = writeCheckpoint(t, o))
         return err;
   }
   if (!o.gradsDir.empty()) {
-    std::string path = gradsPath(o.gradsDir, t.rank());
+    std::string path = gradsPath(o.gradsDir, t.jobRank());
     if (llvm::Error err = t.saveGradients(path))
       return err;
     if (!quiet)
-      llvm::errs() << "wrote " << path << " (the gradients of rank " << t.rank()
-                   << ")\n";
+      llvm::errs() << "wrote " << path << " (the gradients of rank "
+                   << t.jobRank() << ")\n";
   }
   if (!o.savePath.empty()) {
     if (llvm::Error err = t.save(o.savePath))
       return err;
-    if (t.rank() == 0 && !quiet)
+    if (t.jobRank() == 0 && !quiet)
       llvm::errs() << "wrote " << o.savePath << " (" << t.stageCount()
                    << " trained stages and their manifest, after " << o.steps
                    << (o.steps == 1 ? " step)\n" : " steps)\n");
   }
   if (llvm::Error err = t.finish())
     return err;
-  if (!o.flags.tracePath.empty() && t.rank() == 0 && !quiet)
+  if (!o.flags.tracePath.empty() && t.jobRank() == 0 && !quiet)
     llvm::errs() << "wrote " << o.flags.tracePath << " (the trace of "
                  << o.steps << (o.steps == 1 ? " step)\n" : " steps)\n");
   if (reports && !o.flags.statsJsonPath.empty())
@@ -559,6 +568,16 @@ Command addTrainCommand(CLI::App &parent) {
   app->add_flag("--dry-run", o->dryRun,
                 "Print the optimizer, clipping and every step's learning "
                 "rate, checked, and exit without training (needs no launch)");
+  // --- data parallel (#17)
+  app->add_option("--data-parallel", o->dataParallel,
+                  "Run D replicas of the pipeline on the WORLD_SIZE ranks "
+                  "(D must divide it): pipeline d is ranks d*R..d*R+R-1 "
+                  "(R = WORLD_SIZE/D), each replica trains on its slice of "
+                  "every batch, and each stage's gradients are summed over "
+                  "its replicas before the update (docs/training.md)")
+      ->type_name("D")
+      ->capture_default_str()
+      ->transform(intInRange(1, 65536));
   return {app, [o] { return runTrain(*o); }};
 }
 
