@@ -17,6 +17,7 @@
 #include "lib/TensorIO.h"
 #include "runtime/Blas.h"
 #include "runtime/Collectives.h"
+#include "runtime/MemoryMeter.h"
 #include "runtime/Microbatch.h"
 #include "runtime/RankContext.h"
 #include "runtime/Trace.h"
@@ -55,7 +56,8 @@ std::string TrainStats::line() const {
                        cacheWritten ? 1 : 0)
              .str() +
          (link.empty() ? "" : " link=" + link) +
-         " blas=" + blasStatsName(loadedBlas());
+         " blas=" + blasStatsName(loadedBlas()) +
+         (peakBytes < 0 ? "" : " peak_bytes=" + std::to_string(peakBytes));
 }
 
 /// The most bytes a schedule CSV may have.
@@ -252,6 +254,8 @@ Trainer::create(llvm::StringRef manifestPath, const LaunchEnv &env,
   impl->options = options;
   impl->scheduleNote = std::move(scheduleNote);
   impl->stats.rank = env.rank;
+  if (options.seed)
+    at::manual_seed(*options.seed + static_cast<uint64_t>(env.rank));
   for (auto &[index, stage] : impl->ctx->stages()) {
     impl->savedTraining[index] = stage.executable().isTraining();
     stage.executable().setTraining(true);
@@ -302,6 +306,8 @@ llvm::Expected<double> Trainer::step(const std::vector<c10::IValue> &inputs,
   ++t.stats.step;
   if (t.optimizer)
     t.optimizer->zero_grad();
+  const int64_t bytesBefore = MemoryMeter::current();
+  MemoryMeter::resetPeak();
 
   ExecutorStep step;
   // With --device cuda the batch and the target go where the stages are.
@@ -318,6 +324,7 @@ llvm::Expected<double> Trainer::step(const std::vector<c10::IValue> &inputs,
     return err;
   if (llvm::Error err = t.splitTarget(*targetOnDevice, step))
     return err;
+  step.recompute = t.options.recompute;
   auto done = ctx.execute(step);
   if (!done)
     return done.takeError();
@@ -340,6 +347,8 @@ llvm::Expected<double> Trainer::step(const std::vector<c10::IValue> &inputs,
   stats.link = ctx.transport().linksUsed();
   stats.peakActivations = done->peakActivations;
   stats.cacheWritten = ctx.meta().cacheWritten();
+  stats.peakBytes =
+      MemoryMeter::installed() ? MemoryMeter::peak() - bytesBefore : -1;
   stats.stepMs = std::chrono::duration<double, std::milli>(
                      std::chrono::steady_clock::now() - start)
                      .count();

@@ -75,6 +75,15 @@ struct TrainOptions {
   /// With autoSchedule: leave out schedules that hold more microbatches'
   /// activations at once on some rank.
   std::optional<int> maxActivations;
+  // --- bf16 and activation recompute (#17); the precision is
+  // run.precision.
+  /// Keep only each stage's inputs per microbatch in flight and recompute
+  /// its forward for the backward (Executor.h): the same losses and
+  /// gradients, bitwise, for less activation memory.
+  bool recompute = false;
+  /// Seed rank r's random generators (CPU and CUDA: dropout's masks) with
+  /// seed + r when set; unset, LibTorch seeds them nondeterministically.
+  std::optional<uint64_t> seed;
 };
 
 /// What one rank did in its last step, for --stats.
@@ -93,11 +102,16 @@ struct TrainStats {
   bool cacheWritten = false;
   /// The links the step's messages took, as RunStats::link.
   std::string link;
+  /// --- peak memory (#17): the most host bytes LibTorch held at once
+  /// during the step above what it held at the step's start
+  /// (runtime/MemoryMeter.h); -1 unless the meter is installed.
+  int64_t peakBytes = -1;
 
   /// "stats: rank=0 step=1 meta=inferred meta_messages_sent=2
   /// messages_sent=30 step_ms=12.500 peak_activations=0:4,2:3
-  /// cache_written=1 link=shm blas=openblas:Cooperlake" (link= only when
-  /// the step sent messages).
+  /// cache_written=1 link=shm blas=openblas:Cooperlake peak_bytes=81920"
+  /// (link= only when the step sent messages, peak_bytes= only when the
+  /// memory meter is installed).
   std::string line() const;
 };
 

@@ -247,3 +247,37 @@ def stage_tensors(manifest_dir):
         for key, value in module.state_dict().items():
             out.setdefault(key, []).append(value)
     return out
+
+
+def reference_bf16(name, inputs, target, steps, microbatches, loss, lr):
+    """reference() (SGD) with each microbatch's forward under
+    torch.autocast("cpu", dtype=torch.bfloat16), as `ppc train --precision
+    bf16` runs its stages: TorchScript's own autocast pass on (its default;
+    runtime/Precision.h says why), fp32 parameters and optimizer, the loss in fp32
+    of the output cast to float. Returns (losses, model)."""
+    model = torch.jit.load(model_path(name))
+    model.train()
+    opt = torch.optim.SGD(list(model.parameters()), lr=lr)
+    fn = torch.nn.functional.mse_loss if loss == "mse" else torch.nn.functional.cross_entropy
+    rows = target.shape[0]
+    parts = [torch.tensor_split(x, microbatches) for x in inputs]
+    targets = torch.tensor_split(target, microbatches)
+    old = torch._C._jit_set_autocast_mode(True)
+    losses = []
+    try:
+        for _ in range(steps):
+            opt.zero_grad()
+            total = 0.0
+            for m in range(microbatches):
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    out = model(*[p[m] for p in parts])
+                out = out.float()
+                t = targets[m].float() if loss == "mse" else targets[m]
+                value = fn(out, t) * (targets[m].shape[0] / rows)
+                value.backward()
+                total += value.item()
+            losses.append(total)
+            opt.step()
+    finally:
+        torch._C._jit_set_autocast_mode(old)
+    return losses, model

@@ -11,6 +11,8 @@
 #include "lib/FileUtil.h"
 #include "lib/OutputGuard.h"
 #include "runtime/Blas.h"
+#include "runtime/MemoryMeter.h"
+#include "runtime/Precision.h"
 #include "runtime/TrainData.h"
 #include "runtime/Trainer.h"
 #include "tools/ppc/OptionChecks.h"
@@ -39,6 +41,10 @@ struct TrainCommandOptions {
   int steps = 1, lossOutput = 0;
   double lr = 0.01, momentum = 0, weightDecay = 0;
   bool stats = false;
+  // --- bf16 and activation recompute (#17)
+  std::string precision = "fp32";
+  bool recompute = false;
+  std::optional<uint64_t> seed;
 };
 
 /// Where rank `rank` writes its gradients under --save-grads DIR.
@@ -101,6 +107,8 @@ struct StepRecord {
   int step;
   double loss, seconds;
   int64_t samples;
+  /// TrainStats::peakBytes (-1: not measured).
+  int64_t peakBytes = -1;
 };
 
 /// The --stats-json document of the loss rank (docs/training.md).
@@ -113,6 +121,8 @@ llvm::json::Value statsJSON(const TrainCommandOptions &o, const LaunchEnv &env,
         {"step", r.step}, {"loss", r.loss}, {"seconds", r.seconds}};
     if (r.samples >= 0)
       record["samples"] = r.samples;
+    if (r.peakBytes >= 0)
+      record["peak_bytes"] = r.peakBytes;
     records.push_back(std::move(record));
   }
   llvm::json::Object out{{"command", "train"},
@@ -170,6 +180,12 @@ static llvm::Expected<int> runTrain(const TrainCommandOptions &o) {
   options.momentum = o.momentum;
   options.weightDecay = o.weightDecay;
   options.scheduleCSVPath = o.scheduleCSV;
+  // --- bf16 and activation recompute (#17): the meter counts every step's
+  // peak host bytes (its cost is two atomic operations per allocation).
+  options.run.precision = *parsePrecision(o.precision); // validated
+  options.recompute = o.recompute;
+  options.seed = o.seed;
+  MemoryMeter::install();
   if (llvm::Error err = checkOutputPaths(o, options.run, env->rank))
     return err;
 
@@ -223,7 +239,7 @@ static llvm::Expected<int> runTrain(const TrainCommandOptions &o) {
     int64_t rows = samplesOf(batch.target);
     meter.record(s, rows, stepEnd);
     if (reports) {
-      records.push_back({s, *loss, seconds, rows});
+      records.push_back({s, *loss, seconds, rows, t.stats().peakBytes});
       llvm::outs() << "step " << s << " loss " << formatLoss(*loss)
                    << (quiet ? "" : stepTiming(seconds, meter, s, o.steps))
                    << "\n";
@@ -343,6 +359,20 @@ Command addTrainCommand(CLI::App &parent) {
       ->check(pathOption());
   app->add_flag("--stats", o->stats,
                 "Print one 'stats: rank=R step=N ...' line per rank and step");
+  // --- bf16 and activation recompute (#17)
+  app->add_option("--precision", o->precision,
+                  "fp32, or bf16: the stages' forwards under autocast to "
+                  "bfloat16 (fp32 weights, optimizer state and loss; bf16 "
+                  "boundary tensors)")
+      ->capture_default_str()
+      ->check(CLI::IsMember(names(kAllPrecisions, precisionName)));
+  app->add_flag("--recompute", o->recompute,
+                "Keep only each stage's inputs per microbatch in flight and "
+                "recompute its forward for the backward (same gradients, "
+                "less activation memory; --stats peak_bytes=)");
+  app->add_option("--seed", o->seed,
+                  "Seed rank R's random generators (dropout) with SEED + R; "
+                  "default: nondeterministic, as LibTorch's");
   return {app, [o] { return runTrain(*o); }};
 }
 
