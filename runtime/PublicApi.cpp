@@ -14,6 +14,7 @@
 #include "lib/TensorIO.h"
 #include "runtime/LaunchEnv.h"
 #include "runtime/LossKind.h"
+#include "runtime/MemoryMeter.h"
 #include "runtime/OptimizerKind.h"
 #include "runtime/Pipeline.h"
 #include "runtime/ScheduleKind.h"
@@ -177,6 +178,12 @@ ppc::TrainOptions internalOptions(const TrainOptions &o) {
   out.scheduleCSVPath = o.scheduleCSVPath;
   out.autoSchedule = o.autoSchedule;
   out.maxActivations = o.maxActivations;
+  out.run.precision =
+      kindOf(o.precision, kAllPrecisions, precisionName, "precision");
+  out.recompute = o.recompute;
+  out.seed = o.seed;
+  if (o.measureMemory)
+    MemoryMeter::install();
   return out;
 }
 } // namespace
@@ -191,6 +198,7 @@ std::string TrainStats::line() const {
   s.stepMs = stepMs;
   s.peakActivations = peakActivations;
   s.cacheWritten = cacheWritten;
+  s.peakBytes = peakBytes;
   return s.line();
 }
 
@@ -234,6 +242,7 @@ TrainStats Trainer::stats() const {
   out.stepMs = s.stepMs;
   out.peakActivations = s.peakActivations;
   out.cacheWritten = s.cacheWritten;
+  out.peakBytes = s.peakBytes;
   return out;
 }
 
