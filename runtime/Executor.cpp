@@ -7,6 +7,7 @@
 #include "runtime/Executor.h"
 
 #include "lib/Error.h"
+#include "lib/StageExecutable.h"
 #include "lib/ValueWalk.h"
 #include "runtime/Trace.h"
 #include "runtime/WirePack.h"
@@ -20,6 +21,8 @@
 #include <torch/nn/functional/loss.h>
 
 #include <cstdlib>
+#include <mutex>
+#include <optional>
 
 namespace ppc {
 
@@ -68,6 +71,12 @@ struct SavedForward {
   std::vector<c10::IValue> outputs;
   /// After I: the roots and their gradients, for W.
   std::vector<at::Tensor> roots, rootGrads;
+  /// Recompute: per input slot, the value the stage read (after its leaves
+  /// were cut, before the copy rule), and the device generator's state at
+  /// the start of the forward; `outputs` is empty until recomputed.
+  bool recompute = false;
+  std::vector<c10::IValue> inputs;
+  at::Tensor generatorState;
 };
 
 class Executor {
@@ -137,6 +146,9 @@ private:
   llvm::Error collectOutputs(const Action &a);
   llvm::Error backward(const Action &a, bool inputsOnly);
   llvm::Error backwardWeights(const Action &a);
+  /// Recompute: runs stage `s`'s forward of microbatch `m` again from the
+  /// inputs `f` kept, into f.outputs (see Executor.h).
+  llvm::Error recomputeForward(int s, int m, SavedForward &f);
   llvm::Error sendBackward(const Action &a);
   llvm::Error recvBackward(const Action &a);
   /// Calls `fn(output, tensor index, metadata)` for every tensor of edge
@@ -243,6 +255,7 @@ Executor::asLeaves(const c10::IValue &v, int m, int stage, int output,
 llvm::Error Executor::forward(const Action &a) {
   const int m = a.microbatch;
   const StageInfo &info = manifest.stages[a.stage];
+  const bool recomputing = training && step.recompute;
   std::vector<c10::IValue> args;
   SavedForward f;
   for (const StageInput &in : info.inputs) {
@@ -265,6 +278,8 @@ llvm::Error Executor::forward(const Action &a) {
         v = std::move(*cut);
       }
     }
+    if (recomputing)
+      f.inputs.push_back(v);
     // Training: a stage that writes an input in place writes a copy, never
     // the leaf its gradient is read from.
     auto arg = stageArgument(in, std::move(v), otherUses || training);
@@ -272,7 +287,22 @@ llvm::Error Executor::forward(const Action &a) {
       return arg.takeError();
     args.push_back(std::move(*arg));
   }
+  if (recomputing) {
+    auto state = torchCall("cannot read the random generator's state", [&] {
+      at::Generator gen = at::globalContext().defaultGenerator(plan.device);
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      return gen.get_state();
+    });
+    if (!state)
+      return state.takeError();
+    f.generatorState = std::move(*state);
+    f.recompute = true;
+  }
+  // With recompute the forward still builds its graph (so that the outputs'
+  // metadata says which carry a gradient, and both forwards run alike); the
+  // graph goes when the outputs are detached below.
   at::AutoGradMode gradMode(training);
+  AutocastGuard autocast(plan.precision, plan.device);
   auto outputs = plan.stages->at(a.stage).run(std::move(args));
   if (!outputs)
     return outputs.takeError();
@@ -293,10 +323,23 @@ llvm::Error Executor::forward(const Action &a) {
         return llvm::make_error<MetaMismatchError>(
             llvm::toString(std::move(err)));
     }
+    if (recomputing && isTensorKind(info.outputs[o].kind)) {
+      auto cut = torchCall("cannot detach a stage output", [&] {
+        std::vector<at::Tensor> tensors =
+            tensorsOf((*outputs)[o], info.outputs[o].kind);
+        for (at::Tensor &t : tensors)
+          t = t.detach();
+        return valueOfTensors(info.outputs[o].kind, std::move(tensors));
+      });
+      if (!cut)
+        return cut.takeError();
+      (*outputs)[o] = std::move(*cut);
+    }
     store(a.stage, out, m, (*outputs)[o]);
   }
   if (training) {
-    f.outputs = std::move(*outputs);
+    if (!recomputing)
+      f.outputs = std::move(*outputs);
     saved[{a.stage, m}] = std::move(f);
     int &peak = result.peakActivations[a.stage];
     peak = std::max(peak, ++live[a.stage]);
@@ -586,9 +629,14 @@ llvm::Expected<at::Tensor> Executor::lossOf(const SavedForward &f, int m) {
                                           TensorMeta::of(target).str())
                                 .str());
   return torchCall(what, [&] {
+    // In fp32 whatever precision the stage ran in (bf16: a bf16 output).
+    at::ScalarType type = output.scalar_type();
+    at::Tensor x = type == at::kBFloat16 || type == at::kHalf
+                       ? output.to(at::kFloat)
+                       : output;
     at::Tensor value = loss.kind == LossKind::MSE
-                           ? F::mse_loss(output, target.to(output.dtype()))
-                           : F::cross_entropy(output, target);
+                           ? F::mse_loss(x, target.to(x.dtype()))
+                           : F::cross_entropy(x, target);
     return value * step.lossWeights[m];
   });
 }
@@ -622,6 +670,9 @@ llvm::Error Executor::backward(const Action &a, bool inputsOnly) {
                          .str());
   SavedForward &f = it->second;
   const StageInfo &info = manifest.stages[s];
+  if (f.recompute)
+    if (llvm::Error err = recomputeForward(s, m, f))
+      return err;
   // The loss joins the stage's graph whatever the caller's grad mode.
   at::AutoGradMode gradMode(true);
   std::vector<at::Tensor> roots, rootGrads;
@@ -685,6 +736,66 @@ llvm::Error Executor::backward(const Action &a, bool inputsOnly) {
     saved.erase(it);
     --live[s];
   }
+  return llvm::Error::success();
+}
+
+llvm::Error Executor::recomputeForward(int s, int m, SavedForward &f) {
+  const StageInfo &info = manifest.stages[s];
+  std::vector<c10::IValue> args;
+  for (size_t i = 0; i < info.inputs.size(); ++i) {
+    auto arg = stageArgument(info.inputs[i], f.inputs[i], /*otherUses=*/true);
+    if (!arg)
+      return arg.takeError();
+    args.push_back(std::move(*arg));
+  }
+  StageExecutable &exe = plan.stages->at(s).executable();
+  std::string what =
+      llvm::formatv("cannot recompute stage {0} microbatch {1}", s, m);
+  // The buffers as they are now, put back after the recompute; the
+  // generator where the first forward found it, then back where it is.
+  std::vector<at::Tensor> buffers, kept;
+  at::Tensor generatorNow;
+  at::Generator gen;
+  if (llvm::Error err = torchCall(what, [&] {
+        at::NoGradGuard noGrad;
+        for (const NamedTensor &b : exe.namedBuffers())
+          if (b.value.defined()) {
+            buffers.push_back(b.value);
+            kept.push_back(b.value.clone());
+          }
+        gen = at::globalContext().defaultGenerator(plan.device);
+        std::lock_guard<std::mutex> lock(gen.mutex());
+        generatorNow = gen.get_state();
+        gen.set_state(f.generatorState);
+      }))
+    return err;
+  std::optional<llvm::Expected<std::vector<c10::IValue>>> ran;
+  {
+    at::AutoGradMode gradMode(true);
+    AutocastGuard autocast(plan.precision, plan.device);
+    ran.emplace(plan.stages->at(s).run(std::move(args)));
+  }
+  llvm::Expected<std::vector<c10::IValue>> &outputs = *ran;
+  llvm::Error restored = torchCall(what, [&] {
+    at::NoGradGuard noGrad;
+    // Through a view of their data with a version counter of its own: the
+    // recomputed graph may have saved a buffer (BatchNorm's running
+    // statistics) and must not see it as modified.
+    for (size_t k = 0; k < buffers.size(); ++k)
+      buffers[k].variable_data().copy_(kept[k]);
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(generatorNow);
+  });
+  if (!outputs) {
+    llvm::consumeError(std::move(restored));
+    return outputs.takeError();
+  }
+  if (restored)
+    return restored;
+  f.outputs = std::move(*outputs);
+  f.inputs.clear();
+  f.generatorState = at::Tensor();
+  f.recompute = false;
   return llvm::Error::success();
 }
 

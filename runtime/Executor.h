@@ -32,6 +32,19 @@
 //   SEND_B(e, m)  the consumer's gradients for edge e's values, as one
 //                 message (packed like SEND_F's).
 //   RECV_B(e, m)  the producer receives them and adds them to its own.
+// --recompute (ExecutorStep::recompute, training): F keeps only the stage's
+// inputs (its leaves, and the model inputs it read) and the generator state
+// it started from; its outputs are detached before they are stored or sent,
+// so its graph is freed at once. The first of B or I of that microbatch runs
+// the forward again with the same inputs, the same generator state (the same
+// dropout masks; the generator is put back where it was afterwards) and the
+// stage's buffers put back afterwards to their values before the recompute
+// (BatchNorm's running statistics move once per microbatch, as without
+// recompute), then runs the backward on the recomputed graph; the loss stage
+// computes its loss from the recomputed output. Every schedule's actions
+// allow it: I keeps the recomputed graph for W as it keeps the first one.
+// Each forward, recomputed or not, runs under ExecutorPlan::precision's
+// autocast (runtime/Precision.h).
 // Gradient messages need no metadata: a gradient has its value's forward
 // metadata, and only tensors whose forward metadata says requires_grad
 // (floating point, produced with a graph) carry one. Both sides of an edge
@@ -54,6 +67,7 @@
 #include "runtime/DeviceKind.h"
 #include "runtime/LossKind.h"
 #include "runtime/Microbatch.h"
+#include "runtime/Precision.h"
 #include "runtime/Schedule.h"
 #include "runtime/TensorMeta.h"
 #include "runtime/Transport.h"
@@ -105,6 +119,9 @@ struct ExecutorPlan {
   /// (runtime/WirePack.h). makeExecutorPlan() sets it unless PPC_COALESCE=0
   /// (one message per wire tensor, for measurement: docs/runtime.md).
   bool coalesce = true;
+  /// --- bf16 (#17): the precision every stage forward runs in; set by the
+  /// rank context from RunOptions::precision.
+  Precision precision = Precision::FP32;
 };
 
 /// The plan of rank `rank` running `schedule`: the given parts, and the
@@ -141,6 +158,9 @@ struct ExecutorStep {
   /// or the last microbatch when the final flush of the sends failed (a
   /// streaming window names its batch from it).
   int failedMicrobatch = -1;
+  /// --- recompute (#17): training keeps only each stage's inputs per
+  /// microbatch and recomputes its forward for the backward (see above).
+  bool recompute = false;
 };
 
 /// What one run of the executor produced on this rank.
@@ -155,7 +175,7 @@ struct ExecutorResult {
   /// Time from the start until this rank finished all of microbatch 0.
   double firstOutputMs = 0;
   /// Training: per stage of this rank, the most microbatches whose forward
-  /// graph was held at once.
+  /// graph (with recompute: whose inputs) was held at once.
   std::map<int, int> peakActivations;
 };
 

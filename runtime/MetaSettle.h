@@ -77,6 +77,9 @@ struct MetaScope {
   std::string inputMetaPath;
   /// Where warnings go.
   llvm::raw_ostream *warnings = nullptr;
+  /// --- bf16 (#17): appended to the layout in the meta cache key (" bf16"
+  /// under RunOptions::precision bf16, whose boundary dtypes differ).
+  std::string keyNote;
 };
 
 /// The lowest rank whose stages read model inputs, or -1 when no stage

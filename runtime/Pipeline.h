@@ -36,6 +36,7 @@
 
 #include "runtime/Duration.h"
 #include "runtime/LaunchEnv.h"
+#include "runtime/Precision.h"
 #include "runtime/ScheduleKind.h"
 
 #include "llvm/ADT/StringRef.h"
@@ -110,6 +111,13 @@ struct RunOptions {
   /// batch on its own, as run() does.
   int streamMicrobatches = kDefaultStreamMicrobatches;
   static constexpr int kDefaultStreamMicrobatches = 256;
+  // --- bf16 (#17)
+  /// The precision the stages' forwards run in (runtime/Precision.h): bf16
+  /// runs them under autocast to bfloat16 on the stages' device, so
+  /// boundary values are bf16 where autocast made them so. Part of the meta
+  /// cache key (bf16 boundary metadata is not fp32's). `ppc train
+  /// --precision`.
+  Precision precision = Precision::FP32;
 };
 
 /// The meta cache directory of a run with `options` of the manifest at

@@ -14,6 +14,7 @@
 #include "lib/TensorIO.h"
 #include "runtime/LaunchEnv.h"
 #include "runtime/LossKind.h"
+#include "runtime/MemoryMeter.h"
 #include "runtime/OptimizerKind.h"
 #include "runtime/Pipeline.h"
 #include "runtime/ScheduleKind.h"
@@ -185,6 +186,12 @@ ppc::TrainOptions internalOptions(const TrainOptions &o) {
   out.lrSchedule.minLr = o.minLr;
   out.lrSchedule.steps = o.steps;
   out.dataParallel = o.dataParallel; // --- data parallel (#17)
+  out.run.precision =
+      kindOf(o.precision, kAllPrecisions, precisionName, "precision");
+  out.recompute = o.recompute;
+  out.seed = o.seed;
+  if (o.measureMemory)
+    MemoryMeter::install();
   return out;
 }
 } // namespace
@@ -201,6 +208,7 @@ std::string TrainStats::line() const {
   s.cacheWritten = cacheWritten;
   s.replica = replica;
   s.allReduceMs = allReduceMs;
+  s.peakBytes = peakBytes;
   return s.line();
 }
 
@@ -261,6 +269,7 @@ TrainStats Trainer::stats() const {
   out.cacheWritten = s.cacheWritten;
   out.replica = s.replica;
   out.allReduceMs = s.allReduceMs;
+  out.peakBytes = s.peakBytes;
   return out;
 }
 
@@ -273,6 +282,7 @@ StepRecord Trainer::lastStep() const {
   out.gradNorm = s.gradNorm;
   out.samples = s.samples;
   out.seconds = s.seconds;
+  out.peakBytes = s.peakBytes;
   return out;
 }
 

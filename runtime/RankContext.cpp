@@ -114,11 +114,14 @@ RankContext::create(llvm::StringRef manifestPath, const LaunchEnv &jobEnv,
   scope.useCache = options.useMetaCache;
   scope.inputMetaPath = options.inputMetaPath;
   scope.warnings = &ctx->warnings();
+  if (options.precision != Precision::FP32)
+    scope.keyNote = " " + precisionName(options.precision).str();
   ctx->meta_ = std::make_unique<MetaSettler>(std::move(scope));
   // The executor's plan, once everything it points to is in place.
   ctx->executorPlan_ =
       makeExecutorPlan(ctx->manifest_, ctx->schedule_, env.rank, ctx->stages_,
                        *ctx->transport_, ctx->device_, ctx->loss_);
+  ctx->executorPlan_.precision = options.precision;
   if (!options.tracePath.empty())
     ctx->trace_.emplace(jobEnv.rank);
   return ctx;
@@ -213,6 +216,7 @@ RankContext::prepareWindow(std::vector<std::vector<c10::IValue>> microbatches,
       variant->schedule = std::move(*built);
       variant->plan = makeExecutorPlan(manifest_, variant->schedule, env_.rank,
                                        stages_, *transport_, device_, loss_);
+      variant->plan.precision = options_.precision;
     }
     current_ = &variant->plan;
   }

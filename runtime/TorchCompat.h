@@ -26,6 +26,13 @@
 //  - torch::optim::Optimizer::state() is keyed by the parameter's
 //    TensorImpl: by its address as a string in 1.13, by the pointer in 2.x
 //    (optimizerStateKey()).
+//  - Autocast (runtime/Precision.h): 1.13 has one switch and dtype per
+//    device (set_cpu_enabled, set_autocast_cpu_dtype; set_enabled,
+//    set_autocast_gpu_dtype for CUDA), 2.4 on takes the device type
+//    (set_autocast_enabled(device, on), set_autocast_dtype(device, dtype)).
+//  - c10::Allocator (runtime/MemoryMeter.h): 1.13's allocate() is const,
+//    2.3's is not and 2.3 adds the pure virtual copy_data(); an allocator
+//    derives from CountingAllocatorBase, which declares both.
 //  - The wheel's LibTorch has CUDA and NCCL: cmake/Torch.cmake then defines
 //    PPC_HAVE_CUDA and PPC_HAVE_NCCL for every file, and puts the wheel's
 //    nccl.h ahead of the CUDA toolkit's.
@@ -38,7 +45,9 @@
 #define USE_C10D_GLOO 1
 #endif
 
+#include <ATen/autocast_mode.h>
 #include <ATen/core/Tensor.h>
+#include <c10/core/Allocator.h>
 #include <c10/util/Logging.h>
 #include <c10/util/string_utils.h>
 #include <torch/csrc/api/include/torch/version.h>
@@ -202,6 +211,74 @@ inline auto optimizerStateKey(const at::Tensor &param) {
   return c10::guts::to_string(param.unsafeGetTensorImpl());
 #endif
 }
+
+/// Whether autocast uses 2.4's per-device-type API.
+#if TORCH_VERSION_MAJOR > 2 ||                                                 \
+    (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+#define PPC_AUTOCAST_BY_DEVICE 1
+#endif
+
+/// Whether autocast is on for `device` (kCPU or kCUDA) in this thread.
+inline bool autocastEnabled(c10::DeviceType device) {
+#ifdef PPC_AUTOCAST_BY_DEVICE
+  return at::autocast::is_autocast_enabled(device);
+#else
+  return device == c10::DeviceType::CPU ? at::autocast::is_cpu_enabled()
+                                        : at::autocast::is_enabled();
+#endif
+}
+
+/// Turns autocast on or off for `device` (kCPU or kCUDA) in this thread.
+inline void setAutocastEnabled(c10::DeviceType device, bool on) {
+#ifdef PPC_AUTOCAST_BY_DEVICE
+  at::autocast::set_autocast_enabled(device, on);
+#else
+  if (device == c10::DeviceType::CPU)
+    at::autocast::set_cpu_enabled(on);
+  else
+    at::autocast::set_enabled(on);
+#endif
+}
+
+/// The dtype autocast casts to on `device` (kCPU or kCUDA), thread-local.
+inline c10::ScalarType autocastDtype(c10::DeviceType device) {
+#ifdef PPC_AUTOCAST_BY_DEVICE
+  return at::autocast::get_autocast_dtype(device);
+#else
+  return device == c10::DeviceType::CPU
+             ? at::autocast::get_autocast_cpu_dtype()
+             : at::autocast::get_autocast_gpu_dtype();
+#endif
+}
+
+inline void setAutocastDtype(c10::DeviceType device, c10::ScalarType dtype) {
+#ifdef PPC_AUTOCAST_BY_DEVICE
+  at::autocast::set_autocast_dtype(device, dtype);
+#else
+  if (device == c10::DeviceType::CPU)
+    at::autocast::set_autocast_cpu_dtype(dtype);
+  else
+    at::autocast::set_autocast_gpu_dtype(dtype);
+#endif
+}
+
+/// A c10::Allocator whose allocate() is allocateBytes(), with the
+/// signature each LibTorch wants (const in 1.13, not from 2.3), and 2.3's
+/// copy_data() as a plain memcpy (host memory).
+class CountingAllocatorBase : public c10::Allocator {
+public:
+  virtual c10::DataPtr allocateBytes(size_t n) const = 0;
+#if TORCH_VERSION_MAJOR > 2 ||                                                 \
+    (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+  c10::DataPtr allocate(size_t n) override { return allocateBytes(n); }
+  void copy_data(void *dest, const void *src,
+                 std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+#else
+  c10::DataPtr allocate(size_t n) const override { return allocateBytes(n); }
+#endif
+};
 
 } // namespace ppc::compat
 

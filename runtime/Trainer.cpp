@@ -20,6 +20,7 @@
 #include "runtime/Checkpoint.h"
 #include "runtime/Collectives.h"
 #include "runtime/DataParallel.h"
+#include "runtime/MemoryMeter.h"
 #include "runtime/Microbatch.h"
 #include "runtime/Optimizer.h"
 #include "runtime/RankContext.h"
@@ -64,7 +65,8 @@ std::string TrainStats::line() const {
          (replica < 0 ? std::string()
                       : llvm::formatv(" replica={0} allreduce_ms={1:f3}",
                                       replica, allReduceMs)
-                            .str());
+                            .str()) +
+         (peakBytes < 0 ? "" : " peak_bytes=" + std::to_string(peakBytes));
 }
 
 /// The most bytes a schedule CSV may have.
@@ -365,6 +367,8 @@ Trainer::create(llvm::StringRef manifestPath, const LaunchEnv &env,
   impl->stats.rank = env.rank;
   if (impl->ctx->replicas() > 1)
     impl->stats.replica = impl->ctx->replica();
+  if (options.seed)
+    at::manual_seed(*options.seed + static_cast<uint64_t>(env.rank));
   for (auto &[index, stage] : impl->ctx->stages()) {
     impl->savedTraining[index] = stage.executable().isTraining();
     stage.executable().setTraining(true);
@@ -413,6 +417,8 @@ llvm::Expected<double> Trainer::step(const std::vector<c10::IValue> &inputs,
   ++t.stats.step;
   if (t.optimizer)
     t.optimizer->zero_grad();
+  const int64_t bytesBefore = MemoryMeter::current();
+  MemoryMeter::resetPeak();
 
   ExecutorStep step;
   // --- data parallel (#17): this replica's slice of the batch.
@@ -439,6 +445,7 @@ llvm::Expected<double> Trainer::step(const std::vector<c10::IValue> &inputs,
     return err;
   if (llvm::Error err = t.splitTarget(*targetOnDevice, step))
     return err;
+  step.recompute = t.options.recompute;
   auto done = ctx.execute(step);
   if (!done)
     return done.takeError();
@@ -476,6 +483,8 @@ llvm::Expected<double> Trainer::step(const std::vector<c10::IValue> &inputs,
   stats.link = ctx.transport().linksUsed();
   stats.peakActivations = done->peakActivations;
   stats.cacheWritten = ctx.meta().cacheWritten();
+  stats.peakBytes =
+      MemoryMeter::installed() ? MemoryMeter::peak() - bytesBefore : -1;
   stats.stepMs = std::chrono::duration<double, std::milli>(
                      std::chrono::steady_clock::now() - start)
                      .count();
@@ -488,6 +497,7 @@ llvm::Expected<double> Trainer::step(const std::vector<c10::IValue> &inputs,
   for (const Signature &sig : step.signatures)
     record.samples += sig.rows;
   record.seconds = stats.stepMs / 1000;
+  record.peakBytes = stats.peakBytes;
   return record.loss;
 }
 

@@ -98,6 +98,16 @@ struct TrainOptions {
   /// summed over its replicas before the optimizer step: a step equals one
   /// on the whole batch. At least 1, dividing WORLD_SIZE.
   int dataParallel = 1;
+
+  // --- bf16 and activation recompute (#17); the precision is
+  // run.precision.
+  /// Keep only each stage's inputs per microbatch in flight and recompute
+  /// its forward for the backward (Executor.h): the same losses and
+  /// gradients, bitwise, for less activation memory.
+  bool recompute = false;
+  /// Seed rank r's random generators (CPU and CUDA: dropout's masks) with
+  /// seed + r when set; unset, LibTorch seeds them nondeterministically.
+  std::optional<uint64_t> seed;
 };
 
 /// What the last step() did, on every rank (the loss on lossRank() only).
@@ -113,6 +123,8 @@ struct StepRecord {
   /// The batch's rows.
   int64_t samples = -1;
   double seconds = 0;
+  /// TrainStats::peakBytes of the step (-1: not measured).
+  int64_t peakBytes = -1;
 };
 
 /// What one rank did in its last step, for --stats.
@@ -138,11 +150,16 @@ struct TrainStats {
   /// replicas (with replicas only).
   double allReduceMs = 0;
 
+  /// --- peak memory (#17): the most host bytes LibTorch held at once
+  /// during the step above what it held at the step's start
+  /// (runtime/MemoryMeter.h); -1 unless the meter is installed.
+  int64_t peakBytes = -1;
+
   /// "stats: rank=0 step=1 meta=inferred meta_messages_sent=2
   /// messages_sent=30 step_ms=12.500 peak_activations=0:4,2:3
   /// cache_written=1 link=shm blas=openblas:Cooperlake" (link= only when
   /// the step sent messages; with replicas, " replica=D allreduce_ms=X"
-  /// follow).
+  /// follow; then " peak_bytes=81920" when the memory meter is installed).
   std::string line() const;
 };
 

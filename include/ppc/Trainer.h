@@ -16,6 +16,7 @@
 
 #include <ATen/core/ivalue.h>
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
@@ -75,6 +76,18 @@ struct TrainOptions {
   /// stage's gradients summed over its replicas: a step equals one on the
   /// whole batch.
   int dataParallel = 1;
+
+  // --- bf16 and activation recompute (#17), docs/training.md
+  /// "fp32" or "bf16" (the stages' forwards under autocast to bfloat16).
+  std::string precision = "fp32";
+  /// Keep only each stage's inputs per microbatch and recompute its forward
+  /// for the backward (bitwise the same gradients).
+  bool recompute = false;
+  /// Seed rank r's random generators with seed + r.
+  std::optional<uint64_t> seed;
+  /// Count the host memory LibTorch allocates, process-wide from now on
+  /// (TrainStats::peakBytes).
+  bool measureMemory = false;
 };
 
 /// What the last step() did, on every rank.
@@ -88,6 +101,9 @@ struct StepRecord {
   std::optional<double> gradNorm;
   int64_t samples = -1;
   double seconds = 0;
+  /// The most host bytes held at once in the step above its start, with
+  /// measureMemory; else -1.
+  int64_t peakBytes = -1;
 };
 
 /// What one rank did in its last step(), as `ppc train --stats` reports it.
@@ -109,10 +125,14 @@ struct TrainStats {
   int replica = -1;
   double allReduceMs = 0;
 
+  /// With TrainOptions::measureMemory: the most host bytes held at once in
+  /// the step above its start; else -1.
+  int64_t peakBytes = -1;
+
   /// "stats: rank=0 step=1 meta=inferred meta_messages_sent=2
   /// messages_sent=30 step_ms=12.500 peak_activations=0:4,2:3
   /// cache_written=1" (with replicas, " replica=1 allreduce_ms=0.400"
-  /// follow).
+  /// follow; then " peak_bytes=B" when measured).
   std::string line() const;
 };
 

@@ -12,7 +12,9 @@
 #include "lib/OutputGuard.h"
 #include "runtime/Blas.h"
 #include "runtime/Checkpoint.h"
+#include "runtime/MemoryMeter.h"
 #include "runtime/Optimizer.h"
+#include "runtime/Precision.h"
 #include "runtime/TrainData.h"
 #include "runtime/Trainer.h"
 #include "tools/ppc/OptionChecks.h"
@@ -55,6 +57,10 @@ struct TrainCommandOptions {
   bool dryRun = false;
   // --- data parallel (#17)
   int dataParallel = 1;
+  // --- bf16 and activation recompute (#17)
+  std::string precision = "fp32";
+  bool recompute = false;
+  std::optional<uint64_t> seed;
 };
 
 /// Where rank `rank` writes its gradients under --save-grads DIR.
@@ -134,6 +140,8 @@ llvm::json::Value statsJSON(const TrainCommandOptions &o, const LaunchEnv &env,
         {"step", r.step}, {"loss", r.loss}, {"seconds", r.seconds}};
     if (r.samples >= 0)
       record["samples"] = r.samples;
+    if (r.peakBytes >= 0)
+      record["peak_bytes"] = r.peakBytes;
     records.push_back(std::move(record));
   }
   llvm::json::Object out{{"command", "train"},
@@ -248,6 +256,12 @@ static llvm::Expected<int> runTrain(const TrainCommandOptions &o) {
   if (o.evalEvery > 0 && o.evalData.empty())
     return makeError("--eval-every needs --eval-data");
   options.dataParallel = o.dataParallel; // --- data parallel (#17)
+  // --- bf16 and activation recompute (#17): the meter counts every step's
+  // peak host bytes (its cost is two atomic operations per allocation).
+  options.run.precision = *parsePrecision(o.precision); // validated
+  options.recompute = o.recompute;
+  options.seed = o.seed;
+  MemoryMeter::install();
   if (llvm::Error err = checkOutputPaths(o, options.run, env->rank))
     return err;
 
@@ -578,6 +592,20 @@ Command addTrainCommand(CLI::App &parent) {
       ->type_name("D")
       ->capture_default_str()
       ->transform(intInRange(1, 65536));
+  // --- bf16 and activation recompute (#17)
+  app->add_option("--precision", o->precision,
+                  "fp32, or bf16: the stages' forwards under autocast to "
+                  "bfloat16 (fp32 weights, optimizer state and loss; bf16 "
+                  "boundary tensors)")
+      ->capture_default_str()
+      ->check(CLI::IsMember(names(kAllPrecisions, precisionName)));
+  app->add_flag("--recompute", o->recompute,
+                "Keep only each stage's inputs per microbatch in flight and "
+                "recompute its forward for the backward (same gradients, "
+                "less activation memory; --stats peak_bytes=)");
+  app->add_option("--seed", o->seed,
+                  "Seed rank R's random generators (dropout) with SEED + R; "
+                  "default: nondeterministic, as LibTorch's");
   return {app, [o] { return runTrain(*o); }};
 }
 
