@@ -158,6 +158,34 @@ class CheckpointTest(unittest.TestCase):
             self.assertAlmostEqual(float(more[s]), float(self.adam_full[s]),
                                    delta=1e-6 * abs(float(self.adam_full[s])))
 
+    def test_adamw_and_replicas_resume_bitwise(self):
+        # AdamW (its state has a class of its own in LibTorch), and two
+        # data-parallel replicas, each holding both stages on one rank, of
+        # which replica 0 writes the checkpoints and both resume from them.
+        for name, opts in (("adamw", ["--optimizer", "adamw"]),
+                           ("replicas", ["--data-parallel", "2", "--momentum", "0.9"])):
+            with self.subTest(name):
+                opts = [*opts, "--lr", "0.01", "--microbatches", "2"]
+                ck = os.path.join(self.dir, "ck-" + name)
+                full = self.ok(self.train(4, *opts, "--checkpoint-dir", ck,
+                                          "--checkpoint-every", "2"))
+                self.assertEqual(sorted(full), [1, 2, 3, 4])
+                self.assertEqual(steps_in(ck), ["step-00000002", "step-00000004"])
+                info = self.verify(os.path.join(ck, "step-00000002"))
+                state = torch.load(os.path.join(ck, "step-00000002", "optim.stage0.pt"))
+                if name == "adamw":
+                    self.assertEqual(info["optimizer"]["kind"], "adamw")
+                    self.assertEqual({k.split("#")[1] for k in state},
+                                     {"step", "exp_avg", "exp_avg_sq"})
+                    self.assertEqual(int(state["layers.0.0.weight#step"]), 2)
+                else:
+                    self.assertEqual(info["world_size"], 1)  # one pipeline's ranks
+                    self.assertTrue(state and all(k.endswith("#momentum_buffer")
+                                                  for k in state))
+                shutil.rmtree(os.path.join(ck, "step-00000004"))
+                resumed = self.ok(self.train(4, *opts, "--resume", ck))
+                self.assertEqual(resumed, {s: full[s] for s in (3, 4)})
+
     def test_refusals(self):
         ck = os.path.join(self.dir, "ck")
         self.ok(self.train(4, "--checkpoint-dir", ck, "--checkpoint-every", "2", "--keep", "5"))
