@@ -473,8 +473,10 @@ setOptimizerState(torch::optim::Optimizer &optimizer, OptimizerKind kind,
   }
   return torchCall("cannot set the optimizer state from " + what, [&] {
     auto &out = optimizer.state();
-    for (auto &[path, f] : fields) {
-      const at::Tensor &param = byPath.at(path);
+    for (auto &entry : fields) {
+      // Named copies: lambdas cannot capture structured bindings in C++17.
+      const std::map<std::string, at::Tensor> &f = entry.second;
+      const at::Tensor &param = byPath.at(entry.first);
       auto onDevice = [&](const char *name) {
         auto it = f.find(name);
         return it == f.end() ? at::Tensor()

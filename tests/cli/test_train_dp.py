@@ -37,9 +37,9 @@ from training import (STATS, read_grads, reference_dp, rel_diff, resolve,  # noq
 
 LOSS_TOL = 1e-5
 GRAD_TOL = 1e-5
-# " ... replica=D allreduce_ms=X weights_sha=HEX" after the stats line.
+# " ... replica=D allreduce_ms=X [peak_bytes=B] weights_sha=HEX" in the stats line.
 DP_STATS = re.compile(r"stats: rank=(\d+) step=(\d+) .* replica=(\d+) "
-                      r"allreduce_ms=([\d.]+) weights_sha=([0-9a-f]{16})")
+                      r"allreduce_ms=([\d.]+) (?:peak_bytes=\d+ )?weights_sha=([0-9a-f]{16})")
 
 
 class TrainDataParallelTest(unittest.TestCase):

@@ -309,17 +309,6 @@ def reference_optim(name, inputs, target, steps, microbatches, loss, optimizer, 
         opt = LibTorchAdam(params, lr=lr, weight_decay=weight_decay or 0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: schedule_lr(s, lr, steps, schedule, warmup, min_lr) / lr)
-
-
-def reference_bf16(name, inputs, target, steps, microbatches, loss, lr):
-    """reference() (SGD) with each microbatch's forward under
-    torch.autocast("cpu", dtype=torch.bfloat16), as `ppc train --precision
-    bf16` runs its stages: TorchScript's own autocast pass on (its default;
-    runtime/Precision.h says why), fp32 parameters and optimizer, the loss in fp32
-    of the output cast to float. Returns (losses, model)."""
-    model = torch.jit.load(model_path(name))
-    model.train()
-    opt = torch.optim.SGD(list(model.parameters()), lr=lr)
     fn = torch.nn.functional.mse_loss if loss == "mse" else torch.nn.functional.cross_entropy
     rows = target.shape[0]
     parts = [torch.tensor_split(x, microbatches) for x in inputs]
@@ -377,8 +366,22 @@ def reference_dp(name, inputs, target, steps, replicas, microbatches, loss, lr):
             p.grad = g
         losses.append(total)
         opt.step()
+    return losses, model
 
 
+def reference_bf16(name, inputs, target, steps, microbatches, loss, lr):
+    """reference() (SGD) with each microbatch's forward under
+    torch.autocast("cpu", dtype=torch.bfloat16), as `ppc train --precision
+    bf16` runs its stages: TorchScript's own autocast pass on (its default;
+    runtime/Precision.h says why), fp32 parameters and optimizer, the loss in fp32
+    of the output cast to float. Returns (losses, model)."""
+    model = torch.jit.load(model_path(name))
+    model.train()
+    opt = torch.optim.SGD(list(model.parameters()), lr=lr)
+    fn = torch.nn.functional.mse_loss if loss == "mse" else torch.nn.functional.cross_entropy
+    rows = target.shape[0]
+    parts = [torch.tensor_split(x, microbatches) for x in inputs]
+    targets = torch.tensor_split(target, microbatches)
     old = torch._C._jit_set_autocast_mode(True)
     losses = []
     try:
