@@ -112,6 +112,15 @@ std::vector<GradientBucket> planBuckets(const std::vector<at::Tensor> &tensors,
   return buckets;
 }
 
+/// The ranks 0 .. N-1 of `transport`, the set of an all-reduce over all of
+/// them.
+static std::vector<int> everyRank(const Transport &transport) {
+  std::vector<int> ranks;
+  for (int r = 0; r < transport.worldSize(); ++r)
+    ranks.push_back(r);
+  return ranks;
+}
+
 llvm::Error allReduceGradients(Transport &replicas,
                                const std::vector<at::Tensor> &params,
                                int64_t bucketBytes, int stage,
@@ -120,9 +129,7 @@ llvm::Error allReduceGradients(Transport &replicas,
   grads.reserve(params.size());
   for (const at::Tensor &p : params)
     grads.push_back(p.grad());
-  std::vector<int> group;
-  for (int d = 0; d < replicas.worldSize(); ++d)
-    group.push_back(d);
+  const std::vector<int> group = everyRank(replicas);
   std::vector<GradientBucket> buckets = planBuckets(grads, bucketBytes);
   for (size_t b = 0; b < buckets.size(); ++b) {
     const GradientBucket &bucket = buckets[b];
@@ -160,9 +167,7 @@ llvm::Error allReduceGradients(Transport &replicas,
 
 llvm::Expected<double> allReduceScalar(Transport &replicas, double value,
                                        const llvm::Twine &what) {
-  std::vector<int> group;
-  for (int d = 0; d < replicas.worldSize(); ++d)
-    group.push_back(d);
+  const std::vector<int> group = everyRank(replicas);
   at::Tensor t = at::full({1}, value, at::kDouble);
   if (llvm::Error err = allReduceSum(replicas, t, group, 0, what))
     return err;

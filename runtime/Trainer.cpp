@@ -26,6 +26,7 @@
 #include "runtime/RankContext.h"
 #include "runtime/Trace.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
@@ -648,16 +649,22 @@ struct WrittenPart {
 };
 } // namespace
 
-llvm::Error Trainer::save(llvm::StringRef dir) {
-  // --- data parallel (#17): replica 0 saves; the other replicas wait for
-  // it, so that the job ends together.
-  Transport *replicas = impl_->ctx->replicaTransport();
+/// --- data parallel (#17): runs `write` on the ranks of replica 0 (the
+/// replicas hold the same state); the other replicas wait for it, so that
+/// the job ends together. Without replicas, just `write`.
+static llvm::Error onReplicaZero(RankContext &ctx,
+                                 llvm::function_ref<llvm::Error()> write) {
+  Transport *replicas = ctx.replicaTransport();
   if (!replicas)
-    return savePipeline(dir);
-  if (impl_->ctx->replica() == 0)
-    if (llvm::Error err = savePipeline(dir))
+    return write();
+  if (ctx.replica() == 0)
+    if (llvm::Error err = write())
       return err;
   return barrier(*replicas);
+}
+
+llvm::Error Trainer::save(llvm::StringRef dir) {
+  return onReplicaZero(*impl_->ctx, [&] { return savePipeline(dir); });
 }
 
 llvm::Error Trainer::savePipeline(llvm::StringRef dir) {
@@ -874,15 +881,8 @@ Trainer::Impl::stageParameters(int stage) {
 }
 
 llvm::Error Trainer::saveCheckpoint(llvm::StringRef dir, int keep) {
-  // --- data parallel (#17): replica 0 writes the checkpoint (the replicas
-  // hold the same state); the other replicas wait for it, as for save().
-  Transport *replicas = impl_->ctx->replicaTransport();
-  if (!replicas)
-    return saveCheckpointOfPipeline(dir, keep);
-  if (impl_->ctx->replica() == 0)
-    if (llvm::Error err = saveCheckpointOfPipeline(dir, keep))
-      return err;
-  return barrier(*replicas);
+  return onReplicaZero(*impl_->ctx,
+                       [&] { return saveCheckpointOfPipeline(dir, keep); });
 }
 
 llvm::Error Trainer::saveCheckpointOfPipeline(llvm::StringRef dir, int keep) {
