@@ -110,6 +110,38 @@ class LibTorchAdam(torch.optim.Optimizer):
                 p.addcdiv_(state["exp_avg"], denom, value=-group["lr"] / correction1)
 
 
+def accumulate(model, loss, parts, targets, rows, loss_output=0, reverse_backward=False,
+               autocast=False):
+    """One step's forwards and backwards over the microbatches PARTS (per
+    model input, a tuple of microbatches) and TARGETS, each loss weighted by
+    its rows over ROWS; returns the sum of the weighted losses. With
+    autocast, each forward runs under torch.autocast("cpu", bfloat16) and the
+    loss is computed on the output cast to float."""
+    fn = torch.nn.functional.mse_loss if loss == "mse" else torch.nn.functional.cross_entropy
+    total = 0.0
+    pending = []
+    for m in range(len(targets)):
+        if autocast:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                out = model(*[p[m] for p in parts])
+        else:
+            out = model(*[p[m] for p in parts])
+        if isinstance(out, tuple):
+            out = out[loss_output]
+        if autocast:
+            out = out.float()
+        t = targets[m].to(out.dtype) if loss == "mse" else targets[m]
+        value = fn(out, t) * (targets[m].shape[0] / rows)
+        if reverse_backward:
+            pending.append(value)
+        else:
+            value.backward()
+        total += value.item()
+    for value in reversed(pending):
+        value.backward()
+    return total
+
+
 def reference(name, inputs, target, steps, microbatches, loss, optimizer, lr,
               momentum=0.0, weight_decay=0.0, loss_output=0, reverse_backward=False):
     """Trains the unsplit model NAME; returns (losses, model). The model's
@@ -127,29 +159,13 @@ def reference(name, inputs, target, steps, microbatches, loss, optimizer, lr,
         opt = torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
     else:
         opt = LibTorchAdam(params, lr=lr, weight_decay=weight_decay)
-    fn = torch.nn.functional.mse_loss if loss == "mse" else torch.nn.functional.cross_entropy
-    rows = target.shape[0]
     parts = [torch.tensor_split(x, microbatches) for x in inputs]
     targets = torch.tensor_split(target, microbatches)
     losses = []
     for _ in range(steps):
         opt.zero_grad()
-        total = 0.0
-        pending = []
-        for m in range(microbatches):
-            out = model(*[p[m] for p in parts])
-            if isinstance(out, tuple):
-                out = out[loss_output]
-            t = targets[m].to(out.dtype) if loss == "mse" else targets[m]
-            value = fn(out, t) * (targets[m].shape[0] / rows)
-            if reverse_backward:
-                pending.append(value)
-            else:
-                value.backward()
-            total += value.item()
-        for value in reversed(pending):
-            value.backward()
-        losses.append(total)
+        losses.append(accumulate(model, loss, parts, targets, target.shape[0], loss_output,
+                                 reverse_backward))
         opt.step()
     return losses, model
 
@@ -309,23 +325,12 @@ def reference_optim(name, inputs, target, steps, microbatches, loss, optimizer, 
         opt = LibTorchAdam(params, lr=lr, weight_decay=weight_decay or 0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: schedule_lr(s, lr, steps, schedule, warmup, min_lr) / lr)
-    fn = torch.nn.functional.mse_loss if loss == "mse" else torch.nn.functional.cross_entropy
-    rows = target.shape[0]
     parts = [torch.tensor_split(x, microbatches) for x in inputs]
     targets = torch.tensor_split(target, microbatches)
     losses, lrs, norms = [], [], []
     for _ in range(steps):
         opt.zero_grad()
-        total = 0.0
-        for m in range(microbatches):
-            out = model(*[p[m] for p in parts])
-            if isinstance(out, tuple):
-                out = out[loss_output]
-            t = targets[m].to(out.dtype) if loss == "mse" else targets[m]
-            value = fn(out, t) * (targets[m].shape[0] / rows)
-            value.backward()
-            total += value.item()
-        losses.append(total)
+        losses.append(accumulate(model, loss, parts, targets, target.shape[0], loss_output))
         if clip > 0:
             norms.append(torch.nn.utils.clip_grad_norm_(params, clip).item())
         lrs.append(opt.param_groups[0]["lr"])
@@ -346,20 +351,13 @@ def reference_dp(name, inputs, target, steps, replicas, microbatches, loss, lr):
     model.train()
     params = list(model.parameters())
     opt = torch.optim.SGD(params, lr=lr)
-    fn = torch.nn.functional.mse_loss if loss == "mse" else torch.nn.functional.cross_entropy
     losses = []
     for _ in range(steps):
         total, summed = 0.0, None
         for d in range(replicas):
             opt.zero_grad(set_to_none=True)
             parts = [torch.tensor_split(per[d], microbatches) for per in slices]
-            for m in range(microbatches):
-                out = model(*[p[m] for p in parts[:-1]])
-                t = parts[-1][m]
-                value = fn(out, t.to(out.dtype) if loss == "mse" else t) * (
-                    t.shape[0] / target.shape[0])
-                value.backward()
-                total += value.item()
+            total += accumulate(model, loss, parts[:-1], parts[-1], target.shape[0])
             grads = [p.grad.clone() for p in params]
             summed = grads if summed is None else [a.add_(b) for a, b in zip(summed, grads)]
         for p, g in zip(params, summed):
@@ -378,8 +376,6 @@ def reference_bf16(name, inputs, target, steps, microbatches, loss, lr):
     model = torch.jit.load(model_path(name))
     model.train()
     opt = torch.optim.SGD(list(model.parameters()), lr=lr)
-    fn = torch.nn.functional.mse_loss if loss == "mse" else torch.nn.functional.cross_entropy
-    rows = target.shape[0]
     parts = [torch.tensor_split(x, microbatches) for x in inputs]
     targets = torch.tensor_split(target, microbatches)
     old = torch._C._jit_set_autocast_mode(True)
@@ -387,16 +383,8 @@ def reference_bf16(name, inputs, target, steps, microbatches, loss, lr):
     try:
         for _ in range(steps):
             opt.zero_grad()
-            total = 0.0
-            for m in range(microbatches):
-                with torch.autocast("cpu", dtype=torch.bfloat16):
-                    out = model(*[p[m] for p in parts])
-                out = out.float()
-                t = targets[m].float() if loss == "mse" else targets[m]
-                value = fn(out, t) * (targets[m].shape[0] / rows)
-                value.backward()
-                total += value.item()
-            losses.append(total)
+            losses.append(accumulate(model, loss, parts, targets, target.shape[0],
+                                     autocast=True))
             opt.step()
     finally:
         torch._C._jit_set_autocast_mode(old)
