@@ -99,3 +99,25 @@ endif()
 message(STATUS "ppc: LibTorch ${PPC_TORCH_VERSION} at ${TORCH_INSTALL_PREFIX} "
   "(CUDA ${PPC_HAVE_CUDA}, NCCL ${PPC_HAVE_NCCL}, glog ${PPC_TORCH_USES_GLOG}, C++${CMAKE_CXX_STANDARD}, "
   "Python '${PPC_TORCH_PYTHON}')")
+
+# torch.export programs (.pt2, lib/Pt2*.cpp): LibTorch 2.x ships the C++ twin of the export
+# schema (torch/csrc/utils/generated_serialization_types.h), header-only over nlohmann-json,
+# which the wheel does not ship (Debian's nlohmann-json3-dev, scripts/setup.sh). With both
+# PPC_HAVE_PT2 is defined for every target; LibTorch 1.x has no schema and ppc refuses .pt2
+# files there in one line. A 2.x LibTorch without nlohmann-json is a configuration error, not a
+# silently missing format.
+set(PPC_HAVE_PT2 OFF)
+unset(PPC_PT2_SCHEMA_HEADER CACHE)
+find_file(PPC_PT2_SCHEMA_HEADER torch/csrc/utils/generated_serialization_types.h
+  PATHS ${TORCH_INCLUDE_DIRS} NO_DEFAULT_PATH)
+if(PPC_PT2_SCHEMA_HEADER)
+  find_path(PPC_NLOHMANN_INCLUDE_DIR nlohmann/json.hpp)
+  if(NOT PPC_NLOHMANN_INCLUDE_DIR)
+    message(FATAL_ERROR "ppc: LibTorch ${PPC_TORCH_VERSION} reads torch.export programs through "
+      "nlohmann-json, which is not installed (run scripts/setup.sh, or apt install nlohmann-json3-dev)")
+  endif()
+  set(PPC_HAVE_PT2 ON)
+  target_compile_definitions(ppc_torch INTERFACE PPC_HAVE_PT2)
+  target_include_directories(ppc_torch SYSTEM INTERFACE "${PPC_NLOHMANN_INCLUDE_DIR}")
+endif()
+message(STATUS "ppc: torch.export programs (.pt2): ${PPC_HAVE_PT2}")

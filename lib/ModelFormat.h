@@ -1,6 +1,6 @@
 //===- lib/ModelFormat.h - The model-format seam ----------------*- C++ -*-===//
 //
-// A model format (TorchScript today; torch.export's .pt2 next) is one
+// A model format (TorchScript, torch.export's .pt2) is one
 // ModelFormat, the frontend, and one StageExecutable (lib/StageExecutable.h),
 // what its files run as. Formats register in lib/ModelFormats.def.
 //
@@ -39,6 +39,10 @@ struct ModelGraph {
   torch::jit::Module module;
   /// A copy the caller owns and may transform.
   std::shared_ptr<torch::jit::Graph> graph;
+  /// What the format's buildStage needs of the model besides the module
+  /// (the .pt2 frontend: the program it copies nodes and metadata from);
+  /// opaque to everything else, null for TorchScript.
+  std::shared_ptr<const void> formatData;
 };
 
 /// A tensor attribute (parameter, buffer or plain tensor) a stage holds.
@@ -81,6 +85,10 @@ public:
   /// graph. Errors: the file does not load, or has no forward computation.
   virtual llvm::Expected<ModelGraph> loadModel(llvm::StringRef bytes,
                                                llvm::StringRef path) const = 0;
+
+  /// The passes (passes/Passes.def) ppc split runs, in order, on the graphs
+  /// loadModel() makes, before it analyses them.
+  virtual std::vector<std::string> preparePasses() const = 0;
 
   /// Builds stage `index` from its graph (passes/ExtractStage.h), whose
   /// first input is `model.module`; `graph` is consumed. The stage keeps the

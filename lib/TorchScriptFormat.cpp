@@ -55,7 +55,12 @@ public:
     if (!forward)
       return makeError("'" + path + "' has no forward method");
     auto graph = forward->graph()->copy();
-    return ModelGraph{std::move(*module), std::move(graph)};
+    return ModelGraph{std::move(*module), std::move(graph), nullptr};
+  }
+
+  /// Scripted code calls methods, branches on flags and writes in place.
+  std::vector<std::string> preparePasses() const override {
+    return {"inline-calls", "fold-constants", "functionalize", "cleanup"};
   }
 
   llvm::Expected<BuiltStage>

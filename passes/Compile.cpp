@@ -135,7 +135,7 @@ struct PreparedModel {
 } // namespace
 
 /// Steps 1 and 2: load the model with the format its contents name, and run
-/// the prepare pipeline on its graph.
+/// the format's prepare passes on its graph.
 static llvm::Expected<PreparedModel> loadPrepared(const std::string &path) {
   auto file = readModelFile(path);
   if (!file)
@@ -143,7 +143,8 @@ static llvm::Expected<PreparedModel> loadPrepared(const std::string &path) {
   auto model = file->format->loadModel(file->bytes(), path);
   if (!model)
     return model.takeError();
-  if (llvm::Error err = runPreparePipeline(model->graph))
+  if (llvm::Error err =
+          runPasses(model->graph, file->format->preparePasses()))
     return err;
   return PreparedModel{file->format, std::move(*model)};
 }

@@ -3,7 +3,8 @@
 // compileModel() is what `ppc split` does, as a library call:
 //
 //  1. Load the module and copy its forward graph.
-//  2. Prepare it: run the passes of Passes.def (inline, functionalize,
+//  2. Prepare it: run the passes its format asks for (ModelFormat::
+//     preparePasses(); TorchScript: inline, fold constants, functionalize,
 //     clean up).
 //  3. Analyze: ItemGraph (items, rematerializable values, legal cuts) and
 //     the cost of each item under the chosen cost model; with an example

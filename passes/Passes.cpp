@@ -98,12 +98,4 @@ llvm::Error runPasses(const std::shared_ptr<torch::jit::Graph> &graph,
   return llvm::Error::success();
 }
 
-llvm::Error
-runPreparePipeline(const std::shared_ptr<torch::jit::Graph> &graph) {
-  std::vector<std::string> names;
-  for (const PassInfo &p : kPasses)
-    names.push_back(p.name);
-  return runPasses(graph, names);
-}
-
 } // namespace ppc

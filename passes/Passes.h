@@ -34,9 +34,6 @@ using GraphPass = void (*)(const std::shared_ptr<torch::jit::Graph> &);
 llvm::Error runPasses(const std::shared_ptr<torch::jit::Graph> &graph,
                       llvm::ArrayRef<std::string> names);
 
-/// Runs every pass of Passes.def in order: what ppc split does before it
-/// partitions.
-llvm::Error runPreparePipeline(const std::shared_ptr<torch::jit::Graph> &graph);
 
 } // namespace ppc
 

@@ -5,14 +5,15 @@
 # and lit (llvm-14-dev, llvm-14-tools), CLI11, GoogleTest, Google Benchmark, OpenBLAS (without it LibTorch
 # falls back to the reference BLAS, about 60x slower), python3-torch/torchvision to script test models, and
 # clang 14 with its sanitizer and libFuzzer runtimes (libclang-rt-14-dev) for the sanitizer and fuzz stages,
-# and python3-venv for the wheel configuration's venv (scripts/wheel.sh).
+# python3-venv for the wheel configuration's venv (scripts/wheel.sh), and nlohmann-json3-dev, which the
+# wheel's generated .pt2 schema types (torch/csrc/utils/generated_serialization_types.h) include.
 set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build ccache git
   libtorch-dev llvm-14-dev llvm-14-tools libcli11-dev googletest libgtest-dev libgmock-dev libbenchmark-dev
   libgloo-dev libopenblas0-pthread python3-torch python3-torchvision iproute2
-  clang-14 libclang-rt-14-dev python3-venv
+  clang-14 libclang-rt-14-dev python3-venv nlohmann-json3-dev
 )
 
 missing=()

@@ -112,12 +112,13 @@ TEST(ModelFormatTest, RefusesAFileNoFormatRecognisesInOneLine) {
   ASSERT_FALSE(static_cast<bool>(file));
   std::string message = llvm::toString(file.takeError());
   EXPECT_EQ(message.rfind("'" + path +
-                              "' is not a TorchScript module: it is not a "
-                              "readable zip archive: ",
+                              "' is not a TorchScript module or torch.export "
+                              "program (.pt2): it is not a readable zip "
+                              "archive: ",
                           0),
             0u)
       << message;
-  EXPECT_NE(message.find("(formats ppc reads: torchscript)"), std::string::npos)
+  EXPECT_NE(message.find("(formats ppc reads: torchscript, pt2)"), std::string::npos)
       << message;
   EXPECT_EQ(message.find('\n'), std::string::npos) << message;
 
