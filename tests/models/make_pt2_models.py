@@ -1,0 +1,337 @@
+#!/usr/bin/env python3
+"""Generate torch.export (`.pt2`) test models.
+
+Usage: build-wheel/venv/bin/python tests/models/make_pt2_models.py OUTDIR
+
+Run with the Python of the torch wheel (scripts/wheel.sh's venv, torch 2.x):
+torch.export does not exist in Debian's torch 1.13. tests/cli/test_pt2.py runs
+it and caches the files in PPC_BUILD_DIR/pt2-models.
+
+Each model is exported with torch.export.export(model, inputs,
+dynamic_shapes=...) with one dynamic dimension, torch.export.Dim("batch",
+min=1), on dim 0 of every input, and saved with torch.export.save. Every
+model is exported in eval() mode. None of them holds dropout, and the two
+trained by the tests (pt2_gpt, pt2_mlp) hold no BatchNorm either, so their
+exported graphs do not depend on the mode (checked here: exporting them in
+train() mode gives the same graph) and one file serves both `ppc run` and
+`ppc train`.
+
+Models (BATCH = 10 rows, so 3 and 4 microbatches cut it unevenly):
+  pt2_cnn     [B,3,16,16] -> [B,10]: a stem conv/BatchNorm/ReLU, 4 residual
+              blocks (conv-bn-relu-conv-bn + skip; blocks.2 downsamples with
+              a 1x1 conv/BatchNorm on the skip), global average pool, fc.
+  pt2_gpt     int64 tokens [B,8] (vocab 64) -> logits [B,8,64]: token
+              embedding tied to the LM head (head.weight is emb.weight: one
+              Parameter; both initialised N(0, 0.1)), a learned positional
+              embedding (torch.arange(8) -> pos), 4 pre-norm blocks
+              (LayerNorm, causal F.scaled_dot_product_attention, GELU MLP),
+              a final LayerNorm.
+  pt2_unet    [B,3,16,16] -> [B,2,16,16]: 3 encoder levels, a bottleneck and
+              3 decoder levels, each decoder level concatenating the encoder
+              output of its resolution (skips that cross stages).
+  pt2_two_io  (x [B,16], y [B,8]) -> (out [B,6], aux [B,4]): tests/models/
+              make_models.py's TwoIO (y is read only late; aux comes from
+              the first branch).
+  pt2_mlp     [B,16] -> [B,10]: Linear/ReLU x4, then Linear (for training,
+              with cross_entropy).
+
+For each NAME it writes into OUTDIR:
+  NAME.pt2        torch.export.save of the exported program
+  NAME.input.pt   the example input (torch.save): a tensor, or a tuple of
+                  tensors for a model with several inputs (as make_models.py)
+  NAME.output.pt  the exported program's output on it, ep.module()(*inputs)
+                  under torch.no_grad(): a tensor, or a tuple for pt2_two_io
+  NAME.json       {"name", "inputs": count, "outputs": count, "batch",
+                   "loss": the loss the tests train it with (or null),
+                   "split_at": {"2"|"3"|"4": module paths}}
+  NAME.stamp      hash of this script and the torch version, written last: a
+                  model whose files exist with a matching stamp is skipped.
+Files are written atomically (temporary name, then os.replace), so
+concurrent runs are safe. Deterministic: fixed seeds, one thread.
+With --print, prints each program (print(ep)) after writing or reusing it.
+"""
+import hashlib
+import json
+import os
+import sys
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+BATCH = 10  # 3 and 4 microbatches cut it unevenly (4,3,3 and 3,3,2,2)
+SUFFIXES = (".pt2", ".input.pt", ".output.pt", ".json", ".stamp")
+
+
+# --- models ------------------------------------------------------------------
+
+class ResBlock(nn.Module):
+    def __init__(self, cin, cout, stride=1):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.down = None
+        if stride != 1 or cin != cout:
+            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
+                                      nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        skip = x if self.down is None else self.down(x)
+        y = F.relu(self.bn1(self.conv1(x)))
+        return F.relu(self.bn2(self.conv2(y)) + skip)
+
+
+class Cnn(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16),
+                                  nn.ReLU())
+        self.blocks = nn.Sequential(ResBlock(16, 16), ResBlock(16, 16), ResBlock(16, 32, 2),
+                                    ResBlock(32, 32))
+        self.fc = nn.Linear(32, 10)
+
+    def forward(self, x):
+        x = self.blocks(self.stem(x))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+def randomize_batchnorm(model):
+    """Non-trivial running statistics and affine parameters, so eval-mode
+    BatchNorm is not the identity."""
+    g = torch.Generator().manual_seed(2)
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            with torch.no_grad():
+                m.running_mean.copy_(torch.randn(m.num_features, generator=g) * 0.1)
+                m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
+                m.weight.copy_(torch.rand(m.num_features, generator=g) + 0.5)
+                m.bias.copy_(torch.randn(m.num_features, generator=g) * 0.1)
+    return model
+
+
+class GptBlock(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.ln2 = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).chunk(3, dim=-1)
+        q, k, v = (z.reshape(b, t, self.heads, d // self.heads).transpose(1, 2)
+                   for z in (q, k, v))
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
+        return x + self.mlp(self.ln2(x))
+
+
+class Gpt(nn.Module):
+    def __init__(self, vocab=64, seq=8, dim=32, heads=4, layers=4):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, dim)
+        self.pos = nn.Embedding(seq, dim)
+        self.blocks = nn.ModuleList([GptBlock(dim, heads) for _ in range(layers)])
+        self.ln_f = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab, bias=False)
+        self.head.weight = self.emb.weight  # tied: one Parameter
+        # Small embeddings (GPT-2's 0.02, here 0.1): with N(0, 1) the logits
+        # start at std 5.6 and SGD at lr 0.05 overshoots.
+        nn.init.normal_(self.emb.weight, std=0.1)
+        nn.init.normal_(self.pos.weight, std=0.1)
+
+    def forward(self, tokens):
+        t = tokens.shape[1]
+        x = self.emb(tokens) + self.pos(torch.arange(t, device=tokens.device))
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln_f(x))
+
+
+def conv_block(cin, cout):
+    return nn.Sequential(nn.Conv2d(cin, cout, 3, 1, 1), nn.ReLU(),
+                         nn.Conv2d(cout, cout, 3, 1, 1), nn.ReLU())
+
+
+class UNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.enc1, self.enc2, self.enc3 = conv_block(3, 8), conv_block(8, 16), conv_block(16, 32)
+        self.bottleneck = conv_block(32, 32)
+        self.up3, self.dec3 = nn.ConvTranspose2d(32, 32, 2, 2), conv_block(64, 32)
+        self.up2, self.dec2 = nn.ConvTranspose2d(32, 16, 2, 2), conv_block(32, 16)
+        self.up1, self.dec1 = nn.ConvTranspose2d(16, 8, 2, 2), conv_block(16, 8)
+        self.out = nn.Conv2d(8, 2, 1)
+
+    def forward(self, x):
+        e1 = self.enc1(x)                      # 16x16
+        e2 = self.enc2(F.max_pool2d(e1, 2))    # 8x8
+        e3 = self.enc3(F.max_pool2d(e2, 2))    # 4x4
+        b = self.bottleneck(F.max_pool2d(e3, 2))  # 2x2
+        d3 = self.dec3(torch.cat([self.up3(b), e3], 1))
+        d2 = self.dec2(torch.cat([self.up2(d3), e2], 1))
+        d1 = self.dec1(torch.cat([self.up1(d2), e1], 1))
+        return self.out(d1)
+
+
+class TwoIO(nn.Module):
+    """tests/models/make_models.py's TwoIO."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU())
+        self.a_head = nn.Linear(32, 4)
+        self.c = nn.Sequential(nn.Linear(32, 32), nn.ReLU())
+        self.b = nn.Sequential(nn.Linear(8, 32), nn.ReLU())
+        self.mix = nn.Bilinear(32, 32, 6)
+
+    def forward(self, x, y):
+        ha = self.a(x)
+        aux = self.a_head(ha)
+        hc = self.c(ha)
+        hb = self.b(y)
+        return self.mix(hc, hb), aux
+
+
+class Mlp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(),
+                                    nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU())
+        self.out = nn.Linear(32, 10)
+
+    def forward(self, x):
+        return self.out(self.layers(x))
+
+
+def image():
+    return torch.randn(BATCH, 3, 16, 16)
+
+
+# name: (build, make_input -> tuple of inputs, loss, split_at, mode_free)
+# mode_free: the graph must not depend on train()/eval() (the trained models).
+MODELS = {
+    "pt2_cnn": (lambda: randomize_batchnorm(Cnn()), lambda: (image(),), None,
+                {2: ["blocks.2"], 3: ["blocks.1", "blocks.3"],
+                 4: ["blocks.1", "blocks.2", "blocks.3"]}, False),
+    "pt2_gpt": (Gpt, lambda: (torch.randint(0, 64, (BATCH, 8), dtype=torch.int64),), "mse",
+                {2: ["blocks.2"], 3: ["blocks.1", "blocks.3"],
+                 4: ["blocks.1", "blocks.2", "blocks.3"]}, True),
+    # 3 stages: enc1, enc2 (stage 0) -> dec2, dec1 (stage 2); 4 stages: enc1
+    # (stage 0) -> dec1 (stage 3), enc2 (stage 0) -> dec2 (stage 2).
+    "pt2_unet": (UNet, lambda: (image(),), None,
+                 {2: ["up3"], 3: ["enc3", "up2"], 4: ["enc2", "up3", "up1"]}, False),
+    "pt2_two_io": (TwoIO, lambda: (torch.randn(BATCH, 16), torch.randn(BATCH, 8)), None,
+                   {2: ["b"], 3: ["c", "b"], 4: ["c", "b", "mix"]}, False),
+    "pt2_mlp": (Mlp, lambda: (torch.randn(BATCH, 16),), "cross_entropy",
+                {2: ["layers.4"], 3: ["layers.2", "layers.6"],
+                 4: ["layers.2", "layers.4", "layers.6"]}, True),
+}
+
+
+# --- writing -----------------------------------------------------------------
+
+def stamp() -> str:
+    with open(os.path.abspath(__file__), "rb") as f:
+        h = hashlib.sha256(f.read())
+    h.update(torch.__version__.encode())
+    return h.hexdigest()[:16]
+
+
+def atomic(path: str, write) -> None:
+    """write(tmp), then os.replace(tmp, path). The temporary file has the
+    same name in a private directory beside PATH: torch.export.save names the
+    archive's top folder after the file (NAME/models/model.json) and warns
+    about a name not ending in .pt2."""
+    head, tail = os.path.split(path)
+    tmpdir = os.path.join(head, ".tmp.%d" % os.getpid())
+    tmp = os.path.join(tmpdir, tail)
+    os.makedirs(tmpdir, exist_ok=True)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        try:
+            os.rmdir(tmpdir)
+        except OSError:
+            pass
+
+
+def write_text(path: str, text: str) -> None:
+    def write(p):
+        with open(p, "w") as f:
+            f.write(text)
+    atomic(path, write)
+
+
+def export(model, inputs):
+    batch = torch.export.Dim("batch", min=1)
+    dynamic = tuple({0: batch} for _ in inputs)
+    return torch.export.export(model, inputs, dynamic_shapes=dynamic)
+
+
+def graph_text(ep) -> str:
+    return str(ep.graph_module.code)
+
+
+def make(outdir: str, name: str, spec, tag: str) -> bool:
+    build, make_input, loss, splits, mode_free = spec
+    base = os.path.join(outdir, name)
+    if all(os.path.exists(base + s) for s in SUFFIXES):
+        with open(base + ".stamp") as f:
+            if f.read().strip() == tag:
+                return False
+    torch.manual_seed(0)
+    model = build().eval()
+    torch.manual_seed(1)
+    inputs = make_input()
+    ep = export(model, inputs)
+    if mode_free:
+        trained = export(model.train(), inputs)
+        model.eval()
+        if graph_text(trained) != graph_text(ep):
+            raise SystemExit("%s: the train() and eval() exports differ" % name)
+    with torch.no_grad():
+        out = ep.module()(*inputs)
+    if isinstance(out, list):
+        out = tuple(out)
+    atomic(base + ".pt2", lambda p: torch.export.save(ep, p))
+    inp = inputs[0] if len(inputs) == 1 else inputs
+    atomic(base + ".input.pt", lambda p: torch.save(inp, p))
+    atomic(base + ".output.pt", lambda p: torch.save(out, p))
+    meta = {"name": name, "inputs": len(inputs),
+            "outputs": len(out) if isinstance(out, tuple) else 1, "batch": BATCH, "loss": loss,
+            "split_at": {str(n): paths for n, paths in sorted(splits.items())}}
+    write_text(base + ".json", json.dumps(meta, indent=2) + "\n")
+    write_text(base + ".stamp", tag + "\n")  # last: marks the set complete
+    print("wrote", name)
+    return True
+
+
+def main() -> int:
+    args = [a for a in sys.argv[1:] if a != "--print"]
+    if len(args) != 1:
+        sys.exit(__doc__.strip().splitlines()[2])
+    outdir = args[0]
+    os.makedirs(outdir, exist_ok=True)
+    torch.set_num_threads(1)
+    tag = stamp()
+    written = [n for n, spec in MODELS.items() if make(outdir, n, spec, tag)]
+    if "--print" in sys.argv[1:]:
+        for n in MODELS:
+            print("=== %s" % n)
+            print(torch.export.load(os.path.join(outdir, n + ".pt2")))
+    print("%d written, %d up to date (torch %s)" % (
+        len(written), len(MODELS) - len(written), torch.__version__))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
