@@ -124,9 +124,10 @@ torch.save((x, torch.arange(x.shape[0]) % 10), '$tmp/data.pt')" || rc=1
   return $rc
 }
 
-# fuzz_target NAME RUNS: RUNS inputs from seed 1 (about 45 s each here), or
-# PPC_FUZZ_SECONDS seconds from a random seed.
+# fuzz_target NAME RUNS [BUILD]: RUNS inputs from seed 1 (about 45 s each here), or
+# PPC_FUZZ_SECONDS seconds from a random seed; BUILD is the fuzz build (build-sanitize/).
 fuzz_target() {
+  local sanitize_build=${3:-$sanitize_build}
   local name=$1 corpus=$sanitize_build/fuzz-corpus/$1 artifacts=$sanitize_build/fuzz-artifacts/$1/
   local budget=(-seed=1 -runs="$2")
   [ -n "$fuzz_seconds" ] && budget=(-max_total_time="$fuzz_seconds")
@@ -141,6 +142,49 @@ fuzz_target() {
   [ $rc -eq 0 ] || echo "fuzz_$name failed; the input is in $artifacts (add it to fuzz/regressions/$name/)"
   return $rc
 }
+
+# The pt2 fuzz build (stage 4, after the wheel build): fuzz_pt2 needs LibTorch 2.x, so it gets
+# a small clang build of its own against the wheel's LibTorch, as scripts/wheel.sh points CMake
+# at it, with the sanitizers and coverage of build-sanitize/; only fuzz_pt2 is built (it
+# compiles the few lib/ sources it reads, fuzz/CMakeLists.txt).
+wheel_build=${PPC_WHEEL_BUILD_DIR:-$root/build-wheel}
+wheel_fuzz_build=${PPC_WHEEL_FUZZ_BUILD_DIR:-$root/build-wheel-fuzz}
+wheel_python=${PPC_WHEEL_PYTHON:-$wheel_build/venv/bin/python}
+wheel_fuzz_build() {
+  local torch_dir nvcc=${CUDACXX:-/usr/local/cuda/bin/nvcc} cuda=() launcher=()
+  torch_dir=$("$wheel_python" -c 'import importlib.util as u; print(u.find_spec("torch").submodule_search_locations[0])') ||
+    return 2
+  [ -x "$nvcc" ] && cuda=(-DCMAKE_CUDA_COMPILER="$nvcc")
+  command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+  mkdir -p "$wheel_fuzz_build"
+  cmake -S "$root" -B "$wheel_fuzz_build" -G Ninja -DCMAKE_BUILD_TYPE=Sanitize \
+    -DCMAKE_CXX_FLAGS_SANITIZE="-O1 -gline-tables-only" -DCMAKE_C_FLAGS_SANITIZE="-O1" \
+    -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_C_COMPILER=clang-14 "${launcher[@]}" \
+    -DPPC_SANITIZE=address,undefined -DPPC_FUZZ=ON -DBUILD_TESTING=OFF \
+    -DCMAKE_PREFIX_PATH="$torch_dir" -DPPC_TORCH_PYTHON="$wheel_python" "${cuda[@]}" \
+    >"$wheel_fuzz_build/cmake.log" 2>&1 ||
+    { tail -n 30 "$wheel_fuzz_build/cmake.log"; echo "configuring $wheel_fuzz_build failed; see $wheel_fuzz_build/cmake.log"; return 2; }
+  grep -q "^-- ppc: torch.export programs (.pt2): ON" "$wheel_fuzz_build/cmake.log" ||
+    { echo "$wheel_fuzz_build: this LibTorch has no torch.export schema (see $wheel_fuzz_build/cmake.log)"; return 2; }
+  cmake --build "$wheel_fuzz_build" -j "$jobs" --target fuzz_pt2
+}
+
+# Seeds of fuzz_pt2: the five generated .pt2 models (tests/models/make_pt2_models.py, which
+# keeps up-to-date ones) and the stage files of a 2-stage split of two of them by the wheel
+# build's ppc.
+wheel_fuzz_seeds() {
+  local models=$wheel_build/pt2-models seeds=$wheel_fuzz_build/fuzz-seeds/pt2 name
+  "$wheel_python" -W ignore "$root/tests/models/make_pt2_models.py" "$models" >/dev/null || return 2
+  rm -rf "$seeds" && mkdir -p "$seeds" && cp "$models"/*.pt2 "$seeds/" || return 2
+  for name in pt2_mlp pt2_two_io; do
+    "$wheel_build/bin/ppc" split "$models/$name.pt2" --stages 2 -o "$seeds/$name.split" >/dev/null || return 2
+    for f in "$seeds/$name.split"/stage_*.pt2; do mv "$f" "$seeds/$name.$(basename "$f")"; done
+    rm -rf "$seeds/$name.split"
+  done
+  ls "$seeds"
+}
+
+wheel_fuzz_regressions() { (cd "$wheel_fuzz_build" && ctest --output-on-failure -R '^fuzz_regressions_pt2$'); }
 
 run_ctest() { (cd "$build" && ctest --output-on-failure -j "${PPC_TEST_JOBS:-2}" "$@"); }
 # enough_disk_for_wheel: whether the filesystem of the wheel's build directory has room for
@@ -188,8 +232,14 @@ for stage in $stages; do
     fi
     if step "wheel venv" "$root/scripts/wheel.sh" venv && step "wheel build" "$root/scripts/wheel.sh" build; then
       step "wheel ctest" "$root/scripts/wheel.sh" test "$@"
-      # The 1.13 build's side of test_wheel.py: it refuses the 2.x-scripted models.
-      [ -x "$build/bin/ppc" ] && step "default build: test_wheel" run_ctest -R '^cli_test_wheel\.'
+      # fuzz_pt2 (the .pt2 reader) in its own build against the wheel's LibTorch.
+      if step "pt2 fuzz build" wheel_fuzz_build; then
+        step "pt2 fuzz regressions" wheel_fuzz_regressions
+        step "pt2 fuzz seeds" wheel_fuzz_seeds && step "fuzz pt2" fuzz_target pt2 2000 "$wheel_fuzz_build"
+      fi
+      # The 1.13 build's side of test_wheel.py and test_pt2.py: it refuses the 2.x-scripted
+      # models and the .pt2 programs that the wheel's Python makes.
+      [ -x "$build/bin/ppc" ] && step "default build: test_wheel, test_pt2" run_ctest -R '^cli_test_(wheel|pt2)\.'
     fi
     ;;
   *) echo "test.sh: unknown stage '$stage' (default, sanitize, fuzz, wheel)"; exit 2 ;;
