@@ -235,7 +235,7 @@ for stage in $stages; do
       # fuzz_pt2 (the .pt2 reader) in its own build against the wheel's LibTorch.
       if step "pt2 fuzz build" wheel_fuzz_build; then
         step "pt2 fuzz regressions" wheel_fuzz_regressions
-        step "pt2 fuzz seeds" wheel_fuzz_seeds && step "fuzz pt2" fuzz_target pt2 2000 "$wheel_fuzz_build"
+        step "pt2 fuzz seeds" wheel_fuzz_seeds && step "fuzz pt2" fuzz_target pt2 8000 "$wheel_fuzz_build"
       fi
       # The 1.13 build's side of test_wheel.py and test_pt2.py: it refuses the 2.x-scripted
       # models and the .pt2 programs that the wheel's Python makes.
