@@ -234,6 +234,19 @@ class Pt2Test(unittest.TestCase):
                 self.check_chain(models, "pt2_gpt", out)
                 self.run_pipeline(models, "pt2_gpt", out, len(stages), "--no-meta-cache")
 
+    def test_gpt_splits_with_every_cost_model(self):
+        models = self.needs_libtorch_2()
+        example = pt2.files(models, "pt2_gpt")[".input.pt"]
+        for cost, extra in (("params", ()), ("nodes", ()), ("flops", ("--example-input", example)),
+                            ("profile", ("--example-input", example))):
+            with self.subTest(cost=cost):
+                out = os.path.join(self.tmp, "cost_" + cost)
+                manifest = self.split(models, "pt2_gpt", out, "--stages", "3", "--cost", cost,
+                                      *extra)
+                self.assertEqual(len(manifest["stages"]), 3)
+                self.assertEqual(manifest["cost_model"], cost)
+                self.verify(models, "pt2_gpt", out)
+
     # -- LibTorch 2.x: train and join -------------------------------------
 
     def train_setup(self, name):
