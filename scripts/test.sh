@@ -184,7 +184,11 @@ wheel_fuzz_seeds() {
   ls "$seeds"
 }
 
-wheel_fuzz_regressions() { (cd "$wheel_fuzz_build" && ctest --output-on-failure -R '^fuzz_regressions_pt2$'); }
+# (In fuzz/: this build has BUILD_TESTING off, so the top directory lists no tests; ctest
+# --no-tests=error makes a missing replay a failure, not a pass.)
+wheel_fuzz_regressions() {
+  (cd "$wheel_fuzz_build/fuzz" && ctest --output-on-failure --no-tests=error -R '^fuzz_regressions_pt2$')
+}
 
 run_ctest() { (cd "$build" && ctest --output-on-failure -j "${PPC_TEST_JOBS:-2}" "$@"); }
 # enough_disk_for_wheel: whether the filesystem of the wheel's build directory has room for
