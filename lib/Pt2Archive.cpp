@@ -45,9 +45,7 @@ llvm::Error fail(llvm::StringRef path, const llvm::Twine &what) {
   return makeError("'" + path + "': " + what);
 }
 
-std::string dtypeName(c10::ScalarType t) {
-  return c10::toString(t);
-}
+std::string dtypeName(c10::ScalarType t) { return c10::toString(t); }
 
 /// The record `name`'s bytes as a string; the caller checked it exists.
 std::string readString(caffe2::serialize::PyTorchStreamReader &reader,
@@ -58,9 +56,8 @@ std::string readString(caffe2::serialize::PyTorchStreamReader &reader,
 
 /// `text` parsed, at most kMaxJSONDepth deep (nlohmann's parser is
 /// iterative, but the schema types' from_json recurse).
-llvm::Expected<nlohmann::json> parseJSON(llvm::StringRef path,
-                                         llvm::StringRef record,
-                                         llvm::StringRef text) {
+llvm::Expected<nlohmann::json>
+parseJSON(llvm::StringRef path, llvm::StringRef record, llvm::StringRef text) {
   if (nestsDeeperThan(text, kMaxJSONDepth))
     return fail(path, llvm::formatv("{0} nests deeper than {1} levels", record,
                                     kMaxJSONDepth));
@@ -105,10 +102,10 @@ staticInts(const std::vector<schema::SymInt> &values) {
 }
 
 std::string shapeText(llvm::ArrayRef<int64_t> sizes) {
-  return "[" + llvm::join(llvm::map_range(sizes, [](int64_t s) {
-                            return std::to_string(s);
-                          }),
-                          ", ") +
+  return "[" +
+         llvm::join(llvm::map_range(
+                        sizes, [](int64_t s) { return std::to_string(s); }),
+                    ", ") +
          "]";
 }
 
@@ -123,7 +120,8 @@ public:
                    llvm::StringRef what, std::vector<Pt2Tensor> &out) {
     if (!reader.hasRecord(configRecord))
       return fail(path, "the archive has no " + configRecord);
-    auto config = parseJSON(path, configRecord, readString(reader, configRecord));
+    auto config =
+        parseJSON(path, configRecord, readString(reader, configRecord));
     if (!config)
       return config.takeError();
     if (!config->is_object() || !config->contains("config") ||
@@ -152,14 +150,13 @@ private:
       return fail(path, configRecord + ": " + label +
                             " does not match the schema: " + e.what());
     }
-    if (fqn.empty() || llvm::any_of(llvm::split(fqn, '.'), [](llvm::StringRef p) {
-          return p.empty();
-        }))
+    if (fqn.empty() ||
+        llvm::any_of(llvm::split(fqn, '.'),
+                     [](llvm::StringRef p) { return p.empty(); }))
       return fail(path, label + " is not a dotted name");
     if (meta.get_use_pickle())
-      return fail(path, label +
-                            " is pickled (a tensor subclass or a script "
-                            "object), which ppc does not read");
+      return fail(path, label + " is pickled (a tensor subclass or a script "
+                                "object), which ppc does not read");
     if (!meta.get_tensor_meta())
       return fail(path, label + " has no tensor_meta");
     const schema::TensorMeta &tm = *meta.get_tensor_meta();
@@ -194,13 +191,12 @@ private:
     if (__builtin_mul_overflow(*reached, static_cast<int64_t>(elementSize),
                                &needed) ||
         static_cast<uint64_t>(needed) > bytes)
-      return fail(path,
-                  llvm::formatv("{0}'s data {1} holds {2} bytes, but its "
-                                "config ({3} {4}) needs {5}",
-                                label, record, bytes, dtypeName(*dtype),
-                                shapeText(*sizes),
-                                needed > 0 ? std::to_string(needed)
-                                           : std::string("more")));
+      return fail(path, llvm::formatv("{0}'s data {1} holds {2} bytes, but its "
+                                      "config ({3} {4}) needs {5}",
+                                      label, record, bytes, dtypeName(*dtype),
+                                      shapeText(*sizes),
+                                      needed > 0 ? std::to_string(needed)
+                                                 : std::string("more")));
     at::Tensor storage = storageOf(record, *dtype, bytes / elementSize);
     // One tensor per (storage, view): the FQNs of a tied weight share it.
     auto key = std::make_tuple(record, *sizes, *strides, offset, *dtype);
@@ -223,8 +219,7 @@ private:
                                 at::TensorOptions().dtype(dtype));
     if (numel > 0) {
       auto [data, size] = reader.getRecord(record);
-      std::memcpy(flat.data_ptr(), data.get(),
-                  numel * c10::elementSize(dtype));
+      std::memcpy(flat.data_ptr(), data.get(), numel * c10::elementSize(dtype));
     }
     storages.emplace(key, flat);
     return flat;
@@ -273,8 +268,8 @@ llvm::Expected<Pt2Program> read(llvm::StringRef bytes, llvm::StringRef path) {
     return fail(path, models.empty()
                           ? llvm::Twine("holds no program (models/*.json)")
                           : llvm::Twine("holds ") +
-                                std::to_string(models.size()) +
-                                " programs (" + llvm::join(models, ", ") +
+                                std::to_string(models.size()) + " programs (" +
+                                llvm::join(models, ", ") +
                                 "); ppc reads archives of one");
   Pt2Program out;
   out.name = models[0];
@@ -286,8 +281,8 @@ llvm::Expected<Pt2Program> read(llvm::StringRef bytes, llvm::StringRef path) {
   try {
     out.program = out.json.get<schema::ExportedProgram>();
   } catch (const std::exception &e) {
-    return fail(path, record + " is not an ExportedProgram: " +
-                          firstLine(e.what()));
+    return fail(path,
+                record + " is not an ExportedProgram: " + firstLine(e.what()));
   }
   const schema::SchemaVersion &sv = out.program.get_schema_version();
   if (sv.get_major() != kSchemaMajor)
@@ -306,8 +301,8 @@ llvm::Expected<Pt2Program> read(llvm::StringRef bytes, llvm::StringRef path) {
   std::string constants =
       (kConstantsDir + out.name + "_constants_config.json").str();
   if (reader->hasRecord(constants))
-    if (llvm::Error err = payloads.read(kConstantsDir, constants, "constant",
-                                        out.constants))
+    if (llvm::Error err =
+            payloads.read(kConstantsDir, constants, "constant", out.constants))
       return err;
   return out;
 }
@@ -321,9 +316,9 @@ nlohmann::json writePayloads(caffe2::serialize::PyTorchStreamWriter &writer,
   std::map<const void *, std::string> files;
   for (const Pt2Tensor &t : tensors) {
     at::Tensor cpu = t.tensor.detach().to(at::kCPU).contiguous();
-    auto [it, fresh] = files.try_emplace(t.tensor.unsafeGetTensorImpl(),
-                                         prefix.str() +
-                                             std::to_string(files.size()));
+    auto [it, fresh] =
+        files.try_emplace(t.tensor.unsafeGetTensorImpl(),
+                          prefix.str() + std::to_string(files.size()));
     if (fresh)
       writer.writeRecord((dir + it->second).str(), cpu.data_ptr(),
                          cpu.numel() * cpu.element_size());
@@ -365,20 +360,34 @@ nlohmann::json writePayloads(caffe2::serialize::PyTorchStreamWriter &writer,
 std::optional<c10::ScalarType> torchScalarType(schema::ScalarType t) {
   using S = schema::ScalarType;
   switch (t) {
-  case S::BYTE: return at::kByte;
-  case S::CHAR: return at::kChar;
-  case S::SHORT: return at::kShort;
-  case S::INT: return at::kInt;
-  case S::LONG: return at::kLong;
-  case S::HALF: return at::kHalf;
-  case S::FLOAT: return at::kFloat;
-  case S::DOUBLE: return at::kDouble;
-  case S::COMPLEXHALF: return at::kComplexHalf;
-  case S::COMPLEXFLOAT: return at::kComplexFloat;
-  case S::COMPLEXDOUBLE: return at::kComplexDouble;
-  case S::BOOL: return at::kBool;
-  case S::BFLOAT16: return at::kBFloat16;
-  default: return std::nullopt;
+  case S::BYTE:
+    return at::kByte;
+  case S::CHAR:
+    return at::kChar;
+  case S::SHORT:
+    return at::kShort;
+  case S::INT:
+    return at::kInt;
+  case S::LONG:
+    return at::kLong;
+  case S::HALF:
+    return at::kHalf;
+  case S::FLOAT:
+    return at::kFloat;
+  case S::DOUBLE:
+    return at::kDouble;
+  case S::COMPLEXHALF:
+    return at::kComplexHalf;
+  case S::COMPLEXFLOAT:
+    return at::kComplexFloat;
+  case S::COMPLEXDOUBLE:
+    return at::kComplexDouble;
+  case S::BOOL:
+    return at::kBool;
+  case S::BFLOAT16:
+    return at::kBFloat16;
+  default:
+    return std::nullopt;
   }
 }
 

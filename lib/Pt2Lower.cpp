@@ -15,8 +15,9 @@
 //     JIT's int ops, so symbolic sizes are computed from the real inputs
 //     and a dynamic batch dimension follows the microbatch.
 //  4. Outputs: buffer and user-input mutations become in-place copies,
-//     placed after the last read of the old value; the user outputs are returned as the module returned them (a tensor or a
-//     tuple; out_spec of module_call_graph).
+//     placed after the last read of the old value; the user outputs are
+//     returned as the module returned them (a tensor or a tuple; out_spec of
+//     module_call_graph).
 //
 // Every value and node keeps its program name as its debug name, which is
 // how Pt2Stage.cpp finds a stage's nodes and values in the program again.
@@ -72,8 +73,8 @@ const std::map<std::string, std::string> &operatorOps() {
 }
 
 /// The JIT operator for "ns::name.overload" ("" overload: the default).
-std::shared_ptr<torch::jit::Operator> findOperator(const std::string &name,
-                                                   const std::string &overload) {
+std::shared_ptr<torch::jit::Operator>
+findOperator(const std::string &name, const std::string &overload) {
   for (const auto &op :
        torch::jit::getAllOperatorsFor(c10::Symbol::fromQualString(name)))
     if (op->schema().overload_name() == overload)
@@ -83,11 +84,16 @@ std::shared_ptr<torch::jit::Operator> findOperator(const std::string &name,
 
 std::optional<c10::MemoryFormat> memoryFormat(schema::MemoryFormat f) {
   switch (f) {
-  case schema::MemoryFormat::ContiguousFormat: return c10::MemoryFormat::Contiguous;
-  case schema::MemoryFormat::ChannelsLast: return c10::MemoryFormat::ChannelsLast;
-  case schema::MemoryFormat::ChannelsLast3d: return c10::MemoryFormat::ChannelsLast3d;
-  case schema::MemoryFormat::PreserveFormat: return c10::MemoryFormat::Preserve;
-  default: return std::nullopt;
+  case schema::MemoryFormat::ContiguousFormat:
+    return c10::MemoryFormat::Contiguous;
+  case schema::MemoryFormat::ChannelsLast:
+    return c10::MemoryFormat::ChannelsLast;
+  case schema::MemoryFormat::ChannelsLast3d:
+    return c10::MemoryFormat::ChannelsLast3d;
+  case schema::MemoryFormat::PreserveFormat:
+    return c10::MemoryFormat::Preserve;
+  default:
+    return std::nullopt;
   }
 }
 
@@ -128,8 +134,7 @@ std::optional<Spec> parseSpecText(const std::string &text) {
 }
 
 bool allLeaves(const Spec &s) {
-  return llvm::all_of(s.children,
-                      [](const Spec &c) { return c.type.empty(); });
+  return llvm::all_of(s.children, [](const Spec &c) { return c.type.empty(); });
 }
 
 class Lowering {
@@ -146,7 +151,8 @@ public:
     self->setType(module("").type());
     if (llvm::Error err = lowerInputs())
       return err;
-    const auto &nodes = program.program.get_graph_module().get_graph().get_nodes();
+    const auto &nodes =
+        program.program.get_graph_module().get_graph().get_nodes();
     for (const schema::Node &n : nodes)
       if (llvm::Error err = lowerNode(n))
         return err;
@@ -164,7 +170,8 @@ private:
     return makeError("'" + path + "': " + what);
   }
   llvm::Error failNode(const schema::Node &n, const llvm::Twine &what) {
-    return fail("node '" + n.get_name().value_or("?") + "' (" + n.get_target() + "): " + what);
+    return fail("node '" + n.get_name().value_or("?") + "' (" + n.get_target() +
+                "): " + what);
   }
 
   /// The module at dotted `prefix`, created with its parents.
@@ -186,7 +193,8 @@ private:
     m.register_attribute("training", c10::BoolType::get(), false);
     if (!prefix.empty()) {
       size_t dot = prefix.rfind('.');
-      std::string parent = dot == std::string::npos ? "" : prefix.substr(0, dot);
+      std::string parent =
+          dot == std::string::npos ? "" : prefix.substr(0, dot);
       module(parent).register_module(prefix.substr(dot + 1), m);
     }
     modules.emplace(prefix, m);
@@ -227,7 +235,8 @@ private:
     if (auto it = attributes.find(fqn); it != attributes.end())
       return it->second;
     size_t dot = fqn.rfind('.');
-    Value *base = dot == std::string::npos ? self : attribute(fqn.substr(0, dot));
+    Value *base =
+        dot == std::string::npos ? self : attribute(fqn.substr(0, dot));
     Value *v = graph->insertGetAttr(base, fqn.substr(dot + 1));
     attributes.emplace(fqn, v);
     return v;
@@ -249,7 +258,8 @@ private:
   llvm::Error lowerInputs() {
     const auto &specs =
         program.program.get_graph_module().get_signature().get_input_specs();
-    const auto &inputs = program.program.get_graph_module().get_graph().get_inputs();
+    const auto &inputs =
+        program.program.get_graph_module().get_graph().get_inputs();
     if (specs.size() != inputs.size())
       return fail(llvm::formatv("the signature has {0} inputs, the graph {1}",
                                 specs.size(), inputs.size()));
@@ -265,9 +275,9 @@ private:
         // Tensors, and the symbolic ints a stage program takes from an
         // earlier stage.
         const schema::Argument &a = spec.get_user_input().get_arg();
-        bool isInt = a.tag() == Tag::AS_SYM_INT &&
-                     a.get_as_sym_int().tag() ==
-                         schema::SymIntArgument::Tag::AS_NAME;
+        bool isInt =
+            a.tag() == Tag::AS_SYM_INT &&
+            a.get_as_sym_int().tag() == schema::SymIntArgument::Tag::AS_NAME;
         if (a.tag() != Tag::AS_TENSOR && !isInt)
           return fail("a user input is not a tensor; ppc lowers tensor "
                       "inputs only");
@@ -309,11 +319,20 @@ private:
         c10::IValue iv;
         using C = schema::ConstantValue::Tag;
         switch (value.tag()) {
-        case C::AS_INT: iv = value.get_as_int(); break;
-        case C::AS_FLOAT: iv = value.get_as_float().get(); break;
-        case C::AS_STRING: iv = value.get_as_string(); break;
-        case C::AS_BOOL: iv = value.get_as_bool(); break;
-        default: break; // None
+        case C::AS_INT:
+          iv = value.get_as_int();
+          break;
+        case C::AS_FLOAT:
+          iv = value.get_as_float().get();
+          break;
+        case C::AS_STRING:
+          iv = value.get_as_string();
+          break;
+        case C::AS_BOOL:
+          iv = value.get_as_bool();
+          break;
+        default:
+          break; // None
         }
         if (llvm::Error err = define(c.get_name(), graph->insertConstant(iv)))
           return err;
@@ -337,14 +356,16 @@ private:
   }
 
   std::optional<Spec> callSpec(bool out) {
-    const auto &entries = program.program.get_graph_module().get_module_call_graph();
+    const auto &entries =
+        program.program.get_graph_module().get_module_call_graph();
     if (entries.empty() || !entries[0].get_signature())
       return std::nullopt;
     const auto &sig = *entries[0].get_signature();
     return parseSpecText(out ? sig.get_out_spec() : sig.get_in_spec());
   }
 
-  llvm::Expected<Value *> lookup(const schema::Node &n, const std::string &name) {
+  llvm::Expected<Value *> lookup(const schema::Node &n,
+                                 const std::string &name) {
     if (auto it = lifted.find(name); it != lifted.end())
       return attribute(it->second);
     auto it = values.find(name);
@@ -399,8 +420,8 @@ private:
       };
       if (a.tag() == Tag::AS_OPTIONAL_TENSOR)
         return one(a.get_as_optional_tensor());
-      return list(n, a.get_as_optional_tensors(),
-                  c10::OptionalType::ofTensor(), one);
+      return list(n, a.get_as_optional_tensors(), c10::OptionalType::ofTensor(),
+                  one);
     }
     case Tag::AS_INT:
       return graph->insertConstant(a.get_as_int());
@@ -436,8 +457,9 @@ private:
           v.push_back(s.get_as_int());
         return graph->insertConstant(v);
       }
-      return list(n, items, c10::IntType::get(),
-                  [&](const schema::SymIntArgument &s) { return symInt(n, s); });
+      return list(
+          n, items, c10::IntType::get(),
+          [&](const schema::SymIntArgument &s) { return symInt(n, s); });
     }
     case Tag::AS_SYM_BOOL: {
       const auto &b = a.get_as_sym_bool();
@@ -454,21 +476,24 @@ private:
     case Tag::AS_SCALAR_TYPE: {
       auto t = torchScalarType(a.get_as_scalar_type());
       if (!t)
-        return failNode(n, "argument '" + name + "' is a dtype ppc does not "
-                                                 "read");
+        return failNode(n, "argument '" + name +
+                               "' is a dtype ppc does not "
+                               "read");
       return graph->insertConstant(static_cast<int64_t>(*t));
     }
     case Tag::AS_MEMORY_FORMAT: {
       auto f = memoryFormat(a.get_as_memory_format());
       if (!f)
-        return failNode(n, "argument '" + name + "' is an unknown memory "
-                                                 "format");
+        return failNode(n, "argument '" + name +
+                               "' is an unknown memory "
+                               "format");
       return graph->insertConstant(static_cast<int64_t>(*f));
     }
     case Tag::AS_LAYOUT:
       if (a.get_as_layout() != schema::Layout::Strided)
-        return failNode(n, "argument '" + name +
-                               "' is a sparse layout, which ppc does not lower");
+        return failNode(n,
+                        "argument '" + name +
+                            "' is a sparse layout, which ppc does not lower");
       return graph->insertConstant(static_cast<int64_t>(c10::kStrided));
     case Tag::AS_DEVICE: {
       const schema::Device &d = a.get_as_device();
@@ -478,8 +503,8 @@ private:
       try {
         return graph->insertConstant(c10::Device(text));
       } catch (const std::exception &) {
-        return failNode(n, "argument '" + name + "' names the device '" +
-                               text + "', which this LibTorch does not know");
+        return failNode(n, "argument '" + name + "' names the device '" + text +
+                               "', which this LibTorch does not know");
       }
     }
     default:
@@ -541,11 +566,10 @@ private:
                                     ? s.arguments()[i].name()
                                     : given[i].get_name();
       if (!s.argumentIndexWithName(name))
-        return failNode(n, "has argument '" + name + "', which " + s.name() +
-                               (s.overload_name().empty()
-                                    ? ""
-                                    : "." + s.overload_name()) +
-                               " does not take");
+        return failNode(
+            n, "has argument '" + name + "', which " + s.name() +
+                   (s.overload_name().empty() ? "" : "." + s.overload_name()) +
+                   " does not take");
       if (!byName.emplace(name, &given[i]).second)
         return failNode(n, "has argument '" + name + "' twice");
     }
@@ -644,7 +668,8 @@ private:
   llvm::Error lowerOutputs() {
     const auto &specs =
         program.program.get_graph_module().get_signature().get_output_specs();
-    const auto &outputs = program.program.get_graph_module().get_graph().get_outputs();
+    const auto &outputs =
+        program.program.get_graph_module().get_graph().get_outputs();
     if (specs.size() != outputs.size())
       return fail(llvm::formatv("the signature has {0} outputs, the graph {1}",
                                 specs.size(), outputs.size()));
@@ -657,9 +682,9 @@ private:
       const schema::OutputSpec &spec = specs[i];
       const schema::Argument &a = outputs[i];
       // Tensors, and the symbolic ints a stage program passes on.
-      bool isInt = a.tag() == Tag::AS_SYM_INT &&
-                   a.get_as_sym_int().tag() ==
-                       schema::SymIntArgument::Tag::AS_NAME;
+      bool isInt =
+          a.tag() == Tag::AS_SYM_INT &&
+          a.get_as_sym_int().tag() == schema::SymIntArgument::Tag::AS_NAME;
       if (a.tag() != Tag::AS_TENSOR && !isInt)
         return fail("an output is not a tensor; ppc lowers tensor outputs "
                     "only");
@@ -681,7 +706,8 @@ private:
             return fail("it mutates buffer '" + fqn + "', which it lacks");
           into = attribute(fqn);
         } else {
-          auto in = lookup(outputNode, spec.get_user_input_mutation().get_user_input_name());
+          auto in = lookup(
+              outputNode, spec.get_user_input_mutation().get_user_input_name());
           if (!in)
             return in.takeError();
           into = *in;
@@ -731,8 +757,8 @@ llvm::Expected<Lowered> lowerPt2(const Pt2Program &program,
   try {
     return Lowering(program, path).run();
   } catch (const std::exception &e) {
-    return makeError("'" + path + "': cannot lower its program: " +
-                     firstLine(e.what()));
+    return makeError("'" + path +
+                     "': cannot lower its program: " + firstLine(e.what()));
   }
 }
 

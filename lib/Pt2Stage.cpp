@@ -61,7 +61,8 @@ const std::map<std::string, std::string> &intOps() {
 }
 
 json leafSpec() {
-  return json{{"type", nullptr}, {"context", nullptr},
+  return json{{"type", nullptr},
+              {"context", nullptr},
               {"children_spec", json::array()}};
 }
 
@@ -125,7 +126,8 @@ public:
     Value *ret = graph.outputs().at(0);
     std::vector<Value *> results;
     if (ret->node()->kind() == c10::prim::TupleConstruct)
-      results.assign(ret->node()->inputs().begin(), ret->node()->inputs().end());
+      results.assign(ret->node()->inputs().begin(),
+                     ret->node()->inputs().end());
     else
       results.push_back(ret);
     // Mutations first, as export orders them.
@@ -146,10 +148,9 @@ public:
     json tensorValues = json::object(), symInts = json::object(),
          symBools = json::object();
     for (const std::string &name : named) {
-      for (auto [field, into] :
-           {std::pair{"tensor_values", &tensorValues},
-            std::pair{"sym_int_values", &symInts},
-            std::pair{"sym_bool_values", &symBools}}) {
+      for (auto [field, into] : {std::pair{"tensor_values", &tensorValues},
+                                 std::pair{"sym_int_values", &symInts},
+                                 std::pair{"sym_bool_values", &symBools}}) {
         auto table = modelGraph.find(field);
         if (table != modelGraph.end() && table->contains(name))
           (*into)[name] = (*table)[name];
@@ -157,9 +158,9 @@ public:
     }
     json in = tupleSpec(2);
     in["children_spec"][0] = tupleSpec(argNames.size());
-    in["children_spec"][1] =
-        json{{"type", "builtins.dict"}, {"context", "[]"},
-             {"children_spec", json::array()}};
+    in["children_spec"][1] = json{{"type", "builtins.dict"},
+                                  {"context", "[]"},
+                                  {"children_spec", json::array()}};
     json signature = {
         {"inputs", json::array()},
         {"outputs", json::array()},
@@ -184,9 +185,9 @@ public:
            json::array({json{{"fqn", ""}, {"signature", signature}}})},
           {"metadata", json::object()},
           {"treespec_namedtuple_fields", json::object()}}}};
-    for (const char *field : {"opset_version", "range_constraints",
-                              "schema_version", "verifiers", "torch_version",
-                              "guards_code"})
+    for (const char *field :
+         {"opset_version", "range_constraints", "schema_version", "verifiers",
+          "torch_version", "guards_code"})
       if (model.json.contains(field))
         program[field] = model.json[field];
     return program;
@@ -316,10 +317,17 @@ private:
       case c10::TypeKind::MemoryFormatType: {
         schema::MemoryFormat f = schema::MemoryFormat::ContiguousFormat;
         switch (static_cast<c10::MemoryFormat>(i)) {
-        case c10::MemoryFormat::Preserve: f = schema::MemoryFormat::PreserveFormat; break;
-        case c10::MemoryFormat::ChannelsLast: f = schema::MemoryFormat::ChannelsLast; break;
-        case c10::MemoryFormat::ChannelsLast3d: f = schema::MemoryFormat::ChannelsLast3d; break;
-        default: break;
+        case c10::MemoryFormat::Preserve:
+          f = schema::MemoryFormat::PreserveFormat;
+          break;
+        case c10::MemoryFormat::ChannelsLast:
+          f = schema::MemoryFormat::ChannelsLast;
+          break;
+        case c10::MemoryFormat::ChannelsLast3d:
+          f = schema::MemoryFormat::ChannelsLast3d;
+          break;
+        default:
+          break;
         }
         return json{{"as_memory_format", static_cast<int>(f)}};
       }
@@ -348,12 +356,13 @@ private:
       json index = nullptr;
       if (d.has_index())
         index = d.index();
-      return json{{"as_device",
-                   {{"type", c10::DeviceTypeName(d.type(), /*lower_case=*/true)},
-                    {"index", index}}}};
+      return json{
+          {"as_device",
+           {{"type", c10::DeviceTypeName(d.type(), /*lower_case=*/true)},
+            {"index", index}}}};
     }
-    return fail("passes a constant " + iv.tagKind() +
-                " to argument '" + formal.name() +
+    return fail("passes a constant " + iv.tagKind() + " to argument '" +
+                formal.name() +
                 "', which a program cannot hold (a pass folded it)");
   }
 
@@ -443,7 +452,8 @@ private:
       return fail(std::string("has a ") + kind.toQualString() +
                   " node, which a program cannot hold");
     std::string qualified =
-        s->name() + (s->overload_name().empty() ? "" : "." + s->overload_name());
+        s->name() +
+        (s->overload_name().empty() ? "" : "." + s->overload_name());
     std::string target;
     if (auto it = intOps().find(qualified); it != intOps().end()) {
       target = it->second;

@@ -143,8 +143,7 @@ static llvm::Expected<PreparedModel> loadPrepared(const std::string &path) {
   auto model = file->format->loadModel(file->bytes(), path);
   if (!model)
     return model.takeError();
-  if (llvm::Error err =
-          runPasses(model->graph, file->format->preparePasses()))
+  if (llvm::Error err = runPasses(model->graph, file->format->preparePasses()))
     return err;
   return PreparedModel{file->format, std::move(*model)};
 }

@@ -34,7 +34,6 @@ using GraphPass = void (*)(const std::shared_ptr<torch::jit::Graph> &);
 llvm::Error runPasses(const std::shared_ptr<torch::jit::Graph> &graph,
                       llvm::ArrayRef<std::string> names);
 
-
 } // namespace ppc
 
 #endif // PPC_PASSES_PASSES_H

@@ -277,8 +277,9 @@ TEST(ManifestTest, RejectsUnknownTypeAndVersion) {
 TEST(ManifestTest, ReadsTheFormatOfVersion2AndImpliesItInVersion1) {
   Value json = fixture("decoder.json");
   obj(json)["format"] = "onnx";
-  EXPECT_EQ(errorOf(json),
-            "manifest: unknown format 'onnx' (this ppc reads torchscript, pt2)");
+  EXPECT_EQ(
+      errorOf(json),
+      "manifest: unknown format 'onnx' (this ppc reads torchscript, pt2)");
   json = fixture("decoder.json");
   obj(json).erase("format");
   EXPECT_EQ(errorOf(json), "missing value at manifest.format");

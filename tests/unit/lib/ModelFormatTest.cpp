@@ -118,7 +118,8 @@ TEST(ModelFormatTest, RefusesAFileNoFormatRecognisesInOneLine) {
                           0),
             0u)
       << message;
-  EXPECT_NE(message.find("(formats ppc reads: torchscript, pt2)"), std::string::npos)
+  EXPECT_NE(message.find("(formats ppc reads: torchscript, pt2)"),
+            std::string::npos)
       << message;
   EXPECT_EQ(message.find('\n'), std::string::npos) << message;
 
