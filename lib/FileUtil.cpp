@@ -18,6 +18,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <mutex>
 
 #include <fcntl.h>
@@ -149,9 +150,22 @@ struct sigaction previousActions[3];
 std::once_flag handlersInstalled;
 
 void onSignal(int sig) {
-  for (int i = 0; i < kMaxStaged; ++i)
-    if (stagedInUse[i].load())
+  for (int i = 0; i < kMaxStaged; ++i) {
+    if (!stagedInUse[i].load())
+      continue;
+    // Another process (a rank writing its stage) may add an entry between
+    // nftw's listing and the rmdir: retry, a millisecond apart, until the
+    // tree is gone.
+    struct stat st;
+    for (int attempt = 0; attempt < 50 && ::lstat(stagedPaths[i], &st) == 0;
+         ++attempt) {
+      if (attempt) {
+        struct timespec pause = {0, 1000 * 1000};
+        ::nanosleep(&pause, nullptr);
+      }
       removeTree(stagedPaths[i]);
+    }
+  }
   // Whatever ran before (LLVM's own file removal, or the default action)
   // then ends the process as the signal means to.
   for (int i = 0; i < 3; ++i)
@@ -181,11 +195,12 @@ void installHandlers() {
   });
 }
 
-/// Registers `path` for removal by a signal; a path too long, or a full
-/// table, is only removed by its StagedDirectory.
-void registerStaged(const std::string &path) {
+/// Registers `path` for removal by a signal and returns its slot (-1: a
+/// path too long, or a full table, is only removed by its owner). One
+/// path may hold several slots (ranks that are threads of one process).
+int registerStaged(const std::string &path) {
   if (path.size() >= PATH_MAX)
-    return;
+    return -1;
   installHandlers();
   std::lock_guard<std::mutex> lock(stagedMutex);
   for (int i = 0; i < kMaxStaged; ++i) {
@@ -193,15 +208,16 @@ void registerStaged(const std::string &path) {
       continue;
     std::memcpy(stagedPaths[i], path.c_str(), path.size() + 1);
     stagedInUse[i].store(true);
-    return;
+    return i;
   }
+  return -1;
 }
 
-void unregisterStaged(const std::string &path) {
+void unregisterStaged(int slot) {
+  if (slot < 0)
+    return;
   std::lock_guard<std::mutex> lock(stagedMutex);
-  for (int i = 0; i < kMaxStaged; ++i)
-    if (stagedInUse[i].load() && path == stagedPaths[i])
-      stagedInUse[i].store(false);
+  stagedInUse[slot].store(false);
 }
 
 /// fsyncs `path` (a file or a directory). Errors name it.
@@ -273,13 +289,13 @@ llvm::Expected<bool> isNonEmptyDirectory(llvm::StringRef dir) {
 
 StagedDirectory::StagedDirectory(std::string name, std::string dir,
                                  std::string path)
-    : name_(std::move(name)), dir_(std::move(dir)), path_(std::move(path)) {
-  registerStaged(path_);
-}
+    : name_(std::move(name)), dir_(std::move(dir)), path_(std::move(path)),
+      slot_(registerStaged(path_)) {}
 
 StagedDirectory::StagedDirectory(StagedDirectory &&other) noexcept
     : name_(std::move(other.name_)), dir_(std::move(other.dir_)),
-      path_(std::move(other.path_)), done_(other.done_) {
+      path_(std::move(other.path_)), slot_(other.slot_), done_(other.done_) {
+  other.slot_ = -1;
   other.done_ = true;
 }
 
@@ -290,7 +306,8 @@ void StagedDirectory::discard() {
     return;
   done_ = true;
   llvm::sys::fs::remove_directories(path_);
-  unregisterStaged(path_);
+  unregisterStaged(slot_);
+  slot_ = -1;
 }
 
 llvm::Error StagedDirectory::renamed(llvm::Error err, llvm::StringRef path,
@@ -388,10 +405,21 @@ llvm::Error StagedDirectory::commit(
     return fail(std::strerror(errno));
   }
   done_ = true;
-  unregisterStaged(path_);
+  unregisterStaged(slot_);
+  slot_ = -1;
   // The switch is done; making the rename itself durable is best effort.
   llvm::consumeError(syncPath(llvm::sys::path::parent_path(dir_)));
   return llvm::Error::success();
+}
+
+RemovedOnSignal::RemovedOnSignal(const std::string &path)
+    : slot_(registerStaged(path)) {}
+
+RemovedOnSignal::~RemovedOnSignal() { release(); }
+
+void RemovedOnSignal::release() {
+  unregisterStaged(slot_);
+  slot_ = -1;
 }
 
 llvm::Error buildDirectoryAtomically(

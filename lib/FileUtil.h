@@ -96,7 +96,27 @@ private:
   StagedDirectory(std::string name, std::string dir, std::string path);
   /// `dir` as given (for messages), absolute, and the staged directory.
   std::string name_, dir_, path_;
+  /// Its slot in the table a signal removes (-1: none).
+  int slot_ = -1;
   bool done_ = false;
+};
+
+/// While it lives (until release()), SIGINT, SIGTERM or SIGHUP remove the
+/// tree at `path` before the process ends as the signal means to. For a
+/// process that writes into a StagedDirectory it does not own (a rank
+/// writing its stages into rank 0's): until it has reported its part, the
+/// save cannot be committed, so a signal may take the whole directory.
+class RemovedOnSignal {
+public:
+  explicit RemovedOnSignal(const std::string &path);
+  RemovedOnSignal(const RemovedOnSignal &) = delete;
+  RemovedOnSignal &operator=(const RemovedOnSignal &) = delete;
+  ~RemovedOnSignal();
+  /// Stops removing it (idempotent).
+  void release();
+
+private:
+  int slot_;
 };
 
 /// Builds directory `dir` atomically with a StagedDirectory: `fill`

@@ -709,6 +709,13 @@ llvm::Error Trainer::Impl::saveDirectory(llvm::StringRef dir,
   std::string tmp = whereRef.str();
   WrittenPart ownFiles;
   ownFiles.staged = tmp;
+  // Until this rank reports, rank 0 cannot commit: a signal that stops it
+  // here (the launcher's SIGTERM when a peer died) removes the whole
+  // staged directory, which no destructor would. Rank 0's StagedDirectory
+  // does the same for rank 0.
+  std::optional<RemovedOnSignal> removedOnSignal;
+  if (rank != 0)
+    removedOnSignal.emplace(tmp);
 
   // 2. Each rank writes its stages there, in the mode they were saved in,
   // and reports to rank 0 "ok\n" and an "INDEX SHA256" line per stage, or
@@ -791,6 +798,7 @@ llvm::Error Trainer::Impl::saveDirectory(llvm::StringRef dir,
       failure ? "error " + llvm::toString(std::move(failure)) : "ok\n" + hashes;
   bool failedHere = llvm::StringRef(mine).startswith("error ");
   std::vector<std::string> parts;
+  removedOnSignal.reset();
   if (llvm::Error err =
           gatherBytes(ctx->transport(), mine, 0, parts, "the saved stages"))
     return err;

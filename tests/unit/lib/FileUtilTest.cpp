@@ -10,7 +10,12 @@
 
 #include <gtest/gtest.h>
 
+#include <csignal>
+#include <optional>
+
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 using namespace ppc;
 
@@ -100,4 +105,56 @@ TEST_F(FileUtilTest, AMissingDirectoryIsOneError) {
   std::string p = path("no/such/out.txt");
   EXPECT_EQ(llvm::toString(writeText(p, "x")),
             "cannot write '" + p + "': No such file or directory");
+}
+
+namespace {
+/// Runs `body` in a child process that then raises SIGTERM; returns its
+/// wait status.
+template <typename Body> int statusOfTerminatedChild(Body body) {
+  pid_t child = fork();
+  if (child == 0) {
+    body();
+    ::raise(SIGTERM);
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  return status;
+}
+} // namespace
+
+TEST_F(FileUtilTest, ASignalRemovesAStagedDirectoryAnotherProcessOwns) {
+  // A rank writing its stages into rank 0's staged directory: SIGTERM
+  // takes the whole tree, then ends the process as SIGTERM means to.
+  std::string staged = path("out.tmp-x");
+  ASSERT_FALSE(llvm::sys::fs::create_directories(staged + "/sub"));
+  ASSERT_FALSE(writeText(staged + "/sub/stage_1.pt", "rank 1"));
+  int status =
+      statusOfTerminatedChild([&] { RemovedOnSignal removed(staged); });
+  // (The guard is gone before the signal: nothing is removed.)
+  ASSERT_TRUE(WIFSIGNALED(status));
+  EXPECT_TRUE(llvm::sys::fs::exists(staged + "/sub/stage_1.pt"));
+
+  status = statusOfTerminatedChild([&] {
+    static std::optional<RemovedOnSignal> removed;
+    removed.emplace(staged);
+  });
+  ASSERT_TRUE(WIFSIGNALED(status));
+  EXPECT_EQ(WTERMSIG(status), SIGTERM);
+  EXPECT_EQ(entries(), std::vector<std::string>{});
+}
+
+TEST_F(FileUtilTest, AReleasedStagedDirectoryStaysOnASignal) {
+  // A rank that has reported its part: rank 0 may be committing the
+  // directory, so a signal must leave it alone.
+  std::string staged = path("out.tmp-x");
+  ASSERT_FALSE(llvm::sys::fs::create_directories(staged));
+  ASSERT_FALSE(writeText(staged + "/stage_1.pt", "rank 1"));
+  int status = statusOfTerminatedChild([&] {
+    static std::optional<RemovedOnSignal> removed;
+    removed.emplace(staged);
+    removed->release();
+  });
+  ASSERT_TRUE(WIFSIGNALED(status));
+  EXPECT_EQ(contents(staged + "/stage_1.pt"), "rank 1");
 }
