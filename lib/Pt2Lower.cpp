@@ -52,26 +52,6 @@ namespace {
 
 using Tag = schema::Argument::Tag;
 
-/// SymInt and SymBool arithmetic of the program (Python's operator module)
-/// as the JIT's int ops.
-const std::map<std::string, std::string> &operatorOps() {
-  static const std::map<std::string, std::string> ops = {
-      {"_operator.add", "aten::add.int"},
-      {"_operator.sub", "aten::sub.int"},
-      {"_operator.mul", "aten::mul.int"},
-      {"_operator.floordiv", "aten::floordiv.int"},
-      {"_operator.mod", "aten::remainder.int"},
-      {"_operator.neg", "aten::neg.int"},
-      {"_operator.eq", "aten::eq.int"},
-      {"_operator.ne", "aten::ne.int"},
-      {"_operator.lt", "aten::lt.int"},
-      {"_operator.le", "aten::le.int"},
-      {"_operator.gt", "aten::gt.int"},
-      {"_operator.ge", "aten::ge.int"},
-  };
-  return ops;
-}
-
 /// The JIT operator for "ns::name.overload" ("" overload: the default).
 std::shared_ptr<torch::jit::Operator>
 findOperator(const std::string &name, const std::string &overload) {
@@ -539,8 +519,10 @@ private:
     const std::string &target = n.get_target();
     std::shared_ptr<torch::jit::Operator> op;
     bool positional = false;
-    if (auto it = operatorOps().find(target); it != operatorOps().end()) {
-      auto [name, overload] = llvm::StringRef(it->second).split('.');
+    const auto *symInt = llvm::find_if(
+        kSymIntOps, [&](const SymIntOp &o) { return o.target == target; });
+    if (symInt != std::end(kSymIntOps)) {
+      auto [name, overload] = symInt->jit.split('.');
       op = findOperator(name.str(), overload.str());
       positional = true;
     } else if (llvm::StringRef t = target; t.consume_front("torch.ops.")) {

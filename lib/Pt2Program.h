@@ -50,6 +50,27 @@ constexpr int64_t kSchemaMajor = 8;
 /// The archive_version ppc reads and writes.
 constexpr llvm::StringLiteral kArchiveVersion = "0";
 
+/// A program's SymInt and SymBool arithmetic (Python's operator module,
+/// "_operator.mul") and the JIT int op it lowers to ("aten::mul.int"):
+/// lowerPt2 reads the table one way, stageProgram the other.
+struct SymIntOp {
+  llvm::StringLiteral target, jit;
+};
+inline constexpr SymIntOp kSymIntOps[] = {
+    {"_operator.add", "aten::add.int"},
+    {"_operator.sub", "aten::sub.int"},
+    {"_operator.mul", "aten::mul.int"},
+    {"_operator.floordiv", "aten::floordiv.int"},
+    {"_operator.mod", "aten::remainder.int"},
+    {"_operator.neg", "aten::neg.int"},
+    {"_operator.eq", "aten::eq.int"},
+    {"_operator.ne", "aten::ne.int"},
+    {"_operator.lt", "aten::lt.int"},
+    {"_operator.le", "aten::le.int"},
+    {"_operator.gt", "aten::gt.int"},
+    {"_operator.ge", "aten::ge.int"},
+};
+
 /// A parameter, buffer or tensor constant under its FQN. Tensors that the
 /// archive stores once for several FQNs (tied weights) are one at::Tensor.
 struct Pt2Tensor {

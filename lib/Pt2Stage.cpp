@@ -41,25 +41,6 @@ namespace {
 
 using json = nlohmann::json;
 
-/// The reverse of the lowering's _operator table.
-const std::map<std::string, std::string> &intOps() {
-  static const std::map<std::string, std::string> ops = {
-      {"aten::add.int", "_operator.add"},
-      {"aten::sub.int", "_operator.sub"},
-      {"aten::mul.int", "_operator.mul"},
-      {"aten::floordiv.int", "_operator.floordiv"},
-      {"aten::remainder.int", "_operator.mod"},
-      {"aten::neg.int", "_operator.neg"},
-      {"aten::eq.int", "_operator.eq"},
-      {"aten::ne.int", "_operator.ne"},
-      {"aten::lt.int", "_operator.lt"},
-      {"aten::le.int", "_operator.le"},
-      {"aten::gt.int", "_operator.gt"},
-      {"aten::ge.int", "_operator.ge"},
-  };
-  return ops;
-}
-
 json leafSpec() {
   return json{{"type", nullptr},
               {"context", nullptr},
@@ -455,8 +436,10 @@ private:
         s->name() +
         (s->overload_name().empty() ? "" : "." + s->overload_name());
     std::string target;
-    if (auto it = intOps().find(qualified); it != intOps().end()) {
-      target = it->second;
+    const auto *symInt = llvm::find_if(
+        kSymIntOps, [&](const SymIntOp &o) { return o.jit == qualified; });
+    if (symInt != std::end(kSymIntOps)) {
+      target = symInt->target.str();
     } else {
       auto [ns, name] = llvm::StringRef(s->name()).split("::");
       target = ("torch.ops." + ns + "." + name + "." +

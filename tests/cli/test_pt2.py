@@ -60,17 +60,9 @@ RUN_MODELS = ["pt2_cnn", "pt2_gpt", "pt2_unet", "pt2_two_io"]
 TRAIN_MODELS = ["pt2_gpt", "pt2_mlp"]
 RTOL = ATOL = 1e-5
 MICROBATCHES = 4  # 10 rows: 3, 3, 2, 2
-# (schedule, stages, ranks), as test_train_schedules.py: 2 and 4 stages; the
-# V schedules hold 2 stages per rank (2 stages: one rank); interleaved-1f1b
-# needs 2 stages per rank.
-CONFIGS = [
-    ("gpipe", 2, 2), ("gpipe", 4, 2), ("1f1b", 2, 2), ("1f1b", 4, 2),
-    ("interleaved-1f1b", 4, 2), ("zb-h1", 2, 2), ("zb-h1", 4, 2),
-    ("looped-bfs", 2, 2), ("looped-bfs", 4, 2),
-    ("interleaved-zb", 2, 2), ("interleaved-zb", 4, 2),
-    ("zbv", 2, 1), ("zbv", 4, 2),
-    ("dualpipev", 2, 1), ("dualpipev", 4, 2),
-]
+# (schedule, stages, ranks): every schedule on 2 and 4 stages, as
+# test_train_schedules.py trains them.
+CONFIGS = training.SCHEDULE_CONFIGS
 # Adam once per schedule, alternating 2 and 4 stages (each launch costs ~2 s
 # on 2 cores).
 ADAM_CONFIGS = [("gpipe", 4, 2), ("1f1b", 2, 2), ("interleaved-1f1b", 4, 2), ("zb-h1", 2, 2),

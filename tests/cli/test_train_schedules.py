@@ -31,19 +31,10 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import ROOT, main, model_path, ppc  # noqa: E402
-from training import (LOSS, assert_gradients, losses_rel_diff, reference, split,  # noqa: E402
-                      train, write_data)
+from training import (LOSS, SCHEDULE_CONFIGS as CONFIGS, assert_gradients,  # noqa: E402
+                      losses_rel_diff, reference, split, train, write_data)
 
 MICROBATCHES = 4
-# (schedule, stages, ranks): 2 and 4 stages; the V holds 2 stages per rank.
-CONFIGS = [
-    ("gpipe", 2, 2), ("gpipe", 4, 2), ("1f1b", 2, 2), ("1f1b", 4, 2),
-    ("interleaved-1f1b", 4, 2), ("zb-h1", 2, 2), ("zb-h1", 4, 2),
-    ("looped-bfs", 2, 2), ("looped-bfs", 4, 2),
-    ("interleaved-zb", 2, 2), ("interleaved-zb", 4, 2),
-    ("zbv", 2, 1), ("zbv", 4, 2),
-    ("dualpipev", 2, 1), ("dualpipev", 4, 2),
-]
 SGD_LR = {"resnet18": "0.01"}
 GRAD_TOL = 1e-5
 LOSS_TOL = 1e-5

@@ -39,6 +39,16 @@ LOSS = {"mlp": "cross_entropy", "resnet18": "mse", "decoder": "mse", "unet": "ms
 # Batch rows per model: resnet18's BatchNorm needs 2 rows per microbatch at
 # its 1x1 last stage, so it gets 8 (3 microbatches of 3, 3 and 2 rows).
 ROWS = {"resnet18": 8}
+# (schedule, stages, ranks) that train every schedule: 2 and 4 stages on 2
+# ranks; the V holds 2 stages per rank.
+SCHEDULE_CONFIGS = [
+    ("gpipe", 2, 2), ("gpipe", 4, 2), ("1f1b", 2, 2), ("1f1b", 4, 2),
+    ("interleaved-1f1b", 4, 2), ("zb-h1", 2, 2), ("zb-h1", 4, 2),
+    ("looped-bfs", 2, 2), ("looped-bfs", 4, 2),
+    ("interleaved-zb", 2, 2), ("interleaved-zb", 4, 2),
+    ("zbv", 2, 1), ("zbv", 4, 2),
+    ("dualpipev", 2, 1), ("dualpipev", 4, 2),
+]
 
 
 def model_inputs(name):

@@ -19,7 +19,7 @@ decoder, two_io, values, inplace) it writes into OUTDIR:
                     where a new stage begins, in execution order.  Cuts are
                     balanced roughly by multiply-accumulates; for unet and
                     two_io they make values cross more than one stage.
-  NAME.stamp        hash of this script: a model whose files exist with a
+  NAME.stamp        hash of this script and model_blocks.py: a model whose files exist with a
                     matching stamp is skipped (reruns exit before importing torch).
 --mlp-layers N writes mlp_N (N Linear(16,16)+ReLU blocks in ModuleList `layers`,
 input [5,16], json without split_at) for compile-speed benchmarks; without
@@ -62,8 +62,14 @@ def parse_args():
 
 
 def script_hash() -> str:
-    with open(os.path.abspath(__file__), "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()[:16]
+    """A hash of this script and model_blocks.py (read here, not imported:
+    the fast path below runs before torch is imported)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    h = hashlib.sha256()
+    for name in (os.path.basename(__file__), "model_blocks.py"):
+        with open(os.path.join(here, name), "rb") as f:
+            h.update(f.read())
+    return h.hexdigest()[:16]
 
 
 def up_to_date(outdir: str, name: str, stamp: str) -> bool:
@@ -85,6 +91,8 @@ import torch  # noqa: E402  (deliberately after the fast path)
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 import torchvision  # noqa: E402
+
+from model_blocks import TwoIO, atomic, write_text  # noqa: E402
 
 BATCH = 5
 
@@ -208,27 +216,6 @@ class Decoder(nn.Module):
         for block in self.blocks:
             x = block(x, mask)
         return self.head(self.norm(x))
-
-
-class TwoIO(nn.Module):
-    """Two inputs, two outputs.  y is consumed only late (by `b`), and `aux`
-    comes from the first branch, so with the chosen cuts a model input enters
-    a later stage and an early stage's value is a model output."""
-
-    def __init__(self):
-        super().__init__()
-        self.a = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU())
-        self.a_head = nn.Linear(32, 4)
-        self.c = nn.Sequential(nn.Linear(32, 32), nn.ReLU())
-        self.b = nn.Sequential(nn.Linear(8, 32), nn.ReLU())
-        self.mix = nn.Bilinear(32, 32, 6)  # a stock two-input module
-
-    def forward(self, x, y) -> Tuple[torch.Tensor, torch.Tensor]:
-        ha = self.a(x)
-        aux = self.a_head(ha)
-        hc = self.c(ha)
-        hb = self.b(y)
-        return self.mix(hc, hb), aux
 
 
 class Mix(nn.Module):
@@ -362,24 +349,6 @@ assert list(MODELS) == NAMES, "keep NAMES (used before torch is imported) in syn
 
 def mlp_n(n: int):
     return (lambda: MLP(16, n), lambda: torch.randn(BATCH, 16), None)
-
-
-def atomic(path: str, write) -> None:
-    """write(tmp_path) then rename over path."""
-    tmp = "%s.tmp.%d" % (path, os.getpid())
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
-def write_text(path: str, text: str) -> None:
-    def write(p):
-        with open(p, "w") as f:
-            f.write(text)
-    atomic(path, write)
 
 
 def check_splits(name: str, model: nn.Module, inp, splits) -> None:

@@ -29,9 +29,9 @@ Models (BATCH = 10 rows, so 3 and 4 microbatches cut it unevenly):
   pt2_unet    [B,3,16,16] -> [B,2,16,16]: 3 encoder levels, a bottleneck and
               3 decoder levels, each decoder level concatenating the encoder
               output of its resolution (skips that cross stages).
-  pt2_two_io  (x [B,16], y [B,8]) -> (out [B,6], aux [B,4]): tests/models/
-              make_models.py's TwoIO (y is read only late; aux comes from
-              the first branch).
+  pt2_two_io  (x [B,16], y [B,8]) -> (out [B,6], aux [B,4]): model_blocks.py's
+              TwoIO, as make_models.py's two_io (y is read only late; aux
+              comes from the first branch).
   pt2_mlp     [B,16] -> [B,10]: Linear/ReLU x4, then Linear (for training,
               with cross_entropy).
 
@@ -44,13 +44,13 @@ For each NAME it writes into OUTDIR:
   NAME.json       {"name", "inputs": count, "outputs": count, "batch",
                    "loss": the loss the tests train it with (or null),
                    "split_at": {"2"|"3"|"4": module paths}}
-  NAME.stamp      hash of this script and the torch version, written last: a
-                  model whose files exist with a matching stamp is skipped.
+  NAME.stamp      hash of this script, model_blocks.py and the torch
+                  version, written last: a model whose files exist with a
+                  matching stamp is skipped.
 Files are written atomically (temporary name, then os.replace), so
 concurrent runs are safe. Deterministic: fixed seeds, one thread.
 With --print, prints each program (print(ep)) after writing or reusing it.
 """
-import hashlib
 import json
 import os
 import sys
@@ -58,6 +58,9 @@ import sys
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+import model_blocks
+from model_blocks import Attention, TwoIO, atomic, write_text
 
 BATCH = 10  # 3 and 4 microbatches cut it unevenly (4,3,3 and 3,3,2,2)
 SUFFIXES = (".pt2", ".input.pt", ".output.pt", ".json", ".stamp")
@@ -111,32 +114,12 @@ def randomize_batchnorm(model):
     return model
 
 
-class GptBlock(nn.Module):
-    def __init__(self, dim, heads):
-        super().__init__()
-        self.heads = heads
-        self.ln1 = nn.LayerNorm(dim)
-        self.qkv = nn.Linear(dim, 3 * dim)
-        self.proj = nn.Linear(dim, dim)
-        self.ln2 = nn.LayerNorm(dim)
-        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
-
-    def forward(self, x):
-        b, t, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).chunk(3, dim=-1)
-        q, k, v = (z.reshape(b, t, self.heads, d // self.heads).transpose(1, 2)
-                   for z in (q, k, v))
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
-        return x + self.mlp(self.ln2(x))
-
-
 class Gpt(nn.Module):
     def __init__(self, vocab=64, seq=8, dim=32, heads=4, layers=4):
         super().__init__()
         self.emb = nn.Embedding(vocab, dim)
         self.pos = nn.Embedding(seq, dim)
-        self.blocks = nn.ModuleList([GptBlock(dim, heads) for _ in range(layers)])
+        self.blocks = nn.ModuleList([Attention(dim, heads, 4 * dim) for _ in range(layers)])
         self.ln_f = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, vocab, bias=False)
         self.head.weight = self.emb.weight  # tied: one Parameter
@@ -179,25 +162,6 @@ class UNet(nn.Module):
         return self.out(d1)
 
 
-class TwoIO(nn.Module):
-    """tests/models/make_models.py's TwoIO."""
-
-    def __init__(self):
-        super().__init__()
-        self.a = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU())
-        self.a_head = nn.Linear(32, 4)
-        self.c = nn.Sequential(nn.Linear(32, 32), nn.ReLU())
-        self.b = nn.Sequential(nn.Linear(8, 32), nn.ReLU())
-        self.mix = nn.Bilinear(32, 32, 6)
-
-    def forward(self, x, y):
-        ha = self.a(x)
-        aux = self.a_head(ha)
-        hc = self.c(ha)
-        hb = self.b(y)
-        return self.mix(hc, hb), aux
-
-
 class Mlp(nn.Module):
     def __init__(self):
         super().__init__()
@@ -237,38 +201,7 @@ MODELS = {
 # --- writing -----------------------------------------------------------------
 
 def stamp() -> str:
-    with open(os.path.abspath(__file__), "rb") as f:
-        h = hashlib.sha256(f.read())
-    h.update(torch.__version__.encode())
-    return h.hexdigest()[:16]
-
-
-def atomic(path: str, write) -> None:
-    """write(tmp), then os.replace(tmp, path). The temporary file has the
-    same name in a private directory beside PATH: torch.export.save names the
-    archive's top folder after the file (NAME/models/model.json) and warns
-    about a name not ending in .pt2."""
-    head, tail = os.path.split(path)
-    tmpdir = os.path.join(head, ".tmp.%d" % os.getpid())
-    tmp = os.path.join(tmpdir, tail)
-    os.makedirs(tmpdir, exist_ok=True)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        try:
-            os.rmdir(tmpdir)
-        except OSError:
-            pass
-
-
-def write_text(path: str, text: str) -> None:
-    def write(p):
-        with open(p, "w") as f:
-            f.write(text)
-    atomic(path, write)
+    return model_blocks.stamp(__file__)
 
 
 def export(model, inputs):

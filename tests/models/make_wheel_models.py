@@ -20,12 +20,11 @@ reads them alike):
 For each NAME it writes NAME.pt (torch.jit.script, saved with torch.jit.save),
 NAME.input.pt, NAME.expected.pt (the scripted model's output on the input under
 torch.no_grad(), computed by this Python's torch), NAME.json ({"name", "inputs",
-"split_at": {"2"|"3": paths}}) and NAME.stamp (hash of this script and the torch
-version): a model whose files exist with a matching stamp is skipped. Files are
+"split_at": {"2"|"3": paths}}) and NAME.stamp (hash of this script, model_blocks.py
+and the torch version): a model whose files exist with a matching stamp is skipped. Files are
 written atomically (temporary name, then os.replace), so concurrent runs are
 safe.
 """
-import hashlib
 import json
 import os
 import sys
@@ -34,38 +33,18 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import model_blocks
+from model_blocks import Attention, atomic, write_text
+
 BATCH = 5  # not divisible by 2, 3 or 4: microbatches of unequal sizes
 SUFFIXES = (".pt", ".input.pt", ".expected.pt", ".json", ".stamp")
-
-
-class Attention(nn.Module):
-    """Pre-norm causal self-attention plus MLP, with scaled_dot_product_attention."""
-
-    def __init__(self, dim: int, heads: int):
-        super().__init__()
-        self.heads = heads
-        self.norm1 = nn.LayerNorm(dim)
-        self.qkv = nn.Linear(dim, 3 * dim)
-        self.proj = nn.Linear(dim, dim)
-        self.norm2 = nn.LayerNorm(dim)
-        self.mlp = nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(), nn.Linear(2 * dim, dim))
-
-    def forward(self, x):
-        b, t, d = x.shape
-        q, k, v = self.qkv(self.norm1(x)).chunk(3, dim=-1)
-        q = q.reshape(b, t, self.heads, d // self.heads).transpose(1, 2)
-        k = k.reshape(b, t, self.heads, d // self.heads).transpose(1, 2)
-        v = v.reshape(b, t, self.heads, d // self.heads).transpose(1, 2)
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
-        return x + self.mlp(self.norm2(x))
 
 
 class Sdpa(nn.Module):
     def __init__(self, dim: int = 32, heads: int = 4, layers: int = 4):
         super().__init__()
         self.embed = nn.Linear(16, dim)
-        self.blocks = nn.ModuleList([Attention(dim, heads) for _ in range(layers)])
+        self.blocks = nn.ModuleList([Attention(dim, heads, 2 * dim) for _ in range(layers)])
         self.head = nn.Linear(dim, 10)
 
     def forward(self, x):
@@ -108,29 +87,7 @@ MODELS = {
 
 
 def stamp() -> str:
-    with open(os.path.abspath(__file__), "rb") as f:
-        h = hashlib.sha256(f.read())
-    h.update(torch.__version__.encode())
-    return h.hexdigest()[:16]
-
-
-# atomic() and write_text() repeat make_models.py's: that module imports
-# torchvision, which the wheel's venv does not have.
-def atomic(path: str, write) -> None:
-    tmp = "%s.tmp.%d" % (path, os.getpid())
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
-def write_text(path: str, text: str) -> None:
-    def write(p):
-        with open(p, "w") as f:
-            f.write(text)
-    atomic(path, write)
+    return model_blocks.stamp(__file__)
 
 
 def make(outdir: str, name: str, spec, tag: str) -> bool:
