@@ -195,31 +195,6 @@ void installHandlers() {
   });
 }
 
-/// Registers `path` for removal by a signal and returns its slot (-1: a
-/// path too long, or a full table, is only removed by its owner). One
-/// path may hold several slots (ranks that are threads of one process).
-int registerStaged(const std::string &path) {
-  if (path.size() >= PATH_MAX)
-    return -1;
-  installHandlers();
-  std::lock_guard<std::mutex> lock(stagedMutex);
-  for (int i = 0; i < kMaxStaged; ++i) {
-    if (stagedInUse[i].load())
-      continue;
-    std::memcpy(stagedPaths[i], path.c_str(), path.size() + 1);
-    stagedInUse[i].store(true);
-    return i;
-  }
-  return -1;
-}
-
-void unregisterStaged(int slot) {
-  if (slot < 0)
-    return;
-  std::lock_guard<std::mutex> lock(stagedMutex);
-  stagedInUse[slot].store(false);
-}
-
 /// fsyncs `path` (a file or a directory). Errors name it.
 llvm::Error syncPath(llvm::StringRef path) {
   std::string p = path.str();
@@ -290,12 +265,12 @@ llvm::Expected<bool> isNonEmptyDirectory(llvm::StringRef dir) {
 StagedDirectory::StagedDirectory(std::string name, std::string dir,
                                  std::string path)
     : name_(std::move(name)), dir_(std::move(dir)), path_(std::move(path)),
-      slot_(registerStaged(path_)) {}
+      removedOnSignal_(path_) {}
 
 StagedDirectory::StagedDirectory(StagedDirectory &&other) noexcept
     : name_(std::move(other.name_)), dir_(std::move(other.dir_)),
-      path_(std::move(other.path_)), slot_(other.slot_), done_(other.done_) {
-  other.slot_ = -1;
+      path_(std::move(other.path_)),
+      removedOnSignal_(std::move(other.removedOnSignal_)), done_(other.done_) {
   other.done_ = true;
 }
 
@@ -306,8 +281,7 @@ void StagedDirectory::discard() {
     return;
   done_ = true;
   llvm::sys::fs::remove_directories(path_);
-  unregisterStaged(slot_);
-  slot_ = -1;
+  removedOnSignal_.release();
 }
 
 llvm::Error StagedDirectory::renamed(llvm::Error err, llvm::StringRef path,
@@ -405,20 +379,39 @@ llvm::Error StagedDirectory::commit(
     return fail(std::strerror(errno));
   }
   done_ = true;
-  unregisterStaged(slot_);
-  slot_ = -1;
+  removedOnSignal_.release();
   // The switch is done; making the rename itself durable is best effort.
   llvm::consumeError(syncPath(llvm::sys::path::parent_path(dir_)));
   return llvm::Error::success();
 }
 
-RemovedOnSignal::RemovedOnSignal(const std::string &path)
-    : slot_(registerStaged(path)) {}
+RemovedOnSignal::RemovedOnSignal(const std::string &path) {
+  if (path.size() >= PATH_MAX)
+    return;
+  installHandlers();
+  std::lock_guard<std::mutex> lock(stagedMutex);
+  for (int i = 0; i < kMaxStaged; ++i) {
+    if (stagedInUse[i].load())
+      continue;
+    std::memcpy(stagedPaths[i], path.c_str(), path.size() + 1);
+    stagedInUse[i].store(true);
+    slot_ = i;
+    return;
+  }
+}
+
+RemovedOnSignal::RemovedOnSignal(RemovedOnSignal &&other) noexcept
+    : slot_(other.slot_) {
+  other.slot_ = -1;
+}
 
 RemovedOnSignal::~RemovedOnSignal() { release(); }
 
 void RemovedOnSignal::release() {
-  unregisterStaged(slot_);
+  if (slot_ < 0)
+    return;
+  std::lock_guard<std::mutex> lock(stagedMutex);
+  stagedInUse[slot_].store(false);
   slot_ = -1;
 }
 

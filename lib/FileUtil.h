@@ -50,6 +50,28 @@ llvm::Error writeFileAtomically(
 llvm::Error writeJSONFileAtomically(llvm::StringRef path,
                                     const llvm::json::Value &value);
 
+/// While it lives (until release()), SIGINT, SIGTERM or SIGHUP remove the
+/// tree at `path` before the process ends as the signal means to. A
+/// StagedDirectory holds one until it is committed or discarded; a process
+/// that writes into a StagedDirectory it does not own (a rank writing its
+/// stages into rank 0's) holds one until it has reported its part: before
+/// that the save cannot be committed, so a signal may take the whole
+/// directory. A path of PATH_MAX or more, or a 17th at once, is not
+/// removed on a signal.
+class RemovedOnSignal {
+public:
+  explicit RemovedOnSignal(const std::string &path);
+  RemovedOnSignal(RemovedOnSignal &&other) noexcept;
+  RemovedOnSignal &operator=(RemovedOnSignal &&) = delete;
+  ~RemovedOnSignal();
+  /// Stops removing it (idempotent).
+  void release();
+
+private:
+  /// Its slot in the table the signal handler reads (-1: none).
+  int slot_ = -1;
+};
+
 /// A directory built beside its destination and switched in whole:
 ///   1. create(dir) makes "DIR.tmp-HOST-PID-XXXXXX" beside `dir` (creating
 ///      `dir`'s parents): its name says which process of which host (HOST:
@@ -96,27 +118,8 @@ private:
   StagedDirectory(std::string name, std::string dir, std::string path);
   /// `dir` as given (for messages), absolute, and the staged directory.
   std::string name_, dir_, path_;
-  /// Its slot in the table a signal removes (-1: none).
-  int slot_ = -1;
+  RemovedOnSignal removedOnSignal_;
   bool done_ = false;
-};
-
-/// While it lives (until release()), SIGINT, SIGTERM or SIGHUP remove the
-/// tree at `path` before the process ends as the signal means to. For a
-/// process that writes into a StagedDirectory it does not own (a rank
-/// writing its stages into rank 0's): until it has reported its part, the
-/// save cannot be committed, so a signal may take the whole directory.
-class RemovedOnSignal {
-public:
-  explicit RemovedOnSignal(const std::string &path);
-  RemovedOnSignal(const RemovedOnSignal &) = delete;
-  RemovedOnSignal &operator=(const RemovedOnSignal &) = delete;
-  ~RemovedOnSignal();
-  /// Stops removing it (idempotent).
-  void release();
-
-private:
-  int slot_;
 };
 
 /// Builds directory `dir` atomically with a StagedDirectory: `fill`

@@ -11,7 +11,6 @@
 #include <gtest/gtest.h>
 
 #include <csignal>
-#include <optional>
 
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -108,13 +107,11 @@ TEST_F(FileUtilTest, AMissingDirectoryIsOneError) {
 }
 
 namespace {
-/// Runs `body` in a child process that then raises SIGTERM; returns its
-/// wait status.
-template <typename Body> int statusOfTerminatedChild(Body body) {
+/// Runs `body` in a child process; returns its wait status.
+template <typename Body> int statusOfChild(Body body) {
   pid_t child = fork();
   if (child == 0) {
     body();
-    ::raise(SIGTERM);
     _exit(0);
   }
   int status = 0;
@@ -129,15 +126,17 @@ TEST_F(FileUtilTest, ASignalRemovesAStagedDirectoryAnotherProcessOwns) {
   std::string staged = path("out.tmp-x");
   ASSERT_FALSE(llvm::sys::fs::create_directories(staged + "/sub"));
   ASSERT_FALSE(writeText(staged + "/sub/stage_1.pt", "rank 1"));
-  int status =
-      statusOfTerminatedChild([&] { RemovedOnSignal removed(staged); });
-  // (The guard is gone before the signal: nothing is removed.)
+  // Once the guard is gone, nothing is removed.
+  int status = statusOfChild([&] {
+    { RemovedOnSignal removed(staged); }
+    ::raise(SIGTERM);
+  });
   ASSERT_TRUE(WIFSIGNALED(status));
   EXPECT_TRUE(llvm::sys::fs::exists(staged + "/sub/stage_1.pt"));
 
-  status = statusOfTerminatedChild([&] {
-    static std::optional<RemovedOnSignal> removed;
-    removed.emplace(staged);
+  status = statusOfChild([&] {
+    RemovedOnSignal removed(staged);
+    ::raise(SIGTERM);
   });
   ASSERT_TRUE(WIFSIGNALED(status));
   EXPECT_EQ(WTERMSIG(status), SIGTERM);
@@ -150,10 +149,10 @@ TEST_F(FileUtilTest, AReleasedStagedDirectoryStaysOnASignal) {
   std::string staged = path("out.tmp-x");
   ASSERT_FALSE(llvm::sys::fs::create_directories(staged));
   ASSERT_FALSE(writeText(staged + "/stage_1.pt", "rank 1"));
-  int status = statusOfTerminatedChild([&] {
-    static std::optional<RemovedOnSignal> removed;
-    removed.emplace(staged);
-    removed->release();
+  int status = statusOfChild([&] {
+    RemovedOnSignal removed(staged);
+    removed.release();
+    ::raise(SIGTERM);
   });
   ASSERT_TRUE(WIFSIGNALED(status));
   EXPECT_EQ(contents(staged + "/stage_1.pt"), "rank 1");
