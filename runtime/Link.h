@@ -181,6 +181,11 @@ public:
   virtual llvm::Error connect(const std::vector<Transport::Route> &routes) {
     return llvm::Error::success();
   }
+
+  /// The job has failed (a link reported an error): the destructor, which
+  /// follows, must not wait for anything a peer would do, such as taking
+  /// the last messages.
+  virtual void abandon() {}
 };
 
 /// The factories of Links.def, each in its link's file.

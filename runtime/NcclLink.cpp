@@ -71,8 +71,9 @@ public:
         device_(device), sends_(timeout, WorkWait::Polled) {}
 
   ~NcclLink() override {
-    // After a failure, or with sends nobody received, a graceful shutdown
-    // could wait for a lost peer: abort instead.
+    // After a failure (its own, or the job's: abandon()), or with sends
+    // nobody received, a graceful shutdown could wait for a lost peer:
+    // abort instead.
     bool abort = failed_ || !sends_.done();
     for (auto &entry : groups_)
       compat::closeNcclGroup(*entry.second, abort);
@@ -104,6 +105,8 @@ public:
           return (*group)->recv(tensors, /*srcRank=*/0, /*tag=*/0);
         }));
   }
+
+  void abandon() override { failed_ = true; }
 
   llvm::Error
   flushSends(std::chrono::steady_clock::time_point deadline) override {

@@ -18,7 +18,8 @@
 //    receive and checks the nonce. Both keep it mapped until the link goes;
 //    the sender's link, when it goes, first waits (up to the timeout) for
 //    each receiver to have mapped its ring, which it cannot once the
-//    sender's descriptor is closed.
+//    sender's descriptor is closed; not after a failure of its own or
+//    abandon(), since the job has failed then.
 // 3. Sends never block: a message that fits the ring, with nothing queued
 //    before it on that ring, is written at once; any other is queued, and
 //    one thread per link (started on the first queued send) streams the
@@ -202,6 +203,8 @@ public:
                                static_cast<uint64_t>(tensor.nbytes()), what);
   }
 
+  void abandon() override { abandoned_ = true; }
+
   llvm::Error
   flushSends(std::chrono::steady_clock::time_point deadline) override {
     std::unique_lock<std::mutex> lock(mutex_);
@@ -321,7 +324,7 @@ private:
   /// process's descriptor, so exiting earlier would lose the last messages
   /// of a ring whose receiver had not read it yet.
   void waitUntilOpened() {
-    if (failure_)
+    if (failure_ || abandoned_)
       return;
     Clock::time_point deadline = Clock::now() + timeout_;
     for (auto &entry : out_) {
@@ -461,6 +464,9 @@ private:
   uint64_t workSeq_ = 0;
   bool stop_ = false;
   std::optional<std::pair<int, std::string>> failure_;
+  /// abandon() was called (the caller's thread): the destructor does not
+  /// wait for receivers to map their rings.
+  bool abandoned_ = false;
   std::atomic<shm::Bell *> sleepingOn_{nullptr};
   std::thread thread_;
 };

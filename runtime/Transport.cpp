@@ -13,6 +13,10 @@
 
 #include "llvm/Support/FormatVariadic.h"
 
+#include <future>
+#include <system_error>
+#include <thread>
+
 namespace ppc {
 
 namespace {
@@ -34,7 +38,38 @@ constexpr LinkKind kLinkKinds[] = {
 Transport::Transport(int rank, int worldSize, std::chrono::milliseconds timeout)
     : rank_(rank), worldSize_(worldSize), timeout_(timeout) {}
 
-Transport::~Transport() = default;
+namespace {
+/// Drops `held` on a thread of its own, waiting at most `bound` for it to
+/// finish; past that the thread is left to finish with the process.
+void dropWithin(std::shared_ptr<const void> held,
+                std::chrono::milliseconds bound) {
+  if (!held)
+    return;
+  auto gone = std::make_shared<std::promise<void>>();
+  std::future<void> done = gone->get_future();
+  try {
+    std::thread([held = std::move(held), gone]() mutable {
+      held.reset();
+      gone->set_value();
+    }).detach();
+  } catch (const std::system_error &) {
+    return; // no thread: `held` went with the lambda, here
+  }
+  done.wait_for(bound);
+}
+} // namespace
+
+Transport::~Transport() {
+  if (linkFailed_) {
+    for (std::unique_ptr<Link> &link : payload_)
+      link->abandon();
+    if (control_)
+      control_->abandon();
+  }
+  payload_.clear();
+  control_.reset();
+  dropWithin(std::move(store_), std::min(timeout_, kStoreDropBound));
+}
 
 llvm::Expected<std::unique_ptr<Transport>>
 Transport::create(const LinkSetup &setup) {
@@ -42,6 +77,9 @@ Transport::create(const LinkSetup &setup) {
       new Transport(setup.rank, setup.worldSize, setup.timeout));
   if (static_cast<int>(setup.globalRanks.size()) == setup.worldSize)
     t->globalRanks_ = setup.globalRanks;
+  if (setup.store)
+    t->store_ =
+        std::make_shared<const c10::intrusive_ptr<c10d::Store>>(setup.store);
   for (const LinkKind &kind : kLinkKinds) {
     if (kind.role == LinkRole::Control && t->control_)
       continue;
@@ -71,8 +109,11 @@ int Transport::globalRank(int rank) const {
              : rank;
 }
 
-llvm::Error Transport::named(llvm::Error err) const {
-  if (globalRanks_.empty() || !err)
+llvm::Error Transport::named(llvm::Error err) {
+  if (!err)
+    return err;
+  linkFailed_ = true;
+  if (globalRanks_.empty())
     return err;
   return llvm::handleErrors(
       std::move(err), [&](const LostRankError &lost) -> llvm::Error {

@@ -62,7 +62,18 @@ public:
   /// Errors: a link's own; no control link accepts the setup.
   static llvm::Expected<std::unique_ptr<Transport>>
   create(const LinkSetup &setup);
+
+  /// Closes the links, payload links first; when one has reported an error,
+  /// each is told first that the job failed (Link::abandon), so that none
+  /// waits for its peers. Then drops the transport's hold on the rendezvous
+  /// store (LinkSetup::store), waiting at most kStoreDropBound, or the
+  /// timeout when shorter: the last hold on a served store stops the
+  /// server, which in LibTorch 1.13 waits for any request under way to be
+  /// read whole, for ever if its client was stopped (SIGSTOP) mid-request.
+  /// Past the bound the server is left to end with the process.
   ~Transport();
+
+  static constexpr std::chrono::milliseconds kStoreDropBound{2000};
 
   int rank() const { return rank_; }
   int worldSize() const { return worldSize_; }
@@ -135,8 +146,9 @@ private:
   /// linkFor(), noting the link as used.
   Link &useLinkFor(const at::Tensor &tensor, int peer);
 
-  /// `err` with a LostRankError's transport rank replaced by the job's.
-  llvm::Error named(llvm::Error err) const;
+  /// `err`, a link's, with a LostRankError's transport rank replaced by
+  /// the job's; notes that a link has failed.
+  llvm::Error named(llvm::Error err);
 
   /// The next tag for messages to / from `peer` on `channel`.
   llvm::Expected<int> nextTag(bool sending, int peer, int channel);
@@ -155,8 +167,8 @@ private:
     at::Tensor tensor;
   };
   std::map<std::pair<int, int>, std::deque<Posted>> posted_;
-  /// The control link, and the payload links in Links.def order. Members
-  /// are destroyed in reverse: payload links (NCCL's shutdown) first.
+  /// The control link, and the payload links in Links.def order. The
+  /// destructor closes the payload links (NCCL's shutdown) first.
   std::unique_ptr<Link> control_;
   std::vector<std::unique_ptr<Link>> payload_;
   /// Their Links.def names, and whether a message has used each.
@@ -164,6 +176,11 @@ private:
   std::vector<const char *> payloadNames_;
   bool controlUsed_ = false;
   std::vector<bool> payloadUsed_;
+  /// Whether a link has returned an error (named()).
+  bool linkFailed_ = false;
+  /// The transport's hold on LinkSetup::store (a c10d::Store, its type
+  /// erased to keep c10d out of this header), dropped last.
+  std::shared_ptr<const void> store_;
 };
 
 } // namespace ppc

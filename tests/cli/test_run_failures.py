@@ -175,17 +175,23 @@ class RunFailuresTest(unittest.TestCase):
 
     def test_stopped_rank_times_out(self):
         procs = start_ranks(2, self.args(self.resnet, self.big_input, "--microbatches", "8",
-                                         "--print-schedule", timeout="3"))
+                                         "--print-schedule", timeout="4"))
         self.wait_for_schedule(procs[1])
         procs[1].send_signal(signal.SIGSTOP)
-        start = time.time()
+        start = time.monotonic()
         code, _, err = finish(procs[:1], timeout=30)[0]
+        elapsed = time.monotonic() - start
         procs[1].send_signal(signal.SIGKILL)
         finish(procs[1:])
-        self.assertNotEqual(code, 0)
-        self.assertLess(time.time() - start, 15)
+        self.assertEqual(code, 2, err)
+        # One timeout to notice, then an exit that waits on nothing of rank
+        # 1's: not for it to map the shared-memory rings (a second timeout),
+        # and at most 2 s (Transport::kStoreDropBound) for rank 0's store
+        # server, which LibTorch 1.13 never stops while rank 1 is stopped
+        # half-way through a request (it had held rank 0 for ever).
+        self.assertLess(elapsed, 8.5)
         self.assertRegex(self.one_line_error(err),
-                         r"^error: lost rank 1 \(no answer within 3 s while waiting for ")
+                         r"^error: lost rank 1 \(no answer within 4 s while waiting for ")
 
 
     def test_stopped_rank_0_during_start_up_is_named(self):

@@ -211,6 +211,21 @@ TEST(ShmLinkTest, SilentPeerTimesOutNamed) {
             "lost rank 1 (no answer within 0.3 s while waiting for value v)");
 }
 
+// A sender's link waits, as it goes, for its receivers to map their rings
+// (the messages in them live as long as a process holds them); once the
+// job has failed, nobody will.
+TEST(ShmLinkTest, AnAbandonedLinkDoesNotWaitForItsReceivers) {
+  LinkPair pair = makePair(LinkPolicy::Shm, 30s);
+  ASSERT_TRUE(pair.links[0] && pair.links[1]) << pair.errors[0];
+  EXPECT_EQ(
+      llvm::toString(pair.links[0]->send(at::ones({4}), {1, 1, 1}, "value v")),
+      "");
+  auto start = std::chrono::steady_clock::now();
+  pair.links[0]->abandon();
+  pair.links[0].reset(); // rank 1 never opened the ring
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+}
+
 TEST(ShmLinkTest, GlooPolicyDeclines) {
   LinkPair pair = makePair(LinkPolicy::Gloo);
   EXPECT_EQ(pair.errors[0], "");

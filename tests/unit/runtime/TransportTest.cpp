@@ -9,12 +9,14 @@
 #include "runtime/LaunchEnv.h"
 #include "runtime/Link.h"
 #include "runtime/Rendezvous.h"
+#include "tests/unit/runtime/FreePort.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <functional>
+#include <future>
 #include <thread>
 
 using namespace ppc;
@@ -270,4 +272,41 @@ TEST(TransportTest, FlushWaitsOneTimeoutForAllPendingSends) {
   EXPECT_EQ(errors[0],
             "lost rank 1 (no answer within 1 s while waiting for m)");
   EXPECT_LT(flushSeconds, 2.0);
+}
+
+// LibTorch 1.13's store server reads each request to its end without a
+// timeout, and its destructor joins the thread doing so: a rank stopped
+// (SIGSTOP) between two writes of one request held rank 0's exit for ever,
+// after rank 0 had reported the lost rank. The transport drops the store
+// within a bound instead (LibTorch 2.x's server never blocks on a client).
+TEST(TransportTest, AStoreClientStoppedMidRequestDoesNotHoldTheExit) {
+  LaunchEnv env;
+  env.worldSize = 1;
+  env.masterAddr = "127.0.0.1";
+  env.masterPort = ppc::testing::freePort();
+  env.jobToken = "test";
+  auto t = connectTransport(env, DeviceKind::CPU, std::chrono::seconds(30));
+  ASSERT_TRUE(static_cast<bool>(t)) << llvm::toString(t.takeError());
+  // Half a request: a query type (0 is 1.13's SET), and never its key.
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(env.masterPort));
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(send(fd, "\0", 1, 0), 1);
+  // Time for the server to take the byte and wait for the rest.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto gone = std::make_shared<std::promise<void>>();
+  std::future<void> done = gone->get_future();
+  std::thread([transport = std::move(*t), gone]() mutable {
+    transport.reset();
+    gone->set_value();
+  }).detach();
+  EXPECT_EQ(done.wait_for(std::chrono::seconds(10)), std::future_status::ready)
+      << "the transport's destructor waited on a store client that stopped "
+         "mid-request";
+  // Either way, the server's thread ends once the client closes.
+  close(fd);
+  done.wait();
 }
