@@ -81,6 +81,7 @@ constexpr CoreName kCores[] = {
 const char *cpuWith(KernelClass kind) {
   switch (kind) {
   case KernelClass::Avx512Bf16:
+    return "AVX-512 BF16";
   case KernelClass::Avx512:
     return "AVX-512";
   case KernelClass::Avx2:

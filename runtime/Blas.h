@@ -131,8 +131,8 @@ std::string blasStatsName(const BlasInfo &blas);
 
 /// The one-line warning for a process that runs `blas` on `cpu`, or "" when
 /// its kernel does not fall short (or it is not OpenBLAS): "warning:
-/// OpenBLAS runs its generic Prescott kernel on a CPU with AVX-512; set
-/// OPENBLAS_CORETYPE=Cooperlake (see docs/runtime.md)".
+/// OpenBLAS runs its generic Prescott kernel on a CPU with AVX-512 BF16;
+/// set OPENBLAS_CORETYPE=Cooperlake (see docs/runtime.md)".
 std::string kernelWarning(const BlasInfo &blas, const CpuFeatures &cpu);
 
 /// Prints kernelWarning(loadedBlas(), hostCpuFeatures()) to `warnings`, once

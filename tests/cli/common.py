@@ -37,6 +37,25 @@ def ppc(*args, check=True, timeout=300, env=None):
     return proc
 
 
+def pin_blas_kernel():
+    """Runs every ppc of the suite on the best OpenBLAS kernel for this CPU
+    (`ppc --version` names it), as its start-up warning tells a user to, when
+    OpenBLAS picks a lower one by itself and OPENBLAS_CORETYPE is not set:
+    otherwise every rank would print that warning and `ppc launch` its note,
+    in front of the output the tests read (runtime/Blas.h). test_blas.py takes
+    OPENBLAS_CORETYPE out of its environments again to test those."""
+    if "OPENBLAS_CORETYPE" in os.environ or not os.path.exists(PPC):
+        return
+    text = subprocess.run([PPC, "--version"], capture_output=True, text=True).stdout
+    loaded = re.search(r"^blas: openblas \S+ (\w+)", text, re.M)
+    best = re.search(r"\(best OpenBLAS core type: (\w+)\)$", text, re.M)
+    if loaded and best and loaded.group(1) != best.group(1):
+        os.environ["OPENBLAS_CORETYPE"] = best.group(1)
+
+
+pin_blas_kernel()
+
+
 def libtorch_major():
     """The major version of the LibTorch the ppc under test was built with
     (from `ppc --version`): a few errors are LibTorch's own words, which

@@ -36,12 +36,12 @@ RANK_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTE
                   "MASTER_PORT")
 # The start-up warning of a rank, and ppc launch's note and warning.
 RANK_WARNING = re.compile(r"warning: OpenBLAS runs its generic Prescott kernel on a CPU with "
-                          r"\S+; set OPENBLAS_CORETYPE=(\w+) \(see docs/runtime.md\)")
+                          r"[^;]+; set OPENBLAS_CORETYPE=(\w+) \(see docs/runtime.md\)")
 LAUNCH_NOTE = re.compile(r"^note: OpenBLAS picked its generic Prescott kernel on this CPU with "
-                         r"\S+; the ranks run (\w+) \(OPENBLAS_CORETYPE=(\w+), its results "
+                         r"[^;]+; the ranks run (\w+) \(OPENBLAS_CORETYPE=(\w+), its results "
                          r"checked; see docs/runtime.md\)$", re.M)
 LAUNCH_WARNING = re.compile(r"^warning: OpenBLAS runs its generic Prescott kernel on a CPU with "
-                            r"\S+, and its (\w+) kernel failed ppc's self-check \((.*)\): the "
+                            r"[^,]+, and its (\w+) kernel failed ppc's self-check \((.*)\): the "
                             r"ranks keep Prescott; set OPENBLAS_CORETYPE to a core type that "
                             r"computes correctly here \(see docs/runtime.md\)$", re.M)
 

@@ -132,7 +132,12 @@ TEST(BlasTest, ReadsOpenBlasConfig) {
 TEST(BlasTest, WarnsOnlyWhenTheKernelFallsShort) {
   EXPECT_EQ(kernelWarning(openBlas("Prescott"), avx512(true)),
             "warning: OpenBLAS runs its generic Prescott kernel on a CPU with "
-            "AVX-512; set OPENBLAS_CORETYPE=Cooperlake (see docs/runtime.md)");
+            "AVX-512 BF16; set OPENBLAS_CORETYPE=Cooperlake (see "
+            "docs/runtime.md)");
+  // SkylakeX is AVX-512 too, but its bfloat16 products do without BF16.
+  EXPECT_EQ(kernelWarning(openBlas("SkylakeX"), avx512(true)),
+            "warning: OpenBLAS runs its SkylakeX kernel on a CPU with AVX-512 "
+            "BF16; set OPENBLAS_CORETYPE=Cooperlake (see docs/runtime.md)");
   EXPECT_EQ(kernelWarning(openBlas("Haswell"), avx512(false)),
             "warning: OpenBLAS runs its Haswell kernel on a CPU with AVX-512; "
             "set OPENBLAS_CORETYPE=SkylakeX (see docs/runtime.md)");
@@ -152,7 +157,7 @@ TEST(BlasTest, LaunchChecksTheBestCoreAndSetsIt) {
   EXPECT_EQ(
       p.note,
       "note: OpenBLAS picked its generic Prescott kernel on this CPU with "
-      "AVX-512; the ranks run Cooperlake (OPENBLAS_CORETYPE=Cooperlake, "
+      "AVX-512 BF16; the ranks run Cooperlake (OPENBLAS_CORETYPE=Cooperlake, "
       "its results checked; see docs/runtime.md)");
 }
 
