@@ -61,7 +61,11 @@ class TorchrunStoreTest(unittest.TestCase):
                    "ppc, built against LibTorch 1.13, cannot; start the ranks with 'ppc "
                    "launch' instead, or use a ppc built against LibTorch 2.x")
         errors = [l for l in err.splitlines() if re.match(r"^(\[\S+\]:?)?\s*error: ", l)]
-        self.assertEqual(errors, [message, message], err)
+        # Each rank that reports says so; torchrun sends SIGTERM to the
+        # other rank as soon as one fails, which may end it before its
+        # own probe has answered (about 1 run in 6 here).
+        self.assertIn(len(errors), (1, 2), err)
+        self.assertEqual(errors, [message] * len(errors), err)
         # Well below the 30 s --timeout: the start of torchrun and of two
         # ppc processes, and a probe of about a second.
         self.assertLess(elapsed, 20, err)
