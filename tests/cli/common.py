@@ -1,5 +1,6 @@
 """Shared helpers for the Python-driven CLI tests (run by ctest)."""
 import copy
+import functools
 import hashlib
 import json
 import os
@@ -37,6 +38,12 @@ def ppc(*args, check=True, timeout=300, env=None):
     return proc
 
 
+@functools.lru_cache(maxsize=None)
+def version_text():
+    """`ppc --version` of the ppc under test, run once per test process."""
+    return ppc("--version").stdout
+
+
 def pin_blas_kernel():
     """Runs every ppc of the suite on the best OpenBLAS kernel for this CPU
     (`ppc --version` names it), as its start-up warning tells a user to, when
@@ -46,7 +53,7 @@ def pin_blas_kernel():
     OPENBLAS_CORETYPE out of its environments again to test those."""
     if "OPENBLAS_CORETYPE" in os.environ or not os.path.exists(PPC):
         return
-    text = subprocess.run([PPC, "--version"], capture_output=True, text=True).stdout
+    text = version_text()
     loaded = re.search(r"^blas: openblas \S+ (\w+)", text, re.M)
     best = re.search(r"\(best OpenBLAS core type: (\w+)\)$", text, re.M)
     if loaded and best and loaded.group(1) != best.group(1):
@@ -60,7 +67,7 @@ def libtorch_major():
     """The major version of the LibTorch the ppc under test was built with
     (from `ppc --version`): a few errors are LibTorch's own words, which
     differ between 1.x and 2.x."""
-    out = ppc("--version").stdout
+    out = version_text()
     m = re.search(r"^LibTorch (\d+)\.", out, re.M)
     if not m:
         raise AssertionError("ppc --version names no LibTorch version:\n" + out)
