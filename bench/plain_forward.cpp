@@ -22,7 +22,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "lib/TensorIO.h"
-#include "runtime/Threads.h"
+#include "runtime/platform/Threads.h"
 
 #include <ATen/ATen.h>
 #include <torch/script.h>

@@ -4,7 +4,7 @@
 //
 //   ppc launch --nproc-per-node 2 --master-port 0 -- transport_bench B:N ...
 //
-// meet through ppc's own connectTransport (runtime/Transport.h: the c10d
+// meet through ppc's own connectTransport (runtime/link/Transport.h: the c10d
 // TCPStore rendezvous and the Gloo process group that ppc run uses) and
 // ping-pong a uint8 tensor of B bytes N times (after N/10 + 2 untimed
 // round trips): rank 0 sends, rank 1 receives and sends the bytes back,
@@ -16,12 +16,12 @@
 //   {"bytes": B, "half_rtt_us": [...], "memcpy_us": [...]}
 //
 // `--link gloo|shm|auto` (first argument; default gloo) chooses the link
-// (runtime/Link.h: LinkPolicy), and rank 0's lines then carry "link".
+// (runtime/link/Link.h: LinkPolicy), and rank 0's lines then carry "link".
 //
 // `transport_bench --bare-ring B:N ...`, without a launcher, is the
 // shared-memory link's baseline (bench/run.py, benchmark 11): the process
 // forks, and parent and child ping-pong the same bytes through a pair of
-// the link's rings (runtime/ShmRing.h: sendMessage / receiveMessage), with
+// the link's rings (runtime/link/ShmRing.h: sendMessage / receiveMessage), with
 // no transport, tags or queues around them. It prints
 //
 //   {"bytes": B, "half_rtt_us": [...], "bare": true}
@@ -29,11 +29,11 @@
 // Threads are bounded to 1 (ppc::boundThreads), as `ppc run --threads 1`.
 //
 //===----------------------------------------------------------------------===//
-#include "runtime/Collectives.h"
-#include "runtime/LaunchEnv.h"
-#include "runtime/Rendezvous.h"
-#include "runtime/ShmRing.h"
-#include "runtime/Threads.h"
+#include "runtime/link/Collectives.h"
+#include "runtime/link/LaunchEnv.h"
+#include "runtime/link/Rendezvous.h"
+#include "runtime/link/ShmRing.h"
+#include "runtime/platform/Threads.h"
 
 #include <sys/wait.h>
 #include <unistd.h>

@@ -9,7 +9,7 @@
 #
 # Sets PPC_TORCH_VERSION, PPC_HAVE_CUDA, PPC_HAVE_NCCL, PPC_TORCH_USES_GLOG and
 # PPC_TORCH_PYTHON, and defines PPC_HAVE_CUDA and PPC_HAVE_NCCL for every target linking
-# ppc_torch, so that runtime/TorchCompat.h sees the same configuration in every file. (The
+# ppc_torch, so that runtime/platform/TorchCompat.h sees the same configuration in every file. (The
 # default configuration adds no definition: its compile lines, and ccache's hits, stay as they were.)
 # Call after find_package(Torch).
 

@@ -7,8 +7,8 @@
 // parser has accepted its input, and abort (a libFuzzer crash) when one fails:
 //   - metadata the runtime accepted can be allocated: allocateWire() is given
 //     it without further checks, so it must be within the caps of
-//     runtime/TensorMeta.h (dtype, rank, bytes, int[] length), computed here
-//     with overflow checks independently of validateMeta();
+//     runtime/exec/TensorMeta.h (dtype, rank, bytes, int[] length), computed
+//     here with overflow checks independently of validateMeta();
 //   - what a parser accepted survives the round trip through its writer.
 // Inputs reach file-reading entry points through one temporary file per
 // process, so the targets exercise the same code as the CLI.
@@ -17,7 +17,7 @@
 #ifndef PPC_FUZZ_FUZZCHECK_H
 #define PPC_FUZZ_FUZZCHECK_H
 
-#include "runtime/TensorMeta.h"
+#include "runtime/exec/TensorMeta.h"
 
 #include "llvm/Support/Error.h"
 #include "llvm/Support/raw_ostream.h"

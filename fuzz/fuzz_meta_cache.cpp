@@ -9,7 +9,7 @@
 //===----------------------------------------------------------------------===//
 #include "FuzzCheck.h"
 
-#include "runtime/MetaCache.h"
+#include "runtime/exec/MetaCache.h"
 
 using namespace ppc;
 

@@ -24,7 +24,7 @@ using namespace ppc;
 
 namespace {
 
-/// FuzzCheck.h's fail(): that header brings runtime/TensorMeta.h, whose
+/// FuzzCheck.h's fail(): that header brings runtime/exec/TensorMeta.h, whose
 /// llvm/Support/JSON.h this C++20 target cannot include with clang 14
 /// (fuzz/ClangCxx20Json.h), and nothing here checks metadata.
 [[noreturn]] void fail(const std::string &what) {

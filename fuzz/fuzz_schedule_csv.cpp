@@ -11,8 +11,8 @@
 //===----------------------------------------------------------------------===//
 #include "FuzzCheck.h"
 
-#include "runtime/Schedule.h"
-#include "tests/unit/runtime/ScheduleBuilders.h"
+#include "runtime/schedule/Schedule.h"
+#include "tests/unit/runtime/schedule/ScheduleBuilders.h"
 
 #include <string>
 #include <vector>

@@ -16,7 +16,7 @@
 #include "FuzzCheck.h"
 
 #include "lib/SafeRead.h"
-#include "runtime/Trace.h"
+#include "runtime/exec/Trace.h"
 
 #include "llvm/ADT/STLExtras.h"
 

@@ -5,7 +5,7 @@
 // the words), one file per header, into the directory given as argument.
 //
 //===----------------------------------------------------------------------===//
-#include "runtime/TensorMeta.h"
+#include "runtime/exec/TensorMeta.h"
 
 #include <cstdio>
 #include <string>

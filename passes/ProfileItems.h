@@ -25,8 +25,8 @@
 // (passes/RefineProfile.h) corrects the item times with them.
 //
 // The measurement uses however many threads the process allows; ppc split
-// bounds them to one first (boundThreads(1), runtime/Threads.h), as a rank
-// with --threads 1 runs, so item times add up to stage times.
+// bounds them to one first (boundThreads(1), runtime/platform/Threads.h), as a
+// rank with --threads 1 runs, so item times add up to stage times.
 //
 //===----------------------------------------------------------------------===//
 #ifndef PPC_PASSES_PROFILEITEMS_H

@@ -1,10 +1,10 @@
 //===- runtime/PublicApi.cpp - libppc_runtime's public API ----------------===//
 //
 // This file implements the installed headers include/ppc/*.h as a thin
-// facade over the internal API the CLI uses (runtime/Pipeline.h,
-// runtime/Trainer.h, runtime/TrainData.h, lib/TensorIO.h): option names
-// parsed into their kinds, llvm::Error turned into ppc::api::Error with the
-// same message, StringRef into std::string. Nothing here decides anything
+// facade over the internal API the CLI uses (runtime/run/Pipeline.h,
+// runtime/train/Trainer.h, runtime/train/TrainData.h, lib/TensorIO.h): option
+// names parsed into their kinds, llvm::Error turned into ppc::api::Error with
+// the same message, StringRef into std::string. Nothing here decides anything
 // the internal API does not.
 //
 //===----------------------------------------------------------------------===//
@@ -12,14 +12,14 @@
 
 #include "lib/Error.h"
 #include "lib/TensorIO.h"
-#include "runtime/LaunchEnv.h"
-#include "runtime/LossKind.h"
-#include "runtime/MemoryMeter.h"
-#include "runtime/OptimizerKind.h"
-#include "runtime/Pipeline.h"
-#include "runtime/ScheduleKind.h"
-#include "runtime/TrainData.h"
-#include "runtime/Trainer.h"
+#include "runtime/link/LaunchEnv.h"
+#include "runtime/platform/MemoryMeter.h"
+#include "runtime/run/Pipeline.h"
+#include "runtime/schedule/ScheduleKind.h"
+#include "runtime/train/LossKind.h"
+#include "runtime/train/OptimizerKind.h"
+#include "runtime/train/TrainData.h"
+#include "runtime/train/Trainer.h"
 
 #include "llvm/Support/raw_ostream.h"
 
@@ -178,14 +178,14 @@ ppc::TrainOptions internalOptions(const TrainOptions &o) {
   out.scheduleCSVPath = o.scheduleCSVPath;
   out.autoSchedule = o.autoSchedule;
   out.maxActivations = o.maxActivations;
-  // --- clipping and learning-rate schedules (#17)
+  // Clipping and learning-rate schedules
   out.clipGradNorm = o.clipGradNorm;
   out.lrSchedule.kind =
       kindOf(o.lrSchedule, kAllLrScheduleKinds, lrScheduleName, "lr schedule");
   out.lrSchedule.warmupSteps = o.warmupSteps;
   out.lrSchedule.minLr = o.minLr;
   out.lrSchedule.steps = o.steps;
-  out.dataParallel = o.dataParallel; // --- data parallel (#17)
+  out.dataParallel = o.dataParallel;
   out.run.precision =
       kindOf(o.precision, kAllPrecisions, precisionName, "precision");
   out.recompute = o.recompute;
@@ -246,7 +246,7 @@ void Trainer::saveGradients(const std::string &path) const {
   check(impl_->saveGradients(path));
 }
 void Trainer::save(const std::string &dir) { check(impl_->save(dir)); }
-// --- checkpoints (#17)
+// Checkpoints
 void Trainer::saveCheckpoint(const std::string &dir, int keep) {
   check(impl_->saveCheckpoint(dir, keep));
 }

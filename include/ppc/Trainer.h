@@ -57,7 +57,7 @@ struct TrainOptions {
   bool autoSchedule = false;
   std::optional<int> maxActivations;
 
-  // --- clipping and learning-rate schedules (#17)
+  // Clipping and learning-rate schedules
   /// Clip the gradients to this global L2 norm (>= 0; 0: off), as
   /// torch.nn.utils.clip_grad_norm_ on the unsplit model.
   double clipGradNorm = 0;
@@ -69,7 +69,7 @@ struct TrainOptions {
   double minLr = 0;
   int steps = 1;
 
-  // --- data parallel (#17)
+  // Data parallel
   /// `ppc train --data-parallel`: the WORLD_SIZE ranks run this many
   /// replicas of one pipeline (it must divide WORLD_SIZE; docs/training.md
   /// gives the rank layout), each on its slice of every batch, with each
@@ -77,7 +77,7 @@ struct TrainOptions {
   /// whole batch.
   int dataParallel = 1;
 
-  // --- bf16 and activation recompute (#17), docs/training.md
+  // bf16 and activation recompute, docs/training.md
   /// "fp32" or "bf16" (the stages' forwards under autocast to bfloat16).
   std::string precision = "fp32";
   /// Keep only each stage's inputs per microbatch and recompute its forward
@@ -119,7 +119,7 @@ struct TrainStats {
   /// held at once.
   std::map<int, int> peakActivations;
   bool cacheWritten = false;
-  // --- data parallel (#17)
+  // Data parallel
   /// This rank's replica with dataParallel > 1 (else -1), and the
   /// milliseconds its step spent in the gradients' all-reduce.
   int replica = -1;
@@ -155,7 +155,7 @@ public:
   /// The rank that computes the loss, and this process's rank.
   int lossRank() const;
   int rank() const;
-  // --- data parallel (#17)
+  // Data parallel
   /// This process's replica (0..replicas()-1) and the number of replicas;
   /// with replicas, rank() and lossRank() are ranks of this replica's
   /// pipeline (RANK = replica() * WORLD_SIZE / replicas() + rank()).
@@ -191,7 +191,7 @@ public:
   /// reads; a rank cannot write its part; a lost peer.
   void save(const std::string &dir);
 
-  // --- checkpoints (#17)
+  // Checkpoints
   /// Writes the checkpoint after stepsDone() steps to DIR/step-<8-digit
   /// step> atomically, as `ppc train --checkpoint-dir` does (stages,
   /// manifest, optimizer state, generators, checkpoint.json), then removes

@@ -49,7 +49,7 @@ def pin_blas_kernel():
     (`ppc --version` names it), as its start-up warning tells a user to, when
     OpenBLAS picks a lower one by itself and OPENBLAS_CORETYPE is not set:
     otherwise every rank would print that warning and `ppc launch` its note,
-    in front of the output the tests read (runtime/Blas.h). test_blas.py takes
+    in front of the output the tests read (runtime/platform/Blas.h). test_blas.py takes
     OPENBLAS_CORETYPE out of its environments again to test those."""
     if "OPENBLAS_CORETYPE" in os.environ or not os.path.exists(PPC):
         return

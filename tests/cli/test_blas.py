@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Tests that ppc reports the BLAS kernel its ranks run, warns about a kernel
 below the CPU, and that `ppc launch` gives its ranks the best one after a
-numerical self-check (runtime/Blas.h, docs/runtime.md "The BLAS kernel").
+numerical self-check (runtime/platform/Blas.h, docs/runtime.md "The BLAS kernel").
 
 OpenBLAS picks its kernel (core type) when it is loaded, and
 OPENBLAS_CORETYPE=NAME forces one. On a machine whose OpenBLAS already picks

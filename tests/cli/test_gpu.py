@@ -32,7 +32,7 @@ from common import (PPC, assert_outputs_close, expected_output, free_port, launc
                     main, model_path, parse_stats, rank_env, split_at, tmpdir)
 from training import reference, split, train, write_data  # noqa: E402
 
-# The error of a ppc whose LibTorch has no CUDA (runtime/Transport.h,
+# The error of a ppc whose LibTorch has no CUDA (runtime/link/Transport.h,
 # checkCudaDevice).
 CPU_ONLY = re.compile(r"error: --device cuda: this ppc's LibTorch \(\d+\.\d+\) is a "
                       r"CPU-only build, without CUDA; use --device cpu, or a ppc built "

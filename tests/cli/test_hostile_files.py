@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Tests that every file ppc reads is treated as untrusted (issue #9).
+"""Tests that every file ppc reads is treated as untrusted.
 
 Each class of hostile file -- an inconsistent or out-of-range manifest, a
 stage path leaving the manifest's directory, a FIFO / device / /dev/zero

@@ -1,5 +1,5 @@
-"""Tests that hostile numbers get one precise error line before any work
-(issue #20, "hardening round two"): every numeric option of every subcommand
+"""Tests that hostile numbers get one precise error line
+before any work: every numeric option of every subcommand
 checks its rule (name, value as given, the whole rule; escaped; one short
 line); durations lie between documented bounds (1 ms for a timeout, 7 days =
 604800 s for any duration) and the job at the maximum runs; ppc launch refuses

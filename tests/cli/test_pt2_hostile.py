@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Hostile torch.export archives (.pt2) get one `error:` line each (issue #16).
+"""Hostile torch.export archives (.pt2) get one `error:` line each.
 
 Each case rewrites a real program (pt2_mlp.pt2, exported by the wheel's Python:
 tests/models/make_pt2_models.py) with Python's zipfile, runs `ppc split` on it

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Tests the shared-memory link (--link, PPC_LINK; runtime/ShmLink.cpp):
+"""Tests the shared-memory link (--link, PPC_LINK; runtime/link/ShmLink.cpp):
 
 - `ppc run` and `ppc train` give bit-identical outputs and losses over
   `--link shm` and `--link gloo` (several models, 2 and 4 ranks, gpipe and

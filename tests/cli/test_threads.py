@@ -6,7 +6,7 @@ Debian's LibTorch multiplies matrices with OpenBLAS's pthread build, which
 starts its own pool when it is loaded (sized from OPENBLAS_NUM_THREADS or
 OMP_NUM_THREADS, else the cores) and ignores at::set_num_threads; a rank
 asked for one thread would still compute on several. boundThreads
-(runtime/Threads.h) bounds it; these tests run a matmul-heavy model (16
+(runtime/platform/Threads.h) bounds it; these tests run a matmul-heavy model (16
 Linear(1024, 1024) layers, split into 2 stages) under `ppc launch` with
 `--threads 1` and watch each rank's threads in /proc/PID/task:
 
@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import PPC, main  # noqa: E402
 
 CORES = len(os.sched_getaffinity(0))
-# What ppc launch gives each of 2 workers as OMP_NUM_THREADS (runtime/Threads.h
+# What ppc launch gives each of 2 workers as OMP_NUM_THREADS (runtime/platform/Threads.h
 # defaultThreads; the launcher uses the same share).
 SHARE = max(1, CORES // 2)
 POOL_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS")

@@ -134,7 +134,7 @@ class TracePlotTest(unittest.TestCase):
         self.check_plot(WRITTEN)
 
 
-LEFT, RIGHT = 70, 20   # the chart's margins in the SVG (runtime/Trace.cpp)
+LEFT, RIGHT = 70, 20   # the chart's margins in the SVG (runtime/exec/Trace.cpp)
 
 
 def pipeline_trace(marks="step", steps=4, microbatches=2, warmup=10):
@@ -706,7 +706,7 @@ print(json.dumps({"rc": done.returncode, "stdout": done.stdout, "stderr": done.s
 """
 
 MiB = 1 << 20
-MAX_TRACE_BYTES = 64 * MiB     # kMaxTraceBytes (runtime/Trace.h)
+MAX_TRACE_BYTES = 64 * MiB     # kMaxTraceBytes (runtime/exec/Trace.h)
 MAX_TRACE_EVENTS = 1000000     # kMaxTraceEvents
 MAX_PLOT_BOXES = 16384         # kMaxPlotBoxes
 
@@ -762,7 +762,7 @@ class TraceLimitsTest(unittest.TestCase):
     OVER_LIMIT_MAX_EXTRA_RSS_MIB = 150
     AT_LIMIT_MAX_EXTRA_RSS_MIB = 400
     # renderTimelineSVG's bound with ppc's short names is about 4 MB for up to
-    # 4096 ranks (runtime/Trace.h). Measured: 2.2 MB; 139 MB before the boxes
+    # 4096 ranks (runtime/exec/Trace.h). Measured: 2.2 MB; 139 MB before the boxes
     # were merged.
     MAX_SVG_BYTES = 8 * MiB
 

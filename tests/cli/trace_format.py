@@ -1,5 +1,5 @@
 """Checks a timeline trace against the Chrome Trace Event Format, as ppc
-writes it (runtime/Trace.h, docs/trace.md). Importable by any CLI test:
+writes it (runtime/exec/Trace.h, docs/trace.md). Importable by any CLI test:
 
     from trace_format import trace_problems, assert_valid_trace
     assert_valid_trace(self, "trace.json")

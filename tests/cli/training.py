@@ -275,7 +275,7 @@ def stage_tensors(manifest_dir):
     return out
 
 
-# --- clipping, LR schedules, AdamW (#17) ------------------------------------
+# Clipping, LR schedules, AdamW ------------------------------------
 
 class LibTorchAdamW(LibTorchAdam):
     """AdamW as LibTorch's C++ torch::optim::AdamW computes it
@@ -381,7 +381,7 @@ def reference_bf16(name, inputs, target, steps, microbatches, loss, lr):
     """reference() (SGD) with each microbatch's forward under
     torch.autocast("cpu", dtype=torch.bfloat16), as `ppc train --precision
     bf16` runs its stages: TorchScript's own autocast pass on (its default;
-    runtime/Precision.h says why), fp32 parameters and optimizer, the loss in fp32
+    runtime/exec/Precision.h says why), fp32 parameters and optimizer, the loss in fp32
     of the output cast to float. Returns (losses, model)."""
     model = torch.jit.load(model_path(name))
     model.train()

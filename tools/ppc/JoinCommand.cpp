@@ -3,7 +3,7 @@
 #include "tools/ppc/OptionChecks.h"
 
 #include "lib/Join.h"
-#include "runtime/Checkpoint.h"
+#include "runtime/train/Checkpoint.h"
 
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"

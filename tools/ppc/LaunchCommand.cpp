@@ -1,17 +1,17 @@
 //===- tools/ppc/LaunchCommand.cpp - ppc launch ---------------------------===//
 //
 // `ppc launch`: the built-in torchrun. CLI11 wiring only; the work is
-// ppc::launch() in runtime/Launcher.h.
+// ppc::launch() in tools/ppc/Launcher.h.
 //
 //===----------------------------------------------------------------------===//
 #include "tools/ppc/Commands.h"
 
 #include "lib/Error.h"
 #include "lib/NumberRules.h"
-#include "runtime/Blas.h"
-#include "runtime/Duration.h"
-#include "runtime/Launcher.h"
-#include "runtime/Rendezvous.h"
+#include "runtime/link/Rendezvous.h"
+#include "runtime/platform/Blas.h"
+#include "runtime/platform/Duration.h"
+#include "tools/ppc/Launcher.h"
 #include "tools/ppc/OptionChecks.h"
 
 #include "llvm/ADT/STLExtras.h"
@@ -61,8 +61,8 @@ int gpuCount() {
   }
 }
 
-/// The ranks' BLAS kernel (runtime/Blas.h, planRankKernel()): when this
-/// ppc's OpenBLAS picked a kernel below the CPU and the user did not set
+/// The ranks' BLAS kernel (runtime/platform/Blas.h, planRankKernel()): when
+/// this ppc's OpenBLAS picked a kernel below the CPU and the user did not set
 /// OPENBLAS_CORETYPE, the best core type is checked once in a child and, if
 /// it computes correctly, set for the ranks. The note or warning is printed
 /// unless the command passes --quiet (ppc run's and ppc train's).

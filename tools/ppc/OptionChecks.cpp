@@ -5,7 +5,7 @@
 //===----------------------------------------------------------------------===//
 #include "tools/ppc/OptionChecks.h"
 
-#include "runtime/Duration.h"
+#include "runtime/platform/Duration.h"
 
 #include <cstdio>
 

@@ -36,8 +36,9 @@ CLI::Validator finiteAbove(double lo);
 /// nothing ("--save: '' names no file or directory"), so that a given
 /// option is honoured or refused, never dropped as if absent.
 CLI::Validator pathOption();
-/// A number of seconds in lo..kMaxDurationSeconds (runtime/Duration.h):
-/// a timeout (lo = kMinTimeoutSeconds) or a grace period (lo = 0).
+/// A number of seconds in lo..kMaxDurationSeconds
+/// (runtime/platform/Duration.h): a timeout (lo = kMinTimeoutSeconds) or a
+/// grace period (lo = 0).
 CLI::Validator durationOption(double lo);
 
 } // namespace ppc

@@ -8,8 +8,8 @@
 #include "tools/ppc/Commands.h"
 
 #include "lib/FileUtil.h"
-#include "runtime/Blas.h"
-#include "runtime/Pipeline.h"
+#include "runtime/platform/Blas.h"
+#include "runtime/run/Pipeline.h"
 #include "tools/ppc/OptionChecks.h"
 #include "tools/ppc/Progress.h"
 #include "tools/ppc/RunFiles.h"

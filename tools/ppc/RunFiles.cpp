@@ -13,7 +13,7 @@
 #include "lib/Manifest.h"
 #include "lib/OutputGuard.h"
 #include "lib/TensorIO.h"
-#include "runtime/Microbatch.h"
+#include "runtime/exec/Microbatch.h"
 
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringExtras.h"

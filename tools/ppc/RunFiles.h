@@ -2,15 +2,16 @@
 //-*-===//
 //
 // `ppc run`'s file semantics on top of the runtime's Pipeline
-// (runtime/Pipeline.h): which inputs a path holds, where the outputs go, and
-// which outputs it refuses to write. Part of the CLI, not of libppc_runtime:
-// a program that links the runtime brings its own inputs and outputs.
+// (runtime/run/Pipeline.h): which inputs a path holds, where the outputs go,
+// and which outputs it refuses to write. Part of the CLI, not of
+// libppc_runtime: a program that links the runtime brings its own inputs and
+// outputs.
 //
 //===----------------------------------------------------------------------===//
 #ifndef PPC_TOOLS_PPC_RUNFILES_H
 #define PPC_TOOLS_PPC_RUNFILES_H
 
-#include "runtime/Pipeline.h"
+#include "runtime/run/Pipeline.h"
 #include "tools/ppc/Progress.h"
 
 #include "llvm/ADT/StringRef.h"

@@ -7,8 +7,8 @@
 #include "tools/ppc/RuntimeFlags.h"
 
 #include "lib/Error.h"
-#include "runtime/Duration.h"
-#include "runtime/Threads.h"
+#include "runtime/platform/Duration.h"
+#include "runtime/platform/Threads.h"
 #include "tools/ppc/OptionChecks.h"
 
 #include "llvm/Support/raw_ostream.h"

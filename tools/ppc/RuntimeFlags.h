@@ -6,13 +6,13 @@
 // `ppc train` declare them once, here, and copy them into RunOptions the
 // same way.
 // The --schedule option of ppc run, ppc train and ppc schedule is made here
-// too, from runtime/Schedules.def.
+// too, from runtime/schedule/Schedules.def.
 //
 //===----------------------------------------------------------------------===//
 #ifndef PPC_TOOLS_PPC_RUNTIMEFLAGS_H
 #define PPC_TOOLS_PPC_RUNTIMEFLAGS_H
 
-#include "runtime/Pipeline.h"
+#include "runtime/run/Pipeline.h"
 
 #include <CLI/CLI.hpp>
 

@@ -5,7 +5,7 @@
 // CSV's own), simulates it and prints its grid;
 // optionally writes its compute actions as PyTorch pipelining's CSV. No
 // model is needed: the chain stands for any model split into that many
-// stages. All the work is in runtime/Schedule.h.
+// stages. All the work is in runtime/schedule/Schedule.h.
 //
 //===----------------------------------------------------------------------===//
 #include "tools/ppc/Commands.h"
@@ -15,7 +15,7 @@
 #include "lib/NumberRules.h"
 #include "lib/OutputGuard.h"
 #include "lib/SafeRead.h"
-#include "runtime/Schedule.h"
+#include "runtime/schedule/Schedule.h"
 #include "tools/ppc/OptionChecks.h"
 #include "tools/ppc/RuntimeFlags.h"
 

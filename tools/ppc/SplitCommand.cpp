@@ -3,7 +3,7 @@
 
 #include "lib/Error.h"
 #include "passes/Compile.h"
-#include "runtime/Threads.h"
+#include "runtime/platform/Threads.h"
 #include "tools/ppc/OptionChecks.h"
 
 #include "llvm/ADT/StringExtras.h"

@@ -1,7 +1,7 @@
 //===- tools/ppc/TraceCommand.cpp - ppc trace -----------------------------===//
 //
 // `ppc trace summary FILE` and `ppc trace plot FILE -o OUT.svg`: CLI11
-// wiring over the reader, summary and timeline in runtime/Trace.h.
+// wiring over the reader, summary and timeline in runtime/exec/Trace.h.
 //
 //===----------------------------------------------------------------------===//
 #include "tools/ppc/Commands.h"
@@ -10,7 +10,7 @@
 #include "lib/Error.h"
 #include "lib/FileUtil.h"
 #include "lib/OutputGuard.h"
-#include "runtime/Trace.h"
+#include "runtime/exec/Trace.h"
 
 #include "llvm/Support/raw_ostream.h"
 

@@ -2,7 +2,7 @@
 //
 // CLI11 wiring for `ppc train`: one rank of a pipeline training job, started
 // by ppc launch or torchrun like `ppc run`. The work is Trainer
-// (runtime/Trainer.h) and loadTrainingData (runtime/TrainData.h).
+// (runtime/train/Trainer.h) and loadTrainingData (runtime/train/TrainData.h).
 //
 //===----------------------------------------------------------------------===//
 #include "tools/ppc/Commands.h"
@@ -10,13 +10,13 @@
 #include "lib/Error.h"
 #include "lib/FileUtil.h"
 #include "lib/OutputGuard.h"
-#include "runtime/Blas.h"
-#include "runtime/Checkpoint.h"
-#include "runtime/MemoryMeter.h"
-#include "runtime/Optimizer.h"
-#include "runtime/Precision.h"
-#include "runtime/TrainData.h"
-#include "runtime/Trainer.h"
+#include "runtime/exec/Precision.h"
+#include "runtime/platform/Blas.h"
+#include "runtime/platform/MemoryMeter.h"
+#include "runtime/train/Checkpoint.h"
+#include "runtime/train/Optimizer.h"
+#include "runtime/train/TrainData.h"
+#include "runtime/train/Trainer.h"
 #include "tools/ppc/OptionChecks.h"
 #include "tools/ppc/Progress.h"
 #include "tools/ppc/RuntimeFlags.h"
@@ -47,17 +47,17 @@ struct TrainCommandOptions {
   /// Unset: the optimizer's default (defaultWeightDecay).
   std::optional<double> weightDecay;
   bool stats = false;
-  // --- checkpoints (#17)
+  // Checkpoints
   std::string checkpointDir, resumeDir;
   int checkpointEvery = 0, keep = kDefaultCheckpointKeep;
-  // --- clipping, LR schedules, step log (#17)
+  // Clipping, LR schedules, step log
   double clipGradNorm = 0, minLr = 0;
   std::string lrSchedule = "constant", logFile, evalData;
   int warmupSteps = 0, evalEvery = 0;
   bool dryRun = false;
-  // --- data parallel (#17)
+  // Data parallel
   int dataParallel = 1;
-  // --- bf16 and activation recompute (#17)
+  // bf16 and activation recompute
   std::string precision = "fp32";
   bool recompute = false;
   std::optional<uint64_t> seed;
@@ -151,7 +151,7 @@ llvm::json::Value statsJSON(const TrainCommandOptions &o, const LaunchEnv &env,
                          {"schedule", o.schedule},
                          {"steps", std::move(records)},
                          {"seconds", meter.elapsedSeconds()}};
-  if (o.dataParallel > 1) // --- data parallel (#17)
+  if (o.dataParallel > 1)
     out["data_parallel"] = o.dataParallel;
   if (std::optional<double> rate = meter.overallSamplesPerSecond())
     out["samples_per_second"] = *rate;
@@ -255,8 +255,8 @@ static llvm::Expected<int> runTrain(const TrainCommandOptions &o) {
   options.scheduleCSVPath = o.scheduleCSV;
   if (o.evalEvery > 0 && o.evalData.empty())
     return makeError("--eval-every needs --eval-data");
-  options.dataParallel = o.dataParallel; // --- data parallel (#17)
-  // --- bf16 and activation recompute (#17): the meter counts every step's
+  options.dataParallel = o.dataParallel;
+  // bf16 and activation recompute: the meter counts every step's
   // peak host bytes (its cost is two atomic operations per allocation).
   options.run.precision = *parsePrecision(o.precision); // validated
   options.recompute = o.recompute;
@@ -371,7 +371,7 @@ static llvm::Expected<int> runTrain(const TrainCommandOptions &o) {
     }
     if (o.stats)
       llvm::outs() << t.stats().line()
-                   << (t.replicas() > 1 // --- data parallel (#17)
+                   << (t.replicas() > 1
                            ? " weights_sha=" + t.weightsSha256().substr(0, 16)
                            : "")
                    << "\n";
@@ -510,7 +510,7 @@ Command addTrainCommand(CLI::App &parent) {
       ->check(pathOption());
   app->add_flag("--stats", o->stats,
                 "Print one 'stats: rank=R step=N ...' line per rank and step");
-  // --- checkpoints (#17)
+  // Checkpoints
   CLI::Option *checkpointDir =
       app->add_option("--checkpoint-dir", o->checkpointDir,
                       "Write a complete checkpoint (stages, manifest, "
@@ -541,7 +541,7 @@ Command addTrainCommand(CLI::App &parent) {
                   "--checkpoint-dir")
       ->type_name("DIR")
       ->check(pathOption());
-  // --- clipping, LR schedules, step log (#17)
+  // Clipping, LR schedules, step log
   app->add_option("--clip-grad-norm", o->clipGradNorm,
                   "Clip the gradients to this global L2 norm, as "
                   "torch.nn.utils.clip_grad_norm_ on the unsplit model "
@@ -582,7 +582,7 @@ Command addTrainCommand(CLI::App &parent) {
   app->add_flag("--dry-run", o->dryRun,
                 "Print the optimizer, clipping and every step's learning "
                 "rate, checked, and exit without training (needs no launch)");
-  // --- data parallel (#17)
+  // Data parallel
   app->add_option("--data-parallel", o->dataParallel,
                   "Run D replicas of the pipeline on the WORLD_SIZE ranks "
                   "(D must divide it): pipeline d is ranks d*R..d*R+R-1 "
@@ -592,7 +592,7 @@ Command addTrainCommand(CLI::App &parent) {
       ->type_name("D")
       ->capture_default_str()
       ->transform(intInRange(1, 65536));
-  // --- bf16 and activation recompute (#17)
+  // bf16 and activation recompute
   app->add_option("--precision", o->precision,
                   "fp32, or bf16: the stages' forwards under autocast to "
                   "bfloat16 (fp32 weights, optimizer state and loss; bf16 "

@@ -9,8 +9,8 @@
 #ifndef PPC_TOOLS_PPC_TRAINLOG_H
 #define PPC_TOOLS_PPC_TRAINLOG_H
 
-#include "runtime/TrainData.h"
-#include "runtime/Trainer.h"
+#include "runtime/train/TrainData.h"
+#include "runtime/train/Trainer.h"
 
 #include "llvm/Support/Error.h"
 #include "llvm/Support/JSON.h"

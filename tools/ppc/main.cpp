@@ -7,10 +7,10 @@
 #include "tools/ppc/Commands.h"
 
 #include "lib/Error.h"
-#include "runtime/Blas.h"
-#include "runtime/Launcher.h"
-#include "runtime/Link.h"
-#include "runtime/TorchCompat.h"
+#include "runtime/link/Link.h"
+#include "runtime/platform/Blas.h"
+#include "runtime/platform/TorchCompat.h"
+#include "tools/ppc/Launcher.h"
 
 #include "llvm/Support/raw_ostream.h"
 
@@ -47,7 +47,7 @@ static std::string flagOf(llvm::StringRef field) {
 
 /// The message of `err` as the command line says it: an option the
 /// library names by its field is named by its flag; a rank that stops only
-/// because it lost another says so (runtime/Launcher.h, consequenceNote()),
+/// because it lost another says so (tools/ppc/Launcher.h, consequenceNote()),
 /// so that its line does not read as the cause under any launcher.
 static std::string cliMessage(llvm::Error err) {
   err = llvm::handleErrors(
@@ -81,7 +81,7 @@ static std::string helpCommand(const CLI::App &app) {
 ///   CUDA: yes
 ///   NCCL: yes
 /// and the BLAS it computes with, with the CPU's features and the best
-/// OpenBLAS kernel for them (runtime/Blas.h):
+/// OpenBLAS kernel for them (runtime/platform/Blas.h):
 ///   blas: openblas 0.3.21 Cooperlake (DYNAMIC_ARCH)
 ///   cpu: avx avx2 avx512f avx512bw avx512vl avx512dq avx512_bf16 (best
 ///        OpenBLAS core type: Cooperlake)

@@ -1,7 +1,7 @@
 //===- tests/unit/runtime/TwoStageJob.h - A two-stage job on disk -*- C++
 //-*-===//
 //
-// For unit tests of the library (runtime/Pipeline.h) whose ranks run in
+// For unit tests of the library (runtime/run/Pipeline.h) whose ranks run in
 // threads of one process: a manifest of two TorchScript stages, a = x * 2
 // on stage 0 and b = a + 1 on stage 1, written to a fresh directory that
 // the fixture removes.

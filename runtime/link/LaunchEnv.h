@@ -1,0 +1,54 @@
+//===- runtime/link/LaunchEnv.h - The torchrun environment of a rank ------===//
+//
+// The variables a launcher (ppc launch, torchrun) gives each worker. Part of
+// libppc_runtime's public API (Pipeline.h includes it); the transport reads
+// it too, so it lives apart from the pipeline.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PPC_RUNTIME_LINK_LAUNCHENV_H
+#define PPC_RUNTIME_LINK_LAUNCHENV_H
+
+#include "llvm/Support/Error.h"
+
+#include <functional>
+#include <string>
+
+namespace ppc {
+
+/// The torchrun environment of one rank.
+struct LaunchEnv {
+  int rank = 0;
+  int worldSize = 1;
+  int localRank = 0;
+  int localWorldSize = 1;
+  std::string masterAddr = "127.0.0.1";
+  int masterPort = 29500;
+  /// Whether the launcher hosts the rendezvous store at MASTER_ADDR:
+  /// MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True, as torchrun and
+  /// `ppc launch --master-port 0` set it); otherwise rank 0 hosts it.
+  bool launcherHostsStore = false;
+  /// Names the job at the rendezvous, so that ranks of two jobs that meet
+  /// on one port notice: PPC_JOB_TOKEN (set by ppc launch), else
+  /// torchrun's TORCHELASTIC_RUN_ID, else "default".
+  std::string jobToken = "default";
+
+  /// Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
+  /// MASTER_PORT, TORCHELASTIC_USE_AGENT_STORE and PPC_JOB_TOKEN through
+  /// `getenv` (the process environment by default). RANK, WORLD_SIZE,
+  /// MASTER_ADDR and MASTER_PORT are required; LOCAL_RANK defaults to RANK
+  /// and LOCAL_WORLD_SIZE to WORLD_SIZE. Every number must fit an int
+  /// (ranks from 0, sizes from 1, the port 1..65535). Errors: a missing
+  /// variable ("RANK is not set; start ppc run under ppc launch or
+  /// torchrun"), one that breaks its rule ("WORLD_SIZE='x' is not an integer
+  /// in 1..2147483647", "RANK=3000000000 is not an integer in
+  /// 0..2147483647", "MASTER_PORT=70000 is not an integer in 1..65535"), a
+  /// rank not below its size ("RANK=4 is not below WORLD_SIZE=4"), a
+  /// MASTER_ADDR longer than 255 bytes or a job token longer than 256, or
+  /// either holding control characters (escaped in the message).
+  static llvm::Expected<LaunchEnv> fromEnvironment(
+      const std::function<const char *(const char *)> &getenv = nullptr);
+};
+
+} // namespace ppc
+
+#endif // PPC_RUNTIME_LINK_LAUNCHENV_H

@@ -1,0 +1,54 @@
+//===- runtime/link/Link.cpp - What every link shares ---------------------===//
+//
+// This file implements LostRankError and the helpers that make it: every
+// "lost rank R (...)" of the runtime is built by lostRank().
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/link/Link.h"
+
+#include "lib/Error.h"
+
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/raw_ostream.h"
+
+namespace ppc {
+
+char LostRankError::ID = 0;
+
+llvm::Error lostRank(int rank, const llvm::Twine &detail) {
+  return llvm::make_error<LostRankError>(
+      rank, llvm::formatv("lost rank {0} ({1})", rank, detail.str()).str());
+}
+
+std::string secondsText(std::chrono::milliseconds timeout) {
+  return timeout.count() % 1000 == 0
+             ? std::to_string(timeout.count() / 1000)
+             : llvm::formatv("{0:f1}", timeout.count() / 1000.0).str();
+}
+
+llvm::Error lostRankTimedOut(int peer, std::chrono::milliseconds timeout,
+                             const llvm::Twine &what) {
+  return lostRank(peer, llvm::formatv("no answer within {0} s while waiting "
+                                      "for {1}",
+                                      secondsText(timeout), what.str()));
+}
+
+llvm::Error lostRankFrom(int peer, std::chrono::milliseconds timeout,
+                         const llvm::Twine &what, const std::exception &e) {
+  const auto *c10 = dynamic_cast<const c10::Error *>(&e);
+  std::string cause = firstLine(c10 ? c10->what_without_backtrace() : e.what());
+  // Gloo's and c10d's timeouts are plain c10::Error / std::runtime_error in
+  // every LibTorch ppc supports (no exception type of their own), so their
+  // text is the only sign of one.
+  if (cause.find("Timed out") != std::string::npos ||
+      cause.find("timed out") != std::string::npos)
+    return lostRankTimedOut(peer, timeout, what);
+  // Gloo prefixes its messages with "[file.cc:line] ".
+  llvm::StringRef text(cause);
+  if (text.startswith("[") && text.contains("] "))
+    text = text.split("] ").second;
+  return lostRank(
+      peer, llvm::formatv("{0}, while waiting for {1}", text, what.str()));
+}
+
+} // namespace ppc

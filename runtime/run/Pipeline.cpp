@@ -1,0 +1,323 @@
+//===- runtime/run/Pipeline.cpp - The pipeline runtime --------------------===//
+//
+// This file implements Pipeline: an inference job on a rank context
+// (runtime/exec/RankContext.h), whose schedule collects the model outputs on
+// the output rank, and the concatenation of those outputs over the
+// microbatches; streaming windows (several batches in one execution of a
+// schedule built for all their microbatches) and their split back into batches.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/run/Pipeline.h"
+
+#include "lib/Error.h"
+#include "runtime/exec/Microbatch.h"
+#include "runtime/exec/RankContext.h"
+#include "runtime/exec/Trace.h"
+#include "runtime/link/Collectives.h"
+
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include <algorithm>
+#include <chrono>
+#include <deque>
+
+namespace ppc {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+double msSince(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start)
+      .count();
+}
+} // namespace
+
+/// A submitted batch waiting for its window: its microbatches (on ranks
+/// that read model inputs) and how errors name it.
+struct QueuedBatch {
+  std::vector<std::vector<c10::IValue>> microbatches;
+  std::string label;
+};
+
+struct Pipeline::Impl {
+  std::unique_ptr<RankContext> ctx;
+  RunStats stats;
+  std::vector<QueuedBatch> queue;
+  /// Outputs of batches whose window ran, oldest first, for next().
+  std::deque<std::vector<c10::IValue>> ready;
+  int64_t submitted = 0;
+
+  int perBatch() const { return ctx->options().microbatches; }
+  int windowBatches() const {
+    return std::max(1, ctx->options().streamMicrobatches / perBatch());
+  }
+  /// Moves `inputs` to the device and splits them into queue.back()'s
+  /// microbatches (on ranks that read them).
+  llvm::Error enqueue(const std::vector<c10::IValue> &inputs,
+                      std::string label);
+  /// Runs the queued batches as one window; their outputs go to `ready`.
+  /// With `labelled`, errors are prefixed with the label of their batch.
+  llvm::Error runWindow(bool labelled);
+  void recordBatchMarks(TraceRecorder &trace, size_t firstEvent,
+                        int64_t startUs, size_t batches);
+};
+
+llvm::Error Pipeline::Impl::enqueue(const std::vector<c10::IValue> &inputs,
+                                    std::string label) {
+  QueuedBatch batch;
+  batch.label = std::move(label);
+  if (ctx->meta().readsInputs()) {
+    std::vector<c10::IValue> onDevice = inputs;
+    if (!ctx->device().is_cpu()) {
+      auto moved = valuesOnDevice(inputs, ctx->device(), "the inputs");
+      if (!moved)
+        return moved.takeError();
+      onDevice = std::move(*moved);
+    }
+    auto split = splitMicrobatches(onDevice, ctx->manifest().modelInputs.size(),
+                                   perBatch());
+    if (!split)
+      return split.takeError();
+    batch.microbatches = std::move(*split);
+  }
+  queue.push_back(std::move(batch));
+  return llvm::Error::success();
+}
+
+/// Batch b's mark on this rank spans its part of batch b: from where the
+/// previous batch's ended (the window's start for the first) to the start
+/// of the first event after this rank's last action of batch b (the
+/// window's end for the last), so that the marks of a rank tile its window.
+void Pipeline::Impl::recordBatchMarks(TraceRecorder &trace, size_t firstEvent,
+                                      int64_t startUs, size_t batches) {
+  const std::vector<TraceEvent> &events = trace.events();
+  const size_t end = events.size();
+  std::vector<size_t> last(batches, firstEvent);
+  for (size_t i = firstEvent; i < end; ++i)
+    if (events[i].microbatch >= 0)
+      last[std::min<size_t>(events[i].microbatch / perBatch(), batches - 1)] =
+          i;
+  int64_t endUs = TraceRecorder::nowUs();
+  std::vector<TraceEvent> marks;
+  size_t upTo = firstEvent;
+  for (size_t b = 0; b < batches; ++b) {
+    upTo = std::max(upTo, last[b]);
+    int64_t until = b + 1 == batches || upTo + 1 >= end
+                        ? endUs
+                        : std::max(events[upTo + 1].startUs, startUs);
+    marks.push_back({std::string(kBatchEventName), "other", -1, -1, startUs,
+                     std::max<int64_t>(until - startUs, 0)});
+    startUs = until;
+  }
+  for (TraceEvent &mark : marks)
+    trace.add(std::move(mark));
+}
+
+llvm::Error Pipeline::Impl::runWindow(bool labelled) {
+  Clock::time_point start = Clock::now();
+  int64_t traceStartUs = TraceRecorder::nowUs();
+  at::NoGradGuard noGrad;
+  Transport &transport = ctx->transport();
+  int64_t sentBefore = transport.messagesSent();
+  ctx->meta().clearCacheWritten();
+
+  const size_t batches = queue.size();
+  const int perBatchCount = perBatch();
+  const int count = static_cast<int>(batches) * perBatchCount;
+  std::vector<std::vector<c10::IValue>> microbatches;
+  std::vector<std::string> labels;
+  for (QueuedBatch &q : queue) {
+    for (auto &m : q.microbatches)
+      microbatches.push_back(std::move(m));
+    labels.push_back(std::move(q.label));
+  }
+  queue.clear();
+  auto fail = [&](llvm::Error err, size_t b) {
+    return labelled ? withContext(std::move(err), labels[b]) : std::move(err);
+  };
+
+  ExecutorStep step;
+  ScheduleKind kind = ctx->options().schedule;
+  auto build = [kind](const Manifest &manifest, const Placement &placement,
+                      int n) {
+    return buildSchedule(manifest, placement, kind, n);
+  };
+  if (llvm::Error err =
+          ctx->prepareWindow(std::move(microbatches), count, build, step))
+    return fail(std::move(err), 0);
+  size_t firstEvent = step.trace ? step.trace->events().size() : 0;
+  auto done = ctx->execute(step);
+  if (!done) {
+    size_t b = step.failedMicrobatch >= 0
+                   ? std::min<size_t>(step.failedMicrobatch / perBatchCount,
+                                      batches - 1)
+                   : 0;
+    return fail(done.takeError(), b);
+  }
+  stats.metaSource = ctx->meta().source();
+  stats.metaMessagesSent = done->metaMessagesSent;
+  // From the end of prepare(), whose signature broadcast and agreement every
+  // rank passes together, not from this rank's entry into run(): a rank
+  // that enters early (no inputs to read, or fewer stages to load) would
+  // otherwise count its wait for the slowest rank's set-up, which `ppc run`
+  // has already waited for in its own broadcast (RunStats::firstOutputMs).
+  stats.firstOutputMs = done->firstOutputMs;
+
+  // Model outputs on the output rank, batch by batch: batch b's are the
+  // window's microbatches b*M .. b*M+M-1.
+  const Manifest &manifest = ctx->manifest();
+  bool collects = ctx->rank() == ctx->placement().outputRank();
+  for (size_t b = 0; b < batches; ++b) {
+    std::vector<c10::IValue> result;
+    if (collects)
+      for (size_t k = 0; k < done->outputParts.size(); ++k) {
+        const ValueRef &ref = manifest.modelOutputs[k];
+        llvm::ArrayRef<c10::IValue> parts(done->outputParts[k]);
+        auto joined =
+            concatMicrobatches(parts.slice(b * perBatchCount, perBatchCount),
+                               manifest.output(ref).kind, static_cast<int>(k));
+        if (!joined)
+          return fail(joined.takeError(), b);
+        result.push_back(std::move(*joined));
+      }
+    if (!ctx->device().is_cpu()) {
+      // Outputs are written and returned on the CPU whatever ran them.
+      auto onCPU = valuesOnDevice(result, c10::kCPU, "the outputs");
+      if (!onCPU)
+        return fail(onCPU.takeError(), b);
+      result = std::move(*onCPU);
+    }
+    ready.push_back(std::move(result));
+  }
+  ctx->finishStep();
+  if (step.trace) {
+    if (batches == 1)
+      recordMark(step.trace, kBatchEventName, traceStartUs);
+    else
+      recordBatchMarks(*step.trace, firstEvent, traceStartUs, batches);
+  }
+  stats.batches = static_cast<int64_t>(batches);
+  stats.cacheWritten = ctx->meta().cacheWritten();
+  stats.messagesSent = transport.messagesSent() - sentBefore;
+  stats.link = transport.linksUsed();
+  stats.totalMs = msSince(start);
+  return llvm::Error::success();
+}
+
+Pipeline::Pipeline(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Pipeline::~Pipeline() = default;
+
+llvm::Expected<std::unique_ptr<Pipeline>>
+Pipeline::create(llvm::StringRef manifestPath, const LaunchEnv &env,
+                 const RunOptions &options) {
+  auto planner = [&](const Manifest &manifest,
+                     int worldSize) -> llvm::Expected<JobPlan> {
+    auto placement =
+        Placement::create(static_cast<int>(manifest.stages.size()), worldSize,
+                          schedulePlacement(options.schedule));
+    if (!placement)
+      return placement.takeError();
+    auto schedule = buildSchedule(manifest, *placement, options.schedule,
+                                  options.microbatches);
+    if (!schedule)
+      return schedule.takeError();
+    return JobPlan{std::move(*schedule), std::nullopt};
+  };
+  auto ctx = RankContext::create(manifestPath, env, options, planner);
+  if (!ctx)
+    return ctx.takeError();
+  auto impl = std::make_unique<Impl>();
+  impl->ctx = std::move(*ctx);
+  impl->stats.rank = env.rank;
+  return std::unique_ptr<Pipeline>(new Pipeline(std::move(impl)));
+}
+
+bool Pipeline::needsInputs() const { return impl_->ctx->meta().readsInputs(); }
+int Pipeline::outputRank() const {
+  return impl_->ctx->placement().outputRank();
+}
+int Pipeline::rank() const { return impl_->ctx->rank(); }
+int Pipeline::stageCount() const {
+  return static_cast<int>(impl_->ctx->manifest().stages.size());
+}
+bool Pipeline::outputIsTuple() const {
+  return impl_->ctx->manifest().outputIsTuple;
+}
+const RunStats &Pipeline::stats() const { return impl_->stats; }
+size_t Pipeline::inputCount() const {
+  return impl_->ctx->manifest().modelInputs.size();
+}
+int Pipeline::inputRoot() const { return impl_->ctx->meta().inputRoot(); }
+
+void Pipeline::printSchedule(llvm::raw_ostream &os) const {
+  ppc::printSchedule(impl_->ctx->schedule(), impl_->ctx->rank(), os);
+}
+
+llvm::Expected<std::vector<c10::IValue>>
+Pipeline::run(const std::vector<c10::IValue> &inputs) {
+  if (!impl_->queue.empty())
+    return makeError(llvm::formatv("run() with {0} submitted batch{1} not "
+                                   "run yet; flush() first",
+                                   impl_->queue.size(),
+                                   impl_->queue.size() == 1 ? "" : "es")
+                         .str());
+  if (llvm::Error err = impl_->enqueue(inputs, ""))
+    return err;
+  if (llvm::Error err = impl_->runWindow(/*labelled=*/false))
+    return err;
+  std::vector<c10::IValue> result = std::move(impl_->ready.back());
+  impl_->ready.pop_back();
+  return result;
+}
+
+llvm::Error Pipeline::submit(std::vector<c10::IValue> inputs,
+                             std::string label) {
+  if (label.empty())
+    label = llvm::formatv("batch {0}", impl_->submitted).str();
+  ++impl_->submitted;
+  if (llvm::Error err = impl_->enqueue(inputs, label)) {
+    impl_->queue.clear();
+    return withContext(std::move(err), label);
+  }
+  if (static_cast<int>(impl_->queue.size()) < impl_->windowBatches())
+    return llvm::Error::success();
+  return impl_->runWindow(/*labelled=*/true);
+}
+
+llvm::Error Pipeline::flush() {
+  if (impl_->queue.empty())
+    return llvm::Error::success();
+  return impl_->runWindow(/*labelled=*/true);
+}
+
+std::optional<std::vector<c10::IValue>> Pipeline::next() {
+  if (impl_->ready.empty())
+    return std::nullopt;
+  std::vector<c10::IValue> out = std::move(impl_->ready.front());
+  impl_->ready.pop_front();
+  return out;
+}
+
+int Pipeline::windowBatches() const { return impl_->windowBatches(); }
+int Pipeline::queuedBatches() const {
+  return static_cast<int>(impl_->queue.size());
+}
+
+llvm::Error Pipeline::finish() { return impl_->ctx->finish(); }
+
+llvm::Error Pipeline::shareFromInputRoot(std::string &bytes) {
+  return broadcastBytes(impl_->ctx->transport(), bytes, inputRoot(),
+                        "the microbatch signatures");
+}
+
+std::string metaCacheDirOf(const RunOptions &options,
+                           llvm::StringRef manifestPath) {
+  return options.metaCacheDir.empty() ? manifestDirectory(manifestPath)
+                                      : options.metaCacheDir;
+}
+
+} // namespace ppc

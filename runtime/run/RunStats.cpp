@@ -1,0 +1,39 @@
+//===- runtime/run/RunStats.cpp - What one rank of a run reports ----------===//
+//
+// This file implements the names and the --stats line of Pipeline.h's
+// report types.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/run/Pipeline.h"
+
+#include "runtime/platform/Blas.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+namespace ppc {
+
+llvm::StringRef metaSourceName(MetaSource source) {
+  switch (source) {
+  case MetaSource::Inferred:
+    return "inferred";
+  case MetaSource::Cache:
+    return "cache";
+  case MetaSource::User:
+    return "user";
+  }
+  return "inferred";
+}
+
+std::string RunStats::line() const {
+  return llvm::formatv(
+             "stats: rank={0} meta={1} meta_messages_sent={2} "
+             "messages_sent={3} first_output_ms={4:f3} total_ms={5:f3} "
+             "cache_written={6}",
+             rank, metaSourceName(metaSource), metaMessagesSent, messagesSent,
+             firstOutputMs, totalMs, cacheWritten ? 1 : 0)
+             .str() +
+         (link.empty() ? "" : " link=" + link) +
+         " blas=" + blasStatsName(loadedBlas());
+}
+
+} // namespace ppc

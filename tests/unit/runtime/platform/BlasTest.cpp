@@ -1,0 +1,269 @@
+//===- tests/unit/runtime/platform/BlasTest.cpp ---------------------------===//
+//
+// Kernel choice, no child process.
+// Kernel choice, no child process
+#include "runtime/platform/Blas.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+using namespace ppc;
+
+namespace {
+CpuFeatures avx2Only(bool amd = false) {
+  CpuFeatures cpu;
+  cpu.amd = amd;
+  cpu.avx = cpu.avx2 = true;
+  return cpu;
+}
+
+CpuFeatures avx512(bool bf16) {
+  CpuFeatures cpu = avx2Only();
+  cpu.avx512f = cpu.avx512bw = cpu.avx512vl = cpu.avx512dq = true;
+  cpu.avx512bf16 = bf16;
+  return cpu;
+}
+
+BlasInfo openBlas(const std::string &core) {
+  return openBlasInfo("OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH NO_AFFINITY " +
+                          core + " MAX_THREADS=64",
+                      core);
+}
+
+/// A check that records the core types it is asked about.
+struct FakeCheck {
+  bool passes;
+  std::vector<std::string> asked;
+  KernelCheck operator()(llvm::StringRef core) {
+    asked.push_back(core.str());
+    KernelCheck check;
+    check.passed = passes;
+    check.loadedCore = core.str();
+    if (!passes)
+      check.problem = "the float 67x131x93 product is off by 3e+06 times the "
+                      "error bound";
+    return check;
+  }
+};
+
+RankKernelPlan plan(const BlasInfo &blas, const CpuFeatures &cpu,
+                    FakeCheck &check, bool userSet = false,
+                    llvm::StringRef candidate = "") {
+  return planRankKernel(blas, cpu, userSet, candidate,
+                        [&](llvm::StringRef core) { return check(core); });
+}
+} // namespace
+
+TEST(BlasTest, BestCoreFollowsTheFeatures) {
+  EXPECT_EQ(bestOpenBlasCore(CpuFeatures()), "Prescott");
+  CpuFeatures avx;
+  avx.avx = true;
+  EXPECT_EQ(bestOpenBlasCore(avx), "Sandybridge");
+  EXPECT_EQ(bestOpenBlasCore(avx2Only()), "Haswell");
+  EXPECT_EQ(bestOpenBlasCore(avx2Only(/*amd=*/true)), "Zen");
+  EXPECT_EQ(bestOpenBlasCore(avx512(false)), "SkylakeX");
+  EXPECT_EQ(bestOpenBlasCore(avx512(true)), "Cooperlake");
+  // SkylakeX's kernels need BW, VL and DQ besides F; BF16 alone is not
+  // enough either.
+  CpuFeatures partial = avx512(true);
+  partial.avx512vl = false;
+  EXPECT_EQ(bestOpenBlasCore(partial), "Haswell");
+  CpuFeatures bf16NoAvx512 = avx2Only();
+  bf16NoAvx512.avx512bf16 = true;
+  EXPECT_EQ(bestOpenBlasCore(bf16NoAvx512), "Haswell");
+}
+
+TEST(BlasTest, FeatureNames) {
+  EXPECT_EQ(CpuFeatures().names(), "none");
+  EXPECT_EQ(avx512(true).names(),
+            "avx avx2 avx512f avx512bw avx512vl avx512dq avx512_bf16");
+}
+
+TEST(BlasTest, CoreClassesAndGenericKernels) {
+  EXPECT_EQ(openBlasCoreClass("Prescott"), KernelClass::Sse);
+  EXPECT_EQ(openBlasCoreClass("PRESCOTT"), KernelClass::Sse);
+  EXPECT_EQ(openBlasCoreClass("Nehalem"), KernelClass::Sse);
+  EXPECT_EQ(openBlasCoreClass("Sandybridge"), KernelClass::Avx);
+  EXPECT_EQ(openBlasCoreClass("zen"), KernelClass::Avx2);
+  EXPECT_EQ(openBlasCoreClass("SkylakeX"), KernelClass::Avx512);
+  EXPECT_EQ(openBlasCoreClass("Cooperlake"), KernelClass::Avx512Bf16);
+  EXPECT_EQ(openBlasCoreClass("Bogus"), KernelClass::Unknown);
+  EXPECT_EQ(openBlasCoreClass(""), KernelClass::Unknown);
+  EXPECT_TRUE(isGenericCore("Prescott"));
+  EXPECT_FALSE(isGenericCore("Haswell"));
+  EXPECT_FALSE(isGenericCore("Bogus"));
+
+  EXPECT_TRUE(coreFallsShort("Prescott", avx512(true)));
+  EXPECT_TRUE(coreFallsShort("Haswell", avx512(true)));
+  EXPECT_TRUE(coreFallsShort("SkylakeX", avx512(true)));
+  EXPECT_FALSE(coreFallsShort("Cooperlake", avx512(true)));
+  EXPECT_FALSE(coreFallsShort("SkylakeX", avx512(false)));
+  EXPECT_FALSE(coreFallsShort("Haswell", avx2Only()));
+  EXPECT_FALSE(coreFallsShort("Zen", avx2Only(true)));
+  EXPECT_FALSE(coreFallsShort("Prescott", CpuFeatures()));
+  // A name ppc does not know is left alone.
+  EXPECT_FALSE(coreFallsShort("Bogus", avx512(true)));
+}
+
+TEST(BlasTest, ReadsOpenBlasConfig) {
+  BlasInfo info = openBlas("Cooperlake");
+  EXPECT_EQ(info.kind, BlasKind::OpenBlas);
+  EXPECT_EQ(info.version, "0.3.21");
+  EXPECT_EQ(info.core, "Cooperlake");
+  EXPECT_TRUE(info.dynamicArch);
+  EXPECT_EQ(blasVersionLine(info),
+            "blas: openblas 0.3.21 Cooperlake (DYNAMIC_ARCH)");
+  EXPECT_EQ(blasStatsName(info), "openblas:Cooperlake");
+  BlasInfo fixed =
+      openBlasInfo("OpenBLAS 0.3.8 HASWELL MAX_THREADS=8", "Haswell");
+  EXPECT_FALSE(fixed.dynamicArch);
+  EXPECT_EQ(blasVersionLine(fixed), "blas: openblas 0.3.8 Haswell");
+  BlasInfo odd = openBlasInfo("", "Haswell");
+  EXPECT_EQ(blasVersionLine(odd), "blas: openblas (version unknown) Haswell");
+  BlasInfo mkl;
+  mkl.kind = BlasKind::Mkl;
+  mkl.version = "2024.2";
+  EXPECT_EQ(blasVersionLine(mkl), "blas: mkl 2024.2");
+  EXPECT_EQ(blasStatsName(mkl), "mkl");
+  EXPECT_EQ(blasStatsName(BlasInfo()), "unknown");
+}
+
+TEST(BlasTest, WarnsOnlyWhenTheKernelFallsShort) {
+  EXPECT_EQ(kernelWarning(openBlas("Prescott"), avx512(true)),
+            "warning: OpenBLAS runs its generic Prescott kernel on a CPU with "
+            "AVX-512 BF16; set OPENBLAS_CORETYPE=Cooperlake (see "
+            "docs/runtime.md)");
+  // SkylakeX is AVX-512 too, but its bfloat16 products do without BF16.
+  EXPECT_EQ(kernelWarning(openBlas("SkylakeX"), avx512(true)),
+            "warning: OpenBLAS runs its SkylakeX kernel on a CPU with AVX-512 "
+            "BF16; set OPENBLAS_CORETYPE=Cooperlake (see docs/runtime.md)");
+  EXPECT_EQ(kernelWarning(openBlas("Haswell"), avx512(false)),
+            "warning: OpenBLAS runs its Haswell kernel on a CPU with AVX-512; "
+            "set OPENBLAS_CORETYPE=SkylakeX (see docs/runtime.md)");
+  EXPECT_EQ(kernelWarning(openBlas("Cooperlake"), avx512(true)), "");
+  EXPECT_EQ(kernelWarning(openBlas("Prescott"), CpuFeatures()), "");
+  BlasInfo mkl;
+  mkl.kind = BlasKind::Mkl;
+  EXPECT_EQ(kernelWarning(mkl, avx512(true)), "");
+}
+
+TEST(BlasTest, LaunchChecksTheBestCoreAndSetsIt) {
+  FakeCheck check{true, {}};
+  RankKernelPlan p = plan(openBlas("Prescott"), avx512(true), check);
+  EXPECT_EQ(check.asked, std::vector<std::string>{"Cooperlake"});
+  EXPECT_EQ(p.coreType, "Cooperlake");
+  EXPECT_EQ(p.warning, "");
+  EXPECT_EQ(
+      p.note,
+      "note: OpenBLAS picked its generic Prescott kernel on this CPU with "
+      "AVX-512 BF16; the ranks run Cooperlake (OPENBLAS_CORETYPE=Cooperlake, "
+      "its results checked; see docs/runtime.md)");
+}
+
+TEST(BlasTest, LaunchWarnsWhenTheCheckFails) {
+  FakeCheck check{false, {}};
+  RankKernelPlan p = plan(openBlas("Prescott"), avx512(false), check);
+  EXPECT_EQ(check.asked, std::vector<std::string>{"SkylakeX"});
+  EXPECT_EQ(p.coreType, "");
+  EXPECT_EQ(p.note, "");
+  EXPECT_EQ(p.warning,
+            "warning: OpenBLAS runs its generic Prescott kernel on a CPU with "
+            "AVX-512, and its SkylakeX kernel failed ppc's self-check (the "
+            "float 67x131x93 product is off by 3e+06 times the error bound): "
+            "the ranks keep Prescott; set OPENBLAS_CORETYPE to a core type "
+            "that computes correctly here (see docs/runtime.md)");
+}
+
+TEST(BlasTest, LaunchLeavesTheUsersChoiceAndGoodKernelsAlone) {
+  FakeCheck check{true, {}};
+  EXPECT_EQ(plan(openBlas("Prescott"), avx512(true), check, /*userSet=*/true)
+                .coreType,
+            "");
+  EXPECT_EQ(plan(openBlas("Cooperlake"), avx512(true), check).coreType, "");
+  BlasInfo mkl;
+  mkl.kind = BlasKind::Mkl;
+  EXPECT_EQ(plan(mkl, avx512(true), check).coreType, "");
+  EXPECT_EQ(plan(BlasInfo(), avx512(true), check).coreType, "");
+  EXPECT_TRUE(check.asked.empty());
+  // The test hook's candidate replaces the best core type.
+  RankKernelPlan p = plan(openBlas("Prescott"), avx512(true), check,
+                          /*userSet=*/false, "Haswell");
+  EXPECT_EQ(check.asked, std::vector<std::string>{"Haswell"});
+  EXPECT_EQ(p.coreType, "Haswell");
+}
+
+TEST(BlasTest, CheckLinesRoundTrip) {
+  KernelCheck ok;
+  ok.passed = true;
+  ok.loadedCore = "Cooperlake";
+  EXPECT_EQ(kernelCheckLine(ok), "blas-check: core=Cooperlake ok");
+  KernelCheck read = parseKernelCheckLine("blas-check: core=Cooperlake ok\n");
+  EXPECT_TRUE(read.passed);
+  EXPECT_EQ(read.loadedCore, "Cooperlake");
+
+  KernelCheck bad;
+  bad.loadedCore = "Cooperlake";
+  bad.problem = "OpenBLAS has no core type Bogus (it loaded Cooperlake)";
+  std::string line = kernelCheckLine(bad);
+  EXPECT_EQ(line, "blas-check: core=Cooperlake failed: OpenBLAS has no core "
+                  "type Bogus (it loaded Cooperlake)");
+  read = parseKernelCheckLine(line);
+  EXPECT_FALSE(read.passed);
+  EXPECT_EQ(read.problem, bad.problem);
+
+  for (llvm::StringRef junk : {"", "hello", "blas-check: core=X maybe",
+                               "blas-check: core=X failed: "}) {
+    KernelCheck j = parseKernelCheckLine(junk);
+    EXPECT_FALSE(j.passed) << junk.str();
+    EXPECT_NE(j.problem, "") << junk.str();
+  }
+  // Bytes from the child are shown escaped.
+  read = parseKernelCheckLine("blas-check: core=\x1b[31m failed: x");
+  EXPECT_EQ(read.loadedCore, "\\x1b[31m");
+}
+
+TEST(BlasTest, ProductErrorSeparatesRoundingFromWrongResults) {
+  at::manual_seed(0);
+  for (at::ScalarType dtype : {at::kFloat, at::kDouble}) {
+    at::Tensor a = at::randn({33, 70}, at::TensorOptions().dtype(dtype));
+    at::Tensor b = at::randn({70, 21}, at::TensorOptions().dtype(dtype));
+    at::Tensor c = at::matmul(a, b);
+    double ok = productError(a, b, c);
+    EXPECT_LE(ok, 1.0);
+    // One element off by a small fraction of its value is far out of the
+    // bound.
+    at::Tensor wrong = c.clone();
+    wrong[5][7] += 1e-3 * (1 + std::fabs(wrong[5][7].item<double>()));
+    EXPECT_GT(productError(a, b, wrong), 10.0);
+    at::Tensor v = at::randn({70}, at::TensorOptions().dtype(dtype));
+    EXPECT_LE(productError(a, v, at::matmul(a, v)), 1.0);
+  }
+  at::Tensor a = at::ones({4, 3}), b = at::ones({3, 2});
+  EXPECT_TRUE(std::isinf(productError(a, b, at::ones({4, 3}))));
+  EXPECT_TRUE(std::isinf(productError(a, a, at::ones({4, 2}))));
+  at::Tensor nan = at::matmul(a, b);
+  nan[0][0] = NAN;
+  EXPECT_TRUE(std::isinf(productError(a, b, nan)));
+  // All products zero: only an exact zero passes.
+  at::Tensor z = at::zeros({4, 3});
+  EXPECT_EQ(productError(z, b, at::zeros({4, 2})), 0.0);
+  EXPECT_TRUE(std::isinf(productError(z, b, at::ones({4, 2}))));
+}
+
+TEST(BlasTest, ThisProcessKernelPassesItsOwnCheck) {
+  // The products of the self-check, in this process: whatever BLAS the test
+  // runs, they are within the bound; only the core name can differ.
+  const BlasInfo &blas = loadedBlas();
+  if (blas.kind != BlasKind::OpenBlas)
+    GTEST_SKIP() << "not OpenBLAS: " << blasStatsName(blas);
+  KernelCheck check = checkLoadedKernel(blas.core);
+  EXPECT_TRUE(check.passed) << check.problem;
+  KernelCheck other = checkLoadedKernel("Bogus");
+  EXPECT_FALSE(other.passed);
+  EXPECT_EQ(other.problem,
+            "OpenBLAS has no core type Bogus (it loaded " + blas.core + ")");
+}

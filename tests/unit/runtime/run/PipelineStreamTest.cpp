@@ -1,0 +1,218 @@
+//===- tests/unit/runtime/run/PipelineStreamTest.cpp ----------------------===//
+//
+// Pipeline::submit/next.
+// Pipeline::submit/next
+//
+// Tests the streaming API of runtime/run/Pipeline.h: batches queue until a
+// window is full (the backpressure bound), run as one execution of the
+// schedule over all their microbatches, and come out of next() one batch
+// at a time, in order, on every rank; flush() runs a partial window; the
+// stats cover the window; errors name their batch. Ranks run in threads of
+// this process over Gloo; the stages are TorchScript modules defined here.
+//
+//===----------------------------------------------------------------------===//
+#include "lib/FileUtil.h"
+#include "lib/Manifest.h"
+#include "runtime/run/Pipeline.h"
+#include "tests/unit/runtime/FreePort.h"
+#include "tests/unit/runtime/TwoStageJob.h"
+
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <torch/script.h>
+
+#include <functional>
+#include <string>
+#include <thread>
+
+using namespace ppc;
+
+namespace {
+using ppc::testing::freePort;
+
+/// Two stages: a = x * 2, b = a + 1.
+class PipelineStreamTest : public ppc::testing::TwoStageJob {
+protected:
+  RunOptions options(int microbatches, int stream) const {
+    RunOptions o;
+    o.microbatches = microbatches;
+    o.streamMicrobatches = stream;
+    o.useMetaCache = false;
+    o.timeout = std::chrono::milliseconds(30000);
+    o.threads = 1;
+    return o;
+  }
+
+  /// Runs `body` as each of `world` ranks, in threads; returns each rank's
+  /// failure ("" when none).
+  std::vector<std::string>
+  onRanks(int world, const RunOptions &o,
+          const std::function<llvm::Error(Pipeline &, int)> &body) {
+    int port = freePort();
+    std::vector<std::string> errors(world);
+    auto rank = [&](int r) {
+      LaunchEnv env;
+      env.rank = env.localRank = r;
+      env.worldSize = env.localWorldSize = world;
+      env.masterPort = port;
+      auto pipeline = Pipeline::create(path("manifest.json"), env, o);
+      if (!pipeline) {
+        errors[r] = llvm::toString(pipeline.takeError());
+        return;
+      }
+      llvm::Error err = body(**pipeline, r);
+      if (!err)
+        err = (*pipeline)->finish();
+      if (err)
+        errors[r] = llvm::toString(std::move(err));
+    };
+    std::vector<std::thread> threads;
+    for (int r = 0; r < world; ++r)
+      threads.emplace_back(rank, r);
+    for (std::thread &t : threads)
+      t.join();
+    return errors;
+  }
+
+  /// Batch b: rows 4 + b % 3 (so signatures differ), values from b.
+  static at::Tensor batch(int b) {
+    return at::arange(4 + b % 3, at::kFloat).view({-1, 1}) + 10.0 * b;
+  }
+};
+} // namespace
+
+TEST_F(PipelineStreamTest, WindowsFillThenHandOutBatchesInOrder) {
+  // M = 2, a bound of 5 microbatches: windows of 2 batches.
+  std::vector<std::vector<std::string>> log(2);
+  std::vector<std::vector<at::Tensor>> outputs(2);
+  auto errors =
+      onRanks(2, options(2, 5), [&](Pipeline &p, int r) -> llvm::Error {
+        EXPECT_EQ(p.windowBatches(), 2);
+        auto take = [&] {
+          while (auto out = p.next()) {
+            if (r == p.outputRank()) {
+              EXPECT_EQ(out->size(), 1u);
+              outputs[r].push_back((*out)[0].toTensor());
+            } else {
+              EXPECT_TRUE(out->empty());
+              outputs[r].push_back(at::Tensor());
+            }
+          }
+        };
+        for (int b = 0; b < 5; ++b) {
+          std::vector<c10::IValue> in;
+          if (p.needsInputs())
+            in.push_back(batch(b));
+          if (llvm::Error err = p.submit(std::move(in)))
+            return err;
+          log[r].push_back("submit " + std::to_string(b) + ": queued " +
+                           std::to_string(p.queuedBatches()) + ", ready " +
+                           std::to_string(outputs[r].size()));
+          if (p.queuedBatches() == 0) {
+            EXPECT_EQ(p.stats().batches, 2);
+          }
+          take();
+        }
+        // Nothing is ready before the last window runs.
+        EXPECT_FALSE(p.next().has_value());
+        if (llvm::Error err = p.flush())
+          return err;
+        EXPECT_EQ(p.stats().batches, 1);
+        take();
+        // A second flush has nothing to run.
+        if (llvm::Error err = p.flush())
+          return err;
+        EXPECT_FALSE(p.next().has_value());
+        return llvm::Error::success();
+      });
+  ASSERT_EQ(errors, std::vector<std::string>(2));
+  // The backpressure: the second submit of each window runs it, so no
+  // more than 2 batches (4 microbatches) are ever queued.
+  std::vector<std::string> expected = {
+      "submit 0: queued 1, ready 0", "submit 1: queued 0, ready 0",
+      "submit 2: queued 1, ready 2", "submit 3: queued 0, ready 2",
+      "submit 4: queued 1, ready 4"};
+  EXPECT_EQ(log[0], expected);
+  EXPECT_EQ(log[1], expected);
+  ASSERT_EQ(outputs[1].size(), 5u);
+  EXPECT_EQ(outputs[0].size(), 5u);
+  for (int b = 0; b < 5; ++b)
+    EXPECT_TRUE(at::equal(outputs[1][b], batch(b) * 2 + 1))
+        << "batch " << b << ": " << outputs[1][b];
+}
+
+TEST_F(PipelineStreamTest, RunRefusesWhileBatchesAreQueued) {
+  auto errors = onRanks(2, options(2, 6), [&](Pipeline &p, int) -> llvm::Error {
+    std::vector<c10::IValue> in;
+    if (p.needsInputs())
+      in.push_back(batch(0));
+    if (llvm::Error err = p.submit(in))
+      return err;
+    EXPECT_EQ(p.queuedBatches(), 1);
+    auto out = p.run(in);
+    return out ? llvm::Error::success() : out.takeError();
+  });
+  EXPECT_EQ(errors[0], "run() with 1 submitted batch not run yet; flush() "
+                       "first");
+  EXPECT_EQ(errors[1], errors[0]);
+}
+
+TEST_F(PipelineStreamTest, StreamedEqualsRunBitwise) {
+  std::vector<at::Tensor> single, streamed;
+  auto errors =
+      onRanks(2, options(2, 6), [&](Pipeline &p, int r) -> llvm::Error {
+        for (int b = 0; b < 4; ++b) {
+          std::vector<c10::IValue> in;
+          if (p.needsInputs())
+            in.push_back(batch(b));
+          auto out = p.run(in);
+          if (!out)
+            return out.takeError();
+          if (r == 1)
+            single.push_back((*out)[0].toTensor());
+        }
+        for (int b = 0; b < 4; ++b) {
+          std::vector<c10::IValue> in;
+          if (p.needsInputs())
+            in.push_back(batch(b));
+          if (llvm::Error err = p.submit(std::move(in)))
+            return err;
+        }
+        if (llvm::Error err = p.flush())
+          return err;
+        while (auto out = p.next())
+          if (r == 1)
+            streamed.push_back((*out)[0].toTensor());
+        return llvm::Error::success();
+      });
+  ASSERT_EQ(errors, std::vector<std::string>(2));
+  ASSERT_EQ(single.size(), 4u);
+  ASSERT_EQ(streamed.size(), 4u);
+  for (int b = 0; b < 4; ++b)
+    EXPECT_TRUE(at::equal(single[b], streamed[b])) << "batch " << b;
+}
+
+TEST_F(PipelineStreamTest, ErrorsNameTheirBatch) {
+  // One rank holds both stages, so a failure needs no peer to report it.
+  auto errors = onRanks(1, options(3, 9), [&](Pipeline &p, int) -> llvm::Error {
+    EXPECT_EQ(p.windowBatches(), 3);
+    if (llvm::Error err = p.submit({batch(0)}))
+      return err;
+    // Two rows cannot make three microbatches: refused at once, named.
+    llvm::Error err = p.submit({at::ones({2, 1})}, "batch 7 ('g.pt')");
+    EXPECT_EQ(llvm::toString(std::move(err)),
+              "batch 7 ('g.pt'): microbatches 3 exceeds the batch size 2");
+    EXPECT_EQ(p.queuedBatches(), 0);
+    // The default label counts submit() calls from 0, refused ones too.
+    if (llvm::Error err = p.submit({batch(1)}))
+      return err;
+    err = p.submit({at::ones({4, 1}), at::ones({4, 1})});
+    EXPECT_EQ(llvm::toString(std::move(err)),
+              "batch 3: the model takes 1 input, got 2");
+    return llvm::Error::success();
+  });
+  EXPECT_EQ(errors, std::vector<std::string>(1));
+}

@@ -1,0 +1,256 @@
+//===- tests/unit/runtime/train/DataParallelTest.cpp ----------------------===//
+//
+// Replicas of a pipeline.
+// Replicas of a pipeline
+//
+// Tests runtime/train/DataParallel.h: the [dp, pp] mesh and its errors, the
+// pipeline's view of the environment, gradient buckets, and the bucketed
+// all-reduce over replica groups whose ranks are threads on the loopback
+// link (the sum on every replica bitwise the same, a lost replica named by
+// its job rank), and the two transports of a 2 x 2 job meeting at a real
+// store (Gloo), each rank talking to its pipeline and its replica group.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/train/DataParallel.h"
+#include "runtime/link/Collectives.h"
+#include "runtime/link/LoopbackLink.h"
+#include "runtime/link/Rendezvous.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <thread>
+
+using namespace ppc;
+
+namespace {
+std::string errorText(llvm::Error err) {
+  return llvm::toString(std::move(err));
+}
+
+/// Runs `body(replica, transport)` on a thread per member of a replica
+/// group of the job ranks `ranks`, over one loopback hub; returns each
+/// member's error text ("" on success).
+std::vector<std::string>
+onReplicas(const std::vector<int> &ranks, std::chrono::milliseconds timeout,
+           const std::function<llvm::Error(int, Transport &)> &body) {
+  const int world = static_cast<int>(ranks.size());
+  auto hub = std::make_shared<LoopbackHub>(world);
+  std::vector<std::string> errors(world);
+  std::vector<std::thread> threads;
+  for (int d = 0; d < world; ++d)
+    threads.emplace_back([&, d] {
+      LinkSetup setup;
+      setup.rank = d;
+      setup.worldSize = world;
+      setup.timeout = timeout;
+      setup.loopback = hub;
+      setup.globalRanks = ranks;
+      auto t = Transport::create(setup);
+      if (!t) {
+        errors[d] = errorText(t.takeError());
+        return;
+      }
+      if (llvm::Error err = body(d, **t))
+        errors[d] = errorText(std::move(err));
+      hub->close(d);
+    });
+  for (std::thread &t : threads)
+    t.join();
+  return errors;
+}
+} // namespace
+
+TEST(DataParallelLayout, MeshWithPipelineInnermost) {
+  auto layout = DataParallelLayout::create(6, 2);
+  ASSERT_TRUE(bool(layout));
+  EXPECT_EQ(layout->pipelineRanks, 3);
+  EXPECT_EQ(layout->pipeline(0), (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(layout->pipeline(1), (std::vector<int>{3, 4, 5}));
+  EXPECT_EQ(layout->replicaGroup(0), (std::vector<int>{0, 3}));
+  EXPECT_EQ(layout->replicaGroup(2), (std::vector<int>{2, 5}));
+  for (int g = 0; g < 6; ++g)
+    EXPECT_EQ(layout->rankOf(layout->replicaOf(g), layout->pipelineRankOf(g)),
+              g);
+  EXPECT_EQ(layout->replicaOf(4), 1);
+  EXPECT_EQ(layout->pipelineRankOf(4), 1);
+
+  LaunchEnv env;
+  env.rank = 4;
+  env.worldSize = 6;
+  env.localRank = 4;
+  env.localWorldSize = 6;
+  LaunchEnv local = layout->pipelineEnv(env);
+  EXPECT_EQ(local.rank, 1);
+  EXPECT_EQ(local.worldSize, 3);
+  // The machine's ranks (devices, threads) stay the job's.
+  EXPECT_EQ(local.localRank, 4);
+  EXPECT_EQ(local.localWorldSize, 6);
+
+  auto one = DataParallelLayout::create(4, 1);
+  ASSERT_TRUE(bool(one));
+  EXPECT_EQ(one->pipeline(0), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(one->replicaGroup(3), (std::vector<int>{3}));
+}
+
+TEST(DataParallelLayout, Errors) {
+  EXPECT_EQ(errorText(DataParallelLayout::create(4, 3).takeError()),
+            "dataParallel 3 does not divide WORLD_SIZE 4");
+  EXPECT_EQ(errorText(DataParallelLayout::create(4, 0).takeError()),
+            "dataParallel 0 is not an integer in 1..65536");
+}
+
+TEST(DataParallel, BucketsCloseAtTheirSizeAndSplitByDtype) {
+  std::vector<at::Tensor> tensors = {
+      at::zeros({4}),                 // 16 bytes
+      at::zeros({4}),                 // 32
+      at::Tensor(),                   // left out
+      at::zeros({2}),                 // bucket 0 reached 32: a new one
+      at::zeros({2}, at::kDouble),    // another dtype: a new one
+      at::zeros({100}, at::kDouble)}; // fits the open one (16 < 32)
+  std::vector<GradientBucket> buckets = planBuckets(tensors, 32);
+  ASSERT_EQ(buckets.size(), 3u);
+  EXPECT_EQ(buckets[0].members, (std::vector<size_t>{0, 1}));
+  EXPECT_EQ(buckets[0].numel, 8);
+  EXPECT_EQ(buckets[1].members, (std::vector<size_t>{3}));
+  EXPECT_EQ(buckets[2].members, (std::vector<size_t>{4, 5}));
+  EXPECT_EQ(buckets[2].numel, 102);
+  EXPECT_TRUE(planBuckets({}, 32).empty());
+}
+
+TEST(DataParallel, GradientsSumBitwiseEquallyOnEveryReplica) {
+  // Three replicas of pipeline rank 1 of a 3 x 2 job: ranks 1, 3, 5.
+  const std::vector<int> ranks = {1, 3, 5};
+  std::vector<std::vector<at::Tensor>> params(3);
+  for (int d = 0; d < 3; ++d) {
+    at::manual_seed(d);
+    for (auto shape : {std::vector<int64_t>{3, 5}, {7}, {2, 2, 2}}) {
+      at::Tensor p = at::randn(shape).requires_grad_();
+      p.mutable_grad() = at::randn(shape);
+      params[d].push_back(p);
+    }
+  }
+  std::vector<at::Tensor> want;
+  for (size_t i = 0; i < params[0].size(); ++i)
+    want.push_back(params[0][i].grad() + params[1][i].grad() +
+                   params[2][i].grad());
+  // 40-byte buckets: every tensor travels in a bucket of its own or two.
+  auto errors = onReplicas(
+      ranks, std::chrono::milliseconds(5000), [&](int d, Transport &t) {
+        return allReduceGradients(t, params[d], 40, 0, nullptr);
+      });
+  for (const std::string &e : errors)
+    EXPECT_EQ(e, "");
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_TRUE(at::allclose(params[0][i].grad(), want[i]));
+    for (int d = 1; d < 3; ++d)
+      EXPECT_TRUE(at::equal(params[d][i].grad(), params[0][i].grad()));
+  }
+
+  std::vector<double> sums(3);
+  errors = onReplicas(ranks, std::chrono::milliseconds(5000),
+                      [&](int d, Transport &t) -> llvm::Error {
+                        auto sum = allReduceScalar(t, 0.25 * (d + 1), "loss");
+                        if (!sum)
+                          return sum.takeError();
+                        sums[d] = *sum;
+                        return llvm::Error::success();
+                      });
+  for (int d = 0; d < 3; ++d) {
+    EXPECT_EQ(errors[d], "");
+    EXPECT_EQ(sums[d], 1.5);
+  }
+}
+
+TEST(DataParallel, LostReplicaIsNamedByItsJobRank) {
+  // Replica 1 (job rank 3) leaves before the all-reduce.
+  at::Tensor p = at::ones({4}).requires_grad_();
+  auto errors = onReplicas(
+      {1, 3}, std::chrono::milliseconds(2000),
+      [&](int d, Transport &t) -> llvm::Error {
+        if (d == 1)
+          return llvm::Error::success();
+        at::Tensor mine = p.detach().clone().requires_grad_();
+        mine.mutable_grad() = at::ones({4});
+        return allReduceGradients(t, {mine}, kGradientBucketBytes, 2, nullptr);
+      });
+  EXPECT_EQ(errors[0].rfind("lost rank 3 (", 0), 0u) << errors[0];
+  EXPECT_NE(errors[0].find("gradient bucket 0 of stage 2"), std::string::npos)
+      << errors[0];
+  EXPECT_EQ(errors[1], "");
+}
+
+TEST(DataParallel, TensorsShaDependsOnEveryByte) {
+  at::Tensor a = at::arange(6, at::kFloat).reshape({2, 3});
+  std::string sha = tensorsSha256({a, at::ones({2})});
+  EXPECT_EQ(sha.size(), 64u);
+  EXPECT_EQ(sha, tensorsSha256({a.clone(), at::ones({2})}));
+  at::Tensor b = a.clone();
+  b[1][2] = std::nextafter(5.0f, 6.0f);
+  EXPECT_NE(sha, tensorsSha256({b, at::ones({2})}));
+}
+
+TEST(DataParallel, TwoByTwoJobConnectsPipelinesAndReplicaGroups) {
+  auto store = StoreHost::start(0);
+  ASSERT_TRUE(bool(store)) << llvm::toString(store.takeError());
+  auto layout = DataParallelLayout::create(4, 2);
+  ASSERT_TRUE(bool(layout));
+  std::vector<std::string> errors(4);
+  // What each rank received from its pipeline peer and its replica peer.
+  std::vector<double> fromPipeline(4), fromReplica(4);
+  std::vector<std::thread> threads;
+  for (int g = 0; g < 4; ++g)
+    threads.emplace_back([&, g] {
+      LaunchEnv env;
+      env.rank = g;
+      env.worldSize = 4;
+      env.masterPort = (*store)->port();
+      env.launcherHostsStore = true;
+      env.jobToken = "dp-test";
+      auto t = connectReplicas(env, *layout, DeviceKind::CPU,
+                               std::chrono::seconds(20), LinkPolicy::Gloo);
+      if (!t) {
+        errors[g] = llvm::toString(t.takeError());
+        return;
+      }
+      llvm::Error err = [&]() -> llvm::Error {
+        Transport &pipe = *t->pipeline, &reps = *t->replicas;
+        if (pipe.rank() != g % 2 || pipe.worldSize() != 2 ||
+            reps.rank() != g / 2 || reps.worldSize() != 2 ||
+            pipe.globalRank(1 - g % 2) != (g ^ 1) ||
+            reps.globalRank(1 - g / 2) != (g ^ 2))
+          return makeError("unexpected ranks");
+        // Each value names its sender: 10 * sender + 1 (pipeline) or + 2.
+        if (llvm::Error e = pipe.send(at::full({1}, 10.0 * g + 1, at::kDouble),
+                                      1 - pipe.rank(), 0, "p"))
+          return e;
+        if (llvm::Error e = reps.send(at::full({1}, 10.0 * g + 2, at::kDouble),
+                                      1 - reps.rank(), 0, "r"))
+          return e;
+        at::Tensor a = at::zeros({1}, at::kDouble), b = at::zeros_like(a);
+        if (llvm::Error e = pipe.recv(a, 1 - pipe.rank(), 0, "p"))
+          return e;
+        if (llvm::Error e = reps.recv(b, 1 - reps.rank(), 0, "r"))
+          return e;
+        fromPipeline[g] = a.item<double>();
+        fromReplica[g] = b.item<double>();
+        if (llvm::Error e = pipe.flushSends())
+          return e;
+        if (llvm::Error e = reps.flushSends())
+          return e;
+        if (llvm::Error e = barrier(pipe))
+          return e;
+        return barrier(reps);
+      }();
+      if (err)
+        errors[g] = llvm::toString(std::move(err));
+    });
+  for (std::thread &t : threads)
+    t.join();
+  for (int g = 0; g < 4; ++g) {
+    EXPECT_EQ(errors[g], "") << "rank " << g;
+    EXPECT_EQ(fromPipeline[g], 10.0 * (g ^ 1) + 1) << "rank " << g;
+    EXPECT_EQ(fromReplica[g], 10.0 * (g ^ 2) + 2) << "rank " << g;
+  }
+}
