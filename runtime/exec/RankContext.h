@@ -84,7 +84,6 @@ public:
 
   const LaunchEnv &env() const { return env_; }
   int rank() const { return env_.rank; }
-  /
   /// The environment of the job (env() is the pipeline's), this rank's
   /// replica (0..replicas-1), the number of replicas, and the transport
   /// over this rank's replica group (null with one replica).
