@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import typing
 import unittest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -28,9 +29,10 @@ SKIP_RETURN_CODE = 77
 RTOL = ATOL = 1e-5
 
 
-def ppc(*args, check=True, timeout=300, env=None):
-    """Runs ppc; returns the CompletedProcess (text mode)."""
-    proc = subprocess.run([PPC, *map(str, args)], capture_output=True, text=True,
+def ppc(*args, check=True, timeout=300, env=None, binary=None):
+    """Runs ppc (BINARY: another ppc, e.g. an installed one); returns the
+    CompletedProcess (text mode)."""
+    proc = subprocess.run([binary or PPC, *map(str, args)], capture_output=True, text=True,
                           timeout=timeout, env=env)
     if check and proc.returncode != 0:
         raise AssertionError(f"ppc {' '.join(map(str, args))} exited {proc.returncode}:\n"
@@ -83,12 +85,53 @@ def model_meta(name):
         return json.load(f)
 
 
+class Split(typing.NamedTuple):
+    """One `ppc split`: the manifest's path, its folder and the process
+    (None when split() found the folder already split)."""
+    manifest: str
+    dir: str
+    proc: typing.Optional[subprocess.CompletedProcess]
+
+    def load(self):
+        """The manifest, parsed."""
+        return load_manifest(self.dir)
+
+
+def split(model, outdir, *args, at=None, once=False, env=None, binary=None):
+    """Runs `ppc split MODEL -o OUTDIR [--split-at PATHS] ARGS...`; returns a
+    Split. A failing split fails the test. MODEL is a test model's name
+    (MODELS/NAME.pt) or a path. AT=N splits at the paths NAME.json lists
+    for N stages; ONCE splits only when OUTDIR holds no manifest yet; ENV
+    and BINARY as for ppc()."""
+    manifest = os.path.join(outdir, "manifest.json")
+    if once and os.path.exists(manifest):
+        return Split(manifest, outdir, None)
+    where = ("--split-at", ",".join(model_meta(model)["split_at"][str(at)])) if at else ()
+    path = model if os.sep in model else model_path(model)
+    proc = ppc("split", path, "-o", outdir, *where, *args, env=env, binary=binary)
+    return Split(manifest, outdir, proc)
+
+
 def split_at(name, stages, outdir, *extra):
     """Splits model NAME at the paths NAME.json lists for `stages` stages
     into `outdir`; returns the manifest's path. A failing split fails the test."""
-    paths = model_meta(name)["split_at"][str(stages)]
-    ppc("split", model_path(name), "-o", outdir, "--split-at", ",".join(paths), *extra)
-    return os.path.join(outdir, "manifest.json")
+    return split(name, outdir, *extra, at=stages).manifest
+
+
+def expect_error(test, args, message=None, quiet=False):
+    """Runs `ppc ARGS...` and asserts exit status 2 with one `error:` line on
+    stderr: exactly "error: MESSAGE" when MESSAGE is given. QUIET also
+    asserts nothing went to stdout. Returns the process."""
+    proc = ppc(*args, check=False)
+    test.assertEqual(proc.returncode, 2, proc.stdout + proc.stderr)
+    if quiet:
+        test.assertEqual(proc.stdout, "")
+    if message is None:
+        test.assertTrue(proc.stderr.startswith("error: "), proc.stderr)
+        test.assertEqual(proc.stderr.count("\n"), 1, proc.stderr)
+    else:
+        test.assertEqual(proc.stderr, f"error: {message}\n")
+    return proc
 
 
 def expected_output(name):
@@ -151,6 +194,13 @@ def tmpdir(test):
     return d.name
 
 
+def class_tmpdir(cls):
+    """A temporary folder for a test class (from setUpClass), removed after it."""
+    d = tempfile.TemporaryDirectory(prefix="ppc-test-")
+    cls.addClassCleanup(d.cleanup)
+    return d.name
+
+
 def as_tuple(v):
     """A model output as a tuple (a single tensor becomes a 1-tuple)."""
     return tuple(v) if isinstance(v, (tuple, list)) else (v,)
@@ -163,12 +213,53 @@ def free_port():
         return s.getsockname()[1]
 
 
-def launch(nproc, *args, timeout=300, env=None, launcher=()):
+def launch(nproc, *args, timeout=300, env=None, launcher=(), program=None, binary=None):
     """Runs `ppc launch --nproc-per-node NPROC --master-port 0 LAUNCHER... --
-    ppc ARGS...`."""
-    cmd = [PPC, "launch", "--nproc-per-node", str(nproc), "--master-port", "0",
-           *map(str, launcher), "--", PPC, *map(str, args)]
+    PROGRAM ARGS...`: PROGRAM is ppc unless given; BINARY is the ppc that
+    launches (another ppc, e.g. an installed one); ENV the whole environment."""
+    cmd = [binary or PPC, "launch", "--nproc-per-node", str(nproc), "--master-port", "0",
+           *map(str, launcher), "--", program or PPC, *map(str, args)]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+class Ran(typing.NamedTuple):
+    """One run_pipeline(): the launch's process, its --stats by rank
+    (parse_stats) and the output it wrote (None when not loaded)."""
+    proc: subprocess.CompletedProcess
+    stats: dict
+    output: object
+
+
+def run_pipeline(test, manifest, ranks, inp, out, *extra, micro=3, rank_timeout=60,
+                 expected=None, check=True, fails=False, status=None, stale=None,
+                 rtol=RTOL, atol=ATOL, **launch_kw):
+    """Runs `ppc run MANIFEST --input INP --output OUT --microbatches MICRO
+    --stats --timeout RANK_TIMEOUT EXTRA...` on RANKS ranks under launch()
+    (LAUNCH_KW: its timeout, env, launcher), the file STALE (default OUT)
+    removed first. With CHECK, asserts that it succeeded on every rank (its
+    --stats from each) and, when EXPECTED is given, that the output is
+    close to it; or with FAILS, that it wrote no output (and exited STATUS,
+    when given). Returns a Ran."""
+    stale = stale or out
+    if os.path.exists(stale):
+        os.remove(stale)
+    r = launch(ranks, "run", manifest, "--input", inp, "--output", out, "--microbatches", micro,
+               "--stats", "--timeout", rank_timeout, *extra, **launch_kw)
+    stats = parse_stats(r.stdout)
+    if not check:
+        return Ran(r, stats, None)
+    if fails:
+        if status is not None:
+            test.assertEqual(r.returncode, status, r.stdout + r.stderr)
+        test.assertFalse(os.path.exists(out), "a failed run wrote its output")
+        return Ran(r, stats, None)
+    test.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+    test.assertEqual(sorted(stats), list(range(ranks)), r.stdout)
+    import torch
+    got = torch.load(out)
+    if expected is not None:
+        assert_outputs_close(test, expected, got, rtol, atol)
+    return Ran(r, stats, got)
 
 
 def rank_env(rank, world, port, **extra):

@@ -23,7 +23,8 @@ import unittest
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import PPC, free_port, libtorch_major, main, ppc, rank_env, tmpdir  # noqa: E402
+from common import (PPC, class_tmpdir, free_port, libtorch_major, main, ppc,  # noqa: E402
+                    rank_env, tmpdir)
 from training import STEP, reference, rel_diff, split, train, write_data  # noqa: E402
 
 FAULTS = os.environ.get("PPC_WRITE_FAULTS", "")
@@ -46,19 +47,20 @@ def steps_in(directory):
 
 
 class CheckpointTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.manifest = split(class_tmpdir(cls), "mlp", 2)
+
     def setUp(self):
         self.dir = tmpdir(self)
-        self.manifest = split(self.dir, "mlp", 2)
         self.data = os.path.join(self.dir, "data.pt")
         self.inputs, self.target = write_data(self.data, "mlp", "cross_entropy")
 
     def train(self, steps, *args, env=None):
+        """ENV: extra environment, for a run on shorter timeouts."""
         extra = ("--loss", "cross_entropy", "--no-meta-cache", "--quiet", "--steps", str(steps))
-        if env is None:
-            return train(2, self.manifest, self.data, *extra, *args)
-        cmd = [PPC, "launch", "--nproc-per-node", "2", "--master-port", "0", "--", PPC,
-               "train", self.manifest, "--data", self.data, "--timeout", "60", *extra, *args]
-        return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+        timeouts = {} if env is None else dict(rank_timeout=60, timeout=120)
+        return train(2, self.manifest, self.data, *extra, *args, env=env, **timeouts)
 
     def ok(self, run):
         self.assertEqual(run.proc.returncode, 0, run.output)
@@ -358,8 +360,7 @@ class CheckpointTest(unittest.TestCase):
         before = self.verify(os.path.join(ck, "step-00000002"))
         size = sum(os.path.getsize(p) for p in glob.glob(os.path.join(ck, "*", "*")))
         for fill in (0, size // 4):
-            env = dict(os.environ, LD_PRELOAD=FAULTS, PPC_FAULT_DIR=ck,
-                       PPC_FAULT_ENOSPC_AFTER=str(fill))
+            env = dict(LD_PRELOAD=FAULTS, PPC_FAULT_DIR=ck, PPC_FAULT_ENOSPC_AFTER=str(fill))
             r = self.train(4, "--resume", ck, "--checkpoint-dir", ck, env=env)
             self.assertEqual(r.returncode, 2, r.stderr)
             self.assertIn("No space left on device", r.stderr)

@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import (assert_identical, assert_outputs_close, expected_output,  # noqa: E402
                     launch, load_manifest, main, model_path, parse_stats, split_at,
                     tmpdir)
-from training import LOSS, Trained, read_grads, write_data  # noqa: E402
+from training import LOSS, read_grads, train, write_data  # noqa: E402
 
 
 MICROBATCHES = 3
@@ -76,12 +76,11 @@ class CoalesceTest(unittest.TestCase):
         self.assertEqual(per_microbatch[False], 10)
 
     def train_unet(self, manifest, data, grads, coalesce):
-        proc = launch(3, "train", manifest, "--data", data, "--loss", LOSS["unet"],
-                      "--lr", "0.1", "--steps", "2", "--microbatches", MICROBATCHES, "--schedule", "1f1b",
-                      "--no-meta-cache", "--threads", "1", "--stats", "--timeout", "120",
-                      "--save-grads", grads, env=env_for(coalesce), timeout=600)
-        run = Trained(proc)
-        self.assertEqual(proc.returncode, 0, run.output)
+        run = train(3, manifest, data, "--loss", LOSS["unet"], "--lr", "0.1", "--steps", "2",
+                    "--microbatches", MICROBATCHES, "--schedule", "1f1b", "--no-meta-cache",
+                    "--threads", "1", "--stats", "--timeout", "120", "--save-grads", grads,
+                    env=dict(PPC_COALESCE="1" if coalesce else "0"))
+        self.assertEqual(run.returncode, 0, run.output)
         self.assertEqual(len(run.losses), 2, run.output)
         return run
 

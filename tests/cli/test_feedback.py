@@ -17,7 +17,7 @@ import torch
 sys.path.insert(0, os.path.dirname(__file__))
 from common import (PPC, launch, main, model_path, ppc, rank_env, free_port,  # noqa: E402
                     split_at, tmpdir)
-from training import STEP, write_data  # noqa: E402
+from training import STEP, train, write_data  # noqa: E402
 
 class SplitMlpTest(unittest.TestCase):
     """Tests over the mlp model split in 2 stages once per class, in a
@@ -207,8 +207,8 @@ class TrainFeedbackTest(SplitMlpTest):
         write_data(cls.data, "mlp", "cross_entropy")
 
     def train(self, *extra):
-        r = launch(2, "train", self.manifest, "--data", self.data, "--loss", "cross_entropy",
-                   "--steps", "3", "--microbatches", "2", "--timeout", "60", *extra)
+        r = train(2, self.manifest, self.data, "--loss", "cross_entropy", "--steps", "3",
+                  "--microbatches", "2", "--timeout", "60", *extra)
         self.assertEqual(r.returncode, 0, r.stderr)
         return r
 

@@ -20,7 +20,7 @@ import unittest
 
 import torch
 
-from common import MODELS, STATS, launch, ppc, tmpdir
+from common import MODELS, run_pipeline, split, tmpdir
 
 RANKS = 2
 
@@ -41,21 +41,17 @@ class HostileMetaTest(unittest.TestCase):
     def setUp(self):
         self.tmp = tmpdir(self)
         self.dir = os.path.join(self.tmp, "mlp")
-        ppc("split", os.path.join(MODELS, "mlp.pt"), "-o", self.dir, "--stages", RANKS)
-        self.manifest = os.path.join(self.dir, "manifest.json")
+        self.manifest = split("mlp", self.dir, "--stages", RANKS).manifest
         self.input = os.path.join(self.tmp, "input.pt")
         shutil.copy(os.path.join(MODELS, "mlp.input.pt"), self.input)
         self.expected = torch.load(os.path.join(MODELS, "mlp.expected.pt"))
         self.out = os.path.join(self.tmp, "out.pt")
 
     def run_pipeline(self, *extra, output=None):
-        if os.path.exists(self.out):
-            os.remove(self.out)
-        r = launch(RANKS, "run", self.manifest, "--input", self.input, "--output",
-                   output or self.out, "--microbatches", 2, "--stats", "--timeout", 20,
-                   *extra, timeout=120)
-        stats = {int(m.group(1)): m.group(2) for m in STATS.finditer(r.stdout)}
-        return r, stats
+        """(process, {rank: meta source}) of a run, checked by the caller."""
+        ran = run_pipeline(self, self.manifest, RANKS, self.input, output or self.out, *extra,
+                           micro=2, rank_timeout=20, check=False, stale=self.out, timeout=120)
+        return ran.proc, {rank: s[0] for rank, s in ran.stats.items()}
 
     def assert_right_output(self, r):
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)

@@ -23,7 +23,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import (PPC, assert_outputs_close, expected_output, launch, main,  # noqa: E402
                     model_path, rank_env, free_port, split_at, tmpdir)
-from training import write_data  # noqa: E402
+from training import train, write_data  # noqa: E402
 
 def help_of(args):
     """The usage error's pointer to the help of its subcommand."""
@@ -241,9 +241,8 @@ class MessagesTest(unittest.TestCase):
         shutil.rmtree(cls.work, ignore_errors=True)
 
     def train(self, *args, data=None):
-        return launch(2, "train", self.mlp, "--data", data or self.data, "--loss", "cross_entropy",
-                      "--microbatches", "2", "--timeout", "60", "--no-meta-cache", *args,
-                      timeout=300)
+        return train(2, self.mlp, data or self.data, "--loss", "cross_entropy", "--microbatches",
+                     "2", "--timeout", "60", "--no-meta-cache", *args, timeout=300)
 
     def one_error(self, r):
         """The error line of a failed launch, once per failing rank, all alike."""

@@ -17,9 +17,9 @@ import unittest
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (PPC, finish, free_port, launch, main, model_path, ppc,  # noqa: E402
+from common import (PPC, finish, free_port, main, model_path, ppc,  # noqa: E402
                     rank_env, split_at)
-from training import write_data  # noqa: E402
+from training import train, write_data  # noqa: E402
 
 
 def rank_errors(text):
@@ -39,8 +39,8 @@ class IgnoredRequestsTest(unittest.TestCase):
         write_data(cls.data, "mlp", "cross_entropy")
 
     def train(self, *args):
-        return launch(2, "train", self.manifest, "--data", self.data, "--loss",
-                      "cross_entropy", "--no-meta-cache", *args, timeout=120)
+        return train(2, self.manifest, self.data, "--loss", "cross_entropy", "--no-meta-cache",
+                     *args, rank_timeout=None, timeout=120)
 
     def test_empty_paths(self):
         m, d, i = self.manifest, self.data, model_path("mlp", ".input.pt")

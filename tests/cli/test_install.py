@@ -18,7 +18,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import BUILD, ROOT, main, model_path  # noqa: E402
+from common import BUILD, ROOT, main, split  # noqa: E402
 from test_run_example import check_infer, check_training  # noqa: E402
 
 
@@ -91,17 +91,10 @@ class InstallTest(unittest.TestCase):
             self.assertNotIn("llvm", c["command"].lower(), c["command"])
             self.assertIn("-isystem " + os.path.join(self.prefix, "include"), c["command"])
 
-    def split(self):
-        out = os.path.join(self.tmp, "mlp")
-        if not os.path.exists(out):
-            r = run([self.ppc, "split", model_path("mlp"), "-o", out, "--stages", "2"],
-                    env=self.env)
-            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        return os.path.join(out, "manifest.json")
-
     def test_examples_run(self):
         self.assertEqual(self.built and self.built.returncode, 0, "examples not built")
-        manifest = self.split()
+        manifest = split("mlp", os.path.join(self.tmp, "mlp"), "--stages", "2", env=self.env,
+                         binary=self.ppc).manifest
         check_infer(self, self.ppc, os.path.join(self.build, "pipeline_infer"), manifest,
                     os.path.join(self.tmp, "out.pt"))
         check_training(self, self.ppc, os.path.join(self.build, "train_pipeline"), manifest,

@@ -21,7 +21,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import (as_tuple, assert_outputs_close, file_sha256, load_manifest,  # noqa: E402
-                    main, model_path, ppc, tmpdir)
+                    main, model_path, ppc, split, tmpdir)
 
 RTOL, ATOL = 1e-5, 1e-6
 SUMMARY = r"^joined (\d+) stages?: (\d+) parameters? and (\d+) buffers? into (.*)\n$"
@@ -86,16 +86,11 @@ def read_bytes(path):
         return f.read()
 
 
-def split(model, stages, outdir):
-    ppc("split", model, "--stages", stages, "-o", outdir)
-    return os.path.join(outdir, "manifest.json")
-
-
 class JoinTest(unittest.TestCase):
     def check_join(self, name, stages):
         work = tmpdir(self)
         out = os.path.join(work, "out")
-        manifest_path = split(model_path(name), stages, out)
+        manifest_path = split(name, out, "--stages", stages).manifest
         manifest = train_stages(out)
         joined_path = os.path.join(work, "trained.pt")
 
@@ -160,7 +155,7 @@ class JoinTest(unittest.TestCase):
         model.train()
         training = os.path.join(work, "mlp_training.pt")
         torch.jit.save(model, training)
-        manifest_path = split(training, 2, os.path.join(work, "out"))
+        manifest_path = split(training, os.path.join(work, "out"), "--stages", 2).manifest
         train_stages(os.path.join(work, "out"))
         ppc("join", manifest_path, "-o", os.path.join(work, "trained.pt"))
         joined = torch.jit.load(os.path.join(work, "trained.pt"))
@@ -180,7 +175,7 @@ class JoinTest(unittest.TestCase):
         work = tmpdir(self)
         model = os.path.join(work, "unused.pt")
         torch.jit.save(torch.jit.script(Unused().eval()), model)
-        manifest_path = split(model, 2, os.path.join(work, "out"))
+        manifest_path = split(model, os.path.join(work, "out"), "--stages", 2).manifest
         train_stages(os.path.join(work, "out"))
         joined_path = os.path.join(work, "trained.pt")
         proc = ppc("join", manifest_path, "-o", joined_path)
@@ -193,7 +188,7 @@ class JoinTest(unittest.TestCase):
         work = tmpdir(self)
         shutil.copy(model_path("mlp"), os.path.join(work, "mlp.pt"))
         out = os.path.join(work, "out")
-        manifest_path = split(os.path.join(work, "mlp.pt"), 2, out)
+        manifest_path = split(os.path.join(work, "mlp.pt"), out, "--stages", 2).manifest
         manifest = train_stages(out)
         manifest["source"]["path"] = os.path.join("..", "mlp.pt")
         with open(manifest_path, "w") as f:
@@ -212,7 +207,7 @@ class JoinErrorsTest(unittest.TestCase):
         """Splits a copy of model NAME (so a test may change or remove it)."""
         copy = os.path.join(self.work, name + ".pt")
         shutil.copy(model_path(name), copy)
-        return copy, split(copy, 2, self.out)
+        return copy, split(copy, self.out, "--stages", 2).manifest
 
     def assert_fails(self, manifest_path, pattern, output=None):
         """Runs ppc join, expecting one error line matching `pattern`, exit
@@ -245,13 +240,13 @@ class JoinErrorsTest(unittest.TestCase):
                           r"the model the stages were split from$" % (model, size + 1, size))
 
     def test_stage_changed_without_updating_the_manifest(self):
-        manifest_path = split(model_path("mlp"), 2, self.out)
+        manifest_path = split("mlp", self.out, "--stages", 2).manifest
         train_stages(self.out, update_manifest=False)
         self.assert_fails(manifest_path, r"stage 0 file '[^']*stage_0.pt' does not match the "
                           r"manifest \(sha256 ")
 
     def test_output_is_the_manifest(self):
-        manifest_path = split(model_path("mlp"), 2, self.out)
+        manifest_path = split("mlp", self.out, "--stages", 2).manifest
         train_stages(self.out)
         before = read_bytes(manifest_path)
         self.assert_fails(manifest_path, "the output '%s' is the manifest; refusing to "
@@ -267,7 +262,7 @@ class JoinErrorsTest(unittest.TestCase):
         ppc("verify", model, manifest_path, "--input", model_path("mlp", ".input.pt"))
 
     def test_tied_copies_differ(self):
-        manifest_path = split(model_path("decoder"), 2, self.out)
+        manifest_path = split("decoder", self.out, "--stages", 2).manifest
         tied = load_manifest(self.out)["tied_parameters"]
         self.assertEqual([(u["stage"], u["path"]) for u in tied[0]["uses"]],
                          [(0, "embed.weight"), (1, "head.weight")])
@@ -282,7 +277,7 @@ class JoinErrorsTest(unittest.TestCase):
         self.assertEqual(read_bytes(self.output), b"earlier")
 
     def test_shape_differs_from_the_original(self):
-        manifest_path = split(model_path("mlp"), 2, self.out)
+        manifest_path = split("mlp", self.out, "--stages", 2).manifest
         manifest = load_manifest(self.out)
         path = os.path.join(self.out, "stage_1.pt")
         module = torch.jit.load(path)

@@ -40,8 +40,8 @@ import unittest
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (BUILD, ROOT, assert_outputs_close, launch, libtorch_major,  # noqa: E402
-                    load_manifest, main, parse_stats, ppc, tmpdir)
+from common import (BUILD, ROOT, assert_outputs_close, libtorch_major,  # noqa: E402
+                    load_manifest, main, ppc, run_pipeline, split, tmpdir)
 import pt2  # noqa: E402
 import training  # noqa: E402
 
@@ -104,8 +104,7 @@ class Pt2Test(unittest.TestCase):
     def split(self, models, name, out, *how):
         """`ppc split NAME.pt2 HOW... -o OUT`; checks the manifest and that
         every stage file is a torch.export program; returns the manifest."""
-        ppc("split", pt2.files(models, name)[".pt2"], *how, "-o", out)
-        manifest = load_manifest(out)
+        manifest = split(pt2.files(models, name)[".pt2"], out, *how).load()
         self.assertEqual(manifest["format"], "pt2")
         for i, stage in enumerate(manifest["stages"]):
             self.assertEqual((stage["index"], stage["file"]), (i, "stage_%d.pt2" % i))
@@ -137,17 +136,10 @@ class Pt2Test(unittest.TestCase):
         """ppc run on RANKS ranks; checks the output against NAME.output.pt;
         returns the --stats by rank."""
         f = pt2.files(models, name)
-        got = os.path.join(self.tmp, "out.pt")
-        if os.path.exists(got):
-            os.remove(got)
-        r = launch(ranks, "run", os.path.join(out, "manifest.json"), "--input", f[".input.pt"],
-                   "--output", got, "--microbatches", microbatches, "--stats",
-                   "--timeout", "60", *extra, timeout=300, launcher=("--timeout", "120"))
-        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        assert_outputs_close(self, torch.load(f[".output.pt"]), torch.load(got), RTOL, ATOL)
-        stats = parse_stats(r.stdout)
-        self.assertEqual(sorted(stats), list(range(ranks)), r.stdout)
-        return stats
+        return run_pipeline(self, os.path.join(out, "manifest.json"), ranks, f[".input.pt"],
+                            os.path.join(self.tmp, "out.pt"), *extra, micro=microbatches,
+                            expected=torch.load(f[".output.pt"]), rtol=RTOL, atol=ATOL,
+                            timeout=300, launcher=("--timeout", "120")).stats
 
     # -- LibTorch 1.x ------------------------------------------------------
 

@@ -19,9 +19,8 @@ import unittest
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (assert_identical, assert_outputs_close, expected_output,  # noqa: E402
-                    launch, main, model_path, parse_stats, split_at, tmpdir,
-                    unsplit_output)
+from common import (assert_identical, expected_output, main, model_path,  # noqa: E402
+                    run_pipeline, split_at, tmpdir, unsplit_output)
 
 NAME = "two_io"
 
@@ -57,20 +56,9 @@ class RunCacheTest(unittest.TestCase):
         """Runs the split on `ranks` ranks; when `ok`, checks it succeeded on
         every rank and that its output is the unsplit model's (`expected`,
         default NAME.expected.pt). Returns (process, stats, output)."""
-        out = os.path.join(self.tmp, "out.pt")
-        if os.path.exists(out):
-            os.remove(out)
-        r = launch(ranks, "run", self.manifest, "--input", inp or self.input, "--output", out,
-                   "--microbatches", "3", "--stats", "--timeout", "60", *extra)
-        if not ok:
-            self.assertFalse(os.path.exists(out), "a failed run wrote its output")
-            return r, None, None
-        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        stats = parse_stats(r.stdout)
-        self.assertEqual(sorted(stats), list(range(ranks)), r.stdout)
-        got = torch.load(out)
-        assert_outputs_close(self, expected_output(NAME) if expected is None else expected, got)
-        return r, stats, got
+        return run_pipeline(self, self.manifest, ranks, inp or self.input,
+                            os.path.join(self.tmp, "out.pt"), *extra, fails=not ok,
+                            expected=expected_output(NAME) if expected is None else expected)
 
     def sources(self, stats):
         return {s[0] for s in stats.values()}

@@ -16,8 +16,8 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (BUILD, PPC, assert_outputs_close, expected_output, main,  # noqa: E402
-                    model_path, ppc)
+from common import (BUILD, PPC, assert_outputs_close, expected_output, launch,  # noqa: E402
+                    main, model_path, split)
 
 
 def check_infer(test, launcher, program, manifest, output):
@@ -25,9 +25,8 @@ def check_infer(test, launcher, program, manifest, output):
     the output's shape and sum, and the file it saves holds the unsplit
     model's output."""
     import torch
-    r = subprocess.run([launcher, "launch", "--nproc-per-node", "2", "--master-port", "0",
-                        "--", program, manifest, model_path("mlp", ".input.pt"), "3", output],
-                       capture_output=True, text=True, timeout=300)
+    r = launch(2, manifest, model_path("mlp", ".input.pt"), "3", output, program=program,
+               binary=launcher)
     test.assertEqual(r.returncode, 0, r.stdout + r.stderr)
     expected = expected_output("mlp")
     line = [l for l in r.stdout.splitlines() if "output 0:" in l]
@@ -46,9 +45,7 @@ def check_training(test, launcher, program, manifest, tmp):
     data = os.path.join(tmp, "mlp.mse.data.pt")
     inputs, target = write_data(data, "mlp", "mse")
     losses, _ = reference("mlp", inputs, target, 3, 2, "mse", "adam", 1e-3)
-    r = subprocess.run([launcher, "launch", "--nproc-per-node", "2", "--master-port", "0",
-                        "--", program, manifest, data, "3", "2"],
-                       capture_output=True, text=True, timeout=300)
+    r = launch(2, manifest, data, "3", "2", program=program, binary=launcher)
     test.assertEqual(r.returncode, 0, r.stdout + r.stderr)
     got = [float(l.split(" loss ")[1]) for l in r.stdout.splitlines() if " loss " in l]
     test.assertEqual(len(got), 3, r.stdout)
@@ -61,8 +58,7 @@ class RunExampleTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="ppc-run-example-")
-        cls.manifest = os.path.join(cls.tmp, "mlp", "manifest.json")
-        ppc("split", model_path("mlp"), "-o", os.path.dirname(cls.manifest), "--stages", "2")
+        cls.manifest = split("mlp", os.path.join(cls.tmp, "mlp"), "--stages", "2").manifest
         cls.infer = os.path.join(BUILD, "bin", "pipeline_infer")
 
     @classmethod
@@ -104,9 +100,8 @@ class RunExampleTest(unittest.TestCase):
 
     def test_missing_input_fails_on_its_rank(self):
         missing = os.path.join(self.tmp, "missing.pt")
-        r = subprocess.run([PPC, "launch", "--nproc-per-node", "2", "--master-port", "0",
-                            "--timeout", "120", "--", self.infer, self.manifest, missing, "2"],
-                           capture_output=True, text=True, timeout=300)
+        r = launch(2, self.manifest, missing, "2", program=self.infer,
+                   launcher=("--timeout", "120"))
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("[rank 0] error: cannot read input '%s': No such file or directory\n"
                       % missing, r.stderr)

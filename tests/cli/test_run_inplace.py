@@ -21,13 +21,18 @@ import unittest
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (assert_outputs_close, file_sha256, launch, load_manifest, main,  # noqa: E402
-                    model_path, ppc, split_at, tmpdir, unsplit_output)
+from common import (assert_outputs_close, class_tmpdir, file_sha256, launch,  # noqa: E402
+                    main, model_path, ppc, split, tmpdir, unsplit_output)
 
 NAME = "inplace"
 
 
 class RunInplaceTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        shared = class_tmpdir(cls)
+        cls.splits = {n: split(NAME, os.path.join(shared, "s%d" % n), at=n) for n in (2, 3, 4)}
+
     def setUp(self):
         self.tmp = tmpdir(self)
         self.input = model_path(NAME, ".input.pt")
@@ -37,13 +42,14 @@ class RunInplaceTest(unittest.TestCase):
         self.expected = unsplit_output(NAME, torch.load(self.input))
 
     def split(self, stages):
-        outdir = os.path.join(self.tmp, "s%d" % stages)
-        manifest = split_at(NAME, stages, outdir)
-        c = load_manifest(outdir)["stages"][-1 if stages == 2 else 2]
+        """The class's split into STAGES stages, after checking that it marks
+        what stage `c` writes."""
+        s = self.splits[stages]
+        c = s.load()["stages"][-1 if stages == 2 else 2]
         self.assertEqual(c.get("begins_at"), "c")
         written = {i["name"].split(".")[0] for i in c["inputs"] if i.get("mutated")}
         self.assertLessEqual({"x", "y", "v"}, written)
-        return manifest
+        return s.manifest
 
     def check_run(self, manifest, ranks, micro, schedule):
         out = os.path.join(self.tmp, "out.pt")

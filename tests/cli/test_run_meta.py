@@ -21,8 +21,8 @@ import unittest
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (assert_outputs_close, expected_output, finish, launch, main,  # noqa: E402
-                    model_path, parse_stats, split_at, start_ranks, tmpdir)
+from common import (expected_output, finish, main, model_path, run_pipeline,  # noqa: E402
+                    split_at, start_ranks, tmpdir)
 
 NAME = "two_io"
 
@@ -54,17 +54,11 @@ class RunMetaTest(unittest.TestCase):
         self.out = os.path.join(self.tmp, "out.pt")
 
     def run_pipeline(self, *extra, ok=True):
-        if os.path.exists(self.out):
-            os.remove(self.out)
-        r = launch(3, "run", self.manifest, "--input", self.input, "--output", self.out,
-                   "--microbatches", "3", "--stats", "--timeout", "60", *extra)
-        if ok:
-            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-            assert_outputs_close(self, expected_output(NAME), torch.load(self.out))
-        else:
-            self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
-            self.assertFalse(os.path.exists(self.out), "a failed run wrote its output")
-        return r, parse_stats(r.stdout)
+        """(process, stats) of a run on 3 ranks that succeeds (output checked)
+        or, unless OK, exits 2 without an output."""
+        ran = run_pipeline(self, self.manifest, 3, self.input, self.out, *extra,
+                           expected=expected_output(NAME), fails=not ok, status=2)
+        return ran.proc, ran.stats
 
     def write_stage_meta(self, metas):
         """Adds `meta` to the manifest's stages (None: leaves it out)."""

@@ -19,7 +19,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import (MODEL_NAMES, assert_outputs_close, expected_output, launch,  # noqa: E402
-                    main, model_path, split_at, unsplit_output)
+                    main, model_path, split, unsplit_output)
 
 # (stages, ranks, microbatches, batch, schedule)
 CONFIGS = [
@@ -44,13 +44,6 @@ class RunModelsTest(unittest.TestCase):
             print(line, file=sys.stderr)
         cls.tmp.cleanup()
 
-    def split(self, name, stages):
-        out = os.path.join(self.tmp.name, "%s.%d" % (name, stages))
-        manifest = os.path.join(out, "manifest.json")
-        if not os.path.exists(manifest):
-            split_at(name, stages, out)
-        return manifest
-
     def inputs(self, name, batch):
         """The model's input file with `batch` rows and the expected output."""
         if batch == 5:
@@ -63,7 +56,8 @@ class RunModelsTest(unittest.TestCase):
         return path, unsplit_output(name, inp)
 
     def check(self, name, stages, ranks, micro, batch, schedule):
-        manifest = self.split(name, stages)
+        manifest = split(name, os.path.join(self.tmp.name, "%s.%d" % (name, stages)), at=stages,
+                         once=True).manifest
         inp, expected = self.inputs(name, batch)
         out = os.path.join(self.tmp.name, "%s.out.pt" % name)
         if os.path.exists(out):

@@ -91,9 +91,6 @@ class MultiNodeTest(unittest.TestCase):
     def setUp(self):
         self.tmp = tmpdir(self)
 
-    def split(self):
-        return split_at(NAME, 2, os.path.join(self.tmp, "split"))
-
     def run_args(self, manifest, output):
         return [PPC, "run", manifest, "--input", os.path.abspath(model_path(NAME, ".input.pt")),
                 "--output", output, "--microbatches", "3", "--no-meta-cache",
@@ -144,7 +141,7 @@ class MultiNodeTest(unittest.TestCase):
 
     def test_two_nodes_in_network_namespaces(self):
         ns_a, ns_b, master = self.make_namespaces()
-        manifest = self.split()
+        manifest = split_at(NAME, 2, os.path.join(self.tmp, "split"))
 
         # Reference: one node, two ranks.
         single = os.path.join(self.tmp, "single.pt")
@@ -204,7 +201,7 @@ class MultiNodeTest(unittest.TestCase):
         why = store_mismatch(torchrun)
         if why is not None:
             self.skipTest(why)
-        manifest = self.split()
+        manifest = split_at(NAME, 2, os.path.join(self.tmp, "split"))
         # Reference: the same run under ppc launch.
         single = os.path.join(self.tmp, "launch.pt")
         r = launch(2, *self.run_args(manifest, single)[1:], timeout=STEP_TIMEOUT,

@@ -18,21 +18,26 @@ import unittest
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (assert_outputs_close, expected_output, launch, main,  # noqa: E402
-                    model_path, parse_stats, ppc, split_at, tmpdir, unsplit_output)
+from common import (class_tmpdir, expected_output, main, model_path, ppc,  # noqa: E402
+                    run_pipeline, split, tmpdir, unsplit_output)
 
 NAME = "values"
 KINDS = {"int", "float", "bool", "int[]", "Tensor[]", "Tuple[Tensor]"}
 
 
 class RunValuesTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        shared = class_tmpdir(cls)
+        cls.splits = {n: split(NAME, os.path.join(shared, "s%d" % n), at=n) for n in (2, 3, 4)}
+
     def setUp(self):
         self.tmp = tmpdir(self)
 
     def split(self, stages):
-        manifest = split_at(NAME, stages, os.path.join(self.tmp, "s%d" % stages))
-        with open(manifest) as f:
-            m = json.load(f)
+        """The class's split into STAGES stages, after checking that it keeps
+        every kind as a boundary value; returns (manifest path, manifest)."""
+        manifest, m = self.splits[stages].manifest, self.splits[stages].load()
         # Every non-tensor kind leaves stage 0 for a later stage.
         crossing = {o["type"] for o in m["stages"][0]["outputs"] if o["consumers"]}
         self.assertEqual(crossing - {"Tensor"}, KINDS)
@@ -46,18 +51,10 @@ class RunValuesTest(unittest.TestCase):
         return manifest, m
 
     def run_pipeline(self, manifest, ranks, *extra, inp=None, expected=None, micro=3):
-        out = os.path.join(self.tmp, "out.pt")
-        if os.path.exists(out):
-            os.remove(out)
-        r = launch(ranks, "run", manifest, "--input", inp or model_path(NAME, ".input.pt"),
-                   "--output", out, "--microbatches", micro, "--stats", "--timeout", "60",
-                   *extra)
-        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        assert_outputs_close(self, expected_output(NAME) if expected is None else expected,
-                             torch.load(out))
-        stats = parse_stats(r.stdout)
-        self.assertEqual(sorted(stats), list(range(ranks)), r.stdout)
-        return {s[0] for s in stats.values()}
+        ran = run_pipeline(self, manifest, ranks, inp or model_path(NAME, ".input.pt"),
+                           os.path.join(self.tmp, "out.pt"), *extra, micro=micro,
+                           expected=expected_output(NAME) if expected is None else expected)
+        return {s[0] for s in ran.stats.values()}
 
     def test_two_stages_on_two_ranks(self):
         # All six kinds cross the one cut, from rank 0 to rank 1, with rows

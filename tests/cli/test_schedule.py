@@ -11,7 +11,8 @@ import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import ROOT, free_port, main, model_path, ppc, rank_env, tmpdir  # noqa: E402
+from common import (ROOT, expect_error, free_port, main, model_path, ppc,  # noqa: E402
+                    rank_env, tmpdir)
 
 FIXTURES = os.path.join(ROOT, "tests", "unit", "fixtures", "schedule")
 CELL = re.compile(r"^\d+[FBIW]\d+$")
@@ -44,14 +45,7 @@ def v_rank(stage, ranks):
 
 class ScheduleTest(unittest.TestCase):
     def expect_error(self, args, message=None):
-        proc = ppc("schedule", *args, check=False)
-        self.assertEqual(proc.returncode, 2, proc.stdout + proc.stderr)
-        self.assertEqual(proc.stdout, "")
-        self.assertTrue(proc.stderr.startswith("error: "), proc.stderr)
-        self.assertEqual(proc.stderr.count("\n"), 1, proc.stderr)
-        if message is not None:
-            self.assertEqual(proc.stderr, f"error: {message}\n")
-        return proc
+        return expect_error(self, ["schedule", *args], message, quiet=True)
 
     def test_prints_one_row_per_rank(self):
         # (ppc starts in about a second: a few cases, each kind at least once.)

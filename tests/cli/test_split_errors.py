@@ -8,7 +8,7 @@ import unittest
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import model_path, ppc, tmpdir  # noqa: E402
+from common import expect_error, model_path, ppc, tmpdir  # noqa: E402
 
 
 class NoForward(torch.nn.Module):
@@ -21,12 +21,6 @@ class SplitErrorsTest(unittest.TestCase):
     def setUp(self):
         self.dir = tmpdir(self)
         self.out = os.path.join(self.dir, "out")
-
-    def expect_error(self, args, message):
-        proc = ppc(*args, check=False)
-        self.assertEqual(proc.returncode, 2, proc.stdout + proc.stderr)
-        self.assertEqual(proc.stderr, f"error: {message}\n")
-        return proc
 
     def expect_not_torchscript(self, path):
         proc = ppc("split", path, "-o", self.out, "--stages", 2, check=False)
@@ -44,8 +38,8 @@ class SplitErrorsTest(unittest.TestCase):
 
     def test_missing_model(self):
         missing = os.path.join(self.dir, "nope.pt")
-        self.expect_error(["split", missing, "-o", self.out, "--stages", 2],
-                          f"cannot open '{missing}': No such file or directory")
+        expect_error(self, ["split", missing, "-o", self.out, "--stages", 2],
+                    f"cannot open '{missing}': No such file or directory")
         self.assert_nothing_written()
 
     def test_corrupt_model(self):
@@ -67,28 +61,28 @@ class SplitErrorsTest(unittest.TestCase):
     def test_module_without_forward(self):
         path = os.path.join(self.dir, "noforward.pt")
         torch.jit.save(torch.jit.script(NoForward()), path)
-        self.expect_error(["split", path, "-o", self.out, "--stages", 2],
-                          f"'{path}' has no forward method")
+        expect_error(self, ["split", path, "-o", self.out, "--stages", 2],
+                    f"'{path}' has no forward method")
         self.assertFalse(os.path.exists(self.out))
 
     def test_unknown_split_path(self):
-        self.expect_error(["split", model_path("mlp"), "-o", self.out, "--split-at", "layers.99"],
-                          "unknown split path 'layers.99': the model has no submodule of that name")
+        expect_error(self, ["split", model_path("mlp"), "-o", self.out, "--split-at", "layers.99"],
+                    "unknown split path 'layers.99': the model has no submodule of that name")
         self.assertFalse(os.path.exists(self.out))
 
     def test_split_paths_out_of_order(self):
-        self.expect_error(["split", model_path("mlp"), "-o", self.out, "--split-at", "layers.5,layers.2"],
-                          "split paths must be in execution order: 'layers.2' does not begin "
-                          "after 'layers.5'")
+        expect_error(self, ["split", model_path("mlp"), "-o", self.out, "--split-at", "layers.5,layers.2"],
+                    "split paths must be in execution order: 'layers.2' does not begin "
+                    "after 'layers.5'")
 
     def test_split_at_first_operation(self):
-        self.expect_error(["split", model_path("mlp"), "-o", self.out, "--split-at", "layers.0"],
-                          "split path 'layers.0' begins at the model's first operation; stage 0 "
-                          "would be empty")
+        expect_error(self, ["split", model_path("mlp"), "-o", self.out, "--split-at", "layers.0"],
+                    "split path 'layers.0' begins at the model's first operation; stage 0 "
+                    "would be empty")
 
     def test_zero_stages(self):
-        self.expect_error(["split", model_path("mlp"), "-o", self.out, "--stages", 0],
-                          "--stages: 0 is not an integer in 1..2147483647 (see ppc split --help)")
+        expect_error(self, ["split", model_path("mlp"), "-o", self.out, "--stages", 0],
+                    "--stages: 0 is not an integer in 1..2147483647 (see ppc split --help)")
         self.assertFalse(os.path.exists(self.out))
 
     def test_more_stages_than_cuts(self):
@@ -102,17 +96,17 @@ class SplitErrorsTest(unittest.TestCase):
         blocker = os.path.join(self.dir, "file")
         open(blocker, "w").close()
         out = os.path.join(blocker, "out")
-        self.expect_error(["split", model_path("mlp"), "-o", out, "--stages", 2],
-                          f"cannot create output directory '{out}': Not a directory")
+        expect_error(self, ["split", model_path("mlp"), "-o", out, "--stages", 2],
+                    f"cannot create output directory '{out}': Not a directory")
         self.assertEqual(sorted(os.listdir(self.dir)), ["file"])
 
     def test_refuses_to_replace_unrelated_directory(self):
         os.makedirs(self.out)
         with open(os.path.join(self.out, "precious.txt"), "w") as f:
             f.write("keep me")
-        self.expect_error(["split", model_path("mlp"), "-o", self.out, "--stages", 2],
-                          f"output directory '{self.out}' is not empty and holds no "
-                          "manifest.json; refusing to replace it")
+        expect_error(self, ["split", model_path("mlp"), "-o", self.out, "--stages", 2],
+                    f"output directory '{self.out}' is not empty and holds no "
+                    "manifest.json; refusing to replace it")
         self.assertEqual(os.listdir(self.out), ["precious.txt"])
 
     def snapshot(self, d):
@@ -131,9 +125,9 @@ class SplitErrorsTest(unittest.TestCase):
             with open(os.path.join(self.out, name), "w") as f:
                 f.write(text)
         before = self.snapshot(self.out)
-        self.expect_error(["split", model_path("mlp"), "-o", self.out, "--stages", 2],
-                          f"output directory '{self.out}' holds a manifest.json that ppc cannot "
-                          "read as a manifest; refusing to replace it")
+        expect_error(self, ["split", model_path("mlp"), "-o", self.out, "--stages", 2],
+                    f"output directory '{self.out}' holds a manifest.json that ppc cannot "
+                    "read as a manifest; refusing to replace it")
         self.assertEqual(self.snapshot(self.out), before)
         self.assertEqual([n for n in os.listdir(self.dir) if n != "out"], [])
 
@@ -142,22 +136,22 @@ class SplitErrorsTest(unittest.TestCase):
         with open(os.path.join(self.out, "notes.txt"), "w") as f:
             f.write("keep me")
         before = self.snapshot(self.out)
-        self.expect_error(["split", model_path("mlp"), "-o", self.out, "--stages", 3],
-                          f"output directory '{self.out}' holds 'notes.txt', which is not part of "
-                          "the earlier ppc output there; refusing to replace it")
+        expect_error(self, ["split", model_path("mlp"), "-o", self.out, "--stages", 3],
+                    f"output directory '{self.out}' holds 'notes.txt', which is not part of "
+                    "the earlier ppc output there; refusing to replace it")
         self.assertEqual(self.snapshot(self.out), before)
         os.remove(os.path.join(self.out, "notes.txt"))
         os.makedirs(os.path.join(self.out, "stage_1.pt.d"))
-        self.expect_error(["split", model_path("mlp"), "-o", self.out, "--stages", 3],
-                          f"output directory '{self.out}' holds 'stage_1.pt.d', which is not part "
-                          "of the earlier ppc output there; refusing to replace it")
+        expect_error(self, ["split", model_path("mlp"), "-o", self.out, "--stages", 3],
+                    f"output directory '{self.out}' holds 'stage_1.pt.d', which is not part "
+                    "of the earlier ppc output there; refusing to replace it")
         # A stage file the manifest names must still be a plain file.
         os.rmdir(os.path.join(self.out, "stage_1.pt.d"))
         os.remove(os.path.join(self.out, "stage_1.pt"))
         os.makedirs(os.path.join(self.out, "stage_1.pt"))
-        self.expect_error(["split", model_path("mlp"), "-o", self.out, "--stages", 3],
-                          f"output directory '{self.out}' holds 'stage_1.pt', which is not a "
-                          "regular file; refusing to replace it")
+        expect_error(self, ["split", model_path("mlp"), "-o", self.out, "--stages", 3],
+                    f"output directory '{self.out}' holds 'stage_1.pt', which is not a "
+                    "regular file; refusing to replace it")
 
     def test_replaces_earlier_output_with_its_meta_caches(self):
         ppc("split", model_path("mlp"), "-o", self.out, "--stages", 2)
@@ -180,17 +174,17 @@ class SplitErrorsTest(unittest.TestCase):
                 model = os.path.join(where, "mlp.pt")
                 shutil.copy(model_path("mlp"), model)
                 before = self.snapshot(self.out)
-                self.expect_error(["split", model, "-o", self.out, "--stages", 2],
-                                  f"output directory '{self.out}' holds the model ('{model}'); "
-                                  "refusing to overwrite it")
+                expect_error(self, ["split", model, "-o", self.out, "--stages", 2],
+                            f"output directory '{self.out}' holds the model ('{model}'); "
+                            "refusing to overwrite it")
                 self.assertEqual(self.snapshot(self.out), before)
                 shutil.rmtree(self.out)
         # Even an earlier ppc output that holds the model (copied in by hand).
         ppc("split", model_path("mlp"), "-o", self.out, "--stages", 2)
         model = os.path.join(self.out, "stage_0.pt")
-        self.expect_error(["split", model, "-o", self.out, "--stages", 2],
-                          f"output directory '{self.out}' holds the model ('{model}'); "
-                          "refusing to overwrite it")
+        expect_error(self, ["split", model, "-o", self.out, "--stages", 2],
+                    f"output directory '{self.out}' holds the model ('{model}'); "
+                    "refusing to overwrite it")
 
     def test_replaces_earlier_output_atomically(self):
         ppc("split", model_path("mlp"), "-o", self.out, "--stages", 3)
@@ -199,15 +193,15 @@ class SplitErrorsTest(unittest.TestCase):
         self.assertEqual(sorted(os.listdir(self.out)), ["manifest.json", "stage_0.pt", "stage_1.pt"])
         # A failing split leaves the earlier output untouched.
         before = {n: os.path.getmtime(os.path.join(self.out, n)) for n in os.listdir(self.out)}
-        self.expect_error(["split", model_path("mlp"), "-o", self.out, "--split-at", "nope"],
-                          "unknown split path 'nope': the model has no submodule of that name")
+        expect_error(self, ["split", model_path("mlp"), "-o", self.out, "--split-at", "nope"],
+                    "unknown split path 'nope': the model has no submodule of that name")
         after = {n: os.path.getmtime(os.path.join(self.out, n)) for n in os.listdir(self.out)}
         self.assertEqual(before, after)
         self.assertEqual([n for n in os.listdir(self.dir) if n != "out"], [])
 
     def test_needs_stages_or_split_at(self):
-        self.expect_error(["split", model_path("mlp"), "-o", self.out],
-                          "ppc split needs --stages N or --split-at PATHS")
+        expect_error(self, ["split", model_path("mlp"), "-o", self.out],
+                    "ppc split needs --stages N or --split-at PATHS")
 
     def test_unknown_cost_model(self):
         proc = ppc("split", model_path("mlp"), "-o", self.out, "--stages", 2, "--cost", "bytes",
@@ -232,8 +226,8 @@ class SplitErrorsTest(unittest.TestCase):
         self.assertFalse(os.path.exists(self.out))
 
     def test_flops_needs_example_input(self):
-        self.expect_error(["split", model_path("mlp"), "-o", self.out, "--stages", 2, "--cost", "flops"],
-                          "the flops cost model needs an example input (--example-input IN.pt)")
+        expect_error(self, ["split", model_path("mlp"), "-o", self.out, "--stages", 2, "--cost", "flops"],
+                    "the flops cost model needs an example input (--example-input IN.pt)")
 
     def test_help_explains_options(self):
         proc = ppc("split", "--help")

@@ -16,8 +16,8 @@ import unittest
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (libtorch_major, load_manifest, main, model_path, ppc,  # noqa: E402
-                    tmpdir)
+from common import (expect_error, libtorch_major, main, model_path, ppc,  # noqa: E402
+                    split, tmpdir)
 from test_split_models import assert_stages_match_model  # noqa: E402
 
 MEMORY = re.compile(r"^  stage (\d+): .*, memory .* \((\d+) bytes\)", re.M)
@@ -34,9 +34,7 @@ class SplitProfileErrorsTest(unittest.TestCase):
         self.out = os.path.join(self.dir, "out")
 
     def expect_error(self, args, message):
-        proc = ppc("split", *args, check=False)
-        self.assertEqual(proc.returncode, 2, proc.stdout + proc.stderr)
-        self.assertEqual(proc.stderr, f"error: {message}\n")
+        expect_error(self, ["split", *args], message)
         self.assertFalse(os.path.exists(self.out))
         self.assertEqual([n for n in os.listdir(self.dir) if ".tmp-" in n], [])
 
@@ -101,17 +99,14 @@ class SplitProfileErrorsTest(unittest.TestCase):
 
 
 class SplitProfileModelsTest(unittest.TestCase):
-    def split(self, name, out, *args):
-        proc = ppc("split", model_path(name), "-o", out, *args)
-        return load_manifest(out), proc.stdout
-
     def test_profile_splits_match_the_model(self):
         for name in ("resnet18", "vit", "two_io"):
             for n in (2, 4):
                 with self.subTest(model=name, stages=n):
                     out = os.path.join(tmpdir(self), "out")
-                    manifest, stdout = self.split(name, out, "--stages", n, "--cost", "profile",
-                                                  "--example-input", model_path(name, ".input.pt"))
+                    s = split(name, out, "--stages", n, "--cost", "profile", "--example-input",
+                              model_path(name, ".input.pt"))
+                    manifest, stdout = s.load(), s.proc.stdout
                     self.assertEqual(manifest["cost_model"], "profile")
                     self.assertEqual(len(manifest["stages"]), n)
                     # Nanoseconds: every stage of these models takes time.
@@ -127,7 +122,8 @@ class SplitProfileModelsTest(unittest.TestCase):
         args = ["--stages", 2, "--cost", "flops", "--example-input",
                 model_path("resnet18", ".input.pt")]
         d = tmpdir(self)
-        free, stdout = self.split("resnet18", os.path.join(d, "free"), *args)
+        s = split("resnet18", os.path.join(d, "free"), *args)
+        free, stdout = s.load(), s.proc.stdout
         free_memory = stage_memory(stdout)
         self.assertEqual(len(free_memory), 2)
 
@@ -156,8 +152,8 @@ class SplitProfileModelsTest(unittest.TestCase):
                         "the uncapped split is already the most memory-balanced")
 
         # The smallest cap works, moves the cut and keeps both stages within it.
-        capped, stdout = self.split("resnet18", os.path.join(d, "capped"), *args,
-                                    "--max-stage-memory", smallest)
+        s = split("resnet18", os.path.join(d, "capped"), *args, "--max-stage-memory", smallest)
+        capped, stdout = s.load(), s.proc.stdout
         capped_memory = stage_memory(stdout)
         self.assertLessEqual(max(capped_memory), smallest)
         self.assertEqual(max(capped_memory), smallest)
@@ -185,7 +181,8 @@ class SplitProfileModelsTest(unittest.TestCase):
         self.assertIsNotNone(m, proc.stderr)
         smallest = int(m.group(1))
         out = os.path.join(d, "out")
-        manifest, stdout = self.split("mlp", out, *args, "--max-stage-memory", smallest)
+        s = split("mlp", out, *args, "--max-stage-memory", smallest)
+        manifest, stdout = s.load(), s.proc.stdout
         self.assertEqual(manifest["cost_model"], "profile")
         memory = stage_memory(stdout)
         self.assertEqual(len(memory), 4)
@@ -194,8 +191,8 @@ class SplitProfileModelsTest(unittest.TestCase):
 
     def test_cap_accepts_binary_suffixes(self):
         out = os.path.join(tmpdir(self), "out")
-        _, stdout = self.split("mlp", out, "--stages", 2, "--cost", "flops", "--example-input",
-                               model_path("mlp", ".input.pt"), "--max-stage-memory", "1M")
+        stdout = split("mlp", out, "--stages", 2, "--cost", "flops", "--example-input",
+                       model_path("mlp", ".input.pt"), "--max-stage-memory", "1M").proc.stdout
         self.assertTrue(all(b <= 1 << 20 for b in stage_memory(stdout)), stdout)
         proc = ppc("split", model_path("mlp"), "-o", out, "--stages", 2, "--cost", "flops",
                    "--example-input", model_path("mlp", ".input.pt"), "--max-stage-memory",

@@ -21,7 +21,7 @@ import unittest
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import libtorch_major, load_manifest, main, model_path, ppc, tmpdir  # noqa: E402
+from common import libtorch_major, load_manifest, main, model_path, ppc, split, tmpdir  # noqa: E402
 
 CONTENTS = re.compile(r"^stage contents \(module paths\):\n((?:  .*\n)+)", re.M)
 
@@ -42,20 +42,16 @@ class InspectNamesTest(unittest.TestCase):
     def setUp(self):
         self.dir = tmpdir(self)
 
-    def split(self, name, *args):
-        out = os.path.join(self.dir, name)
-        proc = ppc("split", model_path(name), "-o", out, *args)
-        return out, proc
-
     def test_resnet18_stages_by_module_path(self):
-        out, proc = self.split("resnet18", "--split-at", "layer2.1,layer4")
+        done = split("resnet18", os.path.join(self.dir, "resnet18"), "--split-at",
+                     "layer2.1,layer4")
         self.assertIn("  stage 0 runs conv1, bn1, relu, maxpool, layer1, layer2.0\n",
-                      proc.stdout)
-        m = load_manifest(out)
+                      done.proc.stdout)
+        m = done.load()
         self.assertEqual([s["modules"] for s in m["stages"]],
                          [["conv1", "bn1", "relu", "maxpool", "layer1", "layer2.0"],
                           ["layer2.1", "layer3"], ["layer4", "avgpool", "fc"]])
-        shown = ppc("inspect", os.path.join(out, "manifest.json")).stdout
+        shown = ppc("inspect", done.manifest).stdout
         self.assertEqual(contents(shown),
                          ["  stage 0: conv1, bn1, relu, maxpool, layer1, layer2.0",
                           "  stage 1: layer2.1, layer3",
@@ -72,8 +68,8 @@ class InspectNamesTest(unittest.TestCase):
         self.assertNotRegex(shown, r"%\d")
 
     def test_mobilenet_v2_stages_and_dot(self):
-        out, _ = self.split("mobilenet_v2", "--split-at", "features.7,features.14")
-        manifest = os.path.join(out, "manifest.json")
+        manifest = split("mobilenet_v2", os.path.join(self.dir, "mobilenet_v2"), "--split-at",
+                         "features.7,features.14").manifest
         dot = os.path.join(self.dir, "g.dot")
         shown = ppc("inspect", manifest, "--dot", dot).stdout
         self.assertEqual(contents(shown),
@@ -97,8 +93,8 @@ class InspectNamesTest(unittest.TestCase):
         self.assertNotRegex(text, r"%\d")
 
     def test_manifest_without_the_new_fields_still_inspects(self):
-        out, _ = self.split("resnet18", "--split-at", "layer3")
-        manifest = os.path.join(out, "manifest.json")
+        manifest = split("resnet18", os.path.join(self.dir, "resnet18"), "--split-at",
+                         "layer3").manifest
         with open(manifest) as f:
             m = json.load(f)
         for s in m["stages"]:
@@ -130,10 +126,11 @@ class FlopsControlFlowTest(unittest.TestCase):
     def setUp(self):
         self.dir = tmpdir(self)
 
-    def split(self, model, out, *args, example=None):
-        return ppc("split", model, "-o", os.path.join(self.dir, out),
-                   "--example-input", example or model_path("mobilenet_v2", ".input.pt"),
-                   *args)
+    def split_on_example(self, model, out, *args, example=None):
+        """Splits MODEL into OUT under the test's folder with --example-input
+        EXAMPLE (default mobilenet_v2's); returns the process."""
+        return split(model, os.path.join(self.dir, out), "--example-input",
+                     example or model_path("mobilenet_v2", ".input.pt"), *args).proc
 
     def test_mobilenet_v2_flops_balance_matches_profile(self):
         model = model_path("mobilenet_v2")
@@ -147,7 +144,8 @@ class FlopsControlFlowTest(unittest.TestCase):
         assert_it = libtorch_major() < 2
         for stages in (3, 4):
             with self.subTest(stages=stages):
-                proc = self.split(model, f"f{stages}", "--cost", "flops", "--stages", stages)
+                proc = self.split_on_example(model, f"f{stages}", "--cost", "flops", "--stages",
+                                             stages)
                 self.assertNotIn("warning:", proc.stderr)
                 flops_out = os.path.join(self.dir, f"f{stages}")
                 predicted = stage_costs(flops_out)
@@ -156,8 +154,8 @@ class FlopsControlFlowTest(unittest.TestCase):
                 self.assertGreater(min(predicted) / total, 0.5 / stages, predicted)
                 # Time the same stages: they begin at the modules flops chose.
                 starts = [s["modules"][0] for s in load_manifest(flops_out)["stages"][1:]]
-                self.split(model, f"p{stages}", "--cost", "profile",
-                           "--split-at", ",".join(starts))
+                self.split_on_example(model, f"p{stages}", "--cost", "profile",
+                                      "--split-at", ",".join(starts))
                 measured = stage_costs(os.path.join(self.dir, f"p{stages}"))
                 ratio = max_over_mean(predicted) / max_over_mean(measured)
                 print(f"\n  {stages} stages: flops max/mean {max_over_mean(predicted):.3f}, "
@@ -199,13 +197,15 @@ class FlopsControlFlowTest(unittest.TestCase):
 
     def test_loops_counted_by_trip_count_or_warned(self):
         path, example = self.scripted("for")
-        proc = self.split(path, "for", "--cost", "flops", "--stages", "3", example=example)
+        proc = self.split_on_example(path, "for", "--cost", "flops", "--stages", "3",
+                                     example=example)
         self.assertEqual(proc.stderr, "")
         # Each linear: 2*4*16*16 = 2048; the loop runs the body 3 times.
         self.assertEqual(stage_costs(os.path.join(self.dir, "for")), [2048, 3 * 2048, 2048])
 
         path, example = self.scripted("while")
-        proc = self.split(path, "while", "--cost", "flops", "--stages", "3", example=example)
+        proc = self.split_on_example(path, "while", "--cost", "flops", "--stages", "3",
+                                     example=example)
         self.assertEqual(proc.stderr,
                          "warning: the flops cost model cannot count all of stage 1: "
                          "aten::linear in a prim::Loop whose trip count the example run "

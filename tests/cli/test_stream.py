@@ -15,7 +15,6 @@ Env: PPC (the ppc binary), PPC_MODELS_DIR (generated models).
 """
 import os
 import re
-import subprocess
 import sys
 import tempfile
 import unittest
@@ -23,7 +22,7 @@ import unittest
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (BUILD, PPC, assert_identical, assert_outputs_close, launch, main,  # noqa: E402
+from common import (BUILD, assert_identical, assert_outputs_close, launch, main,  # noqa: E402
                     model_path, parse_stats, split_at, tmpdir, unsplit_output)
 from trace_format import assert_valid_trace  # noqa: E402
 
@@ -221,9 +220,7 @@ class StreamTest(unittest.TestCase):
         public API, against `ppc run` of the same batches one per run."""
         program = os.path.join(BUILD, "bin", "pipeline_infer")
         out = os.path.join(self.tmp, "lib.pt")
-        r = subprocess.run([PPC, "launch", "--nproc-per-node", "2", "--master-port", "0", "--",
-                            program, self.mlp2, model_path("mlp", ".input.pt"), "2", out, "5"],
-                           capture_output=True, text=True, timeout=300)
+        r = launch(2, self.mlp2, model_path("mlp", ".input.pt"), "2", out, "5", program=program)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertIn("[rank 1] streamed 5 batches in windows of 128", r.stdout)
         self.assertIn("[rank 0] streamed 5 batches in windows of 128", r.stdout)

@@ -28,7 +28,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import PPC, launch, main, model_path, ppc, split_at, tmpdir  # noqa: E402
-from training import write_data  # noqa: E402
+from training import train, write_data  # noqa: E402
 
 FAULTS = os.environ.get("PPC_WRITE_FAULTS", "")
 
@@ -240,9 +240,7 @@ class DiskFullTest(unittest.TestCase):
         if ranks == 1:
             return subprocess.run([PPC, *args], capture_output=True, text=True, env=env,
                                   timeout=300)
-        return subprocess.run([PPC, "launch", "--nproc-per-node", str(ranks),
-                               "--master-port", "0", "--", PPC, *args],
-                              capture_output=True, text=True, env=env, timeout=300)
+        return launch(ranks, *args, env=env, timeout=300)
 
     def test_every_command(self):
         for name, (ranks, args) in self.commands().items():
@@ -297,9 +295,9 @@ class SaveKillTest(unittest.TestCase):
         self.save = os.path.join(self.saves, "saved")
 
     def train(self, steps, save, env=None):
-        return launch(2, "train", self.manifest, "--data", self.data, "--loss",
-                      "cross_entropy", "--no-meta-cache", "--steps", str(steps),
-                      "--save", save, env=env, timeout=120)
+        return train(2, self.manifest, self.data, "--loss", "cross_entropy", "--no-meta-cache",
+                     "--steps", str(steps), "--save", save, env=env, rank_timeout=None,
+                     timeout=120)
 
     def manifest_of(self, save):
         with open(os.path.join(save, "manifest.json")) as f:
@@ -331,7 +329,7 @@ class SaveKillTest(unittest.TestCase):
                     # Back to the old save, for each kill.
                     if self.manifest_of(self.save) != old:
                         self.assertEqual(self.train(1, self.save).returncode, 0)
-                    env = dict(os.environ, LD_PRELOAD=FAULTS, PPC_FAULT_DIR=self.saves,
+                    env = dict(LD_PRELOAD=FAULTS, PPC_FAULT_DIR=self.saves,
                                PPC_FAULT_RANK=str(rank), PPC_FAULT_KILL_AT=str(at),
                                PPC_FAULT_SIGNAL=sig)
                     r = self.train(3, self.save, env)

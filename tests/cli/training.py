@@ -21,7 +21,8 @@ import torch
 # order on 2 threads (resnet18's conv1 gradient moves by 2.5e-4 relative).
 torch.set_num_threads(1)
 
-from common import launch, model_path, split_at
+import common
+from common import launch, model_path
 
 # `ppc train` prints "step N loss X" on the loss rank.
 STEP = re.compile(r"step (\d+) loss (\S+)")
@@ -189,6 +190,11 @@ class Trained:
         self.losses = [float(m.group(2)) for m in STEP.finditer(proc.stdout)]
         self.stats = [m.groups() for m in STATS.finditer(proc.stdout)]
 
+    # The process's, for tests that read a run as a CompletedProcess.
+    returncode = property(lambda self: self.proc.returncode)
+    stdout = property(lambda self: self.proc.stdout)
+    stderr = property(lambda self: self.proc.stderr)
+
     def peaks(self):
         """{stage: peak activations} over every step and rank."""
         out = {}
@@ -200,20 +206,20 @@ class Trained:
         return out
 
 
-def train(ranks, manifest, data, *args, timeout=600):
-    """Runs `ppc train MANIFEST --data DATA ARGS...` on `ranks` ranks."""
-    extra = () if "--timeout" in args else ("--timeout", "120")
+def train(ranks, manifest, data, *args, timeout=600, env=None, rank_timeout=120):
+    """Runs `ppc train MANIFEST --data DATA --timeout RANK_TIMEOUT ARGS...` on
+    `ranks` ranks under ppc launch, with ENV's variables added to the
+    environment. No --timeout is added when ARGS has one or RANK_TIMEOUT is
+    None. Returns a Trained."""
+    extra = () if "--timeout" in args or rank_timeout is None else ("--timeout", rank_timeout)
     return Trained(launch(ranks, "train", manifest, "--data", data, *extra, *args,
-                          timeout=timeout))
+                          timeout=timeout, env=dict(os.environ, **env) if env else None))
 
 
 def split(tmp, name, stages):
     """Splits NAME into `stages` stages under `tmp` once; returns the manifest."""
-    out = os.path.join(tmp, "%s.%d" % (name, stages))
-    manifest = os.path.join(out, "manifest.json")
-    if not os.path.exists(manifest):
-        split_at(name, stages, out)
-    return manifest
+    return common.split(name, os.path.join(tmp, "%s.%d" % (name, stages)), at=stages,
+                        once=True).manifest
 
 
 def rel_diff(a, b):
