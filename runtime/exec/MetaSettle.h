@@ -27,9 +27,9 @@
 #include "runtime/exec/Executor.h"
 #include "runtime/exec/MetaCache.h"
 #include "runtime/exec/Microbatch.h"
+#include "runtime/exec/RunOptions.h"
 #include "runtime/exec/TensorMeta.h"
 #include "runtime/link/Transport.h"
-#include "runtime/run/Pipeline.h"
 #include "runtime/schedule/Schedule.h"
 
 #include "llvm/Support/Error.h"

@@ -17,6 +17,7 @@
 #include "runtime/platform/Duration.h"
 #include "runtime/platform/Threads.h"
 #include "runtime/platform/TorchCompat.h"
+#include "runtime/schedule/Simulate.h"
 #include "runtime/train/DataParallel.h"
 
 #include "llvm/Support/FormatVariadic.h"
@@ -46,8 +47,8 @@ llvm::Expected<DeviceKind> checkOptions(const RunOptions &options) {
               .problem(options.timeout.count())))
     return err;
   if (!linkPolicyNamed(options.link))
-    return makeError("unknown link '" + options.link +
-                     "' (expected auto, gloo or shm)");
+    return makeError("unknown link '" + options.link + "' (expected " +
+                     linkPolicyList() + ")");
   std::optional<DeviceKind> device = deviceKindNamed(options.device);
   if (!device)
     return makeError("unknown device '" + options.device +
@@ -88,13 +89,11 @@ RankContext::create(llvm::StringRef manifestPath, const LaunchEnv &jobEnv,
     return job.takeError();
   ctx->schedule_ = std::move(job->schedule);
   ctx->loss_ = job->loss;
-  if (llvm::Error err = simulateSchedule(ctx->schedule_))
-    return err;
   if (inputRootOf(ctx->manifest_, ctx->placement()) < 0)
     return makeError("manifest: no stage reads a model input");
   boundThreads(options.threads > 0 ? options.threads
                                    : defaultThreads(env.localWorldSize));
-  warnAboutBlasKernel(ctx->warnings());
+  warnAboutBlasKernel(ctx->warnings(), jobEnv.blasWarned);
   if (llvm::Error err = ctx->connect())
     return err;
   if (llvm::Error err = ctx->loadStages())
@@ -122,6 +121,7 @@ RankContext::create(llvm::StringRef manifestPath, const LaunchEnv &jobEnv,
       makeExecutorPlan(ctx->manifest_, ctx->schedule_, env.rank, ctx->stages_,
                        *ctx->transport_, ctx->device_, ctx->loss_);
   ctx->executorPlan_.precision = options.precision;
+  ctx->executorPlan_.coalesce = env.coalesce;
   if (!options.tracePath.empty())
     ctx->trace_.emplace(jobEnv.rank);
   return ctx;
@@ -217,6 +217,7 @@ RankContext::prepareWindow(std::vector<std::vector<c10::IValue>> microbatches,
       variant->plan = makeExecutorPlan(manifest_, variant->schedule, env_.rank,
                                        stages_, *transport_, device_, loss_);
       variant->plan.precision = options_.precision;
+      variant->plan.coalesce = env_.coalesce;
     }
     current_ = &variant->plan;
   }

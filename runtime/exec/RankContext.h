@@ -12,9 +12,9 @@
 //
 // Creation, every step bounded by the options' timeout:
 //   1. check the options that need no manifest (they bound allocations);
-//   2. load the manifest, let the job place its stages and plan its
-//      schedule, and simulate the schedule (a deadlock is refused before
-//      any rank runs it);
+//   2. load the manifest and let the job place its stages and plan its
+//      schedule, simulated (planSchedule(), runtime/schedule/Plan.h: a
+//      deadlock is refused before any rank runs it);
 //   3. meet the other ranks (rendezvous, process groups, NCCL pairs), before
 //      loading stages, so that a rank that fails to load makes the others
 //      fail fast with "lost rank R" instead of waiting at a rendezvous;
@@ -30,9 +30,10 @@
 #include "lib/Stage.h"
 #include "runtime/exec/Executor.h"
 #include "runtime/exec/MetaSettle.h"
+#include "runtime/exec/RunOptions.h"
 #include "runtime/exec/Trace.h"
+#include "runtime/link/LaunchEnv.h"
 #include "runtime/link/Transport.h"
-#include "runtime/run/Pipeline.h"
 #include "runtime/schedule/Schedule.h"
 
 #include "llvm/Support/Error.h"
@@ -47,9 +48,10 @@
 
 namespace ppc {
 
-/// What a job decides once the manifest is loaded: its schedule (not yet
-/// simulated), which holds the placement of stages on ranks, and, for
-/// training, where the loss is computed.
+/// What a job decides once the manifest is loaded: its schedule, which
+/// simulateSchedule() has accepted (planSchedule() returns such schedules)
+/// and which holds the placement of stages on ranks, and, for training,
+/// where the loss is computed.
 struct JobPlan {
   Schedule schedule;
   std::optional<LossSpec> loss;

@@ -16,6 +16,19 @@
 
 namespace ppc {
 
+namespace {
+/// ppc's knobs that no launcher sets: they change how, not whether, the
+/// rank runs, so they have no errors.
+void readKnobs(llvm::function_ref<const char *(const char *)> get,
+               LaunchEnv &env) {
+  if (const char *id = get("PPC_HOST_ID"); id && *id)
+    env.hostId = id;
+  const char *coalesce = get("PPC_COALESCE");
+  env.coalesce = !coalesce || llvm::StringRef(coalesce) != "0";
+  env.blasWarned = get("PPC_BLAS_WARNED") != nullptr;
+}
+} // namespace
+
 llvm::Expected<LaunchEnv> LaunchEnv::fromEnvironment(
     const std::function<const char *(const char *)> &getenv) {
   auto get = [&](const char *name) -> const char * {
@@ -93,6 +106,7 @@ llvm::Expected<LaunchEnv> LaunchEnv::fromEnvironment(
                        "characters");
     env.jobToken = text.str();
   }
+  readKnobs(get, env);
   return env;
 }
 

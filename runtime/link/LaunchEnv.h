@@ -1,8 +1,10 @@
 //===- runtime/link/LaunchEnv.h - The torchrun environment of a rank ------===//
 //
-// The variables a launcher (ppc launch, torchrun) gives each worker. Part of
-// libppc_runtime's public API (Pipeline.h includes it); the transport reads
-// it too, so it lives apart from the pipeline.
+// The variables a launcher (ppc launch, torchrun) gives each worker, and
+// ppc's own environment knobs, read once where a rank starts so that
+// nothing below reads the environment. Part of libppc_runtime's public API
+// (Pipeline.h includes it); the transport reads it too, so it lives apart
+// from the pipeline.
 //
 //===----------------------------------------------------------------------===//
 #ifndef PPC_RUNTIME_LINK_LAUNCHENV_H
@@ -31,20 +33,31 @@ struct LaunchEnv {
   /// on one port notice: PPC_JOB_TOKEN (set by ppc launch), else
   /// torchrun's TORCHELASTIC_RUN_ID, else "default".
   std::string jobToken = "default";
+  /// PPC_HOST_ID: replaces this rank's host identity in the shared-memory
+  /// link's co-location test (ranks with different values never share
+  /// memory; docs/runtime.md, "Links"). Empty: the machine's own.
+  std::string hostId;
+  /// Whether an edge's wire tensors cross as one message per microbatch
+  /// (runtime/link/WirePack.h): false only with PPC_COALESCE=0, one message
+  /// per wire tensor, for measurement (docs/runtime.md).
+  bool coalesce = true;
+  /// PPC_BLAS_WARNED (set to anything): ppc launch warned about the ranks'
+  /// BLAS kernel already, so the rank does not (warnAboutBlasKernel).
+  bool blasWarned = false;
 
   /// Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
-  /// MASTER_PORT, TORCHELASTIC_USE_AGENT_STORE and PPC_JOB_TOKEN through
-  /// `getenv` (the process environment by default). RANK, WORLD_SIZE,
-  /// MASTER_ADDR and MASTER_PORT are required; LOCAL_RANK defaults to RANK
-  /// and LOCAL_WORLD_SIZE to WORLD_SIZE. Every number must fit an int
-  /// (ranks from 0, sizes from 1, the port 1..65535). Errors: a missing
-  /// variable ("RANK is not set; start ppc run under ppc launch or
-  /// torchrun"), one that breaks its rule ("WORLD_SIZE='x' is not an integer
-  /// in 1..2147483647", "RANK=3000000000 is not an integer in
-  /// 0..2147483647", "MASTER_PORT=70000 is not an integer in 1..65535"), a
-  /// rank not below its size ("RANK=4 is not below WORLD_SIZE=4"), a
-  /// MASTER_ADDR longer than 255 bytes or a job token longer than 256, or
-  /// either holding control characters (escaped in the message).
+  /// MASTER_PORT, TORCHELASTIC_USE_AGENT_STORE, PPC_JOB_TOKEN, PPC_HOST_ID,
+  /// PPC_COALESCE and PPC_BLAS_WARNED through `getenv` (the process
+  /// environment by default). RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT
+  /// are required; LOCAL_RANK defaults to RANK and LOCAL_WORLD_SIZE to
+  /// WORLD_SIZE. Every number must fit an int (ranks from 0, sizes from 1,
+  /// the port 1..65535). Errors: a missing variable ("RANK is not set; start
+  /// ppc run under ppc launch or torchrun"), one that breaks its rule
+  /// ("WORLD_SIZE='x' is not an integer in 1..2147483647", "RANK=3000000000 is
+  /// not an integer in 0..2147483647", "MASTER_PORT=70000 is not an integer
+  /// in 1..65535"), a rank not below its size ("RANK=4 is not below
+  /// WORLD_SIZE=4"), a MASTER_ADDR longer than 255 bytes or a job token longer
+  /// than 256, or either holding control characters (escaped in the message).
   static llvm::Expected<LaunchEnv> fromEnvironment(
       const std::function<const char *(const char *)> &getenv = nullptr);
 };

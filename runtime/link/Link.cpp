@@ -1,7 +1,8 @@
 //===- runtime/link/Link.cpp - What every link shares ---------------------===//
 //
-// This file implements LostRankError and the helpers that make it: every
-// "lost rank R (...)" of the runtime is built by lostRank().
+// This file implements LostRankError and the helpers that make it (every
+// "lost rank R (...)" of the runtime is built by lostRank()), and the link
+// policies' names, from Links.def.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/link/Link.h"
@@ -11,7 +12,81 @@
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <iterator>
+#include <string_view>
+
 namespace ppc {
+
+namespace {
+/// Whether `name` is a link of Links.def.
+constexpr bool isLinkName(std::string_view name) {
+#define PPC_LINK(NAME, ROLE, FACTORY)                                          \
+  if (name == #NAME)                                                           \
+    return true;
+#include "runtime/link/Links.def"
+  return false;
+}
+
+#define PPC_LINK_POLICY(ENUMERATOR, NAME, HELP)                                \
+  static_assert(isLinkName(#NAME), "link policy " #NAME " names no link");
+#include "runtime/link/Links.def"
+
+struct PolicyInfo {
+  LinkPolicy policy;
+  const char *name;
+  const char *help;
+};
+
+constexpr PolicyInfo kPolicies[] = {
+    {LinkPolicy::Auto, "auto",
+     "shared memory between ranks on one host, Gloo across hosts"},
+#define PPC_LINK_POLICY(ENUMERATOR, NAME, HELP)                                \
+  {LinkPolicy::ENUMERATOR, #NAME, HELP},
+#include "runtime/link/Links.def"
+};
+
+/// "a, b or c" of the policies, each as `item` writes it.
+template <typename Fn> std::string joinPolicies(Fn item) {
+  std::string out;
+  size_t count = std::size(kPolicies);
+  for (size_t i = 0; i < count; ++i) {
+    out += i == 0 ? "" : i + 1 == count ? " or " : ", ";
+    out += item(kPolicies[i]);
+  }
+  return out;
+}
+} // namespace
+
+std::optional<LinkPolicy> linkPolicyNamed(llvm::StringRef name) {
+  for (const PolicyInfo &info : kPolicies)
+    if (name == info.name)
+      return info.policy;
+  return std::nullopt;
+}
+
+llvm::StringRef linkPolicyName(LinkPolicy policy) {
+  for (const PolicyInfo &info : kPolicies)
+    if (info.policy == policy)
+      return info.name;
+  return "auto";
+}
+
+std::vector<std::string> linkPolicyNames() {
+  std::vector<std::string> names;
+  for (const PolicyInfo &info : kPolicies)
+    names.push_back(info.name);
+  return names;
+}
+
+std::string linkPolicyList() {
+  return joinPolicies([](const PolicyInfo &info) { return info.name; });
+}
+
+std::string linkPolicyHelp() {
+  return joinPolicies([](const PolicyInfo &info) {
+    return std::string(info.name) + " (" + info.help + ")";
+  });
+}
 
 char LostRankError::ID = 0;
 

@@ -106,26 +106,27 @@ struct Message {
 };
 
 /// Which link carries CPU tensors between ranks (RunOptions::link): auto
-/// (shared memory to co-located peers, Gloo to the others), gloo (never
-/// shared memory) or shm (every peer must be co-located).
-enum class LinkPolicy { Auto, Gloo, Shm };
+/// (shared memory to co-located peers, Gloo to the others), or one of the
+/// policies of Links.def: gloo (never shared memory) or shm (every peer must
+/// be co-located).
+enum class LinkPolicy {
+  Auto,
+#define PPC_LINK_POLICY(ENUMERATOR, NAME, HELP) ENUMERATOR,
+#include "runtime/link/Links.def"
+};
 
-/// The policy named `name` ("auto", "gloo", "shm"), or none.
-inline std::optional<LinkPolicy> linkPolicyNamed(llvm::StringRef name) {
-  if (name == "auto")
-    return LinkPolicy::Auto;
-  if (name == "gloo")
-    return LinkPolicy::Gloo;
-  if (name == "shm")
-    return LinkPolicy::Shm;
-  return std::nullopt;
-}
-
-inline llvm::StringRef linkPolicyName(LinkPolicy policy) {
-  return policy == LinkPolicy::Gloo  ? "gloo"
-         : policy == LinkPolicy::Shm ? "shm"
-                                     : "auto";
-}
+/// The policy named `name` (one of linkPolicyNames()), or none.
+std::optional<LinkPolicy> linkPolicyNamed(llvm::StringRef name);
+/// "auto", or the policy's link name in Links.def.
+llvm::StringRef linkPolicyName(LinkPolicy policy);
+/// Every policy's name, auto first, then in Links.def order: the choices
+/// of --link and PPC_LINK.
+std::vector<std::string> linkPolicyNames();
+/// The names as an English list, "auto, gloo or shm" (errors).
+std::string linkPolicyList();
+/// Each name with its help, "auto (...), gloo (...) or shm (...)" (--link's
+/// help).
+std::string linkPolicyHelp();
 
 /// What a link's factory may build on; each factory takes what it needs and
 /// declines (returns no link) when its part is missing.
@@ -145,6 +146,10 @@ struct LinkSetup {
   /// Which links may carry CPU tensors (the shared-memory link's factory
   /// reads it).
   LinkPolicy link = LinkPolicy::Auto;
+  /// Replaces this rank's host identity in the shared-memory link's
+  /// co-location test (LaunchEnv::hostId, PPC_HOST_ID); empty: the
+  /// machine's own.
+  std::string hostId;
   /// The job's rank of each of the transport's ranks, when the transport
   /// connects a group of the job (runtime/link/Rendezvous.h, RankGroup): the
   /// transport's errors name those. Empty: ranks are the job's.

@@ -557,6 +557,7 @@ connectGroupTransports(const LaunchEnv &env, DeviceKind device,
     setup.store = groupStore;
     setup.glooGroup = *glooGroup;
     setup.link = link;
+    setup.hostId = env.hostId;
     setup.globalRanks = group.ranks;
     auto transport = Transport::create(setup);
     if (!transport)

@@ -6,10 +6,10 @@
 //
 // 1. Co-location. At creation every rank publishes in the rendezvous store
 //    its host identity (hostname, kernel boot id and pid namespace; or
-//    PPC_HOST_ID when set), pid, process start time and link policy, and
-//    reads everyone's. Peers with this rank's identity are co-located. All
-//    ranks must ask for the same policy; with "shm" every peer must be
-//    co-located, with "gloo" the link declines.
+//    LinkSetup::hostId, PPC_HOST_ID, when set), pid, process start time and
+//    link policy, and reads everyone's. Peers with this rank's identity are
+//    co-located. All ranks must ask for the same policy; with "shm" every peer
+//    must be co-located, with "gloo" the link declines.
 // 2. Rings. Each (sender, receiver, channel) gets one ShmRing
 //    (runtime/link/ShmRing.h), created by the sender on its first message in a
 //    memfd (never a name in /dev/shm: the memory goes when the last
@@ -43,7 +43,6 @@
 #include <unistd.h>
 
 #include <condition_variable>
-#include <cstdlib>
 #include <deque>
 #include <fstream>
 #include <map>
@@ -75,11 +74,11 @@ std::string firstLineOf(const std::string &path) {
 
 /// What makes two processes co-located: the same kernel (boot id), the
 /// same host name, and the same pid namespace (so that /proc/PID is the
-/// peer). PPC_HOST_ID replaces it (tests; containers that share a kernel
-/// but should not share memory).
-std::string hostIdentity() {
-  if (const char *id = std::getenv("PPC_HOST_ID"); id && *id)
-    return id;
+/// peer). A non-empty `given` (PPC_HOST_ID) replaces it (tests; containers
+/// that share a kernel but should not share memory).
+std::string hostIdentity(const std::string &given) {
+  if (!given.empty())
+    return given;
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
   char ns[128] = {};
@@ -477,7 +476,7 @@ llvm::Expected<std::unique_ptr<Link>> makeShmLink(const LinkSetup &setup) {
   if (!setup.store || setup.worldSize < 2)
     return nullptr;
   std::string policy = linkPolicyName(setup.link).str();
-  PeerInfo self{hostIdentity(), shm::PeerProcess::self(), policy};
+  PeerInfo self{hostIdentity(setup.hostId), shm::PeerProcess::self(), policy};
   std::string what = "the host identities of the ranks";
   if (llvm::Error err = storeCall(0, setup.timeout, what, [&] {
         setup.store->set(peerKey(setup.rank), toBytes(encode(self)));

@@ -14,6 +14,8 @@
 #include "runtime/exec/RankContext.h"
 #include "runtime/exec/Trace.h"
 #include "runtime/link/Collectives.h"
+#include "runtime/schedule/Build.h"
+#include "runtime/schedule/Plan.h"
 
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
@@ -216,16 +218,14 @@ Pipeline::create(llvm::StringRef manifestPath, const LaunchEnv &env,
                  const RunOptions &options) {
   auto planner = [&](const Manifest &manifest,
                      int worldSize) -> llvm::Expected<JobPlan> {
-    auto placement =
-        Placement::create(static_cast<int>(manifest.stages.size()), worldSize,
-                          schedulePlacement(options.schedule));
-    if (!placement)
-      return placement.takeError();
-    auto schedule = buildSchedule(manifest, *placement, options.schedule,
-                                  options.microbatches);
-    if (!schedule)
-      return schedule.takeError();
-    return JobPlan{std::move(*schedule), std::nullopt};
+    ScheduleRequest request;
+    request.kind = options.schedule;
+    request.training = false;
+    request.microbatches = options.microbatches;
+    auto plan = planSchedule(manifest, worldSize, request);
+    if (!plan)
+      return plan.takeError();
+    return JobPlan{std::move(plan->schedule), std::nullopt};
   };
   auto ctx = RankContext::create(manifestPath, env, options, planner);
   if (!ctx)
@@ -312,12 +312,6 @@ llvm::Error Pipeline::finish() { return impl_->ctx->finish(); }
 llvm::Error Pipeline::shareFromInputRoot(std::string &bytes) {
   return broadcastBytes(impl_->ctx->transport(), bytes, inputRoot(),
                         "the microbatch signatures");
-}
-
-std::string metaCacheDirOf(const RunOptions &options,
-                           llvm::StringRef manifestPath) {
-  return options.metaCacheDir.empty() ? manifestDirectory(manifestPath)
-                                      : options.metaCacheDir;
 }
 
 } // namespace ppc

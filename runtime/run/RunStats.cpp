@@ -1,7 +1,6 @@
 //===- runtime/run/RunStats.cpp - What one rank of a run reports ----------===//
 //
-// This file implements the names and the --stats line of Pipeline.h's
-// report types.
+// This file implements the --stats line of Pipeline.h's RunStats.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/run/Pipeline.h"
@@ -11,18 +10,6 @@
 #include "llvm/Support/FormatVariadic.h"
 
 namespace ppc {
-
-llvm::StringRef metaSourceName(MetaSource source) {
-  switch (source) {
-  case MetaSource::Inferred:
-    return "inferred";
-  case MetaSource::Cache:
-    return "cache";
-  case MetaSource::User:
-    return "user";
-  }
-  return "inferred";
-}
 
 std::string RunStats::line() const {
   return llvm::formatv(

@@ -76,12 +76,15 @@ static llvm::Expected<int> runRun(const RunCommandOptions &o) {
   display.microbatchesNote = [&](int stages) {
     return o.flags.microbatchesNote(stages);
   };
-  std::vector<std::pair<std::string, std::string>> extra;
+  RunFilesRequest request;
+  request.manifestPath = o.manifestPath;
+  request.inputPath = o.inputPath;
+  request.outputPath = o.outputPath;
+  request.repeat = o.repeat;
   if (!o.flags.statsJsonPath.empty())
-    extra.emplace_back("--stats-json", o.flags.statsJsonPath);
-  auto run = runPipelineFiles(
-      o.manifestPath, o.inputPath, o.outputPath, *env, options, display,
-      o.flags.printSchedule ? &llvm::outs() : nullptr, o.repeat, extra);
+    request.extraOutputs.emplace_back("--stats-json", o.flags.statsJsonPath);
+  request.schedule = o.flags.printSchedule ? &llvm::outs() : nullptr;
+  auto run = runPipelineFiles(request, *env, options, display);
   if (!run)
     return run.takeError();
   if (o.stats)

@@ -42,10 +42,11 @@ double msSince(Clock::time_point start) {
 /// input's output is a directory receiving files named after the input's,
 /// so it must hold nothing kept. Every rank checks (before meeting the
 /// others), so all fail alike and at once.
-llvm::Error checkOutputPaths(
-    llvm::StringRef manifestPath, llvm::StringRef inputPath,
-    llvm::StringRef outputPath, const RunOptions &options,
-    const std::vector<std::pair<std::string, std::string>> &extraOutputs) {
+llvm::Error checkOutputPaths(const RunFilesRequest &request,
+                             const RunOptions &options) {
+  llvm::StringRef manifestPath = request.manifestPath;
+  llvm::StringRef inputPath = request.inputPath;
+  llvm::StringRef outputPath = request.outputPath;
   // A rank that does not read inputs may not see them (another host): the
   // output rank checks the form again once the input root has described
   // them.
@@ -73,7 +74,7 @@ llvm::Error checkOutputPaths(
   if (!options.tracePath.empty())
     if (llvm::Error err = guard.claimFile("--trace", options.tracePath))
       return err;
-  for (const auto &[option, path] : extraOutputs)
+  for (const auto &[option, path] : request.extraOutputs)
     if (llvm::Error err = guard.claimFile(option, path))
       return err;
   return llvm::Error::success();
@@ -365,153 +366,252 @@ void addRun(RunStats &total, const RunStats &run, bool first) {
   total.cacheWritten |= run.cacheWritten;
   total.batches += run.batches;
 }
-} // namespace
+/// Step 1, before meeting the other ranks: --repeat is in range and no
+/// output replaces what the run reads or keeps.
+llvm::Error checkRequest(const RunFilesRequest &request,
+                         const RunOptions &options) {
+  if (request.repeat < 1 || request.repeat > kMaxRepeat)
+    return makeError(llvm::formatv("--repeat {0} is not in 1..{1}",
+                                   request.repeat, kMaxRepeat)
+                         .str());
+  return checkOutputPaths(request, options);
+}
 
-llvm::Expected<RunSummary> runPipelineFiles(
-    llvm::StringRef manifestPath, llvm::StringRef inputPath,
-    llvm::StringRef outputPath, const LaunchEnv &env, const RunOptions &options,
-    const RunDisplay &display, llvm::raw_ostream *schedule, int64_t repeat,
-    const std::vector<std::pair<std::string, std::string>> &extraOutputs) {
-  if (repeat < 1 || repeat > kMaxRepeat)
-    return makeError(
-        llvm::formatv("--repeat {0} is not in 1..{1}", repeat, kMaxRepeat)
-            .str());
-  if (llvm::Error err = checkOutputPaths(manifestPath, inputPath, outputPath,
-                                         options, extraOutputs))
-    return err;
-  auto created = Pipeline::create(manifestPath, env, options);
+/// Step 2: the pipeline, its schedule printed if asked for.
+llvm::Expected<std::unique_ptr<Pipeline>>
+createPipeline(const RunFilesRequest &request, const LaunchEnv &env,
+               const RunOptions &options) {
+  auto created = Pipeline::create(request.manifestPath, env, options);
   if (!created)
     return created.takeError();
-  Pipeline &pipeline = **created;
-  if (schedule) {
-    pipeline.printSchedule(*schedule);
-    schedule->flush();
+  if (request.schedule) {
+    (*created)->printSchedule(*request.schedule);
+    request.schedule->flush();
   }
+  return created;
+}
+
+/// The input as this rank holds it (where it reads model inputs) and the
+/// input root's plan of it.
+struct SharedInput {
   std::optional<BatchInput> input;
+  BatchPlan plan;
+};
+
+/// Step 3: opens the input where this rank reads model inputs, and agrees
+/// with every rank on the input root's plan.
+llvm::Expected<SharedInput> shareInput(Pipeline &pipeline,
+                                       const RunFilesRequest &request,
+                                       const RunOptions &options) {
+  SharedInput shared;
   if (pipeline.needsInputs()) {
-    auto opened = openInput(inputPath, pipeline, options, repeat);
+    auto opened =
+        openInput(request.inputPath, pipeline, options, request.repeat);
     if (!opened)
       return opened.takeError();
-    input = std::move(*opened);
+    shared.input = std::move(*opened);
   }
-  auto shared = sharePlan(pipeline, input);
-  if (!shared)
-    return shared.takeError();
-  const BatchPlan &plan = *shared;
+  auto plan = sharePlan(pipeline, shared.input);
+  if (!plan)
+    return plan.takeError();
+  shared.plan = std::move(*plan);
+  return shared;
+}
 
-  bool writes = env.rank == pipeline.outputRank();
-  bool tuple = pipeline.outputIsTuple();
+/// Step 4, on the output rank: the output has the input root's form (a
+/// directory for a directory), and a directory output exists.
+llvm::Error prepareOutput(const Pipeline &pipeline, const BatchPlan &plan,
+                          llvm::StringRef outputPath) {
   bool directory = plan.form == InputForm::Directory;
-  if (writes && llvm::sys::fs::exists(outputPath) &&
+  if (llvm::sys::fs::exists(outputPath) &&
       directory != llvm::sys::fs::is_directory(outputPath))
     return makeError("--output '" + outputPath + "' is " +
                      (directory ? "not a directory" : "a directory") +
                      "; the input on rank " +
                      llvm::Twine(pipeline.inputRoot()) + " is " +
                      (directory ? "one" : "not"));
-  if (writes && directory) {
+  if (directory)
     if (std::error_code ec = llvm::sys::fs::create_directories(outputPath))
       return makeError("cannot create --output directory '" + outputPath +
                        "': " + ec.message());
+  return llvm::Error::success();
+}
+
+/// Step 5: runs every batch of every repetition and hands out their
+/// outputs: a directory's as files as they come, the others kept for
+/// writeOutputs(). The batches flow as one stream of windows
+/// (Pipeline::submit); a window's outputs come out, batch by batch in
+/// order, once it has run.
+class BatchRunner {
+public:
+  BatchRunner(Pipeline &pipeline, const SharedInput &shared,
+              llvm::StringRef outputPath, const RunDisplay &display,
+              bool writes)
+      : pipeline_(pipeline), input_(shared.input), plan_(shared.plan),
+        outputPath_(outputPath), display_(display), writes_(writes),
+        tuple_(pipeline.outputIsTuple()), start_(Clock::now()),
+        progress_(llvm::errs(), writes ? display.progress : ProgressStyle::Off,
+                  "batch", "batches", plan_.count * plan_.repeat, start_) {}
+
+  /// Runs the batches; the stats then cover them all.
+  llvm::Error run() {
+    const int64_t batches = plan_.count * plan_.repeat;
+    llvm::Error err = batches == 1 ? runOne() : runStream(batches);
+    if (err)
+      return err;
+    total_.totalMs = msSince(start_);
+    progress_.clear();
+    return llvm::Error::success();
   }
-  // The last repetition's outputs, unless written as they come.
-  std::vector<std::vector<c10::IValue>> kept;
-  RunStats total;
-  Clock::time_point start = Clock::now();
-  Progress progress(llvm::errs(),
-                    writes ? display.progress : ProgressStyle::Off, "batch",
-                    "batches", plan.count * plan.repeat, start);
-  // The batches flow as one stream of windows (Pipeline::submit); a
-  // window's outputs come out, batch by batch in order, once it has run.
-  const int64_t batches = plan.count * plan.repeat;
-  int64_t handed = 0;
-  bool ranWindow = false;
-  auto afterWindow = [&] {
-    addRun(total, pipeline.stats(), !ranWindow);
-    // Once the first batch has run, so that a failure stays one line.
-    if (!ranWindow && display.microbatchesNote && pipeline.rank() == 0) {
-      std::string note = display.microbatchesNote(pipeline.stageCount());
-      if (!note.empty())
-        llvm::errs() << note << "\n";
-    }
-    ranWindow = true;
-  };
-  auto handOut = [&](std::vector<c10::IValue> outputs) -> llvm::Error {
-    int64_t pass = handed / plan.count, b = handed % plan.count;
-    ++handed;
-    if (writes)
-      progress.update(handed, samplesOf(outputs));
-    if (!writes || pass + 1 != plan.repeat)
-      return llvm::Error::success();
-    if (!directory) {
-      kept.push_back(std::move(outputs));
-      return llvm::Error::success();
-    }
-    llvm::SmallString<256> file(outputPath);
-    llvm::sys::path::append(file, plan.names[b]);
-    return saveTensors(file, outputs, tuple);
-  };
-  if (batches == 1) {
-    // One batch: nothing to stream.
-    std::vector<c10::IValue> inputs;
-    if (input) {
-      auto loaded = input->batch(0);
-      if (!loaded)
-        return loaded.takeError();
-      inputs = std::move(*loaded);
-    }
-    auto outputs = pipeline.run(inputs);
+
+  /// Step 6, on the output rank: writes the kept outputs of a single batch
+  /// or a list.
+  llvm::Error writeOutputs() const {
+    if (plan_.form == InputForm::List)
+      return saveTensorList(outputPath_, kept_, tuple_);
+    if (plan_.form == InputForm::Single)
+      return saveTensors(outputPath_, kept_.front(), tuple_);
+    return llvm::Error::success();
+  }
+
+  RunSummary summary() const {
+    RunSummary summary;
+    summary.stats = total_;
+    summary.wroteOutputs = writes_;
+    if (writes_)
+      summary.samples = progress_.meter().samples();
+    return summary;
+  }
+
+private:
+  /// The inputs of batch `b` (none on a rank that does not read them).
+  llvm::Expected<std::vector<c10::IValue>> inputsOf(int64_t b) const {
+    if (!input_)
+      return std::vector<c10::IValue>();
+    return input_->batch(b);
+  }
+
+  /// One batch: nothing to stream.
+  llvm::Error runOne() {
+    auto inputs = inputsOf(0);
+    if (!inputs)
+      return inputs.takeError();
+    auto outputs = pipeline_.run(*inputs);
     if (!outputs) {
-      std::string label = plan.label(0, 0);
+      std::string label = plan_.label(0, 0);
       return label.empty() ? outputs.takeError()
                            : withContext(outputs.takeError(), label);
     }
     afterWindow();
-    if (llvm::Error err = handOut(std::move(*outputs)))
-      return err;
+    return handOut(std::move(*outputs));
   }
-  for (int64_t k = 0; batches > 1 && k <= batches; ++k) {
-    if (k < batches) {
-      int64_t pass = k / plan.count, b = k % plan.count;
-      std::vector<c10::IValue> inputs;
-      if (input) {
-        auto loaded = input->batch(b);
-        if (!loaded)
-          return loaded.takeError();
-        inputs = std::move(*loaded);
-      }
-      if (llvm::Error err =
-              pipeline.submit(std::move(inputs), plan.label(b, pass)))
+
+  /// Submits every batch, then flushes; each call runs at most one window.
+  llvm::Error runStream(int64_t batches) {
+    for (int64_t k = 0; k <= batches; ++k) {
+      if (k < batches) {
+        int64_t pass = k / plan_.count, b = k % plan_.count;
+        auto inputs = inputsOf(b);
+        if (!inputs)
+          return inputs.takeError();
+        if (llvm::Error err =
+                pipeline_.submit(std::move(*inputs), plan_.label(b, pass)))
+          return err;
+      } else if (llvm::Error err = pipeline_.flush()) {
         return err;
-    } else if (llvm::Error err = pipeline.flush()) {
-      return err;
+      }
+      if (llvm::Error err = handOutWindow())
+        return err;
     }
-    // A call runs at most one window: its outputs, if any, are ready now.
+    return llvm::Error::success();
+  }
+
+  /// Hands out the outputs of the window that just ran, if any.
+  llvm::Error handOutWindow() {
     bool first = true;
-    while (std::optional<std::vector<c10::IValue>> outputs = pipeline.next()) {
+    while (std::optional<std::vector<c10::IValue>> outputs = pipeline_.next()) {
       if (first)
         afterWindow();
       first = false;
       if (llvm::Error err = handOut(std::move(*outputs)))
         return err;
     }
+    return llvm::Error::success();
   }
-  total.totalMs = msSince(start);
-  progress.clear();
-  if (writes && plan.form == InputForm::List)
-    if (llvm::Error err = saveTensorList(outputPath, kept, tuple))
-      return err;
-  if (writes && plan.form == InputForm::Single)
-    if (llvm::Error err = saveTensors(outputPath, kept.front(), tuple))
-      return err;
-  if (llvm::Error err = pipeline.finish())
+
+  /// Counts a window's stats; after the first, rank 0 prints the
+  /// microbatches note (only then, so that a failure stays one line).
+  void afterWindow() {
+    addRun(total_, pipeline_.stats(), !ranWindow_);
+    if (!ranWindow_ && display_.microbatchesNote && pipeline_.rank() == 0) {
+      std::string note = display_.microbatchesNote(pipeline_.stageCount());
+      if (!note.empty())
+        llvm::errs() << note << "\n";
+    }
+    ranWindow_ = true;
+  }
+
+  /// The next batch's outputs: progress, then on the output rank, in the
+  /// last repetition, a directory's file or kept for writeOutputs().
+  llvm::Error handOut(std::vector<c10::IValue> outputs) {
+    int64_t pass = handed_ / plan_.count, b = handed_ % plan_.count;
+    ++handed_;
+    if (writes_)
+      progress_.update(handed_, samplesOf(outputs));
+    if (!writes_ || pass + 1 != plan_.repeat)
+      return llvm::Error::success();
+    if (plan_.form != InputForm::Directory) {
+      kept_.push_back(std::move(outputs));
+      return llvm::Error::success();
+    }
+    llvm::SmallString<256> file(outputPath_);
+    llvm::sys::path::append(file, plan_.names[b]);
+    return saveTensors(file, outputs, tuple_);
+  }
+
+  Pipeline &pipeline_;
+  const std::optional<BatchInput> &input_;
+  const BatchPlan &plan_;
+  std::string outputPath_;
+  const RunDisplay &display_;
+  bool writes_;
+  bool tuple_;
+  Clock::time_point start_;
+  Progress progress_;
+  /// The last repetition's outputs, unless written as they come.
+  std::vector<std::vector<c10::IValue>> kept_;
+  RunStats total_;
+  int64_t handed_ = 0;
+  bool ranWindow_ = false;
+};
+} // namespace
+
+llvm::Expected<RunSummary> runPipelineFiles(const RunFilesRequest &request,
+                                            const LaunchEnv &env,
+                                            const RunOptions &options,
+                                            const RunDisplay &display) {
+  if (llvm::Error err = checkRequest(request, options))
     return err;
-  RunSummary summary;
-  summary.stats = total;
-  summary.wroteOutputs = writes;
+  auto pipeline = createPipeline(request, env, options);
+  if (!pipeline)
+    return pipeline.takeError();
+  auto shared = shareInput(**pipeline, request, options);
+  if (!shared)
+    return shared.takeError();
+  bool writes = env.rank == (*pipeline)->outputRank();
   if (writes)
-    summary.samples = progress.meter().samples();
-  return summary;
+    if (llvm::Error err =
+            prepareOutput(**pipeline, shared->plan, request.outputPath))
+      return err;
+  BatchRunner runner(**pipeline, *shared, request.outputPath, display, writes);
+  if (llvm::Error err = runner.run())
+    return err;
+  if (writes)
+    if (llvm::Error err = runner.writeOutputs())
+      return err;
+  if (llvm::Error err = (*pipeline)->finish())
+    return err;
+  return runner.summary();
 }
 
 } // namespace ppc

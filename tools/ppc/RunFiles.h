@@ -1,5 +1,4 @@
-//===- tools/ppc/RunFiles.h - ppc run's files: batches in, outputs out -*- C++
-//-*-===//
+//===- tools/ppc/RunFiles.h - ppc run's files in and out --------*- C++ -*-===//
 //
 // `ppc run`'s file semantics on top of the runtime's Pipeline
 // (runtime/run/Pipeline.h): which inputs a path holds, where the outputs go,
@@ -66,38 +65,53 @@ struct RunSummary {
   }
 };
 
-/// The whole of `ppc run` for one rank: creates the pipeline, reads
-/// `inputPath` where needed, runs every batch it holds `repeat` times
-/// (1..kMaxRepeat), writes the outputs of the last repetition to
-/// `outputPath` on the output rank, and finishes. The input is one batch (a
-/// file loadTensors reads; the output is then a tensor, or a tuple if the
-/// model returns one), a list of batches (loadInputBatches; the output is a
-/// list of such outputs, written after the last batch), or a directory of
-/// one-batch .pt files run in bytewise name order (the output is a
-/// directory, created if missing, receiving one file of the same name per
-/// input file as its batch completes); docs/runtime.md, "Many batches per
-/// launch". The batches of all repetitions flow as one stream of windows
-/// (RunOptions::streamMicrobatches, Pipeline::submit): a window's outputs
-/// are written, and its progress shown, batch by batch once the window has
-/// run; after a failure the files of earlier windows stay, whole. The input
-/// root's view of the input and of `repeat` is shared
-/// with every rank. `schedule` (if not null) receives the printed schedule
-/// before the run. Returns the stats of the whole launch. Errors: those of
-/// Pipeline::create, run (prefixed with the batch when there are several)
-/// and finish; --repeat out of range; an --output or --trace that would
-/// replace what the run reads or keeps (OutputGuard: the input, the
-/// manifest, a stage file, the model, a meta cache file, --input-meta, each
-/// other), checked by every rank before Pipeline::create; an unreadable
-/// input or a batch that does not fit
-/// the model; input ranks that see different inputs; an unwritable output.
-/// `extraOutputs` are more output files the caller writes (--stats-json),
-/// claimed with the others: (option, path) pairs.
-llvm::Expected<RunSummary> runPipelineFiles(
-    llvm::StringRef manifestPath, llvm::StringRef inputPath,
-    llvm::StringRef outputPath, const LaunchEnv &env, const RunOptions &options,
-    const RunDisplay &display, llvm::raw_ostream *schedule = nullptr,
-    int64_t repeat = 1,
-    const std::vector<std::pair<std::string, std::string>> &extraOutputs = {});
+/// What `ppc run` runs: its files and --repeat.
+struct RunFilesRequest {
+  std::string manifestPath;
+  /// One batch, a list of batches, or a directory of batch files.
+  std::string inputPath;
+  std::string outputPath;
+  /// Runs of every batch, 1..kMaxRepeat.
+  int64_t repeat = 1;
+  /// More output files the caller writes (--stats-json), claimed with the
+  /// others: (option, path) pairs.
+  std::vector<std::pair<std::string, std::string>> extraOutputs;
+  /// If not null, receives the printed schedule before the run.
+  llvm::raw_ostream *schedule = nullptr;
+};
+
+/// The whole of `ppc run` for one rank, as a sequence of steps:
+///   1. check --repeat and the outputs (every rank, before meeting the
+///      others): an --output or --trace that would replace what the run
+///      reads or keeps is refused (OutputGuard: the input, the manifest, a
+///      stage file, the model, a meta cache file, --input-meta, each
+///      other, `extraOutputs`);
+///   2. create the pipeline (print its schedule if asked);
+///   3. read the input where needed and share the input root's view of it
+///      and of `repeat` with every rank;
+///   4. on the output rank, check the output's form (create a directory);
+///   5. run every batch `repeat` times;
+///   6. write the outputs of the last repetition on the output rank, and
+///      finish.
+/// The input is one batch (a file loadTensors reads; the output is then a
+/// tensor, or a tuple if the model returns one), a list of batches
+/// (loadInputBatches; the output is a list of such outputs, written after
+/// the last batch), or a directory of one-batch .pt files run in bytewise
+/// name order (the output is a directory, created if missing, receiving one
+/// file of the same name per input file as its batch completes);
+/// docs/runtime.md, "Many batches per launch". The batches of all
+/// repetitions flow as one stream of windows (RunOptions::streamMicrobatches,
+/// Pipeline::submit): a window's outputs are written, and its progress
+/// shown, batch by batch once the window has run; after a failure the files
+/// of earlier windows stay, whole. Returns the stats of the whole launch.
+/// Errors: those of Pipeline::create, run (prefixed with the batch when
+/// there are several) and finish; --repeat out of range; a refused output;
+/// an unreadable input or a batch that does not fit the model; input ranks
+/// that see different inputs; an unwritable output.
+llvm::Expected<RunSummary> runPipelineFiles(const RunFilesRequest &request,
+                                            const LaunchEnv &env,
+                                            const RunOptions &options,
+                                            const RunDisplay &display);
 
 } // namespace ppc
 

@@ -7,6 +7,7 @@
 #include "tools/ppc/RuntimeFlags.h"
 
 #include "lib/Error.h"
+#include "runtime/link/Link.h"
 #include "runtime/platform/Duration.h"
 #include "runtime/platform/Threads.h"
 #include "tools/ppc/OptionChecks.h"
@@ -28,15 +29,13 @@ void RuntimeFlags::addTo(CLI::App &app) {
   app.add_option("--device", device, "cpu (Gloo) or cuda (NCCL)")
       ->capture_default_str()
       ->check(CLI::IsMember({"cpu", "cuda"}));
-  app.add_option("--link", link,
-                 "Which link carries CPU tensors between ranks: auto (shared "
-                 "memory between ranks on one host, Gloo across hosts), gloo "
-                 "(Gloo only) or shm (shared memory; every rank must be on "
-                 "one host). Default: the PPC_LINK environment variable, "
-                 "else auto")
+  app.add_option(
+         "--link", link,
+         "Which link carries CPU tensors between ranks: " + linkPolicyHelp() +
+             ". Default: the PPC_LINK environment variable, else auto")
       ->capture_default_str()
       ->envname("PPC_LINK")
-      ->check(CLI::IsMember({"auto", "gloo", "shm"}));
+      ->check(CLI::IsMember(linkPolicyNames()));
   app.add_option("--timeout", timeoutSeconds,
                  "Seconds to wait for another rank before giving up "
                  "(0.001 to 604800, 7 days)")

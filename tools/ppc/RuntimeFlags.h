@@ -12,7 +12,7 @@
 #ifndef PPC_TOOLS_PPC_RUNTIMEFLAGS_H
 #define PPC_TOOLS_PPC_RUNTIMEFLAGS_H
 
-#include "runtime/run/Pipeline.h"
+#include "runtime/exec/RunOptions.h"
 
 #include <CLI/CLI.hpp>
 
@@ -23,7 +23,7 @@ namespace ppc {
 struct RuntimeFlags {
   int microbatches = 1;
   std::string device = "cpu";
-  /// --link: auto, gloo or shm (default PPC_LINK, else auto).
+  /// --link: one of linkPolicyNames() (default PPC_LINK, else auto).
   std::string link = "auto";
   double timeoutSeconds = 60;
   std::string metaCacheDir;

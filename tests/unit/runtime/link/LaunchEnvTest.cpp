@@ -147,3 +147,28 @@ TEST(LaunchEnvTest, StoreHostAndJobToken) {
   EXPECT_EQ(errorOf(parse(vars)),
             "PPC_JOB_TOKEN must be at most 256 printable characters");
 }
+
+// ppc's own knobs are read here, once, so that nothing below a rank's
+// creation reads the environment.
+TEST(LaunchEnvTest, HostIdAndCoalesce) {
+  auto env = parse(good());
+  ASSERT_TRUE(static_cast<bool>(env));
+  EXPECT_EQ(env->hostId, "");
+  EXPECT_TRUE(env->coalesce);
+
+  auto vars = good();
+  vars["PPC_HOST_ID"] = "host-a";
+  vars["PPC_COALESCE"] = "0";
+  env = parse(vars);
+  ASSERT_TRUE(static_cast<bool>(env));
+  EXPECT_EQ(env->hostId, "host-a");
+  EXPECT_FALSE(env->coalesce);
+
+  // Only "0" turns coalescing off; an empty host id is none.
+  vars["PPC_HOST_ID"] = "";
+  vars["PPC_COALESCE"] = "1";
+  env = parse(vars);
+  ASSERT_TRUE(static_cast<bool>(env));
+  EXPECT_EQ(env->hostId, "");
+  EXPECT_TRUE(env->coalesce);
+}
