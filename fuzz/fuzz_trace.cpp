@@ -16,7 +16,10 @@
 #include "FuzzCheck.h"
 
 #include "lib/SafeRead.h"
-#include "runtime/exec/Trace.h"
+#include "tools/ppc/TracePlot.h"
+#include "tools/ppc/TraceRange.h"
+#include "tools/ppc/TraceReader.h"
+#include "tools/ppc/TraceSummary.h"
 
 #include "llvm/ADT/STLExtras.h"
 

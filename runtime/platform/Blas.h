@@ -15,22 +15,10 @@
 //      and build, found by name among the loaded libraries; or MKL);
 //   2. hostCpuFeatures() (cpuid) and the best OpenBLAS core type for them,
 //      with the names of OpenBLAS's driver/others/dynamic.c;
-//   3. a numerical self-check of a core type, run in a child process
-//      (`ppc blas-check CORE`) with OPENBLAS_CORETYPE=CORE, since a forced
-//      core type can crash or, in older OpenBLAS builds, compute wrong
-//      results on some processors;
-//   4. what `ppc launch` does about its ranks' kernel (planRankKernel), and
-//      the one start-up warning of a rank that runs a kernel below its CPU
+//   3. the one start-up warning of a rank that runs a kernel below its CPU
 //      (warnAboutBlasKernel).
-//
-// Test hooks (environment variables read by ppc launch only, for the tests
-// of a machine whose OpenBLAS already picks the right kernel by itself):
-//   PPC_TEST_BLAS_CORETYPE_IS_DEFAULT=1  ppc launch takes OPENBLAS_CORETYPE
-//       in its own environment for OpenBLAS's own choice, not the user's
-//       (so OPENBLAS_CORETYPE=Prescott reproduces a CPU on which OpenBLAS
-//       picks Prescott by itself);
-//   PPC_TEST_BLAS_CANDIDATE=NAME  ppc launch self-checks core type NAME
-//       instead of the best one (a name OpenBLAS does not know fails).
+// What `ppc launch` does about its ranks' kernel, with a numerical
+// self-check of a core type, is the CLI's (tools/ppc/BlasCheck.h).
 //
 //===----------------------------------------------------------------------===//
 #ifndef PPC_RUNTIME_PLATFORM_BLAS_H
@@ -39,9 +27,6 @@
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/raw_ostream.h"
 
-#include <ATen/core/Tensor.h>
-
-#include <functional>
 #include <string>
 
 namespace ppc {
@@ -96,6 +81,14 @@ bool isGenericCore(llvm::StringRef core);
 /// bestKernelClass(cpu).
 bool coreFallsShort(llvm::StringRef core, const CpuFeatures &cpu);
 
+/// What a CPU of class `kind` is called in messages: "AVX-512 BF16",
+/// "AVX-512", "AVX2", "AVX", else "SSE".
+const char *cpuClassName(KernelClass kind);
+
+/// What messages call OpenBLAS core type `core`: "its generic Prescott
+/// kernel", "its Haswell kernel".
+std::string kernelPhrase(llvm::StringRef core);
+
 enum class BlasKind { Unknown, OpenBlas, Mkl };
 
 /// The BLAS a process computes with.
@@ -136,78 +129,9 @@ std::string blasStatsName(const BlasInfo &blas);
 std::string kernelWarning(const BlasInfo &blas, const CpuFeatures &cpu);
 
 /// Prints kernelWarning(loadedBlas(), hostCpuFeatures()) to `warnings`, once
-/// per process (the first call), unless PPC_BLAS_WARNED is set in the
-/// environment (ppc launch warned for its ranks already).
-void warnAboutBlasKernel(llvm::raw_ostream &warnings);
-
-/// The outcome of a self-check of core type `requested`.
-struct KernelCheck {
-  bool passed = false;
-  /// The core OpenBLAS loaded (may differ from the one requested).
-  std::string loadedCore;
-  /// Why it failed; empty when it passed.
-  std::string problem;
-};
-
-/// How far at::matmul(a, b) = `c` is from the exact product, against the
-/// error bound of a dot product of a.size(-1) terms in c's precision:
-/// max over elements of |c - exact| / (2 k u sum |a_i||b_i|) (u: the unit
-/// roundoff of c's dtype; the exact product and the sums in double, by a
-/// plain loop, exact for the inputs the self-check uses). At most 1 for any
-/// correct kernel, whatever its order of summation; a wrong kernel is off
-/// by about the values themselves. a: m x k or k (vector), b: k x n or k,
-/// float or double, on the CPU; a shape mismatch is infinity.
-double productError(const at::Tensor &a, const at::Tensor &b,
-                    const at::Tensor &c);
-
-/// The self-check in this process (the child's side of checkCoreType()):
-/// on one thread, float and double matrix products (plain, transposed
-/// operands, odd sizes and a matrix-vector product) through at::matmul, each
-/// with productError() at most 1; and OpenBLAS must be loaded with core
-/// type `requested` (compared ignoring case).
-KernelCheck checkLoadedKernel(llvm::StringRef requested);
-
-/// The line `ppc blas-check` prints for `check`: "blas-check: core=NAME ok"
-/// or "blas-check: core=NAME failed: PROBLEM".
-std::string kernelCheckLine(const KernelCheck &check);
-
-/// Reads a kernelCheckLine() (the child's output, untrusted): the check it
-/// reports, or a failed one saying what was wrong with `text`.
-KernelCheck parseKernelCheckLine(llvm::StringRef text);
-
-/// The longest a self-check may take, in seconds (a child that loads
-/// LibTorch and multiplies a few small matrices: about a second).
-constexpr unsigned kKernelCheckSeconds = 60;
-
-/// Runs `ppcPath blas-check CORE` with OPENBLAS_CORETYPE=CORE and one BLAS
-/// thread (the rest of the environment inherited), for at most
-/// kKernelCheckSeconds, and reads its line. Fails (never an error) when
-/// the child cannot run, crashes ("killed by SIGILL" on a CPU without the
-/// core's instructions), times out or reports a failure.
-KernelCheck checkCoreType(llvm::StringRef core, llvm::StringRef ppcPath);
-
-/// What `ppc launch` does about its ranks' BLAS kernel.
-struct RankKernelPlan {
-  /// OPENBLAS_CORETYPE for the ranks; empty: leave the environment alone.
-  std::string coreType;
-  /// One "note: ..." line to print (unless quiet), or "".
-  std::string note;
-  /// One "warning: ..." line to print (unless quiet), or "": the ranks then
-  /// get PPC_BLAS_WARNED=1 so that they do not repeat it.
-  std::string warning;
-};
-
-/// The plan for ranks that inherit this process's BLAS `blas` on `cpu`:
-/// nothing unless it is OpenBLAS, OPENBLAS_CORETYPE is not the user's
-/// (`userSetCoreType`) and its core falls short of the CPU
-/// (coreFallsShort()). Then `check` is asked, once, about the best core
-/// type (or `candidate` when not empty, a test hook): if it passes, the
-/// ranks get it and the note says so; if not, the warning names the
-/// variable to set.
-RankKernelPlan
-planRankKernel(const BlasInfo &blas, const CpuFeatures &cpu,
-               bool userSetCoreType, llvm::StringRef candidate,
-               const std::function<KernelCheck(llvm::StringRef)> &check);
+/// per process (the first call), unless `launcherWarned`: ppc launch warned
+/// for its ranks already (LaunchEnv::blasWarned, PPC_BLAS_WARNED).
+void warnAboutBlasKernel(llvm::raw_ostream &warnings, bool launcherWarned);
 
 } // namespace ppc
 

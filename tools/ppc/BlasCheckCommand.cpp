@@ -1,7 +1,7 @@
 //===- tools/ppc/BlasCheckCommand.cpp - ppc blas-check (hidden) -----------===//
 //
 // `ppc blas-check CORE`: the child process of ppc launch's self-check of an
-// OpenBLAS core type (runtime/platform/Blas.h, checkCoreType()). ppc launch
+// OpenBLAS core type (tools/ppc/BlasCheck.h, checkCoreType()). ppc launch
 // starts it with OPENBLAS_CORETYPE=CORE; it runs the products of
 // checkLoadedKernel() and prints one kernelCheckLine(). Not in --help: nothing
 // but ppc launch needs it.
@@ -9,7 +9,7 @@
 //===----------------------------------------------------------------------===//
 #include "tools/ppc/Commands.h"
 
-#include "runtime/platform/Blas.h"
+#include "tools/ppc/BlasCheck.h"
 
 #include "llvm/Support/raw_ostream.h"
 

@@ -9,8 +9,8 @@
 #include "lib/Error.h"
 #include "lib/NumberRules.h"
 #include "runtime/link/Rendezvous.h"
-#include "runtime/platform/Blas.h"
 #include "runtime/platform/Duration.h"
+#include "tools/ppc/BlasCheck.h"
 #include "tools/ppc/Launcher.h"
 #include "tools/ppc/OptionChecks.h"
 
@@ -61,17 +61,26 @@ int gpuCount() {
   }
 }
 
-/// The ranks' BLAS kernel (runtime/platform/Blas.h, planRankKernel()): when
+/// The test hooks of the ranks' kernel plan (tools/ppc/BlasCheck.h), read
+/// here and nowhere else.
+BlasTestHooks blasTestHooks() {
+  BlasTestHooks hooks;
+  hooks.coreTypeIsDefault =
+      std::getenv("PPC_TEST_BLAS_CORETYPE_IS_DEFAULT") != nullptr;
+  if (const char *candidate = std::getenv("PPC_TEST_BLAS_CANDIDATE"))
+    hooks.candidate = candidate;
+  return hooks;
+}
+
+/// The ranks' BLAS kernel (tools/ppc/BlasCheck.h, planRankKernel()): when
 /// this ppc's OpenBLAS picked a kernel below the CPU and the user did not set
 /// OPENBLAS_CORETYPE, the best core type is checked once in a child and, if
 /// it computes correctly, set for the ranks. The note or warning is printed
 /// unless the command passes --quiet (ppc run's and ppc train's).
-void chooseRankKernel(LaunchOptions &options) {
-  bool userSet = std::getenv("OPENBLAS_CORETYPE") &&
-                 !std::getenv("PPC_TEST_BLAS_CORETYPE_IS_DEFAULT");
-  const char *candidate = std::getenv("PPC_TEST_BLAS_CANDIDATE");
+void chooseRankKernel(LaunchOptions &options, const BlasTestHooks &hooks) {
+  bool userSet = std::getenv("OPENBLAS_CORETYPE") && !hooks.coreTypeIsDefault;
   RankKernelPlan plan = planRankKernel(
-      loadedBlas(), hostCpuFeatures(), userSet, candidate ? candidate : "",
+      loadedBlas(), hostCpuFeatures(), userSet, hooks.candidate,
       [](llvm::StringRef core) {
         return checkCoreType(
             core, llvm::sys::fs::getMainExecutable(
@@ -108,7 +117,7 @@ static llvm::Expected<int> runLaunch(const LaunchArgs &args) {
   }
   if (llvm::Error err = validateLaunchOptions(options))
     return err;
-  chooseRankKernel(options);
+  chooseRankKernel(options, blasTestHooks());
   // One node's launch can name its job; nodes of a multi-node job share
   // whatever PPC_JOB_TOKEN the user gives them all (inherited).
   if (options.nnodes == 1 && !std::getenv("PPC_JOB_TOKEN"))

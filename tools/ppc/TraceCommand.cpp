@@ -1,7 +1,8 @@
 //===- tools/ppc/TraceCommand.cpp - ppc trace -----------------------------===//
 //
 // `ppc trace summary FILE` and `ppc trace plot FILE -o OUT.svg`: CLI11
-// wiring over the reader, summary and timeline in runtime/exec/Trace.h.
+// wiring over the reader, summary and timeline in tools/ppc/TraceReader.h,
+// TraceRange.h, TraceSummary.h and TracePlot.h.
 //
 //===----------------------------------------------------------------------===//
 #include "tools/ppc/Commands.h"
@@ -10,7 +11,10 @@
 #include "lib/Error.h"
 #include "lib/FileUtil.h"
 #include "lib/OutputGuard.h"
-#include "runtime/exec/Trace.h"
+#include "tools/ppc/TracePlot.h"
+#include "tools/ppc/TraceRange.h"
+#include "tools/ppc/TraceReader.h"
+#include "tools/ppc/TraceSummary.h"
 
 #include "llvm/Support/raw_ostream.h"
 
