@@ -23,6 +23,8 @@
 
 #include "llvm/Support/raw_ostream.h"
 
+#include <type_traits>
+
 namespace ppc::api {
 
 namespace {
@@ -169,27 +171,22 @@ ppc::TrainOptions internalOptions(const TrainOptions &o) {
   ppc::TrainOptions out;
   out.run = internalOptions(o.run, false);
   out.loss = kindOf(o.loss, kAllLossKinds, lossName, "loss");
-  out.lossOutput = o.lossOutput;
   out.optimizer =
       kindOf(o.optimizer, kAllOptimizerKinds, optimizerName, "optimizer");
-  out.lr = o.lr;
-  out.momentum = o.momentum;
-  out.weightDecay = o.weightDecay;
-  out.scheduleCSVPath = o.scheduleCSVPath;
-  out.autoSchedule = o.autoSchedule;
-  out.maxActivations = o.maxActivations;
   // Clipping and learning-rate schedules
-  out.clipGradNorm = o.clipGradNorm;
   out.lrSchedule.kind =
       kindOf(o.lrSchedule, kAllLrScheduleKinds, lrScheduleName, "lr schedule");
   out.lrSchedule.warmupSteps = o.warmupSteps;
   out.lrSchedule.minLr = o.minLr;
   out.lrSchedule.steps = o.steps;
-  out.dataParallel = o.dataParallel;
   out.run.precision =
       kindOf(o.precision, kAllPrecisions, precisionName, "precision");
-  out.recompute = o.recompute;
-  out.seed = o.seed;
+  // The fields of the same name and type.
+#define PPC_TRAIN_OPTION(NAME)                                                 \
+  static_assert(std::is_same_v<decltype(out.NAME), decltype(o.NAME)>);         \
+  out.NAME = o.NAME;
+#define PPC_TRAIN_API_OPTION(NAME) PPC_TRAIN_OPTION(NAME)
+#include "runtime/train/TrainOptions.def"
   if (o.measureMemory)
     MemoryMeter::install();
   return out;

@@ -30,7 +30,9 @@ class Trainer;
 
 namespace ppc::api {
 
-/// How a pipeline trains; the fields mirror `ppc train`'s flags.
+/// How a pipeline trains; the fields mirror `ppc train`'s flags. (Those of
+/// the internal options' names and types are copied by the list in
+/// runtime/train/TrainOptions.def.)
 struct TrainOptions {
   /// Microbatches, schedule, device, timeout, meta cache, threads, trace:
   /// as for Pipeline, where every schedule of `ppc train --schedule` is

@@ -30,11 +30,8 @@
 #include <torch/optim/sgd.h>
 #include <torch/serialize.h>
 
-#include <chrono>
-#include <cstdlib>
 #include <mutex>
 #include <set>
-#include <thread>
 
 namespace ppc {
 
@@ -547,18 +544,6 @@ loadTensorDict(llvm::StringRef path) {
       out.insert(entry.key().toStringRef(), entry.value().toTensor());
     return out;
   });
-}
-
-void checkpointTestPause(int step, int rank) {
-  const char *spec = std::getenv("PPC_TEST_CHECKPOINT_PAUSE");
-  if (!spec)
-    return;
-  auto [s, r] = llvm::StringRef(spec).split(':');
-  int wantStep = 0, wantRank = 0;
-  if (s.getAsInteger(10, wantStep) || r.getAsInteger(10, wantRank) ||
-      wantStep != step || wantRank != rank)
-    return;
-  std::this_thread::sleep_for(std::chrono::minutes(10));
 }
 
 } // namespace ppc

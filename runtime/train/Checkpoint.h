@@ -3,8 +3,8 @@
 // The layout and the rules of `ppc train --checkpoint-dir DIR`
 // (docs/training.md "Checkpoints and resuming"). DIR holds one directory per
 // checkpoint, DIR/step-<8-digit step>/, written by Trainer::saveCheckpoint
-// through Trainer::save's staged-directory protocol (it appears under its
-// name only when whole) and holding:
+// through Trainer::save's staged-directory protocol (runtime/train/Save.h:
+// it appears under its name only when whole) and holding:
 //   manifest.json, the stage files   what --save writes: `ppc run`,
 //                                    `ppc train` and `ppc join` read them;
 //   optim.stage<S>.pt                stage S's optimizer state, a dict from
@@ -152,11 +152,6 @@ llvm::Error saveTensorDict(llvm::StringRef path,
                            const c10::Dict<std::string, at::Tensor> &state);
 llvm::Expected<c10::Dict<std::string, at::Tensor>>
 loadTensorDict(llvm::StringRef path);
-
-/// Test hook: with PPC_TEST_CHECKPOINT_PAUSE="STEP:RANK", rank RANK sleeps
-/// (up to 10 minutes) once its files of checkpoint STEP are written and
-/// before it reports them, so that a test can kill it mid-checkpoint.
-void checkpointTestPause(int step, int rank);
 
 } // namespace ppc
 

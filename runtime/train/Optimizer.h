@@ -22,7 +22,7 @@
 #ifndef PPC_RUNTIME_TRAIN_OPTIMIZER_H
 #define PPC_RUNTIME_TRAIN_OPTIMIZER_H
 
-#include "runtime/train/Trainer.h"
+#include "runtime/train/TrainOptions.h"
 
 #include "llvm/Support/Error.h"
 

@@ -2,8 +2,8 @@
 //
 // This file implements Trainer (see Trainer.h): a training job on a rank
 // context (RankContext.h) whose schedule has the executor's backward actions
-// (Executor.h), the gradients of tied parameters, the optimizer, and saving
-// the stages.
+// (Executor.h), the gradients of tied parameters and the optimizer; saving
+// and checkpoints are runtime/train/Save.h's.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/train/Trainer.h"
@@ -12,7 +12,6 @@
 #include "lib/FileUtil.h"
 #include "lib/Manifest.h"
 #include "lib/NumberRules.h"
-#include "lib/OutputGuard.h"
 #include "lib/SafeRead.h"
 #include "lib/Stage.h"
 #include "lib/TensorIO.h"
@@ -22,29 +21,24 @@
 #include "runtime/link/Collectives.h"
 #include "runtime/platform/Blas.h"
 #include "runtime/platform/MemoryMeter.h"
-#include "runtime/train/Checkpoint.h"
+#include "runtime/schedule/Plan.h"
+#include "runtime/schedule/ScheduleCSV.h"
 #include "runtime/train/DataParallel.h"
 #include "runtime/train/Optimizer.h"
+#include "runtime/train/Save.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/StringExtras.h"
-#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
-#include "llvm/Support/Path.h"
 
 #include <ATen/ATen.h>
-#include <torch/serialize.h>
 
 #include <chrono>
 #include <cmath>
-#include <cstdio>
-#include <functional>
 #include <optional>
-#include <sstream>
-
 #include <tuple>
-#include <unistd.h>
+#include <type_traits>
 
 namespace ppc {
 
@@ -70,27 +64,28 @@ std::string TrainStats::line() const {
          (peakBytes < 0 ? "" : " peak_bytes=" + std::to_string(peakBytes));
 }
 
-/// The most bytes a schedule CSV may have.
-constexpr uint64_t kMaxScheduleCSVBytes = 64 << 20;
-
-namespace {
-/// What a save writes besides the stages and the manifest (a checkpoint's
-/// files); the default writes nothing more.
-struct SaveExtras {
-  /// Writes this rank's own files into the staged directory `tmp`, adding
-  /// the path of each (relative to `tmp`) to `names` before writing it.
-  std::function<llvm::Error(llvm::StringRef tmp,
-                            std::vector<std::string> &names)>
-      write;
-  /// On rank 0, after the manifest: writes the last file into `tmp`,
-  /// given the SHA-256 of every other file (relative path to hash).
-  std::function<llvm::Error(llvm::StringRef tmp,
-                            const std::map<std::string, std::string> &hashes)>
-      last;
-  /// Whether an existing `dir` may be replaced (StagedDirectory::commit).
-  std::function<llvm::Error(llvm::StringRef dir)> replaceable;
-};
-} // namespace
+/// Where the schedule comes from: options.run.schedule, --schedule auto or
+/// the schedule CSV, read here. A given CSV is run even when empty: its
+/// reader says why it cannot be.
+static llvm::Expected<ScheduleRequest>
+scheduleRequest(const TrainOptions &options) {
+  ScheduleRequest request;
+  request.kind = options.run.schedule;
+  request.microbatches = options.run.microbatches;
+  request.autoSchedule = options.autoSchedule;
+  request.maxActivations = options.maxActivations;
+  if (!options.scheduleCSVPath.empty()) {
+    auto text = readFileBounded(options.scheduleCSVPath, kMaxScheduleCSVBytes,
+                                "schedule CSV");
+    if (!text)
+      return text.takeError();
+    request.csv = (*text)->getBuffer().str();
+    request.csvName = options.scheduleCSVPath;
+  }
+  if (llvm::Error err = request.check())
+    return err;
+  return request;
+}
 
 struct Trainer::Impl {
   std::unique_ptr<RankContext> ctx;
@@ -109,15 +104,10 @@ struct Trainer::Impl {
   llvm::Error sumTiedGradients();
   /// Splits the target like the inputs; checks its rows.
   llvm::Error splitTarget(const at::Tensor &target, ExecutorStep &step);
-  /// Trainer::save's protocol, writing `extras` too (checkpoints).
-  llvm::Error saveDirectory(llvm::StringRef dir, const SaveExtras &extras);
-  // Checkpoints
-  /// This rank's stages' parameters (with their paths) by stage.
-  std::vector<std::pair<std::string, at::Tensor>> stageParameters(int stage);
-  /// Loads the stages, optimizer state and generators of checkpoint
-  /// `path` (verified) onto this rank.
-  llvm::Error loadCheckpoint(const std::string &path,
-                             const CheckpointInfo &info);
+  /// What saving reads and resuming sets (Save.h).
+  TrainedPipeline pipeline() {
+    return {*ctx, savedTraining, optimizer.get(), options};
+  }
 
   // Data parallel
   /// The rows the loss weights divide by: the whole batch's, of which this
@@ -309,18 +299,9 @@ Trainer::create(llvm::StringRef manifestPath, const LaunchEnv &env,
       return err;
   if (llvm::Error err = checkOptimizerOptions(options))
     return err;
-  // A given CSV is run even when empty: its reader says why it cannot be.
-  std::optional<std::string> csv;
-  if (!options.scheduleCSVPath.empty()) {
-    auto text = readFileBounded(options.scheduleCSVPath, kMaxScheduleCSVBytes,
-                                "schedule CSV");
-    if (!text)
-      return text.takeError();
-    csv = (*text)->getBuffer().str();
-  }
-  if (options.autoSchedule && csv)
-    return makeError("--schedule auto picks a schedule; --schedule-csv gives "
-                     "one: use one of them");
+  auto request = scheduleRequest(options);
+  if (!request)
+    return request.takeError();
   std::string scheduleNote;
   auto planner = [&](const Manifest &manifest,
                      int worldSize) -> llvm::Expected<JobPlan> {
@@ -329,33 +310,11 @@ Trainer::create(llvm::StringRef manifestPath, const LaunchEnv &env,
     loss.modelOutput = options.lossOutput;
     if (llvm::Error err = resolveLoss(manifest, loss))
       return err;
-    const RunOptions &run = options.run;
-    if (options.autoSchedule) {
-      auto choice = chooseSchedule(
-          manifest, worldSize, run.microbatches, manifestStageCosts(manifest),
-          manifestCostsSource(manifest), options.maxActivations);
-      if (!choice)
-        return choice.takeError();
-      scheduleNote = choice->explanation;
-      return JobPlan{std::move(choice->schedule), loss};
-    }
-    // A schedule CSV places each stage on the rank whose row runs it; a
-    // named schedule on its own placement (Schedules.def).
-    int numStages = static_cast<int>(manifest.stages.size());
-    auto placement = !csv ? Placement::create(numStages, worldSize,
-                                              schedulePlacement(run.schedule))
-                          : placementFromCSV(*csv, numStages, worldSize,
-                                             options.scheduleCSVPath);
-    if (!placement)
-      return placement.takeError();
-    auto schedule = !csv ? buildTrainingSchedule(manifest, *placement,
-                                                 run.schedule, run.microbatches)
-                         : trainingScheduleFromCSV(manifest, *placement, *csv,
-                                                   run.microbatches,
-                                                   options.scheduleCSVPath);
-    if (!schedule)
-      return schedule.takeError();
-    return JobPlan{std::move(*schedule), loss};
+    auto plan = planSchedule(manifest, worldSize, *request);
+    if (!plan)
+      return plan.takeError();
+    scheduleNote = std::move(plan->note);
+    return JobPlan{std::move(plan->schedule), loss};
   };
   auto ctx = RankContext::create(manifestPath, env, options.run, planner,
                                  options.dataParallel);
@@ -446,7 +405,11 @@ llvm::Expected<double> Trainer::step(const std::vector<c10::IValue> &inputs,
     return err;
   if (llvm::Error err = t.splitTarget(*targetOnDevice, step))
     return err;
-  step.recompute = t.options.recompute;
+#define PPC_EXECUTOR_OPTION(NAME)                                              \
+  static_assert(                                                               \
+      std::is_same_v<decltype(step.NAME), decltype(t.options.NAME)>);          \
+  step.NAME = t.options.NAME;
+#include "runtime/train/TrainOptions.def"
   auto done = ctx.execute(step);
   if (!done)
     return done.takeError();
@@ -627,465 +590,24 @@ llvm::Error Trainer::checkSameData(llvm::StringRef digest) {
   return llvm::Error::success();
 }
 
-namespace {
-/// What one rank wrote into a save's staged directory: removed again (its
-/// files, the directories it made, then the staged directory if that is
-/// now empty) unless the save succeeded, so that a rank whose peer died
-/// mid-save leaves nothing behind; rank 0's StagedDirectory removes the
-/// rest.
-struct WrittenPart {
-  std::string staged;
-  std::vector<std::string> files, dirs;
-  bool keep = false;
-  ~WrittenPart() {
-    if (keep || staged.empty())
-      return;
-    for (const std::string &file : files)
-      llvm::sys::fs::remove(file);
-    for (auto it = dirs.rbegin(); it != dirs.rend(); ++it)
-      ::rmdir(it->c_str());
-    ::rmdir(staged.c_str());
-  }
-};
-} // namespace
-
-/// Data parallel: runs `write` on the ranks of replica 0 (the
-/// replicas hold the same state); the other replicas wait for it, so that
-/// the job ends together. Without replicas, just `write`.
-static llvm::Error onReplicaZero(RankContext &ctx,
-                                 llvm::function_ref<llvm::Error()> write) {
-  Transport *replicas = ctx.replicaTransport();
-  if (!replicas)
-    return write();
-  if (ctx.replica() == 0)
-    if (llvm::Error err = write())
-      return err;
-  return barrier(*replicas);
-}
-
 llvm::Error Trainer::save(llvm::StringRef dir) {
-  return onReplicaZero(*impl_->ctx, [&] { return savePipeline(dir); });
-}
-
-llvm::Error Trainer::savePipeline(llvm::StringRef dir) {
-  RankContext &ctx = *impl_->ctx;
-  {
-    OutputGuard guard;
-    keepManifestFiles(guard, ctx.manifestPath(),
-                      metaCacheDirOf(ctx.options(), ctx.manifestPath()));
-    if (llvm::Error err = guard.claimReplacedDirectory("--save", dir))
-      return err;
-  }
-  SaveExtras extras;
-  extras.replaceable = [](llvm::StringRef d) {
-    return checkEarlierOutput(d, "--save");
-  };
-  return impl_->saveDirectory(dir, extras);
-}
-
-llvm::Error Trainer::Impl::saveDirectory(llvm::StringRef dir,
-                                         const SaveExtras &extras) {
-  const int rank = ctx->rank();
-
-  // 1. Rank 0 stages a directory beside `dir` and tells every rank where.
-  std::optional<StagedDirectory> staged;
-  std::string where;
-  if (rank == 0) {
-    auto created = StagedDirectory::create(dir);
-    if (created)
-      staged.emplace(std::move(*created));
-    where = created ? "ok " + staged->path()
-                    : "error " + llvm::toString(created.takeError());
-  }
-  if (llvm::Error err = broadcastBytes(ctx->transport(), where, 0,
-                                       "the directory of the save"))
-    return err;
-  llvm::StringRef whereRef(where);
-  if (whereRef.consume_front("error "))
-    return makeError(rank == 0 ? whereRef.str()
-                               : "rank 0 could not start the save: " + where);
-  if (!whereRef.consume_front("ok "))
-    return makeError("rank 0 sent a malformed save directory");
-  std::string tmp = whereRef.str();
-  WrittenPart ownFiles;
-  ownFiles.staged = tmp;
-  // Until this rank reports, rank 0 cannot commit: a signal that stops it
-  // here (the launcher's SIGTERM when a peer died) removes the whole
-  // staged directory, which no destructor would. Rank 0's StagedDirectory
-  // does the same for rank 0.
-  std::optional<RemovedOnSignal> removedOnSignal;
-  if (rank != 0)
-    removedOnSignal.emplace(tmp);
-
-  // 2. Each rank writes its stages there, in the mode they were saved in,
-  // and reports to rank 0 "ok\n" and an "INDEX SHA256" line per stage, or
-  // "error MESSAGE".
-  std::string hashes;
-  llvm::Error written = [&]() -> llvm::Error {
-    if (!llvm::sys::fs::is_directory(tmp))
-      return makeError(llvm::formatv("rank {0} does not see the save's "
-                                     "directory '{1}': every rank must save "
-                                     "into one shared directory",
-                                     rank, tmp)
-                           .str());
-    for (auto &entry : ctx->stages()) {
-      // Named copies: lambdas cannot capture structured bindings in C++17.
-      int index = entry.first;
-      Stage &stage = entry.second;
-      const StageInfo &info = ctx->manifest().stages[index];
-      // Saved from the CPU, so that the file loads on any machine (a module
-      // saved on CUDA names its device); to() keeps the parameters'
-      // identity, so the optimizer still holds them after moving back.
-      c10::Device device = ctx->device();
-      auto bytes = torchCall("cannot save stage " + std::to_string(index), [&] {
-        stage.executable().setTraining(savedTraining[index]);
-        if (!device.is_cpu())
-          stage.executable().to(c10::kCPU);
-        std::ostringstream os;
-        stage.executable().save(os);
-        if (!device.is_cpu())
-          stage.executable().to(device);
-        stage.executable().setTraining(true);
-        return os.str();
-      });
-      if (!bytes)
-        return bytes.takeError();
-      // The directories of a nested stage file, one by one below `tmp`:
-      // never `tmp` itself, which rank 0 removes if it fails.
-      llvm::SmallString<256> path(tmp);
-      for (llvm::StringRef part : llvm::make_range(
-               llvm::sys::path::begin(llvm::sys::path::parent_path(info.file)),
-               llvm::sys::path::end(llvm::sys::path::parent_path(info.file)))) {
-        llvm::sys::path::append(path, part);
-        if (std::error_code ec = llvm::sys::fs::create_directory(path))
-          return makeError("cannot create '" + path + "': " + ec.message());
-        ownFiles.dirs.push_back(std::string(path));
-      }
-      path = tmp;
-      llvm::sys::path::append(path, info.file);
-      ownFiles.files.push_back(std::string(path));
-      if (llvm::Error err =
-              writeFileAtomically(path, [&](llvm::raw_ostream &os) {
-                os.write(bytes->data(), bytes->size());
-                return llvm::Error::success();
-              }))
-        return err;
-      hashes += llvm::formatv("{0} {1}\n", index, sha256Hex(*bytes)).str();
-    }
-    if (!extras.write)
-      return llvm::Error::success();
-    std::vector<std::string> names;
-    llvm::Error err = extras.write(tmp, names);
-    for (const std::string &name : names) {
-      llvm::SmallString<256> path(tmp);
-      llvm::sys::path::append(path, name);
-      ownFiles.files.push_back(std::string(path));
-    }
-    if (err)
-      return err;
-    for (const std::string &name : names) {
-      llvm::SmallString<256> path(tmp);
-      llvm::sys::path::append(path, name);
-      auto hash = sha256File(path);
-      if (!hash)
-        return hash.takeError();
-      hashes += "file " + name + " " + *hash + "\n";
-    }
-    return llvm::Error::success();
-  }();
-  llvm::Error failure = StagedDirectory::renamed(std::move(written), tmp, dir);
-  std::string mine =
-      failure ? "error " + llvm::toString(std::move(failure)) : "ok\n" + hashes;
-  bool failedHere = llvm::StringRef(mine).startswith("error ");
-  std::vector<std::string> parts;
-  removedOnSignal.reset();
-  if (llvm::Error err =
-          gatherBytes(ctx->transport(), mine, 0, parts, "the saved stages"))
-    return err;
-
-  // 3. Rank 0 writes the manifest beside them and switches the directory
-  // in, or discards it if any rank failed; every rank learns which.
-  std::string outcome = "ok";
-  if (rank == 0) {
-    outcome = [&]() -> std::string {
-      Manifest trained = ctx->manifest();
-      std::map<std::string, std::string> files;
-      for (int r = 0; r < ctx->env().worldSize; ++r) {
-        llvm::StringRef part(parts[r]);
-        if (part.consume_front("error "))
-          return llvm::formatv("error rank {0} could not save: {1}", r,
-                               printable(part, 400))
-              .str();
-        if (!part.consume_front("ok\n"))
-          return llvm::formatv("error rank {0} sent a malformed save report", r)
-              .str();
-        llvm::SmallVector<llvm::StringRef, 8> rows;
-        part.split(rows, '\n', -1, false);
-        for (llvm::StringRef row : rows) {
-          if (row.consume_front("file ")) {
-            auto [name, hash] = row.rsplit(' ');
-            files[name.str()] = hash.str();
-            continue;
-          }
-          auto [index, hash] = row.split(' ');
-          unsigned stage = 0;
-          if (index.getAsInteger(10, stage) || stage >= trained.stages.size() ||
-              hash.size() != 64)
-            return llvm::formatv("error rank {0} sent a malformed stage "
-                                 "hash '{1}'",
-                                 r, printable(row))
-                .str();
-          trained.stages[stage].sha256 = hash.str();
-        }
-      }
-      llvm::SmallString<256> path(tmp);
-      llvm::sys::path::append(path, "manifest.json");
-      llvm::Error err = staged->renamed(trained.save(path));
-      if (!err && extras.last) {
-        for (const StageInfo &info : trained.stages)
-          files[info.file] = info.sha256;
-        auto manifestHash = sha256File(path);
-        err = manifestHash ? llvm::Error::success() : manifestHash.takeError();
-        if (!err) {
-          files["manifest.json"] = *manifestHash;
-          err = staged->renamed(extras.last(tmp, files));
-        }
-      }
-      if (!err)
-        err = staged->commit(extras.replaceable);
-      return err ? "error " + llvm::toString(std::move(err)) : "ok";
-    }();
-    if (outcome != "ok")
-      staged->discard();
-  }
-  if (llvm::Error err =
-          broadcastBytes(ctx->transport(), outcome, 0, "the save's outcome"))
-    return err;
-  llvm::StringRef result(outcome);
-  if (result == "ok") {
-    ownFiles.keep = true;
-    return llvm::Error::success();
-  }
-  if (!result.consume_front("error "))
-    return makeError("rank 0 sent a malformed save outcome");
-  // The rank that failed has reported its own error already.
-  if (failedHere)
-    return makeError(llvm::StringRef(mine).drop_front(6));
-  return makeError(rank == 0 ? result.str()
-                             : "the save failed on rank 0: " + result.str());
+  return saveTrained(impl_->pipeline(), dir);
 }
 
 // Checkpoints
 
 int Trainer::stepsDone() const { return impl_->stats.step; }
 
-std::vector<std::pair<std::string, at::Tensor>>
-Trainer::Impl::stageParameters(int stage) {
-  std::vector<std::pair<std::string, at::Tensor>> out;
-  for (const auto &named :
-       ctx->stages().at(stage).executable().namedParameters())
-    out.emplace_back(named.name, named.value);
-  return out;
-}
-
 llvm::Error Trainer::saveCheckpoint(llvm::StringRef dir, int keep) {
-  return onReplicaZero(*impl_->ctx,
-                       [&] { return saveCheckpointOfPipeline(dir, keep); });
-}
-
-llvm::Error Trainer::saveCheckpointOfPipeline(llvm::StringRef dir, int keep) {
-  Impl &t = *impl_;
-  RankContext &ctx = *t.ctx;
-  const int step = t.stats.step;
-  const int rank = ctx.rank();
-  if (rank == 0)
-    removeCheckpointParts(dir);
-  llvm::SmallString<256> stepDir(dir);
-  llvm::sys::path::append(stepDir, checkpointDirName(step));
-  auto in = [](llvm::StringRef tmp, llvm::StringRef name) {
-    llvm::SmallString<256> path(tmp);
-    llvm::sys::path::append(path, name);
-    return std::string(path);
-  };
-  SaveExtras extras;
-  extras.replaceable = [](llvm::StringRef d) {
-    return checkCheckpointContents(d);
-  };
-  extras.write = [&](llvm::StringRef tmp,
-                     std::vector<std::string> &names) -> llvm::Error {
-    for (auto &entry : ctx.stages()) {
-      if (!t.optimizer)
-        break;
-      auto state = optimizerStateOf(*t.optimizer, t.options.optimizer,
-                                    t.stageParameters(entry.first));
-      if (!state)
-        return state.takeError();
-      names.push_back(optimizerFileName(entry.first));
-      if (llvm::Error err = saveTensorDict(in(tmp, names.back()), *state))
-        return err;
-    }
-    names.push_back(rngFileName(rank));
-    if (llvm::Error err =
-            saveTensorDict(in(tmp, names.back()), rngStateOf(ctx.device())))
-      return err;
-    checkpointTestPause(step, rank);
-    return llvm::Error::success();
-  };
-  extras.last = [&](llvm::StringRef tmp,
-                    const std::map<std::string, std::string> &hashes) {
-    CheckpointInfo info;
-    info.step = step;
-    info.dataIndex = step;
-    info.stages = stageCount();
-    info.worldSize = ctx.env().worldSize;
-    info.optimizer = t.options.optimizer;
-    info.lr = t.options.lr;
-    info.momentum = t.options.momentum;
-    info.weightDecay = t.options.weightDecay;
-    info.files = hashes;
-    return writeFileAtomically(in(tmp, kCheckpointFile),
-                               [&](llvm::raw_ostream &os) {
-                                 os << checkpointJSON(info);
-                                 return llvm::Error::success();
-                               });
-  };
-  if (llvm::Error err = t.saveDirectory(stepDir, extras))
-    return err;
-  if (rank == 0)
-    pruneCheckpoints(dir, keep, step);
-  return llvm::Error::success();
-}
-
-llvm::Error Trainer::Impl::loadCheckpoint(const std::string &path,
-                                          const CheckpointInfo &info) {
-  const int stages = static_cast<int>(ctx->manifest().stages.size());
-  if (info.stages != stages)
-    return makeError(llvm::formatv("the checkpoint '{0}' has {1} stages, the "
-                                   "manifest {2}",
-                                   path, info.stages, stages)
-                         .str());
-  if (info.optimizer != options.optimizer)
-    return makeError("the checkpoint '" + path + "' was trained with " +
-                     "--optimizer " + optimizerName(info.optimizer) +
-                     ", this run with " + optimizerName(options.optimizer) +
-                     ": resume with the same optimizer");
-  auto in = [&](llvm::StringRef name) {
-    llvm::SmallString<256> p(path);
-    llvm::sys::path::append(p, name);
-    return std::string(p);
-  };
-  auto saved = Manifest::load(in("manifest.json"));
-  if (!saved)
-    return saved.takeError();
-  for (auto &entry : ctx->stages()) {
-    const int index = entry.first;
-    StageExecutable &ours = entry.second.executable();
-    auto theirs = Stage::load(*saved, path, index);
-    if (!theirs)
-      return theirs.takeError();
-    // Every parameter and buffer, by path, with its dtype and shape.
-    std::map<std::string, at::Tensor> from;
-    for (auto list : {theirs->executable().namedParameters(),
-                      theirs->executable().namedBuffers()})
-      for (NamedTensor &n : list)
-        from[n.name] = n.value;
-    std::vector<NamedTensor> to = ours.namedParameters();
-    for (NamedTensor &n : ours.namedBuffers())
-      to.push_back(n);
-    if (to.size() != from.size())
-      return makeError(llvm::formatv("stage {0} of the checkpoint '{1}' holds "
-                                     "{2} tensors, the manifest's {3}",
-                                     index, path, from.size(), to.size())
-                           .str());
-    for (NamedTensor &n : to) {
-      auto it = from.find(n.name);
-      if (it == from.end() || it->second.sizes() != n.value.sizes() ||
-          it->second.dtype() != n.value.dtype())
-        return makeError(llvm::formatv("stage {0} of the checkpoint '{1}' has "
-                                       "no {2} '{3}' of the manifest's dtype "
-                                       "and shape",
-                                       index, path, "tensor", n.name)
-                             .str());
-      at::Tensor source = it->second;
-      if (llvm::Error err = torchCall("cannot load '" + n.name + "'", [&] {
-            at::NoGradGuard noGrad;
-            n.value.copy_(source);
-          }))
-        return err;
-    }
-    std::string file = optimizerFileName(index);
-    if (optimizer && info.files.count(file)) {
-      auto state = loadTensorDict(in(file));
-      if (!state)
-        return state.takeError();
-      if (llvm::Error err = setOptimizerState(*optimizer, options.optimizer,
-                                              stageParameters(index), *state,
-                                              "'" + in(file) + "'"))
-        return err;
-    }
-  }
-  std::string rng = rngFileName(ctx->rank());
-  if (info.files.count(rng)) {
-    auto state = loadTensorDict(in(rng));
-    if (!state)
-      return state.takeError();
-    if (llvm::Error err = setRngState(*state))
-      return err;
-  }
-  stats.step = info.step;
-  return llvm::Error::success();
+  return saveCheckpointAfter(impl_->pipeline(), impl_->stats.step, dir, keep);
 }
 
 llvm::Expected<std::string> Trainer::resume(llvm::StringRef dir) {
-  Impl &t = *impl_;
-  RankContext &ctx = *t.ctx;
-  const int rank = ctx.rank();
-  // Rank 0 chooses (and verifies) the checkpoint; every rank loads its
-  // part of it; every rank learns whether all could.
-  std::string chosen;
-  if (rank == 0) {
-    auto found = findNewestCheckpoint(dir, "--resume");
-    chosen = found ? "ok " + found->path
-                   : "error " + llvm::toString(found.takeError());
-  }
-  if (llvm::Error err = broadcastBytes(ctx.transport(), chosen, 0,
-                                       "the checkpoint to resume from"))
-    return err;
-  llvm::StringRef ref(chosen);
-  if (ref.consume_front("error "))
-    return makeError(rank == 0 ? ref.str()
-                               : "rank 0 could not resume: " + ref.str());
-  if (!ref.consume_front("ok "))
-    return makeError("rank 0 sent a malformed checkpoint path");
-  std::string path = ref.str();
-  llvm::Error loaded = [&]() -> llvm::Error {
-    auto info = readCheckpointInfo(path);
-    if (!info)
-      return info.takeError();
-    return t.loadCheckpoint(path, *info);
-  }();
-  std::string mine =
-      loaded ? "error " + llvm::toString(std::move(loaded)) : "ok";
-  std::vector<std::string> parts;
-  if (llvm::Error err = gatherBytes(ctx.transport(), mine, 0, parts,
-                                    "the resumed checkpoint"))
-    return err;
-  std::string outcome = "ok";
-  for (int r = 0; rank == 0 && r < static_cast<int>(parts.size()); ++r)
-    if (parts[r] != "ok") {
-      outcome = llvm::formatv("{0} {1}", r, parts[r]).str();
-      break;
-    }
-  if (llvm::Error err =
-          broadcastBytes(ctx.transport(), outcome, 0, "the resume's outcome"))
-    return err;
-  if (outcome == "ok")
-    return path;
-  if (mine != "ok")
-    return makeError(llvm::StringRef(mine).drop_front(6));
-  auto [who, what] = llvm::StringRef(outcome).split(' ');
-  return makeError("the resume failed on rank " + who + ": " +
-                   what.drop_front(6));
+  auto resumed = resumeCheckpoint(impl_->pipeline(), dir);
+  if (!resumed)
+    return resumed.takeError();
+  impl_->stats.step = resumed->step;
+  return resumed->path;
 }
 
 llvm::Error Trainer::finish() { return impl_->ctx->finish(); }

@@ -1,8 +1,10 @@
 //===- tools/ppc/TrainCommand.cpp - ppc train -----------------------------===//
 //
-// CLI11 wiring for `ppc train`: one rank of a pipeline training job, started
-// by ppc launch or torchrun like `ppc run`. The work is Trainer
-// (runtime/train/Trainer.h) and loadTrainingData (runtime/train/TrainData.h).
+// `ppc train`: one rank of a pipeline training job, started by ppc launch
+// or torchrun like `ppc run`, as a short list of steps (options, output
+// checks, the trainer, the data, the steps, the outputs). The flags are
+// TrainFlags.h's; the work is Trainer (runtime/train/Trainer.h) and
+// loadTrainingData (runtime/train/TrainData.h).
 //
 //===----------------------------------------------------------------------===//
 #include "tools/ppc/Commands.h"
@@ -17,9 +19,9 @@
 #include "runtime/train/Optimizer.h"
 #include "runtime/train/TrainData.h"
 #include "runtime/train/Trainer.h"
-#include "tools/ppc/OptionChecks.h"
 #include "tools/ppc/Progress.h"
 #include "tools/ppc/RuntimeFlags.h"
+#include "tools/ppc/TrainFlags.h"
 #include "tools/ppc/TrainLog.h"
 
 #include "llvm/ADT/SmallString.h"
@@ -29,56 +31,22 @@
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <functional>
 #include <memory>
+#include <thread>
+#include <type_traits>
 
 namespace ppc {
 
 namespace {
-struct TrainCommandOptions {
-  std::string manifestPath, dataPath, savePath, scheduleCSV, gradsDir;
-  std::string loss = "mse", optimizer = "sgd";
-  /// A name of Schedules.def, or "auto".
-  std::string schedule = "1f1b";
-  std::optional<int> maxActivations;
-  RuntimeFlags flags;
-  int steps = 1, lossOutput = 0;
-  double lr = 0.01, momentum = 0;
-  /// Unset: the optimizer's default (defaultWeightDecay).
-  std::optional<double> weightDecay;
-  bool stats = false;
-  // Checkpoints
-  std::string checkpointDir, resumeDir;
-  int checkpointEvery = 0, keep = kDefaultCheckpointKeep;
-  // Clipping, LR schedules, step log
-  double clipGradNorm = 0, minLr = 0;
-  std::string lrSchedule = "constant", logFile, evalData;
-  int warmupSteps = 0, evalEvery = 0;
-  bool dryRun = false;
-  // Data parallel
-  int dataParallel = 1;
-  // bf16 and activation recompute
-  std::string precision = "fp32";
-  bool recompute = false;
-  std::optional<uint64_t> seed;
-};
-
 /// Where rank `rank` writes its gradients under --save-grads DIR.
 std::string gradsPath(llvm::StringRef dir, int rank) {
   llvm::SmallString<256> path(dir);
   llvm::sys::path::append(path, "grads.rank" + std::to_string(rank) + ".pt");
   return std::string(path);
-}
-
-/// The spellings of every value of an enum, in its .def's order, for
-/// CLI::IsMember.
-template <typename Kind, size_t N>
-std::vector<std::string> names(const Kind (&all)[N],
-                               llvm::StringRef (*name)(Kind)) {
-  std::vector<std::string> out;
-  for (Kind kind : all)
-    out.push_back(name(kind).str());
-  return out;
 }
 
 /// Refuses, before any work, outputs that would replace what training
@@ -91,7 +59,7 @@ llvm::Error checkOutputPaths(const TrainCommandOptions &o,
   OutputGuard guard;
   keepManifestFiles(guard, o.manifestPath, metaCacheDirOf(run, o.manifestPath));
   guard.keep(o.dataPath, "the --data file");
-  guard.keep(o.scheduleCSV, "the --schedule-csv file");
+  guard.keep(o.scheduleCSVPath, "the --schedule-csv file");
   guard.keep(o.evalData, "the --eval-data file");
   if (!o.savePath.empty()) {
     if (llvm::Error err = guard.claimReplacedDirectory("--save", o.savePath))
@@ -235,166 +203,266 @@ static llvm::Expected<int> printPlan(const TrainCommandOptions &o) {
   return 0;
 }
 
-static llvm::Expected<int> runTrain(const TrainCommandOptions &o) {
-  if (o.dryRun)
-    return printPlan(o);
-  auto env = LaunchEnv::fromEnvironment();
-  if (!env)
-    return env.takeError();
+/// A test hook (TrainOptions::beforeCheckpointReport): with
+/// PPC_TEST_CHECKPOINT_PAUSE="STEP:RANK", rank RANK sleeps (up to 10
+/// minutes) once its files of checkpoint STEP are written and before it
+/// reports them, so that a test can kill it mid-checkpoint
+/// (tests/cli/test_checkpoint.py). Empty otherwise.
+static std::function<void(int64_t)> checkpointTestPause(int rank) {
+  const char *spec = std::getenv("PPC_TEST_CHECKPOINT_PAUSE");
+  if (!spec)
+    return nullptr;
+  auto [s, r] = llvm::StringRef(spec).split(':');
+  int wantStep = 0, wantRank = 0;
+  if (s.getAsInteger(10, wantStep) || r.getAsInteger(10, wantRank) ||
+      wantRank != rank)
+    return nullptr;
+  return [wantStep](int64_t step) {
+    if (step == wantStep)
+      std::this_thread::sleep_for(std::chrono::minutes(10));
+  };
+}
+
+/// The trainer's options of `o` on rank `rank`. Errors: flags that need
+/// another.
+static llvm::Expected<TrainOptions> trainOptionsOf(const TrainCommandOptions &o,
+                                                   int rank) {
   TrainOptions options;
   o.flags.applyTo(options.run);
   options.autoSchedule = o.schedule == "auto";
   if (!options.autoSchedule)
     options.run.schedule = *parseScheduleName(o.schedule); // validated
-  options.maxActivations = o.maxActivations;
   if (o.maxActivations && !options.autoSchedule)
     return makeError("--max-activations applies to --schedule auto");
   options.loss = *parseLossName(o.loss);
-  options.lossOutput = o.lossOutput;
   applyOptimizerFlags(o, options);
-  options.scheduleCSVPath = o.scheduleCSV;
   if (o.evalEvery > 0 && o.evalData.empty())
     return makeError("--eval-every needs --eval-data");
-  options.dataParallel = o.dataParallel;
-  // bf16 and activation recompute: the meter counts every step's
-  // peak host bytes (its cost is two atomic operations per allocation).
   options.run.precision = *parsePrecision(o.precision); // validated
-  options.recompute = o.recompute;
-  options.seed = o.seed;
-  MemoryMeter::install();
-  if (llvm::Error err = checkOutputPaths(o, options.run, env->rank))
-    return err;
+  // The flags of the same name and type.
+#define PPC_TRAIN_OPTION(NAME)                                                 \
+  static_assert(std::is_same_v<decltype(options.NAME), decltype(o.NAME)>);     \
+  options.NAME = o.NAME;
+#include "runtime/train/TrainOptions.def"
+  options.beforeCheckpointReport = checkpointTestPause(rank);
+  return options;
+}
 
-  auto trainer = Trainer::create(o.manifestPath, *env, options);
+/// Trainer::create, and what it says first: the schedule it picked
+/// (--schedule auto), this rank's schedule (--print-schedule).
+static llvm::Expected<std::unique_ptr<Trainer>>
+createTrainer(const TrainCommandOptions &o, const LaunchEnv &env,
+              const TrainOptions &options) {
+  auto trainer = Trainer::create(o.manifestPath, env, options);
   if (!trainer)
     return trainer.takeError();
   Trainer &t = **trainer;
-  bool quiet = o.flags.quiet;
-  if (!t.scheduleNote().empty() && t.jobRank() == 0 && !quiet)
+  if (!t.scheduleNote().empty() && t.jobRank() == 0 && !o.flags.quiet)
     llvm::errs() << "note: " << t.scheduleNote() << "\n";
   if (o.flags.printSchedule) {
     t.printSchedule(llvm::outs());
     llvm::outs().flush();
   }
+  return trainer;
+}
+
+/// Reads `path` (--data or --eval-data) into `data`, and its SHA-256.
+static llvm::Expected<std::string>
+loadDataFile(const Trainer &t, const std::string &path,
+             std::vector<TrainingBatch> &data) {
+  auto loaded = loadTrainingData(path, t.modelInputCount());
+  if (!loaded)
+    return loaded.takeError();
+  data = std::move(*loaded);
+  return sha256File(path);
+}
+
+/// --data on the ranks that read it, the same on every one.
+static llvm::Expected<std::vector<TrainingBatch>>
+loadData(Trainer &t, const TrainCommandOptions &o) {
   std::vector<TrainingBatch> data;
   std::string digest;
   if (t.needsInputs() || t.needsTargets()) {
-    auto loaded = loadTrainingData(o.dataPath, t.modelInputCount());
-    if (!loaded)
-      return loaded.takeError();
-    data = std::move(*loaded);
-    auto hash = sha256File(o.dataPath);
+    auto hash = loadDataFile(t, o.dataPath, data);
     if (!hash)
       return hash.takeError();
     digest = *hash;
   }
   if (llvm::Error err = t.checkSameData(digest))
     return err;
-  if (!o.resumeDir.empty()) {
-    auto from = t.resume(o.resumeDir);
-    if (!from)
-      return from.takeError();
-    if (t.stepsDone() >= o.steps)
-      return makeError(llvm::formatv("--resume: the checkpoint '{0}' is after "
-                                     "step {1}; --steps {2} leaves no step to "
-                                     "train",
-                                     *from, t.stepsDone(), o.steps)
-                           .str());
-    if (t.rank() == 0 && !quiet)
-      llvm::errs() << "resumed from " << *from << " (after step "
-                   << t.stepsDone() << ")\n";
-  }
-  // Steps are numbered globally: a resumed run goes on after its
-  // checkpoint's step; the meter counts this run's steps.
-  const int resumed = t.stepsDone();
-  // Every rank reads the whole evaluation set: all must agree on its
-  // batches' count.
+  return data;
+}
+
+/// --eval-data: every rank reads the whole evaluation set, so that all
+/// agree on its batches' count.
+static llvm::Expected<std::vector<TrainingBatch>>
+loadEvalData(Trainer &t, const TrainCommandOptions &o) {
   std::vector<TrainingBatch> evalData;
-  if (!o.evalData.empty()) {
-    auto loaded = loadTrainingData(o.evalData, t.modelInputCount());
-    if (!loaded)
-      return loaded.takeError();
-    evalData = std::move(*loaded);
-    auto hash = sha256File(o.evalData);
-    if (!hash)
-      return hash.takeError();
-    if (llvm::Error err = t.checkSameData(*hash))
+  if (o.evalData.empty())
+    return evalData;
+  auto hash = loadDataFile(t, o.evalData, evalData);
+  if (!hash)
+    return hash.takeError();
+  if (llvm::Error err = t.checkSameData(*hash))
+    return err;
+  return evalData;
+}
+
+/// --resume: continues from the checkpoint, if it leaves steps to train.
+static llvm::Error resumeIfAsked(Trainer &t, const TrainCommandOptions &o) {
+  if (o.resumeDir.empty())
+    return llvm::Error::success();
+  auto from = t.resume(o.resumeDir);
+  if (!from)
+    return from.takeError();
+  if (t.stepsDone() >= o.steps)
+    return makeError(llvm::formatv("--resume: the checkpoint '{0}' is after "
+                                   "step {1}; --steps {2} leaves no step to "
+                                   "train",
+                                   *from, t.stepsDone(), o.steps)
+                         .str());
+  if (t.rank() == 0 && !o.flags.quiet)
+    llvm::errs() << "resumed from " << *from << " (after step " << t.stepsDone()
+                 << ")\n";
+  return llvm::Error::success();
+}
+
+namespace {
+/// The steps of one rank's run, from the first after any resumed
+/// checkpoint to --steps, and what they report.
+class StepLoop {
+public:
+  StepLoop(Trainer &t, const TrainCommandOptions &o, const TrainOptions &opts,
+           std::vector<TrainingBatch> data, std::vector<TrainingBatch> evalData)
+      : t_(t), o_(o), data_(std::move(data)), evalData_(std::move(evalData)),
+        // Steps are numbered globally: a resumed run goes on after its
+        // checkpoint's step; the meter counts this run's steps.
+        resumed_(t.stepsDone()),
+        // The loss rank reports: the loss, the step's time, the rate and
+        // the time left (RateMeter counts from the end of step 1, which
+        // infers shapes). With replicas, replica 0's: the loss is the
+        // whole batch's.
+        reports_(t.rank() == t.lossRank() && t.replica() == 0),
+        showLr_(showsLearningRate(opts)), meter_(ProgressClock::now()) {}
+
+  /// Opens --log-file on the reporting rank.
+  llvm::Error openLog();
+  llvm::Error run();
+  /// The reported steps and their meter, for --stats-json.
+  bool reports() const { return reports_; }
+  const std::vector<StepRecord> &records() const { return records_; }
+  const RateMeter &meter() const { return meter_; }
+
+private:
+  llvm::Error step(int s);
+  /// The step line of the loss rank (and its --log-file record).
+  llvm::Error report(int s, double loss, double seconds, int64_t rows);
+  /// --eval-data every --eval-every steps and after the last.
+  llvm::Error evaluateIfDue(int s);
+
+  Trainer &t_;
+  const TrainCommandOptions &o_;
+  std::vector<TrainingBatch> data_, evalData_;
+  const int resumed_;
+  const bool reports_, showLr_;
+  std::unique_ptr<StepLog> log_;
+  std::vector<StepRecord> records_;
+  RateMeter meter_;
+};
+} // namespace
+
+llvm::Error StepLoop::openLog() {
+  if (!reports_ || o_.logFile.empty())
+    return llvm::Error::success();
+  auto opened = StepLog::open(o_.logFile);
+  if (!opened)
+    return opened.takeError();
+  log_ = std::move(*opened);
+  return llvm::Error::success();
+}
+
+llvm::Error StepLoop::run() {
+  meter_ = RateMeter(ProgressClock::now());
+  for (int s = resumed_ + 1; s <= o_.steps; ++s)
+    if (llvm::Error err = step(s))
       return err;
-  }
-  // The loss rank reports: the loss, the step's time, the rate and the
-  // time left (RateMeter counts from the end of step 1, which infers
-  // shapes). With replicas, replica 0's: the loss is the whole batch's.
-  bool reports = t.rank() == t.lossRank() && t.replica() == 0;
-  std::unique_ptr<StepLog> log;
-  if (reports && !o.logFile.empty()) {
-    auto opened = StepLog::open(o.logFile);
-    if (!opened)
-      return opened.takeError();
-    log = std::move(*opened);
-  }
-  bool showLr = showsLearningRate(options);
-  std::vector<StepRecord> records;
-  ProgressClock::time_point start = ProgressClock::now();
-  RateMeter meter(start);
-  for (int s = resumed + 1; s <= o.steps; ++s) {
-    TrainingBatch batch;
-    if (!data.empty())
-      batch = data[(s - 1) % data.size()];
-    ProgressClock::time_point stepStart = ProgressClock::now();
-    auto loss = t.step(batch.inputs, batch.target);
-    if (!loss)
-      return loss.takeError();
-    ProgressClock::time_point stepEnd = ProgressClock::now();
-    // Once step 1 has run, so that a failure stays one line.
-    std::string note = s == resumed + 1 && t.jobRank() == 0
-                           ? o.flags.microbatchesNote(t.stageCount())
-                           : "";
-    if (!note.empty())
-      llvm::errs() << note << "\n";
-    double seconds = std::chrono::duration<double>(stepEnd - stepStart).count();
-    int64_t rows = samplesOf(batch.target);
-    meter.record(s - resumed, rows, stepEnd);
-    if (reports) {
-      StepRecord record = t.lastStep();
-      record.seconds = seconds;
-      record.samples = rows;
-      records.push_back(record);
-      if (log)
-        if (llvm::Error err = log->write(record))
-          return err;
-      llvm::outs() << "step " << s << " loss " << formatLoss(*loss)
-                   << stepNumbers(record, showLr)
-                   << (quiet ? ""
-                             : stepTiming(seconds, meter, s - resumed,
-                                          o.steps - resumed))
-                   << "\n";
-    }
-    if (o.stats)
-      llvm::outs() << t.stats().line()
-                   << (t.replicas() > 1
-                           ? " weights_sha=" + t.weightsSha256().substr(0, 16)
-                           : "")
-                   << "\n";
-    if (!evalData.empty() &&
-        ((o.evalEvery > 0 && s % o.evalEvery == 0) || s == o.steps)) {
-      auto evalLoss = evaluateSet(t, evalData);
-      if (!evalLoss)
-        return evalLoss.takeError();
-      if (reports) {
-        llvm::outs() << "eval loss " << formatLoss(*evalLoss) << " at step "
-                     << s << "\n";
-        if (log)
-          if (llvm::Error err = log->writeEval(s, *evalLoss))
-            return err;
-      }
-    }
-    llvm::outs().flush();
-    // Replica 0 writes checkpoints; the other replicas wait for it.
-    if (!o.checkpointDir.empty() &&
-        ((o.checkpointEvery > 0 && s % o.checkpointEvery == 0) || s == o.steps))
-      if (llvm::Error err = writeCheckpoint(t, o))
-        return err;
-  }
+  return llvm::Error::success();
+}
+
+llvm::Error StepLoop::step(int s) {
+  TrainingBatch batch;
+  if (!data_.empty())
+    batch = data_[(s - 1) % data_.size()];
+  ProgressClock::time_point stepStart = ProgressClock::now();
+  auto loss = t_.step(batch.inputs, batch.target);
+  if (!loss)
+    return loss.takeError();
+  ProgressClock::time_point stepEnd = ProgressClock::now();
+  // Once step 1 has run, so that a failure stays one line.
+  std::string note = s == resumed_ + 1 && t_.jobRank() == 0
+                         ? o_.flags.microbatchesNote(t_.stageCount())
+                         : "";
+  if (!note.empty())
+    llvm::errs() << note << "\n";
+  double seconds = std::chrono::duration<double>(stepEnd - stepStart).count();
+  int64_t rows = samplesOf(batch.target);
+  meter_.record(s - resumed_, rows, stepEnd);
+  if (reports_)
+    if (llvm::Error err = report(s, *loss, seconds, rows))
+      return err;
+  if (o_.stats)
+    llvm::outs() << t_.stats().line()
+                 << (t_.replicas() > 1
+                         ? " weights_sha=" + t_.weightsSha256().substr(0, 16)
+                         : "")
+                 << "\n";
+  if (llvm::Error err = evaluateIfDue(s))
+    return err;
+  llvm::outs().flush();
+  // Replica 0 writes checkpoints; the other replicas wait for it.
+  if (!o_.checkpointDir.empty() &&
+      ((o_.checkpointEvery > 0 && s % o_.checkpointEvery == 0) ||
+       s == o_.steps))
+    return writeCheckpoint(t_, o_);
+  return llvm::Error::success();
+}
+
+llvm::Error StepLoop::report(int s, double loss, double seconds, int64_t rows) {
+  StepRecord record = t_.lastStep();
+  record.seconds = seconds;
+  record.samples = rows;
+  records_.push_back(record);
+  if (log_)
+    if (llvm::Error err = log_->write(record))
+      return err;
+  llvm::outs() << "step " << s << " loss " << formatLoss(loss)
+               << stepNumbers(record, showLr_)
+               << (o_.flags.quiet ? ""
+                                  : stepTiming(seconds, meter_, s - resumed_,
+                                               o_.steps - resumed_))
+               << "\n";
+  return llvm::Error::success();
+}
+
+llvm::Error StepLoop::evaluateIfDue(int s) {
+  if (evalData_.empty() ||
+      !((o_.evalEvery > 0 && s % o_.evalEvery == 0) || s == o_.steps))
+    return llvm::Error::success();
+  auto evalLoss = evaluateSet(t_, evalData_);
+  if (!evalLoss)
+    return evalLoss.takeError();
+  if (!reports_)
+    return llvm::Error::success();
+  llvm::outs() << "eval loss " << formatLoss(*evalLoss) << " at step " << s
+               << "\n";
+  if (log_)
+    return log_->writeEval(s, *evalLoss);
+  return llvm::Error::success();
+}
+
+/// After the last step: --save-grads and --save, each said on stderr.
+static llvm::Error writeOutputs(Trainer &t, const TrainCommandOptions &o) {
+  bool quiet = o.flags.quiet;
   if (!o.gradsDir.empty()) {
     std::string path = gradsPath(o.gradsDir, t.jobRank());
     if (llvm::Error err = t.saveGradients(path))
@@ -403,23 +471,72 @@ static llvm::Expected<int> runTrain(const TrainCommandOptions &o) {
       llvm::errs() << "wrote " << path << " (the gradients of rank "
                    << t.jobRank() << ")\n";
   }
-  if (!o.savePath.empty()) {
-    if (llvm::Error err = t.save(o.savePath))
-      return err;
-    if (t.jobRank() == 0 && !quiet)
-      llvm::errs() << "wrote " << o.savePath << " (" << t.stageCount()
-                   << " trained stages and their manifest, after " << o.steps
-                   << (o.steps == 1 ? " step)\n" : " steps)\n");
-  }
+  if (o.savePath.empty())
+    return llvm::Error::success();
+  if (llvm::Error err = t.save(o.savePath))
+    return err;
+  if (t.jobRank() == 0 && !quiet)
+    llvm::errs() << "wrote " << o.savePath << " (" << t.stageCount()
+                 << " trained stages and their manifest, after " << o.steps
+                 << (o.steps == 1 ? " step)\n" : " steps)\n");
+  return llvm::Error::success();
+}
+
+/// Waits for every rank, then --trace's note and --stats-json.
+static llvm::Error finishRun(Trainer &t, const TrainCommandOptions &o,
+                             const LaunchEnv &env, const StepLoop &loop) {
   if (llvm::Error err = t.finish())
     return err;
-  if (!o.flags.tracePath.empty() && t.jobRank() == 0 && !quiet)
+  if (!o.flags.tracePath.empty() && t.jobRank() == 0 && !o.flags.quiet)
     llvm::errs() << "wrote " << o.flags.tracePath << " (the trace of "
                  << o.steps << (o.steps == 1 ? " step)\n" : " steps)\n");
-  if (reports && !o.flags.statsJsonPath.empty())
-    if (llvm::Error err = writeJSONFileAtomically(
-            o.flags.statsJsonPath, statsJSON(o, *env, records, meter)))
-      return err;
+  if (loop.reports() && !o.flags.statsJsonPath.empty())
+    return writeJSONFileAtomically(
+        o.flags.statsJsonPath, statsJSON(o, env, loop.records(), loop.meter()));
+  return llvm::Error::success();
+}
+
+/// Trains on the data after the trainer is created: the data, any resume,
+/// the steps, the outputs.
+static llvm::Error train(Trainer &t, const TrainCommandOptions &o,
+                         const LaunchEnv &env, const TrainOptions &options) {
+  auto data = loadData(t, o);
+  if (!data)
+    return data.takeError();
+  if (llvm::Error err = resumeIfAsked(t, o))
+    return err;
+  auto evalData = loadEvalData(t, o);
+  if (!evalData)
+    return evalData.takeError();
+  StepLoop loop(t, o, options, std::move(*data), std::move(*evalData));
+  if (llvm::Error err = loop.openLog())
+    return err;
+  if (llvm::Error err = loop.run())
+    return err;
+  if (llvm::Error err = writeOutputs(t, o))
+    return err;
+  return finishRun(t, o, env, loop);
+}
+
+static llvm::Expected<int> runTrain(const TrainCommandOptions &o) {
+  if (o.dryRun)
+    return printPlan(o);
+  auto env = LaunchEnv::fromEnvironment();
+  if (!env)
+    return env.takeError();
+  auto options = trainOptionsOf(o, env->rank);
+  if (!options)
+    return options.takeError();
+  // bf16 and activation recompute: the meter counts every step's
+  // peak host bytes (its cost is two atomic operations per allocation).
+  MemoryMeter::install();
+  if (llvm::Error err = checkOutputPaths(o, options->run, env->rank))
+    return err;
+  auto trainer = createTrainer(o, *env, *options);
+  if (!trainer)
+    return trainer.takeError();
+  if (llvm::Error err = train(**trainer, o, *env, *options))
+    return err;
   return 0;
 }
 
@@ -443,169 +560,7 @@ Command addTrainCommand(CLI::App &parent) {
       "'grad_norm X' with --clip-grad-norm. DATA is "
       "written by torch.save: an (input, target) pair or a list of them, "
       "one per step, cycled (docs/training.md).");
-  app->add_option("manifest", o->manifestPath,
-                  "manifest.json written by ppc split (or ppc train --save)")
-      ->required()
-      ->check(pathOption());
-  app->add_option("--data", o->dataPath,
-                  "torch.save file: (input, target) or a list of such pairs; "
-                  "a tuple input feeds a model with several inputs")
-      ->required()
-      ->check(pathOption());
-  app->add_option("--loss", o->loss, "Loss over the chosen model output")
-      ->capture_default_str()
-      ->check(CLI::IsMember(names(kAllLossKinds, lossName)));
-  app->add_option("--loss-output", o->lossOutput,
-                  "Which model output the loss reads (for models returning "
-                  "a tuple)")
-      ->capture_default_str()
-      ->transform(intInRange(0));
-  app->add_option("--optimizer", o->optimizer, "torch::optim optimizer")
-      ->capture_default_str()
-      ->check(CLI::IsMember(names(kAllOptimizerKinds, optimizerName)));
-  app->add_option("--lr", o->lr, "Learning rate (positive)")
-      ->capture_default_str()
-      ->transform(finiteAbove(0));
-  app->add_option("--momentum", o->momentum, "SGD momentum")
-      ->capture_default_str()
-      ->transform(finiteAtLeast(0));
-  app->add_option("--weight-decay", o->weightDecay,
-                  "Weight decay (L2; decoupled for adamw); default 0, for "
-                  "adamw 0.01 as torch.optim.AdamW")
-      ->type_name("FLOAT")
-      ->transform(finiteAtLeast(0));
-  app->add_option("--steps", o->steps, "Optimizer steps")
-      ->capture_default_str()
-      ->transform(intInRange(1));
-  o->flags.addTo(*app);
-  app->add_option(
-         "--schedule", o->schedule,
-         "Pipeline schedule: " + scheduleChoicesHelp(/*inference=*/false) +
-             ", or auto: the one with the shortest simulated step "
-             "under the manifest's stage costs (measured with "
-             "ppc split --cost profile), printed with the others' "
-             "on rank 0")
-      ->type_name("NAME")
-      ->default_str("1f1b")
-      ->check(scheduleValidator(/*inference=*/false, /*storeKind=*/false,
-                                /*allowAuto=*/true));
-  app->add_option("--max-activations", o->maxActivations,
-                  "With --schedule auto: leave out schedules that hold more "
-                  "microbatches' activations at once on a rank")
-      ->type_name("N")
-      ->transform(intInRange(1, 1 << 20));
-  app->add_option("--schedule-csv", o->scheduleCSV,
-                  "Run this schedule (PyTorch pipelining's compute_only or "
-                  "compute_comms CSV, as ppc schedule --csv writes them) "
-                  "instead of --schedule")
-      ->check(pathOption());
-  app->add_option("--save", o->savePath,
-                  "Write the trained stages and a manifest to this directory "
-                  "(ppc run, ppc train and ppc join read it)")
-      ->check(pathOption());
-  app->add_option("--save-grads", o->gradsDir,
-                  "After the last step, each rank writes its parameters' "
-                  "gradients to DIR/grads.rank<R>.pt (a dict by parameter "
-                  "path that torch.load reads)")
-      ->check(pathOption());
-  app->add_flag("--stats", o->stats,
-                "Print one 'stats: rank=R step=N ...' line per rank and step");
-  // Checkpoints
-  CLI::Option *checkpointDir =
-      app->add_option("--checkpoint-dir", o->checkpointDir,
-                      "Write a complete checkpoint (stages, manifest, "
-                      "optimizer state, random generators) to "
-                      "DIR/step-<8-digit step> after every "
-                      "--checkpoint-every-th step and the last, atomically; "
-                      "ppc join, ppc run and --resume read it")
-          ->type_name("DIR")
-          ->check(pathOption());
-  app->add_option("--checkpoint-every", o->checkpointEvery,
-                  "With --checkpoint-dir: also checkpoint after every K-th "
-                  "step (0: only after the last)")
-      ->type_name("K")
-      ->capture_default_str()
-      ->transform(intInRange(0))
-      ->needs(checkpointDir);
-  app->add_option("--keep", o->keep,
-                  "With --checkpoint-dir: after each checkpoint, remove the "
-                  "complete ones older than the N newest")
-      ->type_name("N")
-      ->capture_default_str()
-      ->transform(intInRange(1))
-      ->needs(checkpointDir);
-  app->add_option("--resume", o->resumeDir,
-                  "Continue from the newest complete checkpoint in DIR "
-                  "(verified; a corrupt newest one is refused) with step "
-                  "K+1 of --steps, as if never stopped; DIR may be "
-                  "--checkpoint-dir")
-      ->type_name("DIR")
-      ->check(pathOption());
-  // Clipping, LR schedules, step log
-  app->add_option("--clip-grad-norm", o->clipGradNorm,
-                  "Clip the gradients to this global L2 norm, as "
-                  "torch.nn.utils.clip_grad_norm_ on the unsplit model "
-                  "(0: off); the step lines show grad_norm")
-      ->capture_default_str()
-      ->transform(finiteAtLeast(0));
-  app->add_option("--lr-schedule", o->lrSchedule,
-                  "The learning rate over the steps, after any warm-up: "
-                  "constant, linear or cosine (from --lr down to --min-lr "
-                  "at --steps; docs/training.md)")
-      ->capture_default_str()
-      ->check(CLI::IsMember(names(kAllLrScheduleKinds, lrScheduleName)));
-  app->add_option("--warmup-steps", o->warmupSteps,
-                  "Rise linearly to --lr over the first N steps "
-                  "(lr * (s + 1) / N at 0-based step s)")
-      ->capture_default_str()
-      ->transform(intInRange(0));
-  app->add_option("--min-lr", o->minLr,
-                  "Where linear and cosine schedules end (at most --lr)")
-      ->capture_default_str()
-      ->transform(finiteAtLeast(0));
-  app->add_option("--log-file", o->logFile,
-                  "The loss rank writes one JSON object per step to FILE "
-                  "(step, loss, lr, grad_norm, samples, seconds, "
-                  "samples_per_second), flushed as each step ends")
-      ->check(pathOption());
-  app->add_option("--eval-data", o->evalData,
-                  "A validation set in --data's format: after the last step "
-                  "(and every --eval-every steps) the loss rank prints 'eval "
-                  "loss X at step N', the rows-weighted mean loss over the "
-                  "set with the stages in eval mode; every rank reads it")
-      ->check(pathOption());
-  app->add_option("--eval-every", o->evalEvery,
-                  "Evaluate --eval-data every K steps too (0: after the last "
-                  "step only)")
-      ->capture_default_str()
-      ->transform(intInRange(0));
-  app->add_flag("--dry-run", o->dryRun,
-                "Print the optimizer, clipping and every step's learning "
-                "rate, checked, and exit without training (needs no launch)");
-  // Data parallel
-  app->add_option("--data-parallel", o->dataParallel,
-                  "Run D replicas of the pipeline on the WORLD_SIZE ranks "
-                  "(D must divide it): pipeline d is ranks d*R..d*R+R-1 "
-                  "(R = WORLD_SIZE/D), each replica trains on its slice of "
-                  "every batch, and each stage's gradients are summed over "
-                  "its replicas before the update (docs/training.md)")
-      ->type_name("D")
-      ->capture_default_str()
-      ->transform(intInRange(1, 65536));
-  // bf16 and activation recompute
-  app->add_option("--precision", o->precision,
-                  "fp32, or bf16: the stages' forwards under autocast to "
-                  "bfloat16 (fp32 weights, optimizer state and loss; bf16 "
-                  "boundary tensors)")
-      ->capture_default_str()
-      ->check(CLI::IsMember(names(kAllPrecisions, precisionName)));
-  app->add_flag("--recompute", o->recompute,
-                "Keep only each stage's inputs per microbatch in flight and "
-                "recompute its forward for the backward (same gradients, "
-                "less activation memory; --stats peak_bytes=)");
-  app->add_option("--seed", o->seed,
-                  "Seed rank R's random generators (dropout) with SEED + R; "
-                  "default: nondeterministic, as LibTorch's");
+  addTrainFlags(*app, *o);
   return {app, [o] { return runTrain(*o); }};
 }
 
