@@ -12,6 +12,8 @@
 #include "FuzzCheck.h"
 
 #include "runtime/schedule/Schedule.h"
+#include "runtime/schedule/ScheduleCSV.h"
+#include "runtime/schedule/Simulate.h"
 #include "tests/unit/runtime/schedule/ScheduleBuilders.h"
 
 #include <string>

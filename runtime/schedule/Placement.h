@@ -3,9 +3,9 @@
 // A placement is a stage -> rank table. It is made by a named style (the
 // registry in Placement.cpp: "loop", stage k on rank k mod WORLD_SIZE, and
 // "v", the zig-zag of V-shaped schedules), or read from the rows of a
-// schedule CSV (placementFromCSV() in Schedule.h). In inference the model's
-// outputs are collected on the rank of the last stage, the output rank;
-// schedules address that collector as the pseudo-stage numStages().
+// schedule CSV (placementFromCSV() in ScheduleCSV.h). In inference the
+// model's outputs are collected on the rank of the last stage, the output
+// rank; schedules address that collector as the pseudo-stage numStages().
 //
 //===----------------------------------------------------------------------===//
 #ifndef PPC_RUNTIME_SCHEDULE_PLACEMENT_H

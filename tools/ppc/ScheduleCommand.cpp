@@ -5,7 +5,9 @@
 // CSV's own), simulates it and prints its grid;
 // optionally writes its compute actions as PyTorch pipelining's CSV. No
 // model is needed: the chain stands for any model split into that many
-// stages. All the work is in runtime/schedule/Schedule.h.
+// stages. The work is in runtime/schedule/: Plan.h builds or reads the
+// schedule, ScheduleStats.h measures it, Grid.h prints it and ScheduleCSV.h
+// writes it.
 //
 //===----------------------------------------------------------------------===//
 #include "tools/ppc/Commands.h"
@@ -15,7 +17,11 @@
 #include "lib/NumberRules.h"
 #include "lib/OutputGuard.h"
 #include "lib/SafeRead.h"
+#include "runtime/schedule/Grid.h"
+#include "runtime/schedule/Plan.h"
 #include "runtime/schedule/Schedule.h"
+#include "runtime/schedule/ScheduleCSV.h"
+#include "runtime/schedule/ScheduleStats.h"
 #include "tools/ppc/OptionChecks.h"
 #include "tools/ppc/RuntimeFlags.h"
 
@@ -47,8 +53,6 @@ struct ScheduleOptions {
 /// grid and the simulation stay instant.
 constexpr int kMaxGridStages = 1024;
 constexpr int kMaxGridMicrobatches = 1024;
-/// A CSV of kMaxGridStages x kMaxGridMicrobatches actions of up to 10 bytes.
-constexpr uint64_t kMaxCSVBytes = 64 * kMiB;
 
 /// A chain of `n` stages: stage k's single Tensor output feeds stage k+1,
 /// the last stage's is the model output.
@@ -159,6 +163,9 @@ int sum(const std::vector<int> &values) {
 void printComparison(const Manifest &manifest, const ScheduleOptions &o,
                      int stages, int ranks, const std::vector<StageCost> &costs,
                      llvm::StringRef described, llvm::raw_ostream &os) {
+  ScheduleRequest request;
+  request.placement = o.placement;
+  request.microbatches = o.microbatches;
   os << llvm::formatv("{0} stages on {1} ranks, {2} microbatches, {3}\n",
                       stages, ranks, o.microbatches, described);
   os << llvm::formatv("{0,-17} {1,-9} {2,10} {3,7} {4,8} {5,9}\n", "schedule",
@@ -166,27 +173,28 @@ void printComparison(const Manifest &manifest, const ScheduleOptions &o,
                       "messages");
   for (ScheduleKind kind : kAllScheduleKinds) {
     llvm::StringRef name = scheduleName(kind);
-    auto schedule = buildSimulatedTrainingSchedule(manifest, kind, ranks,
-                                                   o.microbatches, o.placement);
+    request.kind = kind;
+    auto plan = planSchedule(manifest, ranks, request);
     llvm::Expected<ScheduleStats> stats =
-        schedule ? scheduleStats(*schedule, costs)
-                 : llvm::Expected<ScheduleStats>(schedule.takeError());
+        plan ? scheduleStats(plan->schedule, costs)
+             : llvm::Expected<ScheduleStats>(plan.takeError());
     if (!stats) {
       os << llvm::formatv("{0,-17} n/a: {1}\n", name,
                           llvm::toString(stats.takeError()));
       continue;
     }
     os << llvm::formatv("{0,-17} {1,-9} {2,10} {3,6:f1}% {4,8} {5,9}\n", name,
-                        schedule->placement.style(), number(stats->makespan),
-                        100 * stats->bubble,
+                        plan->schedule.placement.style(),
+                        number(stats->makespan), 100 * stats->bubble,
                         *std::max_element(stats->peakActivations.begin(),
                                           stats->peakActivations.end()),
                         sum(stats->messages));
   }
 }
-} // namespace
 
-static llvm::Expected<int> runSchedule(const ScheduleOptions &o) {
+/// Exactly one of --schedule, --from-csv and --compare; a CSV places the
+/// stages itself.
+llvm::Error checkSources(const ScheduleOptions &o) {
   if (int given = !o.schedule.empty() + !o.csvIn.empty() + o.compare;
       given != 1)
     return makeError("ppc schedule takes one of --schedule NAME, --from-csv "
@@ -194,35 +202,46 @@ static llvm::Expected<int> runSchedule(const ScheduleOptions &o) {
   if (!o.csvIn.empty() && !o.placement.empty())
     return makeError("ppc schedule --from-csv places the stages as the file "
                      "does; it takes no --placement");
-  if (!o.csvOut.empty()) {
-    OutputGuard guard;
-    if (!o.manifest.empty())
-      keepManifestFiles(guard, o.manifest);
-    guard.keep(o.csvIn, "the --from-csv file");
-    if (llvm::Error err = guard.claimFile("--csv", o.csvOut))
-      return err;
+  return llvm::Error::success();
+}
+
+/// --csv may write neither the manifest's files nor the --from-csv file.
+llvm::Error claimCSVOut(const ScheduleOptions &o) {
+  if (o.csvOut.empty())
+    return llvm::Error::success();
+  OutputGuard guard;
+  if (!o.manifest.empty())
+    keepManifestFiles(guard, o.manifest);
+  guard.keep(o.csvIn, "the --from-csv file");
+  return guard.claimFile("--csv", o.csvOut);
+}
+
+/// --manifest, whose stage count --stages must match when given; none
+/// without it, when --stages is needed.
+llvm::Expected<std::optional<Manifest>>
+loadManifestOption(const ScheduleOptions &o) {
+  if (o.manifest.empty()) {
+    if (o.stages == 0)
+      return makeError("ppc schedule needs --stages N or --manifest FILE");
+    return std::nullopt;
   }
-  std::optional<Manifest> manifest;
-  int stages = o.stages;
-  if (!o.manifest.empty()) {
-    auto loaded = Manifest::load(o.manifest);
-    if (!loaded)
-      return loaded.takeError();
-    int n = static_cast<int>(loaded->stages.size());
-    if (stages != 0 && stages != n)
-      return makeError(llvm::formatv("--stages {0} but manifest '{1}' has {2} "
-                                     "stages",
-                                     stages, o.manifest, n)
-                           .str());
-    stages = n;
-    manifest = std::move(*loaded);
-  } else if (stages == 0) {
-    return makeError("ppc schedule needs --stages N or --manifest FILE");
-  }
-  std::optional<ScheduleKind> kind;
-  if (!o.schedule.empty())
-    kind = parseScheduleName(o.schedule); // the validator accepted the name
-  // V-shaped schedules hold two stages per rank.
+  auto loaded = Manifest::load(o.manifest);
+  if (!loaded)
+    return loaded.takeError();
+  int n = static_cast<int>(loaded->stages.size());
+  if (o.stages != 0 && o.stages != n)
+    return makeError(llvm::formatv("--stages {0} but manifest '{1}' has {2} "
+                                   "stages",
+                                   o.stages, o.manifest, n)
+                         .str());
+  return std::optional<Manifest>(std::move(*loaded));
+}
+
+/// --ranks, by default one per stage, or one per two stages for the
+/// V-shaped schedules, which hold two. A built schedule needs the stages to
+/// be a multiple of it.
+llvm::Expected<int> rankCount(const ScheduleOptions &o, int stages,
+                              std::optional<ScheduleKind> kind) {
   bool twoPerRank = kind && schedulePlacement(*kind) == "v" &&
                     o.placement.empty() && stages % 2 == 0;
   int ranks = o.ranks ? o.ranks : twoPerRank ? stages / 2 : stages;
@@ -240,61 +259,111 @@ static llvm::Expected<int> runSchedule(const ScheduleOptions &o) {
                                              .str()
                                        : "placement " + style)
                          .str());
-  Manifest graph = manifest ? *manifest : chainManifest(stages);
+  return ranks;
+}
+
+/// What ppc schedule works on: the stages of --manifest or a chain of
+/// --stages, the ranks, the schedule kind and the stage costs.
+struct ScheduleJob {
+  Manifest graph;
+  int stages = 0, ranks = 0;
+  std::optional<ScheduleKind> kind;
+  std::vector<StageCost> costs;
+  /// How the costs were chosen, for the output.
   std::string described;
-  auto costs = stageCosts(o, manifest, stages, described);
+};
+
+llvm::Expected<ScheduleJob> prepareJob(const ScheduleOptions &o) {
+  auto manifest = loadManifestOption(o);
+  if (!manifest)
+    return manifest.takeError();
+  ScheduleJob job;
+  job.stages =
+      *manifest ? static_cast<int>((*manifest)->stages.size()) : o.stages;
+  if (!o.schedule.empty())
+    job.kind = parseScheduleName(o.schedule); // the validator accepted it
+  auto ranks = rankCount(o, job.stages, job.kind);
+  if (!ranks)
+    return ranks.takeError();
+  job.ranks = *ranks;
+  job.graph = *manifest ? **manifest : chainManifest(job.stages);
+  auto costs = stageCosts(o, *manifest, job.stages, job.described);
   if (!costs)
     return costs.takeError();
+  job.costs = std::move(*costs);
+  return job;
+}
 
+/// The schedule --schedule names, or the one --from-csv reads, simulated.
+llvm::Expected<Schedule> makeSchedule(const ScheduleOptions &o,
+                                      const ScheduleJob &job) {
+  ScheduleRequest request;
+  request.placement = o.placement;
+  request.microbatches = o.microbatches;
+  if (job.kind)
+    request.kind = *job.kind;
+  if (!o.csvIn.empty()) {
+    auto text = readFileBounded(o.csvIn, kMaxScheduleCSVBytes, "schedule");
+    if (!text)
+      return text.takeError();
+    request.csv = (*text)->getBuffer().str();
+    request.csvName = o.csvIn;
+  }
+  auto plan = planSchedule(job.graph, job.ranks, request);
+  if (!plan)
+    return plan.takeError();
+  return std::move(plan->schedule);
+}
+
+/// --csv: the schedule in the layout of --csv-format.
+llvm::Error writeCSVOut(const ScheduleOptions &o, const Schedule &schedule) {
+  if (o.csvOut.empty())
+    return llvm::Error::success();
+  std::string csv = scheduleToCSV(schedule, o.csvFormat == "compute_comms"
+                                                ? CSVLayout::ComputeComms
+                                                : CSVLayout::ComputeOnly);
+  return writeFileAtomically(o.csvOut, [&](llvm::raw_ostream &os) {
+    os << csv;
+    return llvm::Error::success();
+  });
+}
+
+/// The grid, then the bubble under the job's costs, and each rank's peak
+/// activations and messages.
+void printReport(const Schedule &schedule, const ScheduleStats &stats,
+                 llvm::StringRef described, llvm::raw_ostream &os) {
+  printGrid(schedule, os);
+  os << llvm::formatv("bubble: {0:f1}% (makespan {1}, {2})\n",
+                      100 * stats.bubble, number(stats.makespan), described);
+  os << "peak activations per rank: " << perRank(stats.peakActivations) << "\n";
+  os << "messages per step: " << perRank(stats.messages) << "\n";
+  os.flush();
+}
+} // namespace
+
+static llvm::Expected<int> runSchedule(const ScheduleOptions &o) {
+  if (llvm::Error err = checkSources(o))
+    return err;
+  if (llvm::Error err = claimCSVOut(o))
+    return err;
+  auto job = prepareJob(o);
+  if (!job)
+    return job.takeError();
   if (o.compare) {
-    printComparison(graph, o, stages, ranks, *costs, described, llvm::outs());
+    printComparison(job->graph, o, job->stages, job->ranks, job->costs,
+                    job->described, llvm::outs());
     llvm::outs().flush();
     return 0;
   }
-  std::optional<Schedule> schedule;
-  if (!o.csvIn.empty()) {
-    auto text = readFileBounded(o.csvIn, kMaxCSVBytes, "schedule");
-    if (!text)
-      return text.takeError();
-    llvm::StringRef csv = (*text)->getBuffer();
-    auto placement = placementFromCSV(csv, stages, ranks, o.csvIn);
-    if (!placement)
-      return placement.takeError();
-    auto read = trainingScheduleFromCSV(graph, *placement, csv, o.microbatches,
-                                        o.csvIn);
-    if (!read)
-      return read.takeError();
-    schedule = std::move(*read);
-  } else {
-    auto built = buildSimulatedTrainingSchedule(graph, *kind, ranks,
-                                                o.microbatches, o.placement);
-    if (!built)
-      return built.takeError();
-    schedule = std::move(*built);
-  }
-  auto stats = scheduleStats(*schedule, *costs);
+  auto schedule = makeSchedule(o, *job);
+  if (!schedule)
+    return schedule.takeError();
+  auto stats = scheduleStats(*schedule, job->costs);
   if (!stats)
     return stats.takeError();
-
-  if (!o.csvOut.empty()) {
-    std::string csv = scheduleToCSV(*schedule, o.csvFormat == "compute_comms"
-                                                   ? CSVLayout::ComputeComms
-                                                   : CSVLayout::ComputeOnly);
-    if (llvm::Error err =
-            writeFileAtomically(o.csvOut, [&](llvm::raw_ostream &os) {
-              os << csv;
-              return llvm::Error::success();
-            }))
-      return err;
-  }
-  llvm::raw_ostream &os = llvm::outs();
-  printGrid(*schedule, os);
-  os << llvm::formatv("bubble: {0:f1}% (makespan {1}, {2})\n",
-                      100 * stats->bubble, number(stats->makespan), described);
-  os << "peak activations per rank: " << perRank(stats->peakActivations)
-     << "\n";
-  os << "messages per step: " << perRank(stats->messages) << "\n";
-  os.flush();
+  if (llvm::Error err = writeCSVOut(o, *schedule))
+    return err;
+  printReport(*schedule, *stats, job->described, llvm::outs());
   return 0;
 }
 

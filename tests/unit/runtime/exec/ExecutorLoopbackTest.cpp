@@ -19,6 +19,7 @@
 #include "runtime/link/Collectives.h"
 #include "runtime/link/Link.h"
 #include "runtime/link/LoopbackLink.h"
+#include "runtime/schedule/Build.h"
 #include "runtime/schedule/Schedule.h"
 
 #include "llvm/Support/FileSystem.h"

@@ -13,6 +13,7 @@
 
 #include "runtime/link/Link.h"
 #include "runtime/link/LoopbackLink.h"
+#include "runtime/schedule/Build.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/raw_ostream.h"

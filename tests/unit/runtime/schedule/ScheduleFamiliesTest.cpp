@@ -8,7 +8,12 @@
 // run is refused in one line.
 //
 //===----------------------------------------------------------------------===//
+#include "runtime/schedule/AutoSchedule.h"
+#include "runtime/schedule/Build.h"
 #include "runtime/schedule/Schedule.h"
+#include "runtime/schedule/ScheduleCSV.h"
+#include "runtime/schedule/ScheduleStats.h"
+#include "runtime/schedule/Simulate.h"
 #include "tests/unit/runtime/schedule/ScheduleBuilders.h"
 
 #include <gtest/gtest.h>

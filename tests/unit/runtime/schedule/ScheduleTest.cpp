@@ -1,5 +1,10 @@
 //===- tests/unit/runtime/schedule/ScheduleTest.cpp - Schedules as data ---===//
 #include "runtime/schedule/Schedule.h"
+#include "runtime/schedule/Build.h"
+#include "runtime/schedule/Grid.h"
+#include "runtime/schedule/ScheduleCSV.h"
+#include "runtime/schedule/ScheduleStats.h"
+#include "runtime/schedule/Simulate.h"
 #include "tests/unit/runtime/schedule/ScheduleBuilders.h"
 
 #include "llvm/ADT/STLExtras.h"
