@@ -116,9 +116,9 @@ struct ExecutorPlan {
   /// Training only: where the loss is computed.
   std::optional<LossSpec> loss;
   /// Whether an edge's wire tensors cross as one message per microbatch
-  /// (runtime/link/WirePack.h). makeExecutorPlan() sets it unless
-  /// PPC_COALESCE=0 (one message per wire tensor, for measurement:
-  /// docs/runtime.md).
+  /// (runtime/link/WirePack.h); the rank context sets it from
+  /// LaunchEnv::coalesce (off with PPC_COALESCE=0: one message per wire
+  /// tensor, for measurement; docs/runtime.md).
   bool coalesce = true;
   /// bf16: the precision every stage forward runs in; set by the
   /// rank context from RunOptions::precision.

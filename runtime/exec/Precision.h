@@ -8,7 +8,7 @@
 // stay float32 (autocast casts the weights per op, so the gradients flow
 // back into the fp32 parameters); boundary values are whatever autocast
 // produced (bf16 out of a linear layer) and travel as such; the loss is
-// computed in fp32 from the loss output cast to float (Executor.cpp).
+// computed in fp32 from the loss output cast to float (ExecutorCompute.cpp).
 //
 // Autocast state is thread-local: AutocastGuard is taken in the thread that
 // runs the stage (the executor's). While a guard is held, TorchScript's own
