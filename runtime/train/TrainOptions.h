@@ -43,7 +43,7 @@ struct TrainOptions {
   /// A schedule in the CSV layout of PyTorch's pipelining runtime to run
   /// instead of run.schedule's (docs/schedules.md); empty for none.
   std::string scheduleCSVPath;
-  /// Pick the schedule instead of run.schedule: chooseSchedule() (Schedule.h)
+  /// Pick the schedule instead of run.schedule: chooseSchedule()
   /// with the manifest's predicted stage costs, measured ones when it was
   /// split with --cost profile; scheduleNote() says what it picked and why.
   bool autoSchedule = false;
