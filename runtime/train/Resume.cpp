@@ -20,6 +20,7 @@
 #include "llvm/Support/Path.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 namespace ppc {
 
