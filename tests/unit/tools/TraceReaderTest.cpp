@@ -8,6 +8,8 @@
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include "tests/unit/ScratchDirTest.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
@@ -20,21 +22,7 @@ using namespace ppc::test;
 
 namespace {
 
-class TraceFileTest : public ::testing::Test {
-protected:
-  void SetUp() override {
-    ASSERT_FALSE(llvm::sys::fs::createUniqueDirectory("ppc-trace", dir));
-  }
-  void TearDown() override { llvm::sys::fs::remove_directories(dir); }
-
-  std::string path(llvm::StringRef name) const {
-    llvm::SmallString<256> p(dir);
-    llvm::sys::path::append(p, name);
-    return std::string(p);
-  }
-
-  llvm::SmallString<256> dir;
-};
+class TraceFileTest : public test::ScratchDirTest {};
 
 std::string parseError(llvm::StringRef text) {
   return errorOf(parseTrace(text, "trace 't.json'"));

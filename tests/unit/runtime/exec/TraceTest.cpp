@@ -6,6 +6,8 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 
+#include "tests/unit/ScratchDirTest.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -27,21 +29,7 @@ std::string contents(const std::string &path) {
   return buffer ? (*buffer)->getBuffer().str() : "<unreadable>";
 }
 
-class TraceTest : public ::testing::Test {
-protected:
-  void SetUp() override {
-    ASSERT_FALSE(llvm::sys::fs::createUniqueDirectory("ppc-trace", dir));
-  }
-  void TearDown() override { llvm::sys::fs::remove_directories(dir); }
-
-  std::string path(llvm::StringRef name) const {
-    llvm::SmallString<256> p(dir);
-    llvm::sys::path::append(p, name);
-    return std::string(p);
-  }
-
-  llvm::SmallString<256> dir;
-};
+class TraceTest : public test::ScratchDirTest {};
 
 /// The events of a two-rank run with fixed times: rank 0 runs stage 0 and
 /// sends microbatch 0 to rank 1, which runs stage 1 and collects.
