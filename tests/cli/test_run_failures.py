@@ -243,6 +243,25 @@ class RunFailuresTest(unittest.TestCase):
                 # The whole of stderr: c10d's glog lines are hidden.
                 self.assertEqual(err, never_reached(missing, port, 3) + "\n")
 
+    def test_a_rank_ignores_broken_pipes(self):
+        # A write to a peer that has gone must fail as a lost rank, never
+        # end the rank with SIGPIPE before the peer's own error is seen: a
+        # rank ignores SIGPIPE from its start (SigIgn in /proc holds it
+        # while the rank waits for its peer).
+        proc = one_rank(1, 2, free_port(), self.args(self.mlp, timeout="20"))
+        try:
+            deadline = time.monotonic() + 15
+            ignored = 0
+            while time.monotonic() < deadline and not ignored & (1 << (signal.SIGPIPE - 1)):
+                with open(f"/proc/{proc.pid}/status") as f:
+                    line = next(l for l in f if l.startswith("SigIgn:"))
+                ignored = int(line.split()[1], 16)
+                time.sleep(0.05)
+            self.assertTrue(ignored & (1 << (signal.SIGPIPE - 1)), hex(ignored))
+        finally:
+            proc.kill()
+            proc.communicate()
+
     def test_verbose_shows_torch_diagnostics(self):
         port = free_port()
         proc = one_rank(1, 2, port, self.args(self.mlp, timeout="2") + ["--verbose"])

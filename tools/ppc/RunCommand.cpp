@@ -12,6 +12,7 @@
 #include "runtime/run/Pipeline.h"
 #include "tools/ppc/OptionChecks.h"
 #include "tools/ppc/Progress.h"
+#include "tools/ppc/RankProcess.h"
 #include "tools/ppc/RunFiles.h"
 #include "tools/ppc/RuntimeFlags.h"
 
@@ -63,7 +64,7 @@ static llvm::json::Value statsJSON(const RunCommandOptions &o,
 }
 
 static llvm::Expected<int> runRun(const RunCommandOptions &o) {
-  auto env = LaunchEnv::fromEnvironment();
+  auto env = startRank();
   if (!env)
     return env.takeError();
   RunOptions options;

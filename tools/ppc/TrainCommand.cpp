@@ -20,6 +20,7 @@
 #include "runtime/train/TrainData.h"
 #include "runtime/train/Trainer.h"
 #include "tools/ppc/Progress.h"
+#include "tools/ppc/RankProcess.h"
 #include "tools/ppc/RuntimeFlags.h"
 #include "tools/ppc/TrainFlags.h"
 #include "tools/ppc/TrainLog.h"
@@ -521,7 +522,7 @@ static llvm::Error train(Trainer &t, const TrainCommandOptions &o,
 static llvm::Expected<int> runTrain(const TrainCommandOptions &o) {
   if (o.dryRun)
     return printPlan(o);
-  auto env = LaunchEnv::fromEnvironment();
+  auto env = startRank();
   if (!env)
     return env.takeError();
   auto options = trainOptionsOf(o, env->rank);
