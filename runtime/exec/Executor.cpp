@@ -166,6 +166,12 @@ llvm::Expected<ExecutorResult> Executor::run() {
     case ActionKind::RecvB:
       err = recvBackward(a);
       break;
+    case ActionKind::SendTokens:
+      err = sendTokens(a);
+      break;
+    case ActionKind::RecvTokens:
+      err = recvTokens(a);
+      break;
     }
     if (err) {
       step.failedMicrobatch = a.microbatch;

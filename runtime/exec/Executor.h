@@ -18,7 +18,13 @@
 //                 records it; then allocates the message's buffer from the
 //                 metadata, receives it, and rebuilds the values from views
 //                 of it (no second copy).
-//   OUT(m)        keeps microbatch m's model outputs (inference).
+//   OUT(m)        keeps microbatch m's model outputs (inference), or, when
+//                 decoding, hands them to ExecutorStep::pick.
+//   SEND_TOK(m)   decoding: sends the tokens picked from microbatch m to a
+//                 rank that reads the token input (Schedule::tokens).
+//   RECV_TOK(m)   receives them there; they become the token input of
+//                 microbatch m + groups (picked on the same rank, they do
+//                 so at OUT).
 //   B(s, m)       the stage's backward: the gradients of its outputs (summed
 //                 over every consumer, plus the loss on the loss stage) go
 //                 back through its graph into its parameters' .grad and its
@@ -162,6 +168,17 @@ struct ExecutorStep {
   /// Recompute: training keeps only each stage's inputs per
   /// microbatch and recomputes its forward for the backward (see above).
   bool recompute = false;
+  /// Decoding (Schedule::tokens), on the collector's rank: OUT(m) hands
+  /// microbatch m's model outputs here instead of keeping them, for every m
+  /// the schedule picks from; the result (int64 token ids, one a sequence
+  /// of the microbatch) is what SEND_TOK returns when the schedule returns
+  /// it. Errors end the run.
+  std::function<llvm::Expected<at::Tensor>(int m,
+                                           std::vector<c10::IValue> outputs)>
+      pick;
+  /// Before F(s, m): lets the job bind what stage s keeps across
+  /// microbatches (decoding: the state of m's group). Errors end the run.
+  std::function<llvm::Error(int stage, int m)> beforeForward;
 };
 
 /// What one run of the executor produced on this rank.

@@ -75,6 +75,9 @@ llvm::Error Executor::forward(const Action &a) {
   // With recompute the forward still builds its graph (so that the outputs'
   // metadata says which carry a gradient, and both forwards run alike); the
   // graph goes when the outputs are detached below.
+  if (step.beforeForward)
+    if (llvm::Error err = step.beforeForward(a.stage, m))
+      return err;
   at::AutoGradMode gradMode(training);
   AutocastGuard autocast(plan.precision, plan.device);
   auto outputs = plan.stages->at(a.stage).run(std::move(args));
@@ -123,13 +126,37 @@ llvm::Error Executor::forward(const Action &a) {
 
 /// OUT(m): keeps microbatch m's model outputs for concatenation.
 llvm::Error Executor::collectOutputs(const Action &a) {
+  const int m = a.microbatch;
+  std::vector<c10::IValue> outputs;
   for (size_t k = 0; k < manifest.modelOutputs.size(); ++k) {
     const ValueRef &ref = manifest.modelOutputs[k];
-    auto v = take(ref.stage, ref.output, a.microbatch);
+    auto v = take(ref.stage, ref.output, m);
     if (!v)
       return v.takeError();
-    result.outputParts[k].push_back(std::move(*v));
+    outputs.push_back(std::move(*v));
   }
+  const std::optional<TokenReturn> &tokens = schedule.tokens;
+  if (!tokens) {
+    for (size_t k = 0; k < outputs.size(); ++k)
+      result.outputParts[k].push_back(std::move(outputs[k]));
+    return llvm::Error::success();
+  }
+  if (!tokens->picks(m))
+    return llvm::Error::success();
+  auto picks = step.pick(m, std::move(outputs));
+  if (!picks)
+    return picks.takeError();
+  if (!tokens->returns(m))
+    return llvm::Error::success();
+  const Placement &placement = schedule.placement;
+  int sends = 0;
+  for (const Action &b : schedule.ranks[plan.rank])
+    sends += b.kind == ActionKind::SendTokens && b.microbatch == m;
+  if (sends > 0)
+    picked[m] = {*picks, sends};
+  if (llvm::any_of(tokens->readers,
+                   [&](int k) { return placement.rankOf(k) == plan.rank; }))
+    return feedTokens(m, *picks);
   return llvm::Error::success();
 }
 

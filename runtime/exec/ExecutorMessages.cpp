@@ -118,6 +118,73 @@ Executor::recvHeader(const Edge &edge, int m, int peer, int channel,
   return metas;
 }
 
+/// Decoding: the token input of microbatch m + groups (its placeholder
+/// until fed).
+llvm::Expected<c10::IValue *> Executor::tokenSlot(int m) {
+  const TokenReturn &ret = *schedule.tokens;
+  size_t next = static_cast<size_t>(m) + ret.groups;
+  if (next >= step.microbatches.size() ||
+      !step.microbatches[next][ret.input].isTensor())
+    return makeError(llvm::formatv("internal error: no microbatch {0} to "
+                                   "feed the tokens of microbatch {1}",
+                                   next, m)
+                         .str());
+  return &step.microbatches[next][ret.input];
+}
+
+llvm::Error Executor::feedTokens(int m, const at::Tensor &tokens) {
+  auto slot = tokenSlot(m);
+  if (!slot)
+    return slot.takeError();
+  const at::Tensor &like = (*slot)->toTensor();
+  if (tokens.numel() != like.numel())
+    return makeError(llvm::formatv("microbatch {0} picked {1} tokens; the "
+                                   "token input takes {2}",
+                                   m, tokens.numel(), like.numel())
+                         .str());
+  // In the placeholder's shape, dtype and device.
+  auto fed = torchCall("cannot feed the picked tokens", [&] {
+    return tokens.reshape(like.sizes()).to(like.options());
+  });
+  if (!fed)
+    return fed.takeError();
+  **slot = std::move(*fed);
+  return llvm::Error::success();
+}
+
+/// SEND_TOK(m): the tokens picked from microbatch m, to a reader rank.
+llvm::Error Executor::sendTokens(const Action &a) {
+  auto it = picked.find(a.microbatch);
+  if (it == picked.end())
+    return makeError(llvm::formatv("internal error: no tokens picked from "
+                                   "microbatch {0} on rank {1}",
+                                   a.microbatch, plan.rank)
+                         .str());
+  std::string what =
+      llvm::formatv("the tokens of microbatch {0}", a.microbatch).str();
+  if (llvm::Error err = plan.transport->send(it->second.first, a.peerRank,
+                                             channelOf(schedule, a), what))
+    return err;
+  if (--it->second.second == 0)
+    picked.erase(it);
+  return llvm::Error::success();
+}
+
+/// RECV_TOK(m): the tokens picked from microbatch m, from the collector.
+llvm::Error Executor::recvTokens(const Action &a) {
+  auto slot = tokenSlot(a.microbatch);
+  if (!slot)
+    return slot.takeError();
+  int64_t rows = (*slot)->toTensor().numel();
+  at::Tensor tokens = at::empty({rows}, at::kLong);
+  std::string what =
+      llvm::formatv("the tokens of microbatch {0}", a.microbatch).str();
+  if (llvm::Error err = plan.transport->recv(tokens, a.peerRank,
+                                             channelOf(schedule, a), what))
+    return err;
+  return feedTokens(a.microbatch, tokens);
+}
+
 /// SEND_F(e, m): the header on an inferring microbatch, then the values'
 /// wire tensors.
 llvm::Error Executor::sendForward(const Action &a) {

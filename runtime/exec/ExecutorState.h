@@ -143,8 +143,18 @@ private:
   /// output, awaiting SEND_B: (consumer, producer, output, mb).
   std::map<std::tuple<int, int, int, int>, std::vector<at::Tensor>> toSend;
 
+  /// Decoding: tokens picked on this rank awaiting their SEND_TOKs, by
+  /// microbatch, with the sends left.
+  std::map<int, std::pair<at::Tensor, int>> picked;
+  /// Decoding: the token input of microbatch m + groups, and `tokens`
+  /// becoming it.
+  llvm::Expected<c10::IValue *> tokenSlot(int m);
+  llvm::Error feedTokens(int m, const at::Tensor &tokens);
+
   // One handler per action kind.
   llvm::Error forward(const Action &a);
+  llvm::Error sendTokens(const Action &a);
+  llvm::Error recvTokens(const Action &a);
   llvm::Error sendForward(const Action &a);
   llvm::Error recvForward(const Action &a);
   llvm::Error collectOutputs(const Action &a);

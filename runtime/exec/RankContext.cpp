@@ -212,15 +212,37 @@ RankContext::prepareWindow(std::vector<std::vector<c10::IValue>> microbatches,
         variants_.erase(count);
         return err;
       }
-      variant = std::make_unique<Variant>();
-      variant->schedule = std::move(*built);
-      variant->plan = makeExecutorPlan(manifest_, variant->schedule, env_.rank,
-                                       stages_, *transport_, device_, loss_);
-      variant->plan.precision = options_.precision;
-      variant->plan.coalesce = env_.coalesce;
+      variant = makeVariant(std::move(*built));
     }
     current_ = &variant->plan;
   }
+  if (llvm::Error err =
+          meta_->prepareMicrobatches(std::move(microbatches), count, step))
+    return err;
+  step.trace = trace_ ? &*trace_ : nullptr;
+  step.runIndex = runs_++;
+  return llvm::Error::success();
+}
+
+std::unique_ptr<RankContext::Variant>
+RankContext::makeVariant(Schedule schedule) {
+  auto variant = std::make_unique<Variant>();
+  variant->schedule = std::move(schedule);
+  variant->plan = makeExecutorPlan(manifest_, variant->schedule, env_.rank,
+                                   stages_, *transport_, device_, loss_);
+  variant->plan.precision = options_.precision;
+  variant->plan.coalesce = env_.coalesce;
+  return variant;
+}
+
+llvm::Error
+RankContext::prepareSchedule(std::vector<std::vector<c10::IValue>> microbatches,
+                             Schedule schedule, ExecutorStep &step) {
+  if (llvm::Error err = simulateSchedule(schedule))
+    return err;
+  int count = schedule.microbatches;
+  given_ = makeVariant(std::move(schedule));
+  current_ = &given_->plan;
   if (llvm::Error err =
           meta_->prepareMicrobatches(std::move(microbatches), count, step))
     return err;

@@ -130,6 +130,13 @@ public:
   llvm::Error prepareWindow(std::vector<std::vector<c10::IValue>> microbatches,
                             int count, const ScheduleBuilder &build,
                             ExecutorStep &step);
+  /// The same over `schedule` (a decode schedule, runtime/schedule/Decode.h,
+  /// on the job's placement), simulated first and kept with its executor
+  /// plan until the next call. Errors: simulateSchedule()'s;
+  /// MetaSettler::prepareMicrobatches's.
+  llvm::Error
+  prepareSchedule(std::vector<std::vector<c10::IValue>> microbatches,
+                  Schedule schedule, ExecutorStep &step);
   /// Runs this rank's actions of the schedule the last prepare() chose over
   /// `step`, recorded in the trace if one is kept. Errors:
   /// runtime/exec/Executor.h's, a mismatch with cached metadata as a
@@ -176,6 +183,10 @@ private:
     ExecutorPlan plan;
   };
   std::map<int, std::unique_ptr<Variant>> variants_;
+  /// The schedule of the last prepareSchedule().
+  std::unique_ptr<Variant> given_;
+  /// `schedule` with its executor plan for this rank.
+  std::unique_ptr<Variant> makeVariant(Schedule schedule);
   const ExecutorPlan *current_ = &executorPlan_;
   /// The actions of every run, when RunOptions::tracePath asks for them,
   /// and how many runs there were.

@@ -120,13 +120,16 @@ std::string Action::str(const std::vector<Edge> &edges) const {
   const ActionInfo &info = actionInfo(kind);
   if (isCompute())
     return llvm::formatv("{0} stage={1} mb={2}", info.name, stage, microbatch);
-  if (info.category != "send" && info.category != "recv")
+  bool sends = info.category == "send";
+  if (!sends && info.category != "recv")
     return llvm::formatv("{0} mb={1}", info.name, microbatch);
+  if (edge < 0)
+    return llvm::formatv("{0} mb={1} {2}={3}", info.name, microbatch,
+                         sends ? "to" : "from", peerRank);
   const Edge &e = edges[edge];
   std::string consumer = e.collector ? "out" : std::to_string(e.consumer);
   return llvm::formatv("{0} {1}->{2} mb={3} {4}={5}", info.name, e.producer,
-                       consumer, microbatch,
-                       info.category == "send" ? "to" : "from", peerRank);
+                       consumer, microbatch, sends ? "to" : "from", peerRank);
 }
 
 bool Action::isCompute() const { return actionInfo(kind).letter != 0; }
@@ -140,7 +143,7 @@ std::string Action::cell() const {
 
 int Schedule::channelCount() const {
   int n = static_cast<int>(edges.size());
-  return 1 + (training ? 2 * n : n);
+  return 1 + (training ? 2 * n : n) + (tokens ? 1 : 0);
 }
 
 int channelOf(const Schedule &schedule, const Action &action) {
@@ -151,6 +154,9 @@ int channelOf(const Schedule &schedule, const Action &action) {
   case ActionKind::SendB:
   case ActionKind::RecvB:
     return 1 + static_cast<int>(schedule.edges.size()) + action.edge;
+  case ActionKind::SendTokens:
+  case ActionKind::RecvTokens:
+    return schedule.channelCount() - 1;
   default:
     return -1;
   }

@@ -34,6 +34,7 @@
 
 #include "llvm/Support/Error.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -96,14 +97,38 @@ struct Action {
   int peerRank = -1;
 
   /// "F stage=2 mb=0", "SEND_F 0->1 mb=0 to=1", "RECV_F 0->1 mb=0 from=0",
-  /// "OUT mb=0", "B stage=1 mb=0", "I stage=1 mb=0", "W stage=1 mb=0",
-  /// "SEND_B 0->1 mb=0 to=0", "RECV_B 0->1 mb=0 from=1".
+  /// "OUT mb=0", "SEND_TOK mb=0 to=0", "RECV_TOK mb=0 from=1", "B stage=1
+  /// mb=0", "I stage=1 mb=0", "W stage=1 mb=0", "SEND_B 0->1 mb=0 to=0",
+  /// "RECV_B 0->1 mb=0 from=1".
   std::string str(const std::vector<Edge> &edges) const;
   /// Whether this is F, B, I or W.
   bool isCompute() const;
   /// A compute action as a CSV or grid cell, {stage}{F|B|I|W}{microbatch}:
   /// "0F1", "1B0"; "" for any other action.
   std::string cell() const;
+};
+
+/// Decoding (Decode.h): microbatch m = step * groups + group is one decode
+/// step of one group of sequences. The collector picks the next token ids
+/// from the model outputs of every microbatch from step promptSteps - 1 on;
+/// those of a step before the last travel back (SEND_TOK / RECV_TOK) to
+/// every rank whose stages read model input `input`, as that input of
+/// microbatch m + groups.
+struct TokenReturn {
+  int input = -1;
+  /// The stages that read model input `input`, ascending.
+  std::vector<int> readers;
+  int groups = 1;
+  int promptSteps = 1;
+  int steps = 1;
+
+  int stepOf(int m) const { return m / groups; }
+  /// Whether the collector picks tokens from microbatch m's outputs.
+  bool picks(int m) const { return stepOf(m) >= promptSteps - 1; }
+  /// Whether microbatch m's picks feed microbatch m + groups.
+  bool returns(int m) const { return picks(m) && stepOf(m) + 1 < steps; }
+  /// Whether microbatch m reads picked tokens (rather than the prompt's).
+  bool fed(int m) const { return stepOf(m) >= promptSteps; }
 };
 
 struct Schedule {
@@ -119,13 +144,17 @@ struct Schedule {
   /// file's name when read from a CSV (then `kind` means nothing).
   std::string origin;
 
-  /// Transport channels: 1 + edges (inference), 1 + 2*edges (training).
-  /// Channel 0 is start-up.
+  /// Decoding: the return path of picked tokens (Decode.h).
+  std::optional<TokenReturn> tokens;
+
+  /// Transport channels: 1 + edges (inference), 1 + 2*edges (training),
+  /// plus one for the tokens of a decode schedule. Channel 0 is start-up.
   int channelCount() const;
 };
 
-/// The channel of a SEND_F/RECV_F (edge+1) or SEND_B/RECV_B (1 +
-/// edges.size() + edge); -1 for any other action.
+/// The channel of a SEND_F/RECV_F (edge+1), SEND_B/RECV_B (1 +
+/// edges.size() + edge) or SEND_TOK/RECV_TOK (the last); -1 for any other
+/// action.
 int channelOf(const Schedule &schedule, const Action &action);
 
 /// Prints rank `rank`'s actions, one per line: "schedule: rank=0 3 F

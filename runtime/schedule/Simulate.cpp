@@ -8,6 +8,7 @@
 #include "lib/Error.h"
 #include "runtime/schedule/EdgeIndex.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 
 #include <deque>
@@ -51,6 +52,10 @@ private:
                                    : "schedule '" + schedule.origin + "'";
   }
 
+  static bool isTokenAction(const Action &a) {
+    return a.kind == ActionKind::SendTokens || a.kind == ActionKind::RecvTokens;
+  }
+
   bool isBackwardChannel(int channel) const {
     return channel > static_cast<int>(schedule.edges.size());
   }
@@ -72,13 +77,21 @@ private:
     // The collector (stage n) collects model outputs and receives the ones
     // produced on other ranks (a training schedule with an OUT is refused
     // below, naming it).
-    bool stageOk = a.stage >= 0 &&
-                   (a.stage < n ||
-                    (a.stage == n &&
-                     (a.kind == ActionKind::Output ||
-                      (a.kind == ActionKind::RecvF && !schedule.training))));
-    bool edgeOk = !comm || (a.edge >= 0 && static_cast<size_t>(a.edge) <
-                                               schedule.edges.size());
+    bool tokens = isTokenAction(a);
+    bool stageOk =
+        a.stage >= 0 &&
+        (a.stage < n ||
+         (a.stage == n &&
+          (a.kind == ActionKind::Output || a.kind == ActionKind::SendTokens ||
+           (a.kind == ActionKind::RecvF && !schedule.training))));
+    bool edgeOk =
+        !comm || tokens ||
+        (a.edge >= 0 && static_cast<size_t>(a.edge) < schedule.edges.size());
+    if (tokens && !schedule.tokens)
+      return makeError(llvm::formatv("{0}: rank {1} action {2} returns tokens "
+                                     "in a schedule that does not decode",
+                                     who(), r, i)
+                           .str());
     if (!stageOk || !edgeOk || a.microbatch < 0 ||
         a.microbatch >= schedule.microbatches)
       return makeError(
@@ -194,7 +207,8 @@ private:
           return err;
       switch (a.kind) {
       case ActionKind::RecvF:
-      case ActionKind::RecvB: {
+      case ActionKind::RecvB:
+      case ActionKind::RecvTokens: {
         int channel = channelOf(schedule, a);
         if (channels[channel].empty()) {
           waitingOn[channel] = r;
@@ -206,6 +220,7 @@ private:
       }
       case ActionKind::SendF:
       case ActionKind::SendB:
+      case ActionKind::SendTokens:
         if (llvm::Error err = send(r, a, runnable))
           return err;
         break;
@@ -218,6 +233,8 @@ private:
                                          placement.rankOf(a.stage))
                                .str());
         if (llvm::Error err = inputsReady(r, a.stage, a.microbatch))
+          return err;
+        if (llvm::Error err = tokensReady(r, a))
           return err;
         mark(ran[a.stage], a.microbatch);
         break;
@@ -242,6 +259,11 @@ private:
 
   llvm::Error receive(int r, const Action &a, int channel) {
     std::deque<int> &ch = channels[channel];
+    if (ch.front() != a.microbatch && isTokenAction(a))
+      return makeError(llvm::formatv("{0}: tokens arrive as mb={1} but rank "
+                                     "{2} expects mb={3}",
+                                     who(), ch.front(), r, a.microbatch)
+                           .str());
     if (ch.front() != a.microbatch)
       return makeError(
           llvm::formatv(
@@ -258,7 +280,7 @@ private:
 
   llvm::Error send(int r, const Action &a, std::vector<int> &runnable) {
     bool ready =
-        a.kind == ActionKind::SendF
+        a.kind == ActionKind::SendF || a.kind == ActionKind::SendTokens
             ? placement.rankOf(a.stage) == r && has(ran[a.stage], a.microbatch)
             : has(grad[a.stage], a.microbatch);
     if (!ready)
@@ -296,6 +318,27 @@ private:
                 r, producer)
                 .str());
     }
+    return llvm::Error::success();
+  }
+
+  /// Decoding: whether a stage of rank r that reads the token input may
+  /// run microbatch m, which reads the tokens picked from m - groups: picked
+  /// on r (its OUT ran) or received.
+  llvm::Error tokensReady(int r, const Action &a) {
+    const std::optional<TokenReturn> &tokens = schedule.tokens;
+    int n = placement.numStages(), m = a.microbatch;
+    if (!tokens || a.kind != ActionKind::Forward || !tokens->fed(m) ||
+        !llvm::is_contained(tokens->readers, a.stage))
+      return llvm::Error::success();
+    int from = m - tokens->groups;
+    bool ready = placement.rankOf(n) == r
+                     ? has(ran[n], from)
+                     : has(received[schedule.channelCount() - 1], from);
+    if (!ready)
+      return makeError(llvm::formatv("{0} runs {1} on rank {2} before the "
+                                     "tokens of mb={3}",
+                                     who(), a.str(schedule.edges), r, from)
+                           .str());
     return llvm::Error::success();
   }
 
