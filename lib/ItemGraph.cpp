@@ -8,6 +8,7 @@
 #include "lib/ItemGraph.h"
 
 #include "lib/Error.h"
+#include "lib/StateBuffers.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -270,6 +271,36 @@ std::optional<std::string> ItemGraph::attributePath(const Value *v) const {
   return it->second;
 }
 
+void ItemGraph::findStateSpans() {
+  std::unordered_map<const Node *, size_t> itemOf;
+  for (size_t i = 0; i < items_.size(); ++i)
+    itemOf[items_[i]] = i;
+  for (const StateBuffer &state : findStateBuffers(*graph_)) {
+    std::optional<StateSpan> span;
+    for (Node *n : state.touches) {
+      while (n->owningBlock() != graph_->block())
+        n = n->owningBlock()->owningNode();
+      // Rematerializable nodes (a size read) belong to no stage.
+      auto it = itemOf.find(n);
+      if (it == itemOf.end())
+        continue;
+      if (!span)
+        span = StateSpan{state.path, it->second, it->second};
+      span->first = std::min(span->first, it->second);
+      span->last = std::max(span->last, it->second);
+    }
+    if (span)
+      stateSpans_.push_back(std::move(*span));
+  }
+}
+
+const StateSpan *ItemGraph::stateSplitBy(size_t i) const {
+  for (const StateSpan &s : stateSpans_)
+    if (s.first < i && i <= s.last)
+      return &s;
+  return nullptr;
+}
+
 llvm::Error ItemGraph::findBlockers() {
   const int n = static_cast<int>(items_.size());
   blockers_.assign(n + 1, std::nullopt);
@@ -303,7 +334,15 @@ llvm::Error ItemGraph::findBlockers() {
                           loc.empty() ? std::string() : " (from " + loc + ")"));
     }
 
-  // 2. A buffer lives in exactly one stage: all its readers stay together.
+  // 2. State lives in one stage: every read and write of it stays together.
+  findStateSpans();
+  for (const StateSpan &s : stateSpans_)
+    block(static_cast<int>(s.first), static_cast<int>(s.last),
+          "buffer '" + s.path +
+              "' is written in place and read on both sides (state lives in "
+              "one stage)");
+
+  // 3. A buffer lives in exactly one stage: all its readers stay together.
   std::map<std::string, std::pair<int, int>> bufferReaders;
   auto isBuffer = [&](Value *v) {
     Node *getAttr = v->node();
@@ -327,9 +366,11 @@ llvm::Error ItemGraph::findBlockers() {
           "buffer '" + path +
               "' is read on both sides (a buffer lives in one stage)");
 
-  // 3. An in-place write stays in one stage with every later read of the
-  // value it writes, so no stage sees a stale copy.
-  torch::jit::AliasDb aliasDb(graph_);
+  // 4. An in-place write stays in one stage with every later read of the
+  // value it writes, so no stage sees a stale copy. Module attributes are
+  // read as distinct objects (as in a frozen module): a write to a buffer is
+  // rule 2's, not a write to every input.
+  torch::jit::AliasDb aliasDb(graph_, /*isFrozen=*/true);
   std::vector<Value *> candidates(modelInputs_.begin(), modelInputs_.end());
   for (int i = 0; i < n; ++i)
     for (Value *v : items_[i]->outputs())

@@ -18,8 +18,9 @@
 //
 // For each position between items it records whether a cut there is
 // possible, and if not, why: a live value of a kind that cannot cross
-// (ValueKind), a buffer read on both sides, or an in-place write that must
-// stay with the later reads of the value it writes.
+// (ValueKind), a state buffer (lib/StateBuffers.h) touched on both sides, a
+// buffer read on both sides, or an in-place write that must stay with the
+// later reads of the value it writes.
 //
 //===----------------------------------------------------------------------===//
 #ifndef PPC_LIB_ITEMGRAPH_H
@@ -49,6 +50,13 @@ std::string sourceLocation(const torch::jit::Node *node);
 
 /// A readable name of a value: its debug name, else "%<unique>".
 std::string valueName(const torch::jit::Value *value);
+
+/// A buffer the model writes in place, and the items that touch it: every
+/// cut between `first` and `last` would separate its reads and writes.
+struct StateSpan {
+  std::string path;
+  size_t first, last;
+};
 
 class ItemGraph {
 public:
@@ -106,6 +114,12 @@ public:
     return i > 0 && i < size() && !blockers_[i];
   }
 
+  /// The model's state buffers, in the order of their first touch.
+  const std::vector<StateSpan> &stateSpans() const { return stateSpans_; }
+  /// The first state buffer whose touches a cut before item `i` separates,
+  /// or null.
+  const StateSpan *stateSplitBy(size_t i) const;
+
 private:
   explicit ItemGraph(std::shared_ptr<torch::jit::Graph> graph)
       : graph_(std::move(graph)) {}
@@ -116,6 +130,7 @@ private:
   void collectNestedAttributeReads(torch::jit::Node *node,
                                    std::vector<torch::jit::Value *> &reads);
   llvm::Error findBlockers();
+  void findStateSpans();
 
   std::shared_ptr<torch::jit::Graph> graph_;
   torch::jit::Value *self_ = nullptr;
@@ -125,6 +140,7 @@ private:
   std::vector<std::vector<torch::jit::Value *>> inputs_, attributeReads_;
   std::vector<std::string> modulePaths_;
   std::vector<std::optional<std::string>> blockers_;
+  std::vector<StateSpan> stateSpans_;
   std::unordered_map<const torch::jit::Value *, std::string> attrPaths_;
   std::unordered_map<const torch::jit::Value *, int> producers_;
   std::unordered_set<const torch::jit::Value *> remat_;

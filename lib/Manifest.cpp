@@ -19,8 +19,11 @@
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <c10/core/ScalarType.h>
+
 #include <algorithm>
 #include <limits>
+#include <set>
 
 using llvm::json::Array;
 using llvm::json::Object;
@@ -94,6 +97,17 @@ Value Manifest::toJSON() const {
       for (const std::string &path : *s.modules)
         modules.push_back(path);
       so["modules"] = std::move(modules);
+    }
+    if (!s.state.empty()) {
+      Array state;
+      for (const StateTensor &t : s.state) {
+        Array shape;
+        for (int64_t d : t.shape)
+          shape.push_back(d);
+        state.push_back(Object{
+            {"name", t.name}, {"dtype", t.dtype}, {"shape", std::move(shape)}});
+      }
+      so["state"] = std::move(state);
     }
     if (s.meta)
       so["meta"] = *s.meta;
@@ -228,6 +242,35 @@ static bool fromJSON(const Value &v, StageOutput &out, llvm::json::Path p) {
   return true;
 }
 
+/// Bytes of one element of a dtype of lib/DTypes.def, or 0 for a name
+/// that is none of them.
+static int64_t dtypeBytes(llvm::StringRef name) {
+#define PPC_DTYPE(Name, Type)                                                  \
+  if (name == Name)                                                            \
+    return static_cast<int64_t>(c10::elementSize(c10::ScalarType::Type));
+#include "lib/DTypes.def"
+  return 0;
+}
+
+static bool fromJSON(const Value &v, StateTensor &out, llvm::json::Path p) {
+  llvm::json::ObjectMapper o(v, p);
+  std::vector<NonNegative<int64_t>> shape;
+  if (!(o && o.map("name", out.name) && o.map("dtype", out.dtype) &&
+        o.map("shape", shape)))
+    return false;
+  if (dtypeBytes(out.dtype) == 0) {
+    // Path::report keeps a literal: the names of DTypes.def, in order.
+    p.field("dtype").report(
+        "expected one of uint8, int8, int16, int32, int64, float16, float32, "
+        "float64, complex64, complex128, bool, bfloat16");
+    return false;
+  }
+  out.shape.clear();
+  for (const auto &d : shape)
+    out.shape.push_back(d.value);
+  return true;
+}
+
 static bool fromJSON(const Value &v, StageInfo &out, llvm::json::Path p) {
   llvm::json::ObjectMapper o(v, p);
   NonNegative<int> index;
@@ -238,7 +281,8 @@ static bool fromJSON(const Value &v, StageInfo &out, llvm::json::Path p) {
         o.map("buffer_bytes", bufferBytes) &&
         o.map("predicted_cost", out.predictedCost) &&
         o.mapOptional("begins_at", out.beginsAt) &&
-        o.map("inputs", out.inputs) && o.map("outputs", out.outputs)))
+        o.map("inputs", out.inputs) && o.map("outputs", out.outputs) &&
+        o.mapOptional("state", out.state)))
     return false;
   if (out.predictedCost < 0) {
     p.field("predicted_cost").report("expected a non-negative number");
@@ -529,6 +573,41 @@ static llvm::Error checkConsumers(const Manifest &m, size_t i) {
   return llvm::Error::success();
 }
 
+/// One state tensor: named, of a known dtype, of a size that fits.
+static llvm::Error checkStateTensor(const StateTensor &t,
+                                    const std::string &where) {
+  if (t.name.empty())
+    return makeError("manifest: " + where + " has an empty name");
+  int64_t bytes = dtypeBytes(t.dtype);
+  if (bytes == 0)
+    return makeError("manifest: " + where + " has an unknown dtype");
+  if (t.shape.size() > kMaxStateDims)
+    return makeError(llvm::formatv("manifest: {0} has {1} dimensions, more "
+                                   "than {2}",
+                                   where, t.shape.size(), kMaxStateDims)
+                         .str());
+  for (int64_t d : t.shape)
+    if (d < 0 || __builtin_mul_overflow(bytes, d, &bytes))
+      return makeError("manifest: " + where +
+                       " has a negative dimension or more bytes than fit in "
+                       "63 bits");
+  return llvm::Error::success();
+}
+
+/// Every state tensor is valid and named once in its stage.
+static llvm::Error checkState(const StageInfo &s, size_t i) {
+  std::set<std::string> names;
+  for (size_t j = 0; j < s.state.size(); ++j) {
+    std::string where = at("stages", i) + at(".state", j);
+    if (llvm::Error err = checkStateTensor(s.state[j], where))
+      return err;
+    if (!names.insert(s.state[j].name).second)
+      return makeError("manifest: " + where +
+                       " repeats the name of an earlier state tensor");
+  }
+  return llvm::Error::success();
+}
+
 static llvm::Error checkTiedParameters(const Manifest &m) {
   for (size_t i = 0; i < m.tiedParameters.size(); ++i) {
     const TiedParameter &t = m.tiedParameters[i];
@@ -565,6 +644,8 @@ llvm::Error Manifest::verify() const {
     if (llvm::Error err = checkInputs(*this, i))
       return err;
     if (llvm::Error err = checkConsumers(*this, i))
+      return err;
+    if (llvm::Error err = checkState(stages[i], i))
       return err;
   }
   if (modelOutputs.empty())

@@ -84,6 +84,21 @@ struct StageOutput {
   }
 };
 
+/// A state buffer of a stage (lib/StateBuffers.h): a buffer the stage
+/// writes in place, such as a decoder's key cache. A runtime that runs
+/// independent sequences through the stage gives each group of them its own
+/// copy (StageExecutable::setBuffer).
+struct StateTensor {
+  /// The buffer's attribute path in the stage module ("layers.0.cache").
+  std::string name;
+  /// The dtype as lib/DTypes.def spells it ("float32").
+  std::string dtype;
+  std::vector<int64_t> shape;
+};
+
+/// The most dimensions a state tensor may have.
+constexpr size_t kMaxStateDims = 64;
+
 struct StageInfo {
   int index = 0;
   /// Path of the stage module, relative to the manifest's directory.
@@ -104,6 +119,9 @@ struct StageInfo {
   std::optional<std::vector<std::string>> modules;
   std::vector<StageInput> inputs;
   std::vector<StageOutput> outputs;
+  /// The stage's state buffers, in the order the stage first touches them
+  /// ("state" in JSON, absent when empty).
+  std::vector<StateTensor> state;
   /// Optional user-given boundary metadata for the runtime ("meta" in JSON);
   /// interpreted by the runtime, carried through unchanged here.
   std::optional<llvm::json::Value> meta;
@@ -202,7 +220,10 @@ struct Manifest {
   /// and never to both; consumer lists are strictly ascending and name
   /// exactly the later stages that take each output; model outputs refer to
   /// real values; tied parameters have non-negative bytes and at least two
-  /// uses, each naming an existing stage. Errors name the first offending
+  /// uses, each naming an existing stage; state tensors have non-empty
+  /// names, unique in their stage, a dtype of lib/DTypes.def, at most
+  /// kMaxStateDims non-negative dimensions and a byte size that fits in 63
+  /// bits. Errors name the first offending
   /// entry ("manifest: stages[1].inputs[0] is a Tensor but output 0 of stage
   /// 0 is a int").
   llvm::Error verify() const;

@@ -114,7 +114,7 @@ public:
   /// inputs, and functionalizing would make values the program lacks, which
   /// a stage program could not name.
   std::vector<std::string> preparePasses() const override {
-    return {"cleanup"};
+    return {"sink-state-writes", "cleanup"};
   }
 
 #ifdef PPC_HAVE_PT2

@@ -6,7 +6,8 @@
 //     submodule per dotted prefix), tied FQNs sharing one tensor.
 //  2. Inputs: the lifted parameters, buffers and constants of input_specs
 //     become prim::GetAttr chains from `self` (emitted at first use), user
-//     inputs graph inputs, constant inputs constants.
+//     inputs graph inputs (keyword inputs too, after the positional ones, in
+//     the signature's order, under their names), constant inputs constants.
 //  3. Nodes: each names an operator overload ("torch.ops.aten.add.Tensor")
 //     that LibTorch's JIT operator registry resolves; its named arguments
 //     are placed by the overload's schema (absent ones take the schema's
@@ -325,9 +326,9 @@ private:
     }
     if (auto spec = callSpec(/*out=*/false)) {
       // (args tuple, kwargs dict)
-      if (spec->children.size() == 2 && !spec->children[1].children.empty())
-        return fail("it takes keyword inputs; export it with positional "
-                    "inputs only");
+      if (spec->children.size() == 2 && !allLeaves(spec->children[1]))
+        return fail("it takes nested keyword inputs (a list, tuple or dict "
+                    "of tensors); ppc takes tensors");
       if (spec->children.size() == 2 && !allLeaves(spec->children[0]))
         return fail("it takes nested inputs (a list, tuple or dict of "
                     "tensors); ppc takes tensors");

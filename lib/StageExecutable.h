@@ -50,6 +50,14 @@ public:
   /// one); the path must exist and hold a tensor.
   virtual at::Tensor tensorAt(llvm::StringRef path) const = 0;
 
+  /// Makes the buffer at dotted path `path` hold `value` itself, no copy:
+  /// later forward() calls read and write `value`. A runtime keeps one copy
+  /// of a stage's state (the manifest's StageInfo::state) per group of
+  /// independent sequences and swaps it in before running that group.
+  /// Throws when `path` names no buffer (a missing attribute, a parameter,
+  /// something not a tensor).
+  virtual void setBuffer(llvm::StringRef path, at::Tensor value) = 0;
+
   virtual bool isTraining() const = 0;
   virtual void setTraining(bool on) = 0;
   /// Moves parameters and buffers to `device`, keeping their identity (an

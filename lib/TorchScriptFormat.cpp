@@ -60,7 +60,8 @@ public:
 
   /// Scripted code calls methods, branches on flags and writes in place.
   std::vector<std::string> preparePasses() const override {
-    return {"inline-calls", "fold-constants", "functionalize", "cleanup"};
+    return {"inline-calls", "fold-constants", "functionalize",
+            "sink-state-writes", "cleanup"};
   }
 
   llvm::Expected<BuiltStage>

@@ -46,6 +46,23 @@ at::Tensor TorchScriptStage::tensorAt(llvm::StringRef path) const {
   return attributeAt(module_, path).toTensor();
 }
 
+void TorchScriptStage::setBuffer(llvm::StringRef path, at::Tensor value) {
+  size_t dot = path.rfind('.');
+  llvm::StringRef name =
+      dot == llvm::StringRef::npos ? path : path.substr(dot + 1);
+  c10::IValue owner = attributeAt(
+      module_, dot == llvm::StringRef::npos ? "" : path.take_front(dot));
+  TORCH_CHECK(owner.isObject(), "'", path.str(), "' names no buffer");
+  c10::ivalue::Object &object = owner.toObjectRef();
+  const c10::ClassTypePtr &type = object.type();
+  auto slot = type->findAttributeSlot(name.str());
+  TORCH_CHECK(slot && !type->is_parameter(*slot) &&
+                  type->getAttribute(*slot)->kind() ==
+                      c10::TypeKind::TensorType,
+              "'", path.str(), "' names no buffer");
+  object.setSlot(*slot, std::move(value));
+}
+
 bool TorchScriptStage::isTraining() const { return module_.is_training(); }
 
 void TorchScriptStage::setTraining(bool on) { module_.train(on); }

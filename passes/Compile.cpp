@@ -6,6 +6,7 @@
 #include "lib/ModelFormat.h"
 #include "lib/OutputGuard.h"
 #include "lib/Partitioner.h"
+#include "lib/StateBuffers.h"
 #include "lib/TensorIO.h"
 #include "passes/ExtractStage.h"
 #include "passes/Passes.h"
@@ -31,8 +32,45 @@ namespace {
 struct CompiledStage {
   BuiltStage stage;
   std::vector<bool> mutatedInputs;
+  std::vector<StateTensor> state;
 };
 } // namespace
+
+/// The manifest's name of a dtype (lib/DTypes.def), or nullopt.
+static std::optional<std::string> dtypeName(c10::ScalarType type) {
+  switch (type) {
+#define PPC_DTYPE(Name, Type)                                                  \
+  case c10::ScalarType::Type:                                                  \
+    return std::string(Name);
+#include "lib/DTypes.def"
+  default:
+    return std::nullopt;
+  }
+}
+
+/// The stage's state buffers (lib/StateBuffers.h), described from the
+/// tensors the built stage holds under their paths.
+static llvm::Expected<std::vector<StateTensor>>
+describeState(const std::vector<StateBuffer> &buffers, const BuiltStage &stage,
+              size_t s) {
+  std::vector<StateTensor> out;
+  for (const StateBuffer &b : buffers) {
+    auto t = llvm::find_if(
+        stage.tensors, [&](const StageTensor &t) { return t.path == b.path; });
+    if (t == stage.tensors.end())
+      return makeError(llvm::formatv("stage {0} writes buffer '{1}' but does "
+                                     "not hold it",
+                                     s, b.path));
+    auto dtype = dtypeName(t->tensor.scalar_type());
+    if (!dtype)
+      return makeError(llvm::formatv("stage {0}'s state buffer '{1}' has "
+                                     "dtype {2}, which ppc does not carry",
+                                     s, b.path,
+                                     c10::toString(t->tensor.scalar_type())));
+    out.push_back({b.path, *dtype, t->tensor.sizes().vec()});
+  }
+  return out;
+}
 
 static llvm::Expected<CompiledStage> buildStage(const PartitionPlan &plan,
                                                 size_t s,
@@ -44,17 +82,24 @@ static llvm::Expected<CompiledStage> buildStage(const PartitionPlan &plan,
   CompiledStage out;
   if (llvm::Error err = torchCall(
           "cannot analyze stage " + std::to_string(s) + "'s writes", [&] {
-            torch::jit::AliasDb aliasDb(*graph);
+            // Module attributes as distinct objects (as ItemGraph reads
+            // them): a write to a buffer writes no input.
+            torch::jit::AliasDb aliasDb(*graph, /*isFrozen=*/true);
             size_t first = plan.graph().self() ? 1 : 0;
             for (size_t i = first; i < (*graph)->inputs().size(); ++i)
               out.mutatedInputs.push_back(
                   aliasDb.hasWriters((*graph)->inputs()[i]));
           }))
     return err;
+  std::vector<StateBuffer> buffers = findStateBuffers(**graph);
   auto stage = format.buildStage(model, std::move(*graph), static_cast<int>(s));
   if (!stage)
     return stage.takeError();
   out.stage = std::move(*stage);
+  auto state = describeState(buffers, out.stage, s);
+  if (!state)
+    return state.takeError();
+  out.state = std::move(*state);
   return out;
 }
 
@@ -266,9 +311,11 @@ describeManifest(const CompileOptions &options, const ModelFormat &format,
     m.stages.push_back(std::move(info));
   }
   describeBoundaries(plan, m);
-  for (size_t s = 0; s < built.size(); ++s)
+  for (size_t s = 0; s < built.size(); ++s) {
     for (size_t i = 0; i < built[s].mutatedInputs.size(); ++i)
       m.stages[s].inputs[i].mutated = built[s].mutatedInputs[i];
+    m.stages[s].state = built[s].state;
+  }
   describeTensors(built, m);
   if (llvm::Error err = m.verify())
     return err;

@@ -94,6 +94,11 @@ startsOf(const ItemGraph &g, const std::vector<SplitPoint> &points,
       return makeError(llvm::formatv("{0}s must be in execution order: {1} "
                                      "does not begin after {2}",
                                      noun, p.label, points[k - 1].label));
+    if (const StateSpan *state = g.stateSplitBy(p.item))
+      return makeError(llvm::formatv(
+          "{0} {1} separates the reads and writes of buffer '{2}' (stages {3} "
+          "and {4}); split before or after them",
+          noun, p.label, state->path, k, k + 1));
     if (const auto &why = g.cutBlocker(p.item))
       return makeError("cannot begin a stage at " + p.label + ": " + *why);
     starts.push_back(p.item);

@@ -54,11 +54,14 @@ struct PartitionRequest {
 /// recorded on the graph. Errors, each on one line: an unknown path or value
 /// ("unknown split path 'x': ..."; "no operation produces '%x'"), a path
 /// forward never runs, a point at the first item ("... stage 0 would be
-/// empty"), points out of execution order, a blocked cut ("cannot begin a
-/// stage at 'x': <why>"), the partitioner's errors for a stage count, and
-/// PartitionPlan::verify()'s. With request.maxStageMemory, `memory` must
-/// describe the items; an impossible cap is an error: "item 3 (aten::linear
-/// in layers.1) alone needs 2.0 MiB (2097152 bytes), more than
+/// empty"), points out of execution order, a point inside a state buffer's
+/// reads and writes ("split path 'x' separates the reads and writes of
+/// buffer 'cache' (stages 0 and 1); split before or after them"), another
+/// blocked cut ("cannot begin a stage at 'x': <why>"), the partitioner's errors
+/// for a stage count, and PartitionPlan::verify()'s. With
+/// request.maxStageMemory, `memory` must describe the items; an impossible cap
+/// is an error: "item 3 (aten::linear in layers.1) alone needs 2.0 MiB (2097152
+/// bytes), more than
 /// --max-stage-memory 1048576", or "--max-stage-memory 1048576 is too small
 /// for 4 stages: the smallest cap that admits them is 3145728 (3.0 MiB)".
 llvm::Expected<PartitionPlan>

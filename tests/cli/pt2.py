@@ -39,7 +39,8 @@ sys.path.insert(0, HERE)
 from common import ROOT  # noqa: E402
 
 GENERATOR = os.path.join(ROOT, "tests", "models", "make_pt2_models.py")
-NAMES = ["pt2_cnn", "pt2_gpt", "pt2_unet", "pt2_two_io", "pt2_mlp"]
+NAMES = ["pt2_cnn", "pt2_gpt", "pt2_unet", "pt2_two_io", "pt2_mlp", "pt2_state",
+         "pt2_state_functional"]
 
 
 def up_to_date(outdir):

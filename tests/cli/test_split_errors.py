@@ -222,7 +222,7 @@ class SplitErrorsTest(unittest.TestCase):
         self.assertEqual(proc.returncode, 2)
         self.assertEqual(proc.stderr, "error: PPC_DEBUG_PASSES names unknown pass 'functionalise'; "
                                       "known passes: all, inline-calls, fold-constants, "
-                                      "functionalize, cleanup\n")
+                                      "functionalize, sink-state-writes, cleanup\n")
         self.assertFalse(os.path.exists(self.out))
 
     def test_flops_needs_example_input(self):

@@ -150,7 +150,7 @@ class SplitModelsTest(unittest.TestCase):
         self.assertEqual(quiet.stderr, "")
         all_passes = ppc("split", model_path("mlp"), "-o", out, "--stages", 2,
                          env=dict(os.environ, PPC_DEBUG_PASSES="all"))
-        self.assertEqual(all_passes.stderr.count("*** IR Dump Before "), 4)
+        self.assertEqual(all_passes.stderr.count("*** IR Dump Before "), 5)
 
     def test_flops_cost_model_balances_compute(self):
         m = self.check_split("resnet18", ["--stages", 4, "--cost", "flops", "--example-input",

@@ -34,6 +34,15 @@ Models (BATCH = 10 rows, so 3 and 4 microbatches cut it unevenly):
               comes from the first branch).
   pt2_mlp     [B,16] -> [B,10]: Linear/ReLU x4, then Linear (for training,
               with cross_entropy).
+  pt2_state   x [2,1,16] and the keyword input pos (int64 [1]) -> [2,1,16]:
+              a decoder's shape of state. A counter buffer `steps` (int64 [])
+              is bumped with add_ and scales x; then 3 blocks, each owning a
+              buffer `cache` [2,8,16] into which it index_copy_s proj(x) at
+              pos, then reading it around its `query` Linear (attention of
+              query(x + cache mean) over the cache). Static shapes (the caches fix the
+              batch), in-place writes kept as export writes them.
+  pt2_state_functional  pt2_state after run_decompositions(): functional,
+              the writes declared as buffer mutations.
 
 For each NAME it writes into OUTDIR:
   NAME.pt2        torch.export.save of the exported program
@@ -173,6 +182,71 @@ class Mlp(nn.Module):
         return self.out(self.layers(x))
 
 
+STATE_BATCH, STATE_SLOTS, STATE_DIM = 2, 8, 16
+
+
+class StateBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(STATE_DIM, STATE_DIM)
+        self.query = nn.Linear(STATE_DIM, STATE_DIM)
+        self.register_buffer("cache", torch.zeros(STATE_BATCH, STATE_SLOTS, STATE_DIM))
+
+    def forward(self, x, pos):
+        self.cache.index_copy_(1, pos, self.proj(x))
+        # The query reads the written cache, so `query` runs between the
+        # cache's reads and no pass can move it out of them.
+        q = self.query(x + self.cache.mean(1, keepdim=True))
+        weights = torch.softmax(q @ self.cache.transpose(1, 2), dim=-1)
+        return x + weights @ self.cache
+
+
+class Stateful(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("steps", torch.zeros((), dtype=torch.int64))
+        self.blocks = nn.ModuleList(StateBlock() for _ in range(3))
+
+    def forward(self, x, *, pos):
+        self.steps.add_(1)
+        x = x * self.steps.to(x.dtype)
+        for block in self.blocks:
+            x = block(x, pos)
+        return x
+
+
+def make_stateful(outdir: str, tag: str) -> list:
+    """Writes pt2_state and pt2_state_functional (not in MODELS: a keyword
+    input, static shapes, state); returns the names written."""
+    written = []
+    for name in ("pt2_state", "pt2_state_functional"):
+        base = os.path.join(outdir, name)
+        if all(os.path.exists(base + s) for s in SUFFIXES):
+            with open(base + ".stamp") as f:
+                if f.read().strip() == tag:
+                    continue
+        torch.manual_seed(0)
+        model = Stateful().eval()
+        torch.manual_seed(1)
+        x = torch.randn(STATE_BATCH, 1, STATE_DIM)
+        pos = torch.tensor([3])
+        ep = torch.export.export(model, (x,), kwargs={"pos": pos})
+        if name == "pt2_state_functional":
+            ep = ep.run_decompositions()
+        with torch.no_grad():
+            out = ep.module()(x, pos=pos)
+        atomic(base + ".pt2", lambda p: torch.export.save(ep, p))
+        atomic(base + ".input.pt", lambda p: torch.save((x, pos), p))
+        atomic(base + ".output.pt", lambda p: torch.save(out, p))
+        meta = {"name": name, "inputs": 2, "outputs": 1, "batch": STATE_BATCH, "loss": None,
+                "split_at": {"2": ["blocks.1"], "3": ["blocks.1", "blocks.2"]}}
+        write_text(base + ".json", json.dumps(meta, indent=2) + "\n")
+        write_text(base + ".stamp", tag + "\n")
+        print("wrote", name)
+        written.append(name)
+    return written
+
+
 def image():
     return torch.randn(BATCH, 3, 16, 16)
 
@@ -257,12 +331,14 @@ def main() -> int:
     torch.set_num_threads(1)
     tag = stamp()
     written = [n for n, spec in MODELS.items() if make(outdir, n, spec, tag)]
+    written += make_stateful(outdir, tag)
+    names = list(MODELS) + ["pt2_state", "pt2_state_functional"]
     if "--print" in sys.argv[1:]:
-        for n in MODELS:
+        for n in names:
             print("=== %s" % n)
             print(torch.export.load(os.path.join(outdir, n + ".pt2")))
     print("%d written, %d up to date (torch %s)" % (
-        len(written), len(MODELS) - len(written), torch.__version__))
+        len(written), len(names) - len(written), torch.__version__))
     return 0
 
 

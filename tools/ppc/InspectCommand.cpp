@@ -36,6 +36,27 @@ static std::string sourceString(const ValueRef &ref) {
   return llvm::formatv("stage {0}.{1}", ref.stage, ref.output);
 }
 
+/// Each stage's state buffers ("steps int64 [], cache float32 [2, 8]"),
+/// when any stage has some.
+static void printState(const Manifest &m, llvm::raw_ostream &os) {
+  if (llvm::all_of(m.stages,
+                   [](const StageInfo &s) { return s.state.empty(); }))
+    return;
+  os << "\nstate (buffers written in place):\n";
+  for (const StageInfo &s : m.stages) {
+    std::vector<std::string> tensors;
+    for (const StateTensor &t : s.state) {
+      std::vector<std::string> dims;
+      for (int64_t d : t.shape)
+        dims.push_back(std::to_string(d));
+      tensors.push_back(t.name + " " + t.dtype + " [" + llvm::join(dims, ", ") +
+                        "]");
+    }
+    os << llvm::formatv("  stage {0}: {1}\n", s.index,
+                        tensors.empty() ? "none" : llvm::join(tensors, ", "));
+  }
+}
+
 static void printTable(const Manifest &m, llvm::raw_ostream &os) {
   os << llvm::formatv("model: {0} ({1} bytes, sha256 {2})\n", m.sourcePath,
                       m.sourceSize, m.sourceSha256.substr(0, 12));
@@ -59,6 +80,7 @@ static void printTable(const Manifest &m, llvm::raw_ostream &os) {
                              : describeModules(*s.modules);
     os << llvm::formatv("  stage {0}: {1}\n", s.index, shown);
   }
+  printState(m, os);
   os << "\nboundary values:\n";
   for (const StageInfo &s : m.stages)
     for (size_t i = 0; i < s.inputs.size(); ++i)

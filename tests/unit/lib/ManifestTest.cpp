@@ -445,3 +445,60 @@ TEST(ManifestTest, LoadRefusesHostileFiles) {
   std::string bad = d.write("bad.json", "{\"schema_version\": 1}");
   EXPECT_EQ(loadError(bad), bad + ": missing value at manifest.source");
 }
+
+TEST(ManifestTest, WritesStateOnlyWhereThereIsSomeAndReadsItBack) {
+  Manifest m = twoStages();
+  m.stages[1].state = {{"layers.0.cache", "float32", {2, 8, 16}},
+                       {"steps", "int64", {}}};
+  Value json = m.toJSON();
+  EXPECT_EQ(stage(json, 0).get("state"), nullptr);
+  const llvm::json::Array *state = stage(json, 1).getArray("state");
+  ASSERT_NE(state, nullptr);
+  EXPECT_EQ((*state)[0], Value(Object{{"name", "layers.0.cache"},
+                                      {"dtype", "float32"},
+                                      {"shape", {2, 8, 16}}}));
+  auto back = Manifest::fromJSON(json);
+  ASSERT_TRUE(static_cast<bool>(back)) << llvm::toString(back.takeError());
+  ASSERT_EQ(back->stages[1].state.size(), 2u);
+  EXPECT_EQ(back->stages[1].state[0].shape, (std::vector<int64_t>{2, 8, 16}));
+  EXPECT_EQ(back->stages[1].state[1].dtype, "int64");
+  EXPECT_TRUE(back->stages[1].state[1].shape.empty());
+  EXPECT_EQ(back->toJSON(), json);
+}
+
+TEST(ManifestTest, RejectsBadState) {
+  Manifest m = twoStages();
+  m.stages[1].state = {{"cache", "float32", {2, 8}}};
+  Value good = m.toJSON();
+  auto entry = [](Value &json) -> Object & {
+    return obj((*stage(json, 1).getArray("state"))[0]);
+  };
+  Value json = good;
+  entry(json)["dtype"] = "float8";
+  EXPECT_EQ(errorOf(json),
+            "expected one of uint8, int8, int16, int32, int64, float16, "
+            "float32, float64, complex64, complex128, bool, bfloat16 at "
+            "manifest.stages[1].state[0].dtype");
+  json = good;
+  (*entry(json).getArray("shape"))[1] = -1;
+  EXPECT_EQ(errorOf(json), "expected a non-negative integer at "
+                           "manifest.stages[1].state[0].shape[1]");
+  json = good;
+  entry(json).erase("name");
+  EXPECT_EQ(errorOf(json), "missing value at manifest.stages[1].state[0].name");
+  json = good;
+  entry(json)["name"] = "";
+  EXPECT_EQ(errorOf(json), "manifest: stages[1].state[0] has an empty name");
+  json = good;
+  stage(json, 1).getArray("state")->push_back(Value(Object(entry(json))));
+  EXPECT_EQ(errorOf(json), "manifest: stages[1].state[1] repeats the name of "
+                           "an earlier state tensor");
+  json = good;
+  entry(json)["shape"] = llvm::json::Array(std::vector<int>(65, 1));
+  EXPECT_EQ(errorOf(json),
+            "manifest: stages[1].state[0] has 65 dimensions, more than 64");
+  json = good;
+  entry(json)["shape"] = {int64_t(1) << 40, int64_t(1) << 40};
+  EXPECT_EQ(errorOf(json), "manifest: stages[1].state[0] has a negative "
+                           "dimension or more bytes than fit in 63 bits");
+}
