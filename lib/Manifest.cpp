@@ -54,10 +54,21 @@ static Value refToJSON(const ValueRef &ref) {
   return Object{{"stage", ref.stage}, {"output", ref.output}};
 }
 
+static Array shapeToJSON(const std::vector<int64_t> &shape) {
+  Array out;
+  for (int64_t d : shape)
+    out.push_back(d);
+  return out;
+}
+
 Value Manifest::toJSON() const {
   Array inputs;
-  for (const ModelInput &in : modelInputs)
-    inputs.push_back(Object{{"name", in.name}, {"type", kindName(in.kind)}});
+  for (const ModelInput &in : modelInputs) {
+    Object o{{"name", in.name}, {"type", kindName(in.kind)}};
+    if (!in.shape.empty())
+      o["shape"] = shapeToJSON(in.shape);
+    inputs.push_back(std::move(o));
+  }
 
   Array stageArray;
   for (const StageInfo &s : stages) {
@@ -79,6 +90,8 @@ Value Manifest::toJSON() const {
                {"consumers", std::move(consumers)}};
       if (!out.label.empty())
         o["label"] = out.label;
+      if (!out.shape.empty())
+        o["shape"] = shapeToJSON(out.shape);
       outs.push_back(std::move(o));
     }
     Object so{{"index", s.index},
@@ -101,11 +114,12 @@ Value Manifest::toJSON() const {
     if (!s.state.empty()) {
       Array state;
       for (const StateTensor &t : s.state) {
-        Array shape;
-        for (int64_t d : t.shape)
-          shape.push_back(d);
-        state.push_back(Object{
-            {"name", t.name}, {"dtype", t.dtype}, {"shape", std::move(shape)}});
+        Object o{{"name", t.name},
+                 {"dtype", t.dtype},
+                 {"shape", shapeToJSON(t.shape)}};
+        if (t.indexDim >= 0)
+          o["index_dim"] = t.indexDim;
+        state.push_back(std::move(o));
       }
       so["state"] = std::move(state);
     }
@@ -219,9 +233,27 @@ static bool fromJSON(const Value &v, ValueRef &out, llvm::json::Path p) {
   return true;
 }
 
+/// An optional "shape": at most kMaxShapeDims integers, each -1 (dynamic)
+/// or more.
+static bool mapShape(llvm::json::ObjectMapper &o, const Value &v,
+                     std::vector<int64_t> &out, llvm::json::Path p) {
+  if (!v.getAsObject()->get("shape"))
+    return true;
+  if (!o.map("shape", out))
+    return false;
+  if (out.size() > kMaxShapeDims ||
+      llvm::any_of(out, [](int64_t d) { return d < -1; })) {
+    p.field("shape").report("expected at most 64 dimensions, each -1 "
+                            "(dynamic) or more");
+    return false;
+  }
+  return true;
+}
+
 static bool fromJSON(const Value &v, ModelInput &out, llvm::json::Path p) {
   llvm::json::ObjectMapper o(v, p);
-  return o && o.map("name", out.name) && o.map("type", out.kind);
+  return o && o.map("name", out.name) && o.map("type", out.kind) &&
+         mapShape(o, v, out.shape, p);
 }
 
 static bool fromJSON(const Value &v, StageInput &out, llvm::json::Path p) {
@@ -234,7 +266,8 @@ static bool fromJSON(const Value &v, StageOutput &out, llvm::json::Path p) {
   llvm::json::ObjectMapper o(v, p);
   std::vector<NonNegative<int>> consumers;
   if (!(o && o.map("name", out.name) && o.map("type", out.kind) &&
-        o.map("consumers", consumers) && o.mapOptional("label", out.label)))
+        o.map("consumers", consumers) && o.mapOptional("label", out.label) &&
+        mapShape(o, v, out.shape, p)))
     return false;
   out.consumers.clear();
   for (const auto &c : consumers)
@@ -256,7 +289,7 @@ static bool fromJSON(const Value &v, StateTensor &out, llvm::json::Path p) {
   llvm::json::ObjectMapper o(v, p);
   std::vector<NonNegative<int64_t>> shape;
   if (!(o && o.map("name", out.name) && o.map("dtype", out.dtype) &&
-        o.map("shape", shape)))
+        o.map("shape", shape) && o.mapOptional("index_dim", out.indexDim)))
     return false;
   if (dtypeBytes(out.dtype) == 0) {
     // Path::report keeps a literal: the names of DTypes.def, in order.
@@ -581,10 +614,15 @@ static llvm::Error checkStateTensor(const StateTensor &t,
   int64_t bytes = dtypeBytes(t.dtype);
   if (bytes == 0)
     return makeError("manifest: " + where + " has an unknown dtype");
-  if (t.shape.size() > kMaxStateDims)
+  if (t.shape.size() > kMaxShapeDims)
     return makeError(llvm::formatv("manifest: {0} has {1} dimensions, more "
                                    "than {2}",
-                                   where, t.shape.size(), kMaxStateDims)
+                                   where, t.shape.size(), kMaxShapeDims)
+                         .str());
+  if (t.indexDim < -1 || t.indexDim >= static_cast<int64_t>(t.shape.size()))
+    return makeError(llvm::formatv("manifest: {0} has index_dim {1}, not a "
+                                   "dimension of its {2}",
+                                   where, t.indexDim, t.shape.size())
                          .str());
   for (int64_t d : t.shape)
     if (d < 0 || __builtin_mul_overflow(bytes, d, &bytes))

@@ -51,9 +51,17 @@ struct ValueRef {
   }
 };
 
+/// The most dimensions a recorded shape (ModelInput::shape,
+/// StageOutput::shape, StateTensor::shape) may have.
+constexpr size_t kMaxShapeDims = 64;
+
 struct ModelInput {
   std::string name;
   ValueKind kind = ValueKind::Tensor;
+  /// The static shape the model file records for it ("shape" in JSON: a
+  /// .pt2 program's tensor metadata), -1 for a dynamic dimension; empty
+  /// when the file records none (TorchScript).
+  std::vector<int64_t> shape;
 };
 
 struct StageInput {
@@ -77,6 +85,8 @@ struct StageOutput {
   /// before ppc split recorded labels); displayName() then falls back to
   /// `name`.
   std::string label;
+  /// As ModelInput::shape.
+  std::vector<int64_t> shape;
 
   /// The label, or the graph name where there is none.
   const std::string &displayName() const {
@@ -94,10 +104,11 @@ struct StateTensor {
   /// The dtype as lib/DTypes.def spells it ("float32").
   std::string dtype;
   std::vector<int64_t> shape;
+  /// The dimension an aten::index_copy_ of the stage writes the buffer
+  /// along ("index_dim" in JSON): a cache indexed by position, whose size
+  /// there is the positions it holds; -1 when none does.
+  int64_t indexDim = -1;
 };
-
-/// The most dimensions a state tensor may have.
-constexpr size_t kMaxStateDims = 64;
 
 struct StageInfo {
   int index = 0;
@@ -222,7 +233,7 @@ struct Manifest {
   /// real values; tied parameters have non-negative bytes and at least two
   /// uses, each naming an existing stage; state tensors have non-empty
   /// names, unique in their stage, a dtype of lib/DTypes.def, at most
-  /// kMaxStateDims non-negative dimensions and a byte size that fits in 63
+  /// kMaxShapeDims non-negative dimensions and a byte size that fits in 63
   /// bits. Errors name the first offending
   /// entry ("manifest: stages[1].inputs[0] is a Tensor but output 0 of stage
   /// 0 is a int").

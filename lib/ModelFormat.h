@@ -24,6 +24,7 @@
 #include <torch/csrc/jit/api/module.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -102,6 +103,14 @@ public:
   /// training flag as saved. Errors: the bytes do not load.
   virtual llvm::Expected<std::unique_ptr<StageExecutable>>
   loadExecutable(llvm::StringRef bytes, llvm::StringRef path) const = 0;
+
+  /// The static shape `model`'s file records for `value` of its graph (a
+  /// .pt2 program's tensor metadata, by the value's name), -1 for a dynamic
+  /// dimension; nullopt when it records none (TorchScript).
+  virtual std::optional<std::vector<int64_t>>
+  staticShape(const ModelGraph &model, const torch::jit::Value &value) const {
+    return std::nullopt;
+  }
 
   /// Pays the format's one-time costs of running in this process now (a
   /// rank calls it while loading its stages); never fails.

@@ -158,6 +158,22 @@ public:
     return out;
   }
 
+  std::optional<std::vector<int64_t>>
+  staticShape(const ModelGraph &model,
+              const torch::jit::Value &value) const override {
+    const auto &data = *static_cast<const ModelData *>(model.formatData.get());
+    const auto &values =
+        data.program.program.get_graph_module().get_graph().get_tensor_values();
+    auto it = values.find(value.debugName());
+    if (it == values.end())
+      return std::nullopt;
+    std::vector<int64_t> shape;
+    for (const pt2::schema::SymInt &d : it->second.get_sizes())
+      shape.push_back(
+          d.tag() == pt2::schema::SymInt::Tag::AS_INT ? d.get_as_int() : -1);
+    return shape;
+  }
+
   llvm::Expected<std::unique_ptr<StageExecutable>>
   loadExecutable(llvm::StringRef bytes, llvm::StringRef path) const override {
     auto read = readAndLower(bytes, path);

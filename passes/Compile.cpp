@@ -19,6 +19,7 @@
 #include "llvm/Support/Path.h"
 
 #include <torch/csrc/jit/ir/alias_analysis.h>
+#include <torch/csrc/jit/ir/constants.h>
 
 #include <map>
 #include <numeric>
@@ -48,6 +49,21 @@ static std::optional<std::string> dtypeName(c10::ScalarType type) {
   }
 }
 
+/// The dimension an aten::index_copy_ among the buffer's touches writes
+/// along (a constant, normalised), or -1.
+static int64_t indexDimOf(const StateBuffer &b, int64_t rank) {
+  static const c10::Symbol indexCopy =
+      c10::Symbol::fromQualString("aten::index_copy_");
+  for (const torch::jit::Node *n : b.touches) {
+    if (n->kind() != indexCopy || n->inputs().size() < 2)
+      continue;
+    std::optional<int64_t> dim = torch::jit::constant_as<int64_t>(n->input(1));
+    if (dim && *dim >= -rank && *dim < rank)
+      return *dim < 0 ? *dim + rank : *dim;
+  }
+  return -1;
+}
+
 /// The stage's state buffers (lib/StateBuffers.h), described from the
 /// tensors the built stage holds under their paths.
 static llvm::Expected<std::vector<StateTensor>>
@@ -67,7 +83,8 @@ describeState(const std::vector<StateBuffer> &buffers, const BuiltStage &stage,
                                      "dtype {2}, which ppc does not carry",
                                      s, b.path,
                                      c10::toString(t->tensor.scalar_type())));
-    out.push_back({b.path, *dtype, t->tensor.sizes().vec()});
+    out.push_back({b.path, *dtype, t->tensor.sizes().vec(),
+                   indexDimOf(b, t->tensor.dim())});
   }
   return out;
 }
@@ -103,13 +120,19 @@ static llvm::Expected<CompiledStage> buildStage(const PartitionPlan &plan,
   return out;
 }
 
-static void describeBoundaries(const PartitionPlan &plan, Manifest &m) {
+static void describeBoundaries(const PartitionPlan &plan,
+                               const ModelFormat &format,
+                               const ModelGraph &model, Manifest &m) {
   const ItemGraph &g = plan.graph();
+  auto shapeOf = [&](const torch::jit::Value *v) {
+    return format.staticShape(model, *v).value_or(std::vector<int64_t>{});
+  };
   std::map<const torch::jit::Value *, int> modelInputIndex;
   for (size_t i = 0; i < g.modelInputs().size(); ++i) {
-    modelInputIndex[g.modelInputs()[i]] = static_cast<int>(i);
-    m.modelInputs.push_back({valueName(g.modelInputs()[i]),
-                             *boundaryKind(g.modelInputs()[i]->type())});
+    const torch::jit::Value *v = g.modelInputs()[i];
+    modelInputIndex[v] = static_cast<int>(i);
+    m.modelInputs.push_back(
+        {valueName(v), *boundaryKind(v->type()), shapeOf(v)});
   }
   auto labels = valueLabels(g);
   for (size_t s = 0; s < plan.numStages(); ++s) {
@@ -124,7 +147,7 @@ static void describeBoundaries(const PartitionPlan &plan, Manifest &m) {
     }
     for (torch::jit::Value *v : plan.outputs(s))
       info.outputs.push_back({valueName(v), *boundaryKind(v->type()),
-                              plan.consumers(v), labels[v]});
+                              plan.consumers(v), labels[v], shapeOf(v)});
   }
   for (torch::jit::Value *v : g.modelOutputs()) {
     int from = plan.stageOfValue(v);
@@ -293,7 +316,8 @@ static llvm::Error describeSource(const std::string &modelPath, Manifest &m) {
 /// only once the files are written.
 static llvm::Expected<Manifest>
 describeManifest(const CompileOptions &options, const ModelFormat &format,
-                 const PartitionPlan &plan, llvm::ArrayRef<int64_t> costs,
+                 const ModelGraph &model, const PartitionPlan &plan,
+                 llvm::ArrayRef<int64_t> costs,
                  const std::vector<CompiledStage> &built) {
   Manifest m;
   m.format = format.name().str();
@@ -310,7 +334,7 @@ describeManifest(const CompileOptions &options, const ModelFormat &format,
       info.beginsAt = options.partition.splitAt[s - 1];
     m.stages.push_back(std::move(info));
   }
-  describeBoundaries(plan, m);
+  describeBoundaries(plan, format, model, m);
   for (size_t s = 0; s < built.size(); ++s) {
     for (size_t i = 0; i < built[s].mutatedInputs.size(); ++i)
       m.stages[s].inputs[i].mutated = built[s].mutatedInputs[i];
@@ -407,8 +431,8 @@ llvm::Expected<CompileResult> compileModel(const CompileOptions &options) {
       return stage.takeError();
     built.push_back(std::move(*stage));
   }
-  auto manifest =
-      describeManifest(options, *model->format, *plan, costs, built);
+  auto manifest = describeManifest(options, *model->format, model->model, *plan,
+                                   costs, built);
   if (!manifest)
     return manifest.takeError();
   if (llvm::Error err = writeOutput(options, built, *manifest))

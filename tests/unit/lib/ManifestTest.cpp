@@ -43,20 +43,20 @@ Manifest twoStages() {
   m.sourceSize = 10;
   m.sourceSha256 = "ab";
   m.costModel = "params";
-  m.modelInputs = {{"x", ValueKind::Tensor}};
+  m.modelInputs = {{"x", ValueKind::Tensor, {-1, 8}}};
   StageInfo s0, s1;
   s0.index = 0;
   s0.file = "stage_0.pt";
   s0.inputs = {{"x", ValueKind::Tensor, ValueRef::fromModelInput(0), false}};
-  s0.outputs = {{"h", ValueKind::Tensor, {1}, "layer1:relu"},
-                {"n", ValueKind::Int, {1}, ""}};
+  s0.outputs = {{"h", ValueKind::Tensor, {1}, "layer1:relu", {-1, 16}},
+                {"n", ValueKind::Int, {1}, "", {}}};
   s0.modules = {"conv1", "layer1"};
   s1.index = 1;
   s1.file = "stage_1.pt";
   s1.beginsAt = "layer2";
   s1.inputs = {{"h", ValueKind::Tensor, ValueRef::fromStage(0, 0), true},
                {"n", ValueKind::Int, ValueRef::fromStage(0, 1), false}};
-  s1.outputs = {{"y", ValueKind::TensorTuple, {}, ""}};
+  s1.outputs = {{"y", ValueKind::TensorTuple, {}, "", {}}};
   m.stages = {s0, s1};
   m.modelOutputs = {ValueRef::fromStage(1, 0)};
   m.tiedParameters = {{{{0, "embed.weight"}, {1, "head.weight"}}, 64}};
@@ -448,7 +448,7 @@ TEST(ManifestTest, LoadRefusesHostileFiles) {
 
 TEST(ManifestTest, WritesStateOnlyWhereThereIsSomeAndReadsItBack) {
   Manifest m = twoStages();
-  m.stages[1].state = {{"layers.0.cache", "float32", {2, 8, 16}},
+  m.stages[1].state = {{"layers.0.cache", "float32", {2, 8, 16}, 1},
                        {"steps", "int64", {}}};
   Value json = m.toJSON();
   EXPECT_EQ(stage(json, 0).get("state"), nullptr);
@@ -456,14 +456,39 @@ TEST(ManifestTest, WritesStateOnlyWhereThereIsSomeAndReadsItBack) {
   ASSERT_NE(state, nullptr);
   EXPECT_EQ((*state)[0], Value(Object{{"name", "layers.0.cache"},
                                       {"dtype", "float32"},
-                                      {"shape", {2, 8, 16}}}));
+                                      {"shape", {2, 8, 16}},
+                                      {"index_dim", 1}}));
+  EXPECT_EQ((*state)[1].getAsObject()->get("index_dim"), nullptr);
   auto back = Manifest::fromJSON(json);
   ASSERT_TRUE(static_cast<bool>(back)) << llvm::toString(back.takeError());
   ASSERT_EQ(back->stages[1].state.size(), 2u);
   EXPECT_EQ(back->stages[1].state[0].shape, (std::vector<int64_t>{2, 8, 16}));
+  EXPECT_EQ(back->stages[1].state[0].indexDim, 1);
+  EXPECT_EQ(back->stages[1].state[1].indexDim, -1);
   EXPECT_EQ(back->stages[1].state[1].dtype, "int64");
   EXPECT_TRUE(back->stages[1].state[1].shape.empty());
   EXPECT_EQ(back->toJSON(), json);
+}
+
+TEST(ManifestTest, CarriesRecordedShapesAndRejectsBadOnes) {
+  Value json = twoStages().toJSON();
+  auto back = Manifest::fromJSON(json);
+  ASSERT_TRUE(static_cast<bool>(back)) << llvm::toString(back.takeError());
+  EXPECT_EQ(back->modelInputs[0].shape, (std::vector<int64_t>{-1, 8}));
+  EXPECT_EQ(back->stages[0].outputs[0].shape, (std::vector<int64_t>{-1, 16}));
+  EXPECT_EQ(
+      stage(json, 0).getArray("outputs")->back().getAsObject()->get("shape"),
+      nullptr);
+  EXPECT_EQ(back->toJSON(), json);
+  Value bad = json;
+  (*obj((*obj(bad).getArray("inputs"))[0]).getArray("shape"))[0] = -2;
+  EXPECT_EQ(errorOf(bad), "expected at most 64 dimensions, each -1 (dynamic) "
+                          "or more at manifest.inputs[0].shape");
+  bad = json;
+  obj((*stage(bad, 0).getArray("outputs"))[0])["shape"] =
+      llvm::json::Array(std::vector<int>(65, 1));
+  EXPECT_EQ(errorOf(bad), "expected at most 64 dimensions, each -1 (dynamic) "
+                          "or more at manifest.stages[0].outputs[0].shape");
 }
 
 TEST(ManifestTest, RejectsBadState) {
@@ -493,6 +518,10 @@ TEST(ManifestTest, RejectsBadState) {
   stage(json, 1).getArray("state")->push_back(Value(Object(entry(json))));
   EXPECT_EQ(errorOf(json), "manifest: stages[1].state[1] repeats the name of "
                            "an earlier state tensor");
+  json = good;
+  entry(json)["index_dim"] = 2;
+  EXPECT_EQ(errorOf(json), "manifest: stages[1].state[0] has index_dim 2, not "
+                           "a dimension of its 2");
   json = good;
   entry(json)["shape"] = llvm::json::Array(std::vector<int>(65, 1));
   EXPECT_EQ(errorOf(json),

@@ -32,7 +32,7 @@ namespace {
 /// its output 0 to stage 1 (rank 1), which returns the model output.
 Manifest chain() {
   Manifest m;
-  m.modelInputs.push_back({"x", ValueKind::Tensor});
+  m.modelInputs.push_back({"x", ValueKind::Tensor, {}});
   for (int s = 0; s < 2; ++s) {
     StageInfo info;
     info.index = s;
@@ -42,7 +42,7 @@ Manifest chain() {
     in.source =
         s == 0 ? ValueRef::fromModelInput(0) : ValueRef::fromStage(0, 0);
     info.inputs.push_back(in);
-    info.outputs.push_back({"y", ValueKind::Tensor, {}, ""});
+    info.outputs.push_back({"y", ValueKind::Tensor, {}, "", {}});
     if (s == 0)
       info.outputs[0].consumers.push_back(1);
     m.stages.push_back(info);

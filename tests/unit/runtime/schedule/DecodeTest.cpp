@@ -18,7 +18,7 @@ namespace {
 /// input 1 the position (read by every stage).
 Manifest decoder(int stages) {
   Manifest m = test::chain(stages);
-  m.modelInputs.push_back({"cache_position", ValueKind::Tensor});
+  m.modelInputs.push_back({"cache_position", ValueKind::Tensor, {}});
   for (StageInfo &s : m.stages) {
     StageInput in;
     in.name = "cache_position";

@@ -24,7 +24,7 @@ namespace ppc::test {
 /// edges (from, to): stage `to` also takes output 1 of stage `from`.
 inline Manifest chain(int n, std::vector<std::pair<int, int>> skips = {}) {
   Manifest m;
-  m.modelInputs.push_back({"x", ValueKind::Tensor});
+  m.modelInputs.push_back({"x", ValueKind::Tensor, {}});
   for (int s = 0; s < n; ++s) {
     StageInfo info;
     info.index = s;
@@ -34,8 +34,8 @@ inline Manifest chain(int n, std::vector<std::pair<int, int>> skips = {}) {
     in.source =
         s == 0 ? ValueRef::fromModelInput(0) : ValueRef::fromStage(s - 1, 0);
     info.inputs.push_back(in);
-    info.outputs.push_back({"y", ValueKind::Tensor, {}, ""});
-    info.outputs.push_back({"skip", ValueKind::Tensor, {}, ""});
+    info.outputs.push_back({"y", ValueKind::Tensor, {}, "", {}});
+    info.outputs.push_back({"skip", ValueKind::Tensor, {}, "", {}});
     if (s + 1 < n)
       info.outputs[0].consumers.push_back(s + 1);
     m.stages.push_back(info);
