@@ -12,6 +12,7 @@
 
 #include "lib/Error.h"
 #include "lib/TensorIO.h"
+#include "runtime/generate/Generator.h"
 #include "runtime/link/LaunchEnv.h"
 #include "runtime/platform/MemoryMeter.h"
 #include "runtime/run/Pipeline.h"
@@ -163,6 +164,56 @@ RunStats Pipeline::stats() const {
 }
 
 std::string Pipeline::schedule() const { return scheduleOf(*impl_); }
+
+// Generator ----------------------------------------------------------------
+
+namespace {
+ppc::GenerateOptions internalOptions(const GenerateOptions &o) {
+  ppc::GenerateOptions out;
+  out.run = internalOptions(o.run, true);
+  out.groups = o.groups;
+  out.sampling = {o.temperature, o.topK, o.topP, o.seed, o.eosId};
+  out.tokenInput = o.tokenInput;
+  out.positionInput = o.positionInput;
+  return out;
+}
+} // namespace
+
+Generator::Generator(const std::string &manifestPath,
+                     const GenerateOptions &options)
+    : impl_(take(ppc::Generator::create(manifestPath, launchFromEnvironment(),
+                                        internalOptions(options)))) {}
+Generator::~Generator() = default;
+Generator::Generator(Generator &&) noexcept = default;
+Generator &Generator::operator=(Generator &&) noexcept = default;
+
+int Generator::rank() const { return impl_->rank(); }
+int Generator::outputRank() const { return impl_->outputRank(); }
+at::Tensor Generator::generate(const at::Tensor &prompt, int64_t newTokens) {
+  return take(impl_->generate(prompt, newTokens));
+}
+void Generator::submit(const at::Tensor &prompt, int64_t newTokens) {
+  check(impl_->submit(prompt, newTokens));
+}
+void Generator::flush() { check(impl_->flush()); }
+std::optional<at::Tensor> Generator::next() { return impl_->next(); }
+void Generator::finish() { check(impl_->finish()); }
+
+GenerateStats Generator::stats() const {
+  const ppc::GenerateStats &s = impl_->stats();
+  GenerateStats out;
+  out.rank = s.rank;
+  out.metaSource = metaSourceName(s.metaSource).str();
+  out.sequences = s.sequences;
+  out.groups = s.groups;
+  out.promptTokens = s.promptTokens;
+  out.newTokens = s.newTokens;
+  out.firstTokenMs = s.firstTokenMs;
+  out.stepMs = s.stepMs;
+  out.totalMs = s.totalMs;
+  out.tokensPerSecond = s.tokensPerSecond();
+  return out;
+}
 
 // Trainer ------------------------------------------------------------------
 

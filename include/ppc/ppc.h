@@ -14,6 +14,7 @@
 #define PPC_PUBLIC_PPC_H
 
 #include "ppc/Error.h"
+#include "ppc/Generator.h"
 #include "ppc/IO.h"
 #include "ppc/Pipeline.h"
 #include "ppc/Trainer.h"

@@ -100,6 +100,10 @@ void Executor::record(const Action &a, int64_t startUs) {
   e.category = info.category.str();
   e.stage = a.stage;
   e.microbatch = a.microbatch;
+  if (schedule.tokens && a.microbatch >= 0) {
+    e.group = a.microbatch % schedule.tokens->groups;
+    e.step = schedule.tokens->stepOf(a.microbatch);
+  }
   e.startUs = startUs;
   e.durationUs = std::max<int64_t>(TraceRecorder::nowUs() - startUs, 0);
   if (int channel = channelOf(schedule, a); channel >= 0) {

@@ -91,6 +91,10 @@ std::string TraceRecorder::eventsJSON() const {
         j.attributeObject("args", [&] {
           j.attribute("stage", e.stage);
           j.attribute("microbatch", e.microbatch);
+          if (e.group >= 0) {
+            j.attribute("group", e.group);
+            j.attribute("step", e.step);
+          }
           if (!e.link.empty())
             j.attribute("link", e.link);
         });

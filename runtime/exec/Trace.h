@@ -63,6 +63,9 @@ struct TraceEvent {
   /// Sends and receives: the link that carried the message ("shm",
   /// "gloo", "nccl"; written as args.link); "" for the rest.
   std::string link = std::string();
+  /// Decoding: the microbatch's group of sequences and decode step
+  /// (written as args.group and args.step); -1 otherwise.
+  int group = -1, step = -1;
 };
 
 /// The event that spans one training step on a rank (Trainer::step), and

@@ -1,0 +1,35 @@
+//===- examples/generate.cpp - Pipelined decoding from C++ ----------------===//
+//
+// Run on every rank: ppc launch --nproc-per-node N -- generate MANIFEST
+// PROMPT.pt [NEW_TOKENS]. The last stage's rank prints each row's new
+// tokens. docs/library.md builds it; docs/generate.md exports a decoder.
+//
+//===----------------------------------------------------------------------===//
+#include <ppc/ppc.h>
+
+#include <ATen/ATen.h>
+
+#include <cstdlib>
+#include <iostream>
+
+int main(int argc, char **argv) try {
+  if (argc < 3) {
+    std::cerr << "usage: generate MANIFEST PROMPT.pt [NEW_TOKENS]\n";
+    return 2;
+  }
+  ppc::api::Generator generator(argv[1]);
+  at::Tensor prompt = ppc::api::loadInputs(argv[2]).at(0).toTensor();
+  int newTokens = argc > 3 ? std::atoi(argv[3]) : 8;
+  at::Tensor tokens = generator.generate(prompt, newTokens);
+  for (int64_t row = 0; tokens.defined() && row < tokens.size(0); ++row) {
+    std::cout << "row " << row << ":";
+    for (int64_t t = 0; t < tokens.size(1); ++t)
+      std::cout << " " << tokens[row][t].item<int64_t>();
+    std::cout << "\n";
+  }
+  generator.finish();
+  return 0;
+} catch (const ppc::api::Error &e) {
+  std::cerr << "error: " << e.what() << "\n";
+  return 2;
+}

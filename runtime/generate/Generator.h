@@ -1,0 +1,153 @@
+//===- runtime/generate/Generator.h - Pipelined decoding --------*- C++ -*-===//
+//
+// The decoding front end: a rank context (runtime/exec/RankContext.h) whose
+// job is autoregressive decoding over a program with state (its stages'
+// buffers written in place: a transformer's key/value cache). A prompt of
+// B rows runs as G = B / b groups of the program's static batch b; each
+// group owns one slot of every stage's state, kept on the stage's rank and
+// never sent. The decode schedule (runtime/schedule/Decode.h) feeds the
+// prompt one token a step, then the picked tokens, which the last stage's
+// rank picks (runtime/generate/Sampler.h) and returns to the ranks that
+// read the token input. Boundary metadata is settled as for `ppc run`
+// (inferred from the first step, cached, reused).
+//
+// Internal to libppc_runtime; the installed API is include/ppc/Generator.h.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PPC_RUNTIME_GENERATE_GENERATOR_H
+#define PPC_RUNTIME_GENERATE_GENERATOR_H
+
+#include "runtime/exec/RunOptions.h"
+#include "runtime/generate/Sampler.h"
+#include "runtime/link/LaunchEnv.h"
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+#include "llvm/Support/JSON.h"
+
+#include <ATen/core/Tensor.h>
+
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace llvm {
+class raw_ostream;
+}
+
+namespace ppc {
+
+/// Tokens picked so far in a generate() call, on the collector's rank.
+struct GenerateProgress {
+  int64_t tokens = 0, total = 0;
+  double elapsedMs = 0;
+};
+
+struct GenerateOptions {
+  /// The rank options (timeout, link, meta cache, threads, trace, ...).
+  /// run.microbatches is not used: the groups follow from the prompt.
+  RunOptions run;
+  /// Groups of sequences generate()'s prompt must make (0: whatever B / b
+  /// is; flush() runs whatever its prompts make).
+  int groups = 0;
+  SamplingOptions sampling;
+  /// The model inputs that carry the token ids and the position.
+  std::string tokenInput = "input_ids";
+  std::string positionInput = "cache_position";
+  /// Called on the collector's rank after each pick.
+  std::function<void(const GenerateProgress &)> progress;
+};
+
+/// What one generate() call took, on this rank.
+struct GenerateStats {
+  int rank = 0;
+  MetaSource metaSource = MetaSource::Inferred;
+  bool cacheWritten = false;
+  int64_t messagesSent = 0;
+  std::string link;
+  /// The decode: sequences, groups, prompt length, new tokens.
+  int64_t sequences = 0, groups = 0, promptTokens = 0, newTokens = 0;
+  /// On the collector's rank: from the end of the start-up agreement until
+  /// the first new token of the first group, the mean time between two
+  /// picks of one group (a decode step's latency), and the whole call.
+  double firstTokenMs = 0, stepMs = 0, totalMs = 0;
+  /// New tokens per second of the whole call.
+  double tokensPerSecond() const;
+  /// "stats: rank=0 meta=inferred sequences=8 groups=4 prompt_tokens=5
+  /// new_tokens=6 first_token_ms=.. step_ms=.. total_ms=.. tokens_per_s=..
+  /// messages_sent=.. cache_written=1 link=shm"
+  std::string line() const;
+  /// The same fields as one JSON object (--stats-json), with "command":
+  /// "generate".
+  llvm::json::Value json() const;
+};
+
+class Generator {
+public:
+  /// Creates this rank's part of a decode job over the manifest at
+  /// `manifestPath` (RankContext::create's steps). Errors: RankContext's;
+  /// sampling options out of range (checkSamplingOptions); a program
+  /// without the named inputs, with inputs besides them, or without state.
+  static llvm::Expected<std::unique_ptr<Generator>>
+  create(llvm::StringRef manifestPath, const LaunchEnv &env,
+         GenerateOptions options);
+  ~Generator();
+
+  /// Decodes `newTokens` tokens after each row of `prompt` (int64 [B, P],
+  /// the same on every rank). Returns the new tokens, int64 [B, newTokens],
+  /// on the collector's rank (outputRank()) and an undefined tensor
+  /// elsewhere. Errors, before any work: checkPrompt's and checkTokenRange's
+  /// (against the program's batch and vocabulary), newTokens < 1, P +
+  /// newTokens beyond the program's cache ("the prompt's 30 tokens and 10
+  /// new ones need 40 positions; the program's cache holds 32"), a prompt
+  /// of another number of groups than GenerateOptions::groups asks for;
+  /// then execute()'s (a lost rank is named).
+  llvm::Expected<at::Tensor> generate(const at::Tensor &prompt,
+                                      int64_t newTokens);
+
+  /// Serving many prompts: every rank calls submit() and flush() in the
+  /// same sequence; next() is local.
+  ///
+  /// Queues `prompt` (as generate() takes it) for `newTokens` tokens; the
+  /// checks run now. Errors: generate()'s checks, before anything is queued.
+  llvm::Error submit(const at::Tensor &prompt, int64_t newTokens);
+  /// Decodes the queued prompts: each run of consecutive prompts of one
+  /// length and one newTokens as one generate() over all their rows, so
+  /// their groups are in flight together. Errors: generate()'s; the queue
+  /// is then dropped.
+  llvm::Error flush();
+  /// The new tokens of the oldest flushed prompt not returned yet (int64
+  /// [rows, newTokens] on the collector's rank, undefined elsewhere), or
+  /// nullopt when none is ready.
+  std::optional<at::Tensor> next();
+
+  int rank() const;
+  int outputRank() const;
+  /// The program's static batch (rows per group) and vocabulary, when the
+  /// manifest records them.
+  std::optional<int64_t> batchSize() const;
+  const GenerateStats &stats() const;
+  /// Prints this rank's actions of the last call's schedule (before any
+  /// call, of a one-token decode).
+  void printSchedule(llvm::raw_ostream &os) const;
+  /// RankContext::finish(): the trace, then a barrier.
+  llvm::Error finish();
+
+private:
+  struct Impl;
+  explicit Generator(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+  struct Queued {
+    at::Tensor prompt;
+    int64_t newTokens;
+  };
+  std::vector<Queued> queue_;
+  std::deque<at::Tensor> ready_;
+};
+
+} // namespace ppc
+
+#endif // PPC_RUNTIME_GENERATE_GENERATOR_H

@@ -1,0 +1,201 @@
+//===- tools/ppc/GenerateCommand.cpp - ppc generate -----------------------===//
+//
+// CLI11 wiring for `ppc generate`: one rank of a decoding job, started by
+// ppc launch or torchrun. It reads the prompt, checks what it will write
+// against what it reads (OutputGuard), runs a Generator
+// (runtime/generate/Generator.h) and, on the last stage's rank, writes the
+// new tokens once every rank has finished.
+//
+//===----------------------------------------------------------------------===//
+#include "tools/ppc/Commands.h"
+
+#include "lib/Error.h"
+#include "lib/FileUtil.h"
+#include "lib/OutputGuard.h"
+#include "lib/TensorIO.h"
+#include "runtime/generate/Generator.h"
+#include "tools/ppc/OptionChecks.h"
+#include "tools/ppc/Progress.h"
+#include "tools/ppc/RankProcess.h"
+#include "tools/ppc/RuntimeFlags.h"
+
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <memory>
+
+namespace ppc {
+
+namespace {
+struct GenerateCommandOptions {
+  std::string manifestPath, promptPath, outputPath;
+  int64_t maxNewTokens = 16;
+  SamplingOptions sampling;
+  std::string tokenInput = "input_ids", positionInput = "cache_position";
+  RuntimeFlags flags;
+  bool stats = false;
+};
+
+/// Claims the outputs against what the job reads. Errors: OutputGuard's.
+llvm::Error guardOutputs(const GenerateCommandOptions &o,
+                         const RunOptions &run) {
+  OutputGuard guard;
+  keepManifestFiles(guard, o.manifestPath, metaCacheDirOf(run, o.manifestPath));
+  guard.keep(o.promptPath, "the prompt");
+  if (llvm::Error err = guard.claimFile("--output", o.outputPath))
+    return err;
+  if (!o.flags.tracePath.empty())
+    if (llvm::Error err = guard.claimFile("--trace", o.flags.tracePath))
+      return err;
+  if (!o.flags.statsJsonPath.empty())
+    return guard.claimFile("--stats-json", o.flags.statsJsonPath);
+  return llvm::Error::success();
+}
+
+/// The prompt file's one tensor. Errors: loadTensors's; another count.
+llvm::Expected<at::Tensor> loadPrompt(llvm::StringRef path) {
+  auto values = loadTensors(path);
+  if (!values)
+    return values.takeError();
+  if (values->size() != 1 || !(*values)[0].isTensor())
+    return makeError(llvm::formatv("--prompt '{0}' holds {1} values; "
+                                   "expected one tensor of token ids",
+                                   path, values->size())
+                         .str());
+  return (*values)[0].toTensor();
+}
+
+llvm::Error writeResults(const GenerateCommandOptions &o,
+                         const Generator &generator, const at::Tensor &tokens) {
+  if (llvm::Error err = saveTensors(o.outputPath, {tokens}, false))
+    return err;
+  const GenerateStats &s = generator.stats();
+  if (!o.flags.statsJsonPath.empty())
+    if (llvm::Error err =
+            writeJSONFileAtomically(o.flags.statsJsonPath, s.json()))
+      return err;
+  if (!o.flags.quiet)
+    llvm::errs() << "wrote " << o.outputPath << " (" << s.sequences
+                 << " sequences x " << s.newTokens << " new tokens, "
+                 << formatSeconds(s.totalMs / 1000) << ", "
+                 << formatRate(s.tokensPerSecond(), "tokens") << ")\n";
+  return llvm::Error::success();
+}
+
+llvm::Expected<int> runGenerate(const GenerateCommandOptions &o) {
+  auto env = startRank();
+  if (!env)
+    return env.takeError();
+  GenerateOptions options;
+  o.flags.applyTo(options.run);
+  options.groups = o.flags.microbatchesGiven ? o.flags.microbatches : 0;
+  options.sampling = o.sampling;
+  options.tokenInput = o.tokenInput;
+  options.positionInput = o.positionInput;
+  if (llvm::Error err = guardOutputs(o, options.run))
+    return err;
+  auto prompt = loadPrompt(o.promptPath);
+  if (!prompt)
+    return prompt.takeError();
+  std::optional<Progress> progress;
+  ProgressStyle style = progressStyle(2, o.flags.quiet, o.flags.progress);
+  options.progress = [&](const GenerateProgress &p) {
+    if (!progress)
+      progress.emplace(llvm::errs(), style, "token", "tokens", p.total);
+    progress->update(p.tokens, -1);
+  };
+  auto generator = Generator::create(o.manifestPath, *env, options);
+  if (!generator)
+    return generator.takeError();
+  auto tokens = (*generator)->generate(*prompt, o.maxNewTokens);
+  if (progress)
+    progress->clear();
+  if (!tokens)
+    return tokens.takeError();
+  if (llvm::Error err = (*generator)->finish())
+    return err;
+  if (o.flags.printSchedule)
+    (*generator)->printSchedule(llvm::outs());
+  if (o.stats)
+    llvm::outs() << (*generator)->stats().line() << "\n";
+  llvm::outs().flush();
+  if (env->rank == (*generator)->outputRank())
+    if (llvm::Error err = writeResults(o, **generator, *tokens))
+      return err;
+  return 0;
+}
+
+void addSamplingOptions(CLI::App &app, SamplingOptions &s) {
+  app.add_option("--temperature", s.temperature,
+                 "Sample at this temperature (0, the default: greedy, the "
+                 "most likely token)")
+      ->capture_default_str();
+  app.add_option("--top-k", s.topK,
+                 "Sample among the K most likely tokens (0: all)")
+      ->capture_default_str();
+  app.add_option("--top-p", s.topP,
+                 "Sample among the most likely tokens whose probabilities add "
+                 "up to P, in (0, 1]")
+      ->capture_default_str();
+  app.add_option("--seed", s.seed,
+                 "Seed of sampling: a sequence's tokens depend only on the "
+                 "seed, its row and its logits, whatever --microbatches, the "
+                 "stages or the ranks")
+      ->capture_default_str();
+  app.add_option("--eos-id", s.eosId,
+                 "The token that ends a sequence: the rest of its row is this "
+                 "token (-1: none)")
+      ->capture_default_str();
+}
+} // namespace
+
+Command addGenerateCommand(CLI::App &parent) {
+  auto o = std::make_shared<GenerateCommandOptions>();
+  CLI::App *app = parent.add_subcommand(
+      "generate", "Decode tokens with a split decoder, one rank of the job "
+                  "(start every rank with ppc launch or torchrun)");
+  app->footer(
+      "Autoregressive decoding with the stages of MANIFEST, a program that "
+      "keeps a cache in its state (a decoder exported the ExecuTorch way: "
+      "docs/generate.md). The prompt's B rows run as groups of the program's "
+      "static batch b, each with its own copy of every stage's state, kept on "
+      "the stage's rank; the groups are in flight together, so with at least "
+      "as many groups as stages every stage is busy. The prompt is fed one "
+      "token a step, then each picked token; the last stage's rank picks the "
+      "tokens and writes --output, int64 [B, N] (the new tokens only).");
+  app->add_option("manifest", o->manifestPath,
+                  "manifest.json written by ppc split")
+      ->required()
+      ->check(pathOption());
+  app->add_option("--prompt", o->promptPath,
+                  "Token ids, int64 [B, P], written by torch.save")
+      ->required()
+      ->check(pathOption());
+  app->add_option("--output", o->outputPath,
+                  "Where the last stage's rank writes the new tokens, int64 "
+                  "[B, N] (torch.load reads it)")
+      ->required()
+      ->check(pathOption());
+  app->add_option("--max-new-tokens", o->maxNewTokens,
+                  "N: tokens to decode after each prompt")
+      ->capture_default_str()
+      ->transform(intInRange(1, kMaxMicrobatches));
+  addSamplingOptions(*app, o->sampling);
+  app->add_option("--token-input", o->tokenInput,
+                  "The program input that takes the token ids")
+      ->capture_default_str();
+  app->add_option("--position-input", o->positionInput,
+                  "The program input that takes the position in the cache")
+      ->capture_default_str();
+  o->flags.addTo(*app);
+  app->get_option("--microbatches")
+      ->description("Groups of sequences in flight (default: B / b, the "
+                    "prompt's rows over the program's batch); the prompt must "
+                    "make exactly this many");
+  app->add_flag("--stats", o->stats,
+                "Print one 'stats: rank=R ...' line per rank: tokens/s, time "
+                "to the first token, the latency of a decode step");
+  return {app, [o] { return runGenerate(*o); }};
+}
+
+} // namespace ppc
