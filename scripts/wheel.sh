@@ -4,9 +4,11 @@
 #
 #   scripts/wheel.sh [venv|build|test|all] [CTEST ARGS...]
 #
-#   venv   creates build-wheel/venv (Debian's python3 -m venv) and pip-installs torch and numpy
-#          into it (about 2 minutes and 5.3 GB); skipped when the venv already has them, as
-#          installed by this script for the same requirement.
+#   venv   creates build-wheel/venv (Debian's python3 -m venv) and pip-installs torch, numpy
+#          and transformers into it (about 2 minutes and 5.6 GB; transformers, which exports the
+#          decoders of tests/cli/test_generate.py, is about 16 s and 0.3 GB of that); skipped when
+#          the venv already has them, as installed by this script for the same requirements (a
+#          venv made for fewer packages gets the missing ones).
 #   build  configures and builds ppc against that torch into build-wheel/ (Release, Ninja,
 #          ccache, -Werror). The wheel's LibTorch needs the CUDA toolkit's nvcc (CUDACXX, else
 #          /usr/local/cuda/bin/nvcc) even to build for CPU; cmake/Torch.cmake does the rest.
@@ -16,8 +18,10 @@
 #
 # Environment:
 #   PPC_WHEEL_BUILD_DIR   build directory (default build-wheel/)
-#   PPC_WHEEL_PYTHON      use this Python's torch instead of creating the venv (your own torch 2.x)
+#   PPC_WHEEL_PYTHON      use this Python's torch instead of creating the venv (your own torch 2.x;
+#                         without transformers, test_generate.py skips)
 #   PPC_WHEEL_TORCH       pip requirement for torch (default "torch": the newest)
+#   PPC_WHEEL_TRANSFORMERS  pip requirement for transformers (default "transformers": the newest)
 #   PPC_WHEEL_PIP_TIMEOUT seconds pip may take in all before the step fails (default 1200)
 #   PPC_JOBS, PPC_TEST_JOBS  build and test parallelism (default: cores, 2)
 set -euo pipefail
@@ -25,6 +29,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=${PPC_WHEEL_BUILD_DIR:-$root/build-wheel}
 venv=$build/venv
 requirement=${PPC_WHEEL_TORCH:-torch}
+# Everything the venv step installs; the marker records this list.
+packages=("$requirement" numpy "${PPC_WHEEL_TRANSFORMERS:-transformers}")
 pip_timeout=${PPC_WHEEL_PIP_TIMEOUT:-1200}
 python=${PPC_WHEEL_PYTHON:-$venv/bin/python}
 export CCACHE_BASEDIR=$root
@@ -45,28 +51,32 @@ fail() {
 make_venv() {
   if [ -n "${PPC_WHEEL_PYTHON:-}" ]; then
     "$python" -c 'import torch' 2>/dev/null || fail "PPC_WHEEL_PYTHON=$python cannot import torch"
+    "$python" -c 'import transformers' 2>/dev/null ||
+      echo "wheel.sh: note: $python has no transformers; tests/cli/test_generate.py will skip"
     return 0
   fi
-  # The marker names the requirement the venv was made for; it is written last.
+  # The marker names the requirements the venv was made for; it is written last. One written
+  # for other requirements (an older script's "torch" alone) makes pip install what is missing.
   local marker=$venv/.ppc-torch
-  if [ -f "$marker" ] && [ "$(cat "$marker")" = "$requirement" ] && "$python" -c 'import torch, numpy' 2>/dev/null; then
-    echo "wheel.sh: $venv has $requirement already"
+  if [ -f "$marker" ] && [ "$(cat "$marker")" = "${packages[*]}" ] &&
+    "$python" -c 'import torch, numpy, transformers' 2>/dev/null; then
+    echo "wheel.sh: $venv has ${packages[*]} already"
     return 0
   fi
   rm -f "$marker"
   mkdir -p "$build"
   [ -x "$python" ] || /usr/bin/python3 -m venv "$venv" || fail "cannot create $venv (python3-venv)"
   local start=$SECONDS log=$build/pip.log
-  echo "wheel.sh: pip install $requirement numpy into $venv (log: $log)"
+  echo "wheel.sh: pip install ${packages[*]} into $venv (log: $log)"
   # Per-request timeout and retries, and a bound on the whole install: without a network pip
   # fails instead of waiting forever. No download cache: it would hold another 3 GB.
   if ! timeout "$pip_timeout" "$venv/bin/pip" install --disable-pip-version-check --no-cache-dir --timeout 60 --retries 2 \
-    "$requirement" numpy >"$log" 2>&1; then
+    "${packages[@]}" >"$log" 2>&1; then
     tail -n 5 "$log" >&2
-    fail "pip could not install $requirement within $pip_timeout s (no network, or PyPI unreachable?); see $log"
+    fail "pip could not install ${packages[*]} within $pip_timeout s (no network, or PyPI unreachable?); see $log"
   fi
-  echo "$requirement" >"$marker"
-  echo "wheel.sh: installed $("$python" -c 'import torch; print(torch.__version__)') in $((SECONDS - start)) s"
+  echo "${packages[*]}" >"$marker"
+  echo "wheel.sh: installed $("$python" -c 'import torch, transformers as t; print("torch", torch.__version__, "and transformers", t.__version__)') in $((SECONDS - start)) s"
 }
 
 build_ppc() {

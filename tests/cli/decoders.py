@@ -1,0 +1,115 @@
+"""Helpers for the `ppc generate` tests (tests/cli/test_generate.py): the
+decoders of tests/models/make_decoder_models.py, their reference tokens and
+prompts cut to a number of rows.
+
+  generate(outdir, python)   runs the generator (which caches: a model with a
+                             current stamp is kept); skipped when PYTHON is
+                             this one and every model is up to date
+  has_transformers(python)   whether PYTHON can import transformers
+  meta(models, name)         NAME.json: the program's batch b, cache length
+                             L, vocabulary, prompt length P, new tokens N,
+                             the reference tokens ("greedy", "reset")
+  prompt(models, name)       NAME.prompt.pt, int64 [8, P]
+  write_prompt(path, models, name, rows)
+                             saves the first ROWS rows of NAME.prompt.pt to
+                             PATH; returns them
+  greedy(models, name, rows) the reference greedy tokens of the first ROWS
+                             rows, int64 [ROWS, N]
+
+The reference tokens decode each group of b rows from a fresh copy of the
+program's state, feeding the prompt one token a step, as `ppc generate`
+does; rows g*b .. g*b+b-1 are group g whatever the number of groups, so the
+first rows' tokens serve every M.
+"""
+import functools
+import json
+import os
+import subprocess
+import sys
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from common import ROOT  # noqa: E402
+
+GENERATOR = os.path.join(ROOT, "tests", "models", "make_decoder_models.py")
+NAMES = ["dec_llama", "dec_gpt2", "dec_qwen2", "dec_llama_long", "dec_stateless"]
+SUFFIXES = (".pt2", ".prompt.pt", ".json")
+
+
+def _same_python(python):
+    # (abspath, not realpath: a venv's python is a link to the system one.)
+    return os.path.abspath(python) == os.path.abspath(sys.executable)
+
+
+@functools.lru_cache(maxsize=None)
+def has_transformers(python):
+    if _same_python(python):
+        try:
+            import transformers  # noqa: F401
+            return True
+        except ImportError:
+            return False
+    return subprocess.run([python, "-c", "import transformers"],
+                          capture_output=True).returncode == 0
+
+
+def up_to_date(outdir):
+    """Whether OUTDIR holds every model with the stamp this Python would
+    write (make_decoder_models.stamp()): running the generator would change
+    nothing."""
+    sys.path.insert(0, os.path.dirname(GENERATOR))
+    import make_decoder_models as gen
+    tag = gen.stamp()
+    for name in NAMES:
+        base = os.path.join(outdir, name)
+        if not all(os.path.exists(base + s) for s in SUFFIXES):
+            return False
+        try:
+            with open(base + ".stamp") as f:
+                if f.read().strip() != tag:
+                    return False
+        except OSError:
+            return False
+    return True
+
+
+def generate(outdir, python=sys.executable, timeout=600):
+    """Runs the generator into OUTDIR with PYTHON; returns a
+    CompletedProcess (the caller checks returncode)."""
+    if _same_python(python) and up_to_date(outdir):
+        return subprocess.CompletedProcess([python, GENERATOR, outdir], 0, "up to date\n", "")
+    return subprocess.run([python, "-W", "ignore", GENERATOR, outdir], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def path(models, name, suffix=".pt2"):
+    return os.path.join(models, name + suffix)
+
+
+def meta(models, name):
+    with open(path(models, name, ".json")) as f:
+        return json.load(f)
+
+
+def prompt(models, name):
+    return torch.load(path(models, name, ".prompt.pt"))
+
+
+def write_prompt(out, models, name, rows):
+    """Saves the first ROWS rows of NAME.prompt.pt to OUT; returns them."""
+    p = prompt(models, name)[:rows].clone()
+    torch.save(p, out)
+    return p
+
+
+def greedy(models, name, rows):
+    """The reference greedy tokens of the first ROWS rows, int64 [ROWS, N]."""
+    return torch.tensor(meta(models, name)["greedy"][:rows], dtype=torch.int64)
+
+
+def reset(models, name, rows):
+    """The tokens of the first ROWS rows with the state reset before every
+    step: what a decoder that lost its cache would give."""
+    return torch.tensor(meta(models, name)["reset"][:rows], dtype=torch.int64)

@@ -1,0 +1,335 @@
+#!/usr/bin/python3
+"""Tests `ppc generate`: pipelined decoding of exported decoders.
+
+The models come from tests/models/make_decoder_models.py, run with the
+wheel's Python (PyTorch 2.x and transformers: PPC_TORCH_PYTHON in the wheel
+build, else build-wheel/venv/bin/python) and cached in
+PPC_BUILD_DIR/decoder-models: LLaMA, GPT-2 and Qwen2 decoders exported the
+ExecuTorch way (static batch b = 2, cache length 32, 4 layers), with
+reference tokens from the unsplit program run in Python (tests/cli/
+decoders.py). Every test skips with the reason where ppc is built against
+LibTorch 1.x (no .pt2) or no Python with transformers is found.
+
+A ppc built against LibTorch 2.x must:
+  - decode each decoder split into 2 stages on 2 ranks and 4 stages on 4,
+    with M = 1, 2 and 4 groups (B = M * b prompt rows), giving the greedy
+    reference token for token (GREEDY_RUNS); one run fills the cache to
+    its last position (P + N = L) and one leaves --microbatches to its
+    default (B / b);
+  - sample (SAMPLING) the same tokens for a seed whatever M and the
+    placement (4 stages on 2 ranks too), row by row, tokens that differ
+    from the greedy ones and from another seed's;
+  - take its boundary metadata from the meta cache on a second run
+    (`meta=cache` in every rank's --stats line);
+  - name a rank killed mid-decode (SIGKILL) within --timeout, as `ppc run`;
+  - refuse each bad input with its one `error:` line (the launcher's
+    summary names it) and write no output (the ERR_ constants).
+
+Env: PPC, PPC_BUILD_DIR, PPC_TORCH_PYTHON (the wheel build).
+"""
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import unittest
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import (BUILD, PPC, ROOT, class_tmpdir, finish, free_port,  # noqa: E402
+                    launch, libtorch_major, main, rank_env, split, tmpdir)
+import decoders  # noqa: E402
+from trace_format import assert_valid_trace  # noqa: E402
+
+# The exact one-line errors (without "error: "), as the launcher's summary
+# "error: rank R exited with status 2: MESSAGE" repeats them.
+# A float32 [2, 5] prompt.
+ERR_PROMPT_DTYPE = "--prompt: expected int64 token ids, got float32"
+# An int64 [5] prompt.
+ERR_PROMPT_RANK = "--prompt: expected a [batch, length] tensor, got int64[5]"
+# 3 rows for a program of batch 2, --microbatches not given.
+ERR_PROMPT_ROWS = "--prompt: 3 rows are not a multiple of the program's batch size 2"
+# --max-new-tokens 0.
+ERR_NEW_TOKENS = "--max-new-tokens: 0 is not an integer in 1..65536 (see ppc generate --help)"
+# P = 5 and N = 28 on a cache of 32 positions (P + N = L works: GREEDY_RUNS).
+ERR_CACHE = ("the prompt's 5 tokens and 28 new ones need 33 positions; the program's "
+             "cache holds 32")
+# dec_stateless: the keyword inputs and logits, but no buffer written.
+ERR_NO_STATE = ("the program has no state (no buffer it writes in place): ppc generate "
+                "needs a program that keeps its cache, exported as docs/generate.md shows")
+# --token-input tokens on dec_llama.
+ERR_NO_INPUT = ("the program has no input named 'tokens' (its inputs: input_ids, "
+                "cache_position); name it with --token-input")
+# Token id 128 (the vocabulary is 0..127) at row 1, position 3 of 8 rows.
+ERR_VOCAB = ("--prompt: token id 128 at row 1, position 3 is outside the vocabulary "
+             "(0..127)")
+
+TORCH_PYTHON = os.environ.get("PPC_TORCH_PYTHON", "")
+# A Python with torch 2.x and transformers to export the decoders: the wheel
+# build's own, else the venv scripts/wheel.sh leaves next to the default build.
+WHEEL_PYTHON = TORCH_PYTHON or os.path.join(ROOT, "build-wheel", "venv", "bin", "python")
+DECODER_MODELS = os.path.join(BUILD, "decoder-models")
+TIMEOUT = 60  # each rank's --timeout
+
+# Greedy runs: (model, stages, ranks, groups M, new tokens N). N = 27 fills
+# the cache (P + N = 32); its first 6 tokens are the reference's. The run
+# marked DEFAULT_M leaves --microbatches out (B / b = M).
+GREEDY_RUNS = [(name, stages, stages, m, n)
+               for name in ("dec_llama", "dec_gpt2")
+               for stages in (2, 4) for m, n in ((1, 6), (2, 6), (4, 6))] + [
+    ("dec_qwen2", 2, 2, 2, 27), ("dec_qwen2", 4, 4, 4, 6)]
+DEFAULT_M = ("dec_gpt2", 4, 4, 4, 6)
+SAMPLING = ("--temperature", "0.8", "--top-k", "20", "--top-p", "0.9")
+# Sampling runs of dec_llama: (stages, ranks, M); the 4 stages on 2 ranks
+# run two each (a looped placement).
+SAMPLING_RUNS = [(2, 2, 4), (2, 2, 1), (4, 4, 2), (4, 2, 4)]
+STATS = re.compile(r"stats: rank=(\d+) meta=(\w+) ")
+CAUSE = re.compile(r"^error: rank (\d+) exited with status 2: (.*)$", re.M)
+
+
+class GenerateTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.splits = {}
+        cls.models = None
+
+    def setUp(self):
+        self.tmp = tmpdir(self)
+        major = libtorch_major()
+        if major < 2:
+            self.skipTest("needs a ppc built against LibTorch 2.x (decoders are .pt2 "
+                          "programs); this one has LibTorch %d" % major)
+        if not os.access(WHEEL_PYTHON, os.X_OK):
+            self.skipTest("no PyTorch 2.x to export the decoders: %s is missing "
+                          "(scripts/wheel.sh creates it)" % WHEEL_PYTHON)
+        if not decoders.has_transformers(WHEEL_PYTHON):
+            self.skipTest("%s has no transformers to export the decoders (scripts/wheel.sh "
+                          "venv installs it)" % WHEEL_PYTHON)
+        if type(self).models is None:
+            r = decoders.generate(DECODER_MODELS, WHEEL_PYTHON)
+            self.assertEqual(r.returncode, 0, "make_decoder_models.py:\n" + r.stdout + r.stderr)
+            type(self).models = DECODER_MODELS
+
+    # -- helpers ---------------------------------------------------------
+
+    def split(self, name, stages):
+        """The manifest of NAME split into STAGES stages, split once per
+        test class."""
+        key = (name, stages)
+        if key not in self.splits:
+            out = os.path.join(class_tmpdir(type(self)), "%s_%d" % key)
+            self.splits[key] = split(decoders.path(self.models, name), out, "--stages",
+                                     stages).manifest
+        return self.splits[key]
+
+    def prompt(self, name, rows):
+        """A prompt file of the first ROWS rows of NAME.prompt.pt."""
+        path = os.path.join(self.tmp, "%s.%d.prompt.pt" % (name, rows))
+        if not os.path.exists(path):
+            decoders.write_prompt(path, self.models, name, rows)
+        return path
+
+    def generate(self, manifest, ranks, prompt, new_tokens, *extra):
+        """`ppc generate MANIFEST --prompt PROMPT --max-new-tokens N --stats`
+        on RANKS ranks; checks it succeeded and every rank printed its
+        stats. Returns (tokens, {rank: meta source}, process)."""
+        out = os.path.join(self.tmp, "tokens.pt")
+        if os.path.exists(out):
+            os.remove(out)
+        r = launch(ranks, "generate", manifest, "--prompt", prompt, "--max-new-tokens",
+                   new_tokens, "--output", out, "--stats", "--timeout", TIMEOUT, *extra,
+                   timeout=300)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        sources = {int(m.group(1)): m.group(2) for m in STATS.finditer(r.stdout)}
+        self.assertEqual(sorted(sources), list(range(ranks)), r.stdout)
+        tokens = torch.load(out)
+        rows = torch.load(prompt).shape[0]
+        self.assertEqual((tokens.dtype, tuple(tokens.shape)), (torch.int64, (rows, new_tokens)))
+        return tokens, sources, r
+
+    def assert_tokens(self, want, got, what):
+        self.assertTrue(torch.equal(want, got), "%s:\nwant %s\ngot  %s" % (what, want, got))
+
+    def snapshot(self, *dirs):
+        return {d: sorted((f, os.stat(os.path.join(d, f)).st_mtime_ns) for f in os.listdir(d))
+                for d in dirs}
+
+    def expect_error(self, manifest, prompt, message, *extra, new_tokens=6):
+        """A 2-rank `ppc generate` that fails with exit status 2: the
+        launcher names one rank's error, MESSAGE; every rank's error line is
+        MESSAGE or a consequence of another rank's; nothing is written (no
+        output, no file beside the manifest or the prompt)."""
+        out = os.path.join(self.tmp, "bad-tokens.pt")
+        dirs = (os.path.dirname(manifest), self.tmp)
+        before = self.snapshot(*dirs)
+        r = launch(2, "generate", manifest, "--prompt", prompt, "--max-new-tokens", new_tokens,
+                   "--output", out, "--timeout", TIMEOUT, *extra, timeout=120)
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertEqual([m.group(2) for m in CAUSE.finditer(r.stderr)], [message], r.stderr)
+        for line in r.stderr.splitlines():
+            m = re.match(r"^\[rank \d+\] error: (.*)$", line)
+            if m and m.group(1) != message:
+                self.assertRegex(m.group(1), r"^lost rank \d+ \(", r.stderr)
+        self.assertNotIn("stats:", r.stdout)
+        self.assertFalse(os.path.exists(out))
+        self.assertEqual(self.snapshot(*dirs), before)
+
+    # -- greedy --------------------------------------------------------------
+
+    def test_greedy_matches_python(self):
+        for run in GREEDY_RUNS:
+            name, stages, ranks, m, n = run
+            with self.subTest(model=name, stages=stages, ranks=ranks, microbatches=m, tokens=n):
+                meta = decoders.meta(self.models, name)
+                rows = m * meta["batch"]
+                extra = () if run == DEFAULT_M else ("--microbatches", m)
+                tokens, _, _ = self.generate(self.split(name, stages), ranks,
+                                             self.prompt(name, rows), n, *extra)
+                self.assertLessEqual(meta["new_tokens"], n)
+                self.assert_tokens(decoders.greedy(self.models, name, rows),
+                                   tokens[:, :meta["new_tokens"]], "greedy tokens")
+                # The state matters: the tokens of a decoder that loses its
+                # cache every step differ.
+                self.assertFalse(torch.equal(decoders.reset(self.models, name, rows),
+                                             tokens[:, :meta["new_tokens"]]))
+
+    # -- sampling ------------------------------------------------------------
+
+    def sample(self, stages, ranks, m, seed=7):
+        name = "dec_llama"
+        rows = m * decoders.meta(self.models, name)["batch"]
+        tokens, _, _ = self.generate(self.split(name, stages), ranks, self.prompt(name, rows), 6,
+                                     "--microbatches", m, *SAMPLING, "--seed", seed)
+        self.assertTrue(bool(((tokens >= 0) & (tokens < 128)).all()), tokens)
+        return tokens
+
+    def test_sampling_is_the_same_for_every_placement(self):
+        runs = {run: self.sample(*run) for run in SAMPLING_RUNS}
+        full = runs[SAMPLING_RUNS[0]]  # all 8 rows
+        for run, tokens in runs.items():
+            # Row r's tokens depend only on the seed, r and its logits.
+            self.assert_tokens(full[:tokens.shape[0]], tokens,
+                               "sampled tokens, (stages, ranks, M) = %s" % (run,))
+        self.assertFalse(torch.equal(full, decoders.greedy(self.models, "dec_llama", 8)),
+                         "sampling gave the greedy tokens")
+        self.assertFalse(torch.equal(full, self.sample(2, 2, 4, seed=8)),
+                         "seeds 7 and 8 gave the same tokens")
+
+    # -- meta cache ----------------------------------------------------------
+
+    def test_second_run_uses_meta_cache(self):
+        name = "dec_gpt2"
+        manifest = split(decoders.path(self.models, name), os.path.join(self.tmp, "split"),
+                         "--stages", 2).manifest
+        prompt = self.prompt(name, 4)
+        want = decoders.greedy(self.models, name, 4)
+        first, sources, _ = self.generate(manifest, 2, prompt, 6, "--microbatches", 2)
+        self.assertEqual(set(sources.values()), {"inferred"})
+        trace = os.path.join(self.tmp, "trace.json")
+        second, sources, r = self.generate(manifest, 2, prompt, 6, "--microbatches", 2,
+                                           "--trace", trace)
+        self.assertEqual(set(sources.values()), {"cache"}, r.stdout)
+        self.assert_decode_trace(assert_valid_trace(self, trace), groups=2, steps=5 + 6 - 1)
+        self.assertNotIn("warning", r.stderr)
+        self.assert_tokens(want, first, "first run")
+        self.assert_tokens(want, second, "second run")
+
+    def assert_decode_trace(self, trace, groups, steps):
+        """Each group's steps run on each stage in order, and every step after
+        the prompt's last reads tokens the last stage's rank returned."""
+        events = trace["traceEvents"] if isinstance(trace, dict) else trace
+        forwards = {}
+        for e in events:
+            if e.get("name") == "F":
+                a = e["args"]
+                self.assertEqual(a["microbatch"], a["step"] * groups + a["group"], a)
+                forwards.setdefault((e["pid"], a["stage"], a["group"]), []).append(a["step"])
+        self.assertEqual(len(forwards), 2 * groups)
+        for key, order in forwards.items():
+            self.assertEqual(order, list(range(steps)), key)
+        # Steps P-1 .. S-2 return their tokens: (N - 1) per group.
+        returned = [e for e in events if e.get("name") == "RECV_TOK"]
+        self.assertEqual(len(returned), groups * 5)
+        self.assertTrue(all(e["pid"] == 0 for e in returned))
+
+    def test_example_program(self):
+        # examples/generate.cpp on the public API prints each row's tokens
+        # on the last stage's rank: the greedy reference.
+        program = os.path.join(BUILD, "bin", "generate")
+        if not os.access(program, os.X_OK):
+            self.skipTest("examples are not built here (%s)" % program)
+        name = "dec_llama"
+        r = launch(2, self.split(name, 2), self.prompt(name, 4), 6, program=program,
+                   timeout=300)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        want = decoders.greedy(self.models, name, 4)
+        lines = [l for l in r.stdout.splitlines() if " row " in l or l.startswith("row ")]
+        self.assertEqual(lines, ["[rank 1] row %d: %s" % (i, " ".join(map(str, row.tolist())))
+                                 for i, row in enumerate(want)], r.stdout)
+
+    # -- failures ------------------------------------------------------------
+
+    def test_killed_rank_is_named(self):
+        # A long decode (500 tokens of 4 groups on a cache of 512) with
+        # rank 1, the last stage's, killed once it has picked the first
+        # tokens: rank 0 names it within --timeout.
+        manifest = self.split("dec_llama_long", 2)
+        out = os.path.join(self.tmp, "tokens.pt")
+        args = ["generate", manifest, "--prompt", self.prompt("dec_llama_long", 8),
+                "--max-new-tokens", 500, "--output", out, "--microbatches", 4, "--progress",
+                "--no-meta-cache", "--timeout", 20]
+        port = free_port()
+        procs = [subprocess.Popen([PPC, *map(str, args)], env=rank_env(rank, 2, port),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for rank in range(2)]
+        self.addCleanup(lambda: [p.kill() for p in procs if p.poll() is None])
+        seen = []
+        for line in procs[1].stderr:  # rank 1 reports progress from its first pick
+            seen.append(line)
+            if line.startswith("progress: "):
+                break
+        self.assertTrue(seen and seen[-1].startswith("progress: "), "".join(seen))
+        procs[1].send_signal(signal.SIGKILL)
+        start = time.monotonic()
+        code, _, err = finish(procs[:1], timeout=30)[0]
+        finish(procs[1:])
+        self.assertNotEqual(code, 0, err)
+        self.assertLess(time.monotonic() - start, 25)
+        errors = [l for l in err.splitlines() if l.startswith("error: ")]
+        self.assertEqual(len(errors), 1, err)
+        self.assertTrue(errors[0].startswith("error: lost rank 1 ("), err)
+        self.assertFalse(os.path.exists(out))
+
+    def test_bad_inputs(self):
+        manifest = self.split("dec_llama", 2)
+        good = self.prompt("dec_llama", 8)
+        prompts = {}
+        for what, tensor in (("dtype", torch.zeros(2, 5)),
+                             ("rank", torch.zeros(5, dtype=torch.int64)),
+                             ("rows", torch.load(good)[:3].clone())):
+            prompts[what] = os.path.join(self.tmp, "bad-%s.pt" % what)
+            torch.save(tensor, prompts[what])
+        vocab = torch.load(good)
+        vocab[1, 3] = 128
+        prompts["vocab"] = os.path.join(self.tmp, "bad-vocab.pt")
+        torch.save(vocab, prompts["vocab"])
+        cases = [
+            ("dtype", manifest, prompts["dtype"], ERR_PROMPT_DTYPE, ()),
+            ("rank", manifest, prompts["rank"], ERR_PROMPT_RANK, ()),
+            ("rows", manifest, prompts["rows"], ERR_PROMPT_ROWS, ()),
+            ("new tokens", manifest, good, ERR_NEW_TOKENS, (), 0),
+            ("cache", manifest, good, ERR_CACHE, (), 28),
+            ("no state", self.split("dec_stateless", 2), self.prompt("dec_stateless", 8),
+             ERR_NO_STATE, ()),
+            ("no input", manifest, good, ERR_NO_INPUT, ("--token-input", "tokens")),
+            ("vocabulary", manifest, prompts["vocab"], ERR_VOCAB, ()),
+        ]
+        for what, m, prompt, message, extra, *n in cases:
+            with self.subTest(what):
+                self.expect_error(m, prompt, message, *extra, new_tokens=n[0] if n else 6)
+
+
+if __name__ == "__main__":
+    main()
