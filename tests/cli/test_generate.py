@@ -254,6 +254,24 @@ class GenerateTest(unittest.TestCase):
         self.assertEqual(len(returned), groups * 5)
         self.assertTrue(all(e["pid"] == 0 for e in returned))
 
+    def test_list_of_prompts_decodes_together(self):
+        # Two prompts in one file are submitted together and flushed as one
+        # decode of all their groups; --output is the list of their tokens.
+        name = "dec_llama"
+        prompt = torch.load(self.prompt(name, 8))
+        both = os.path.join(self.tmp, "two-prompts.pt")
+        torch.save([prompt[:4].clone(), prompt[4:].clone()], both)
+        out = os.path.join(self.tmp, "tokens.pt")
+        r = launch(2, "generate", self.split(name, 2), "--prompt", both, "--max-new-tokens", 6,
+                   "--output", out, "--stats", "--timeout", TIMEOUT, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("groups=4 ", r.stdout)
+        tokens = torch.load(out)
+        want = decoders.greedy(self.models, name, 8)
+        self.assertEqual(len(tokens), 2)
+        self.assert_tokens(want[:4], tokens[0], "first prompt")
+        self.assert_tokens(want[4:], tokens[1], "second prompt")
+
     def test_example_program(self):
         # examples/generate.cpp on the public API prints each row's tokens
         # on the last stage's rank: the greedy reference.

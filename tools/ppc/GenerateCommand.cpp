@@ -52,22 +52,50 @@ llvm::Error guardOutputs(const GenerateCommandOptions &o,
   return llvm::Error::success();
 }
 
-/// The prompt file's one tensor. Errors: loadTensors's; another count.
-llvm::Expected<at::Tensor> loadPrompt(llvm::StringRef path) {
+/// The prompt file's tensors: one prompt, or several (a tuple or list).
+/// Errors: loadTensors's.
+llvm::Expected<std::vector<at::Tensor>> loadPrompts(llvm::StringRef path) {
   auto values = loadTensors(path);
   if (!values)
     return values.takeError();
-  if (values->size() != 1 || !(*values)[0].isTensor())
-    return makeError(llvm::formatv("--prompt '{0}' holds {1} values; "
-                                   "expected one tensor of token ids",
-                                   path, values->size())
-                         .str());
-  return (*values)[0].toTensor();
+  std::vector<at::Tensor> prompts;
+  for (const c10::IValue &v : *values)
+    prompts.push_back(v.toTensor());
+  return prompts;
+}
+
+/// Decodes every prompt: one with generate(), several submitted together
+/// and flushed, so that their groups are in flight at once. The tokens on
+/// the output rank, undefined elsewhere.
+llvm::Expected<std::vector<at::Tensor>>
+decodeAll(Generator &generator, const std::vector<at::Tensor> &prompts,
+          int64_t newTokens) {
+  if (prompts.size() == 1) {
+    auto tokens = generator.generate(prompts[0], newTokens);
+    if (!tokens)
+      return tokens.takeError();
+    return std::vector<at::Tensor>{*tokens};
+  }
+  for (size_t i = 0; i < prompts.size(); ++i)
+    if (llvm::Error err = generator.submit(prompts[i], newTokens))
+      return withContext(std::move(err), "prompt " + std::to_string(i));
+  if (llvm::Error err = generator.flush())
+    return err;
+  std::vector<at::Tensor> out;
+  while (std::optional<at::Tensor> tokens = generator.next())
+    out.push_back(*tokens);
+  return out;
 }
 
 llvm::Error writeResults(const GenerateCommandOptions &o,
-                         const Generator &generator, const at::Tensor &tokens) {
-  if (llvm::Error err = saveTensors(o.outputPath, {tokens}, false))
+                         const Generator &generator,
+                         const std::vector<at::Tensor> &tokens) {
+  std::vector<std::vector<c10::IValue>> each;
+  for (const at::Tensor &t : tokens)
+    each.push_back({t});
+  if (llvm::Error err = tokens.size() == 1
+                            ? saveTensors(o.outputPath, each[0], false)
+                            : saveTensorList(o.outputPath, each, false))
     return err;
   const GenerateStats &s = generator.stats();
   if (!o.flags.statsJsonPath.empty())
@@ -94,9 +122,9 @@ llvm::Expected<int> runGenerate(const GenerateCommandOptions &o) {
   options.positionInput = o.positionInput;
   if (llvm::Error err = guardOutputs(o, options.run))
     return err;
-  auto prompt = loadPrompt(o.promptPath);
-  if (!prompt)
-    return prompt.takeError();
+  auto prompts = loadPrompts(o.promptPath);
+  if (!prompts)
+    return prompts.takeError();
   std::optional<Progress> progress;
   ProgressStyle style = progressStyle(2, o.flags.quiet, o.flags.progress);
   options.progress = [&](const GenerateProgress &p) {
@@ -107,7 +135,7 @@ llvm::Expected<int> runGenerate(const GenerateCommandOptions &o) {
   auto generator = Generator::create(o.manifestPath, *env, options);
   if (!generator)
     return generator.takeError();
-  auto tokens = (*generator)->generate(*prompt, o.maxNewTokens);
+  auto tokens = decodeAll(**generator, *prompts, o.maxNewTokens);
   if (progress)
     progress->clear();
   if (!tokens)
@@ -167,8 +195,11 @@ Command addGenerateCommand(CLI::App &parent) {
                   "manifest.json written by ppc split")
       ->required()
       ->check(pathOption());
-  app->add_option("--prompt", o->promptPath,
-                  "Token ids, int64 [B, P], written by torch.save")
+  app->add_option(
+         "--prompt", o->promptPath,
+         "Token ids, int64 [B, P], written by torch.save; or a list of "
+         "such prompts, decoded together (--output is then the list "
+         "of their tokens)")
       ->required()
       ->check(pathOption());
   app->add_option("--output", o->outputPath,
