@@ -1040,6 +1040,207 @@ def bench_partition(cfg):
     return out
 
 
+# Benchmark 30's Python side (the wheel's python): greedy decoding of PROMPT's
+# rows by the unsplit program, as ppc generate feeds it, REPEAT times from the
+# program's initial buffers; prints each decode's seconds, saves the tokens.
+DECODE_SCRIPT = r"""
+import json, sys, time, torch
+torch.set_num_threads(1)
+path, prompt_path, new_tokens, repeat, out = sys.argv[1:6]
+new_tokens, repeat = int(new_tokens), int(repeat)
+prompt = torch.load(prompt_path)
+module = torch.export.load(path).module()
+initial = {k: v.clone() for k, v in module.named_buffers()}
+seconds = []
+with torch.no_grad():
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for k, v in module.named_buffers():
+            v.copy_(initial[k])
+        tokens = []
+        for t in range(prompt.size(1) + new_tokens - 1):
+            ids = prompt[:, t:t + 1] if t < prompt.size(1) else tokens[-1]
+            logits = module(input_ids=ids, cache_position=torch.tensor([t]))
+            if t >= prompt.size(1) - 1:
+                tokens.append(logits[:, -1, :].argmax(-1, keepdim=True))
+        seconds.append(time.perf_counter() - start)
+torch.save(torch.cat(tokens, 1), out)
+print("decode: " + json.dumps({"seconds": seconds}))
+"""
+
+SAME_SCRIPT = r"""
+import json, sys, torch
+files = sys.argv[1:]
+print("same: " + json.dumps([torch.equal(torch.load(a), torch.load(b))
+                             for a, b in zip(files[::2], files[1::2])]))
+"""
+
+
+def busy_cpu_s():
+    """Seconds all CPUs of the machine have been busy (user, nice, system,
+    interrupts, and time the hypervisor stole), from /proc/stat."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:9]]
+    return (sum(v) - v[3] - v[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def sh_others(cmd):
+    """sh(cmd), and the CPUs that other processes kept busy meanwhile (the
+    machine's busy time less the command's own CPU time, over its wall)."""
+    before = busy_cpu_s()
+    s = sh(cmd)
+    return s, max(0.0, busy_cpu_s() - before - s.cpu_s) / s.wall_s
+
+
+def pt2_ppc():
+    """A ppc that reads .pt2 programs: the build directory's when its LibTorch
+    is 2.x, else build-wheel's (scripts/wheel.sh)."""
+    for exe in (PPC, os.path.join(ROOT, "build-wheel", "bin", "ppc")):
+        if os.path.exists(exe):
+            text = subprocess.run([exe, "--version"], stdout=subprocess.PIPE, text=True).stdout
+            if re.search(r"^LibTorch [2-9]", text, re.M):
+                return exe
+    raise RuntimeError("no ppc with .pt2 support: build build-wheel (scripts/wheel.sh) "
+                       "or run bench/run.py --build-dir build-wheel")
+
+
+def bench_generate(cfg):
+    """Issue #30: `ppc generate` of a LLaMA decoder (bench/make_decoder.py:
+    8 layers, hidden 512, 26.7M parameters, static batch b = 4, randomly
+    initialised), tokens/s from the collecting rank's --stats-json (B * N new
+    tokens over the call's time, prompt included). 2 stages on 2 ranks
+    against the 1-stage program on 1 rank, with M = 2, 4, 8 groups (B = M *
+    b rows, P = 8, N new tokens); and the 1-stage program on 1 rank at M = 1
+    against the unsplit program's greedy decode loop in Python (the wheel's
+    torch, torch.export.load(...).module() fed token by token, one thread;
+    its first decode in a fresh process, as ppc's one call per launch).
+    Interleaved rounds; then one traced run of each side at M = 4 for the
+    notes (where the time goes). Runs the build directory's ppc if it reads
+    .pt2, else build-wheel's."""
+    global PPC
+    own = PPC
+    PPC = pt2_ppc()
+    try:
+        return generate_rows(cfg)
+    finally:
+        PPC = own
+
+
+def generate_rows(cfg):
+    venv = os.environ.get("PPC_RACE_VENV") or cfg.get("race_venv") or os.path.join(
+        ROOT, "build-wheel", "venv")
+    python = os.path.join(venv, "bin", "python")
+    sh([python, os.path.join(ROOT, "bench", "make_decoder.py"), MODELS])
+    model = os.path.join(MODELS, "decoder.pt2")
+    with open(os.path.join(MODELS, "decoder.json")) as f:
+        meta = json.load(f)
+    b, P, N, groups = meta["batch"], meta["prompt_length"], cfg["gen_tokens"], (2, 4, 8)
+    manifests = {s: split(model, os.path.join(WORK, "decoder.%d" % s), "--stages", s)
+                 for s in (1, 2)}
+
+    def prompt(M):
+        return os.path.join(MODELS, "decoder.prompt.%d.pt" % M)
+
+    def ppc(stages, M, trace=None):
+        tag = "%d.%d" % (stages, M)
+        out, js = (os.path.join(WORK, "decoder.%s.%s" % (tag, x)) for x in ("out.pt", "json"))
+        if os.path.exists(js):
+            os.remove(js)
+        extra = ["--trace", trace] if trace else []
+        s, others = sh_others(launch(
+            stages, "generate", manifests[stages], "--prompt", prompt(M), "--max-new-tokens", N,
+            "--output", out, "--microbatches", M, "--threads", 1, "--stats-json", js, *extra))
+        with open(js) as f:
+            st = json.load(f)
+        return {"tps": st["tokens_per_second"], "total_ms": st["total_ms"],
+                "first_token_ms": st["first_token_ms"], "step_ms": st["step_ms"],
+                "meta": st["meta"], "out": out, "cpus": s.cpu_s / s.wall_s, "others": others}
+
+    def loop():
+        out = os.path.join(WORK, "decoder.python.out.pt")
+        s, others = sh_others([python, "-c", DECODE_SCRIPT, model, prompt(1), N, 2, out])
+        r = json.loads(s.out.split("decode: ", 1)[1].splitlines()[0])
+        return {"tps": b * N / r["seconds"][0], "warm_tps": b * N / r["seconds"][-1],
+                "out": out, "others": others}
+
+    configs = {"python": loop, (1, 1): lambda: ppc(1, 1)}
+    for M in groups:
+        configs[(2, M)] = lambda M=M: ppc(2, M)
+        configs[(1, M)] = lambda M=M: ppc(1, M)
+    runs = rounds(configs, cfg["gen_reps"])
+    traces = {s: os.path.join(WORK, "decoder.%d.trace.json" % s) for s in (1, 2)}
+    for s in traces:
+        ppc(s, 4, traces[s])
+    pairs = [x for M in groups for x in (runs[(2, M)][-1]["out"], runs[(1, M)][-1]["out"])]
+    pairs += [runs[(1, 1)][-1]["out"], runs["python"][-1]["out"]]
+    same = json.loads(sh([python, "-c", SAME_SCRIPT, *pairs]).out.split("same: ", 1)[1]
+                      .splitlines()[0])
+    return generate_table(runs, traces, same, b, P, N, groups)
+
+
+def generate_trace_note(traces):
+    """Where a traced M = 4 run's time goes: F per stage and step, bubble."""
+    f = {}
+    for s, path in traces.items():
+        ev = trace_events(path)
+        for k in sorted({e["args"]["stage"] for e in ev if e["name"] == "F"}):
+            f[(s, k)] = statistics.median(durations_ms(ev, "F", stage=k))
+    two = trace_summary(traces[2])
+    busy = " / ".join("%s" % fmt(v["busy_ms"]) for _, v in sorted(two["ranks"].items()))
+    return ("traced M=4: F per group and step %s ms (stage 0) + %s ms (stage 1) on 2 ranks vs "
+            "%s ms unsplit (sum/unsplit %.2fx); 2-rank bubble %.3f, busy ms %s of span %s"
+            % (fmt(f[(2, 0)]), fmt(f[(2, 1)]), fmt(f[(1, 0)]),
+               (f[(2, 0)] + f[(2, 1)]) / f[(1, 0)], two["all"]["bubble"], busy,
+               fmt(two["all"]["span_ms"])))
+
+
+def generate_rounds_note(two, one, same):
+    """The per-round ratios of 2-rank runs TWO to 1-rank runs ONE, with the
+    CPUs that other processes kept busy meanwhile: this machine is shared."""
+    paired = [x["tps"] / y["tps"] for x, y in zip(two, one)]
+    quiet = [p for p, x, y in zip(paired, two, one) if max(x["others"], y["others"]) < 0.25]
+    return paired, (
+        "per round, the ratio / the CPUs other processes kept busy during the 2-rank run: %s "
+        "(the rounds where other processes kept under 0.25 CPUs busy during both runs: "
+        "median %s of %d); tokens %s; the 2-rank launch used %.2f CPUs"
+        % (", ".join("%.2f/%.2f" % (p, x["others"]) for p, x in zip(paired, two)),
+           "%.2fx" % statistics.median(quiet) if quiet else "none", len(quiet),
+           "identical" if same else "DIFFER", statistics.median(x["cpus"] for x in two)))
+
+
+def generate_table(runs, traces, same, b, P, N, groups):
+    def tps(key):
+        return stats([r["tps"] for r in runs[key]])
+
+    note = generate_trace_note(traces)
+    rows = []
+    for i, M in enumerate(groups):
+        two, one = tps((2, M)), tps((1, M))
+        ratio = two["median"] / one["median"]
+        paired, notes = generate_rounds_note(runs[(2, M)], runs[(1, M)], same[i])
+        rows.append(row(
+            "30 generate", "LLaMA 8×512 (26.7M), b=%d, M=%d (B=%d), P=%d, N=%d: 2 stages / 2 "
+            "ranks" % (b, M, M * b, P, N), two, "tokens/s", "1 stage / 1 rank", one, ratio,
+            ">= 1.7x" if M >= 4 else None, ratio >= 1.7 if M >= 4 else None,
+            notes + ("; " + note if M == 4 else ""), paired_ratios=paired,
+            runs={"2": runs[(2, M)], "1": runs[(1, M)]}))
+    mine, theirs = tps((1, 1)), stats([r["tps"] for r in runs["python"]])
+    ratio = mine["median"] / theirs["median"]
+    rows.append(row(
+        "30 generate", "same decoder, M=1 (B=%d), 1 stage / 1 rank" % b, mine, "tokens/s",
+        "Python decode loop (ExportedProgram.module(), 1 thread)", theirs, ratio, ">= 1.0x",
+        ratio >= 1.0, "both cold (first decode of a process); Python's second decode in the "
+        "same process %s tokens/s; ppc first token %s ms, then %s ms a step; tokens %s; "
+        "other processes kept %.2f CPUs busy (median over these runs)"
+        % (fmt(statistics.median(r["warm_tps"] for r in runs["python"])),
+           fmt(statistics.median(r["first_token_ms"] for r in runs[(1, 1)])),
+           fmt(statistics.median(r["step_ms"] for r in runs[(1, 1)])),
+           "identical" if same[-1] else "DIFFER",
+           statistics.median(r["others"] for r in runs[(1, 1)] + runs["python"])),
+        runs={"ppc": runs[(1, 1)], "python": runs["python"]}))
+    return rows
+
+
 def bench_race(cfg, issue21=False):
     """Benchmarks 9 and 21.5, in bench/race.py."""
     import race
@@ -1080,13 +1281,14 @@ FULL = {"wide_reps": 5, "wide_repeat": 4, "plain_cold": 1, "plain_reps": 2, "tin
                       "interleaved-zb", "zbv", "dualpipev"], "startup_reps": 4,
         "race_reps": 3, "race_repeat": 4, "partition_reps": 15, "blas_reps": 3,
         "blas_repeat": 20,
+        "gen_reps": 5, "gen_tokens": 32,
         "shm_sizes": [(64, 2000), (4 << 10, 1000), (64 << 10, 300), (1 << 20, 100),
                       (16 << 20, 20), (64 << 20, 8)]}
 QUICK = dict(FULL, wide_reps=2, wide_repeat=3, plain_reps=1, tiny_mb=256, tiny_reps=2,
              transport_sizes=[(8, 500), (64 << 10, 100), (1 << 20, 30), (16 << 20, 8),
                               (64 << 20, 4)],
              split_sizes=[256, 512, 1024], split_reps=2, train_steps=3, train_reps=1,
-             startup_reps=2, race_reps=1, race_repeat=3, partition_reps=7, blas_reps=2,
+             startup_reps=2, race_reps=1, gen_reps=2, gen_tokens=16, race_repeat=3, partition_reps=7, blas_reps=2,
              shm_sizes=[(64, 500), (4 << 10, 300), (64 << 10, 100), (1 << 20, 30),
                         (16 << 20, 8), (64 << 20, 4)])
 
@@ -1154,8 +1356,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer repetitions, smaller sizes")
     ap.add_argument("--only", help="comma-separated benchmark keys (1-10; issue #21: "
-                    "21.1, 21.3, 21.4, 21.5, 21.6, 21.c); default: all")
-    ap.add_argument("--venv", help="the torch wheel's venv for benchmark 9 (default "
+                    "21.1, 21.3, 21.4, 21.5, 21.6, 21.c; issue #30: 30); default: all")
+    ap.add_argument("--venv", help="the torch wheel's venv for benchmarks 9 and 30 (default "
                     "build-wheel/venv, or PPC_RACE_VENV)")
     ap.add_argument("--build-dir", default=os.path.join(ROOT, "build"))
     ap.add_argument("--jobs", type=int, default=int(os.environ.get("PPC_JOBS", "2")))
@@ -1205,7 +1407,8 @@ def main():
             ("21.5", "race, same kernel class", lambda: bench_race(cfg, issue21=True)),
             ("21.6", "matmul throughput per kernel", lambda: bench_blas(cfg)),
             ("21.4", "streaming across batches", lambda: bench_streaming(cfg)),
-            ("21.c", "an edge's values as one message", lambda: bench_coalesce(cfg))]
+            ("21.c", "an edge's values as one message", lambda: bench_coalesce(cfg)),
+            ("30", "generate: pipelined decoding", lambda: bench_generate(cfg))]
     for key, name, fn in plan:
         if only is not None and key not in only:
             continue
