@@ -57,7 +57,7 @@ static int64_t indexDimOf(const StateBuffer &b, int64_t rank) {
   for (const torch::jit::Node *n : b.touches) {
     if (n->kind() != indexCopy || n->inputs().size() < 2)
       continue;
-    std::optional<int64_t> dim = torch::jit::constant_as<int64_t>(n->input(1));
+    auto dim = torch::jit::constant_as<int64_t>(n->input(1));
     if (dim && *dim >= -rank && *dim < rank)
       return *dim < 0 ? *dim + rank : *dim;
   }
