@@ -59,7 +59,7 @@ class InstallTest(unittest.TestCase):
         include = os.path.join(self.prefix, "include")
         self.assertEqual(sorted(os.listdir(include)), ["ppc"])
         self.assertEqual(sorted(os.listdir(os.path.join(include, "ppc"))),
-                         ["Error.h", "IO.h", "Pipeline.h", "Trainer.h", "ppc.h"])
+                         ["Error.h", "Generator.h", "IO.h", "Pipeline.h", "Trainer.h", "ppc.h"])
         for name in os.listdir(os.path.join(include, "ppc")):
             with open(os.path.join(include, "ppc", name)) as f:
                 text = f.read()
@@ -86,7 +86,7 @@ class InstallTest(unittest.TestCase):
         with open(os.path.join(self.build, "compile_commands.json")) as f:
             commands = json.load(f)
         self.assertEqual(sorted(os.path.basename(c["file"]) for c in commands),
-                         ["pipeline_infer.cpp", "train_pipeline.cpp"])
+                         ["generate.cpp", "pipeline_infer.cpp", "train_pipeline.cpp"])
         for c in commands:
             self.assertNotIn("llvm", c["command"].lower(), c["command"])
             self.assertIn("-isystem " + os.path.join(self.prefix, "include"), c["command"])
