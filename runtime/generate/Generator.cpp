@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/generate/Generator.h"
+#include "runtime/platform/Duration.h"
 
 #include "lib/Error.h"
 #include "lib/NumberRules.h"
@@ -26,12 +27,7 @@
 namespace ppc {
 
 namespace {
-using Clock = std::chrono::steady_clock;
-
-double msSince(Clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - start)
-      .count();
-}
+using Clock = SteadyClock;
 
 /// The index of the model input named `name`. Errors: none has it.
 llvm::Expected<int> inputNamed(const Manifest &manifest,
@@ -276,16 +272,14 @@ Generator::Impl::pick(Decode &d, int m, std::vector<c10::IValue> outputs) {
 }
 
 void Generator::Impl::finishStats(const Decode &d) {
-  auto ms = [](Clock::duration t) {
-    return std::chrono::duration<double, std::milli>(t).count();
-  };
   std::optional<double> first;
   double steps = 0, stepMs = 0;
   for (const std::vector<Clock::time_point> &times : d.picks) {
     if (times.empty())
       continue;
-    first = std::min(first.value_or(INFINITY), ms(times.front() - d.start));
-    stepMs += ms(times.back() - times.front());
+    first = std::min(first.value_or(INFINITY),
+                     toMilliseconds(times.front() - d.start));
+    stepMs += toMilliseconds(times.back() - times.front());
     steps += static_cast<double>(times.size() - 1);
   }
   stats.firstTokenMs = first.value_or(0);

@@ -34,6 +34,15 @@ constexpr std::chrono::milliseconds kMinTimeout{1};
 
 using SteadyClock = std::chrono::steady_clock;
 
+/// Milliseconds of `d`, as a double (for stats and reports).
+inline double toMilliseconds(SteadyClock::duration d) {
+  return std::chrono::duration<double, std::milli>(d).count();
+}
+/// Milliseconds from `start` until now.
+inline double msSince(SteadyClock::time_point start) {
+  return toMilliseconds(SteadyClock::now() - start);
+}
+
 /// `seconds` as a duration of type To, rounded to the nearest tick and
 /// saturating: NaN is zero, and anything beyond To's range (1e300, inf,
 /// -inf) is To::max() or To::min().

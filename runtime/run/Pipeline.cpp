@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/run/Pipeline.h"
+#include "runtime/platform/Duration.h"
 
 #include "lib/Error.h"
 #include "runtime/exec/Microbatch.h"
@@ -32,10 +33,6 @@ namespace ppc {
 namespace {
 using Clock = std::chrono::steady_clock;
 
-double msSince(Clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - start)
-      .count();
-}
 } // namespace
 
 /// A submitted batch waiting for its window: its microbatches (on ranks

@@ -206,6 +206,23 @@ def as_tuple(v):
     return tuple(v) if isinstance(v, (tuple, list)) else (v,)
 
 
+def stamped(outdir, names, suffixes, tag):
+    """Whether OUTDIR holds NAME+SUFFIX for every name and suffix and each
+    NAME.stamp reads TAG: a model generator writes its stamp last, so the
+    set is complete and was made by a generator whose stamp() is TAG."""
+    for name in names:
+        base = os.path.join(outdir, name)
+        if not all(os.path.exists(base + s) for s in suffixes):
+            return False
+        try:
+            with open(base + ".stamp") as f:
+                if f.read().strip() != tag:
+                    return False
+        except OSError:
+            return False
+    return True
+
+
 def free_port():
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
     with socket.socket() as s:

@@ -31,7 +31,7 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from common import ROOT  # noqa: E402
+from common import ROOT, stamped  # noqa: E402
 
 GENERATOR = os.path.join(ROOT, "tests", "models", "make_decoder_models.py")
 NAMES = ["dec_llama", "dec_gpt2", "dec_qwen2", "dec_llama_long", "dec_stateless"]
@@ -61,18 +61,7 @@ def up_to_date(outdir):
     nothing."""
     sys.path.insert(0, os.path.dirname(GENERATOR))
     import make_decoder_models as gen
-    tag = gen.stamp()
-    for name in NAMES:
-        base = os.path.join(outdir, name)
-        if not all(os.path.exists(base + s) for s in SUFFIXES):
-            return False
-        try:
-            with open(base + ".stamp") as f:
-                if f.read().strip() != tag:
-                    return False
-        except OSError:
-            return False
-    return True
+    return stamped(outdir, NAMES, SUFFIXES, gen.stamp())
 
 
 def generate(outdir, python=sys.executable, timeout=600):

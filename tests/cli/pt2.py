@@ -36,7 +36,7 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from common import ROOT  # noqa: E402
+from common import ROOT, stamped  # noqa: E402
 
 GENERATOR = os.path.join(ROOT, "tests", "models", "make_pt2_models.py")
 NAMES = ["pt2_cnn", "pt2_gpt", "pt2_unet", "pt2_two_io", "pt2_mlp", "pt2_state",
@@ -49,19 +49,7 @@ def up_to_date(outdir):
     change nothing."""
     sys.path.insert(0, os.path.dirname(GENERATOR))
     import make_pt2_models as gen
-    tag = gen.stamp()
-    for name in NAMES:
-        base = os.path.join(outdir, name)
-        if not all(os.path.exists(base + s) for s in (".pt2", ".input.pt", ".output.pt",
-                                                       ".json")):
-            return False
-        try:
-            with open(base + ".stamp") as f:
-                if f.read().strip() != tag:
-                    return False
-        except OSError:
-            return False
-    return True
+    return stamped(outdir, NAMES, (".pt2", ".input.pt", ".output.pt", ".json"), gen.stamp())
 
 
 def generate(outdir, python=sys.executable, timeout=600):

@@ -14,6 +14,7 @@
 #include "lib/OutputGuard.h"
 #include "lib/TensorIO.h"
 #include "runtime/exec/Microbatch.h"
+#include "runtime/platform/Duration.h"
 
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringExtras.h"
@@ -29,12 +30,7 @@
 namespace ppc {
 
 namespace {
-using Clock = std::chrono::steady_clock;
-
-double msSince(Clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - start)
-      .count();
-}
+using Clock = SteadyClock;
 
 /// Refuses outputs that would replace what the run reads or keeps (the
 /// manifest, its stage files and model, meta caches, the input, the user
