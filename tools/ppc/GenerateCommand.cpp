@@ -222,7 +222,11 @@ Command addGenerateCommand(CLI::App &parent) {
   app->get_option("--microbatches")
       ->description("Groups of sequences in flight (default: B / b, the "
                     "prompt's rows over the program's batch); the prompt must "
-                    "make exactly this many");
+                    "make exactly this many")
+      ->default_str("B / b");
+  app->get_option("--print-schedule")
+      ->description("Print this rank's schedule of the decode ('schedule: "
+                    "rank=R ...' lines) once it has run");
   app->add_flag("--stats", o->stats,
                 "Print one 'stats: rank=R ...' line per rank: tokens/s, time "
                 "to the first token, the latency of a decode step");
