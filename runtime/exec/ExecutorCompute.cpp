@@ -21,6 +21,7 @@
 
 #include <mutex>
 #include <optional>
+#include <set>
 
 namespace ppc::exec_detail {
 
@@ -148,16 +149,14 @@ llvm::Error Executor::collectOutputs(const Action &a) {
     return picks.takeError();
   if (!tokens->returns(m))
     return llvm::Error::success();
-  const Placement &placement = schedule.placement;
-  int sends = 0;
-  for (const Action &b : schedule.ranks[plan.rank])
-    sends += b.kind == ActionKind::SendTokens && b.microbatch == m;
-  if (sends > 0)
-    picked[m] = {*picks, sends};
-  if (llvm::any_of(tokens->readers,
-                   [&](int k) { return placement.rankOf(k) == plan.rank; }))
-    return feedTokens(m, *picks);
-  return llvm::Error::success();
+  // One SEND_TOK to each other rank that reads the tokens (Decode.h).
+  std::set<int> readerRanks;
+  for (int k : tokens->readers)
+    readerRanks.insert(schedule.placement.rankOf(k));
+  bool readsHere = readerRanks.erase(plan.rank) > 0;
+  if (!readerRanks.empty())
+    picked[m] = {*picks, static_cast<int>(readerRanks.size())};
+  return readsHere ? feedTokens(m, *picks) : llvm::Error::success();
 }
 
 llvm::Expected<at::Tensor> Executor::lossOf(const SavedForward &f, int m) {
