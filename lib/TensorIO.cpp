@@ -26,6 +26,8 @@
 #include "lib/FileUtil.h"
 #include "lib/SafeRead.h"
 
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/Endian.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
@@ -447,10 +449,35 @@ unpickleArchive(llvm::StringRef bytes, llvm::StringRef path,
 /// tuple/list of tensors (one each), every tensor checked. `what` names the
 /// batch in messages ("input 'x.pt'", "input 'x.pt' batch 2"); `index`
 /// numbers the tensors of the file.
+/// The values of a dict of model inputs by name, in `names`' order.
+static llvm::Expected<std::vector<c10::IValue>>
+inputsByName(const c10::Dict<c10::IValue, c10::IValue> &dict,
+             llvm::ArrayRef<std::string> names, const std::string &what) {
+  std::map<std::string, c10::IValue> byName;
+  for (const auto &entry : dict) {
+    if (!entry.key().isString())
+      return makeError(what + " holds a dict with a key that is not a str");
+    std::string key = entry.key().toStringRef();
+    if (!llvm::is_contained(names, key))
+      return makeError(what + " names '" + printable(key) +
+                       "', which the model does not take (its inputs: " +
+                       llvm::join(names, ", ") + ")");
+    byName[key] = entry.value();
+  }
+  std::vector<c10::IValue> out;
+  for (const std::string &name : names) {
+    auto it = byName.find(name);
+    if (it == byName.end())
+      return makeError(what + " lacks model input '" + name + "'");
+    out.push_back(it->second);
+  }
+  return out;
+}
+
 static llvm::Expected<std::vector<c10::IValue>>
 batchInputs(const c10::IValue &value, const std::string &what, size_t &index,
-            const std::map<const void *, size_t> &records,
-            llvm::StringRef path) {
+            const std::map<const void *, size_t> &records, llvm::StringRef path,
+            llvm::ArrayRef<std::string> names) {
   std::vector<c10::IValue> out;
   if (value.isTensor())
     out.push_back(value);
@@ -458,7 +485,12 @@ batchInputs(const c10::IValue &value, const std::string &what, size_t &index,
     out = value.toTupleRef().elements().vec();
   else if (value.isList())
     out = value.toList().vec();
-  else if (value.isGenericDict())
+  else if (value.isGenericDict() && !names.empty()) {
+    auto named = inputsByName(value.toGenericDict(), names, what);
+    if (!named)
+      return named.takeError();
+    out = std::move(*named);
+  } else if (value.isGenericDict())
     return makeError(what +
                      " holds a dict; expected a tensor or a tuple/list of "
                      "tensors (one per model input)");
@@ -486,14 +518,15 @@ readArchive(llvm::StringRef path, llvm::StringRef noun,
   return unpickleArchive((*buffer)->getBuffer(), path, records, noun);
 }
 
-llvm::Expected<std::vector<c10::IValue>> loadTensors(llvm::StringRef path) {
+llvm::Expected<std::vector<c10::IValue>>
+loadTensors(llvm::StringRef path, llvm::ArrayRef<std::string> names) {
   std::map<const void *, size_t> records;
   auto value = readArchive(path, "input", records);
   if (!value)
     return value.takeError();
   size_t index = 0;
   return batchInputs(*value, ("input '" + path + "'").str(), index, records,
-                     path);
+                     path, names);
 }
 
 /// Whether `value` is a list of batches rather than one batch (the rule in
@@ -505,13 +538,14 @@ static bool isListOfBatches(const c10::IValue &value, size_t modelInputs) {
   if (modelInputs == 1 && items.size() > 1)
     return true;
   for (const c10::IValue &item : items)
-    if (item.isTuple() || item.isList())
+    if (item.isTuple() || item.isList() || item.isGenericDict())
       return true;
   return false;
 }
 
-llvm::Expected<InputBatches> loadInputBatches(llvm::StringRef path,
-                                              size_t modelInputs) {
+llvm::Expected<InputBatches>
+loadInputBatches(llvm::StringRef path, llvm::ArrayRef<std::string> names) {
+  size_t modelInputs = names.size();
   std::map<const void *, size_t> records;
   auto value = readArchive(path, "input", records);
   if (!value)
@@ -520,7 +554,7 @@ llvm::Expected<InputBatches> loadInputBatches(llvm::StringRef path,
   InputBatches out;
   size_t index = 0;
   if (!isListOfBatches(*value, modelInputs)) {
-    auto batch = batchInputs(*value, what, index, records, path);
+    auto batch = batchInputs(*value, what, index, records, path, names);
     if (!batch)
       return batch.takeError();
     out.batches.push_back(std::move(*batch));
@@ -531,7 +565,7 @@ llvm::Expected<InputBatches> loadInputBatches(llvm::StringRef path,
   for (size_t b = 0; b < items.size(); ++b) {
     auto batch =
         batchInputs(items.get(b), llvm::formatv("{0} batch {1}", what, b).str(),
-                    index, records, path);
+                    index, records, path, names);
     if (!batch)
       return batch.takeError();
     out.batches.push_back(std::move(*batch));

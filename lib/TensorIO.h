@@ -7,11 +7,13 @@
 #ifndef PPC_LIB_TENSORIO_H
 #define PPC_LIB_TENSORIO_H
 
+#include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
 #include <ATen/core/ivalue.h>
 
+#include <string>
 #include <vector>
 
 namespace ppc {
@@ -32,7 +34,15 @@ namespace ppc {
 ///   1280 bytes but its storage holds 40"; also a dtype outside the allowed
 ///   list, a negative offset, overflowing sizes and strides, or a storage
 ///   larger than the bytes the file holds for it).
-llvm::Expected<std::vector<c10::IValue>> loadTensors(llvm::StringRef path);
+///
+/// With `names` (the model's inputs, in order) the file may also hold a dict
+/// from those names to tensors, returned in name order. Errors, too: "input
+/// 'x.pt' names 'ids', which the model does not take (its inputs:
+/// input_ids, cache_position)", "input 'x.pt' lacks model input
+/// 'cache_position'", "input 'x.pt' holds a dict with a key that is not a
+/// str".
+llvm::Expected<std::vector<c10::IValue>>
+loadTensors(llvm::StringRef path, llvm::ArrayRef<std::string> names = {});
 
 /// What an input file holds: one batch, or a list of batches.
 struct InputBatches {
@@ -42,18 +52,18 @@ struct InputBatches {
   bool isList = false;
 };
 
-/// Reads an input file as loadTensors() does, where the file may also hold
-/// a list of batches for a model with `modelInputs` inputs. A top-level list
-/// is a list of batches when one of its elements is a tuple or a list, or
-/// when the model has one input and the list more than one element (each
-/// of these was an error as one batch); each batch is then a tensor or a
-/// tuple/list of tensors. Anything else is one batch, read and refused with
-/// loadTensors's messages. Errors: loadTensors's, and for a list of batches
-/// "input 'x.pt' batch 1 holds a str; expected a tensor or a tuple/list of
-/// tensors", "input 'x.pt' batch 1 holds a Tuple element; expected only
-/// tensors".
-llvm::Expected<InputBatches> loadInputBatches(llvm::StringRef path,
-                                              size_t modelInputs);
+/// Reads an input file as loadTensors(path, names) does, where the file may
+/// also hold a list of batches for a model whose inputs are `names`. A
+/// top-level list is a list of batches when one of its elements is a tuple,
+/// a list or a dict, or when the model has one input and the list more than
+/// one element (each of these was an error as one batch); each batch is
+/// then a tensor, a tuple/list of tensors or a dict of them by name. Anything
+/// else is one batch, read and refused with loadTensors's messages. Errors:
+/// loadTensors's, and for a list of batches "input 'x.pt' batch 1 holds a str;
+/// expected a tensor or a tuple/list of tensors", "input 'x.pt' batch 1 holds a
+/// Tuple element; expected only tensors".
+llvm::Expected<InputBatches>
+loadInputBatches(llvm::StringRef path, llvm::ArrayRef<std::string> names);
 
 /// Reads a file written by Python's torch.save holding tensors in tuples
 /// and lists at most `depth` levels deep (training data: a list of

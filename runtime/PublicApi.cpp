@@ -22,6 +22,8 @@
 #include "runtime/train/TrainData.h"
 #include "runtime/train/Trainer.h"
 
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <type_traits>
@@ -130,12 +132,32 @@ Pipeline &Pipeline::operator=(Pipeline &&) noexcept = default;
 
 bool Pipeline::needsInputs() const { return impl_->needsInputs(); }
 size_t Pipeline::inputCount() const { return impl_->inputCount(); }
+std::vector<std::string> Pipeline::inputNames() const {
+  return impl_->inputNames();
+}
 int Pipeline::rank() const { return impl_->rank(); }
 int Pipeline::outputRank() const { return impl_->outputRank(); }
 bool Pipeline::outputIsTuple() const { return impl_->outputIsTuple(); }
 
 std::vector<c10::IValue> Pipeline::run(const std::vector<c10::IValue> &inputs) {
   return take(impl_->run(inputs));
+}
+
+std::vector<c10::IValue>
+Pipeline::run(const std::map<std::string, c10::IValue> &inputsByName) {
+  std::vector<std::string> names = inputNames();
+  for (const auto &[name, value] : inputsByName)
+    if (!llvm::is_contained(names, name))
+      throw Error("the model takes no input named '" + printable(name) +
+                  "' (its inputs: " + llvm::join(names, ", ") + ")");
+  std::vector<c10::IValue> inputs;
+  for (const std::string &name : names) {
+    auto it = inputsByName.find(name);
+    if (it == inputsByName.end())
+      throw Error("no value for model input '" + name + "'");
+    inputs.push_back(it->second);
+  }
+  return run(inputs);
 }
 
 void Pipeline::submit(const std::vector<c10::IValue> &inputs) {
@@ -342,6 +364,11 @@ std::string Trainer::scheduleNote() const { return impl_->scheduleNote(); }
 
 std::vector<c10::IValue> loadInputs(const std::string &path) {
   return take(loadTensors(path));
+}
+
+std::vector<c10::IValue> loadInputs(const std::string &path,
+                                    const std::vector<std::string> &names) {
+  return take(loadTensors(path, names));
 }
 
 void saveOutputs(const std::string &path,

@@ -28,6 +28,13 @@ namespace ppc::api {
 /// ("input 'x.pt' holds a dict; expected a tensor or a tuple/list of
 /// tensors (one per model input)"), a tensor in it is malformed.
 std::vector<c10::IValue> loadInputs(const std::string &path);
+/// The same for a model whose inputs are `names` (Pipeline::inputNames()),
+/// where the file may also hold a dict of them by name (returned in the
+/// model's order). Throws, too: "input 'x.pt' names 'ids', which the model
+/// does not take (its inputs: input_ids, cache_position)", "input 'x.pt'
+/// lacks model input 'cache_position'".
+std::vector<c10::IValue> loadInputs(const std::string &path,
+                                    const std::vector<std::string> &names);
 
 /// Writes a model's outputs (Pipeline::run's result) atomically, as `ppc
 /// run --output` does, so that Python's torch.load (weights_only=True

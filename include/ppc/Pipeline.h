@@ -23,6 +23,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -118,6 +119,11 @@ public:
   bool needsInputs() const;
   /// How many inputs the model takes.
   size_t inputCount() const;
+  /// The model's inputs by name, in order (a torch.export program's
+  /// keyword names, "input_ids", "cache_position"; TorchScript's argument
+  /// names). loadInputs(path, inputNames()) reads a file that gives them by
+  /// name, and run() takes them by name too.
+  std::vector<std::string> inputNames() const;
   /// This process's rank, and the rank whose run() returns the outputs.
   int rank() const;
   int outputRank() const;
@@ -133,6 +139,12 @@ public:
   /// "microbatches 8 exceeds the batch size 5"); a stage's failure ("stage
   /// 0 failed: ..."); a lost peer ("lost rank 1 (...)").
   std::vector<c10::IValue> run(const std::vector<c10::IValue> &inputs);
+  /// run() with the inputs by name (every one of inputNames(), no other).
+  /// Throws: run()'s; "the model takes no input named 'ids' (its inputs:
+  /// input_ids, cache_position)", "no value for model input
+  /// 'cache_position'".
+  std::vector<c10::IValue>
+  run(const std::map<std::string, c10::IValue> &inputsByName);
 
   /// Streaming: the batches run in windows of windowBatches() consecutive
   /// batches, each one execution of the schedule over all their

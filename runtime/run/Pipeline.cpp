@@ -245,6 +245,12 @@ bool Pipeline::outputIsTuple() const {
   return impl_->ctx->manifest().outputIsTuple;
 }
 const RunStats &Pipeline::stats() const { return impl_->stats; }
+std::vector<std::string> Pipeline::inputNames() const {
+  std::vector<std::string> names;
+  for (const ModelInput &in : impl_->ctx->manifest().modelInputs)
+    names.push_back(in.name);
+  return names;
+}
 size_t Pipeline::inputCount() const {
   return impl_->ctx->manifest().modelInputs.size();
 }

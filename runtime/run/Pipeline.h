@@ -188,6 +188,8 @@ public:
 
   /// The number of model inputs (run() takes them in manifest order).
   size_t inputCount() const;
+  /// The model's inputs by name, in order (a .pt2 program's keyword names).
+  std::vector<std::string> inputNames() const;
 
   /// The input root: the lowest rank whose stages read model inputs.
   int inputRoot() const;

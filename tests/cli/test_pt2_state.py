@@ -14,6 +14,7 @@ writes declared as buffer mutations). For each:
     signature order (x, pos);
   - `ppc inspect` shows each stage's state, and no stage input is marked
     written in place (writing a buffer writes no input);
+  - an input file gives the keyword input by position or by name;
   - `--split-at` a module run between a cache's write and its reads is the
     exact one-line error naming the buffer and the stages.
 
@@ -116,6 +117,31 @@ class Pt2StateTest(unittest.TestCase):
                               "  stage 0: steps int64 [], blocks.0.cache float32 [2, 8, 16]\n"
                               "  stage 1: blocks.1.cache float32 [2, 8, 16]\n"
                               "  stage 2: blocks.2.cache float32 [2, 8, 16]\n", shown)
+
+    def test_inputs_by_position_or_by_name(self):
+        # An input file gives a keyword input by position (a tuple in the
+        # manifest's order) or by name (a dict, in any order); a wrong name
+        # is one exact line. (`ppc verify` reads inputs as `ppc run` does;
+        # `ppc run` itself splits every input along dim 0, which this
+        # model's `pos` [1] has not.)
+        models = self.models()
+        files = pt2.files(models, "pt2_state")
+        manifest = split(files[".pt2"], os.path.join(self.tmp, "kw"), "--stages", 2).manifest
+        x, pos = torch.load(files[".input.pt"])
+        for form, value in (("tuple", (x, pos)), ("dict", {"pos": pos, "x": x})):
+            with self.subTest(form=form):
+                path = os.path.join(self.tmp, form + ".pt")
+                torch.save(value, path)
+                shown = ppc("verify", files[".pt2"], manifest, "--input", path).stdout
+                self.assertIn("verify: stages match the model\n", shown)
+        bad = os.path.join(self.tmp, "bad.pt")
+        torch.save({"x": x, "position": pos}, bad)
+        expect_error(self, ["verify", files[".pt2"], manifest, "--input", bad],
+                     "input '%s' names 'position', which the model does not take (its "
+                     "inputs: x, pos)" % bad)
+        torch.save({"x": x}, bad)
+        expect_error(self, ["verify", files[".pt2"], manifest, "--input", bad],
+                     "input '%s' lacks model input 'pos'" % bad)
 
     def test_split_at_inside_state_is_an_error(self):
         models = self.models()

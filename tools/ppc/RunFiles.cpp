@@ -222,6 +222,8 @@ struct BatchInput {
   BatchPlan plan;
   std::string path;
   size_t modelInputs = 0;
+  /// The model's input names: a file may give the inputs by name.
+  std::vector<std::string> names;
   int microbatches = 1;
   /// Single and List: the batches.
   std::vector<std::vector<c10::IValue>> batches;
@@ -241,7 +243,7 @@ struct BatchInput {
       return batches[b];
     llvm::SmallString<256> file(path);
     llvm::sys::path::append(file, plan.names[b]);
-    auto loaded = loadTensors(file);
+    auto loaded = loadTensors(file, names);
     if (!loaded)
       return loaded.takeError();
     if (llvm::Error err = check(*loaded, "input '" + file + "'"))
@@ -296,6 +298,7 @@ llvm::Expected<BatchInput> openInput(llvm::StringRef path,
   BatchInput input;
   input.path = path.str();
   input.modelInputs = pipeline.inputCount();
+  input.names = pipeline.inputNames();
   input.microbatches = options.microbatches;
   input.plan.repeat = repeat;
   if (llvm::sys::fs::is_directory(path)) {
@@ -307,7 +310,7 @@ llvm::Expected<BatchInput> openInput(llvm::StringRef path,
     input.plan.count = static_cast<int64_t>(input.plan.names.size());
     return input;
   }
-  auto loaded = loadInputBatches(path, input.modelInputs);
+  auto loaded = loadInputBatches(path, input.names);
   if (!loaded)
     return loaded.takeError();
   input.batches = std::move(loaded->batches);

@@ -72,7 +72,10 @@ static llvm::Expected<int> runVerify(const VerifyOptions &o) {
   if (!manifest)
     return manifest.takeError();
   // The input forms ppc run takes: one batch, or a list of batches.
-  auto inputs = loadInputBatches(o.inputPath, manifest->modelInputs.size());
+  std::vector<std::string> names;
+  for (const ModelInput &in : manifest->modelInputs)
+    names.push_back(in.name);
+  auto inputs = loadInputBatches(o.inputPath, names);
   if (!inputs)
     return inputs.takeError();
   auto file = readModelFile(o.modelPath);
