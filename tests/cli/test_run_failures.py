@@ -328,18 +328,23 @@ class RunFailuresTest(unittest.TestCase):
 
     def max_threads_of_run(self, threads):
         """Runs one rank (world 1) with --threads THREADS; returns the most
-        threads its process had, sampled from /proc/PID/task."""
+        threads its process had for two samples in a row (20 ms apart), from
+        /proc/PID/task: a thread that lives shorter than a sample interval
+        (the store's, a connection's) is rarely seen twice."""
         port = free_port()
         proc = one_rank(0, 1, port, self.args(self.resnet, self.big_input, "--microbatches",
                                               "4", "--threads", threads))
         most = [0]
 
         def sample():
+            last = 0
             while proc.poll() is None:
                 try:
-                    most[0] = max(most[0], len(os.listdir(f"/proc/{proc.pid}/task")))
+                    now = len(os.listdir(f"/proc/{proc.pid}/task"))
                 except FileNotFoundError:
                     break
+                most[0] = max(most[0], min(last, now))
+                last = now
                 time.sleep(0.02)
 
         sampler = threading.Thread(target=sample)
