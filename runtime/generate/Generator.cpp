@@ -153,11 +153,12 @@ struct Generator::Impl {
 };
 
 llvm::Error Generator::Impl::captureState() {
-  for (auto &[index, stage] : ctx->stages()) {
-    const StageInfo &info = ctx->manifest().stages[index];
+  for (auto &entry : ctx->stages()) {
+    Stage &stage = entry.second;
+    const StageInfo &info = ctx->manifest().stages[entry.first];
     if (info.state.empty())
       continue;
-    StageState &s = state[index];
+    StageState &s = state[entry.first];
     for (const StateTensor &t : info.state) {
       auto initial = torchCall("cannot read state '" + t.name + "'", [&] {
         return stage.executable().tensorAt(t.name).clone();
