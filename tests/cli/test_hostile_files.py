@@ -269,11 +269,16 @@ class HostileFilesTest(unittest.TestCase):
         torch.testing.assert_close(torch.load(self.output), expected)
 
     def test_dict_input(self):
+        # A dict gives the inputs by the manifest's names (TorchScript's
+        # argument names, "x.1" here); any other name is refused.
         x = torch.load(self.input)
+        torch.save({"x.1": x}, self.input)
+        proc = ppc("verify", model_path("mlp"), self.manifest, "--input", self.input)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
         for value in ({"x": x}, {"x": x, "y": x}):
             torch.save(value, self.input)
-            message = (f"input '{self.input}' holds a dict; expected a tensor or a tuple/list "
-                       "of tensors (one per model input)")
+            message = (f"input '{self.input}' names 'x', which the model does not take (its "
+                       "inputs: x.1)")
             self.expect(["verify", model_path("mlp"), self.manifest, "--input", self.input],
                         message)
         self.expect_run({0: message})
