@@ -11,6 +11,7 @@
 #include "lib/Error.h"
 #include "lib/StageExecutable.h"
 #include "lib/ValueWalk.h"
+#include "runtime/schedule/Decode.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -21,7 +22,6 @@
 
 #include <mutex>
 #include <optional>
-#include <set>
 
 namespace ppc::exec_detail {
 
@@ -150,12 +150,12 @@ llvm::Error Executor::collectOutputs(const Action &a) {
   if (!tokens->returns(m))
     return llvm::Error::success();
   // One SEND_TOK to each other rank that reads the tokens (Decode.h).
-  std::set<int> readerRanks;
-  for (int k : tokens->readers)
-    readerRanks.insert(schedule.placement.rankOf(k));
-  bool readsHere = readerRanks.erase(plan.rank) > 0;
-  if (!readerRanks.empty())
-    picked[m] = {*picks, static_cast<int>(readerRanks.size())};
+  size_t sends = tokenReaderRanks(schedule, plan.rank).size();
+  if (sends > 0)
+    picked[m] = {*picks, static_cast<int>(sends)};
+  bool readsHere = llvm::any_of(tokens->readers, [&](int k) {
+    return schedule.placement.rankOf(k) == plan.rank;
+  });
   return readsHere ? feedTokens(m, *picks) : llvm::Error::success();
 }
 

@@ -115,8 +115,6 @@ struct Generator::Impl {
   ProgramLimits limits;
   /// The last call's schedule (printSchedule).
   std::optional<Schedule> last;
-  /// Inside flush(): the prompts' rows make whatever groups they make.
-  bool flushing = false;
   /// Per stage of this rank with state: its state's names, their initial
   /// values, and one copy per group (slots[g][i]), allocated for the most
   /// groups a call has had and reset at the start of every call.
@@ -342,10 +340,16 @@ Generator::create(llvm::StringRef manifestPath, const LaunchEnv &env,
 
 llvm::Expected<at::Tensor> Generator::generate(const at::Tensor &prompt,
                                                int64_t newTokens) {
+  return decode(prompt, newTokens, /*checkGroups=*/true);
+}
+
+llvm::Expected<at::Tensor> Generator::decode(const at::Tensor &prompt,
+                                             int64_t newTokens,
+                                             bool checkGroups) {
   Impl &impl = *impl_;
   Clock::time_point start = Clock::now();
   at::NoGradGuard noGrad;
-  auto batch = impl.checkCall(prompt, newTokens, !impl.flushing);
+  auto batch = impl.checkCall(prompt, newTokens, checkGroups);
   if (!batch)
     return batch.takeError();
   Impl::Decode d;
@@ -428,9 +432,8 @@ llvm::Error Generator::flush() {
     std::vector<at::Tensor> prompts;
     for (size_t i = first; i < end; ++i)
       prompts.push_back(queue[i].prompt);
-    impl_->flushing = true;
-    auto tokens = generate(at::cat(prompts), queue[first].newTokens);
-    impl_->flushing = false;
+    auto tokens = decode(at::cat(prompts), queue[first].newTokens,
+                         /*checkGroups=*/false);
     if (!tokens)
       return tokens.takeError();
     int64_t row = 0;

@@ -139,6 +139,11 @@ public:
 private:
   struct Impl;
   explicit Generator(std::unique_ptr<Impl> impl);
+  /// generate(); `checkGroups`: also that the prompt makes
+  /// GenerateOptions::groups groups (flush() runs whatever its prompts
+  /// make).
+  llvm::Expected<at::Tensor> decode(const at::Tensor &prompt, int64_t newTokens,
+                                    bool checkGroups);
   std::unique_ptr<Impl> impl_;
   struct Queued {
     at::Tensor prompt;

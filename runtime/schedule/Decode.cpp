@@ -62,22 +62,13 @@ Orders computeOrders(const Schedule &schedule, const EdgeIndex &index) {
   return orders;
 }
 
-/// The ranks of the token readers other than `except`, ascending.
-std::vector<int> readerRanks(const Schedule &schedule, int except) {
-  std::set<int> ranks;
-  for (int k : schedule.tokens->readers)
-    if (schedule.placement.rankOf(k) != except)
-      ranks.insert(schedule.placement.rankOf(k));
-  return {ranks.begin(), ranks.end()};
-}
-
 /// SEND_TOK after each returning OUT, to every other reader rank; RECV_TOK
 /// before the first F of a reader stage of a fed microbatch on such a rank.
 void addTokenReturn(Schedule &schedule) {
   const TokenReturn &tokens = *schedule.tokens;
   int n = schedule.placement.numStages();
   int collector = schedule.placement.rankOf(n);
-  std::vector<int> readers = readerRanks(schedule, collector);
+  std::vector<int> readers = tokenReaderRanks(schedule, collector);
   for (size_t r = 0; r < schedule.ranks.size(); ++r) {
     bool reads = llvm::is_contained(readers, static_cast<int>(r));
     if (static_cast<int>(r) != collector && !reads)
@@ -119,6 +110,14 @@ llvm::Error checkShape(const DecodeShape &shape) {
 }
 
 } // namespace
+
+std::vector<int> tokenReaderRanks(const Schedule &schedule, int except) {
+  std::set<int> ranks;
+  for (int k : schedule.tokens->readers)
+    if (schedule.placement.rankOf(k) != except)
+      ranks.insert(schedule.placement.rankOf(k));
+  return {ranks.begin(), ranks.end()};
+}
 
 llvm::Expected<Schedule> buildDecodeSchedule(const Manifest &manifest,
                                              const Placement &placement,

@@ -47,6 +47,10 @@ llvm::Expected<Schedule> buildDecodeSchedule(const Manifest &manifest,
                                              const Placement &placement,
                                              const DecodeShape &shape);
 
+/// The ranks of `schedule`'s token readers (TokenReturn::readers) other
+/// than `except`, ascending: where SEND_TOK goes from that rank.
+std::vector<int> tokenReaderRanks(const Schedule &schedule, int except);
+
 } // namespace ppc
 
 #endif // PPC_RUNTIME_SCHEDULE_DECODE_H
