@@ -1,33 +1,37 @@
 #!/usr/bin/env bash
-# Sets up, builds and runs the whole test suite; CI runs this (.ci/run). Four stages:
-#   1. default build (gcc, -Werror) and ctest: unit, golden IR, CLI and model tests;
-#   2. sanitizers: one clang build with AddressSanitizer + UndefinedBehaviorSanitizer and
-#      libFuzzer coverage (build-sanitize/), running the unit tests, a two-rank pipeline
-#      run compared with the model's expected output, and the fuzz regression inputs;
-#   3. fuzzing: each fuzz target from the seeds, a fixed number of inputs with a fixed seed
-#      (so CI fuzzes exactly what was fuzzed before the submission), or, with
-#      PPC_FUZZ_SECONDS=N, for N seconds each with a random seed (exploration).
-#   4. wheel: the second build configuration, ppc against the LibTorch inside PyPI's torch
-#      wheel (scripts/wheel.sh: venv in build-wheel/venv, build in build-wheel/, the same
-#      ctest suite there), then the default build's test_wheel.py, which needs the wheel's
-#      python to script PyTorch 2.x models (docs/build.md). It needs PyPI and about 8 GB of
-#      disk (the venv is 5.3 GB); with less than PPC_WHEEL_MIN_FREE_GB (default 10) free it
-#      is skipped, and the summary says so.
+# Sets up, builds and runs the whole test suite in both build configurations; CI runs this
+# (.ci/run). Four stages:
+#   1. pytorch2: the PyTorch 2.x configuration (scripts/build.sh pytorch2: build/, its Python from
+#      scripts/python.sh, -Werror) and ctest there, over Gloo (PPC_LINK=gloo: the system stage
+#      runs the same suite over the shared-memory link, so both links pass it); then fuzz_pt2 (the
+#      .pt2 reader) in a small sanitized clang build of its own against that LibTorch. It needs
+#      PyPI and about 8 GB of disk when no python3 here has torch 2.x (the venv is 5.7 GB); with
+#      less than PPC_WHEEL_MIN_FREE_GB (default 10) free it is skipped, and the summary says so.
+#   2. system: the system LibTorch configuration (Debian's 1.13, build-system/) and ctest there;
+#      its tests compare with Debian's /usr/bin/python3, and test_wheel.py and test_pt2.py check
+#      that it refuses what PyTorch 2.x makes (with stage 1's Python: PPC_PT2_PYTHON).
+#   3. sanitize: one clang build with AddressSanitizer + UndefinedBehaviorSanitizer and libFuzzer
+#      coverage against the system LibTorch (build-sanitize/), running the unit tests, a two-rank
+#      pipeline run compared with the model's expected output, and the fuzz regression inputs;
+#   4. fuzz: each fuzz target from the seeds, a fixed number of inputs with a fixed seed (so CI
+#      fuzzes exactly what was fuzzed before the submission), or, with PPC_FUZZ_SECONDS=N, for
+#      N seconds each with a random seed (exploration).
 # Every stage runs even when an earlier one failed; the last line is "N passed, N failed".
 #
-#   scripts/test.sh [CTEST ARGS...]       e.g. -R cli_ to run part of stage 1 (and 4) only
-#   PPC_TEST_STAGES="default sanitize fuzz wheel" (default) picks stages;
+#   scripts/test.sh [CTEST ARGS...]       e.g. -R cli_ to run part of stages 1 and 2 only
+#   PPC_TEST_STAGES="pytorch2 system sanitize fuzz" (default) picks stages;
 #   PPC_FUZZ_SECONDS=600 fuzzes longer (see README, "Tests").
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${PPC_BUILD_DIR:-$root/build}
+system_build=${PPC_SYSTEM_BUILD_DIR:-$root/build-system}
 sanitize_build=${PPC_SANITIZE_BUILD_DIR:-$root/build-sanitize}
-stages=${PPC_TEST_STAGES:-default sanitize fuzz wheel}
+stages=${PPC_TEST_STAGES:-pytorch2 system sanitize fuzz}
 fuzz_seconds=${PPC_FUZZ_SECONDS:-}
 jobs=${PPC_JOBS:-$(nproc)}
 export CCACHE_BASEDIR=$root
 
-"$root/scripts/setup.sh" || exit 2
+"$root/scripts/setup.sh" all || exit 2
 
 # Runtime options for sanitized programs. The stages look for memory errors and undefined
 # behaviour; LeakSanitizer is off until its reports on the multi-process runs (Gloo threads,
@@ -55,14 +59,11 @@ step() {
   return $rc
 }
 
-default_build() {
-  # PPC_WERROR turns warnings into errors (root CMakeLists.txt). The explicit configure
-  # applies it to an existing build directory too.
-  local launcher=()
-  command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
-  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=${PPC_BUILD_TYPE:-Release} "${launcher[@]}" \
-    -DPPC_WERROR=ON >/dev/null && PPC_BUILD_DIR=$build "$root/scripts/build.sh"
-}
+# The two configurations' builds; PPC_WERROR turns warnings into errors (root CMakeLists.txt).
+pytorch2_build() { PPC_WERROR=ON PPC_BUILD_DIR=$build "$root/scripts/build.sh" pytorch2; }
+system_build() { PPC_WERROR=ON PPC_SYSTEM_BUILD_DIR=$system_build "$root/scripts/build.sh" system; }
+# The PyTorch 2.x configuration's Python (scripts/python.sh: made by pytorch2_build).
+pytorch2_python() { "$root/scripts/python.sh" "$build" 2>/dev/null | tail -n 1; }
 
 sanitize_build() {
   local launcher=()
@@ -71,8 +72,8 @@ sanitize_build() {
   cmake -S "$root" -B "$sanitize_build" -G Ninja -DCMAKE_BUILD_TYPE=Sanitize \
     -DCMAKE_CXX_FLAGS_SANITIZE="-O1 -gline-tables-only" -DCMAKE_C_FLAGS_SANITIZE="-O1" \
     -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_C_COMPILER=clang-14 "${launcher[@]}" \
-    -DPPC_SANITIZE=address,undefined -DPPC_FUZZ=ON -DPPC_SEED_BUILD_DIR="$build" \
-    -DPPC_MODELS_DIR="$build/models" >/dev/null &&
+    -DPPC_SANITIZE=address,undefined -DPPC_FUZZ=ON -DPPC_SEED_BUILD_DIR="$system_build" \
+    -DPPC_MODELS_DIR="$system_build/models" >/dev/null &&
     cmake --build "$sanitize_build" -j "$jobs" --target ppc ppc_unit_tests \
       fuzz_manifest fuzz_meta_cache fuzz_user_meta fuzz_meta_header fuzz_tensor_file fuzz_schedule_csv fuzz_trace \
       make_header_seeds
@@ -82,7 +83,7 @@ sanitize_build() {
 # boundary metadata and writes the meta caches, the second reads them. Both outputs must
 # match the unsplit model's output.
 sanitize_pipeline() {
-  local ppc=$sanitize_build/bin/ppc models=$build/models tmp rc=0
+  local ppc=$sanitize_build/bin/ppc models=$system_build/models tmp rc=0
   tmp=$(mktemp -d) || return 2
   "$ppc" split "$models/mlp.pt" -o "$tmp/split" --stages 2 || rc=1
   for run in infer cached; do
@@ -107,7 +108,7 @@ import torch; x = torch.load('$models/mlp.input.pt')
 torch.save((x, torch.arange(x.shape[0]) % 10), '$tmp/data.pt')" || rc=1
   for schedule in zb-h1 1f1b; do
     [ $rc -eq 0 ] || break
-    for bin in "$ppc" "$build/bin/ppc"; do
+    for bin in "$ppc" "$system_build/bin/ppc"; do
       "$bin" launch --nproc-per-node 2 --master-port 0 --timeout 300 -- \
         "$bin" train "$tmp/split4/manifest.json" --data "$tmp/data.pt" --loss cross_entropy \
         --steps 2 --microbatches 3 --schedule $schedule --no-meta-cache --quiet \
@@ -119,7 +120,7 @@ torch.save((x, torch.arange(x.shape[0]) % 10), '$tmp/data.pt')" || rc=1
       sort "$tmp/losses.$schedule" | uniq -c | awk '$1 != 2 {exit 1}' ||
       { echo "sanitized training losses differ:"; cat "$tmp/losses.$schedule"; rc=1; }; }
   done
-  [ $rc -eq 0 ] && echo "sanitized training matches the default build"
+  [ $rc -eq 0 ] && echo "sanitized training matches the system LibTorch build"
   rm -rf "$tmp"
   return $rc
 }
@@ -143,41 +144,40 @@ fuzz_target() {
   return $rc
 }
 
-# The pt2 fuzz build (stage 4, after the wheel build): fuzz_pt2 needs LibTorch 2.x, so it gets
-# a small clang build of its own against the wheel's LibTorch, as scripts/wheel.sh points CMake
-# at it, with the sanitizers and coverage of build-sanitize/; only fuzz_pt2 is built (it
-# compiles the few lib/ sources it reads, fuzz/CMakeLists.txt).
-wheel_build=${PPC_WHEEL_BUILD_DIR:-$root/build-wheel}
-wheel_fuzz_build=${PPC_WHEEL_FUZZ_BUILD_DIR:-$root/build-wheel-fuzz}
-wheel_python=${PPC_WHEEL_PYTHON:-$wheel_build/venv/bin/python}
-wheel_fuzz_build() {
-  local torch_dir nvcc=${CUDACXX:-/usr/local/cuda/bin/nvcc} cuda=() launcher=()
-  torch_dir=$("$wheel_python" -c 'import importlib.util as u; print(u.find_spec("torch").submodule_search_locations[0])') ||
+# The pt2 fuzz build (stage 1, after the PyTorch 2.x build): fuzz_pt2 needs LibTorch 2.x, so it
+# gets a small clang build of its own against that LibTorch, as scripts/build.sh points CMake at
+# it, with the sanitizers and coverage of build-sanitize/; only fuzz_pt2 is built (it compiles
+# the few lib/ sources it reads, fuzz/CMakeLists.txt).
+pt2_fuzz_build=${PPC_PT2_FUZZ_BUILD_DIR:-$root/build-pt2-fuzz}
+pt2_fuzz_build() {
+  local torch_dir nvcc=${CUDACXX:-/usr/local/cuda/bin/nvcc} cuda=() launcher=() python
+  python=$(pytorch2_python) || return 2
+  torch_dir=$("$python" -c 'import importlib.util as u; print(u.find_spec("torch").submodule_search_locations[0])') ||
     return 2
   [ -x "$nvcc" ] && cuda=(-DCMAKE_CUDA_COMPILER="$nvcc")
   command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
-  mkdir -p "$wheel_fuzz_build"
-  cmake -S "$root" -B "$wheel_fuzz_build" -G Ninja -DCMAKE_BUILD_TYPE=Sanitize \
+  mkdir -p "$pt2_fuzz_build"
+  cmake -S "$root" -B "$pt2_fuzz_build" -G Ninja -DCMAKE_BUILD_TYPE=Sanitize \
     -DCMAKE_CXX_FLAGS_SANITIZE="-O1 -gline-tables-only" -DCMAKE_C_FLAGS_SANITIZE="-O1" \
     -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_C_COMPILER=clang-14 "${launcher[@]}" \
     -DPPC_SANITIZE=address,undefined -DPPC_FUZZ=ON -DBUILD_TESTING=OFF \
-    -DCMAKE_PREFIX_PATH="$torch_dir" -DPPC_TORCH_PYTHON="$wheel_python" "${cuda[@]}" \
-    >"$wheel_fuzz_build/cmake.log" 2>&1 ||
-    { tail -n 30 "$wheel_fuzz_build/cmake.log"; echo "configuring $wheel_fuzz_build failed; see $wheel_fuzz_build/cmake.log"; return 2; }
-  grep -q "^-- ppc: torch.export programs (.pt2): ON" "$wheel_fuzz_build/cmake.log" ||
-    { echo "$wheel_fuzz_build: this LibTorch has no torch.export schema (see $wheel_fuzz_build/cmake.log)"; return 2; }
-  cmake --build "$wheel_fuzz_build" -j "$jobs" --target fuzz_pt2
+    -DCMAKE_PREFIX_PATH="$torch_dir" -DPPC_TORCH_PYTHON="$python" "${cuda[@]}" \
+    >"$pt2_fuzz_build/cmake.log" 2>&1 ||
+    { tail -n 30 "$pt2_fuzz_build/cmake.log"; echo "configuring $pt2_fuzz_build failed; see $pt2_fuzz_build/cmake.log"; return 2; }
+  grep -q "^-- ppc: torch.export programs (.pt2): ON" "$pt2_fuzz_build/cmake.log" ||
+    { echo "$pt2_fuzz_build: this LibTorch has no torch.export schema (see $pt2_fuzz_build/cmake.log)"; return 2; }
+  cmake --build "$pt2_fuzz_build" -j "$jobs" --target fuzz_pt2
 }
 
 # Seeds of fuzz_pt2: the five generated .pt2 models (tests/models/make_pt2_models.py, which
-# keeps up-to-date ones) and the stage files of a 2-stage split of two of them by the wheel
-# build's ppc.
-wheel_fuzz_seeds() {
-  local models=$wheel_build/pt2-models seeds=$wheel_fuzz_build/fuzz-seeds/pt2 name
-  "$wheel_python" -W ignore "$root/tests/models/make_pt2_models.py" "$models" >/dev/null || return 2
+# keeps up-to-date ones) and the stage files of a 2-stage split of two of them by the PyTorch
+# 2.x build's ppc.
+pt2_fuzz_seeds() {
+  local models=$build/pt2-models seeds=$pt2_fuzz_build/fuzz-seeds/pt2 name
+  "$(pytorch2_python)" -W ignore "$root/tests/models/make_pt2_models.py" "$models" >/dev/null || return 2
   rm -rf "$seeds" && mkdir -p "$seeds" && cp "$models"/*.pt2 "$seeds/" || return 2
   for name in pt2_mlp pt2_two_io; do
-    "$wheel_build/bin/ppc" split "$models/$name.pt2" --stages 2 -o "$seeds/$name.split" >/dev/null || return 2
+    "$build/bin/ppc" split "$models/$name.pt2" --stages 2 -o "$seeds/$name.split" >/dev/null || return 2
     for f in "$seeds/$name.split"/stage_*.pt2; do mv "$f" "$seeds/$name.$(basename "$f")"; done
     rm -rf "$seeds/$name.split"
   done
@@ -186,22 +186,37 @@ wheel_fuzz_seeds() {
 
 # (In fuzz/: this build has BUILD_TESTING off, so the top directory lists no tests; ctest
 # --no-tests=error makes a missing replay a failure, not a pass.)
-wheel_fuzz_regressions() {
-  (cd "$wheel_fuzz_build/fuzz" && ctest --output-on-failure --no-tests=error -R '^fuzz_regressions_pt2$')
+pt2_fuzz_regressions() {
+  (cd "$pt2_fuzz_build/fuzz" && ctest --output-on-failure --no-tests=error -R '^fuzz_regressions_pt2$')
 }
 
-run_ctest() { (cd "$build" && ctest --output-on-failure -j "${PPC_TEST_JOBS:-2}" "$@"); }
-# enough_disk_for_wheel: whether the filesystem of the wheel's build directory has room for
-# the venv and the build; when it has not, records the stage as skipped, with the reason.
-enough_disk_for_wheel() {
-  local dir=${PPC_WHEEL_BUILD_DIR:-$root/build-wheel} need=${PPC_WHEEL_MIN_FREE_GB:-10} free
-  # An existing venv is most of what the stage needs; count it as free.
+# ctest_in DIR [CTEST ARGS...]: the suite in one configuration's build directory.
+ctest_in() {
+  local dir=$1
+  shift
+  (cd "$dir" && ctest --output-on-failure -j "${PPC_TEST_JOBS:-2}" "$@")
+}
+# The PyTorch 2.x suite over Gloo (see the top).
+pytorch2_ctest() { PPC_LINK=gloo ctest_in "$build" "$@"; }
+# The system LibTorch suite; test_wheel.py and test_pt2.py make their 2.x models with
+# PPC_PT2_PYTHON, stage 1's Python (they skip without one).
+system_ctest() {
+  local python
+  python=$(pytorch2_python) || python=
+  PPC_PT2_PYTHON=$python ctest_in "$system_build" "$@"
+}
+# enough_disk_for_pytorch2: whether the filesystem of build/ has room for the venv and the
+# build; when it has not, records the stage as skipped, with the reason.
+enough_disk_for_pytorch2() {
+  local dir=$build need=${PPC_WHEEL_MIN_FREE_GB:-10} free
+  # An existing venv is most of what the stage needs, and a python3 with torch 2.x all of it.
   [ -f "$dir/venv/.ppc-torch" ] && need=3
+  [ -n "${PPC_PYTHON:-${PPC_WHEEL_PYTHON:-}}" ] && need=3
   while [ ! -d "$dir" ]; do dir=$(dirname "$dir"); done
   free=$(df -P -k "$dir" | awk 'NR == 2 {print int($4 / 1048576)}')
   [ "$free" -ge "$need" ] && return 0
-  echo "=== wheel: skipped, $free GB free under $dir, needs $need GB"
-  summary+=("SKIP  wheel ($free GB free under $dir, needs $need GB: PPC_WHEEL_MIN_FREE_GB)")
+  echo "=== pytorch2: skipped, $free GB free under $dir, needs $need GB"
+  summary+=("SKIP  pytorch2 ($free GB free under $dir, needs $need GB: PPC_WHEEL_MIN_FREE_GB)")
   return 1
 }
 
@@ -210,8 +225,22 @@ fuzz_regressions() { (cd "$sanitize_build" && ctest --output-on-failure -R '^fuz
 sanitize_built=no
 for stage in $stages; do
   case $stage in
-  default)
-    step "default build" default_build && step "ctest" run_ctest "$@"
+  pytorch2)
+    if ! enough_disk_for_pytorch2; then
+      skipped=$((skipped + 1))
+      continue
+    fi
+    if step "PyTorch 2.x build" pytorch2_build; then
+      step "PyTorch 2.x ctest" pytorch2_ctest "$@"
+      # fuzz_pt2 (the .pt2 reader) in its own build against this LibTorch.
+      if step "pt2 fuzz build" pt2_fuzz_build; then
+        step "pt2 fuzz regressions" pt2_fuzz_regressions
+        step "pt2 fuzz seeds" pt2_fuzz_seeds && step "fuzz pt2" fuzz_target pt2 8000 "$pt2_fuzz_build"
+      fi
+    fi
+    ;;
+  system)
+    step "system LibTorch build" system_build && step "system LibTorch ctest" system_ctest "$@"
     ;;
   sanitize | fuzz)
     if [ $sanitize_built = no ]; then
@@ -229,24 +258,7 @@ for stage in $stages; do
       done
     fi
     ;;
-  wheel)
-    if ! enough_disk_for_wheel; then
-      skipped=$((skipped + 1))
-      continue
-    fi
-    if step "wheel venv" "$root/scripts/wheel.sh" venv && step "wheel build" "$root/scripts/wheel.sh" build; then
-      step "wheel ctest" "$root/scripts/wheel.sh" test "$@"
-      # fuzz_pt2 (the .pt2 reader) in its own build against the wheel's LibTorch.
-      if step "pt2 fuzz build" wheel_fuzz_build; then
-        step "pt2 fuzz regressions" wheel_fuzz_regressions
-        step "pt2 fuzz seeds" wheel_fuzz_seeds && step "fuzz pt2" fuzz_target pt2 8000 "$wheel_fuzz_build"
-      fi
-      # The 1.13 build's side of test_wheel.py and test_pt2.py: it refuses the 2.x-scripted
-      # models and the .pt2 programs that the wheel's Python makes.
-      [ -x "$build/bin/ppc" ] && step "default build: test_wheel, test_pt2" run_ctest -R '^cli_test_(wheel|pt2)\.'
-    fi
-    ;;
-  *) echo "test.sh: unknown stage '$stage' (default, sanitize, fuzz, wheel)"; exit 2 ;;
+  *) echo "test.sh: unknown stage '$stage' (pytorch2, system, sanitize, fuzz)"; exit 2 ;;
   esac
 done
 

@@ -76,6 +76,16 @@ def libtorch_major():
     return int(m.group(1))
 
 
+def pytorch2_python():
+    """A Python with torch 2.x, to export .pt2 programs and script 2.x models:
+    the configuration's own in the PyTorch 2.x build (PPC_TORCH_PYTHON, which
+    tests/CMakeLists.txt sets), else PPC_PT2_PYTHON (scripts/test.sh gives the
+    system LibTorch build the PyTorch 2.x build's), else the venv that
+    scripts/python.sh makes in build/. The path may not exist: callers skip."""
+    return (os.environ.get("PPC_TORCH_PYTHON") or os.environ.get("PPC_PT2_PYTHON")
+            or os.path.join(ROOT, "build", "venv", "bin", "python"))
+
+
 def model_path(name, suffix=".pt"):
     return os.path.join(MODELS, name + suffix)
 

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Generate decoder test models for `ppc generate`, exported the ExecuTorch way.
 
-Usage: build-wheel/venv/bin/python tests/models/make_decoder_models.py OUTDIR
+Usage: PYTHON tests/models/make_decoder_models.py OUTDIR
 
-Run with the Python of the torch wheel (scripts/wheel.sh's venv: torch 2.x
-and transformers). tests/cli/test_generate.py runs it and caches the files in
-PPC_BUILD_DIR/decoder-models.
+PYTHON: the PyTorch 2.x configuration's (torch 2.x and transformers;
+`scripts/python.sh build` prints it). tests/cli/test_generate.py runs it and
+caches the files in PPC_BUILD_DIR/decoder-models.
 
 Each decoder is a transformers causal LM at a small size (4 layers, width
 64, vocabulary 128), randomly initialised (torch.manual_seed(0)) with a

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Generate the TorchScript test models for ppc's tests and benchmarks.
 
-Usage: /usr/bin/python3 tests/models/make_models.py OUTDIR [--only NAME[,NAME...]]
+Usage: PYTHON tests/models/make_models.py OUTDIR [--only NAME[,NAME...]]
                                                     [--mlp-layers N[,N...]]
 
 For each model NAME (mlp, resnet18, mobilenet_v3_small, mobilenet_v2, vit, unet,
@@ -19,8 +19,9 @@ decoder, two_io, values, inplace) it writes into OUTDIR:
                     where a new stage begins, in execution order.  Cuts are
                     balanced roughly by multiply-accumulates; for unet and
                     two_io they make values cross more than one stage.
-  NAME.stamp        hash of this script and model_blocks.py: a model whose files exist with a
-                    matching stamp is skipped (reruns exit before importing torch).
+  NAME.stamp        hash of this script, model_blocks.py and the Python's path: a model whose
+                    files exist with a matching stamp is skipped (reruns exit before importing
+                    torch); another Python (configuration) remakes it.
 --mlp-layers N writes mlp_N (N Linear(16,16)+ReLU blocks in ModuleList `layers`,
 input [5,16], json without split_at) for compile-speed benchmarks; without
 --only, only those are written.  Files are written atomically (temporary name,
@@ -62,10 +63,11 @@ def parse_args():
 
 
 def script_hash() -> str:
-    """A hash of this script and model_blocks.py (read here, not imported:
-    the fast path below runs before torch is imported)."""
+    """A hash of this script, model_blocks.py (read here, not imported: the
+    fast path below runs before torch is imported) and the Python running it:
+    each configuration's models and references come from its own torch."""
     here = os.path.dirname(os.path.abspath(__file__))
-    h = hashlib.sha256()
+    h = hashlib.sha256(os.path.realpath(sys.executable).encode())
     for name in (os.path.basename(__file__), "model_blocks.py"):
         with open(os.path.join(here, name), "rb") as f:
             h.update(f.read())

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Generate torch.export (`.pt2`) test models.
 
-Usage: build-wheel/venv/bin/python tests/models/make_pt2_models.py OUTDIR
+Usage: PYTHON tests/models/make_pt2_models.py OUTDIR
 
-Run with the Python of the torch wheel (scripts/wheel.sh's venv, torch 2.x):
+PYTHON: the PyTorch 2.x configuration's (`scripts/python.sh build` prints it):
 torch.export does not exist in Debian's torch 1.13. tests/cli/test_pt2.py runs
 it and caches the files in PPC_BUILD_DIR/pt2-models.
 

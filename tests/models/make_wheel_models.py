@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """Generate TorchScript test models that only a PyTorch 2.x can script.
 
-Usage: build-wheel/venv/bin/python tests/models/make_wheel_models.py OUTDIR
+Usage: PYTHON tests/models/make_wheel_models.py OUTDIR
 
-Run with the Python of the torch wheel (scripts/wheel.sh's venv), not Debian's
-/usr/bin/python3 (torch 1.13): these models use operators LibTorch 1.13 lacks.
-tests/cli/test_wheel.py runs it; a ppc built against the wheel's LibTorch must
-split, verify and run them, and one built against 1.13 must refuse them with
-one clear error line.
+PYTHON: the PyTorch 2.x configuration's (`scripts/python.sh build` prints it),
+not Debian's /usr/bin/python3 (torch 1.13): these models use operators
+LibTorch 1.13 lacks. tests/cli/test_wheel.py runs it; a ppc built against
+LibTorch 2.x must split, verify and run them, and one built against 1.13
+(the system LibTorch) must refuse them with one clear error line.
 
 Models (same files as tests/models/make_models.py writes, so tests/cli/common.py
 reads them alike):

@@ -1,10 +1,11 @@
 """What the test-model generators share: model pieces and file writing.
 
-make_models.py (Debian's torch 1.13), make_wheel_models.py and
-make_pt2_models.py (the wheel's torch 2.x) import it; it needs only torch
-(the wheel's venv has no torchvision), and its modules both script and
-export. A generator's stamp covers this file too (stamp()), so a change
-here regenerates the models built from it.
+make_models.py (under each configuration's Python: Debian's torch 1.13 or
+PyTorch 2.x), make_wheel_models.py and make_pt2_models.py (torch 2.x only)
+import it; it needs only torch (not torchvision, which a PyTorch 2.x Python
+of your own may lack), and its modules both script and export. A generator's
+stamp covers this file too (stamp()), so a change here regenerates the models
+built from it.
 """
 import hashlib
 import os
