@@ -16,15 +16,16 @@
 #   1. checks: an NVIDIA GPU (nvidia-smi -L), a torch >= 2 whose torch.cuda sees it, nvcc;
 #      otherwise one "gpu-check: error: ..." line and exit 2, before anything is built.
 #   2. builds ppc and bench/plain_forward against that torch into PPC_GPU_BUILD_DIR, configured
-#      as scripts/wheel.sh configures its build (CMAKE_PREFIX_PATH = the torch package
-#      directory; cmake/Torch.cmake does the rest), and checks that `ppc --version` says
+#      as scripts/build.sh configures the PyTorch 2.x build (CMAKE_PREFIX_PATH = the torch
+#      package directory; cmake/Torch.cmake does the rest), and checks that `ppc --version` says
 #      CUDA: yes and NCCL: yes.
 #   3. runs the GPU-labelled tests (tests/cli/test_gpu.py's test_cuda_* methods, labelled gpu
 #      in tests/CMakeLists.txt) with that Python, which reads the outputs back. With one GPU,
 #      the pipeline runs as one rank holding every stage: NCCL refuses two ranks of a
 #      communicator on one device, so ranks cannot share a GPU; the two-rank NCCL test needs two
 #      GPUs and skips otherwise (the skip is recorded). The tests need the test models: the
-#      default build's build/models if present, else tests/models/make_models.py (torchvision).
+#      PyTorch 2.x build's build/models if present, else tests/models/make_models.py
+#      (torchvision) run by that Python.
 #   4. benchmark (figures as ratios within this run), models made here by that Python:
 #      - per-microbatch overhead: tiny stages (4 x Linear(16,16)+ReLU), 256 microbatches of one
 #        row; ppc run --device cuda with 1 stage and with 4 stages on 1 rank, against the plain
@@ -82,8 +83,9 @@ nvcc=${CUDACXX:-/usr/local/cuda/bin/nvcc}
 echo "gpu-check: $gpus GPU(s), $gpu_name; torch $torch_version at $torch_dir"
 mkdir -p "$build"
 
-# 2. Build: configured as scripts/wheel.sh configures its build (cmake/Torch.cmake puts the
-# wheel's nccl.h first and links its NVIDIA libraries), only the two programs needed here.
+# 2. Build: configured as scripts/build.sh configures the PyTorch 2.x build (cmake/Torch.cmake
+# puts the torch wheel's nccl.h first and links its NVIDIA libraries), only the two programs
+# needed here.
 build_start=$SECONDS
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)

@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Generate the decode benchmark's decoder (bench/run.py benchmark 30) into OUTDIR.
 
-Usage: build-wheel/venv/bin/python bench/make_decoder.py OUTDIR
+Usage: PYTHON bench/make_decoder.py OUTDIR
 
-Run with the Python of the torch wheel (torch 2.x and transformers). A
-LLaMA causal LM large enough that a decode step is compute (and weight
-traffic), not per-action overhead: 8 layers, hidden 512, intermediate 1408,
-8 heads (8 key/value heads), vocabulary 1024, about 26M parameters,
+PYTHON: the PyTorch 2.x configuration's (torch 2.x and transformers;
+`scripts/python.sh build` prints it). A LLaMA causal LM large enough that a
+decode step is compute (and weight traffic), not per-action overhead: 8
+layers, hidden 512, intermediate 1408, 8 heads (8 key/value heads),
+vocabulary 1024, about 26M parameters,
 randomly initialised (torch.manual_seed(0)). It is exported the way
 ExecuTorch's LLM flow exports one (as tests/models/make_decoder_models.py
 does): a static cache of L = CACHE_LENGTH positions for b = BATCH rows,

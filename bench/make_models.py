@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Generate the benchmark models and inputs into OUTDIR (default build/bench-models).
+"""Generate the benchmark models and inputs into OUTDIR (default build-system/bench-models).
 
 Usage: /usr/bin/python3 bench/make_models.py OUTDIR
 
@@ -39,7 +39,7 @@ def up_to_date(outdir: str, name: str) -> bool:
 
 
 def main() -> int:
-    outdir = sys.argv[1] if len(sys.argv) > 1 else "build/bench-models"
+    outdir = sys.argv[1] if len(sys.argv) > 1 else "build-system/bench-models"
     os.makedirs(outdir, exist_ok=True)
     todo = [n for n in FILES if not up_to_date(outdir, n)]
     if not todo:

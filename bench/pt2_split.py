@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """ppc split of a torch.export program (.pt2) against its TorchScript twin (issue #16).
 
-Usage (with the wheel's python, whose torch 2.x exports; ppc built against that torch):
-  build-wheel/venv/bin/python bench/pt2_split.py [--ppc build-wheel/bin/ppc] [--reps 5]
+Usage (with the PyTorch 2.x build's Python, whose torch exports; `scripts/python.sh build`
+prints it; ppc built against that torch):
+  PYTHON bench/pt2_split.py [--ppc build/bin/ppc] [--reps 5]
       [--stages 4] [--layers 8] [--dim 256] [--work DIR]
 
 Builds the decoder-only transformer of tests/models/make_pt2_models.py (tied embeddings,
@@ -45,7 +46,7 @@ def split_once(ppc, model, out, stages, env):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--ppc", default=os.path.join(ROOT, "build-wheel", "bin", "ppc"))
+    ap.add_argument("--ppc", default=os.path.join(ROOT, "build", "bin", "ppc"))
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--stages", type=int, default=4)
     ap.add_argument("--layers", type=int, default=8)

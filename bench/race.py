@@ -3,10 +3,11 @@
 Same machine, same run, same model (weights read from the file ppc splits),
 batch, microbatches, cut and schedule; 2 ranks over Gloo on CPU, one
 compute thread per rank; configurations in interleaved rounds. The peer is
-the torch wheel's pipelining (PipelineStage per rank, ScheduleGPipe /
+PyTorch 2.x's pipelining (PipelineStage per rank, ScheduleGPipe /
 Schedule1F1B, with static example shapes and with inferred ones), run by the
-second configuration's venv (scripts/wheel.sh; --venv or PPC_RACE_VENV
-elsewhere) under its torchrun; see bench/race_peer.py.
+PyTorch 2.x configuration's Python (run.pytorch2_venv(): build/venv, which
+scripts/python.sh makes; --venv or PPC_RACE_VENV elsewhere) under its
+torchrun; see bench/race_peer.py.
 
 Two models: "small" (8 x Linear(32), 512 rows in 32 microbatches of 16:
 framework overhead shows) and "heavy" (16 x Linear(1024), 1024 rows in 8
@@ -26,7 +27,7 @@ microbatches of 128). Figures, as ratios ppc / peer or peer / ppc so that
 Which BLAS each side runs is stated in every row: ppc's from its --stats
 (blas=openblas:CORE; bench/run.py pins OPENBLAS_CORETYPE to the best core
 type for the CPU), the peer's from its own torch ("mkl 2024.2 (cpu
-capability AVX512)"). Debian's LibTorch has no MKL and the wheel no
+capability AVX512)"). Debian's LibTorch has no MKL and the torch wheel no
 OpenBLAS, so the two sides cannot run the same library; they run the same
 kernel class (AVX-512 on an AVX-512 CPU) once ppc's OpenBLAS runs its best
 kernel, where Debian's default could be its generic Prescott one (issue
@@ -54,8 +55,7 @@ RSS_RE = re.compile(r"\[rank (\d+)\] race_rss_kb=(\d+)")
 
 
 def venv_dir(cfg):
-    return os.environ.get("PPC_RACE_VENV") or cfg.get("race_venv") or os.path.join(
-        R.ROOT, "build-wheel", "venv")
+    return R.pytorch2_venv(cfg)
 
 
 def make_inputs(outdir):
@@ -109,8 +109,8 @@ def peer_lines(text):
 def bench_race(cfg, issue21=False):
     venv = venv_dir(cfg)
     if not os.path.exists(os.path.join(venv, "bin", "torchrun")):
-        raise RuntimeError("no torch wheel venv at %s (scripts/wheel.sh creates it; or set "
-                           "PPC_RACE_VENV)" % venv)
+        raise RuntimeError("no PyTorch 2.x torchrun in %s/bin (scripts/python.sh build "
+                           "makes build/venv; or give --venv or PPC_RACE_VENV)" % venv)
     d = os.path.join(R.WORK, "race")
     make_inputs(d)
     reps, repeat = cfg["race_reps"], cfg["race_repeat"]

@@ -1,6 +1,6 @@
-"""The peer side of bench/race.py: torch.distributed.pipelining (the torch
-wheel's, run by its venv python), on the same model, batch, microbatches and
-schedule as ppc.
+"""The peer side of bench/race.py: torch.distributed.pipelining (PyTorch
+2.x's, run by its Python, run.pytorch2_venv()), on the same model, batch,
+microbatches and schedule as ppc.
 
 Under torchrun (2 ranks, Gloo, CPU):
   race_peer.py --model M.pt --input X.pt --split-at K --microbatches N

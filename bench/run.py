@@ -1,13 +1,19 @@
 #!/usr/bin/python3
 """ppc's benchmark suite (issue #7): one command, every figure a ratio.
 
-Usage: bench/run.py [--quick] [--only 1,4,...] [--build-dir build] [--jobs 2]
+Usage: bench/run.py [--quick] [--only 1,4,...] [--build-dir build-system] [--jobs 2]
+                    [--venv DIR]
 
-Builds what it needs (ppc, bench/plain_forward, bench/transport_bench),
-generates its models once (cached in BUILD/bench-models), runs each
-benchmark with warm-up and repetitions, and writes bench/results/latest.json
-(per benchmark: raw samples, median, min-max spread, baseline, ratio, target,
-met) and bench/results/latest.md (the table, also printed).
+Builds what it needs (ppc, bench/plain_forward, bench/transport_bench) in the
+system LibTorch configuration (Debian's 1.13 and OpenBLAS, build-system/;
+docs/build.md), whose Python is Debian's /usr/bin/python3; what runs
+PyTorch 2.x (9's peer, 21.6's MKL, 30) takes its Python from --venv
+(default build/venv, the one scripts/python.sh makes), and 30 its ppc from
+build/ (the PyTorch 2.x build). It generates its models once (cached in
+BUILD/bench-models), runs each benchmark with warm-up and repetitions, and
+writes bench/results/latest.json (per benchmark: raw samples, median,
+min-max spread, baseline, ratio, target, met) and bench/results/latest.md
+(the table, also printed).
 
 Every figure is compared with a baseline measured in the same run, because
 the machine is shared and absolute times drift: the configurations of one
@@ -41,6 +47,15 @@ ENV = dict(os.environ, **THREAD_ENV)
 
 # Set by main(): the build directory and where models and scratch files go.
 BUILD = MODELS = WORK = PPC = ""
+
+
+def pytorch2_venv(cfg=None):
+    """The prefix of the PyTorch 2.x configuration's Python (its bin/python
+    and bin/torchrun): PPC_RACE_VENV, else --venv, else build/venv (the venv
+    scripts/python.sh makes; a python3 of your own with torch 2.x is given
+    as its prefix, e.g. --venv /usr/local)."""
+    return (os.environ.get("PPC_RACE_VENV") or (cfg or {}).get("race_venv")
+            or os.path.join(ROOT, "build", "venv"))
 
 
 # ---------------------------------------------------------------- helpers
@@ -363,13 +378,14 @@ print("matmul: " + json.dumps({"blas": core, "ms": ms}))
 def bench_blas(cfg):
     """Issue #21 target 6: single-thread 128x1024x1024 matmul throughput
     under each OpenBLAS core type that loads (Debian's python3-torch, the
-    same libopenblas as ppc's LibTorch) and the torch wheel's MKL (its venv,
-    if there is one), against a ppc rank's: a 1-stage `ppc launch` of one
-    Linear(1024, 1024, bias=False) on 128 rows, the median of its traced F
-    events (the first batch left out), with OPENBLAS_CORETYPE unset (what
-    ppc launch gives a rank on this machine) and with the generic kernel as
-    OpenBLAS's default (the test hook PPC_TEST_BLAS_CORETYPE_IS_DEFAULT,
-    docs/runtime.md), which ppc launch must correct."""
+    same libopenblas as ppc's LibTorch) and PyTorch 2.x's MKL (the torch
+    wheel's, pytorch2_venv(), if there is one), against a ppc rank's: a
+    1-stage `ppc launch` of one Linear(1024, 1024, bias=False) on 128 rows,
+    the median of its traced F events (the first batch left out), with
+    OPENBLAS_CORETYPE unset (what ppc launch gives a rank on this machine)
+    and with the generic kernel as OpenBLAS's default (the test hook
+    PPC_TEST_BLAS_CORETYPE_IS_DEFAULT, docs/runtime.md), which ppc launch
+    must correct."""
     model = os.path.join(MODELS, "matmul.pt")
     inp = os.path.join(MODELS, "matmul.input.pt")
     if not os.path.exists(inp):
@@ -399,8 +415,7 @@ def bench_blas(cfg):
     configs = {}
     for core in ("Prescott", "Sandybridge", "Haswell", "Zen", "SkylakeX", "Cooperlake"):
         configs[core] = lambda c=core: python(c)
-    venv_python = os.path.join(os.environ.get("PPC_RACE_VENV") or os.path.join(
-        ROOT, "build-wheel", "venv"), "bin", "python")
+    venv_python = os.path.join(pytorch2_venv(cfg), "bin", "python")
     if os.path.exists(venv_python):
         configs["mkl"] = lambda: python("", venv_python)
     configs["rank"] = rank
@@ -1040,7 +1055,7 @@ def bench_partition(cfg):
     return out
 
 
-# Benchmark 30's Python side (the wheel's python): greedy decoding of PROMPT's
+# Benchmark 30's Python side (PyTorch 2.x's): greedy decoding of PROMPT's
 # rows by the unsplit program, as ppc generate feeds it, REPEAT times from the
 # program's initial buffers; prints each decode's seconds, saves the tokens.
 DECODE_SCRIPT = r"""
@@ -1094,14 +1109,14 @@ def sh_others(cmd):
 
 def pt2_ppc():
     """A ppc that reads .pt2 programs: the build directory's when its LibTorch
-    is 2.x, else build-wheel's (scripts/wheel.sh)."""
-    for exe in (PPC, os.path.join(ROOT, "build-wheel", "bin", "ppc")):
+    is 2.x, else the PyTorch 2.x build's (build/, scripts/build.sh)."""
+    for exe in (PPC, os.path.join(ROOT, "build", "bin", "ppc")):
         if os.path.exists(exe):
             text = subprocess.run([exe, "--version"], stdout=subprocess.PIPE, text=True).stdout
             if re.search(r"^LibTorch [2-9]", text, re.M):
                 return exe
-    raise RuntimeError("no ppc with .pt2 support: build build-wheel (scripts/wheel.sh) "
-                       "or run bench/run.py --build-dir build-wheel")
+    raise RuntimeError("no ppc with .pt2 support: build the PyTorch 2.x configuration "
+                       "(scripts/build.sh ppc) into build/")
 
 
 def bench_generate(cfg):
@@ -1111,12 +1126,12 @@ def bench_generate(cfg):
     tokens over the call's time, prompt included). 2 stages on 2 ranks
     against the 1-stage program on 1 rank, with M = 2, 4, 8 groups (B = M *
     b rows, P = 8, N new tokens); and the 1-stage program on 1 rank at M = 1
-    against the unsplit program's greedy decode loop in Python (the wheel's
+    against the unsplit program's greedy decode loop in Python (PyTorch 2.x's
     torch, torch.export.load(...).module() fed token by token, one thread;
     its first decode in a fresh process, as ppc's one call per launch).
     Interleaved rounds; then one traced run of each side at M = 4 for the
     notes (where the time goes). Runs the build directory's ppc if it reads
-    .pt2, else build-wheel's."""
+    .pt2, else build/'s (the PyTorch 2.x build)."""
     global PPC
     own = PPC
     PPC = pt2_ppc()
@@ -1127,9 +1142,7 @@ def bench_generate(cfg):
 
 
 def generate_rows(cfg):
-    venv = os.environ.get("PPC_RACE_VENV") or cfg.get("race_venv") or os.path.join(
-        ROOT, "build-wheel", "venv")
-    python = os.path.join(venv, "bin", "python")
+    python = os.path.join(pytorch2_venv(cfg), "bin", "python")
     sh([python, os.path.join(ROOT, "bench", "make_decoder.py"), MODELS])
     model = os.path.join(MODELS, "decoder.pt2")
     with open(os.path.join(MODELS, "decoder.json")) as f:
@@ -1294,8 +1307,8 @@ QUICK = dict(FULL, wide_reps=2, wide_repeat=3, plain_reps=1, tiny_mb=256, tiny_r
 
 
 def build(build_dir, jobs):
-    """Configures (as scripts/build.sh does) when needed, then builds only
-    the targets the benchmarks run."""
+    """Configures (as `scripts/build.sh system` does: Debian's LibTorch)
+    when needed, then builds only the targets the benchmarks run."""
     if not os.path.exists(os.path.join(build_dir, "build.ninja")):
         launcher = []
         if shutil.which("ccache"):
@@ -1357,9 +1370,11 @@ def main():
     ap.add_argument("--quick", action="store_true", help="fewer repetitions, smaller sizes")
     ap.add_argument("--only", help="comma-separated benchmark keys (1-10; issue #21: "
                     "21.1, 21.3, 21.4, 21.5, 21.6, 21.c; issue #30: 30); default: all")
-    ap.add_argument("--venv", help="the torch wheel's venv for benchmarks 9 and 30 (default "
-                    "build-wheel/venv, or PPC_RACE_VENV)")
-    ap.add_argument("--build-dir", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--venv", help="the prefix of a Python with torch 2.x for benchmarks 9, "
+                    "21.6 and 30 (PPC_RACE_VENV overrides it; default build/venv)")
+    ap.add_argument("--build-dir", default=os.path.join(ROOT, "build-system"),
+                    help="the system LibTorch build the benchmarks build and run "
+                    "(default build-system)")
     ap.add_argument("--jobs", type=int, default=int(os.environ.get("PPC_JOBS", "2")))
     ap.add_argument("--no-build", action="store_true", help="use the binaries as they are")
     ap.add_argument("--results", default=os.path.join(ROOT, "bench", "results"),

@@ -1,4 +1,4 @@
-# Sanitizer and fuzzing builds (scripts/test.sh builds both after the default build).
+# Sanitizer and fuzzing builds (scripts/test.sh builds both against the system LibTorch).
 #
 #   PPC_SANITIZE=address,undefined  instruments every target (gcc or clang); UBSan findings
 #                                   abort (-fno-sanitize-recover) so a test fails on them.

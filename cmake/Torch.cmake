@@ -1,16 +1,17 @@
 # LibTorch as ppc uses it: the interface target ppc_torch, for either build configuration
 # (docs/build.md):
 #
-#   default  Debian's LibTorch 1.13 (libtorch-dev): CPU only, C++17, logs through glog.
-#   wheel    the LibTorch inside PyPI's torch wheel (2.x, CUDA, NCCL), found with
-#            CMAKE_PREFIX_PATH=<site-packages>/torch (scripts/wheel.sh). It needs C++20 and the
-#            CUDA toolkit (nvcc), and links against the NVIDIA libraries the wheel ships next to
-#            itself in <site-packages>/nvidia.
+#   PyTorch 2.x     the LibTorch inside the torch package of PyPI's wheel (2.x, CUDA, NCCL),
+#                   found with CMAKE_PREFIX_PATH=<site-packages>/torch (scripts/build.sh). It
+#                   needs C++20 and the CUDA toolkit (nvcc), and links against the NVIDIA
+#                   libraries the wheel ships next to itself in <site-packages>/nvidia.
+#   system LibTorch Debian's LibTorch 1.13 (libtorch-dev, scripts/build.sh system): CPU only,
+#                   C++17, logs through glog.
 #
 # Sets PPC_TORCH_VERSION, PPC_HAVE_CUDA, PPC_HAVE_NCCL, PPC_TORCH_USES_GLOG and
 # PPC_TORCH_PYTHON, and defines PPC_HAVE_CUDA and PPC_HAVE_NCCL for every target linking
 # ppc_torch, so that runtime/platform/TorchCompat.h sees the same configuration in every file. (The
-# default configuration adds no definition: its compile lines, and ccache's hits, stay as they were.)
+# system LibTorch adds no definition: its compile lines, and ccache's hits, stay as they were.)
 # Call after find_package(Torch).
 
 set(PPC_TORCH_VERSION ${Torch_VERSION})
@@ -86,9 +87,10 @@ if(NOT TORCH_INSTALL_PREFIX STREQUAL "/usr" AND EXISTS "${TORCH_INSTALL_PREFIX}/
   set(PPC_TORCH_INSTALL_RPATH "${TORCH_INSTALL_PREFIX}/lib")
 endif()
 
-# The Python whose torch package holds this LibTorch (a wheel's venv: <prefix>/lib/pythonX.Y/
-# site-packages/torch), which the tests compare `ppc --version` with and script 2.x models
-# with; empty for Debian's LibTorch (tests use /usr/bin/python3).
+# The Python whose torch package holds this LibTorch (scripts/build.sh passes the one
+# scripts/python.sh chose; found here for a venv: <prefix>/lib/pythonX.Y/site-packages/torch).
+# Every test runs under it (tests/CMakeLists.txt): it makes the test models and computes the
+# references. Empty for Debian's LibTorch (tests use /usr/bin/python3).
 if(NOT DEFINED PPC_TORCH_PYTHON)
   set(PPC_TORCH_PYTHON "")
   if(TORCH_INSTALL_PREFIX MATCHES "/site-packages/torch$" AND EXISTS "${TORCH_INSTALL_PREFIX}/../../../../bin/python")

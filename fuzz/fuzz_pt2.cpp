@@ -8,8 +8,8 @@
 // must also be what the lowering may index without further checks: each
 // weight a tensor, and a lowered graph whose first input is the module.
 //
-// Built only against LibTorch 2.x (PPC_HAVE_PT2): scripts/test.sh's wheel
-// stage builds it in build-wheel-fuzz/.
+// Built only against LibTorch 2.x (PPC_HAVE_PT2): scripts/test.sh's pytorch2
+// stage builds it in build-pt2-fuzz/.
 //
 //===----------------------------------------------------------------------===//
 #include "lib/Pt2Program.h"

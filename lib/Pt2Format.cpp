@@ -88,8 +88,8 @@ readAndLower(llvm::StringRef bytes, llvm::StringRef path) {
 llvm::Error refuse(llvm::StringRef path) {
   return makeError(llvm::formatv(
       "'{0}' is a torch.export program (.pt2), which needs ppc built against "
-      "LibTorch 2.x (this one has LibTorch {1}): build the wheel "
-      "configuration, scripts/wheel.sh build (docs/build.md)",
+      "LibTorch 2.x (this one has LibTorch {1}): use the PyTorch 2.x build "
+      "(build/, scripts/build.sh; docs/build.md)",
       path, TORCH_VERSION));
 }
 

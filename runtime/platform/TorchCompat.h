@@ -1,10 +1,11 @@
 //===- runtime/platform/TorchCompat.h - LibTorch version differences ------===//
 //
 // The one place that knows which LibTorch ppc is built against. Every call
-// whose spelling differs between Debian's LibTorch 1.13 and the 2.x wheels
-// (c10d stores, process-group options, work handles, the Gloo device
-// factory) goes through the small inline functions here, so porting to a
-// new LibTorch means changing this file only.
+// whose spelling differs between Debian's LibTorch 1.13 (the system LibTorch
+// configuration) and PyTorch 2.x's (the torch wheel's: the PyTorch 2.x
+// configuration) (c10d stores, process-group options, work handles, the Gloo
+// device factory) goes through the small inline functions here, so porting
+// to a new LibTorch means changing this file only.
 //
 // Differences covered:
 //  - c10d headers guard ProcessGroupGloo/NCCL behind USE_C10D_GLOO /
@@ -21,7 +22,7 @@
 //    and number their queries one higher than 1.13's, so a 1.13 client
 //    cannot talk to the store of PyTorch 2.x's torchrun
 //    (kStoreHasValidation).
-//  - Debian's c10 logs through glog (C10_USE_GLOG), the wheel's through a
+//  - Debian's c10 logs through glog (C10_USE_GLOG), PyTorch 2.x's through a
 //    logger of its own with the same levels (setTorchLogging()).
 //  - torch::optim::Optimizer::state() is keyed by the parameter's
 //    TensorImpl: by its address as a string in 1.13, by the pointer in 2.x
@@ -34,9 +35,9 @@
 //  const,
 //    2.3's is not and 2.3 adds the pure virtual copy_data(); an allocator
 //    derives from CountingAllocatorBase, which declares both.
-//  - The wheel's LibTorch has CUDA and NCCL: cmake/Torch.cmake then defines
-//    PPC_HAVE_CUDA and PPC_HAVE_NCCL for every file, and puts the wheel's
-//    nccl.h ahead of the CUDA toolkit's.
+//  - PyTorch 2.x's LibTorch (the torch wheel's) has CUDA and NCCL:
+//    cmake/Torch.cmake then defines PPC_HAVE_CUDA and PPC_HAVE_NCCL for every
+//    file, and puts the wheel's nccl.h ahead of the CUDA toolkit's.
 //
 //===----------------------------------------------------------------------===//
 #ifndef PPC_RUNTIME_PLATFORM_TORCHCOMPAT_H

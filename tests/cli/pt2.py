@@ -1,8 +1,8 @@
 """Helpers for the torch.export (`.pt2`) tests (tests/cli/test_pt2.py).
 
-Needs a torch with torch.export (2.x: the wheel's venv python,
-PPC_TORCH_PYTHON); importing this module under Debian's torch 1.13 works, but
-the helpers that load programs fail there.
+Needs a torch with torch.export (2.x: the PyTorch 2.x configuration's Python,
+common.pytorch2_python()); importing this module under Debian's torch 1.13
+works, but the helpers that load programs fail there.
 
   generate(outdir, python)   runs tests/models/make_pt2_models.py (which
                              caches: a model with a current stamp is kept)
@@ -231,7 +231,7 @@ def trained_weights(saved_dir):
 
 def check_helpers(models):
     """Checks the helpers against eager PyTorch on the generator's models in
-    MODELS (run `python tests/cli/pt2.py MODELS` with the wheel's python):
+    MODELS (run `python tests/cli/pt2.py MODELS` with a torch 2.x python):
       - each NAME.output.pt is the eager model's output and the program's at
         other batch sizes (1, 3) too (the dynamic batch);
       - reference_pt2 on pt2_mlp and pt2_gpt (3 SGD steps with momentum and

@@ -14,7 +14,8 @@ What the CPU supports and its best core type come from `ppc --version`, so
 the tests hold on any x86 CPU; they skip where ppc does not run OpenBLAS (a
 torch wheel's MKL: then --version and --stats must say mkl).
 
-Run: PPC=build/bin/ppc PPC_MODELS_DIR=build/models /usr/bin/python3 tests/cli/test_blas.py -v
+Run (the system LibTorch build: OpenBLAS):
+  PPC=build-system/bin/ppc PPC_MODELS_DIR=build-system/models /usr/bin/python3 tests/cli/test_blas.py -v
 """
 import json
 import os

@@ -2,8 +2,8 @@
 """Tests `ppc generate`: pipelined decoding of exported decoders.
 
 The models come from tests/models/make_decoder_models.py, run with the
-wheel's Python (PyTorch 2.x and transformers: PPC_TORCH_PYTHON in the wheel
-build, else build-wheel/venv/bin/python) and cached in
+PyTorch 2.x configuration's Python (torch 2.x and transformers:
+common.pytorch2_python(), scripts/python.sh's choice) and cached in
 PPC_BUILD_DIR/decoder-models: LLaMA, GPT-2 and Qwen2 decoders exported the
 ExecuTorch way (static batch b = 2, cache length 32, 4 layers), with
 reference tokens from the unsplit program run in Python (tests/cli/
@@ -25,7 +25,7 @@ A ppc built against LibTorch 2.x must:
   - refuse each bad input with its one `error:` line (the launcher's
     summary names it) and write no output (the ERR_ constants).
 
-Env: PPC, PPC_BUILD_DIR, PPC_TORCH_PYTHON (the wheel build).
+Env: PPC, PPC_BUILD_DIR, PPC_TORCH_PYTHON (the PyTorch 2.x build).
 """
 import os
 import re
@@ -38,8 +38,8 @@ import unittest
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (BUILD, PPC, ROOT, class_tmpdir, finish, free_port,  # noqa: E402
-                    launch, libtorch_major, main, rank_env, split, tmpdir)
+from common import (BUILD, PPC, class_tmpdir, finish, free_port,  # noqa: E402
+                    launch, libtorch_major, main, pytorch2_python, rank_env, split, tmpdir)
 import decoders  # noqa: E402
 from trace_format import assert_valid_trace  # noqa: E402
 
@@ -66,10 +66,8 @@ ERR_NO_INPUT = ("the program has no input named 'tokens' (its inputs: input_ids,
 ERR_VOCAB = ("--prompt: token id 128 at row 1, position 3 is outside the vocabulary "
              "(0..127)")
 
-TORCH_PYTHON = os.environ.get("PPC_TORCH_PYTHON", "")
-# A Python with torch 2.x and transformers to export the decoders: the wheel
-# build's own, else the venv scripts/wheel.sh leaves next to the default build.
-WHEEL_PYTHON = TORCH_PYTHON or os.path.join(ROOT, "build-wheel", "venv", "bin", "python")
+# A Python with torch 2.x and transformers to export the decoders.
+PT2_PYTHON = pytorch2_python()
 DECODER_MODELS = os.path.join(BUILD, "decoder-models")
 TIMEOUT = 60  # each rank's --timeout
 
@@ -101,14 +99,14 @@ class GenerateTest(unittest.TestCase):
         if major < 2:
             self.skipTest("needs a ppc built against LibTorch 2.x (decoders are .pt2 "
                           "programs); this one has LibTorch %d" % major)
-        if not os.access(WHEEL_PYTHON, os.X_OK):
+        if not os.access(PT2_PYTHON, os.X_OK):
             self.skipTest("no PyTorch 2.x to export the decoders: %s is missing "
-                          "(scripts/wheel.sh creates it)" % WHEEL_PYTHON)
-        if not decoders.has_transformers(WHEEL_PYTHON):
-            self.skipTest("%s has no transformers to export the decoders (scripts/wheel.sh "
-                          "venv installs it)" % WHEEL_PYTHON)
+                          "(scripts/python.sh build makes it)" % PT2_PYTHON)
+        if not decoders.has_transformers(PT2_PYTHON):
+            self.skipTest("%s has no transformers to export the decoders (the venv of "
+                          "scripts/python.sh has it)" % PT2_PYTHON)
         if type(self).models is None:
-            r = decoders.generate(DECODER_MODELS, WHEEL_PYTHON)
+            r = decoders.generate(DECODER_MODELS, PT2_PYTHON)
             self.assertEqual(r.returncode, 0, "make_decoder_models.py:\n" + r.stdout + r.stderr)
             type(self).models = DECODER_MODELS
 

@@ -110,8 +110,8 @@ class HostileFilesTest(unittest.TestCase):
         self.assertEqual(proc.returncode, 2, proc.stdout + proc.stderr)
         # No rank waited out its --timeout: a wait that ran out would be the
         # job's first failure and be named below. (Not a wall-clock bound: a
-        # loaded CI machine once took 109 s to start two ranks of the wheel
-        # build's ppc, whose libraries map 2.7 GB.)
+        # loaded CI machine once took 109 s to start two ranks of the PyTorch
+        # 2.x build's ppc, whose libraries map 2.7 GB.)
         self.assertNotIn(f"within {TIMEOUT} s", proc.stderr)
         self.assertNotIn("timed out", proc.stderr)
         lines = proc.stderr.splitlines()

@@ -7,7 +7,7 @@ a node or a world that does not fit before it forks anything; launch
 variables from the environment are checked, never wrapped; and messages about
 files (join's hash check, schedule CSVs, training data) name the real value.
 
-Run: cd build && PPC=$PWD/bin/ppc PPC_MODELS_DIR=$PWD/models \
+Run: cd build-system && PPC=$PWD/bin/ppc PPC_MODELS_DIR=$PWD/models \
          /usr/bin/python3 ../tests/cli/test_hostile_numbers.py -v
 """
 

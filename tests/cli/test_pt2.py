@@ -2,8 +2,8 @@
 """Tests torch.export (`.pt2`) programs: split, verify, run, train and join.
 
 The models come from tests/models/make_pt2_models.py, run with a PyTorch 2.x
-(the wheel's python: PPC_TORCH_PYTHON in the wheel build, else
-build-wheel/venv/bin/python) and cached in PPC_BUILD_DIR/pt2-models:
+(common.pytorch2_python(): the PyTorch 2.x configuration's Python) and cached
+in PPC_BUILD_DIR/pt2-models:
 pt2_cnn (BatchNorm, residual blocks), pt2_gpt (tied embedding/LM head,
 causal scaled_dot_product_attention), pt2_unet (skips across stages),
 pt2_two_io (two inputs, two outputs), pt2_mlp; batch 10, dynamic batch
@@ -30,7 +30,8 @@ PPC_TORCH_PYTHON (tests/CMakeLists.txt), must:
     reads, holding the trained tensors (the reference's within 1e-4) and
     computing what the saved stages compute.
 
-Env: PPC, PPC_BUILD_DIR, PPC_TORCH_PYTHON (the wheel build).
+Env: PPC, PPC_BUILD_DIR, PPC_TORCH_PYTHON (the PyTorch 2.x build), else
+PPC_PT2_PYTHON (the system LibTorch build, scripts/test.sh).
 """
 import os
 import re
@@ -40,15 +41,14 @@ import unittest
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (BUILD, ROOT, assert_outputs_close, libtorch_major,  # noqa: E402
-                    load_manifest, main, ppc, run_pipeline, split, tmpdir)
+from common import (BUILD, assert_outputs_close, libtorch_major,  # noqa: E402
+                    load_manifest, main, ppc, pytorch2_python, run_pipeline, split,
+                    tmpdir)
 import pt2  # noqa: E402
 import training  # noqa: E402
 
-TORCH_PYTHON = os.environ.get("PPC_TORCH_PYTHON", "")
-# A Python with torch 2.x to export the models: the wheel build's own, else
-# the venv scripts/wheel.sh leaves next to the default build.
-WHEEL_PYTHON = TORCH_PYTHON or os.path.join(ROOT, "build-wheel", "venv", "bin", "python")
+# A Python with torch 2.x to export the models.
+PT2_PYTHON = pytorch2_python()
 PT2_MODELS = os.path.join(BUILD, "pt2-models")
 
 # What a ppc built against LibTorch 1.x says to `ppc split X.pt2` (the whole
@@ -83,10 +83,10 @@ class Pt2Test(unittest.TestCase):
 
     def models(self):
         """Generates (or reuses) the .pt2 models; skips without a PyTorch 2.x."""
-        if not os.access(WHEEL_PYTHON, os.X_OK):
+        if not os.access(PT2_PYTHON, os.X_OK):
             self.skipTest("no PyTorch 2.x to export the models: %s is missing "
-                          "(scripts/wheel.sh creates it)" % WHEEL_PYTHON)
-        r = pt2.generate(PT2_MODELS, WHEEL_PYTHON)
+                          "(scripts/python.sh build makes it)" % PT2_PYTHON)
+        r = pt2.generate(PT2_MODELS, PT2_PYTHON)
         self.assertEqual(r.returncode, 0, "make_pt2_models.py:\n" + r.stdout + r.stderr)
         return PT2_MODELS
 
@@ -97,8 +97,8 @@ class Pt2Test(unittest.TestCase):
                           % major)
         if int(torch.__version__.split(".")[0]) < 2:
             self.fail("test_pt2.py runs under torch %s, which has no torch.export: run it "
-                      "with PPC_TORCH_PYTHON (tests/CMakeLists.txt's list of tests run "
-                      "under it must match cli_test_pt2)" % torch.__version__)
+                      "with the PyTorch 2.x build's Python, PPC_TORCH_PYTHON "
+                      "(tests/CMakeLists.txt runs every test under it)" % torch.__version__)
         return self.models()
 
     def split(self, models, name, out, *how):

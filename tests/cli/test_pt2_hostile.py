@@ -1,11 +1,12 @@
 #!/usr/bin/python3
 """Hostile torch.export archives (.pt2) get one `error:` line each.
 
-Each case rewrites a real program (pt2_mlp.pt2, exported by the wheel's Python:
-tests/models/make_pt2_models.py) with Python's zipfile, runs `ppc split` on it
-and checks the exit status, the exact message and that the output directory was
-not created. Needs a ppc built against LibTorch 2.x (skips otherwise: a 1.x ppc
-refuses every .pt2, tests/cli/test_pt2.py).
+Each case rewrites a real program (pt2_mlp.pt2, exported by the PyTorch 2.x
+configuration's Python: tests/models/make_pt2_models.py) with Python's
+zipfile, runs `ppc split` on it and checks the exit status, the exact message
+and that the output directory was not created. Needs a ppc built against
+LibTorch 2.x (skips otherwise: a 1.x ppc refuses every .pt2,
+tests/cli/test_pt2.py).
 
 Env: PPC, PPC_BUILD_DIR, PPC_TORCH_PYTHON (tests/CMakeLists.txt).
 """
@@ -17,10 +18,9 @@ import zipfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pt2  # noqa: E402
-from common import BUILD, ROOT, libtorch_major, main, ppc, tmpdir  # noqa: E402
+from common import BUILD, libtorch_major, main, ppc, pytorch2_python, tmpdir  # noqa: E402
 
-WHEEL_PYTHON = os.environ.get("PPC_TORCH_PYTHON") or os.path.join(
-    ROOT, "build-wheel", "venv", "bin", "python")
+PT2_PYTHON = pytorch2_python()
 PT2_MODELS = os.path.join(BUILD, "pt2-models")
 
 
@@ -43,9 +43,10 @@ class Pt2HostileTest(unittest.TestCase):
     def setUp(self):
         if libtorch_major() < 2:
             self.skipTest("needs a ppc built against LibTorch 2.x; a 1.x ppc refuses every .pt2")
-        if not os.access(WHEEL_PYTHON, os.X_OK):
-            self.skipTest("no PyTorch 2.x to export the model: %s is missing" % WHEEL_PYTHON)
-        r = pt2.generate(PT2_MODELS, WHEEL_PYTHON)
+        if not os.access(PT2_PYTHON, os.X_OK):
+            self.skipTest("no PyTorch 2.x to export the model: %s is missing "
+                          "(scripts/python.sh build makes it)" % PT2_PYTHON)
+        r = pt2.generate(PT2_MODELS, PT2_PYTHON)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.source = pt2.files(PT2_MODELS, "pt2_mlp")[".pt2"]
         self.tmp = tmpdir(self)

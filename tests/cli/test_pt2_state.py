@@ -18,7 +18,7 @@ writes declared as buffer mutations). For each:
   - `--split-at` a module run between a cache's write and its reads is the
     exact one-line error naming the buffer and the stages.
 
-Env: PPC, PPC_BUILD_DIR, PPC_TORCH_PYTHON (the wheel build).
+Env: PPC, PPC_BUILD_DIR, PPC_TORCH_PYTHON (the PyTorch 2.x build).
 """
 import os
 import sys
@@ -27,12 +27,11 @@ import unittest
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (BUILD, ROOT, expect_error, libtorch_major, main, ppc,  # noqa: E402
-                    split, tmpdir)
+from common import (BUILD, expect_error, libtorch_major, main, ppc,  # noqa: E402
+                    pytorch2_python, split, tmpdir)
 import pt2  # noqa: E402
 
-TORCH_PYTHON = os.environ.get("PPC_TORCH_PYTHON", "")
-WHEEL_PYTHON = TORCH_PYTHON or os.path.join(ROOT, "build-wheel", "venv", "bin", "python")
+PT2_PYTHON = pytorch2_python()
 PT2_MODELS = os.path.join(BUILD, "pt2-models")
 
 MODELS = ["pt2_state", "pt2_state_functional"]
@@ -50,12 +49,13 @@ class Pt2StateTest(unittest.TestCase):
         in ppc or torch 2.x here."""
         if libtorch_major() < 2:
             self.skipTest("needs a ppc built against LibTorch 2.x")
-        if not os.access(WHEEL_PYTHON, os.X_OK):
-            self.skipTest("no PyTorch 2.x to export the models: %s is missing" % WHEEL_PYTHON)
+        if not os.access(PT2_PYTHON, os.X_OK):
+            self.skipTest("no PyTorch 2.x to export the models: %s is missing "
+                          "(scripts/python.sh build makes it)" % PT2_PYTHON)
         if int(torch.__version__.split(".")[0]) < 2:
-            self.fail("run test_pt2_state.py with PPC_TORCH_PYTHON (torch %s has no "
-                      "torch.export)" % torch.__version__)
-        r = pt2.generate(PT2_MODELS, WHEEL_PYTHON)
+            self.fail("run test_pt2_state.py with the PyTorch 2.x build's Python, "
+                      "PPC_TORCH_PYTHON (torch %s has no torch.export)" % torch.__version__)
+        r = pt2.generate(PT2_MODELS, PT2_PYTHON)
         self.assertEqual(r.returncode, 0, "make_pt2_models.py:\n" + r.stdout + r.stderr)
         return PT2_MODELS
 

@@ -8,8 +8,9 @@
    NAME.expected.pt with allclose(rtol=atol=1e-5). Needs root (ip netns add);
    skipped otherwise.
 2. A real torchrun (`torchrun --no-python --nproc-per-node 2 ppc run ...`):
-   the torch wheel's (build-wheel/venv, scripts/wheel.sh), else one in PATH
-   when it works here; skipped otherwise. Its output must equal `ppc launch`'s
+   the PyTorch 2.x configuration's (next to common.pytorch2_python(): build/venv
+   from scripts/python.sh, or your python3's), else one in PATH when it works
+   here; skipped otherwise. Its output must equal `ppc launch`'s
    exactly and the model's expected output.
 
 Each test is its own ctest entry (tests/CMakeLists.txt), so a skip shows as
@@ -28,8 +29,9 @@ import unittest
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (PPC, ROOT, assert_identical, assert_outputs_close,  # noqa: E402
-                    expected_output, launch, main, model_path, split_at, tmpdir)
+from common import (PPC, assert_identical, assert_outputs_close,  # noqa: E402
+                    expected_output, launch, main, model_path, pytorch2_python, split_at,
+                    tmpdir)
 
 PPC = os.path.abspath(PPC)  # `ip netns exec` and torchrun run it from elsewhere
 NAME = "two_io"
@@ -37,13 +39,11 @@ STEP_TIMEOUT = 45  # seconds for any one subprocess
 
 
 def find_torchrun():
-    """The torchrun to test: the wheel's (PPC_TORCH_PYTHON's venv in the wheel
-    build, else build-wheel/venv from scripts/wheel.sh), else one in PATH."""
-    venvs = [os.path.dirname(p) for p in (os.environ.get("PPC_TORCH_PYTHON", ""),) if p]
-    venvs.append(os.path.join(ROOT, "build-wheel", "venv", "bin"))
-    for d in venvs:
-        if os.access(os.path.join(d, "torchrun"), os.X_OK):
-            return os.path.join(d, "torchrun")
+    """The torchrun to test: the one next to the PyTorch 2.x configuration's
+    Python (common.pytorch2_python()), else one in PATH."""
+    beside = os.path.join(os.path.dirname(pytorch2_python()), "torchrun")
+    if os.access(beside, os.X_OK):
+        return beside
     return shutil.which("torchrun")
 
 
@@ -68,7 +68,7 @@ def store_mismatch(torchrun):
             ppc_major < 2 <= torchrun_major:
         return ("%s is torch %s's: its store expects a client handshake that this ppc's "
                 "LibTorch %d.x lacks; run this test with a ppc built against LibTorch 2.x "
-                "(scripts/wheel.sh)" % (torchrun, r.stdout.strip(), ppc_major))
+                "(scripts/build.sh pytorch2)" % (torchrun, r.stdout.strip(), ppc_major))
     return None
 
 
@@ -174,7 +174,8 @@ class MultiNodeTest(unittest.TestCase):
 
     def test_real_torchrun(self):
         torchrun = find_torchrun()
-        why = "no torchrun in build-wheel/venv (scripts/wheel.sh) nor in PATH"
+        why = ("no torchrun next to %s (scripts/python.sh build) nor in PATH"
+               % pytorch2_python())
         if torchrun is not None:
             try:
                 r = run([torchrun, "--help"], timeout=30)

@@ -130,10 +130,10 @@ class FlopsControlFlowTest(unittest.TestCase):
     def test_mobilenet_v2_flops_balance_matches_profile(self):
         model = model_path("mobilenet_v2")
         # Asserted for 3 stages with Debian's LibTorch 1.13 (OpenBLAS); reported
-        # for 4 stages, and for the wheel's LibTorch 2.x. FLOPs are not time:
+        # for 4 stages, and for LibTorch 2.x (PyTorch's). FLOPs are not time:
         # the last stages (1x1 convolutions on 2x2 images) run at fewer FLOP/s
         # than the early blocks (4 stages: ratio 0.69-0.72, too near the bound
-        # to assert on a loaded 2-core machine), and with the wheel's kernels
+        # to assert on a loaded 2-core machine), and with LibTorch 2.x's kernels
         # the last of 3 stages takes 61-65% of the measured time against
         # flops' 29.5% (ratio 0.56; docs/split.md).
         assert_it = libtorch_major() < 2

@@ -16,7 +16,8 @@ Linear(1024, 1024) layers, split into 2 stages) under `ppc launch` with
   - the baseline is the same run with OPENBLAS_NUM_THREADS=1, which keeps
     OpenBLAS from starting any helper.
 
-Run: PPC=build/bin/ppc /usr/bin/python3 tests/cli/test_threads.py -v
+Run: PPC=build-system/bin/ppc /usr/bin/python3 tests/cli/test_threads.py -v
+(PPC=build/bin/ppc with the PyTorch 2.x build's Python: scripts/python.sh build)
 Env: PPC (the ppc binary). Needs torch to write the model.
 """
 import collections

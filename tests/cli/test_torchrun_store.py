@@ -6,10 +6,12 @@ every rank would wait its whole --timeout for an answer. The ppc under test
 must tell within a couple of seconds and say what to do, on every rank, in
 one line.
 
-Needs a torch 2.x torchrun: build-wheel/venv's (scripts/wheel.sh) or
-$PPC_TORCHRUN; skipped without one, and for a ppc built against LibTorch 2.x
-(whose pairing with torchrun test_run_multinode.py's test_real_torchrun checks).
-Run: /usr/bin/python3 tests/cli/test_torchrun_store.py -v (about 10 s).
+Needs a torch 2.x torchrun: $PPC_TORCHRUN, else the one next to the PyTorch
+2.x configuration's Python (common.pytorch2_python(), scripts/python.sh);
+skipped without one, and for a ppc built against LibTorch 2.x (whose pairing
+with torchrun test_run_multinode.py's test_real_torchrun checks).
+Run in build-system/: PPC=$PWD/bin/ppc PPC_MODELS_DIR=$PWD/models
+/usr/bin/python3 ../tests/cli/test_torchrun_store.py -v (about 10 s).
 """
 
 import os
@@ -22,19 +24,19 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (PPC, ROOT, libtorch_major, main, model_path, split_at,  # noqa: E402
-                    tmpdir)
+from common import (PPC, libtorch_major, main, model_path, pytorch2_python,  # noqa: E402
+                    split_at, tmpdir)
 
 PPC = os.path.abspath(PPC)
-TORCHRUN = os.environ.get("PPC_TORCHRUN",
-                          os.path.join(ROOT, "build-wheel", "venv", "bin", "torchrun"))
+TORCHRUN = os.environ.get("PPC_TORCHRUN") or os.path.join(
+    os.path.dirname(pytorch2_python()), "torchrun")
 
 
 class TorchrunStoreTest(unittest.TestCase):
     def test_a_1_13_ppc_under_torchrun_2_fails_fast(self):
         if not os.access(TORCHRUN, os.X_OK):
-            self.skipTest(f"no torch 2.x torchrun at {TORCHRUN} (scripts/wheel.sh, or set "
-                          "PPC_TORCHRUN)")
+            self.skipTest(f"no torch 2.x torchrun at {TORCHRUN} (scripts/python.sh build, "
+                          "or set PPC_TORCHRUN)")
         if libtorch_major() >= 2:
             self.skipTest("this ppc is built against LibTorch 2.x: it pairs with torchrun "
                           "(test_run_multinode.py, test_real_torchrun)")

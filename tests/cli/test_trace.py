@@ -2,7 +2,8 @@
 """Tests `ppc trace summary` and `ppc trace plot` on trace fixtures, and
 that the files ppc writes follow the trace event format (trace_format.py).
 
-Run: PPC=build/bin/ppc PPC_MODELS_DIR=build/models /usr/bin/python3 tests/cli/test_trace.py -v
+Run: PPC=build-system/bin/ppc PPC_MODELS_DIR=build-system/models /usr/bin/python3 \
+  tests/cli/test_trace.py -v
 Fixtures: tests/unit/fixtures/trace/summary.json (hand-written; its
 numbers are worked out in its "otherData" and in TraceTest.cpp) and
 written.json (what writeTraceFile writes for TraceTest's two ranks).

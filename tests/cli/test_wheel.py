@@ -3,18 +3,20 @@
 
 1. `ppc --version` names ppc's version, the LibTorch it was built against and
    whether CUDA and NCCL are compiled in, and these agree with the Python torch
-   that holds that LibTorch (the wheel's venv python, PPC_TORCH_PYTHON, in the
-   wheel build; Debian's /usr/bin/python3 in the default build).
+   that holds that LibTorch (PPC_TORCH_PYTHON in the PyTorch 2.x build;
+   Debian's /usr/bin/python3 in the system LibTorch build).
 2. Models scripted by PyTorch 2.x (tests/models/make_wheel_models.py, run with
-   the wheel's python and cached in PPC_BUILD_DIR/wheel-models): one using
-   scaled_dot_product_attention, one using aten::rms_norm. A ppc built against
-   LibTorch 2.x splits, verifies and runs them on 2 ranks with the outputs the
-   wheel's python computed; one built against LibTorch 1.x refuses each with
-   one exact `error:` line. Skipped, with the reason, when no wheel python is
-   there (scripts/wheel.sh creates it in build-wheel/venv).
+   common.pytorch2_python() and cached in PPC_BUILD_DIR/wheel-models): one
+   using scaled_dot_product_attention, one using aten::rms_norm. A ppc built
+   against LibTorch 2.x splits, verifies and runs them on 2 ranks with the
+   outputs that Python computed; one built against LibTorch 1.x refuses each
+   with one exact `error:` line. Skipped, with the reason, when there is no
+   PyTorch 2.x Python (scripts/python.sh build makes one in build/venv; the
+   system LibTorch build gets it as PPC_PT2_PYTHON from scripts/test.sh).
 
-Env: PPC, PPC_MODELS_DIR, PPC_BUILD_DIR, and in the wheel build
-PPC_TORCH_PYTHON (tests/CMakeLists.txt).
+Env: PPC, PPC_MODELS_DIR, PPC_BUILD_DIR, and in the PyTorch 2.x build
+PPC_TORCH_PYTHON (tests/CMakeLists.txt); in the system LibTorch build
+PPC_PT2_PYTHON.
 """
 import json
 import os
@@ -27,14 +29,14 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import (BUILD, ROOT, assert_outputs_close, launch, main, ppc,  # noqa: E402
-                    tmpdir)
+                    pytorch2_python, tmpdir)
 
-# The Python whose torch holds the LibTorch ppc links (empty: Debian's).
+# The Python whose torch holds the LibTorch ppc links (empty: the system
+# LibTorch build, whose torch is Debian's).
 TORCH_PYTHON = os.environ.get("PPC_TORCH_PYTHON", "")
-# A Python with torch 2.x to script the models: the wheel build's own, else
-# the venv scripts/wheel.sh leaves next to the default build.
-WHEEL_PYTHON = TORCH_PYTHON or os.path.join(ROOT, "build-wheel", "venv", "bin", "python")
-WHEEL_MODELS = os.path.join(BUILD, "wheel-models")
+# A Python with torch 2.x to script the models.
+PT2_PYTHON = pytorch2_python()
+MODELS_2X = os.path.join(BUILD, "wheel-models")
 GENERATOR = os.path.join(ROOT, "tests", "models", "make_wheel_models.py")
 
 VERSION_RE = re.compile(
@@ -63,7 +65,7 @@ def python_torch(python):
     return tuple(int(f) for f in fields[:3]), fields[3] == "True", fields[4] == "True"
 
 
-class WheelTest(unittest.TestCase):
+class ConfigurationsTest(unittest.TestCase):
     def setUp(self):
         self.tmp = tmpdir(self)
 
@@ -76,20 +78,21 @@ class WheelTest(unittest.TestCase):
         self.assertEqual((libtorch, cuda, nccl), want,
                          "ppc --version disagrees with %s's torch" % (TORCH_PYTHON or
                                                                     "/usr/bin/python3"))
-        if not TORCH_PYTHON:  # the default build: Debian's CPU-only LibTorch
+        if not TORCH_PYTHON:  # the system LibTorch build: Debian's CPU-only LibTorch
             self.assertEqual((libtorch[0], cuda, nccl), (1, False, False))
 
     # -- models scripted by PyTorch 2.x ----------------------------------
 
-    def wheel_models(self):
-        """Generates (or reuses) the 2.x-scripted models; skips without a wheel python."""
-        if not os.access(WHEEL_PYTHON, os.X_OK):
+    def models_2x(self):
+        """Generates (or reuses) the 2.x-scripted models; skips without a
+        PyTorch 2.x Python."""
+        if not os.access(PT2_PYTHON, os.X_OK):
             self.skipTest("no PyTorch 2.x to script the models: %s is missing "
-                          "(scripts/wheel.sh creates it)" % WHEEL_PYTHON)
-        r = subprocess.run([WHEEL_PYTHON, "-W", "ignore", GENERATOR, WHEEL_MODELS],
+                          "(scripts/python.sh build makes it)" % PT2_PYTHON)
+        r = subprocess.run([PT2_PYTHON, "-W", "ignore", GENERATOR, MODELS_2X],
                            capture_output=True, text=True, timeout=600)
         self.assertEqual(r.returncode, 0, "make_wheel_models.py:\n" + r.stdout + r.stderr)
-        return WHEEL_MODELS
+        return MODELS_2X
 
     def needs_libtorch(self, ok, why):
         libtorch = ppc_version()[1]
@@ -98,7 +101,7 @@ class WheelTest(unittest.TestCase):
 
     def check_split_verify_run(self, name):
         self.needs_libtorch(lambda major: major >= 2, "needs a ppc built against LibTorch 2.x")
-        models = self.wheel_models()
+        models = self.models_2x()
         with open(os.path.join(models, name + ".json")) as f:
             cuts = json.load(f)["split_at"]
         model, inp = os.path.join(models, name + ".pt"), os.path.join(models, name + ".input.pt")
@@ -109,7 +112,7 @@ class WheelTest(unittest.TestCase):
             r = ppc("verify", model, manifest, "--input", inp, check=False)
             self.assertEqual(r.returncode, 0, "%s, %s stages: verify:\n%s%s" % (
                 name, stages, r.stdout, r.stderr))
-        # Two ranks, 3 microbatches of a batch of 5, against the wheel's own output.
+        # Two ranks, 3 microbatches of a batch of 5, against PyTorch 2.x's own output.
         got = os.path.join(self.tmp, "out.pt")
         r = launch(2, "run", os.path.join(self.tmp, "split2", "manifest.json"), "--input", inp,
                    "--output", got, "--microbatches", "3", "--no-meta-cache", timeout=300,
@@ -127,7 +130,7 @@ class WheelTest(unittest.TestCase):
     def test_libtorch_1_refuses_torch2_models(self):
         self.needs_libtorch(lambda major: major < 2, "only a ppc built against LibTorch 1.x "
                             "lacks these operators")
-        models = self.wheel_models()
+        models = self.models_2x()
         version = "%d.%d.%d" % ppc_version()[1]
         for name, op in (("sdpa", "aten::scaled_dot_product_attention"),
                          ("rms_norm", "aten::rms_norm")):

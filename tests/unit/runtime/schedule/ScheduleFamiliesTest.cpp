@@ -3,7 +3,7 @@
 // The schedules ported from torch.distributed.pipelining (looped-bfs,
 // interleaved-zb, zbv, dualpipev): their compute orders equal PyTorch's own
 // generators' (fixtures written by fixtures/schedule/make_pytorch_csv.py with
-// the wheel's Python), both CSV layouts read and write, the simulated bubbles
+// a PyTorch 2.x Python), both CSV layouts read and write, the simulated bubbles
 // equal the published formulas at unit costs, and what a schedule cannot
 // run is refused in one line.
 //
