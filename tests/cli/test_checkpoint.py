@@ -23,7 +23,7 @@ import unittest
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (PPC, class_tmpdir, free_port, libtorch_major, main, ppc,  # noqa: E402
+from common import (PPC, class_tmpdir, free_port, main, ppc,  # noqa: E402
                     rank_env, tmpdir)
 from training import STEP, reference, rel_diff, split, train, write_data  # noqa: E402
 
@@ -138,10 +138,7 @@ class CheckpointTest(unittest.TestCase):
                 ppc("join", part_dir, "-o", joined)
                 got = dict(torch.jit.load(joined).named_parameters())
                 for name, p in model.named_parameters():
-                    # (LibTorch 2.x's C++ Adam rounds otherwise than the 1.13
-                    # reference's: 2.6e-4 after 8 steps.)
-                    self.assertLess(rel_diff(got[name], p),
-                                    1e-4 if libtorch_major() < 2 else 1e-3, name)
+                    self.assertLess(rel_diff(got[name], p), 1e-4, name)
                 stage0 = dict(torch.jit.load(os.path.join(
                     part_dir, "step-00000008", "stage_0.pt")).named_parameters())
                 for name, p in stage0.items():
