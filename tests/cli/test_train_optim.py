@@ -39,7 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import free_port, ppc, main, rank_env  # noqa: E402
 from common import model_path  # noqa: E402
 from training import (LOSS, LibTorchAdamW, assert_gradients, losses_rel_diff,  # noqa: E402
-                      make_target, model_inputs, reference_optim, rel_diff, schedule_lr, split,
+                      make_target, model_inputs, reference_optim, schedule_lr, split,
                       train, write_data)
 
 MICROBATCHES = 3
@@ -134,8 +134,9 @@ class TrainOptimTest(unittest.TestCase):
     def test_adamw_linear_clipped(self):
         """AdamW with torch.optim.AdamW's default decay (0.01, no
         --weight-decay), linear after 2 warm-up steps; --quiet keeps lr and
-        grad_norm."""
-        self.check("mlp", 4, "adamw", 0.01, "linear", 2, 0.001, 0.5, quiet=True)
+        grad_norm. (At lr 0.01 the norm grew to 190 and amplified the last
+        bit of a reduction to 3e-5 by step 20: a test of chaos, not of ppc.)"""
+        self.check("mlp", 4, "adamw", 0.003, "linear", 2, 0.0003, 0.5, quiet=True)
 
     def test_tied_constant_clipped(self):
         """The decoder's tied embedding counts once in the norm (its two
@@ -145,11 +146,15 @@ class TrainOptimTest(unittest.TestCase):
     def test_reference_adamw_is_torch_adamw(self):
         """LibTorchAdamW, the references' AdamW, is torch.optim.AdamW with its
         default decay: 20 full-batch steps on the unsplit MLP give the same
-        losses and weights (bitwise with 1.13; to rounding with 2.x, whose
-        Adam updates the first moment with lerp_)."""
+        losses and weights, bitwise, once its first moment moves as this
+        torch's Python Adam moves it (1.13: mul_ and add_, as LibTorch's C++
+        Adam; 2.x: lerp_, one ulp apart)."""
+        class PythonAdamW(LibTorchAdamW):
+            first_moment_lerp = int(torch.__version__.split(".")[0]) >= 2
+
         inputs, target = model_inputs("mlp"), make_target("mlp", "cross_entropy")
         runs = []
-        for make in (lambda p: LibTorchAdamW(p, lr=0.01), lambda p: torch.optim.AdamW(p, lr=0.01)):
+        for make in (lambda p: PythonAdamW(p, lr=0.01), lambda p: torch.optim.AdamW(p, lr=0.01)):
             model = torch.jit.load(model_path("mlp"))
             model.train()
             opt = make(list(model.parameters()))
@@ -162,9 +167,9 @@ class TrainOptimTest(unittest.TestCase):
                 losses.append(loss.item())
             runs.append((losses, dict(model.named_parameters())))
         (ours, a), (theirs, b) = runs
-        self.assertLessEqual(losses_rel_diff(ours, theirs), TOL, "%s vs %s" % (ours, theirs))
+        self.assertEqual(ours, theirs)
         for path, p in a.items():
-            self.assertLessEqual(rel_diff(p, b[path]), TOL, path)
+            self.assertTrue(torch.equal(p, b[path]), path)
 
     def test_dry_run(self):
         """Every step's learning rate as the formula has it, with no launch

@@ -94,6 +94,11 @@ class LibTorchAdam(torch.optim.Optimizer):
     lerp_ rather than mul_ and add_, one ulp apart, which resnet18's
     BatchNorm over 2-3 rows amplifies to 1e-4 of the loss within 3 steps."""
 
+    # Whether the first moment moves by lerp_, as torch 2.x's Python Adam
+    # does, rather than by mul_ and add_ as the C++ one (a subclass's choice:
+    # test_train_optim.py replays torch.optim.AdamW bitwise with it).
+    first_moment_lerp = False
+
     def __init__(self, params, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
 
@@ -113,7 +118,10 @@ class LibTorchAdam(torch.optim.Optimizer):
                     state["exp_avg"] = torch.zeros_like(p)
                     state["exp_avg_sq"] = torch.zeros_like(p)
                 state["step"] += 1
-                state["exp_avg"].mul_(beta1).add_(grad, alpha=1 - beta1)
+                if self.first_moment_lerp:
+                    state["exp_avg"].lerp_(grad, 1 - beta1)
+                else:
+                    state["exp_avg"].mul_(beta1).add_(grad, alpha=1 - beta1)
                 state["exp_avg_sq"].mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
                 correction1 = 1 - beta1 ** state["step"]
                 correction2 = 1 - beta2 ** state["step"]
