@@ -13,6 +13,9 @@
    with one exact `error:` line. Skipped, with the reason, when there is no
    PyTorch 2.x Python (scripts/python.sh build makes one in build/venv; the
    system LibTorch build gets it as PPC_PT2_PYTHON from scripts/test.sh).
+3. The other way round: models scripted by torch 1.13 (Debian's Python) split,
+   verify bitwise and run in the PyTorch 2.x build, whose own tests script
+   theirs with torch 2.x.
 
 Env: PPC, PPC_MODELS_DIR, PPC_BUILD_DIR, and in the PyTorch 2.x build
 PPC_TORCH_PYTHON (tests/CMakeLists.txt); in the system LibTorch build
@@ -126,6 +129,37 @@ class ConfigurationsTest(unittest.TestCase):
 
     def test_rms_norm_splits_verifies_and_runs(self):
         self.check_split_verify_run("rms_norm")
+
+    def test_libtorch_2_reads_models_scripted_by_torch_1(self):
+        """TorchScript files that an older torch saved (Debian's 1.13, when
+        it is installed) split, verify bitwise and run on 2 ranks in the
+        PyTorch 2.x build, against the outputs torch 1.13 computed."""
+        self.needs_libtorch(lambda major: major >= 2, "a ppc built against LibTorch 1.x reads "
+                            "them in every other test")
+        old = "/usr/bin/python3"
+        if not os.access(old, os.X_OK) or python_torch(old)[0][0] >= 2:
+            self.skipTest("no torch 1.x at %s (scripts/setup.sh system installs it)" % old)
+        models = os.path.join(BUILD, "models-torch1")
+        r = subprocess.run([old, os.path.join(ROOT, "tests", "models", "make_models.py"), models,
+                            "--only", "resnet18,two_io"], capture_output=True, text=True,
+                           timeout=600)
+        self.assertEqual(r.returncode, 0, "make_models.py:\n" + r.stdout + r.stderr)
+        for name in ("resnet18", "two_io"):
+            model = os.path.join(models, name + ".pt")
+            inp = os.path.join(models, name + ".input.pt")
+            out = os.path.join(self.tmp, name)
+            ppc("split", model, "-o", out, "--stages", "2")
+            r = ppc("verify", model, os.path.join(out, "manifest.json"), "--input", inp,
+                    "--rtol", "0", "--atol", "0", check=False)
+            self.assertEqual(r.returncode, 0, "%s: verify:\n%s%s" % (name, r.stdout, r.stderr))
+        got = os.path.join(self.tmp, "out.pt")
+        r = launch(2, "run", os.path.join(self.tmp, "resnet18", "manifest.json"), "--input",
+                   os.path.join(models, "resnet18.input.pt"), "--output", got,
+                   "--microbatches", "2", "--no-meta-cache", timeout=300,
+                   launcher=("--timeout", "120"))
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        assert_outputs_close(self, torch.load(os.path.join(models, "resnet18.expected.pt")),
+                             torch.load(got))
 
     def test_libtorch_1_refuses_torch2_models(self):
         self.needs_libtorch(lambda major: major < 2, "only a ppc built against LibTorch 1.x "
