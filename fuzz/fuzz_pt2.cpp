@@ -6,7 +6,8 @@
 // untrusted input: every problem must come back as one llvm::Error line, never
 // as a crash, an uncaught exception, a leak or a hang. What the reader accepted
 // must also be what the lowering may index without further checks: each
-// weight a tensor, and a lowered graph whose first input is the module.
+// weight a tensor, and a lowered graph whose first input is the module; and
+// its tensors must be bounded by the archive's size.
 //
 // Built only against LibTorch 2.x (PPC_HAVE_PT2): scripts/test.sh's pytorch2
 // stage builds it in build-pt2-fuzz/.
@@ -17,7 +18,9 @@
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <set>
 #include <string>
 
 using namespace ppc;
@@ -35,12 +38,24 @@ namespace {
 
 } // namespace
 
-/// Checks an accepted program, then lowers it.
-static void checkAccepted(const pt2::Pt2Program &program) {
+/// Checks an accepted program, then lowers it. Its tensors' storages are
+/// bounded by the archive (`size` bytes): at most the inflation budget of
+/// lib/SafeRead.h (32 times the archive, at least 64 MiB; that header's
+/// llvm/Support/JSON.h is not for this target), each storage counted once.
+static void checkAccepted(const pt2::Pt2Program &program, size_t size) {
+  uint64_t budget = std::max<uint64_t>(uint64_t(64) << 20, uint64_t(32) * size);
+  std::set<const void *> seen;
+  uint64_t held = 0;
   for (const auto *list : {&program.weights, &program.constants})
-    for (const pt2::Pt2Tensor &t : *list)
+    for (const pt2::Pt2Tensor &t : *list) {
       if (t.fqn.empty() || !t.tensor.defined())
         fail("readPt2 accepted a tensor with no name or no data");
+      if (seen.insert(t.tensor.storage().unsafeGetStorageImpl()).second)
+        held += t.tensor.storage().nbytes();
+    }
+  if (held > budget)
+    fail("readPt2 holds " + std::to_string(held) +
+         " bytes of tensors, more than the archive may hold");
   auto lowered = pt2::lowerPt2(program, "fuzz.pt2");
   if (!lowered) {
     std::string message = llvm::toString(lowered.takeError());
@@ -61,6 +76,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       fail("readPt2 error is not one line: '" + message + "'");
     return 0;
   }
-  checkAccepted(*program);
+  checkAccepted(*program, size);
   return 0;
 }

@@ -49,6 +49,9 @@ llvm::Expected<ModelFile> readModelFile(llvm::StringRef path) {
   if (!buffer)
     return buffer.takeError();
   FileProbe probe{(*buffer)->getBuffer(), {}};
+  // Before any LibTorch reader: opening one inflates .data/version.
+  if (llvm::Error err = checkZipInflation(probe.bytes))
+    return makeError("'" + path + "': " + llvm::toString(std::move(err)));
   auto records = torchCall("it is not a readable zip archive", [&] {
     caffe2::serialize::PyTorchStreamReader reader(
         makeArchiveReader(probe.bytes));

@@ -11,9 +11,12 @@
 //   data/weights/weight_K               raw storage bytes
 //   data/constants/NAME_constants_config.json, data/constants/tensor_K
 //
-// Everything is checked before it is allocated or trusted: record names,
-// byte counts against tensor metadata (with overflow-checked arithmetic),
-// JSON depth, the schema version.
+// Everything is checked before it is allocated or trusted: the sizes the
+// zip's central directory declares against the archive's own size, record
+// names, byte counts against tensor metadata (with overflow-checked
+// arithmetic), JSON depth, the schema version, the range constraints. A
+// weight is a view of its record as read; it is written back as that same
+// storage with its strides, never expanded.
 //
 //===----------------------------------------------------------------------===//
 #ifdef PPC_HAVE_PT2
@@ -107,6 +110,80 @@ std::string shapeText(llvm::ArrayRef<int64_t> sizes) {
                         sizes, [](int64_t s) { return std::to_string(s); }),
                     ", ") +
          "]";
+}
+
+/// The symbol an expression is, bare ("s77") or as sympy prints one
+/// ("Symbol('s77', positive=True, integer=True)"); "" for a compound one.
+llvm::StringRef bareSymbol(llvm::StringRef expr) {
+  if (expr.consume_front("Symbol('")) {
+    if (!expr.endswith(")") || expr.count('(') != 0)
+      return {};
+    expr = expr.take_until([](char c) { return c == '\''; });
+  }
+  bool identifier =
+      !expr.empty() && !llvm::isDigit(expr.front()) &&
+      llvm::all_of(expr, [](char c) { return llvm::isAlnum(c) || c == '_'; });
+  return identifier ? expr : llvm::StringRef();
+}
+
+/// The example value (hint) the program records for each bare symbol among
+/// its tensors' sizes, strides and offsets and its symbolic ints.
+std::map<std::string, int64_t> symbolHints(const schema::Graph &graph) {
+  std::map<std::string, int64_t> out;
+  auto note = [&](const schema::SymInt &v) {
+    if (v.tag() != schema::SymInt::Tag::AS_EXPR)
+      return;
+    const schema::SymExpr &e = v.get_as_expr();
+    llvm::StringRef symbol = bareSymbol(e.get_expr_str());
+    if (!symbol.empty() && e.get_hint() &&
+        e.get_hint()->tag() == schema::SymExprHint::Tag::AS_INT)
+      out.emplace(symbol.str(), e.get_hint()->get_as_int());
+  };
+  for (const auto &[name, meta] : graph.get_tensor_values()) {
+    llvm::for_each(meta.get_sizes(), note);
+    llvm::for_each(meta.get_strides(), note);
+    note(meta.get_storage_offset());
+  }
+  for (const auto &[name, value] : graph.get_sym_int_values())
+    note(value);
+  return out;
+}
+
+/// Whether `symbol` names a size (PyTorch's SymT.SIZE: "s" and digits),
+/// which PyTorch's shape environment never lets below 0.
+bool isSizeSymbol(llvm::StringRef symbol) {
+  return symbol.consume_front("s") && !symbol.empty() &&
+         llvm::all_of(symbol, llvm::isDigit);
+}
+
+/// Checks range_constraints as torch.export.load does (ValueRanges refuses
+/// min > max, the shape environment a recorded example value outside its
+/// symbol's range), and that no size may be negative, so that a stage
+/// program that copies them loads too.
+llvm::Error checkRanges(const schema::ExportedProgram &program,
+                        llvm::StringRef path) {
+  auto hints = symbolHints(program.get_graph_module().get_graph());
+  std::map<std::string, schema::RangeConstraint> ranges(
+      program.get_range_constraints().begin(),
+      program.get_range_constraints().end());
+  for (const auto &[symbol, range] : ranges) {
+    const std::optional<int64_t> &lo = range.get_min_val();
+    const std::optional<int64_t> &hi = range.get_max_val();
+    std::string text = "[" + (lo ? std::to_string(*lo) : "-inf") + ", " +
+                       (hi ? std::to_string(*hi) : "inf") + "]";
+    std::string what =
+        "its range constraint for symbol '" + symbol + "', " + text + ", ";
+    if (lo && hi && *lo > *hi)
+      return fail(path, what + "has its minimum above its maximum");
+    if (((lo && *lo < 0) || (hi && *hi < 0)) && isSizeSymbol(symbol))
+      return fail(path, what + "admits negative values for a size");
+    auto hint = hints.find(symbol);
+    if (hint != hints.end() &&
+        ((lo && hint->second < *lo) || (hi && hint->second > *hi)))
+      return fail(path, what + "excludes the symbol's example value " +
+                            std::to_string(hint->second));
+  }
+  return llvm::Error::success();
 }
 
 /// Reads one payload config (weights or constants) and its tensors.
@@ -215,12 +292,16 @@ private:
     auto key = std::make_pair(record, dtype);
     if (auto it = storages.find(key); it != storages.end())
       return it->second;
-    at::Tensor flat = at::empty({static_cast<int64_t>(numel)},
-                                at::TensorOptions().dtype(dtype));
-    if (numel > 0) {
-      auto [data, size] = reader.getRecord(record);
-      std::memcpy(flat.data_ptr(), data.get(), numel * c10::elementSize(dtype));
-    }
+    // Inflated straight into the tensor (no second copy); a trailing
+    // partial element is read but lies outside the flat view.
+    size_t elementSize = c10::elementSize(dtype);
+    size_t bytes = reader.getRecordSize(record);
+    at::Tensor whole = at::empty(
+        {static_cast<int64_t>((bytes + elementSize - 1) / elementSize)},
+        at::TensorOptions().dtype(dtype));
+    if (bytes > 0)
+      reader.getRecord(record, whole.data_ptr(), bytes);
+    at::Tensor flat = whole.narrow(0, 0, static_cast<int64_t>(numel));
     storages.emplace(key, flat);
     return flat;
   }
@@ -235,6 +316,8 @@ private:
 };
 
 llvm::Expected<Pt2Program> read(llvm::StringRef bytes, llvm::StringRef path) {
+  if (llvm::Error err = checkZipInflation(bytes))
+    return fail(path, llvm::toString(std::move(err)));
   std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader;
   std::vector<std::string> records;
   try {
@@ -293,6 +376,8 @@ llvm::Expected<Pt2Program> read(llvm::StringRef bytes, llvm::StringRef path) {
                               sv.get_major(), sv.get_minor(),
                               sv.get_major() > kSchemaMajor ? "newer" : "older",
                               kSchemaMajor));
+  if (llvm::Error err = checkRanges(out.program, path))
+    return err;
   PayloadReader payloads(*reader, path);
   if (llvm::Error err = payloads.read(
           kWeightsDir, (kWeightsDir + out.name + "_weights_config.json").str(),
@@ -307,38 +392,49 @@ llvm::Expected<Pt2Program> read(llvm::StringRef bytes, llvm::StringRef path) {
   return out;
 }
 
-/// The payload config and the records of `tensors`, each storage once, as
-/// contiguous bytes.
+/// The bytes of `t`'s whole storage, on the CPU.
+at::Tensor storageBytes(const at::Tensor &t) {
+  at::Tensor bytes = at::empty({0}, t.options().dtype(at::kByte));
+  bytes.set_(t.storage(), 0, {static_cast<int64_t>(t.storage().nbytes())}, {1});
+  return bytes.to(at::kCPU);
+}
+
+std::vector<schema::SymInt> symInts(c10::IntArrayRef values) {
+  std::vector<schema::SymInt> out;
+  for (int64_t s : values) {
+    schema::SymInt v;
+    v.set_as_int(s);
+    out.push_back(v);
+  }
+  return out;
+}
+
+/// The payload config and the records of `tensors`: each storage once, as
+/// it is (an expanded or strided view keeps its storage and strides, as
+/// torch.export.save writes it, rather than growing to its full size).
 nlohmann::json writePayloads(caffe2::serialize::PyTorchStreamWriter &writer,
                              llvm::StringRef dir, llvm::StringRef prefix,
                              const std::vector<Pt2Tensor> &tensors) {
   nlohmann::json config = nlohmann::json::object();
-  std::map<const void *, std::string> files;
+  std::map<std::pair<const void *, c10::ScalarType>, std::string> files;
   for (const Pt2Tensor &t : tensors) {
-    at::Tensor cpu = t.tensor.detach().to(at::kCPU).contiguous();
-    auto [it, fresh] =
-        files.try_emplace(t.tensor.unsafeGetTensorImpl(),
-                          prefix.str() + std::to_string(files.size()));
-    if (fresh)
-      writer.writeRecord((dir + it->second).str(), cpu.data_ptr(),
-                         cpu.numel() * cpu.element_size());
+    at::Tensor view = t.tensor.detach();
+    auto [it, fresh] = files.try_emplace(
+        {view.storage().unsafeGetStorageImpl(), view.scalar_type()},
+        prefix.str() + std::to_string(files.size()));
+    if (fresh) {
+      at::Tensor bytes = storageBytes(view);
+      writer.writeRecord((dir + it->second).str(), bytes.data_ptr(),
+                         bytes.numel());
+    }
     schema::TensorMeta meta;
-    std::vector<schema::SymInt> sizes, strides;
-    for (int64_t s : cpu.sizes()) {
-      schema::SymInt v;
-      v.set_as_int(s);
-      sizes.push_back(v);
-    }
-    for (int64_t s : cpu.strides()) {
-      schema::SymInt v;
-      v.set_as_int(s);
-      strides.push_back(v);
-    }
+    std::vector<schema::SymInt> sizes = symInts(view.sizes());
+    std::vector<schema::SymInt> strides = symInts(view.strides());
     schema::SymInt offset;
-    offset.set_as_int(0);
+    offset.set_as_int(view.storage_offset());
     schema::Device device;
     device.set_type(std::string("cpu"));
-    meta.set_dtype(*schemaScalarType(cpu.scalar_type()));
+    meta.set_dtype(*schemaScalarType(view.scalar_type()));
     meta.set_sizes(std::move(sizes));
     meta.set_strides(std::move(strides));
     meta.set_storage_offset(std::move(offset));

@@ -101,12 +101,19 @@ std::optional<schema::ScalarType> schemaScalarType(c10::ScalarType t);
 /// read, no program or several, JSON that does not parse, nests too deeply
 /// or does not match the schema, a weight whose record is missing or holds
 /// fewer bytes than its config says, an unsupported dtype, layout or pickled
-/// weight.
+/// weight, records that declare more than the archive may inflate to
+/// (checkZipInflation, lib/SafeRead.h; checked before any is read), a range
+/// constraint that torch.export.load refuses (minimum above maximum, or
+/// without the symbol's example value) or that lets a size go negative.
+/// Each weight is a view of its record's bytes as the config gives it
+/// (strides, offset), never a larger copy.
 llvm::Expected<Pt2Program> readPt2(llvm::StringRef bytes, llvm::StringRef path);
 
 /// Writes an archive that torch.export.load and readPt2 read: `programJson`
-/// as models/NAME.json and the tensors' bytes (each storage once) with their
-/// configs. Throws as LibTorch does (c10::Error, std::exception).
+/// as models/NAME.json and each tensor's whole storage (once per storage and
+/// dtype) with its sizes, strides and offset, as torch.export.save does, so
+/// an expanded weight stays as small as its storage. Throws as LibTorch does
+/// (c10::Error, std::exception).
 void writePt2(std::ostream &out, const std::string &name,
               const nlohmann::json &programJson,
               const std::vector<Pt2Tensor> &weights,

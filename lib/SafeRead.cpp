@@ -17,6 +17,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
+#include <optional>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -151,6 +152,104 @@ llvm::Expected<llvm::json::Value> parseJSONBounded(llvm::StringRef text,
     return makeError(what +
                      " is not valid JSON: " + llvm::toString(json.takeError()));
   return json;
+}
+
+namespace {
+
+/// The little-endian integer of `n` bytes at `at`; the caller checked the
+/// bounds.
+uint64_t littleEndian(llvm::StringRef b, uint64_t at, unsigned n) {
+  uint64_t v = 0;
+  for (unsigned i = 0; i < n; ++i)
+    v |= uint64_t(static_cast<uint8_t>(b[at + i])) << (8 * i);
+  return v;
+}
+
+struct ZipDirectory {
+  uint64_t offset, entries;
+};
+
+/// The central directory, as miniz finds it: from the last end-of-central-
+/// directory signature (within the 64 KiB a comment may take), or its zip64
+/// twin when a field is saturated. nullopt when there is none.
+std::optional<ZipDirectory> findZipDirectory(llvm::StringRef b) {
+  if (b.size() < 22)
+    return std::nullopt;
+  uint64_t lowest = b.size() > 22 + 65535 ? b.size() - 22 - 65535 : 0;
+  for (uint64_t at = b.size() - 22 + 1; at-- > lowest;) {
+    if (littleEndian(b, at, 4) != 0x06054b50)
+      continue;
+    ZipDirectory d{littleEndian(b, at + 16, 4), littleEndian(b, at + 10, 2)};
+    if (d.offset != 0xFFFFFFFF && d.entries != 0xFFFF &&
+        littleEndian(b, at + 12, 4) != 0xFFFFFFFF)
+      return d;
+    if (at < 20 || littleEndian(b, at - 20, 4) != 0x07064b50)
+      return std::nullopt;
+    uint64_t z = littleEndian(b, at - 20 + 8, 8);
+    if (z > b.size() || b.size() - z < 56 ||
+        littleEndian(b, z, 4) != 0x06064b50)
+      return std::nullopt;
+    return ZipDirectory{littleEndian(b, z + 48, 8), littleEndian(b, z + 32, 8)};
+  }
+  return std::nullopt;
+}
+
+/// The uncompressed size a zip64 extra field (`extra`, an entry's extra
+/// data) gives; it comes first when the directory's own field is saturated.
+std::optional<uint64_t> zip64Size(llvm::StringRef extra) {
+  for (uint64_t at = 0; extra.size() - at >= 4;) {
+    uint64_t id = littleEndian(extra, at, 2),
+             size = littleEndian(extra, at + 2, 2);
+    if (extra.size() - at - 4 < size)
+      return std::nullopt;
+    if (id == 1 && size >= 8)
+      return littleEndian(extra, at + 4, 8);
+    at += 4 + size;
+  }
+  return std::nullopt;
+}
+
+} // namespace
+
+llvm::Error checkZipInflation(llvm::StringRef b) {
+  auto dir = findZipDirectory(b);
+  if (!dir)
+    return llvm::Error::success();
+  uint64_t budget = std::max(kMinInflationBudget, kMaxInflation * b.size());
+  uint64_t total = 0, at = dir->offset;
+  for (uint64_t i = 0; i < dir->entries; ++i) {
+    // A directory LibTorch cannot read either is its reader's to report.
+    if (at > b.size() || b.size() - at < 46 ||
+        littleEndian(b, at, 4) != 0x02014b50)
+      return llvm::Error::success();
+    uint64_t nameLength = littleEndian(b, at + 28, 2);
+    uint64_t extraLength = littleEndian(b, at + 30, 2);
+    uint64_t next =
+        at + 46 + nameLength + extraLength + littleEndian(b, at + 32, 2);
+    if (next > b.size())
+      return llvm::Error::success();
+    llvm::StringRef name = b.substr(at + 46, nameLength);
+    std::optional<uint64_t> size = littleEndian(b, at + 24, 4);
+    if (*size == 0xFFFFFFFF)
+      size = zip64Size(b.substr(at + 46 + nameLength, extraLength));
+    if (!size)
+      return llvm::Error::success();
+    if (*size > budget)
+      return makeError(llvm::formatv("record {0} inflates to {1} bytes, more "
+                                     "than a {2}-byte archive may hold ({3} "
+                                     "in all)",
+                                     name, *size, b.size(), budget)
+                           .str());
+    total += *size; // both at most the budget: no overflow
+    if (total > budget)
+      return makeError(llvm::formatv("its records inflate to {0} bytes or "
+                                     "more, more than a {1}-byte archive may "
+                                     "hold ({2})",
+                                     total, b.size(), budget)
+                           .str());
+    at = next;
+  }
+  return llvm::Error::success();
 }
 
 namespace {

@@ -74,6 +74,25 @@ bool nestsDeeperThan(llvm::StringRef text, unsigned maxDepth);
 llvm::Expected<llvm::json::Value>
 parseJSONBounded(llvm::StringRef text, unsigned maxDepth, llvm::StringRef what);
 
+/// How much a zip archive's records may inflate to, in all: kMaxInflation
+/// times the archive's size, and never less than kMinInflationBudget (a
+/// small deflated archive of JSON legitimately inflates tenfold). Archives
+/// that LibTorch and torch.export.save write are stored, not deflated, and
+/// inflate to less than their own size.
+constexpr uint64_t kMaxInflation = 32;
+constexpr uint64_t kMinInflationBudget = 64 * kMiB;
+
+/// Checks, from the zip's central directory alone (zip64 fields included),
+/// that the records of the archive `bytes` declare at most the inflation
+/// budget above: LibTorch's reader allocates each record's declared size
+/// before inflating it, and reads .data/version as it opens the archive.
+/// Bytes that are not a zip are left to LibTorch's reader. Errors, one line:
+///   "record m/data/weights/weight_0 inflates to 314572800 bytes, more than
+///    a 305117-byte archive may hold (67108864 in all)"
+///   "its records inflate to 70000000 bytes or more, more than a
+///    1000-byte archive may hold (67108864)"
+llvm::Error checkZipInflation(llvm::StringRef bytes);
+
 /// A LibTorch archive reader (for torch::jit::load and PyTorchStreamReader)
 /// over `bytes`, which must outlive it: a file is loaded from exactly the
 /// bytes that were read and checked. Unlike LibTorch's MemoryReadAdapter,

@@ -12,16 +12,20 @@ Env: PPC, PPC_BUILD_DIR, PPC_TORCH_PYTHON (tests/CMakeLists.txt).
 """
 import json
 import os
+import struct
+import subprocess
 import sys
+import threading
 import unittest
 import zipfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pt2  # noqa: E402
-from common import BUILD, libtorch_major, main, ppc, pytorch2_python, tmpdir  # noqa: E402
+from common import BUILD, PPC, libtorch_major, main, ppc, pytorch2_python, tmpdir  # noqa: E402
 
 PT2_PYTHON = pytorch2_python()
 PT2_MODELS = os.path.join(BUILD, "pt2-models")
+MIB = 1 << 20
 
 
 def edit_program(change):
@@ -39,7 +43,9 @@ def first_node(program):
     return program["graph_module"]["graph"]["nodes"][0]
 
 
-class Pt2HostileTest(unittest.TestCase):
+class Pt2Case(unittest.TestCase):
+    """Rewrites of pt2_mlp.pt2 and the checks of a refusal."""
+
     def setUp(self):
         if libtorch_major() < 2:
             self.skipTest("needs a ppc built against LibTorch 2.x; a 1.x ppc refuses every .pt2")
@@ -70,6 +76,8 @@ class Pt2HostileTest(unittest.TestCase):
         self.assertEqual(r.stderr, "error: '%s'%s\n" % (path, message))
         self.assertFalse(os.path.exists(out))
 
+
+class Pt2HostileTest(Pt2Case):
     def test_rewritten_archive_is_accepted(self):
         # The zipfile rewrite itself is harmless: the cases below fail for their edit alone.
         path = self.rewrite("same", lambda name, data: data)
@@ -132,6 +140,153 @@ class Pt2HostileTest(unittest.TestCase):
                             b"7" if name == "archive_version" else data)
         self.expect_refused(path, ": archive version '7' is not one ppc reads (0, as "
                             "torch.export.save writes)")
+
+
+class Pt2BoundsTest(Pt2Case):
+    """What an archive declares is checked against what it can hold before
+    anything is allocated, and a weight is written back as the storage it
+    was given, so that memory and stage files stay bounded by the archive."""
+
+    def split_measured(self, path, out):
+        """`ppc split PATH --stages 2 -o OUT`: (exit status, stderr, peak
+        resident memory in bytes)."""
+        with open(os.path.join(self.tmp, "stderr"), "w+") as err:
+            p = subprocess.Popen([PPC, "split", path, "--stages", "2", "-o", out],
+                                 stdout=subprocess.DEVNULL, stderr=err)
+            timer = threading.Timer(300, p.kill)
+            timer.start()
+            try:
+                _, status, usage = os.wait4(p.pid, 0)
+            finally:
+                timer.cancel()
+            p.returncode = os.waitstatus_to_exitcode(status)
+            err.seek(0)
+            return p.returncode, err.read(), usage.ru_maxrss * 1024
+
+    def baseline_rss(self):
+        """Peak memory of splitting the unedited model, the yardstick."""
+        rc, err, rss = self.split_measured(self.source, os.path.join(self.tmp, "base"))
+        self.assertEqual(rc, 0, err)
+        return rss
+
+    def expect_bounded_refusal(self, path, message, bound):
+        out = os.path.join(self.tmp, "out")
+        rc, err, rss = self.split_measured(path, out)
+        self.assertEqual((rc, err), (2, "error: '%s'%s\n" % (path, message)))
+        self.assertLess(rss, bound)
+        self.assertFalse(os.path.exists(out))
+
+    def rewrite_record(self, name, record, write):
+        """The source archive with RECORD (below the root) deflated and its
+        bytes from WRITE(file object), streamed."""
+        path = os.path.join(self.tmp, name + ".pt2")
+        with zipfile.ZipFile(self.source) as zin, zipfile.ZipFile(path, "w") as zout:
+            for info in zin.infolist():
+                if info.filename.split("/", 1)[1] != record:
+                    zout.writestr(info.filename, zin.read(info.filename))
+                    continue
+                entry = zipfile.ZipInfo(info.filename)
+                entry.compress_type = zipfile.ZIP_DEFLATED
+                with zout.open(entry, "w") as f:
+                    write(f)
+        return path, zin.namelist()[0].split("/", 1)[0]
+
+    def test_inflation_is_bounded_by_the_archive(self):
+        bound = self.baseline_rss() + 128 * MIB
+        # Tests that a small archive whose weight inflates to 300 MB of zeros is refused.
+        size = 300 * 1000 * 1000
+
+        def zeros(f):
+            for _ in range(size >> 20):
+                f.write(bytes(MIB))
+            f.write(bytes(size % MIB))
+        bomb, root = self.rewrite_record("bomb", "data/weights/weight_2", zeros)
+        self.expect_bounded_refusal(bomb, ": record %s/data/weights/weight_2 inflates to %d bytes, "
+                                    "more than a %d-byte archive may hold (67108864 in all)"
+                                    % (root, size, os.path.getsize(bomb)), bound)
+        # Tests that a central directory declaring 3 GiB for the record LibTorch's reader reads
+        # as it opens the archive is refused before the reader exists.
+        path, root = self.rewrite_record("declared", ".data/version", lambda f: f.write(b"3\n"))
+        declare_size(path, root + "/.data/version", 3 << 30)
+        self.expect_bounded_refusal(path, ": record %s/.data/version inflates to %d bytes, more "
+                                    "than a %d-byte archive may hold (67108864 in all)"
+                                    % (root, 3 << 30, os.path.getsize(path)), bound)
+
+    def test_expanded_weight_keeps_its_storage(self):
+        # Tests that a stride-0 [2^24, 16] float weight over a 2 KiB record stays 2 KiB in its
+        # stage file (not 1 GiB), and that torch.export.load reads it back with equal values.
+        def expand(name, data):
+            if name != "data/weights/model_weights_config.json":
+                return data
+            config = json.loads(data)
+            meta = config["config"]["layers.2.weight"]["tensor_meta"]
+            meta["sizes"] = [{"as_int": 1 << 24}, {"as_int": 16}]
+            meta["strides"] = [{"as_int": 0}, {"as_int": 1}]
+            meta["storage_offset"] = {"as_int": 8}
+            return json.dumps(config).encode()
+        path = self.rewrite("expanded", expand)
+        bound = self.baseline_rss() + 128 * MIB
+        out = os.path.join(self.tmp, "out")
+        rc, err, rss = self.split_measured(path, out)
+        self.assertEqual(rc, 0, err)
+        self.assertLess(rss, bound)
+        self.assertEqual(sorted(os.listdir(out)), ["manifest.json", "stage_0.pt2", "stage_1.pt2"])
+        self.assertTrue(all(os.path.getsize(os.path.join(out, f)) < 256 * 1024
+                            for f in os.listdir(out)))
+        check = (
+            "import sys, torch, zipfile\n"
+            "raw = zipfile.ZipFile(sys.argv[1]).read(sys.argv[2])\n"
+            "row = torch.frombuffer(bytearray(raw), dtype=torch.float32)[8:24]\n"
+            "for stage in sys.argv[3:]:\n"
+            "    w = torch.export.load(stage).state_dict.get('layers.2.weight')\n"
+            "    if w is not None:\n"
+            "        print(tuple(w.shape), w.stride(), w.untyped_storage().nbytes(),\n"
+            "              torch.equal(w[0], row), torch.equal(w[(1 << 24) - 1], row))\n")
+        root = zipfile.ZipFile(path).namelist()[0].split("/", 1)[0]
+        r = subprocess.run([PT2_PYTHON, "-W", "ignore", "-c", check, path,
+                            root + "/data/weights/weight_2",
+                            os.path.join(out, "stage_0.pt2"), os.path.join(out, "stage_1.pt2")],
+                           capture_output=True, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, "(16777216, 16) (0, 1) 4096 True True\n")
+
+    def test_range_constraints_as_pytorch_checks_them(self):
+        program = json.loads(zipfile.ZipFile(self.source).read(
+            zipfile.ZipFile(self.source).namelist()[0].split("/", 1)[0] + "/models/model.json"))
+        symbol = next(iter(program["range_constraints"]))
+        hint = program["graph_module"]["graph"]["tensor_values"]["x"]["sizes"][0]["as_expr"][
+            "hint"]["as_int"]
+
+        def ranged(lo, hi):
+            return edit_program(lambda p: p["range_constraints"].__setitem__(
+                symbol, {"min_val": lo, "max_val": hi}))
+        what = ": its range constraint for symbol '%s', " % symbol
+        # Tests that min above max is refused, as ValueRanges refuses it.
+        self.expect_refused(self.rewrite("inverted", ranged(7, 4)),
+                            what + "[7, 4], has its minimum above its maximum")
+        # Tests that a size may not go below 0.
+        self.expect_refused(self.rewrite("negative", ranged(-3, 100)),
+                            what + "[-3, 100], admits negative values for a size")
+        # Tests that the range must hold the example value the program was exported with.
+        self.expect_refused(self.rewrite("excludes", ranged(None, hint - 1)),
+                            what + "[-inf, %d], excludes the symbol's example value %d"
+                            % (hint - 1, hint))
+
+
+def declare_size(path, record, size):
+    """Rewrites the central directory entry of RECORD in the zip PATH to
+    declare SIZE uncompressed bytes."""
+    with open(path, "rb") as f:
+        data = bytearray(f.read())
+    at = struct.unpack_from("<I", data, data.rfind(b"PK\x05\x06") + 16)[0]
+    while True:
+        n, e, c = struct.unpack_from("<HHH", data, at + 28)
+        if data[at + 46:at + 46 + n] == record.encode():
+            break
+        at += 46 + n + e + c
+    struct.pack_into("<I", data, at + 24, size)
+    with open(path, "wb") as f:
+        f.write(data)
 
 
 def ppc_torch_version():

@@ -6,8 +6,11 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <utility>
+#include <vector>
 
 using namespace ppc;
 
@@ -142,4 +145,73 @@ TEST(SafeReadTest, RejectsHugeNestingWithoutRecursing) {
 TEST(SafeReadTest, NamesInvalidJSON) {
   EXPECT_EQ(parseError("[1,"),
             "cache 'c.json' is not valid JSON: [1:3, byte=3]: Unexpected EOF");
+}
+
+namespace {
+/// A zip holding only what checkZipInflation reads: a central directory
+/// entry per record (deflated, declaring `size` uncompressed bytes, in a
+/// zip64 extra field when `zip64`) and the end-of-central-directory record.
+std::string
+zipDirectory(const std::vector<std::pair<std::string, uint64_t>> &records,
+             bool zip64 = false) {
+  std::string out = "(record data)";
+  auto put = [&](uint64_t v, int n) {
+    for (int i = 0; i < n; ++i)
+      out.push_back(static_cast<char>(v >> (8 * i)));
+  };
+  uint64_t offset = out.size();
+  for (const auto &[name, size] : records) {
+    put(0x02014b50, 4);
+    put(0, 6);
+    put(8, 2); // deflated
+    put(0, 12);
+    put(zip64 ? 0xFFFFFFFF : size, 4);
+    put(name.size(), 2);
+    put(zip64 ? 12 : 0, 2);
+    put(0, 14);
+    out += name;
+    if (zip64) {
+      put(1, 2);
+      put(8, 2);
+      put(size, 8);
+    }
+  }
+  uint64_t directory = out.size() - offset;
+  put(0x06054b50, 4);
+  put(0, 4);
+  put(records.size(), 2);
+  put(records.size(), 2);
+  put(directory, 4);
+  put(offset, 4);
+  put(0, 2);
+  return out;
+}
+
+std::string inflationError(llvm::StringRef bytes) {
+  return llvm::toString(checkZipInflation(bytes));
+}
+} // namespace
+
+TEST(SafeReadTest, ZipRecordsInflateWithinTheArchivesBudget) {
+  // Tests that records declaring what a small archive may hold pass, and
+  // that bytes which are no zip are left to LibTorch's reader.
+  EXPECT_EQ(inflationError(zipDirectory({{"m/version", 2}, {"m/w", kMiB}})),
+            "");
+  EXPECT_EQ(inflationError("not a zip"), "");
+  // Tests that one record declaring 5 GiB is refused, in the 32-bit field
+  // and in a zip64 extra field.
+  for (bool zip64 : {false, true}) {
+    uint64_t size = zip64 ? 5 * kGiB : 3 * kGiB;
+    std::string zip = zipDirectory({{"m/data/weights/w", size}}, zip64);
+    EXPECT_EQ(inflationError(zip),
+              "record m/data/weights/w inflates to " + std::to_string(size) +
+                  " bytes, more than a " + std::to_string(zip.size()) +
+                  "-byte archive may hold (67108864 in all)");
+  }
+  // Tests that records each within the budget are refused together.
+  std::string zip = zipDirectory({{"m/a", 40 * kMiB}, {"m/b", 40 * kMiB}});
+  EXPECT_EQ(inflationError(zip),
+            "its records inflate to 83886080 bytes or more, more than a " +
+                std::to_string(zip.size()) +
+                "-byte archive may hold (67108864)");
 }
