@@ -9,6 +9,7 @@
 #include "lib/Error.h"
 #include "lib/FileUtil.h"
 #include "lib/ModelFormat.h"
+#include "lib/NumberRules.h"
 #include "lib/SafeRead.h"
 
 #include "llvm/ADT/STLExtras.h"
@@ -321,6 +322,11 @@ static bool fromJSON(const Value &v, StageInfo &out, llvm::json::Path p) {
     p.field("predicted_cost").report("expected a non-negative number");
     return false;
   }
+  if (!RealRule::cost().problem(out.predictedCost).empty()) {
+    // report() keeps a literal: RealRule::cost()'s bound, spelt out.
+    p.field("predicted_cost").report("expected a number in 0..1e+30");
+    return false;
+  }
   out.index = index.value;
   out.parameterCount = count.value;
   out.parameterBytes = parameterBytes.value;
@@ -506,6 +512,10 @@ static llvm::Error checkCounts(const StageInfo &s, size_t i) {
       s.predictedCost < 0)
     return makeError("manifest: " + at("stages", i) +
                      " has a negative count, size or cost");
+  if (std::string problem = RealRule::cost().problem(s.predictedCost);
+      !problem.empty())
+    return makeError("manifest: " + at("stages", i) + ".predicted_cost " +
+                     problem);
   return llvm::Error::success();
 }
 

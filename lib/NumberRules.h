@@ -59,6 +59,10 @@ struct RealRule {
     return {lo, false, hi, "seconds"};
   }
 
+  /// The cost of one action of a stage (ppc schedule --costs, a
+  /// manifest's predicted_cost): a number in 0..1e+30, so that a
+  /// schedule's sum over every action of every stage stays finite.
+  static RealRule cost() { return {0, false, 1e30, ""}; }
   static constexpr double kNoMax = std::numeric_limits<double>::max();
   double lo;
   bool aboveLo;

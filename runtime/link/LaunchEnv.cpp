@@ -18,14 +18,22 @@ namespace ppc {
 
 namespace {
 /// ppc's knobs that no launcher sets: they change how, not whether, the
-/// rank runs, so they have no errors.
-void readKnobs(llvm::function_ref<const char *(const char *)> get,
-               LaunchEnv &env) {
-  if (const char *id = get("PPC_HOST_ID"); id && *id)
+/// rank runs. Errors: a PPC_HOST_ID that is no one-line name (it travels
+/// in the store's values and in messages).
+llvm::Error readKnobs(llvm::function_ref<const char *(const char *)> get,
+                      LaunchEnv &env) {
+  if (const char *id = get("PPC_HOST_ID"); id && *id) {
+    llvm::StringRef text(id);
+    if (text.size() > 256 ||
+        llvm::any_of(text, [](char c) { return llvm::isPrint(c) == 0; }))
+      return makeError("PPC_HOST_ID '" + printable(text) +
+                       "' must be at most 256 printable characters");
     env.hostId = id;
+  }
   const char *coalesce = get("PPC_COALESCE");
   env.coalesce = !coalesce || llvm::StringRef(coalesce) != "0";
   env.blasWarned = get("PPC_BLAS_WARNED") != nullptr;
+  return llvm::Error::success();
 }
 } // namespace
 
@@ -106,7 +114,8 @@ llvm::Expected<LaunchEnv> LaunchEnv::fromEnvironment(
                        "characters");
     env.jobToken = text.str();
   }
-  readKnobs(get, env);
+  if (llvm::Error err = readKnobs(get, env))
+    return err;
   return env;
 }
 

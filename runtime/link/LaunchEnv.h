@@ -56,8 +56,9 @@ struct LaunchEnv {
   /// ("WORLD_SIZE='x' is not an integer in 1..2147483647", "RANK=3000000000 is
   /// not an integer in 0..2147483647", "MASTER_PORT=70000 is not an integer
   /// in 1..65535"), a rank not below its size ("RANK=4 is not below
-  /// WORLD_SIZE=4"), a MASTER_ADDR longer than 255 bytes or a job token longer
-  /// than 256, or either holding control characters (escaped in the message).
+  /// WORLD_SIZE=4"), a MASTER_ADDR longer than 255 bytes or a job token or
+  /// PPC_HOST_ID longer than 256, or any of them holding control characters
+  /// ("PPC_HOST_ID 'a\x0ab' must be at most 256 printable characters").
   static llvm::Expected<LaunchEnv> fromEnvironment(
       const std::function<const char *(const char *)> &getenv = nullptr);
 };

@@ -215,8 +215,8 @@ class ScheduleTest(unittest.TestCase):
                   "--costs", "1,1,1", "3,3,3").stdout
         self.assertTrue(line(out, "bubble:").endswith("costs F,B,W = 1,1,1 3,3,3)"))
         for bad, message in [(["1,1"], "'1,1' is not F,B,W"),
-                             (["1,x,1"], "'1,x,1': 'x' is not a finite number of at least 0"),
-                             (["1,-1,1"], "'1,-1,1': -1 is not a finite number of at least 0"),
+                             (["1,x,1"], "'1,x,1': 'x' is not a number in 0..1e+30"),
+                             (["1,-1,1"], "'1,-1,1': -1 is not a number in 0..1e+30"),
                              (["1,1,1"] * 3, "takes one")]:
             with self.subTest(bad=bad):
                 proc = self.expect_error(["--schedule", "1f1b", "--stages", 2,

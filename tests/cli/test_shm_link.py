@@ -26,8 +26,8 @@ import unittest
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (PPC, assert_identical, finish, launch, main,  # noqa: E402
-                    model_path, split_at, start_ranks)
+from common import (PPC, assert_identical, finish, free_port, launch, main,  # noqa: E402
+                    model_path, rank_env, split_at, start_ranks)
 from training import LOSS, split, train, write_data  # noqa: E402
 
 LINK = re.compile(r"^(?:\[rank \d+\] )?stats: rank=(\d+) .* link=(\S+)", re.M)
@@ -152,14 +152,15 @@ class ShmLinkTest(unittest.TestCase):
         self.assertEqual(links(proc.stdout), {0: "shm", 1: "shm"})
 
     def test_bad_ppc_link_is_one_line(self):
-        env = dict(os.environ, PPC_LINK="bogus")
         proc = subprocess.run([PPC, "run", self.manifest("mlp", 2), "--input",
                                model_path("mlp", ".input.pt"), "--output",
                                os.path.join(self.tmp.name, "bogus.pt")],
-                              capture_output=True, text=True, env=env, timeout=60)
+                              capture_output=True, text=True, timeout=60,
+                              env=rank_env(0, 1, free_port(), PPC_LINK="bogus"))
         self.assertEqual(proc.returncode, 2)
         self.assertEqual(proc.stderr.splitlines(),
-                         ["error: --link: bogus not in {auto,gloo,shm} (see ppc run --help)"])
+                         ["error: PPC_LINK 'bogus' is not a link: expected auto, gloo, shm "
+                          "(--link overrides it)"])
 
 
 if __name__ == "__main__":

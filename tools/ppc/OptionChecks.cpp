@@ -27,6 +27,10 @@ CLI::Validator intInRange(int64_t lo, int64_t hi) {
   return integerOption(IntegerRule{lo, hi});
 }
 
+CLI::Validator seedOption() {
+  return intInRange(0, std::numeric_limits<int64_t>::max());
+}
+
 CLI::Validator numberOption(const RealRule &rule) {
   std::string range = rule.hi < std::numeric_limits<double>::max()
                           ? formatNumber(rule.lo) + ".." + formatNumber(rule.hi)

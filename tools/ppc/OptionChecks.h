@@ -26,6 +26,11 @@ CLI::Validator integerOption(const IntegerRule &rule);
 /// An integer in lo..hi (hi defaults to an int's largest).
 CLI::Validator intInRange(int64_t lo, int64_t hi = INT_MAX);
 
+/// A seed of random numbers (--seed): an integer in
+/// 0..9223372036854775807, in decimal ("--seed: 0x10 is not an integer in
+/// 0..9223372036854775807").
+CLI::Validator seedOption();
+
 /// A real number under `rule`.
 CLI::Validator numberOption(const RealRule &rule);
 /// A finite number of at least `lo` ("--momentum").

@@ -5,15 +5,8 @@
 //===----------------------------------------------------------------------===//
 #include "tools/ppc/RankProcess.h"
 
-#include <csignal>
-
 namespace ppc {
 
-llvm::Expected<LaunchEnv> startRank() {
-  struct sigaction ignore = {};
-  ignore.sa_handler = SIG_IGN;
-  ::sigaction(SIGPIPE, &ignore, nullptr);
-  return LaunchEnv::fromEnvironment();
-}
+llvm::Expected<LaunchEnv> startRank() { return LaunchEnv::fromEnvironment(); }
 
 } // namespace ppc

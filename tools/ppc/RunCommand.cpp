@@ -68,7 +68,8 @@ static llvm::Expected<int> runRun(const RunCommandOptions &o) {
   if (!env)
     return env.takeError();
   RunOptions options;
-  o.flags.applyTo(options);
+  if (llvm::Error err = o.flags.applyTo(options))
+    return err;
   options.schedule = o.schedule;
   options.inputMetaPath = o.inputMeta;
   options.streamMicrobatches = o.streamWindow;

@@ -12,8 +12,10 @@
 #include "runtime/platform/Threads.h"
 #include "tools/ppc/OptionChecks.h"
 
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cstdlib>
 #include <optional>
 
 namespace ppc {
@@ -34,8 +36,8 @@ void RuntimeFlags::addTo(CLI::App &app) {
          "Which link carries CPU tensors between ranks: " + linkPolicyHelp() +
              ". Default: the PPC_LINK environment variable, else auto")
       ->capture_default_str()
-      ->envname("PPC_LINK")
-      ->check(CLI::IsMember(linkPolicyNames()));
+      ->check(CLI::IsMember(linkPolicyNames()))
+      ->each([this](const std::string &) { linkGiven = true; });
   app.add_option("--timeout", timeoutSeconds,
                  "Seconds to wait for another rank before giving up "
                  "(0.001 to 604800, 7 days)")
@@ -82,10 +84,27 @@ std::string RuntimeFlags::microbatchesNote(int stages) const {
          std::to_string(stages) + " or more overlaps them";
 }
 
-void RuntimeFlags::applyTo(RunOptions &options) const {
+/// --link as given, else PPC_LINK, else auto. PPC_LINK is read only here,
+/// by a command that runs ranks and only without --link (CLI11's envname
+/// would check it for every subcommand, --link given or not).
+static llvm::Expected<std::string> linkOf(const RuntimeFlags &flags) {
+  const char *fromEnv = std::getenv("PPC_LINK");
+  if (flags.linkGiven || !fromEnv || !*fromEnv)
+    return flags.link;
+  if (!linkPolicyNamed(fromEnv))
+    return makeError(
+        "PPC_LINK '" + printable(fromEnv) + "' is not a link: expected " +
+        llvm::join(linkPolicyNames(), ", ") + " (--link overrides it)");
+  return std::string(fromEnv);
+}
+
+llvm::Error RuntimeFlags::applyTo(RunOptions &options) const {
+  auto chosenLink = linkOf(*this);
+  if (!chosenLink)
+    return chosenLink.takeError();
   options.microbatches = microbatches;
   options.device = device;
-  options.link = link;
+  options.link = *chosenLink;
   options.timeout =
       durationFromSeconds<std::chrono::milliseconds>(timeoutSeconds);
   options.metaCacheDir = metaCacheDir;
@@ -95,6 +114,7 @@ void RuntimeFlags::applyTo(RunOptions &options) const {
   options.torchLogs = verbose;
   if (quiet)
     options.warnings = &llvm::nulls();
+  return llvm::Error::success();
 }
 
 CLI::Validator scheduleValidator(bool inference, bool storeKind,

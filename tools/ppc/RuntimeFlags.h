@@ -14,6 +14,8 @@
 
 #include "runtime/exec/RunOptions.h"
 
+#include "llvm/Support/Error.h"
+
 #include <CLI/CLI.hpp>
 
 #include <string>
@@ -41,14 +43,19 @@ struct RuntimeFlags {
   std::string statsJsonPath;
   /// Whether --microbatches was given (its default does not pipeline).
   bool microbatchesGiven = false;
+  /// Whether --link was given (PPC_LINK then plays no part).
+  bool linkGiven = false;
 
   /// Adds --microbatches, --device, --link, --timeout, --meta-cache,
   /// --no-meta-cache, --threads, --trace, --verbose, --print-schedule,
   /// --quiet, --progress and --stats-json to `app`.
   void addTo(CLI::App &app);
   /// Copies them into `options` (--quiet sends warnings nowhere); the
-  /// schedule and user metadata are each command's own.
-  void applyTo(RunOptions &options) const;
+  /// schedule and user metadata are each command's own. The link is
+  /// --link's when given, else PPC_LINK's, else auto. Errors: "PPC_LINK
+  /// 'fast' is not a link: expected auto, gloo, shm (--link overrides
+  /// it)".
+  llvm::Error applyTo(RunOptions &options) const;
   /// The note for a run whose --microbatches was left at 1 on more than
   /// one stage, printed once by rank 0 after the first batch or step ("" when
   /// it does not apply).

@@ -120,12 +120,12 @@ stageCosts(const ScheduleOptions &o, const std::optional<Manifest> &manifest,
     if (parts.size() != 3)
       return makeOptionError(
           "costs", "'" + printable(text) +
-                       "' is not F,B,W: three finite numbers >= 0 (forward, "
+                       "' is not F,B,W: three numbers in 0..1e+30 (forward, "
                        "input gradients, weight gradients)");
     double v[3];
     for (size_t i = 0; i < 3; ++i)
       if (std::string problem =
-              RealRule::atLeast(0).parse(parts[i].trim(), v[i]);
+              RealRule::cost().parse(parts[i].trim(), v[i]);
           !problem.empty())
         return makeOptionError("costs",
                                "'" + printable(text) + "': " + problem);

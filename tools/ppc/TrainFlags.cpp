@@ -220,7 +220,8 @@ static void addParallelFlags(CLI::App &app, TrainCommandOptions &o) {
                "less activation memory; --stats peak_bytes=)");
   app.add_option("--seed", o.seed,
                  "Seed rank R's random generators (dropout) with SEED + R; "
-                 "default: nondeterministic, as LibTorch's");
+                 "default: nondeterministic, as LibTorch's")
+      ->transform(seedOption());
 }
 
 void addTrainFlags(CLI::App &app, TrainCommandOptions &o) {

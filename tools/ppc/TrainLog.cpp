@@ -7,12 +7,15 @@
 #include "tools/ppc/TrainLog.h"
 
 #include "lib/Error.h"
+#include "lib/FileUtil.h"
 #include "lib/NumberRules.h"
+#include "runtime/link/Link.h"
 
 #include "llvm/Support/FileSystem.h"
 
 #include <cmath>
 #include <cstdio>
+#include <set>
 
 namespace ppc {
 
@@ -71,7 +74,57 @@ llvm::Expected<double> evaluateSet(Trainer &trainer,
   return rows > 0 ? sum / double(rows) : std::nan("");
 }
 
+/// What a batch's fit to the model depends on: each input's and the
+/// target's dtype and shape ("float32[8, 4]"), or an input's type.
+static std::string signatureOf(const TrainingBatch &batch) {
+  std::string out;
+  auto add = [&](const c10::IValue &value) {
+    if (value.isTensor()) {
+      const at::Tensor &t = value.toTensor();
+      out += std::string(c10::toString(t.scalar_type())) + c10::str(t.sizes()) +
+             ";";
+    } else {
+      out += value.tagKind() + ";";
+    }
+  };
+  for (const c10::IValue &input : batch.inputs)
+    add(input);
+  add(batch.target.defined() ? c10::IValue(batch.target) : c10::IValue());
+  return out;
+}
+
+llvm::Error checkEvalData(Trainer &trainer,
+                          const std::vector<TrainingBatch> &batches,
+                          llvm::StringRef path) {
+  std::set<std::string> seen;
+  for (size_t i = 0; i < batches.size(); ++i) {
+    if (!seen.insert(signatureOf(batches[i])).second)
+      continue;
+    auto loss = trainer.evaluate(batches[i].inputs, batches[i].target);
+    if (!loss) {
+      llvm::Error err = loss.takeError();
+      // A lost rank stays one: the launcher looks for the rank that failed.
+      if (err.isA<LostRankError>())
+        return err;
+      return makeError(
+          "--eval-data '" + path + "' batch " + std::to_string(i) +
+          " does not fit the model: " + llvm::toString(std::move(err)));
+    }
+  }
+  return llvm::Error::success();
+}
+
+llvm::Error checkEvalLoss(int step, double loss) {
+  if (std::isfinite(loss))
+    return llvm::Error::success();
+  return makeError("step " + std::to_string(step) +
+                   ": the evaluation loss is " + formatNumber(loss));
+}
+
 llvm::Expected<std::unique_ptr<StepLog>> StepLog::open(llvm::StringRef path) {
+  // Not a FIFO or a device: opening a FIFO would wait for a reader.
+  if (llvm::Error err = checkOutputFile(path))
+    return err;
   std::error_code ec;
   auto os =
       std::make_unique<llvm::raw_fd_ostream>(path, ec, llvm::sys::fs::OF_Text);
@@ -80,21 +133,31 @@ llvm::Expected<std::unique_ptr<StepLog>> StepLog::open(llvm::StringRef path) {
   return std::unique_ptr<StepLog>(new StepLog(path.str(), std::move(os)));
 }
 
+/// `x` as JSON: a number, or null when it is not finite (JSON has no NaN
+/// or infinity; llvm::json would print "nan", which no reader accepts).
+static llvm::json::Value jsonNumber(double x) {
+  if (std::isfinite(x))
+    return x;
+  return nullptr;
+}
+
 llvm::Error StepLog::write(const StepRecord &record) {
   llvm::json::Object line{{"step", record.step},
-                          {"loss", record.loss},
-                          {"lr", record.lr},
+                          {"loss", jsonNumber(record.loss)},
+                          {"lr", jsonNumber(record.lr)},
                           {"samples", record.samples},
-                          {"seconds", record.seconds}};
+                          {"seconds", jsonNumber(record.seconds)}};
   if (record.gradNorm)
-    line["grad_norm"] = *record.gradNorm;
+    line["grad_norm"] = jsonNumber(*record.gradNorm);
   if (record.seconds > 0)
-    line["samples_per_second"] = double(record.samples) / record.seconds;
+    line["samples_per_second"] =
+        jsonNumber(double(record.samples) / record.seconds);
   return writeLine(std::move(line));
 }
 
 llvm::Error StepLog::writeEval(int step, double loss) {
-  return writeLine(llvm::json::Object{{"step", step}, {"eval_loss", loss}});
+  return writeLine(
+      llvm::json::Object{{"step", step}, {"eval_loss", jsonNumber(loss)}});
 }
 
 llvm::Error StepLog::writeLine(llvm::json::Object line) {

@@ -3,7 +3,7 @@
 // What `ppc train` says about the optimization of a run beyond the loss:
 // the plan --dry-run prints (docs/training.md), the learning rate and
 // gradient norm after each step's loss, the --log-file of JSON lines, and
-// the loss over an --eval-data set.
+// the loss over an --eval-data set (and the set's check before step 1).
 //
 //===----------------------------------------------------------------------===//
 #ifndef PPC_TOOLS_PPC_TRAINLOG_H
@@ -44,11 +44,33 @@ std::string stepNumbers(const StepRecord &record, bool showLr);
 llvm::Expected<double> evaluateSet(Trainer &trainer,
                                    const std::vector<TrainingBatch> &batches);
 
+/// Checks, before step 1, that the evaluation set `batches` (read from
+/// `path`, --eval-data) fits the model, so that a misfit ends the run
+/// before any training rather than after the last step: Trainer::evaluate
+/// runs the first batch of each kind (the inputs' and target's dtypes and
+/// shapes) as the evaluations after steps will, leaving the model as it
+/// was. Every rank must call it with the same batches. Errors:
+/// "--eval-data 'ev.pt' batch 0 does not fit the model: REASON" on the
+/// rank that found it (REASON: Trainer::evaluate's); LostRankError on the
+/// others.
+llvm::Error checkEvalData(Trainer &trainer,
+                          const std::vector<TrainingBatch> &batches,
+                          llvm::StringRef path);
+
+/// Success when the evaluation loss `loss` after step `step` is finite, on
+/// the rank that computes it, as Trainer::step() refuses a non-finite
+/// training loss. Errors: "step 4: the evaluation loss is nan".
+llvm::Error checkEvalLoss(int step, double loss);
+
 /// The --log-file: one JSON object per line, written and flushed as each
-/// step ends, so that a run in progress can be followed and plotted.
+/// step ends, so that a run in progress can be followed and plotted. Every
+/// line is JSON (json.loads reads it): a number that is not finite (a NaN
+/// or infinite evaluation loss, gradient norm) is written as null.
 class StepLog {
 public:
-  /// Creates (truncates) `path`. Errors: "cannot write 'PATH': REASON".
+  /// Creates (truncates) `path`. Errors: "cannot write 'PATH': it exists
+  /// and is not a regular file" (a FIFO, a device: checkOutputFile()),
+  /// "cannot write 'PATH': REASON".
   static llvm::Expected<std::unique_ptr<StepLog>> open(llvm::StringRef path);
 
   /// {"step": N, "loss": X, "lr": X, "grad_norm": X (with clipping),

@@ -11,6 +11,7 @@
 #include "runtime/platform/Blas.h"
 #include "runtime/platform/TorchCompat.h"
 #include "tools/ppc/Launcher.h"
+#include "tools/ppc/StdStreams.h"
 
 #include "llvm/Support/raw_ostream.h"
 
@@ -75,7 +76,8 @@ static std::string helpCommand(const CLI::App &app) {
 }
 
 /// `ppc --version`: ppc's version, then what this binary was built against
-/// (a Debian LibTorch 1.13 build and a wheel build look alike otherwise):
+/// (a system LibTorch 1.13 build and a PyTorch 2.x build look alike
+/// otherwise):
 ///   ppc 0.1.0
 ///   LibTorch 2.15.0
 ///   CUDA: yes
@@ -96,13 +98,39 @@ static std::string versionText() {
          " (best OpenBLAS core type: " + ppc::bestOpenBlasCore(cpu) + ")";
 }
 
+/// Runs the subcommand `command`: its exit status, or 2 after its error
+/// line.
+static int runCommand(ppc::Command &command) {
+  // Library code turns exceptions into llvm::Error; anything that still
+  // escapes is a bug, reported like any error rather than as an abort.
+  try {
+    llvm::Expected<int> code = command.run();
+    if (!code) {
+      printError(cliMessage(code.takeError()));
+      return ppc::kErrorExitCode;
+    }
+    return *code;
+  } catch (const c10::Error &e) {
+    printError(ppc::firstLine(e.what_without_backtrace()));
+  } catch (const std::exception &e) {
+    printError(ppc::firstLine(e.what()));
+  } catch (...) {
+    printError("unknown exception");
+  }
+  return ppc::kErrorExitCode;
+}
+
 int main(int argc, char **argv) {
+  // Before anything opens a file or a socket (StdStreams.h).
+  ppc::prepareStandardStreams();
   CLI::App app{
       "ppc: a pipeline-parallel compiler and runtime for TorchScript "
       "models.\n\nCompile a scripted model into stages with 'ppc split', "
       "check them with 'ppc verify', look at them with 'ppc inspect'."};
   app.footer("Exit status: 0 on success, 1 when 'ppc verify' finds a mismatch, "
-             "2 on any error (reported as one 'error: ...' line).");
+             "2 on any error (reported as one 'error: ...' line). A reader "
+             "of stdout that stops early ('ppc schedule ... | head -1') "
+             "is no error.");
   app.require_subcommand(1);
   app.set_version_flag("--version", std::function<std::string()>(versionText),
                        "Print ppc's version, the LibTorch it was built "
@@ -125,26 +153,8 @@ int main(int argc, char **argv) {
     return ppc::kErrorExitCode;
   }
 
-  for (ppc::Command &command : commands) {
-    if (!command.app->parsed())
-      continue;
-    // Library code turns exceptions into llvm::Error; anything that still
-    // escapes is a bug, reported like any error rather than as an abort.
-    try {
-      llvm::Expected<int> code = command.run();
-      if (!code) {
-        printError(cliMessage(code.takeError()));
-        return ppc::kErrorExitCode;
-      }
-      return *code;
-    } catch (const c10::Error &e) {
-      printError(ppc::firstLine(e.what_without_backtrace()));
-    } catch (const std::exception &e) {
-      printError(ppc::firstLine(e.what()));
-    } catch (...) {
-      printError("unknown exception");
-    }
-    return ppc::kErrorExitCode;
-  }
+  for (ppc::Command &command : commands)
+    if (command.app->parsed())
+      return ppc::finishStandardStreams(runCommand(command));
   return ppc::kErrorExitCode;
 }

@@ -327,6 +327,11 @@ TEST(ManifestTest, RejectsNegativeCountsAndBytes) {
   stage(json, 0)["predicted_cost"] = -0.5;
   EXPECT_EQ(errorOf(json), "expected a non-negative number at "
                            "manifest.stages[0].predicted_cost");
+  // A cost any schedule's sum of costs keeps finite.
+  json = fixture("decoder.json");
+  stage(json, 1)["predicted_cost"] = 2e30;
+  EXPECT_EQ(errorOf(json), "expected a number in 0..1e+30 at "
+                           "manifest.stages[1].predicted_cost");
   json = fixture("decoder.json");
   obj(obj(json)["source"])["size"] = -3;
   EXPECT_EQ(errorOf(json),
@@ -339,6 +344,11 @@ TEST(ManifestTest, RejectsNegativeCountsAndBytes) {
   m.stages[1].bufferBytes = -8;
   EXPECT_EQ(llvm::toString(m.verify()),
             "manifest: stages[1] has a negative count, size or cost");
+  m = twoStages();
+  m.stages[0].predictedCost = 1e308;
+  EXPECT_EQ(llvm::toString(m.verify()),
+            "manifest: stages[0].predicted_cost 1e+308 is not a number in "
+            "0..1e+30");
 }
 
 TEST(ManifestTest, RejectsASourceNamingBothAnInputAndAStage) {

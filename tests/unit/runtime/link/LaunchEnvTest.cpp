@@ -171,4 +171,11 @@ TEST(LaunchEnvTest, HostIdAndCoalesce) {
   ASSERT_TRUE(static_cast<bool>(env));
   EXPECT_EQ(env->hostId, "");
   EXPECT_TRUE(env->coalesce);
+
+  // A host id travels in store values and messages: one printable line.
+  vars["PPC_HOST_ID"] = "rack1\nhost2";
+  EXPECT_EQ(errorOf(parse(vars)), "PPC_HOST_ID 'rack1\\x0ahost2' must be at "
+                                  "most 256 printable characters");
+  vars["PPC_HOST_ID"] = std::string(257, 'h');
+  EXPECT_NE(errorOf(parse(vars)), "");
 }
