@@ -5,7 +5,8 @@ caches, input files written by torch.save (the test models' inputs and the shape
 allow: a tensor, a tuple, a list, plus things loadTensors must refuse), the schedule CSV
 fixtures of the unit tests (PyTorch's own, both layouts), and traces: the one that two-rank
 run writes (--trace), the unit tests' trace fixtures and a few small ones in the forms the
-reader accepts. Header seeds come from make_header_seeds (encodeHeader itself).
+reader accepts; a checkpoint.json and optimizer and generator state files in the forms ppc
+train writes them. Header seeds come from make_header_seeds (encodeHeader itself).
 
 usage: make_seeds.py PPC MODELS_DIR OUT_DIR   (OUT_DIR/<target>/ gets the files)
 """
@@ -136,6 +137,36 @@ def main():
     }
     for name, value in samples.items():
         torch.save(value, os.path.join(t, name + ".pt"))
+    checkpoint_seeds(os.path.join(out, "checkpoint"))
+
+
+def checkpoint_seeds(out):
+    """fuzz_checkpoint.cpp's seeds: byte 0 then a checkpoint.json, byte 1
+    then an optimizer or generator state file (torch.save of a dict), in the
+    forms ppc train writes them for a stage of fc.weight [3, 4] and fc.bias [3]."""
+    os.makedirs(out, exist_ok=True)
+    files = {name: "%064x" % i for i, name in enumerate(
+        ("manifest.json", "stage_0.pt", "optim.stage0.pt", "rng.rank0.pt"))}
+    info = {"format": "ppc-checkpoint", "version": 1, "step": 4, "batches_done": 4,
+            "stages": 1, "world_size": 1,
+            "optimizer": {"kind": "adam", "lr": 0.01, "momentum": 0, "weight_decay": 0},
+            "files": files}
+    with open(os.path.join(out, "checkpoint.json"), "wb") as f:
+        f.write(b"\0" + json.dumps(info, indent=2).encode())
+    shapes = {"fc.weight": (3, 4), "fc.bias": (3,)}
+    adam, sgd = {}, {}
+    for path, shape in shapes.items():
+        adam[path + "#step"] = torch.tensor(4, dtype=torch.int64)
+        adam[path + "#exp_avg"] = torch.randn(shape)
+        adam[path + "#exp_avg_sq"] = torch.rand(shape)
+        sgd[path + "#momentum_buffer"] = torch.randn(shape)
+    for name, state in (("adam", adam), ("sgd", sgd), ("rng", {"cpu": torch.get_rng_state()})):
+        path = os.path.join(out, name + ".pt")
+        torch.save(state, path)
+        with open(path, "rb") as f:
+            body = f.read()
+        with open(path, "wb") as f:
+            f.write(b"\1" + body)
 
 
 if __name__ == "__main__":

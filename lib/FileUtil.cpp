@@ -58,20 +58,28 @@ llvm::Error writeJSONFileAtomically(llvm::StringRef path,
   });
 }
 
-llvm::Error writeFileAtomically(
-    llvm::StringRef path,
-    const std::function<llvm::Error(llvm::raw_ostream &)> &write) {
+llvm::Error checkOutputFile(llvm::StringRef path) {
   // Rename replaces whatever the path names: a device such as /dev/null
-  // (when run as root), a FIFO or a directory must not become a regular file.
-  // writeToOutput also treats two names specially: "/dev/null" (always
-  // refused: even where it does not exist, it names no file of ours) and
-  // "-" (stdout; ppc's outputs are files, so it means ./-).
+  // (when run as root), a FIFO or a directory must not become a regular
+  // file; a file written in place (--log-file) must not block on a FIFO.
+  // "/dev/null" is always refused: even where it does not exist, it names
+  // no file of ours (and writeToOutput treats it specially).
   llvm::sys::fs::file_status status;
   if (path == "/dev/null" ||
       (!llvm::sys::fs::status(path, status, /*follow=*/true) &&
        status.type() != llvm::sys::fs::file_type::regular_file))
     return makeError("cannot write '" + path +
                      "': it exists and is not a regular file");
+  return llvm::Error::success();
+}
+
+llvm::Error writeFileAtomically(
+    llvm::StringRef path,
+    const std::function<llvm::Error(llvm::raw_ostream &)> &write) {
+  if (llvm::Error err = checkOutputFile(path))
+    return err;
+  // writeToOutput treats "-" as stdout; ppc's outputs are files, so it
+  // means ./-.
   std::string target = path == "-" ? "./-" : path.str();
   bool writeFailed = false;
   llvm::Error err = llvm::writeToOutput(target, [&](llvm::raw_ostream &os) {
@@ -241,6 +249,11 @@ void removeStale(llvm::StringRef absDir) {
         name.size() != 7)
       continue;
     if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH)
+      continue;
+    // Never through a symbolic link, which would empty its target.
+    llvm::sys::fs::file_status status;
+    if (llvm::sys::fs::status(it->path(), status, /*follow=*/false) ||
+        status.type() != llvm::sys::fs::file_type::directory_file)
       continue;
     llvm::sys::fs::remove_directories(it->path());
   }

@@ -33,6 +33,13 @@ std::string sha256Hex(llvm::StringRef bytes);
 /// Size of a file in bytes. Errors: the file does not exist.
 llvm::Expected<uint64_t> fileSize(llvm::StringRef path);
 
+/// Succeeds when `path` may become an output file: it does not exist or is
+/// a regular file (or a link to one). Errors: "cannot write 'PATH': it
+/// exists and is not a regular file" (a device, a FIFO, a socket;
+/// "/dev/null" always). OutputGuard::claimFile and writeFileAtomically
+/// check every output so, before the command starts and again when writing.
+llvm::Error checkOutputFile(llvm::StringRef path);
+
 /// Writes `path` whole or not at all (llvm::writeToOutput: `write` fills a
 /// temporary file beside `path`, which is then renamed over it). The file
 /// gets the usual mode of a new file (0666 less the umask). Errors, each

@@ -129,6 +129,8 @@ llvm::Error OutputGuard::claimFile(llvm::StringRef option,
   Place p = placeOf(given);
   if (p.isDirectory)
     return makeError(option + " '" + given + "' is a directory");
+  if (llvm::Error err = checkOutputFile(given))
+    return err;
   llvm::StringRef parent = path::parent_path(given);
   if (!parent.empty() && !fs::is_directory(parent))
     return makeError(option + " '" + given + "': directory '" + parent +

@@ -42,6 +42,8 @@ public:
   /// Errors, each one line starting with the option and the path:
   ///   "--trace '' names no file"
   ///   "--trace 'd' is a directory"
+  ///   "cannot write 'f': it exists and is not a regular file" (a FIFO, a
+  ///    device: checkOutputFile() in lib/FileUtil.h)
   ///   "--trace 'x/t.json': directory 'x' does not exist"
   ///   "--trace 's/manifest.json' is the manifest; refusing to overwrite it"
   ///   "--trace 'o.pt' is also --output; give each output its own path"

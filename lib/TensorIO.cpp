@@ -613,6 +613,33 @@ llvm::Expected<c10::IValue> loadTensorTree(llvm::StringRef path,
   return value;
 }
 
+llvm::Expected<c10::Dict<std::string, at::Tensor>>
+loadNamedTensors(llvm::StringRef path, llvm::StringRef noun) {
+  std::map<const void *, size_t> records;
+  auto value = readArchive(path, noun, records);
+  if (!value)
+    return value.takeError();
+  std::string what = (noun + " '" + path + "'").str();
+  if (!value->isGenericDict())
+    return makeError(what + " holds a " + value->tagKind() +
+                     "; expected a dict from str to tensor");
+  c10::Dict<std::string, at::Tensor> out;
+  size_t index = 0;
+  for (const auto &entry : value->toGenericDict()) {
+    if (!entry.key().isString())
+      return makeError(what + " holds a dict with a key that is not a str");
+    const std::string &key = entry.key().toStringRef();
+    if (!entry.value().isTensor())
+      return makeError(what + " holds '" + printable(key) + "', a " +
+                       entry.value().tagKind() + "; expected a tensor");
+    if (llvm::Error err =
+            checkTensor(entry.value().toTensor(), index++, records, path))
+      return err;
+    out.insert(key, entry.value().toTensor());
+  }
+  return out;
+}
+
 /// One batch's outputs as saveTensors writes them.
 static c10::IValue outputValue(const std::vector<c10::IValue> &values,
                                bool asTuple) {

@@ -74,6 +74,14 @@ loadInputBatches(llvm::StringRef path, llvm::ArrayRef<std::string> names);
 llvm::Expected<c10::IValue> loadTensorTree(llvm::StringRef path,
                                            llvm::StringRef noun, int depth);
 
+/// Reads a file written by torch.save holding a dict from str to tensor (a
+/// checkpoint's optimizer or generator state), checked as loadTensors()
+/// checks it; `noun` names the file in messages. Errors: loadTensors's,
+/// and "state 's.pt' holds a list; expected a dict from str to tensor",
+/// "state 's.pt' holds 'fc.bias#step', a int; expected a tensor".
+llvm::Expected<c10::Dict<std::string, at::Tensor>>
+loadNamedTensors(llvm::StringRef path, llvm::StringRef noun);
+
 /// Writes `value` atomically as torch.save would, readable by torch.load
 /// with its default weights_only=True (PyTorch 2.6 and later): containers
 /// are pickled as plain Python lists, tuples and dicts, without the

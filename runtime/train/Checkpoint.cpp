@@ -28,8 +28,9 @@
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
-#include <torch/serialize.h>
 
+#include <cmath>
+#include <limits>
 #include <mutex>
 #include <set>
 
@@ -38,9 +39,8 @@ namespace ppc {
 namespace {
 constexpr const char *kFormat = "ppc-checkpoint";
 constexpr int kVersion = 1;
-/// The most bytes checkpoint.json and one state file may have.
+/// The most bytes checkpoint.json may have.
 constexpr uint64_t kMaxInfoBytes = 16 << 20;
-constexpr uint64_t kMaxStateBytes = uint64_t(64) << 30;
 
 std::string join(llvm::StringRef dir, llvm::StringRef name) {
   llvm::SmallString<256> path(dir);
@@ -74,13 +74,21 @@ bool isStagedStepName(llvm::StringRef name) {
   return !rest.empty() && parseCheckpointDirName(head).has_value();
 }
 
+/// Whether `path` is a directory itself, not a symbolic link to one:
+/// removing through a link would empty a directory outside the checkpoints.
+bool isRealDirectory(llvm::StringRef path) {
+  llvm::sys::fs::file_status status;
+  return !llvm::sys::fs::status(path, status, /*follow=*/false) &&
+         status.type() == llvm::sys::fs::file_type::directory_file;
+}
+
 /// The complete-looking step directories of `dir` (their checkpoint.json
 /// loads), newest first.
 std::vector<std::pair<int, std::string>> stepDirectories(llvm::StringRef dir) {
   std::vector<std::pair<int, std::string>> out;
   for (const std::string &name : entriesOf(dir))
     if (std::optional<int> step = parseCheckpointDirName(name))
-      if (llvm::sys::fs::is_directory(join(dir, name)))
+      if (isRealDirectory(join(dir, name)))
         out.emplace_back(*step, join(dir, name));
   llvm::sort(out,
              [](const auto &a, const auto &b) { return a.first > b.first; });
@@ -133,6 +141,48 @@ std::string checkpointJSON(const CheckpointInfo &info) {
   return llvm::formatv("{0:2}", llvm::json::Value(std::move(doc))).str() + "\n";
 }
 
+namespace {
+/// checkpoint.json's "optimizer" into `info`; "" or what is wrong.
+std::string readOptimizerFields(const llvm::json::Object &doc,
+                                CheckpointInfo &info) {
+  const llvm::json::Object *opt = doc.getObject("optimizer");
+  auto kind = opt ? opt->getString("kind") : llvm::None;
+  std::optional<OptimizerKind> parsedKind =
+      kind ? parseOptimizerName(*kind) : std::nullopt;
+  auto finite = [&](llvm::StringRef key) {
+    auto v = opt->getNumber(key);
+    return v && std::isfinite(*v);
+  };
+  if (!parsedKind || !finite("lr") || !finite("momentum") ||
+      !finite("weight_decay"))
+    return "lacks the optimizer's kind, lr, momentum or weight_decay";
+  info.optimizer = *parsedKind;
+  info.lr = *opt->getNumber("lr");
+  info.momentum = *opt->getNumber("momentum");
+  info.weightDecay = *opt->getNumber("weight_decay");
+  return "";
+}
+
+/// checkpoint.json's "files" into `info`; "" or what is wrong.
+std::string readFileList(const llvm::json::Object &doc, CheckpointInfo &info) {
+  const llvm::json::Object *files = doc.getObject("files");
+  if (!files || files->empty())
+    return "lists no files";
+  for (const auto &[name, hash] : *files) {
+    auto h = hash.getAsString();
+    llvm::StringRef n(name);
+    // Files of the checkpoint: relative paths that stay inside it.
+    if (!h || h->size() != 64 || n.empty() || llvm::sys::path::is_absolute(n) ||
+        n.contains(".."))
+      return "lists a malformed file entry '" + printable(n) + "'";
+    info.files[n.str()] = h->str();
+  }
+  if (!info.files.count("manifest.json"))
+    return "does not list manifest.json";
+  return "";
+}
+} // namespace
+
 llvm::Expected<CheckpointInfo> readCheckpointInfo(llvm::StringRef dir) {
   std::string path = join(dir, kCheckpointFile);
   auto buffer = readFileBounded(path, kMaxInfoBytes, "checkpoint file");
@@ -141,9 +191,10 @@ llvm::Expected<CheckpointInfo> readCheckpointInfo(llvm::StringRef dir) {
   auto bad = [&](llvm::StringRef why) {
     return makeError("checkpoint file '" + path + "' " + why);
   };
-  auto parsed = llvm::json::parse((*buffer)->getBuffer());
+  auto parsed = parseJSONBounded((*buffer)->getBuffer(), kMaxJSONDepth,
+                                 "checkpoint file '" + path + "'");
   if (!parsed)
-    return bad("is not JSON: " + llvm::toString(parsed.takeError()));
+    return parsed.takeError();
   const llvm::json::Object *doc = parsed->getAsObject();
   auto format = doc ? doc->getString("format") : llvm::None;
   if (!format || *format != kFormat)
@@ -154,41 +205,56 @@ llvm::Expected<CheckpointInfo> readCheckpointInfo(llvm::StringRef dir) {
   CheckpointInfo info;
   auto integer = [&](llvm::StringRef key, auto &out) -> bool {
     auto v = doc->getInteger(key);
-    if (!v || *v < 0 || *v > (int64_t(1) << 31))
+    if (!v || *v < 0 || *v > std::numeric_limits<int>::max())
       return false;
     out = static_cast<std::remove_reference_t<decltype(out)>>(*v);
     return true;
   };
   if (!integer("step", info.step) || !integer("batches_done", info.dataIndex) ||
-      !integer("stages", info.stages) || !integer("world_size", info.worldSize))
-    return bad("lacks step, batches_done, stages or world_size");
-  const llvm::json::Object *opt = doc->getObject("optimizer");
-  auto kind = opt ? opt->getString("kind") : llvm::None;
-  std::optional<OptimizerKind> parsedKind =
-      kind ? parseOptimizerName(*kind) : std::nullopt;
-  if (!parsedKind || !opt->getNumber("lr") || !opt->getNumber("momentum") ||
-      !opt->getNumber("weight_decay"))
-    return bad("lacks the optimizer's kind, lr, momentum or weight_decay");
-  info.optimizer = *parsedKind;
-  info.lr = *opt->getNumber("lr");
-  info.momentum = *opt->getNumber("momentum");
-  info.weightDecay = *opt->getNumber("weight_decay");
-  const llvm::json::Object *files = doc->getObject("files");
-  if (!files || files->empty())
-    return bad("lists no files");
-  for (const auto &[name, hash] : *files) {
-    auto h = hash.getAsString();
-    llvm::StringRef n(name);
-    // Files of the checkpoint: relative paths that stay inside it.
-    if (!h || h->size() != 64 || n.empty() || llvm::sys::path::is_absolute(n) ||
-        n.contains(".."))
-      return bad("lists a malformed file entry '" + printable(n) + "'");
-    info.files[n.str()] = h->str();
-  }
-  if (!info.files.count("manifest.json"))
-    return bad("does not list manifest.json");
+      !integer("stages", info.stages) ||
+      !integer("world_size", info.worldSize) || info.stages < 1 ||
+      info.worldSize < 1)
+    return bad("lacks step, batches_done, stages or world_size (integers "
+               "from 0 to 2147483647)");
+  std::string problem = readOptimizerFields(*doc, info);
+  if (problem.empty())
+    problem = readFileList(*doc, info);
+  if (!problem.empty())
+    return bad(problem);
   return info;
 }
+
+namespace {
+/// The files checkpoint `dir` must hold, from its manifest (verified
+/// already), its optimizer and its ranks: the manifest, each stage file,
+/// the optimizer state of each stage with parameters (a rank with
+/// parameters has an optimizer and writes one per stage) and each rank's
+/// generators. Stops at the first one `info` does not list, so that a
+/// hostile world_size costs nothing.
+llvm::Expected<std::vector<std::string>>
+requiredFiles(llvm::StringRef dir, const CheckpointInfo &info) {
+  auto manifest = Manifest::load(join(dir, "manifest.json"));
+  if (!manifest)
+    return manifest.takeError();
+  if (static_cast<int>(manifest->stages.size()) != info.stages)
+    return makeError(llvm::formatv("its checkpoint.json says {0} stages, its "
+                                   "manifest {1}",
+                                   info.stages, manifest->stages.size())
+                         .str());
+  std::vector<std::string> out = {"manifest.json"};
+  for (const StageInfo &stage : manifest->stages) {
+    out.push_back(stage.file);
+    if (stage.parameterCount > 0)
+      out.push_back(optimizerFileName(stage.index));
+  }
+  for (int rank = 0; rank < info.worldSize; ++rank) {
+    out.push_back(rngFileName(rank));
+    if (!info.files.count(out.back()))
+      break;
+  }
+  return out;
+}
+} // namespace
 
 llvm::Error verifyCheckpoint(llvm::StringRef dir, const CheckpointInfo &info) {
   std::string prefix = "the checkpoint '" + dir.str() + "' is corrupt: ";
@@ -208,7 +274,48 @@ llvm::Error verifyCheckpoint(llvm::StringRef dir, const CheckpointInfo &info) {
       return makeError(prefix + "'" + path +
                        "' does not match its sha256 in checkpoint.json");
   }
+  // checkpoint.json's list says what was hashed, not what must be there.
+  auto required = requiredFiles(dir, info);
+  if (!required)
+    return makeError(prefix + llvm::toString(required.takeError()));
+  for (const std::string &name : *required)
+    if (!info.files.count(name)) {
+      std::string path = join(dir, name);
+      return makeError(prefix + "'" + path + "' " +
+                       (llvm::sys::fs::exists(path)
+                            ? "is not listed in checkpoint.json"
+                            : "is missing"));
+    }
   return llvm::Error::success();
+}
+
+namespace {
+/// Checkpoint `path`'s checkpoint.json, read and verified.
+llvm::Expected<CheckpointInfo> verifiedInfo(llvm::StringRef path) {
+  auto info = readCheckpointInfo(path);
+  if (!info)
+    return info.takeError();
+  if (llvm::Error err = verifyCheckpoint(path, *info))
+    return err;
+  return info;
+}
+} // namespace
+
+std::string olderCheckpointNote(llvm::StringRef dir, llvm::StringRef refused) {
+  if (hasInfo(dir))
+    return "";
+  std::optional<int> below =
+      parseCheckpointDirName(llvm::sys::path::filename(refused));
+  for (const auto &[step, path] : stepDirectories(dir)) {
+    if (!hasInfo(path) || (below && step >= *below))
+      continue;
+    if (auto info = verifiedInfo(path))
+      return "; the newest complete one is '" + path +
+             "': remove the corrupt one to resume from it";
+    else
+      llvm::consumeError(info.takeError());
+  }
+  return "; no older checkpoint is complete";
 }
 
 llvm::Expected<ChosenCheckpoint> findNewestCheckpoint(llvm::StringRef dir,
@@ -216,39 +323,22 @@ llvm::Expected<ChosenCheckpoint> findNewestCheckpoint(llvm::StringRef dir,
   std::string named = option.str() + " '" + dir.str() + "'";
   if (!llvm::sys::fs::is_directory(dir))
     return makeError(named + " is not a directory");
-  auto verified = [](llvm::StringRef path) -> llvm::Expected<CheckpointInfo> {
-    auto info = readCheckpointInfo(path);
-    if (!info)
-      return info.takeError();
-    if (llvm::Error err = verifyCheckpoint(path, *info))
-      return err;
-    return info;
-  };
   // A step directory itself.
   if (hasInfo(dir)) {
-    auto info = verified(dir);
+    auto info = verifiedInfo(dir);
     if (!info)
       return info.takeError();
     return ChosenCheckpoint{dir.str(), std::move(*info)};
   }
-  std::optional<std::string> refusal;
   for (const auto &[step, path] : stepDirectories(dir)) {
     if (!hasInfo(path))
       continue; // a part, never a checkpoint
-    auto info = verified(path);
-    if (!info) {
-      std::string why = llvm::toString(info.takeError());
-      if (!refusal)
-        refusal = why;
-      continue;
-    }
-    if (!refusal)
-      return ChosenCheckpoint{path, std::move(*info)};
-    return makeError(*refusal + "; the newest complete one is '" + path +
-                     "': remove the corrupt one to resume from it");
+    auto info = verifiedInfo(path);
+    if (!info)
+      return makeError(llvm::toString(info.takeError()) +
+                       olderCheckpointNote(dir, path));
+    return ChosenCheckpoint{path, std::move(*info)};
   }
-  if (refusal)
-    return makeError(*refusal + "; no older checkpoint is complete");
   return makeError(named + " holds no complete checkpoint");
 }
 
@@ -297,7 +387,7 @@ llvm::Error checkCheckpointDirectory(llvm::StringRef dir,
     return makeError(named + " exists and is not a directory");
   for (const std::string &name : entriesOf(dir)) {
     std::string path = join(dir, name);
-    bool isDir = llvm::sys::fs::is_directory(path);
+    bool isDir = isRealDirectory(path);
     if (isDir && isStagedStepName(name))
       continue;
     if (isDir && parseCheckpointDirName(name)) {
@@ -317,11 +407,12 @@ void removeCheckpointParts(llvm::StringRef dir) {
   std::set<std::string> destinations;
   for (const std::string &name : entriesOf(dir)) {
     std::string path = join(dir, name);
+    if (!isRealDirectory(path))
+      continue;
     if (isStagedStepName(name))
       destinations.insert(
           join(dir, llvm::StringRef(name).split(".tmp-").first));
-    else if (parseCheckpointDirName(name) &&
-             llvm::sys::fs::is_directory(path) && !hasInfo(path)) {
+    else if (parseCheckpointDirName(name) && !hasInfo(path)) {
       if (llvm::Error err = checkCheckpointContents(path))
         llvm::consumeError(std::move(err)); // not ours: left alone
       else
@@ -362,6 +453,85 @@ std::vector<std::string> pruneCheckpoints(llvm::StringRef dir, int keep,
     removed.push_back(path);
   }
   return removed;
+}
+
+namespace {
+/// Where `path` is on disk: its real path, or for a path not there yet the
+/// real location of its directory joined with its name.
+std::string realLocation(llvm::StringRef path) {
+  llvm::SmallString<256> abs(path), real;
+  llvm::sys::fs::make_absolute(abs);
+  llvm::sys::path::remove_dots(abs, /*remove_dot_dot=*/false);
+  if (!llvm::sys::fs::real_path(abs, real))
+    return std::string(real);
+  llvm::StringRef parent = llvm::sys::path::parent_path(abs);
+  if (parent.empty() || parent == abs)
+    return std::string(abs);
+  llvm::SmallString<256> out(realLocation(parent));
+  llvm::sys::path::append(out, llvm::sys::path::filename(abs));
+  return std::string(out);
+}
+
+/// Whether `path` is `dir` or lies below it (both real locations).
+bool isWithin(llvm::StringRef path, llvm::StringRef dir) {
+  return path == dir || (path.startswith(dir) && dir.endswith("/")) ||
+         (path.startswith(dir) && path.drop_front(dir.size()).startswith("/"));
+}
+
+/// The checkpoint files below `root` that the existing file `path` is (a
+/// hard link); "" when none.
+std::string sameFileBelow(llvm::StringRef root, llvm::StringRef path) {
+  llvm::sys::fs::file_status out;
+  if (llvm::sys::fs::status(path, out) ||
+      out.type() != llvm::sys::fs::file_type::regular_file)
+    return "";
+  std::error_code ec;
+  for (llvm::sys::fs::recursive_directory_iterator it(root, ec, false), end;
+       !ec && it != end; it.increment(ec)) {
+    llvm::sys::fs::file_status st;
+    if (!llvm::sys::fs::status(it->path(), st, /*follow=*/false) &&
+        st.getUniqueID() == out.getUniqueID())
+      return it->path();
+  }
+  return "";
+}
+} // namespace
+
+llvm::Error
+checkOutputsOutsideCheckpoints(llvm::StringRef source, llvm::StringRef what,
+                               llvm::ArrayRef<CommandOutput> outputs) {
+  // What `source` names: one checkpoint or a directory of them, or a file
+  // of one checkpoint; nothing else (a --save directory) is kept here.
+  if (source.empty())
+    return llvm::Error::success();
+  std::string shown = source.str();
+  if (!llvm::sys::fs::is_directory(source)) {
+    llvm::StringRef parent = llvm::sys::path::parent_path(source);
+    shown = parent.empty() ? "." : parent.str();
+    if (!hasInfo(shown))
+      return llvm::Error::success();
+  } else if (!hasInfo(shown) && stepDirectories(shown).empty()) {
+    return llvm::Error::success();
+  }
+  std::string root = realLocation(shown);
+  std::string named = what.str() + " '" + shown + "'";
+  for (const CommandOutput &out : outputs) {
+    if (out.path.empty())
+      continue;
+    std::string mine = realLocation(out.path);
+    std::string prefix = out.option + " '" + out.path + "' ";
+    if (isWithin(mine, root))
+      return makeError(prefix + "is inside " + named +
+                       "; refusing to write into a checkpoint");
+    if (out.isDirectory && isWithin(root, mine))
+      return makeError(prefix + "holds " + named +
+                       "; refusing to write into a checkpoint");
+    std::string linked = out.isDirectory ? "" : sameFileBelow(root, out.path);
+    if (!linked.empty())
+      return makeError(prefix + "is a link to '" + linked + "' of " + named +
+                       "; refusing to write into a checkpoint");
+  }
+  return llvm::Error::success();
 }
 
 llvm::Expected<std::string> manifestForJoin(llvm::StringRef path) {
@@ -441,14 +611,55 @@ llvm::Expected<c10::Dict<std::string, at::Tensor>> optimizerStateOf(
   });
 }
 
-llvm::Error
-setOptimizerState(torch::optim::Optimizer &optimizer, OptimizerKind kind,
-                  const std::vector<std::pair<std::string, at::Tensor>> &params,
-                  const c10::Dict<std::string, at::Tensor> &state,
-                  llvm::StringRef what) {
-  std::map<std::string, at::Tensor> byPath(params.begin(), params.end());
-  // Every key first: PATH#FIELD of a parameter of this stage, a field of
-  // this optimizer, the parameter's shape.
+namespace {
+/// The fields a parameter with state must have: ppc never sets amsgrad, so
+/// Adam's max_exp_avg_sq may be absent.
+std::vector<std::string> requiredFieldsOf(OptimizerKind kind) {
+  if (kind == OptimizerKind::SGD)
+    return {"momentum_buffer"};
+  return {"step", "exp_avg", "exp_avg_sq"};
+}
+
+/// Whether the storage of `t` (contiguous) holds all of its elements.
+bool storageHolds(const at::Tensor &t) {
+  uint64_t end = static_cast<uint64_t>(t.storage_offset()) +
+                 static_cast<uint64_t>(t.numel());
+  return t.storage_offset() >= 0 &&
+         end <= t.storage().nbytes() / static_cast<uint64_t>(t.element_size());
+}
+
+/// Whether the tensor of state field `field` fits `param` as it is: the
+/// step an int64 scalar from 0, any other field a dense, contiguous tensor
+/// of the parameter's dtype and shape whose storage holds it.
+llvm::Error checkStateTensor(const at::Tensor &t, llvm::StringRef field,
+                             const at::Tensor &param, llvm::StringRef key,
+                             llvm::StringRef what) {
+  std::string named = what.str() + ": '" + printable(key) + "' ";
+  if (!t.defined() || t.layout() != at::kStrided || !t.is_contiguous())
+    return makeError(named + "is not a dense contiguous tensor");
+  if (field == "step") {
+    if (t.scalar_type() != at::kLong || t.dim() != 0 || !storageHolds(t) ||
+        t.item<int64_t>() < 0)
+      return makeError(named + "is not an int64 scalar of at least 0");
+    return llvm::Error::success();
+  }
+  if (t.scalar_type() != param.scalar_type())
+    return makeError(
+        named + "has dtype " + std::string(c10::toString(t.scalar_type())) +
+        ", its parameter " + std::string(c10::toString(param.scalar_type())));
+  if (t.sizes() != param.sizes())
+    return makeError(named + "does not have the shape of its parameter");
+  if (!storageHolds(t))
+    return makeError(named + "views more bytes than its storage holds");
+  return llvm::Error::success();
+}
+
+/// Every entry of `state` checked and sorted by parameter path and field.
+llvm::Expected<std::map<std::string, std::map<std::string, at::Tensor>>>
+checkedState(OptimizerKind kind,
+             const std::map<std::string, at::Tensor> &byPath,
+             const c10::Dict<std::string, at::Tensor> &state, bool expectState,
+             llvm::StringRef what) {
   std::map<std::string, std::map<std::string, at::Tensor>> fields;
   for (const auto &entry : state) {
     llvm::StringRef key(entry.key());
@@ -459,15 +670,35 @@ setOptimizerState(torch::optim::Optimizer &optimizer, OptimizerKind kind,
                        "', which is no parameter of the stage");
     if (!llvm::is_contained(fieldsOf(kind), field.str()))
       return makeError(what + " holds '" + printable(key) +
-                       "', which is not "
-                       "state of " +
-                       optimizerName(kind));
-    const at::Tensor &t = entry.value();
-    if (field != "step" && t.sizes() != param->second.sizes())
-      return makeError(what + ": '" + printable(key) +
-                       "' does not have the shape of its parameter");
-    fields[path.str()][field.str()] = t;
+                       "', which is not state of " + optimizerName(kind));
+    if (llvm::Error err =
+            checkStateTensor(entry.value(), field, param->second, key, what))
+      return err;
+    fields[path.str()][field.str()] = entry.value();
   }
+  if (expectState && fields.empty() && !byPath.empty())
+    return makeError(what + " holds no optimizer state");
+  for (const auto &[path, f] : fields)
+    for (const std::string &field : requiredFieldsOf(kind))
+      if (!f.count(field))
+        return makeError(what + " holds no '" + printable(path) + "#" + field +
+                         "'");
+  return fields;
+}
+} // namespace
+
+llvm::Error
+setOptimizerState(torch::optim::Optimizer &optimizer, OptimizerKind kind,
+                  const std::vector<std::pair<std::string, at::Tensor>> &params,
+                  const c10::Dict<std::string, at::Tensor> &state,
+                  bool expectState, llvm::StringRef what) {
+  std::map<std::string, at::Tensor> byPath(params.begin(), params.end());
+  // Every key first: PATH#FIELD of a parameter of this stage, a field of
+  // this optimizer, a tensor that fits as it is.
+  auto checked = checkedState(kind, byPath, state, expectState, what);
+  if (!checked)
+    return checked.takeError();
+  auto &fields = *checked;
   return torchCall("cannot set the optimizer state from " + what, [&] {
     auto &out = optimizer.state();
     for (auto &entry : fields) {
@@ -476,8 +707,10 @@ setOptimizerState(torch::optim::Optimizer &optimizer, OptimizerKind kind,
       const at::Tensor &param = byPath.at(entry.first);
       auto onDevice = [&](const char *name) {
         auto it = f.find(name);
+        // Only moved to the parameter's device: checkedState made sure
+        // that dtype and layout are the parameter's already.
         return it == f.end() ? at::Tensor()
-                             : it->second.to(param.device(), param.dtype())
+                             : it->second.to(param.device())
                                    .clone(at::MemoryFormat::Contiguous);
       };
       if (kind == OptimizerKind::SGD) {
@@ -532,18 +765,7 @@ llvm::Error saveTensorDict(llvm::StringRef path,
 
 llvm::Expected<c10::Dict<std::string, at::Tensor>>
 loadTensorDict(llvm::StringRef path) {
-  auto buffer = readFileBounded(path, kMaxStateBytes, "checkpoint file");
-  if (!buffer)
-    return buffer.takeError();
-  return torchCall("cannot read '" + path + "'", [&] {
-    llvm::StringRef bytes = (*buffer)->getBuffer();
-    c10::IValue value =
-        torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
-    c10::Dict<std::string, at::Tensor> out;
-    for (const auto &entry : value.toGenericDict())
-      out.insert(entry.key().toStringRef(), entry.value().toTensor());
-    return out;
-  });
+  return loadNamedTensors(path, "checkpoint file");
 }
 
 } // namespace ppc

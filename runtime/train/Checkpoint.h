@@ -29,6 +29,7 @@
 
 #include "runtime/train/OptimizerKind.h"
 
+#include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
@@ -78,11 +79,21 @@ struct CheckpointInfo {
 /// checkpoint.json's text for `info`.
 std::string checkpointJSON(const CheckpointInfo &info);
 /// Reads `dir`/checkpoint.json. Errors, naming the file: it is missing,
-/// is not JSON, or lacks a field or has one of the wrong type.
+/// is not JSON or nests deeper than kMaxJSONDepth (lib/SafeRead.h), or
+/// lacks a field or has one of the wrong type or out of range (counts and
+/// steps are ints: "checkpoint file 'c' lacks step, batches_done, stages
+/// or world_size (integers from 0 to 2147483647)"; stages and world_size
+/// from 1).
 llvm::Expected<CheckpointInfo> readCheckpointInfo(llvm::StringRef dir);
-/// Checks every file checkpoint.json lists against its hash. Errors: "the
+/// Checks every file checkpoint.json lists against its hash, and that it
+/// lists every file the checkpoint must hold, which follows from its
+/// manifest, optimizer and ranks, never from the list: the manifest, each
+/// stage file, optim.stage<S>.pt of each stage with parameters, and
+/// rng.rank<R>.pt of each rank R below world_size. Errors: "the
 /// checkpoint 'ck/step-00000008' is corrupt: 'ck/step-00000008/stage_1.pt'
-/// does not match its sha256 in checkpoint.json" (or "is missing").
+/// does not match its sha256 in checkpoint.json" (or "is missing", "is not
+/// listed in checkpoint.json", "its checkpoint.json says 3 stages, its
+/// manifest 2").
 llvm::Error verifyCheckpoint(llvm::StringRef dir, const CheckpointInfo &info);
 
 /// A checkpoint chosen to resume from.
@@ -100,6 +111,13 @@ struct ChosenCheckpoint {
 /// 'ck/step-00000004': remove 'ck/step-00000008' to resume from it").
 llvm::Expected<ChosenCheckpoint> findNewestCheckpoint(llvm::StringRef dir,
                                                       llvm::StringRef option);
+
+/// What a refusal of checkpoint `refused` in `dir` adds, naming the newest
+/// older one that verifies: "; the newest complete one is
+/// 'ck/step-00000004': remove the corrupt one to resume from it", or "; no
+/// older checkpoint is complete". Empty when `dir` is one checkpoint
+/// itself.
+std::string olderCheckpointNote(llvm::StringRef dir, llvm::StringRef refused);
 
 /// Whether `dir`, a directory to write checkpoints into, holds only ppc's:
 /// step directories and their staged parts, each holding only checkpoint
@@ -122,6 +140,30 @@ void removeCheckpointParts(llvm::StringRef dir);
 std::vector<std::string> pruneCheckpoints(llvm::StringRef dir, int keep,
                                           int newest);
 
+/// An output of a command: the option naming it, its path ("" when not
+/// given), and whether it is a directory the command replaces whole.
+struct CommandOutput {
+  std::string option, path;
+  bool isDirectory = false;
+};
+/// Refuses, before a command that reads checkpoints starts, outputs that
+/// would land on or inside them: `source` (named `what` in messages: the
+/// --resume directory, ppc join's argument) when it is a directory of
+/// checkpoints or one checkpoint, or the checkpoint holding the file
+/// `source` (a manifest.json beside a checkpoint.json); nothing for any
+/// other file. Paths are compared on disk: by real path (a file not
+/// written yet by the real path of its directory), and an existing output
+/// file by its identity (a hard link). Errors, one line:
+///   "--log-file 'ck/step-00000004/checkpoint.json' is inside --resume
+///    'ck'; refusing to write into a checkpoint"
+///   "--save 'runs' holds --resume 'runs/ck'; refusing to write into a
+///    checkpoint"
+///   "--trace 't.json' is a link to 'ck/step-00000004/optim.stage0.pt' of
+///    --resume 'ck'; refusing to write into a checkpoint"
+llvm::Error
+checkOutputsOutsideCheckpoints(llvm::StringRef source, llvm::StringRef what,
+                               llvm::ArrayRef<CommandOutput> outputs);
+
 /// A manifest `ppc join` reads for `path`: `path` itself when it is a
 /// file, else the manifest of the newest complete checkpoint in the
 /// directory `path` (findNewestCheckpoint's errors), or of `path` itself
@@ -133,21 +175,28 @@ llvm::Expected<std::string> manifestForJoin(llvm::StringRef path);
 llvm::Expected<c10::Dict<std::string, at::Tensor>>
 optimizerStateOf(const torch::optim::Optimizer &optimizer, OptimizerKind kind,
                  const std::vector<std::pair<std::string, at::Tensor>> &params);
-/// Puts `state` (optimizerStateOf's) back into `optimizer` for `params`;
+/// Puts `state` (optimizerStateOf's) back into `optimizer` for `params`,
+/// as it is: nothing is converted. `expectState`: the optimizer that wrote
+/// it keeps state (Adam, AdamW, SGD with momentum), so it may not be empty.
 /// `what` names the file in messages. Errors: a key of no parameter, an
-/// unknown field, a tensor whose shape differs from the parameter's.
+/// unknown field, a tensor of another dtype, shape or layout than its
+/// parameter's (the step: not an int64 scalar from 0), a parameter that
+/// lacks a field its optimizer keeps ("'f' holds no 'fc.bias#exp_avg_sq'"),
+/// no state at all ("'f' holds no optimizer state").
 llvm::Error
 setOptimizerState(torch::optim::Optimizer &optimizer, OptimizerKind kind,
                   const std::vector<std::pair<std::string, at::Tensor>> &params,
                   const c10::Dict<std::string, at::Tensor> &state,
-                  llvm::StringRef what);
+                  bool expectState, llvm::StringRef what);
 
 /// The CPU generator's state, and `device`'s when it is not the CPU.
 c10::Dict<std::string, at::Tensor> rngStateOf(const c10::Device &device);
 /// Sets the generators rngStateOf saved (those this process has).
 llvm::Error setRngState(const c10::Dict<std::string, at::Tensor> &state);
 
-/// Writes `state` as torch.save does (saveValue), and reads it back.
+/// Writes `state` as torch.save does (saveValue), and reads it back as
+/// untrusted input (loadNamedTensors, lib/TensorIO.h: the pickle and every
+/// tensor checked before use).
 llvm::Error saveTensorDict(llvm::StringRef path,
                            const c10::Dict<std::string, at::Tensor> &state);
 llvm::Expected<c10::Dict<std::string, at::Tensor>>

@@ -90,20 +90,69 @@ llvm::Error loadStageTensors(const Manifest &saved, const std::string &path,
   return llvm::Error::success();
 }
 
-/// Loads stage `index`'s optimizer state, when the checkpoint has one.
+/// A file of the checkpoint whose contents are wrong, as opposed to a
+/// checkpoint of another job: the refusal names the newest older one that
+/// is intact.
+class CorruptFile : public llvm::ErrorInfo<CorruptFile> {
+public:
+  static char ID;
+  explicit CorruptFile(std::string message) : message_(std::move(message)) {}
+  void log(llvm::raw_ostream &os) const override { os << message_; }
+  std::error_code convertToErrorCode() const override {
+    return llvm::inconvertibleErrorCode();
+  }
+
+private:
+  std::string message_;
+};
+char CorruptFile::ID;
+
+/// `err`, when it is one, as a CorruptFile of checkpoint `path`.
+llvm::Error corrupt(const std::string &path, llvm::Error err) {
+  if (!err)
+    return err;
+  return llvm::make_error<CorruptFile>(
+      "the checkpoint '" + path +
+      "' is corrupt: " + llvm::toString(std::move(err)));
+}
+
+/// Stage `index`'s optimizer state, which a stage with parameters must
+/// have (written by the rank's optimizer whatever checkpoint.json lists).
 llvm::Error loadOptimizerState(const TrainedPipeline &pipeline,
                                const std::string &path,
                                const CheckpointInfo &info, int index) {
-  std::string file = optimizerFileName(index);
-  if (!pipeline.optimizer || !info.files.count(file))
+  auto params = stageParameters(pipeline.ctx, index);
+  if (!pipeline.optimizer || params.empty())
     return llvm::Error::success();
-  std::string where = pathIn(path, file);
+  std::string where = pathIn(path, optimizerFileName(index));
+  if (!info.files.count(optimizerFileName(index)))
+    return makeError("'" + where + "' is missing");
   auto state = loadTensorDict(where);
   if (!state)
     return state.takeError();
-  return setOptimizerState(*pipeline.optimizer, pipeline.options.optimizer,
-                           stageParameters(pipeline.ctx, index), *state,
-                           "'" + where + "'");
+  OptimizerKind kind = pipeline.options.optimizer;
+  bool keepsState = kind != OptimizerKind::SGD || info.momentum != 0;
+  return setOptimizerState(*pipeline.optimizer, kind, params, *state,
+                           keepsState, "'" + where + "'");
+}
+
+/// This rank's generators, which every rank of the job that wrote the
+/// checkpoint saved (a rank beyond its world size has none).
+llvm::Error loadGenerators(const TrainedPipeline &pipeline,
+                           const std::string &path,
+                           const CheckpointInfo &info) {
+  const int rank = pipeline.ctx.rank();
+  if (rank >= info.worldSize)
+    return llvm::Error::success();
+  std::string where = pathIn(path, rngFileName(rank));
+  if (!info.files.count(rngFileName(rank)))
+    return makeError("'" + where + "' is missing");
+  auto state = loadTensorDict(where);
+  if (!state)
+    return state.takeError();
+  if (!state->contains("cpu"))
+    return makeError("'" + where + "' holds no \"cpu\" generator state");
+  return setRngState(*state);
 }
 
 /// Loads the stages, optimizer state and generators of checkpoint `path`
@@ -120,16 +169,11 @@ llvm::Error loadCheckpoint(const TrainedPipeline &pipeline,
     if (llvm::Error err =
             loadStageTensors(*saved, path, index, stage.executable()))
       return err;
-    if (llvm::Error err = loadOptimizerState(pipeline, path, info, index))
+    if (llvm::Error err =
+            corrupt(path, loadOptimizerState(pipeline, path, info, index)))
       return err;
   }
-  std::string rng = rngFileName(pipeline.ctx.rank());
-  if (!info.files.count(rng))
-    return llvm::Error::success();
-  auto state = loadTensorDict(pathIn(path, rng));
-  if (!state)
-    return state.takeError();
-  return setRngState(*state);
+  return corrupt(path, loadGenerators(pipeline, path, info));
 }
 
 /// The checkpoint rank 0 chose (and verified) in `dir`, on every rank.
@@ -154,31 +198,50 @@ llvm::Expected<std::string> chooseCheckpoint(RankContext &ctx,
   return ref.str();
 }
 
-/// Every rank learns whether all loaded their part (`loaded`: this
-/// rank's); the failing rank's own error first.
-llvm::Error agreeOnResume(RankContext &ctx, llvm::Error loaded) {
-  std::string mine =
-      loaded ? "error " + llvm::toString(std::move(loaded)) : "ok";
+/// This rank's report of its load: "ok", "corrupt MESSAGE" (a CorruptFile)
+/// or "error MESSAGE".
+std::string reportOf(llvm::Error loaded) {
+  std::string report = "ok";
+  llvm::handleAllErrors(
+      std::move(loaded),
+      [&](const CorruptFile &c) { report = "corrupt " + c.message(); },
+      [&](const llvm::ErrorInfoBase &e) { report = "error " + e.message(); });
+  return report;
+}
+
+/// Every rank learns whether all loaded their part of checkpoint `path`
+/// of `dir` (`loaded`: this rank's): the first failing rank's error, named
+/// by that rank as its own, and a corrupt file with the newest older
+/// checkpoint that is intact.
+llvm::Error agreeOnResume(RankContext &ctx, llvm::Error loaded,
+                          llvm::StringRef dir, llvm::StringRef path) {
+  std::string mine = reportOf(std::move(loaded));
   std::vector<std::string> parts;
   if (llvm::Error err = gatherBytes(ctx.transport(), mine, 0, parts,
                                     "the resumed checkpoint"))
     return err;
   std::string outcome = "ok";
-  for (int r = 0; ctx.rank() == 0 && r < static_cast<int>(parts.size()); ++r)
-    if (parts[r] != "ok") {
-      outcome = llvm::formatv("{0} {1}", r, parts[r]).str();
-      break;
-    }
+  for (int r = 0; ctx.rank() == 0 && r < static_cast<int>(parts.size()); ++r) {
+    llvm::StringRef part(parts[r]);
+    if (part == "ok")
+      continue;
+    bool isCorrupt = part.consume_front("corrupt ");
+    if (!isCorrupt && !part.consume_front("error "))
+      part = "sent a malformed report";
+    outcome = llvm::formatv("{0} {1}", r, part).str();
+    if (isCorrupt)
+      outcome += olderCheckpointNote(dir, path);
+    break;
+  }
   if (llvm::Error err =
           broadcastBytes(ctx.transport(), outcome, 0, "the resume's outcome"))
     return err;
   if (outcome == "ok")
     return llvm::Error::success();
-  if (mine != "ok")
-    return makeError(llvm::StringRef(mine).drop_front(6));
   auto [who, what] = llvm::StringRef(outcome).split(' ');
-  return makeError("the resume failed on rank " + who + ": " +
-                   what.drop_front(6));
+  if (who == std::to_string(ctx.rank()))
+    return makeError(what);
+  return makeError("the resume failed on rank " + who + ": " + what);
 }
 } // namespace
 
@@ -198,7 +261,8 @@ resumeCheckpoint(const TrainedPipeline &pipeline, llvm::StringRef dir) {
     resumed.step = info->step;
     return loadCheckpoint(pipeline, resumed.path, *info);
   }();
-  if (llvm::Error err = agreeOnResume(pipeline.ctx, std::move(loaded)))
+  if (llvm::Error err =
+          agreeOnResume(pipeline.ctx, std::move(loaded), dir, resumed.path))
     return err;
   return resumed;
 }

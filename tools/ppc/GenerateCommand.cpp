@@ -14,6 +14,7 @@
 #include "lib/OutputGuard.h"
 #include "lib/TensorIO.h"
 #include "runtime/generate/Generator.h"
+#include "runtime/train/Checkpoint.h"
 #include "tools/ppc/OptionChecks.h"
 #include "tools/ppc/Progress.h"
 #include "tools/ppc/RankProcess.h"
@@ -42,6 +43,13 @@ llvm::Error guardOutputs(const GenerateCommandOptions &o,
   OutputGuard guard;
   keepManifestFiles(guard, o.manifestPath, metaCacheDirOf(run, o.manifestPath));
   guard.keep(o.promptPath, "the prompt");
+  // A manifest inside a training checkpoint: no output lands in it.
+  if (llvm::Error err = checkOutputsOutsideCheckpoints(
+          o.manifestPath, "the checkpoint",
+          {{"--output", o.outputPath},
+           {"--trace", o.flags.tracePath},
+           {"--stats-json", o.flags.statsJsonPath}}))
+    return err;
   if (llvm::Error err = guard.claimFile("--output", o.outputPath))
     return err;
   if (!o.flags.tracePath.empty())
@@ -115,7 +123,8 @@ llvm::Expected<int> runGenerate(const GenerateCommandOptions &o) {
   if (!env)
     return env.takeError();
   GenerateOptions options;
-  o.flags.applyTo(options.run);
+  if (llvm::Error err = o.flags.applyTo(options.run))
+    return err;
   options.groups = o.flags.microbatchesGiven ? o.flags.microbatches : 0;
   options.sampling = o.sampling;
   options.tokenInput = o.tokenInput;
@@ -169,7 +178,8 @@ void addSamplingOptions(CLI::App &app, SamplingOptions &s) {
                  "Seed of sampling: a sequence's tokens depend only on the "
                  "seed, its row and its logits, whatever --microbatches, the "
                  "stages or the ranks")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->transform(seedOption());
   app.add_option("--eos-id", s.eosId,
                  "The token that ends a sequence: the rest of its row is this "
                  "token (-1: none)")

@@ -53,6 +53,10 @@ Command addJoinCommand(CLI::App &parent) {
       ->required()
       ->check(pathOption());
   return {app, [o]() -> llvm::Expected<int> {
+            if (llvm::Error err = checkOutputsOutsideCheckpoints(
+                    o->manifestPath, "the checkpoint",
+                    {{"--output", o->outputPath}}))
+              return err;
             auto manifest = manifestForJoin(o->manifestPath);
             if (!manifest)
               return manifest.takeError();

@@ -15,6 +15,7 @@
 #include "lib/TensorIO.h"
 #include "runtime/exec/Microbatch.h"
 #include "runtime/platform/Duration.h"
+#include "runtime/train/Checkpoint.h"
 
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringExtras.h"
@@ -64,6 +65,15 @@ llvm::Error checkOutputPaths(const RunFilesRequest &request,
     guard.keep(inputPath, "the input file");
   }
   guard.keep(options.inputMetaPath, "the --input-meta file");
+  // A manifest inside a training checkpoint: no output lands in it.
+  std::vector<CommandOutput> outputs = {
+      {"--output", outputPath.str(), directory},
+      {"--trace", options.tracePath}};
+  for (const auto &[option, path] : request.extraOutputs)
+    outputs.push_back({std::string(option), std::string(path)});
+  if (llvm::Error err = checkOutputsOutsideCheckpoints(
+          manifestPath, "the checkpoint", outputs))
+    return err;
   if (llvm::Error err = directory ? guard.claimDirectory("--output", outputPath)
                                   : guard.claimFile("--output", outputPath))
     return err;

@@ -33,6 +33,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -54,7 +55,8 @@ std::string gradsPath(llvm::StringRef dir, int rank) {
 /// reads or keeps (OutputGuard): the manifest and its files, the data, the
 /// schedule CSV, meta caches, each other; a --save directory that holds
 /// anything but an earlier ppc output (as ppc split -o); a --save-grads
-/// directory that does not exist.
+/// directory that does not exist; any output on or inside the checkpoints
+/// the run reads (--resume, or the one its manifest is in).
 llvm::Error checkOutputPaths(const TrainCommandOptions &o,
                              const RunOptions &run, int rank) {
   OutputGuard guard;
@@ -62,6 +64,16 @@ llvm::Error checkOutputPaths(const TrainCommandOptions &o,
   guard.keep(o.dataPath, "the --data file");
   guard.keep(o.scheduleCSVPath, "the --schedule-csv file");
   guard.keep(o.evalData, "the --eval-data file");
+  std::vector<CommandOutput> outputs = {
+      {"--save", o.savePath, true},
+      {"--save-grads", o.gradsDir.empty() ? "" : gradsPath(o.gradsDir, rank)},
+      {"--trace", o.flags.tracePath},
+      {"--log-file", o.logFile},
+      {"--stats-json", o.flags.statsJsonPath}};
+  for (auto [source, what] : {std::pair(o.resumeDir, "--resume"),
+                              std::pair(o.manifestPath, "the checkpoint")})
+    if (llvm::Error err = checkOutputsOutsideCheckpoints(source, what, outputs))
+      return err;
   if (!o.savePath.empty()) {
     if (llvm::Error err = guard.claimReplacedDirectory("--save", o.savePath))
       return err;
@@ -170,8 +182,11 @@ llvm::Error writeCheckpoint(Trainer &t, const TrainCommandOptions &o) {
   return llvm::Error::success();
 }
 
-/// "%.9g": every float32 loss printed exactly enough to compare.
+/// "%.9g": every float32 loss printed exactly enough to compare; any NaN
+/// as "nan" (printf may say "-nan").
 std::string formatLoss(double loss) {
+  if (std::isnan(loss))
+    return "nan";
   char text[64];
   std::snprintf(text, sizeof text, "%.9g", loss);
   return text;
@@ -229,7 +244,8 @@ static std::function<void(int64_t)> checkpointTestPause(int rank) {
 static llvm::Expected<TrainOptions> trainOptionsOf(const TrainCommandOptions &o,
                                                    int rank) {
   TrainOptions options;
-  o.flags.applyTo(options.run);
+  if (llvm::Error err = o.flags.applyTo(options.run))
+    return err;
   options.autoSchedule = o.schedule == "auto";
   if (!options.autoSchedule)
     options.run.schedule = *parseScheduleName(o.schedule); // validated
@@ -384,8 +400,9 @@ llvm::Error StepLoop::openLog() {
 
 llvm::Error StepLoop::run() {
   meter_ = RateMeter(ProgressClock::now());
-  for (int s = resumed_ + 1; s <= o_.steps; ++s)
-    if (llvm::Error err = step(s))
+  // (int64_t: --steps may be INT_MAX, and s must pass it without overflowing.)
+  for (int64_t s = resumed_ + 1; s <= o_.steps; ++s)
+    if (llvm::Error err = step(static_cast<int>(s)))
       return err;
   return llvm::Error::success();
 }
@@ -457,8 +474,9 @@ llvm::Error StepLoop::evaluateIfDue(int s) {
   llvm::outs() << "eval loss " << formatLoss(*evalLoss) << " at step " << s
                << "\n";
   if (log_)
-    return log_->writeEval(s, *evalLoss);
-  return llvm::Error::success();
+    if (llvm::Error err = log_->writeEval(s, *evalLoss))
+      return err;
+  return checkEvalLoss(s, *evalLoss);
 }
 
 /// After the last step: --save-grads and --save, each said on stderr.
@@ -509,6 +527,8 @@ static llvm::Error train(Trainer &t, const TrainCommandOptions &o,
   auto evalData = loadEvalData(t, o);
   if (!evalData)
     return evalData.takeError();
+  if (llvm::Error err = checkEvalData(t, *evalData, o.evalData))
+    return err;
   StepLoop loop(t, o, options, std::move(*data), std::move(*evalData));
   if (llvm::Error err = loop.openLog())
     return err;
