@@ -124,8 +124,7 @@ stageCosts(const ScheduleOptions &o, const std::optional<Manifest> &manifest,
                        "input gradients, weight gradients)");
     double v[3];
     for (size_t i = 0; i < 3; ++i)
-      if (std::string problem =
-              RealRule::cost().parse(parts[i].trim(), v[i]);
+      if (std::string problem = RealRule::cost().parse(parts[i].trim(), v[i]);
           !problem.empty())
         return makeOptionError("costs",
                                "'" + printable(text) + "': " + problem);
