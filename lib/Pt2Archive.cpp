@@ -171,8 +171,8 @@ llvm::Error checkRanges(const schema::ExportedProgram &program,
     const std::optional<int64_t> &hi = range.get_max_val();
     std::string text = "[" + (lo ? std::to_string(*lo) : "-inf") + ", " +
                        (hi ? std::to_string(*hi) : "inf") + "]";
-    std::string what =
-        "its range constraint for symbol '" + symbol + "', " + text + ", ";
+    std::string what = "its range constraint for symbol '" + printable(symbol) +
+                       "', " + text + ", ";
     if (lo && hi && *lo > *hi)
       return fail(path, what + "has its minimum above its maximum");
     if (((lo && *lo < 0) || (hi && *hi < 0)) && isSizeSymbol(symbol))

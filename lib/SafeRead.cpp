@@ -238,7 +238,7 @@ llvm::Error checkZipInflation(llvm::StringRef b) {
       return makeError(llvm::formatv("record {0} inflates to {1} bytes, more "
                                      "than a {2}-byte archive may hold ({3} "
                                      "in all)",
-                                     name, *size, b.size(), budget)
+                                     printable(name), *size, b.size(), budget)
                            .str());
     total += *size; // both at most the budget: no overflow
     if (total > budget)
