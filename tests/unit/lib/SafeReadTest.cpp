@@ -157,7 +157,7 @@ zipDirectory(const std::vector<std::pair<std::string, uint64_t>> &records,
   std::string out = "(record data)";
   auto put = [&](uint64_t v, int n) {
     for (int i = 0; i < n; ++i)
-      out.push_back(static_cast<char>(v >> (8 * i)));
+      out.push_back(static_cast<char>(i < 8 ? v >> (8 * i) : 0));
   };
   uint64_t offset = out.size();
   for (const auto &[name, size] : records) {
