@@ -116,6 +116,17 @@ llvm::Error corrupt(const std::string &path, llvm::Error err) {
       "' is corrupt: " + llvm::toString(std::move(err)));
 }
 
+/// The tensors of checkpoint file `name` (at `where`), which this rank must
+/// read whatever checkpoint.json lists; a file the list lacks is missing
+/// (verifyCheckpoint has checked the listed ones' hashes).
+llvm::Expected<c10::Dict<std::string, at::Tensor>>
+loadListedDict(const std::string &where, const CheckpointInfo &info,
+               const std::string &name) {
+  if (!info.files.count(name))
+    return makeError("'" + where + "' is missing");
+  return loadTensorDict(where);
+}
+
 /// Stage `index`'s optimizer state, which a stage with parameters must
 /// have (written by the rank's optimizer whatever checkpoint.json lists).
 llvm::Error loadOptimizerState(const TrainedPipeline &pipeline,
@@ -125,9 +136,7 @@ llvm::Error loadOptimizerState(const TrainedPipeline &pipeline,
   if (!pipeline.optimizer || params.empty())
     return llvm::Error::success();
   std::string where = pathIn(path, optimizerFileName(index));
-  if (!info.files.count(optimizerFileName(index)))
-    return makeError("'" + where + "' is missing");
-  auto state = loadTensorDict(where);
+  auto state = loadListedDict(where, info, optimizerFileName(index));
   if (!state)
     return state.takeError();
   OptimizerKind kind = pipeline.options.optimizer;
@@ -145,9 +154,7 @@ llvm::Error loadGenerators(const TrainedPipeline &pipeline,
   if (rank >= info.worldSize)
     return llvm::Error::success();
   std::string where = pathIn(path, rngFileName(rank));
-  if (!info.files.count(rngFileName(rank)))
-    return makeError("'" + where + "' is missing");
-  auto state = loadTensorDict(where);
+  auto state = loadListedDict(where, info, rngFileName(rank));
   if (!state)
     return state.takeError();
   if (!state->contains("cpu"))

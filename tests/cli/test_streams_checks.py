@@ -42,13 +42,17 @@ def mlp_batch(rows=5, seed=0):
     return x, torch.randint(0, 10, (x.shape[0],), generator=g)
 
 
-class StreamsTest(unittest.TestCase):
+class MlpCase(unittest.TestCase):
+    """A 2-stage split of the MLP and one batch of its data, per class."""
     @classmethod
     def setUpClass(cls):
         cls.tmp = class_tmpdir(cls)
         cls.manifest = split(cls.tmp, "mlp", 2)
         cls.data = os.path.join(cls.tmp, "data.pt")
         torch.save(mlp_batch(), cls.data)
+
+
+class StreamsTest(MlpCase):
 
     def train_alone(self, *args, **kw):
         """`ppc train` as the only rank of a job, without a launcher."""
@@ -122,13 +126,7 @@ class StreamsTest(unittest.TestCase):
         self.assertEqual([r["step"] for r in records], [1, 2, 2])
 
 
-class ChecksTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = class_tmpdir(cls)
-        cls.manifest = split(cls.tmp, "mlp", 2)
-        cls.data = os.path.join(cls.tmp, "data.pt")
-        torch.save(mlp_batch(), cls.data)
+class ChecksTest(MlpCase):
 
     def error(self, *args, env=None):
         proc = ppc(*args, check=False, env=env, timeout=60)
