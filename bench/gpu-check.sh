@@ -11,6 +11,16 @@
 #   PPC_GPU_BUILD_DIR  build directory (default: build-gpu/)
 #   CUDACXX            nvcc (default: /usr/local/cuda/bin/nvcc, else the one on PATH); the
 #                      CMake config of a CUDA torch needs the CUDA toolkit
+#   PPC_GPU_PREBUILT=1 skip the build: PPC_GPU_BUILD_DIR/bin already holds ppc and plain_forward,
+#                      built on another machine against the same torch version (a GPU machine
+#                      without LLVM, CLI11 and the other build dependencies); its libraries are
+#                      then taken from this torch (LD_LIBRARY_PATH) and the versions must match.
+#                      Built, for a GPU machine whose torch is 2.11.0, by
+#                        python3 -m venv V && V/bin/pip install torch==2.11.0 numpy
+#                        PPC_PYTHON=V/bin/python PPC_BUILD_DIR=build-gpu \
+#                          scripts/build.sh pytorch2 ppc plain_forward
+#                      (PyPI's torch 2.11.0 is the CUDA 13.0 build); build-gpu/bin and
+#                      build-gpu/lib then travel to that machine.
 #
 # Steps:
 #   1. checks: an NVIDIA GPU (nvidia-smi -L), a torch >= 2 whose torch.cuda sees it, nvcc;
@@ -77,9 +87,6 @@ torch_info=$("$python" -c "$probe" 2>&1) || fail "$python: $(tail -n 1 <<<"$torc
 torch_dir=$(sed -n 1p <<<"$torch_info")
 torch_version=$(sed -n 2p <<<"$torch_info")
 gpu_name=$(sed -n 3p <<<"$torch_info")
-nvcc=${CUDACXX:-/usr/local/cuda/bin/nvcc}
-[ -x "$nvcc" ] || nvcc=$(command -v nvcc || true)
-[ -n "$nvcc" ] || fail "no nvcc (set CUDACXX): the CMake config of a CUDA torch needs the CUDA toolkit"
 echo "gpu-check: $gpus GPU(s), $gpu_name; torch $torch_version at $torch_dir"
 mkdir -p "$build"
 
@@ -87,17 +94,31 @@ mkdir -p "$build"
 # puts the torch wheel's nccl.h first and links its NVIDIA libraries), only the two programs
 # needed here.
 build_start=$SECONDS
-launcher=()
-command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
-{
-  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" \
-    -DCMAKE_PREFIX_PATH="$torch_dir" -DPPC_TORCH_PYTHON="$(command -v "$python")" \
-    -DCMAKE_CUDA_COMPILER="$nvcc" &&
-    cmake --build "$build" -j "$(nproc)" --target ppc plain_forward
-} >"$build/gpu-check.build.log" 2>&1 ||
-  { tail -n 30 "$build/gpu-check.build.log" >&2; fail "the build failed; see $build/gpu-check.build.log"; }
-build_s=$((SECONDS - build_start))
 ppc=$build/bin/ppc
+if [ -n "${PPC_GPU_PREBUILT:-}" ]; then
+  [ -x "$ppc" ] && [ -x "$build/bin/plain_forward" ] ||
+    fail "PPC_GPU_PREBUILT is set but $build/bin holds no ppc and plain_forward"
+  # The prebuilt programs find their runtime library and this torch's libraries (their
+  # RPATH names the build machine's).
+  export LD_LIBRARY_PATH="$build/lib:$torch_dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  built_with=$("$ppc" --version 2>&1 | grep -o 'LibTorch [0-9.]*' || true)
+  [ "$built_with" = "LibTorch ${torch_version%%+*}" ] ||
+    fail "$ppc was built against '${built_with:-an unknown LibTorch}', this torch is $torch_version"
+else
+  nvcc=${CUDACXX:-/usr/local/cuda/bin/nvcc}
+  [ -x "$nvcc" ] || nvcc=$(command -v nvcc || true)
+  [ -n "$nvcc" ] || fail "no nvcc (set CUDACXX): the CMake config of a CUDA torch needs the CUDA toolkit"
+  launcher=()
+  command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+  {
+    cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" \
+      -DCMAKE_PREFIX_PATH="$torch_dir" -DPPC_TORCH_PYTHON="$(command -v "$python")" \
+      -DCMAKE_CUDA_COMPILER="$nvcc" &&
+      cmake --build "$build" -j "$(nproc)" --target ppc plain_forward
+  } >"$build/gpu-check.build.log" 2>&1 ||
+    { tail -n 30 "$build/gpu-check.build.log" >&2; fail "the build failed; see $build/gpu-check.build.log"; }
+fi
+build_s=$((SECONDS - build_start))
 [ -x "$ppc" ] || fail "the build made no $ppc; see $build/gpu-check.build.log"
 version=$("$ppc" --version | tr '\n' ' ')
 grep -q "CUDA: yes" <<<"$version" && grep -q "NCCL: yes" <<<"$version" ||
