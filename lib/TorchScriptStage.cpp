@@ -73,9 +73,14 @@ void TorchScriptStage::save(std::ostream &out) const { module_.save(out); }
 
 /// A model scripted by a newer PyTorch than the LibTorch ppc is built
 /// against (TORCH_VERSION) may call operators this LibTorch lacks: that
-/// error names the operator and the way out.
+/// error names the operator and the way out. Every TorchScript archive ppc
+/// loads (models, stage files, the original of a join) comes through here,
+/// and its records are checked against what its bytes can inflate to before
+/// LibTorch's reader inflates any.
 llvm::Expected<torch::jit::Module> loadTorchScriptModule(llvm::StringRef bytes,
                                                          llvm::StringRef path) {
+  if (llvm::Error err = checkZipInflation(bytes))
+    return makeError("'" + path + "': " + llvm::toString(std::move(err)));
   auto module = torchCall("'" + path + "' is not a TorchScript module", [&] {
     return torch::jit::load(makeArchiveReader(bytes));
   });

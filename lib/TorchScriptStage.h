@@ -37,8 +37,10 @@ private:
 };
 
 /// Loads a TorchScript module from `bytes`; `path` names it in errors.
-/// Errors: the bytes are not a TorchScript archive, or use an operator this
-/// LibTorch lacks (named with the way out).
+/// Errors: records that would inflate beyond what the archive may hold
+/// (checkZipInflation, lib/SafeRead.h; checked before anything is inflated),
+/// the bytes are not a TorchScript archive, or use an operator this LibTorch
+/// lacks (named with the way out).
 llvm::Expected<torch::jit::Module> loadTorchScriptModule(llvm::StringRef bytes,
                                                          llvm::StringRef path);
 

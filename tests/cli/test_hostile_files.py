@@ -12,12 +12,14 @@ without writing an output and without touching the user's files.
 Env: PPC (the ppc binary), PPC_MODELS_DIR (generated models).
 """
 import collections
+import hashlib
 import json
 import os
 import shutil
 import stat
 import tempfile
 import unittest
+import zipfile
 
 import torch
 
@@ -209,6 +211,32 @@ class HostileFilesTest(unittest.TestCase):
             self.expect(["verify", model_path("mlp"), self.manifest, "--input", self.input],
                         message)
             self.expect_run({1: message})
+
+    def test_stage_file_inflating_beyond_its_archive(self):
+        # Tests that a TorchScript stage file whose manifest was rewritten to match it, with a
+        # record that inflates to 90 MB of zeros, is refused before LibTorch's reader inflates
+        # anything (a .pt2 archive is checked the same way in test_pt2_hostile).
+        stage = os.path.join(self.out, "stage_0.pt")
+        bomb = os.path.join(self.dir, "bomb.pt")
+        size = 90 * 1000 * 1000
+        with zipfile.ZipFile(stage) as zin, zipfile.ZipFile(bomb, "w") as zout:
+            root = zin.namelist()[0].split("/", 1)[0]
+            for info in zin.infolist():
+                zout.writestr(info.filename, zin.read(info.filename))
+            entry = zipfile.ZipInfo(root + "/extra/zeros")
+            entry.compress_type = zipfile.ZIP_DEFLATED
+            with zout.open(entry, "w") as f:
+                for _ in range(size >> 20):
+                    f.write(bytes(1 << 20))
+                f.write(bytes(size % (1 << 20)))
+        shutil.move(bomb, stage)
+        with open(stage, "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()
+        self.edit_manifest(lambda m: m["stages"][0].update(sha256=digest))
+        message = (f"'{stage}': record {root}/extra/zeros inflates to {size} bytes, more than a "
+                   f"{os.path.getsize(stage)}-byte archive may hold (67108864 in all)")
+        self.expect(["verify", model_path("mlp"), self.manifest, "--input", self.input], message)
+        self.expect_run({0: message})
 
     # --- input files -------------------------------------------------------
 
