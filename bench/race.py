@@ -35,6 +35,16 @@ kernel, where Debian's default could be its generic Prescott one (issue
 
 Benchmark 21.5 (issue #21, target 5) races "tiny" (4 x Linear(16), one-row
 microbatches: 64 rows in 64) and "heavy" stages, with the issue's targets.
+
+Benchmark 33 (issue #33) is the race on equal footing: ppc built against
+PyTorch 2.x (build/, run.pt2_ppc()), whose LibTorch is the same torch wheel's
+as the peer's, MKL and all, against the peer, on "tiny" stages of 1,024
+one-row microbatches, "small" and "heavy" stages; inference and training,
+GPipe and 1F1B. Its heavy rows also give each side's batch time against its
+compute bound, sum(t_i) + (M-1) max(t_i) with t_i a stage's time per
+microbatch taken from that side's own unsplit forward (two equal halves:
+(M+1)/(2M) of an unsplit batch). Benchmark 9 stays the race of the system
+LibTorch configuration (OpenBLAS against the wheel's MKL).
 """
 import hashlib
 import json
@@ -50,6 +60,7 @@ R = None
 SMALL = dict(name="small", width=32, depth=8, rows=512, M=32)
 TINY = dict(name="tiny", width=16, depth=4, rows=64, M=64)
 HEAVY = dict(name="heavy", width=1024, depth=16, rows=1024, M=8)
+TINY1K = dict(name="tiny1k", width=16, depth=4, rows=1024, M=1024)
 RACE_RE = re.compile(r"race: (\{[^{}]*\})")
 RSS_RE = re.compile(r"\[rank (\d+)\] race_rss_kb=(\d+)")
 
@@ -83,7 +94,7 @@ for name, width, depth, rows in %r:
     torch.save(x, f"{out}/{name}.train_x.pt")
     torch.save(y, f"{out}/{name}.train_y.pt")
 """ % (os.path.join(R.ROOT, "tests", "models"), outdir,
-       [(m["name"], m["width"], m["depth"], m["rows"]) for m in (SMALL, TINY, HEAVY)])
+       [(m["name"], m["width"], m["depth"], m["rows"]) for m in (SMALL, TINY, HEAVY, TINY1K)])
     R.sh([R.PYTHON, "-c", script])
     with open(stamp_path, "w") as f:
         f.write(stamp)
@@ -106,7 +117,7 @@ def peer_lines(text):
                   key=lambda r: r["rank"])
 
 
-def bench_race(cfg, issue21=False):
+def bench_race(cfg, issue21=False, pytorch2=False):
     venv = venv_dir(cfg)
     if not os.path.exists(os.path.join(venv, "bin", "torchrun")):
         raise RuntimeError("no PyTorch 2.x torchrun in %s/bin (scripts/python.sh build "
@@ -114,17 +125,26 @@ def bench_race(cfg, issue21=False):
     d = os.path.join(R.WORK, "race")
     make_inputs(d)
     reps, repeat = cfg["race_reps"], cfg["race_repeat"]
+    if pytorch2:
+        exe, bench, models = R.pt2_ppc(), "33 race (PyTorch 2.x)", (TINY1K, SMALL, HEAVY)
+    elif issue21:
+        exe, bench, models = R.PPC, "21.5 race", (TINY, HEAVY)
+    else:
+        exe, bench, models = R.PPC, "9 race (system LibTorch)", (SMALL, HEAVY)
     rows = []
-    for m in ((TINY, HEAVY) if issue21 else (SMALL, HEAVY)):
-        rows += race_model(cfg, venv, d, m, reps, repeat, issue21)
+    for m in models:
+        rows += race_model(cfg, venv, d, m, reps, repeat, exe, bench)
     return rows
 
 
-def race_model(cfg, venv, d, m, reps, repeat, issue21=False):
+def race_model(cfg, venv, d, m, reps, repeat, exe, bench):
     name, M, K = m["name"], m["M"], m["depth"] // 2
     model, inp = os.path.join(d, name + ".pt"), os.path.join(d, name + ".input.pt")
-    two = R.split(model, os.path.join(d, name + ".2"), "--split-at", "layers.%d" % K)
-    one = R.split(model, os.path.join(d, name + ".1"), "--stages", "1")
+    # Each configuration's own splits (its ppc writes the stage files).
+    tag = "" if exe == R.PPC else ".pt2ppc"
+    two = R.split(model, os.path.join(d, name + tag + ".2"), "--split-at", "layers.%d" % K,
+                  exe=exe)
+    one = R.split(model, os.path.join(d, name + tag + ".1"), "--stages", "1", exe=exe)
     out = os.path.join(d, name + ".out.pt")
 
     def ppc_steady(manifest, nproc, schedule):
@@ -132,7 +152,7 @@ def race_model(cfg, venv, d, m, reps, repeat, issue21=False):
         cmd = R.launch(nproc, "run", manifest, "--input", inp, "--output", out,
                        "--microbatches", M, "--threads", 1, "--schedule", schedule,
                        "--repeat", repeat + 1, "--stream-window", 0, "--trace", trace,
-                       "--stats")
+                       "--stats", exe=exe)
         # /usr/bin/time around each rank: its peak resident memory.
         cmd = cmd[:cmd.index("--") + 1] + ["/usr/bin/time", "-f", "race_rss_kb=%M"] + \
             cmd[cmd.index("--") + 1:]
@@ -145,7 +165,7 @@ def race_model(cfg, venv, d, m, reps, repeat, issue21=False):
 
     def ppc_first(*extra):
         s = R.sh(R.launch(2, "run", two, "--input", inp, "--output", out, "--microbatches", M,
-                          "--threads", 1, "--stats", *extra))
+                          "--threads", 1, "--stats", *extra, exe=exe))
         st = R.parse_stats(s.out)
         return {"first_ms": max(r["total_ms"] for r in st), "wall_s": s.wall_s,
                 "meta": sorted({r["meta"] for r in st})}
@@ -177,7 +197,7 @@ def race_model(cfg, venv, d, m, reps, repeat, issue21=False):
         s = R.sh(R.launch(2, "train", two, "--data", os.path.join(d, name + ".train.pt"),
                           "--loss", "mse", "--optimizer", "sgd", "--lr", "0.01",
                           "--microbatches", M, "--steps", repeat + 1, "--threads", 1,
-                          "--schedule", schedule, "--stats", "--no-meta-cache"))
+                          "--schedule", schedule, "--stats", "--no-meta-cache", exe=exe))
         st = R.parse_stats(s.out)
         steps = [max(r["step_ms"] for r in st if r["step"] == k)
                  for k in range(2, repeat + 2)]
@@ -200,32 +220,37 @@ def race_model(cfg, venv, d, m, reps, repeat, issue21=False):
         return R.stats([r[field] for r in runs[key]])
 
     rows = []
-    bench = "21.5 race" if issue21 else "9 race"
     label = "%s (%d x Linear(%d), %d rows, M=%d)" % (name, m["depth"], m["width"], m["rows"], M)
     kernels = "BLAS: ppc %s, peer %s" % (
         " / ".join(sorted({b for r in runs["ppc gpipe"] for b in r["blas"]})),
         " / ".join(sorted({b for r in runs["peer gpipe inferred"] for b in r["blas"]})))
     ppc_eff = med("ppc unsplit")["median"]
     peer_eff = med("peer unsplit")["median"]
+    # The compute bound of two equal halves: (M+1)/(2M) of an unsplit batch.
+    bound = (M + 1) / (2.0 * M)
     for sched in ("gpipe", "1f1b"):
         mine = med("ppc " + sched)
         for shapes in ("static", "inferred"):
             theirs = med("peer %s %s" % (sched, shapes))
             ratio = theirs["median"] / mine["median"]
-            goal = {"small": 1.3, "tiny": 20.0}.get(name, 1.0)
+            goal = {"small": 1.3, "tiny": 20.0, "tiny1k": 20.0}.get(name, 1.0)
             rows.append(R.row(
                 bench, "%s, %s inference: ppc batch" % (label, sched), mine, "ms",
                 "pipelining (%s shapes)" % shapes, theirs, ratio, ">= %gx" % goal,
                 ratio >= goal,
                 "ratio = peer / ppc (> 1: ppc faster); efficiency vs own unsplit 1-thread "
-                "forward: ppc %.2f, peer %.2f; %s" % (ppc_eff / mine["median"],
-                                                      peer_eff / theirs["median"], kernels)))
+                "forward: ppc %.2f, peer %.2f; batch / compute bound: ppc %.3f, peer %.3f; %s"
+                % (ppc_eff / mine["median"], peer_eff / theirs["median"],
+                   mine["median"] / (bound * ppc_eff), theirs["median"] / (bound * peer_eff),
+                   kernels)))
         mine = med("ppc train " + sched)
         theirs = med("peer train " + sched)
+        goal = {"small": 1.5, "heavy": 1.0}.get(name) if "33" in bench else None
+        ratio = theirs["median"] / mine["median"]
         rows.append(R.row(
             bench, "%s, %s training step (MSE, SGD): ppc" % (label, sched), mine, "ms",
-            "pipelining (inferred shapes)", theirs, theirs["median"] / mine["median"], None, None,
-            "ratio = peer / ppc (> 1: ppc faster)"))
+            "pipelining (inferred shapes)", theirs, ratio, goal and ">= %gx" % goal,
+            goal and ratio >= goal, "ratio = peer / ppc (> 1: ppc faster)"))
     infer, cache = med("ppc first infer", "first_ms"), med("ppc first cache", "first_ms")
     walls = {k: statistics.median(r["wall_s"] for r in runs["ppc first " + k]) * 1e3
              for k in ("infer", "cache")}

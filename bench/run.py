@@ -113,9 +113,11 @@ def rounds(configs, reps, warmup=1, warm_inside=()):
     return out
 
 
-def launch(nproc, *args):
-    """`ppc launch` of `ppc ARGS` on nproc local ranks."""
-    return [PPC, "launch", "--nproc-per-node", nproc, "--master-port", "0", "--", PPC, *args]
+def launch(nproc, *args, exe=None):
+    """`ppc launch` of `ppc ARGS` on nproc local ranks (EXE: another ppc than
+    the build directory's)."""
+    exe = exe or PPC
+    return [exe, "launch", "--nproc-per-node", nproc, "--master-port", "0", "--", exe, *args]
 
 
 STATS_LINE = re.compile(r"stats: (rank=\d+ .*)")
@@ -173,9 +175,10 @@ def durations_ms(events, name, rank=None, stage=None):
             and (stage is None or e["args"].get("stage") == stage)]
 
 
-def split(model, outdir, *how):
-    """`ppc split MODEL -o OUTDIR HOW...`, unless OUTDIR already holds a split
-    of this model that is newer than it (splits are cached like models)."""
+def split(model, outdir, *how, exe=None):
+    """`ppc split MODEL -o OUTDIR HOW...` (by EXE, default the build
+    directory's ppc), unless OUTDIR already holds a split of this model that
+    is newer than it (splits are cached like models)."""
     manifest = os.path.join(outdir, "manifest.json")
     stamp = os.path.join(outdir, "bench.split-args")
     want = " ".join(map(str, how))
@@ -187,7 +190,7 @@ def split(model, outdir, *how):
     # ppc split refuses to replace a directory holding files it did not
     # write (the stamp); this one is the benchmarks' own scratch.
     shutil.rmtree(outdir, ignore_errors=True)
-    sh([PPC, "split", model, "-o", outdir, *how])
+    sh([exe or PPC, "split", model, "-o", outdir, *how])
     with open(stamp, "w") as f:
         f.write(want)
     return manifest
@@ -1108,14 +1111,16 @@ def sh_others(cmd):
 
 
 def pt2_ppc():
-    """A ppc that reads .pt2 programs: the build directory's when its LibTorch
-    is 2.x, else the PyTorch 2.x build's (build/, scripts/build.sh)."""
+    """A ppc built against PyTorch 2.x (it reads .pt2 programs, and its
+    LibTorch is the torch wheel's, MKL included): the build directory's when
+    its LibTorch is 2.x, else the PyTorch 2.x build's (build/,
+    scripts/build.sh)."""
     for exe in (PPC, os.path.join(ROOT, "build", "bin", "ppc")):
         if os.path.exists(exe):
             text = subprocess.run([exe, "--version"], stdout=subprocess.PIPE, text=True).stdout
             if re.search(r"^LibTorch [2-9]", text, re.M):
                 return exe
-    raise RuntimeError("no ppc with .pt2 support: build the PyTorch 2.x configuration "
+    raise RuntimeError("no ppc built against PyTorch 2.x: build that configuration "
                        "(scripts/build.sh ppc) into build/")
 
 
@@ -1254,11 +1259,11 @@ def generate_table(runs, traces, same, b, P, N, groups):
     return rows
 
 
-def bench_race(cfg, issue21=False):
-    """Benchmarks 9 and 21.5, in bench/race.py."""
+def bench_race(cfg, issue21=False, pytorch2=False):
+    """Benchmarks 9, 21.5 and 33, in bench/race.py."""
     import race
     race.R = sys.modules[__name__]
-    return race.bench_race(cfg, issue21)
+    return race.bench_race(cfg, issue21, pytorch2)
 
 
 # How main() pinned the BLAS kernel, for the notes.
@@ -1369,7 +1374,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer repetitions, smaller sizes")
     ap.add_argument("--only", help="comma-separated benchmark keys (1-10; issue #21: "
-                    "21.1, 21.3, 21.4, 21.5, 21.6, 21.c; issue #30: 30); default: all")
+                    "21.1, 21.3, 21.4, 21.5, 21.6, 21.c; issue #30: 30; issue #33: 33); "
+                    "default: all")
     ap.add_argument("--venv", help="the prefix of a Python with torch 2.x for benchmarks 9, "
                     "21.6 and 30 (PPC_RACE_VENV overrides it; default build/venv)")
     ap.add_argument("--build-dir", default=os.path.join(ROOT, "build-system"),
@@ -1415,7 +1421,10 @@ def main():
             ("6", "training", lambda: bench_training(cfg)),
             ("7", "start-up", lambda: bench_startup(cfg)),
             ("8", "pipeline efficiency", lambda: bench_efficiency(cfg, need_wide())),
-            ("9", "race against torch.distributed.pipelining", lambda: bench_race(cfg)),
+            ("33", "race on equal footing: PyTorch 2.x against torch.distributed.pipelining",
+             lambda: bench_race(cfg, pytorch2=True)),
+            ("9", "race against torch.distributed.pipelining (system LibTorch)",
+             lambda: bench_race(cfg)),
             ("10", "partition balance", lambda: bench_partition(cfg)),
             ("21.1", "shared-memory link (targets 1, 2)", lambda: bench_shm(cfg)),
             ("21.3", "speed-up, same best kernel", lambda: bench_speedup_kernel(cfg, need_wide())),
