@@ -12,19 +12,114 @@
 #include "lib/ValueWalk.h"
 #include "runtime/exec/ExecutorState.h"
 #include "runtime/exec/Trace.h"
+#include "runtime/link/Link.h"
 
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/raw_ostream.h"
 
 #include <ATen/ATen.h>
 
 #include <chrono>
+#include <cstdlib>
 
 namespace ppc {
 
 namespace exec_detail {
 namespace {
 using Clock = std::chrono::steady_clock;
+
+/// "rank 0 4, rank 2 3", or "nothing".
+std::string countsText(const std::map<int, int> &counts) {
+  std::string text;
+  for (const auto &[peer, count] : counts)
+    text +=
+        llvm::formatv("{0}rank {1} {2}", text.empty() ? "" : ", ", peer, count)
+            .str();
+  return text.empty() ? "nothing" : text;
+}
+
+llvm::json::Object countsJson(const std::map<int, int> &counts) {
+  llvm::json::Object object;
+  for (const auto &[peer, count] : counts)
+    object[std::to_string(peer)] = count;
+  return object;
+}
+
+/// Writes `record` as DIR/rank-G.json (Executor.h); best effort: a rank
+/// that cannot write it still fails with its own error.
+void writeStatusRecord(int rank, const llvm::json::Value &record) {
+  const char *dir = std::getenv("PPC_STATUS_DIR");
+  if (!dir || !*dir)
+    return;
+  std::string path = llvm::formatv("{0}/rank-{1}.json", dir, rank).str();
+  std::string partial = path + ".partial";
+  {
+    std::error_code ec;
+    llvm::raw_fd_ostream os(partial, ec);
+    if (ec)
+      return;
+    os << record;
+    os.close();
+    if (os.has_error()) {
+      os.clear_error();
+      llvm::sys::fs::remove(partial);
+      return;
+    }
+  }
+  if (llvm::sys::fs::rename(partial, path))
+    llvm::sys::fs::remove(partial);
+}
 } // namespace
+
+llvm::Error Executor::located(llvm::Error err, size_t index) {
+  const std::vector<Action> &actions = schedule.ranks[plan.rank];
+  return llvm::handleErrors(
+      std::move(err), [&](const LostRankError &lost) -> llvm::Error {
+        std::string message = lost.describe();
+        bool timedOut = llvm::StringRef(message).contains("no answer within");
+        int self = plan.transport->globalRank(plan.rank);
+        llvm::json::Object record{{"rank", self},
+                                  {"waitingFor", lost.rank()},
+                                  {"timedOut", timedOut},
+                                  {"action", int64_t(index + 1)},
+                                  {"actions", int64_t(actions.size())},
+                                  {"sent", countsJson(sentTo)},
+                                  {"received", countsJson(receivedFrom)}};
+        std::string where;
+        if (index < actions.size()) {
+          const Action &a = actions[index];
+          llvm::StringRef kind = actionInfo(a.kind).name;
+          record["kind"] = kind;
+          record["microbatch"] = a.microbatch;
+          record["stage"] = a.stage;
+          where = llvm::formatv("at action {0} of {1} ({2} mb {3} stage {4})",
+                                index + 1, actions.size(), kind, a.microbatch,
+                                a.stage)
+                      .str();
+        } else {
+          record["kind"] = "flush";
+          where =
+              llvm::formatv("at the final flush of {0} actions", actions.size())
+                  .str();
+        }
+        writeStatusRecord(self, llvm::json::Value(std::move(record)));
+        auto copy = std::make_unique<LostRankError>(lost.rank(), message);
+        if (!lost.context().empty())
+          copy->addContext(llvm::StringRef(lost.context()).drop_back(2));
+        if (!timedOut || message.empty() || message.back() != ')')
+          return llvm::Error(std::move(copy));
+        message.pop_back();
+        message += llvm::formatv("; {0}; sent: {1}; received: {2})", where,
+                                 countsText(sentTo), countsText(receivedFrom))
+                       .str();
+        auto located = std::make_unique<LostRankError>(lost.rank(), message);
+        if (!lost.context().empty())
+          located->addContext(llvm::StringRef(lost.context()).drop_back(2));
+        return llvm::Error(std::move(located));
+      });
+}
 
 void Executor::store(int stage, int output, int m, c10::IValue value) {
   auto it = plan.localUses.find({stage, output});
@@ -179,7 +274,11 @@ llvm::Expected<ExecutorResult> Executor::run() {
     }
     if (err) {
       step.failedMicrobatch = a.microbatch;
-      return err;
+      return located(std::move(err), i);
+    }
+    if (int channel = channelOf(schedule, a); channel >= 0) {
+      int peer = plan.transport->globalRank(a.peerRank);
+      ++(actionInfo(a.kind).category == "send" ? sentTo : receivedFrom)[peer];
     }
     if (step.trace)
       record(a, startUs);
@@ -199,7 +298,7 @@ llvm::Expected<ExecutorResult> Executor::run() {
   int64_t flushStart = step.trace ? TraceRecorder::nowUs() : 0;
   if (llvm::Error err = plan.transport->flushSends()) {
     step.failedMicrobatch = schedule.microbatches - 1;
-    return err;
+    return located(std::move(err), actions.size());
   }
   if (step.trace)
     step.trace->add({"flush", "wait", -1, -1, flushStart,

@@ -64,6 +64,23 @@
 // it, and every LibTorch call that can throw goes through torchCall(), so a
 // run fails with one error line, never an exception.
 //
+// Where a rank stands (a stuck job, issue #31): when a wait for a peer fails
+// (a LostRankError), the executor says where this rank is in its schedule.
+// A timeout's detail ("lost rank R (DETAIL)", runtime/link/Link.h) gains
+//   "; at action I of N (KIND mb M stage S); sent: rank P C, ...;
+//    received: rank P C, ..."
+// (one line; I counts from 1; the flush after the last action reads
+// "at the final flush of N actions"; sent/received count the send and
+// receive actions completed so far per peer job rank, "nothing" for none).
+// And when PPC_STATUS_DIR is set (`ppc launch` sets it), every lost rank,
+// timeout or not, writes the JSON record DIR/rank-G.json (G: this job
+// rank; written to a temporary name, then renamed):
+//   {"rank": G, "waitingFor": P, "timedOut": true|false, "action": I,
+//    "actions": N, "kind": "RECV_F", "microbatch": M, "stage": S,
+//    "sent": {"P": C, ...}, "received": {"P": C, ...}}
+// which the launcher reads to name the rank the job is stuck on
+// (tools/ppc/StuckReport.h).
+//
 //===----------------------------------------------------------------------===//
 #ifndef PPC_RUNTIME_EXEC_EXECUTOR_H
 #define PPC_RUNTIME_EXEC_EXECUTOR_H

@@ -139,6 +139,13 @@ private:
   std::map<std::tuple<int, int, int>, int64_t> messages;
   /// Records action `a`, run from `startUs` until now.
   void record(const Action &a, int64_t startUs);
+  /// Send and receive actions completed so far, per peer (job rank).
+  std::map<int, int> sentTo, receivedFrom;
+  /// A lost rank met at action `index` (actions.size(): the final flush):
+  /// writes this rank's status record (Executor.h, "Where a rank stands")
+  /// and, for a timeout, adds its position to the error's detail. Any other
+  /// error is returned as is.
+  llvm::Error located(llvm::Error err, size_t index);
   /// Training: gradients a consumer stage computed for a remote producer's
   /// output, awaiting SEND_B: (consumer, producer, output, mb).
   std::map<std::tuple<int, int, int, int>, std::vector<at::Tensor>> toSend;

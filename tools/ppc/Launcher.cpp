@@ -13,8 +13,12 @@
 #include "lib/NumberRules.h"
 #include "runtime/platform/Duration.h"
 #include "runtime/platform/Threads.h"
+#include "tools/ppc/StuckReport.h"
 
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SmallString.h"
 #include "llvm/Support/Errno.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
@@ -24,7 +28,9 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <iterator>
+#include <map>
 #include <random>
 
 #include <fcntl.h>
@@ -339,12 +345,16 @@ public:
       timeoutAt = deadlineAfter(toDuration(*options.timeoutSeconds), start);
     // Stable addresses: each worker's stderr stream points at its error.
     workers.reserve(static_cast<size_t>(options.nprocPerNode));
+    StatusDir status;
+    statusDir = status.path;
     for (int local = 0; local < options.nprocPerNode && !failure; ++local)
       spawn(local);
     while (anyRunning())
       step();
     if (failure)
       return makeError(*failure);
+    if (std::optional<std::string> stuck = stuckRank())
+      return makeError(*stuck);
     if (const Worker *cause = rootCause())
       return makeError(*cause->failure + (cause->error.text.empty()
                                               ? ""
@@ -355,6 +365,116 @@ public:
 private:
   static Clock::duration toDuration(double seconds) {
     return durationFromSeconds<Clock::duration>(seconds);
+  }
+
+  /// The ranks' status directory (PPC_STATUS_DIR, runtime/exec/Executor.h):
+  /// created private (0700) for the job, removed with what is in it.
+  struct StatusDir {
+    std::string path;
+    StatusDir() {
+      llvm::SmallString<128> dir;
+      if (!llvm::sys::fs::createUniqueDirectory("ppc-status", dir))
+        path = std::string(dir);
+    }
+    ~StatusDir() {
+      if (!path.empty())
+        llvm::sys::fs::remove_directories(path);
+    }
+  };
+
+  /// At most `limit` bytes of the file at `path` (empty when unreadable).
+  static std::string readAtMost(const std::string &path, size_t limit) {
+    std::ifstream in(path, std::ios::binary);
+    std::string text(limit, '\0');
+    in.read(text.data(), static_cast<std::streamsize>(limit));
+    text.resize(
+        in ? limit
+           : static_cast<size_t>(std::max<std::streamsize>(in.gcount(), 0)));
+    return text;
+  }
+
+  /// When every failed worker only lost a peer and their status records
+  /// lead to a rank that was still alive when the job was stopped: "rank R
+  /// is stuck (STATE); ranks ... wait for it" and what it last said (see
+  /// Launcher.h). Otherwise none.
+  std::optional<std::string> stuckRank() const {
+    const Worker *cause = rootCause();
+    if (!cause || cause->ownCause || statusDir.empty() || aliveStates.empty())
+      return std::nullopt;
+    int world = options.nnodes * options.nprocPerNode;
+    std::map<int, RankReport> reports;
+    for (const Worker &worker : workers) {
+      std::string path =
+          statusDir + "/rank-" + std::to_string(worker.rank) + ".json";
+      std::string text = readAtMost(path, kMaxRankReportBytes + 1);
+      if (std::optional<RankReport> report =
+              parseRankReport(text, worker.rank, world))
+        reports[worker.rank] = *report;
+    }
+    std::optional<int> start;
+    for (size_t index : exits)
+      if (!start && reports.count(workers[index].rank))
+        start = workers[index].rank;
+    if (!start)
+      return std::nullopt;
+    StuckRank stuck = findStuckRank(reports, *start);
+    std::string waiters =
+        stuck.waiters.empty()
+            ? ""
+            : llvm::formatv("; {0} {1} {2} for it",
+                            stuck.waiters.size() == 1 ? "rank" : "ranks",
+                            rankList(stuck.waiters),
+                            stuck.waiters.size() == 1 ? "waits" : "wait")
+                  .str();
+    if (stuck.isCycle) {
+      std::string chain;
+      for (int r : stuck.cycle)
+        chain += llvm::formatv("rank {0} ({1}) waits for ", r,
+                               positionText(reports.at(r)))
+                     .str();
+      return llvm::formatv("ranks {0} wait for each other: {1}rank {2}{3}",
+                           rankList(stuck.cycle), chain, stuck.rank, waiters)
+          .str();
+    }
+    auto alive = aliveStates.find(stuck.rank);
+    if (alive == aliveStates.end())
+      return std::nullopt;
+    std::string state =
+        alive->second == 'T' || alive->second == 't'
+            ? "stopped by a signal, state " + std::string(1, alive->second)
+            : "running but never answered, state " +
+                  std::string(1, alive->second ? alive->second : '?');
+    // What the rank nearest it in the chain says about the wait.
+    std::string seen;
+    for (int waiter : stuck.waiters)
+      if (reports.at(waiter).waitingFor == stuck.rank) {
+        seen = llvm::formatv(": rank {0} waited for it {1}", waiter,
+                             positionText(reports.at(waiter)))
+                   .str();
+        break;
+      }
+    return llvm::formatv("rank {0} is stuck ({1}){2}{3}", stuck.rank, state,
+                         seen, waiters)
+        .str();
+  }
+
+  /// Records the /proc state letter of every running worker (Linux; '?'
+  /// where it cannot be read), before the job is stopped.
+  void noteAliveStates() {
+    if (!aliveStates.empty())
+      return;
+    for (const Worker &worker : workers) {
+      if (!worker.running)
+        continue;
+      char state = '?';
+      // "PID (COMM) S ...": COMM may hold ')', the state follows the last.
+      std::string stat =
+          readAtMost("/proc/" + std::to_string(worker.pid) + "/stat", 4096);
+      size_t close = stat.rfind(')');
+      if (close != std::string::npos && close + 2 < stat.size())
+        state = stat[close + 2];
+      aliveStates[worker.rank] = state;
+    }
   }
 
   bool anyRunning() const {
@@ -438,6 +558,12 @@ private:
   /// on `pipes`. Returns the pid, or -1 with errno set.
   pid_t forkWorker(int local, const Pipes &pipes) {
     std::vector<std::string> env = workerEnvironment(options, local);
+    if (!statusDir.empty()) {
+      llvm::erase_if(env, [](const std::string &entry) {
+        return llvm::StringRef(entry).startswith("PPC_STATUS_DIR=");
+      });
+      env.push_back("PPC_STATUS_DIR=" + statusDir);
+    }
     ChildSetup setup;
     setup.parent = ::getpid();
     setup.stdinFd = devNull;
@@ -590,8 +716,10 @@ private:
         fail("timed out after " + formatNumber(*options.timeoutSeconds) +
              " seconds"))
       stop(SIGTERM);
-    if (stopAt && now >= *stopAt)
+    if (stopAt && now >= *stopAt) {
+      noteAliveStates();
       stop(SIGTERM);
+    }
     if (killAt && now >= *killAt) {
       killAt.reset();
       killed = true;
@@ -612,6 +740,10 @@ private:
   std::optional<Clock::time_point> stopAt;
   std::optional<Clock::time_point> killAt;
   bool killed = false;
+  /// The status directory, and the /proc state of each worker still running
+  /// when the settle time after a lost rank ended (stuckRank()).
+  std::string statusDir;
+  std::map<int, char> aliveStates;
 };
 
 } // namespace

@@ -139,6 +139,17 @@ launchEnvironment(const LaunchOptions &options, int localRank);
 ///   "rank R exited with status S", "rank R killed by signal SIGxxx", each
 ///   followed by ": ERROR" (its error line without "error: ") when it
 ///   printed one.
+///   Before that, a stuck job: when every failed worker only lost a peer,
+///   the status records the ranks wrote (PPC_STATUS_DIR, a private
+///   directory the launcher creates and removes; runtime/exec/Executor.h)
+///   are followed from the first failed worker that wrote one to the rank
+///   its chain of waits ends at (tools/ppc/StuckReport.h). When that rank
+///   was still running when the settle time ended (its /proc state then):
+///   "rank R is stuck (stopped by a signal, state T): rank W waited for it
+///   at action I of N (KIND mb M stage S); ranks A and B wait for it"
+///   ("running but never answered, state X" for any other state); when
+///   the chain closes on itself: "ranks A and B wait for each other: rank A
+///   (POSITION) waits for rank B (POSITION) waits for rank A; ...".
 /// The first four win over any worker's failure. Installs handlers for
 /// SIGINT, SIGTERM, SIGHUP, SIGCHLD and SIGPIPE while it runs and restores
 /// the previous ones; one launch per process at a time.
