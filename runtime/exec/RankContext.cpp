@@ -17,6 +17,7 @@
 #include "runtime/platform/Duration.h"
 #include "runtime/platform/Threads.h"
 #include "runtime/platform/TorchCompat.h"
+#include "runtime/schedule/ScheduleKind.h"
 #include "runtime/schedule/Simulate.h"
 #include "runtime/train/DataParallel.h"
 
@@ -138,22 +139,44 @@ llvm::Error RankContext::loadManifest() {
   return llvm::Error::success();
 }
 
+/// What every rank must have alike (RunOptions::agreement): the caller's
+/// record, then the manifest and the run's options it did not record.
+Agreement RankContext::agreement() const {
+  Agreement record = options_.agreement;
+  record.setDefault("--microbatches", std::to_string(options_.microbatches));
+  record.setDefault("--schedule", scheduleName(options_.schedule));
+  record.setDefault("--precision", precisionName(options_.precision));
+  record.setDefault("--device", options_.device);
+  record.setDefault("--link", options_.link);
+  record.setDefault("--data-parallel", std::to_string(replicas_));
+  record.setDefault("--stream-window",
+                    std::to_string(options_.streamMicrobatches));
+  if (!record.has("--input-meta"))
+    record.setFileDigest("--input-meta", options_.inputMetaPath);
+  if (!record.has("the manifest"))
+    record.set("the manifest", manifestSha256_,
+               manifestPath_ + " (sha256 " +
+                   llvm::StringRef(manifestSha256_).take_front(16).str() + ")");
+  return record;
+}
+
 /// Meets the other ranks and connects what the schedule's links need.
 llvm::Error RankContext::connect() {
   LinkPolicy link = *linkPolicyNamed(options_.link);
+  Agreement record = agreement();
   if (replicas_ > 1) {
     auto layout = DataParallelLayout::create(jobEnv_.worldSize, replicas_);
     if (!layout)
       return layout.takeError();
-    auto transports =
-        connectReplicas(jobEnv_, *layout, deviceKind_, options_.timeout, link);
+    auto transports = connectReplicas(jobEnv_, *layout, deviceKind_,
+                                      options_.timeout, link, record);
     if (!transports)
       return transports.takeError();
     transport_ = std::move(transports->pipeline);
     replicaTransport_ = std::move(transports->replicas);
   } else {
     auto transport =
-        connectTransport(env_, deviceKind_, options_.timeout, link);
+        connectTransport(env_, deviceKind_, options_.timeout, link, record);
     if (!transport)
       return transport.takeError();
     transport_ = std::move(*transport);

@@ -15,9 +15,10 @@
 //   2. load the manifest and let the job place its stages and plan its
 //      schedule, simulated (planSchedule(), runtime/schedule/Plan.h: a
 //      deadlock is refused before any rank runs it);
-//   3. meet the other ranks (rendezvous, process groups, NCCL pairs), before
-//      loading stages, so that a rank that fails to load makes the others
-//      fail fast with "lost rank R" instead of waiting at a rendezvous;
+//   3. meet the other ranks (rendezvous, the start-up agreement on what
+//      must be alike: RunOptions::agreement, process groups, NCCL pairs),
+//      before loading stages, so that a rank that fails to load makes the
+//      others fail fast with "lost rank R" instead of waiting at a rendezvous;
 //   4. load this rank's stages onto the device; build the executor's plan.
 //
 // Internal to libppc_runtime: not installed.
@@ -156,6 +157,7 @@ private:
   RankContext() = default;
   llvm::Error loadManifest();
   llvm::Error connect();
+  Agreement agreement() const;
   llvm::Error loadStages();
 
   LaunchEnv env_;

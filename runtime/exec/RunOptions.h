@@ -11,6 +11,7 @@
 #define PPC_RUNTIME_EXEC_RUNOPTIONS_H
 
 #include "runtime/exec/Precision.h"
+#include "runtime/link/Agreement.h"
 #include "runtime/schedule/ScheduleKind.h"
 
 #include "llvm/ADT/StringRef.h"
@@ -85,6 +86,13 @@ struct RunOptions {
   /// cache key (bf16 boundary metadata is not fp32's). `ppc train
   /// --precision`.
   Precision precision = Precision::FP32;
+  /// What every rank of the job must have alike beyond these options (a
+  /// front end's own flags, its data files' digests), checked at the
+  /// rendezvous (runtime/link/Agreement.h). The rank context adds the
+  /// manifest's digest and the options above that shape the run
+  /// (microbatches, schedule, precision, device, link, stream window,
+  /// user metadata) under their ppc flag names, unless recorded here.
+  Agreement agreement;
 };
 
 /// The meta cache directory of a run with `options` of the manifest at

@@ -33,6 +33,8 @@ llvm::Error readKnobs(llvm::function_ref<const char *(const char *)> get,
   const char *coalesce = get("PPC_COALESCE");
   env.coalesce = !coalesce || llvm::StringRef(coalesce) != "0";
   env.blasWarned = get("PPC_BLAS_WARNED") != nullptr;
+  if (const char *stop = get("PPC_TEST_RENDEZVOUS_STOP"))
+    env.testStopAt = stop;
   return llvm::Error::success();
 }
 } // namespace
@@ -113,6 +115,15 @@ llvm::Expected<LaunchEnv> LaunchEnv::fromEnvironment(
       return makeError("PPC_JOB_TOKEN must be at most 256 printable "
                        "characters");
     env.jobToken = text.str();
+  }
+  if (const char *secret = get("PPC_JOB_SECRET"); secret && *secret) {
+    llvm::StringRef text(secret);
+    if (text.size() < 16 || text.size() > 1024 ||
+        llvm::any_of(text, [](char c) { return c <= ' ' || c >= 0x7f; }))
+      return makeError("PPC_JOB_SECRET must be 16 to 1024 printable "
+                       "characters without spaces, e.g. the output of "
+                       "'openssl rand -hex 32'");
+    env.jobSecret = text.str();
   }
   if (llvm::Error err = readKnobs(get, env))
     return err;

@@ -33,6 +33,11 @@ struct LaunchEnv {
   /// on one port notice: PPC_JOB_TOKEN (set by ppc launch), else
   /// torchrun's TORCHELASTIC_RUN_ID, else "default".
   std::string jobToken = "default";
+  /// PPC_JOB_SECRET: the job's secret, which authenticates every value the
+  /// ranks put in the rendezvous store (runtime/link/JobStore.h,
+  /// docs/security.md). ppc launch generates one per job; empty when unset
+  /// (the rank warns, and the shared-memory link is off). Never printed.
+  std::string jobSecret;
   /// PPC_HOST_ID: replaces this rank's host identity in the shared-memory
   /// link's co-location test (ranks with different values never share
   /// memory; docs/runtime.md, "Links"). Empty: the machine's own.
@@ -44,9 +49,14 @@ struct LaunchEnv {
   /// PPC_BLAS_WARNED (set to anything): ppc launch warned about the ranks'
   /// BLAS kernel already, so the rank does not (warnAboutBlasKernel).
   bool blasWarned = false;
+  /// PPC_TEST_RENDEZVOUS_STOP=STEP (tests only): the rank stops itself
+  /// (SIGSTOP) as it enters rendezvous step STEP ("agree", "group"), as a
+  /// person or a debugger may stop it (tests/cli/test_rendezvous_trust.py).
+  std::string testStopAt;
 
   /// Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
-  /// MASTER_PORT, TORCHELASTIC_USE_AGENT_STORE, PPC_JOB_TOKEN, PPC_HOST_ID,
+  /// MASTER_PORT, TORCHELASTIC_USE_AGENT_STORE, PPC_JOB_TOKEN, PPC_JOB_SECRET,
+  /// PPC_HOST_ID,
   /// PPC_COALESCE and PPC_BLAS_WARNED through `getenv` (the process
   /// environment by default). RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT
   /// are required; LOCAL_RANK defaults to RANK and LOCAL_WORLD_SIZE to
@@ -58,7 +68,11 @@ struct LaunchEnv {
   /// in 1..65535"), a rank not below its size ("RANK=4 is not below
   /// WORLD_SIZE=4"), a MASTER_ADDR longer than 255 bytes or a job token or
   /// PPC_HOST_ID longer than 256, or any of them holding control characters
-  /// ("PPC_HOST_ID 'a\x0ab' must be at most 256 printable characters").
+  /// ("PPC_HOST_ID 'a\x0ab' must be at most 256 printable characters"), a
+  /// PPC_JOB_SECRET that is not 16 to 1024 printable characters without
+  /// spaces ("PPC_JOB_SECRET must be 16 to 1024 printable characters without
+  /// spaces, e.g. the output of 'openssl rand -hex 32'"; the secret itself
+  /// is never shown).
   static llvm::Expected<LaunchEnv> fromEnvironment(
       const std::function<const char *(const char *)> &getenv = nullptr);
 };

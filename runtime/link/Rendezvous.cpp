@@ -8,6 +8,7 @@
 #include "runtime/link/Rendezvous.h"
 
 #include "lib/Error.h"
+#include "runtime/link/JobStore.h"
 #include "runtime/link/LaunchEnv.h"
 #include "runtime/link/Link.h"
 #include "runtime/platform/Duration.h"
@@ -27,6 +28,7 @@
 
 #include <cerrno>
 #include <condition_variable>
+#include <csignal>
 #include <cstdlib>
 #include <functional>
 #include <mutex>
@@ -131,6 +133,46 @@ llvm::Expected<std::string> localAddressTowards(const std::string &host,
         llvm::formatv("no local address reaches MASTER_ADDR '{0}'", host)
             .str());
   return result;
+}
+
+/// A socket listening at `host`:`port` (port 0: a free one) for the store
+/// to take (compat::makeTCPStore's listenFd), so that a store for a job on
+/// 127.0.0.1 is not reachable from other machines; -1 where this LibTorch
+/// cannot take one (compat::kStoreTakesListenFd), or where `host` is no
+/// address of this machine (the store listens on every interface then, as
+/// before). Errors: a taken port, as "errno: 98" (storeFailure() reads it).
+llvm::Expected<int> storeListener(const std::string &host, int port) {
+  if (!compat::kStoreTakesListenFd)
+    return -1;
+  auto found = resolveIPv4(host, port, SOCK_STREAM);
+  if (!found)
+    return found.takeError();
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return -1;
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (bind(fd, (*found)->ai_addr, (*found)->ai_addrlen) != 0) {
+    int error = errno;
+    close(fd);
+    if (error == EADDRINUSE)
+      return makeError("Address already in use (errno: 98)");
+    return -1;
+  }
+  if (listen(fd, 2048) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+/// The port `fd` listens on.
+int listenerPort(int fd) {
+  sockaddr_in local{};
+  socklen_t len = sizeof(local);
+  if (getsockname(fd, reinterpret_cast<sockaddr *>(&local), &len) != 0)
+    return 0;
+  return ntohs(local.sin_port);
 }
 
 /// A TCP connection to host:port made within `wait`, or -1: a
@@ -279,6 +321,17 @@ template <typename T> struct BoundedCall {
   Failure error;
 };
 
+/// JobStore's error for a forged value (ForgedValueError), when `what`
+/// holds it: Gloo and c10d may rethrow it inside an error of their own;
+/// else `otherwise`.
+std::string forgedOr(const std::string &what, std::string otherwise) {
+  size_t at = what.find("rendezvous key '");
+  if (at == std::string::npos ||
+      what.find("was not written by this job", at) == std::string::npos)
+    return otherwise;
+  return firstLine(what.substr(at));
+}
+
 /// Runs `fn` on a thread of its own and waits for it until `deadline`.
 /// LibTorch 1.13's TCPStore client reads replies without a timeout, so a
 /// store host that stops (SIGSTOP, a frozen machine) would block the call
@@ -300,11 +353,15 @@ llvm::Expected<T> runBounded(Clock::time_point deadline,
       value = fn();
     } catch (const StepError &e) {
       error = e.failure;
+    } catch (const ForgedValueError &e) {
+      error = Failure::other(e.what());
     } catch (const c10::Error &e) {
-      error = Failure::other(where + " (" +
-                             firstLine(e.what_without_backtrace()) + ")");
+      error = Failure::other(
+          forgedOr(e.what_without_backtrace(),
+                   where + " (" + firstLine(e.what_without_backtrace()) + ")"));
     } catch (const std::exception &e) {
-      error = Failure::other(where + " (" + firstLine(e.what()) + ")");
+      error = Failure::other(
+          forgedOr(e.what(), where + " (" + firstLine(e.what()) + ")"));
     }
     std::lock_guard<std::mutex> lock(call->mutex);
     call->value = std::move(value);
@@ -331,6 +388,78 @@ std::string printableBytes(const std::vector<uint8_t> &bytes) {
 /// rank R. The process group's keys live under "ppc/group/".
 std::string rankKey(int rank) { return "ppc/rank/" + std::to_string(rank); }
 
+/// The steps of the rendezvous after the ranks have met, in order. Each
+/// rank records the one it enters under "ppc/progress/R" (through the
+/// JobStore when the job has a secret), so that a rank whose step times
+/// out can name a rank that stayed behind.
+enum class Step { Announced, Agree, Group, Connected };
+
+llvm::StringRef stepText(Step step) {
+  switch (step) {
+  case Step::Announced:
+    return "announcing itself";
+  case Step::Agree:
+    return "comparing the ranks' options";
+  case Step::Group:
+    return "connecting the process group";
+  case Step::Connected:
+    break;
+  }
+  return "connecting the process group";
+}
+
+/// The name PPC_TEST_RENDEZVOUS_STOP gives `step` (LaunchEnv::testStopAt).
+llvm::StringRef stepName(Step step) {
+  switch (step) {
+  case Step::Announced:
+    return "announced";
+  case Step::Agree:
+    return "agree";
+  case Step::Group:
+    return "group";
+  case Step::Connected:
+    break;
+  }
+  return "connected";
+}
+
+std::string progressKey(int rank) {
+  return "ppc/progress/" + std::to_string(rank);
+}
+
+/// Records that this rank enters `step`. A test may ask the rank to stop
+/// itself (SIGSTOP) just before, as a person or a debugger may stop it.
+void recordProgress(c10d::Store &store, const LaunchEnv &env, Step step) {
+  if (env.testStopAt == stepName(step))
+    std::raise(SIGSTOP);
+  llvm::StringRef name = stepName(step);
+  store.set(progressKey(env.rank),
+            std::vector<uint8_t>(name.begin(), name.end()));
+}
+
+/// The first rank of `ranks` (global ranks) whose recorded progress is
+/// behind `step`, with the step it is at; reads the store within `wait`
+/// (its host may be the rank that stopped). Throws what the store throws
+/// (a forged value: ForgedValueError).
+std::optional<std::pair<int, Step>>
+rankBehind(c10d::Store &store, const std::vector<int> &ranks, Step step) {
+  for (int r : ranks) {
+    Step at = Step::Announced;
+    std::string key = progressKey(r);
+    if (store.check({key})) {
+      std::vector<uint8_t> value = store.get(key);
+      llvm::StringRef name(reinterpret_cast<const char *>(value.data()),
+                           value.size());
+      for (Step s : {Step::Agree, Step::Group, Step::Connected})
+        if (name == stepName(s))
+          at = s;
+    }
+    if (at < step)
+      return std::make_pair(r, at);
+  }
+  return std::nullopt;
+}
+
 /// Explains why the store at `where` could not be served or reached.
 /// LibTorch gives neither a taken port nor a client's timeout an exception
 /// type of its own (c10::Error, or c10d's TimeoutError, a
@@ -347,10 +476,12 @@ Failure storeFailure(const LaunchEnv &env, bool serve, const std::string &where,
 }
 
 /// Steps 1-4 of connectTransport(), on a thread of runBounded(): returns
-/// the store for the process group. Throws StepError.
+/// the job's store (a JobStore when the job has a secret). Throws
+/// StepError, or ForgedValueError.
 c10::intrusive_ptr<c10d::Store> meetRanks(const LaunchEnv &env,
                                           std::chrono::milliseconds timeout,
-                                          Clock::time_point deadline) {
+                                          Clock::time_point deadline,
+                                          const Agreement &agreement) {
   std::string where = storeAddress(env);
   bool serve = env.rank == 0 && !env.launcherHostsStore;
   // The launcher's store is up before any rank starts, so a short probe
@@ -368,11 +499,19 @@ c10::intrusive_ptr<c10d::Store> meetRanks(const LaunchEnv &env,
         where, compat::kTorchMajor, compat::kTorchMinor))};
   c10::intrusive_ptr<c10d::TCPStore> store;
   try {
+    // Rank 0's store listens where the job meets, not on every interface.
+    int listenFd = -1;
+    if (serve) {
+      auto listener = storeListener(env.masterAddr, env.masterPort);
+      if (!listener)
+        throw std::runtime_error(llvm::toString(listener.takeError()));
+      listenFd = *listener;
+    }
     // c10d truncates the connect timeout to whole seconds (0.9 s would fail
     // at once): round up; the caller's deadline still bounds the step.
     store = compat::makeTCPStore(
         env.masterAddr, static_cast<uint16_t>(env.masterPort), serve,
-        std::chrono::ceil<std::chrono::seconds>(remaining(deadline)));
+        std::chrono::ceil<std::chrono::seconds>(remaining(deadline)), listenFd);
   } catch (const std::exception &e) {
     // c10::Error, or c10d's TimeoutError (a std::runtime_error).
     throw StepError{
@@ -398,9 +537,15 @@ c10::intrusive_ptr<c10d::Store> meetRanks(const LaunchEnv &env,
     store->wait(keys, remaining(deadline));
   } catch (const std::exception &) {
     std::vector<int> missing;
-    for (int r = 0; r < env.worldSize; ++r)
-      if (!store->check({keys[r]}))
-        missing.push_back(r);
+    try {
+      for (int r = 0; r < env.worldSize; ++r)
+        if (!store->check({keys[r]}))
+          missing.push_back(r);
+    } catch (const std::exception &) {
+      // The store itself stopped answering (its host stopped): its "Socket
+      // Timeout" names nobody.
+      throw StepError{storeSilence(env, timeout)};
+    }
     if (!missing.empty()) {
       std::string others;
       for (size_t i = 1; i < missing.size(); ++i)
@@ -412,7 +557,47 @@ c10::intrusive_ptr<c10d::Store> meetRanks(const LaunchEnv &env,
                         others.empty() ? "" : others + " neither"))};
     }
   }
-  return compat::makePrefixStore("ppc/group/", store);
+  // From here on, every value a rank acts on is authenticated.
+  c10::intrusive_ptr<c10d::Store> job = store;
+  if (!env.jobSecret.empty())
+    job = c10::make_intrusive<JobStore>(store, env.jobSecret, env.jobToken,
+                                        where);
+  recordProgress(*job, env, Step::Agree);
+  // Before anything that could wait on a rank started differently.
+  if (llvm::Error err = agreeAcrossRanks(*job, env.rank, env.worldSize,
+                                         agreement, remaining(deadline)))
+    throw StepError{Failure::other(llvm::toString(std::move(err)))};
+  return job;
+}
+
+/// The error of a rank whose `step` failed with `cause` (its text): when
+/// another rank of `ranks` never got as far, names it instead (the step
+/// timed out because of that rank); a store that does not answer names its
+/// host, and a forged progress record is named as such.
+llvm::Error nameRankBehind(const LaunchEnv &env,
+                           c10::intrusive_ptr<c10d::Store> job,
+                           std::vector<int> ranks, Step step,
+                           std::chrono::milliseconds timeout,
+                           const std::string &cause) {
+  if (cause.find("was not written by this job") != std::string::npos)
+    return makeError(cause);
+  llvm::erase_value(ranks, env.rank);
+  using Behind = std::optional<std::pair<int, Step>>;
+  auto behind = runBounded<Behind>(
+      deadlineAfter(std::chrono::seconds(2)),
+      [&] { return storeSilence(env, timeout); },
+      "rendezvous at " + storeAddress(env) + " failed",
+      [job, ranks, step] { return rankBehind(*job, ranks, step); });
+  if (!behind)
+    return behind.takeError();
+  if (!*behind)
+    return makeError(cause);
+  auto [rank, at] = **behind;
+  return lostRank(rank,
+                  llvm::formatv("it never got past {0} in the rendezvous at "
+                                "{1}; {2} timed out after {3} s",
+                                stepText(at), storeAddress(env), stepText(step),
+                                secondsText(timeout)));
 }
 
 /// The Gloo device for this rank: on GLOO_SOCKET_IFNAME's first interface,
@@ -480,9 +665,10 @@ llvm::Error checkCudaDevice(const LaunchEnv &env) {
 
 llvm::Expected<std::unique_ptr<Transport>>
 connectTransport(const LaunchEnv &env, DeviceKind device,
-                 std::chrono::milliseconds timeout, LinkPolicy link) {
-  auto transports =
-      connectGroupTransports(env, device, timeout, link, {RankGroup{}});
+                 std::chrono::milliseconds timeout, LinkPolicy link,
+                 const Agreement &agreement) {
+  auto transports = connectGroupTransports(env, device, timeout, link,
+                                           {RankGroup{}}, agreement);
   if (!transports)
     return transports.takeError();
   return std::move(transports->front());
@@ -491,12 +677,34 @@ connectTransport(const LaunchEnv &env, DeviceKind device,
 llvm::Expected<std::vector<std::unique_ptr<Transport>>>
 connectGroupTransports(const LaunchEnv &env, DeviceKind device,
                        std::chrono::milliseconds timeout, LinkPolicy link,
-                       const std::vector<RankGroup> &groups) {
+                       const std::vector<RankGroup> &groups,
+                       const Agreement &agreement) {
   std::string where = storeAddress(env);
   std::string failed = "rendezvous at " + where + " failed";
   if (device == DeviceKind::CUDA)
     if (llvm::Error err = checkCudaDevice(env))
       return err;
+  if (env.jobSecret.empty()) {
+    // The shared-memory link opens what a peer's store values point at:
+    // only authenticated values may say that.
+    if (link == LinkPolicy::Shm)
+      return makeError("--link shm needs PPC_JOB_SECRET: the shared-memory "
+                       "link trusts only rendezvous values this job wrote; "
+                       "start the ranks with 'ppc launch', or set the same "
+                       "PPC_JOB_SECRET on every rank (docs/security.md)");
+    if (link == LinkPolicy::Auto)
+      link = LinkPolicy::Gloo;
+    static std::once_flag warned;
+    std::call_once(warned, [&] {
+      llvm::errs() << "warning: PPC_JOB_SECRET is not set: any process that "
+                      "reaches the rendezvous at "
+                   << where
+                   << " can rewrite what the ranks exchange there, and the "
+                      "shared-memory link is off; start the ranks with 'ppc "
+                      "launch', or set the same PPC_JOB_SECRET on every rank "
+                      "(docs/security.md)\n";
+    });
+  }
   // A little past the deadline, so that the steps' own timeouts, which say
   // more, normally fire first.
   constexpr std::chrono::milliseconds kGrace(500);
@@ -504,9 +712,12 @@ connectGroupTransports(const LaunchEnv &env, DeviceKind device,
   auto storeSilent = [&] { return storeSilence(env, timeout); };
   auto store = runBounded<c10::intrusive_ptr<c10d::Store>>(
       saturatingAdd(deadline, kGrace), storeSilent, failed,
-      [env, timeout, deadline] { return meetRanks(env, timeout, deadline); });
+      [env, timeout, deadline, agreement] {
+        return meetRanks(env, timeout, deadline, agreement);
+      });
   if (!store)
     return store.takeError();
+  c10::intrusive_ptr<c10d::Store> job = *store;
 
   auto glooDev = glooDevice(env, failed);
   if (!glooDev)
@@ -517,7 +728,8 @@ connectGroupTransports(const LaunchEnv &env, DeviceKind device,
     // gets one below it, so that its process group and links meet only
     // its own ranks.
     int rank = env.rank, worldSize = env.worldSize;
-    c10::intrusive_ptr<c10d::Store> groupStore = *store;
+    c10::intrusive_ptr<c10d::Store> groupStore =
+        compat::makePrefixStore("ppc/group/", job);
     if (!group.ranks.empty()) {
       auto at = llvm::find(group.ranks, env.rank);
       if (at == group.ranks.end())
@@ -527,12 +739,18 @@ connectGroupTransports(const LaunchEnv &env, DeviceKind device,
                              .str());
       rank = static_cast<int>(at - group.ranks.begin());
       worldSize = static_cast<int>(group.ranks.size());
-      groupStore = compat::makePrefixStore(group.name + "/", *store);
+      groupStore = compat::makePrefixStore(group.name + "/", groupStore);
     }
     // Every rank has arrived; connecting the group gets a timeout of its
     // own. The Gloo group exists on every device: with CUDA it carries the
     // CPU messages, and NCCL groups are connected per channel on first use.
     deadline = deadlineAfter(timeout);
+    auto recorded = runBounded<bool>(deadline, storeSilent, failed, [job, env] {
+      recordProgress(*job, env, Step::Group);
+      return true;
+    });
+    if (!recorded)
+      return recorded.takeError();
     auto groupSilent = [&] {
       return Failure::other(
           llvm::formatv("{0} (connecting the process group{1} took over "
@@ -546,8 +764,14 @@ connectGroupTransports(const LaunchEnv &env, DeviceKind device,
           return compat::makeGlooGroup(groupStore, rank, worldSize, timeout,
                                        dev);
         });
-    if (!glooGroup)
-      return glooGroup.takeError();
+    if (!glooGroup) {
+      std::vector<int> ranks = group.ranks;
+      if (ranks.empty())
+        for (int r = 0; r < env.worldSize; ++r)
+          ranks.push_back(r);
+      return nameRankBehind(env, job, ranks, Step::Group, timeout,
+                            llvm::toString(glooGroup.takeError()));
+    }
     LinkSetup setup;
     setup.rank = rank;
     setup.worldSize = worldSize;
@@ -564,6 +788,11 @@ connectGroupTransports(const LaunchEnv &env, DeviceKind device,
       return transport.takeError();
     transports.push_back(std::move(*transport));
   }
+  // Nothing waits on this record; a failure to write it shows up later.
+  try {
+    recordProgress(*job, env, Step::Connected);
+  } catch (const std::exception &) {
+  }
   return transports;
 }
 
@@ -579,9 +808,15 @@ int StoreHost::port() const { return compat::storePort(*impl_->store); }
 llvm::Expected<std::unique_ptr<StoreHost>> StoreHost::start(int port) {
   auto impl = std::make_unique<Impl>();
   try {
-    impl->store =
-        compat::makeTCPStore("127.0.0.1", static_cast<uint16_t>(port),
-                             /*isServer=*/true, std::chrono::seconds(60));
+    // The launcher's store serves one node's job: loopback only.
+    auto listener = storeListener("127.0.0.1", port);
+    if (!listener)
+      throw std::runtime_error(llvm::toString(listener.takeError()));
+    if (*listener >= 0)
+      port = listenerPort(*listener);
+    impl->store = compat::makeTCPStore("127.0.0.1", static_cast<uint16_t>(port),
+                                       /*isServer=*/true,
+                                       std::chrono::seconds(60), *listener);
   } catch (const std::exception &e) {
     LaunchEnv env;
     env.masterPort = port;

@@ -11,6 +11,7 @@
 #define PPC_RUNTIME_LINK_RENDEZVOUS_H
 
 #include "lib/Error.h"
+#include "runtime/link/Agreement.h"
 #include "runtime/link/Link.h"
 #include "runtime/link/Transport.h"
 #include "runtime/platform/DeviceKind.h"
@@ -45,13 +46,17 @@ private:
 ///   1. connect to the store (rank 0: serve it);
 ///   2. claim the store for env.jobToken, or find that another job holds it;
 ///   3. announce this rank, refusing a rank that another process claimed;
-///   4. wait until every rank has announced itself;
+///   4. wait until every rank has announced itself, then exchange and
+///      compare `agreement`, every rank's record of what must be alike
+///      (runtime/link/Agreement.h);
 ///   5. connect the Gloo process group through the store, and the links of
 ///      `device` (NCCL's connect per route on first use or
 ///      Transport::connectRoutes()).
 /// Errors: PortTakenError (rank 0 serving the store); LostRankError for a
 /// rank that never reached the rendezvous, or rank 0's store not
 /// answering; another job holding the rendezvous; a rank joining twice;
+/// "ranks disagree on --lr: rank 0 has 0.01, rank 2 has 0.5" (every rank
+/// the same line, agreeAcrossRanks());
 /// "rendezvous at HOST:PORT failed (...)" for the rest; and for
 /// DeviceKind::CUDA those of checkCudaDevice(), before any rendezvous.
 /// `link` decides where the shared-memory link carries CPU tensors
@@ -59,7 +64,8 @@ private:
 llvm::Expected<std::unique_ptr<Transport>>
 connectTransport(const LaunchEnv &env, DeviceKind device,
                  std::chrono::milliseconds timeout,
-                 LinkPolicy link = LinkPolicy::Auto);
+                 LinkPolicy link = LinkPolicy::Auto,
+                 const Agreement &agreement = Agreement());
 
 /// Ranks of a job that get a transport of their own (data parallelism:
 /// one pipeline, or the replicas of one pipeline rank).
@@ -82,7 +88,8 @@ struct RankGroup {
 llvm::Expected<std::vector<std::unique_ptr<Transport>>>
 connectGroupTransports(const LaunchEnv &env, DeviceKind device,
                        std::chrono::milliseconds timeout, LinkPolicy link,
-                       const std::vector<RankGroup> &groups);
+                       const std::vector<RankGroup> &groups,
+                       const Agreement &agreement = Agreement());
 
 /// Checks that this rank can put its stages on cuda:LOCAL_RANK. Errors,
 /// each one line: this ppc's LibTorch has no CUDA; this ppc was built

@@ -15,11 +15,14 @@
 //    memfd (never a name in /dev/shm: the memory goes when the last
 //    process holding it exits, however it exits) and published in the store
 //    as "pid fd nonce"; the receiver opens /proc/PID/fd/FD on its first
-//    receive and checks the nonce. Both keep it mapped until the link goes;
-//    the sender's link, when it goes, first waits (up to the timeout) for
-//    each receiver to have mapped its ring, which it cannot once the
-//    sender's descriptor is closed; not after a failure of its own or
-//    abandon(), since the job has failed then.
+//    receive and checks the nonce. The store's values are authenticated
+//    (runtime/link/JobStore.h; without PPC_JOB_SECRET the rendezvous keeps
+//    this link off), PID must be the one its rank announced, and
+//    ShmRing::open() opens only a ppc ring's memfd of this user. Both keep it
+//    mapped until the link goes; the sender's link, when it goes, first waits
+//    (up to the timeout) for each receiver to have mapped its ring, which it
+//    cannot once the sender's descriptor is closed; not after a failure of its
+//    own or abandon(), since the job has failed then.
 // 3. Sends never block: a message that fits the ring, with nothing queued
 //    before it on that ring, is written at once; any other is queued, and
 //    one thread per link (started on the first queued send) streams the
@@ -32,6 +35,7 @@
 // about 50 ms (ShmRing.h: kSleepSlice).
 //
 //===----------------------------------------------------------------------===//
+#include "runtime/link/JobStore.h"
 #include "runtime/link/Link.h"
 #include "runtime/link/ShmRing.h"
 
@@ -128,6 +132,9 @@ llvm::Error storeCall(int peer, std::chrono::milliseconds timeout,
   try {
     fn();
     return llvm::Error::success();
+  } catch (const ForgedValueError &e) {
+    // A value the job's secret does not vouch for: nothing is opened.
+    return makeError(e.what());
   } catch (const std::exception &e) {
     if (llvm::StringRef(e.what()).contains_insensitive("timeout"))
       return lostRankTimedOut(peer, timeout, what);

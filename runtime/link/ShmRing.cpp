@@ -23,6 +23,7 @@
 #include <climits>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -40,6 +41,9 @@ constexpr std::chrono::microseconds kSpin(200);
 
 /// The largest ring a peer may ask this process to map.
 constexpr uint64_t kMaxCapacity = uint64_t(1) << 30;
+
+/// The name of every ring's memfd: a receiver opens only such a file.
+constexpr const char *kMemfdName = "ppc-shm-ring";
 
 std::string systemError(const llvm::Twine &what) {
   return (what + ": " + std::strerror(errno)).str();
@@ -153,7 +157,7 @@ llvm::Expected<ShmRing> ShmRing::create(size_t capacity) {
   uint64_t cap = 4096;
   while (cap < capacity && cap < kMaxCapacity)
     cap <<= 1;
-  int fd = memfd_create("ppc-shm-ring", MFD_CLOEXEC);
+  int fd = memfd_create(kMemfdName, MFD_CLOEXEC);
   if (fd < 0)
     return makeError(systemError("cannot create a shared-memory ring"));
   size_t size = kHeaderBytes + cap;
@@ -181,8 +185,27 @@ llvm::Expected<ShmRing> ShmRing::create(size_t capacity) {
   return r;
 }
 
+/// The error when `link` (a /proc/.../fd/N link) does not name a ring's
+/// memfd, or none.
+static std::optional<std::string> notARing(const std::string &path,
+                                           const std::string &link) {
+  char target[PATH_MAX] = {0};
+  ssize_t n = readlink(link.c_str(), target, sizeof(target) - 1);
+  if (n < 0)
+    return systemError("cannot open the shared-memory ring " + path);
+  std::string text(target, static_cast<size_t>(n));
+  if (text != std::string("/memfd:") + kMemfdName + " (deleted)")
+    return "the shared-memory ring " + path + " is not a ppc ring (it is '" +
+           printable(text) + "')";
+  return std::nullopt;
+}
+
 llvm::Expected<ShmRing> ShmRing::open(const std::string &path, uint64_t nonce) {
-  int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  // Nothing is opened that is not a ring's memfd: a descriptor published
+  // by someone else could name any file the peer holds.
+  if (auto problem = notARing(path, path))
+    return makeError(*problem);
+  int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
   if (fd < 0)
     return makeError(systemError("cannot open the shared-memory ring " + path));
   struct stat st;
@@ -190,6 +213,17 @@ llvm::Expected<ShmRing> ShmRing::open(const std::string &path, uint64_t nonce) {
     std::string err = systemError("cannot open the shared-memory ring " + path);
     close(fd);
     return makeError(err);
+  }
+  // What was opened, not what the link named a moment before.
+  std::optional<std::string> problem =
+      notARing(path, "/proc/self/fd/" + std::to_string(fd));
+  if (!problem && (!S_ISREG(st.st_mode) || st.st_nlink != 0))
+    problem = "the shared-memory ring " + path + " is not a ppc ring";
+  if (!problem && st.st_uid != geteuid())
+    problem = "the shared-memory ring " + path + " belongs to another user";
+  if (problem) {
+    close(fd);
+    return makeError(*problem);
   }
   uint64_t size = static_cast<uint64_t>(st.st_size);
   if (size < kHeaderBytes + 4096 || size > kHeaderBytes + kMaxCapacity) {

@@ -118,9 +118,13 @@ public:
   /// as "cannot create a shared-memory ring (...)".
   static llvm::Expected<ShmRing> create(size_t capacity);
   /// Maps the ring another process created, through `path`
-  /// (/proc/PID/fd/N), checking its header against `nonce`. Errors: the
-  /// file cannot be opened or mapped; a header that is not a ring's, or not
-  /// the one published (nonce), or a size that does not match.
+  /// (/proc/PID/fd/N), checking its header against `nonce`. Before opening
+  /// anything, `path` must name a ring's memfd ("/memfd:ppc-shm-ring
+  /// (deleted)"), and the opened file must be such a memfd of this user,
+  /// before it is mapped. Errors: "the shared-memory ring PATH is not a
+  /// ppc ring (it is 'TARGET')", "... belongs to another user"; the file
+  /// cannot be opened or mapped; a header that is not a ring's, or not the
+  /// one published (nonce), or a size that does not match.
   static llvm::Expected<ShmRing> open(const std::string &path, uint64_t nonce);
 
   ShmRing() = default;

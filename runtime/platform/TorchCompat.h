@@ -10,7 +10,8 @@
 // Differences covered:
 //  - c10d headers guard ProcessGroupGloo/NCCL behind USE_C10D_GLOO /
 //    USE_C10D_NCCL, which LibTorch's CMake config does not define for users.
-//  - TCPStoreOptions gained fields in 2.x (useLibUV, masterListenFd); the
+//  - TCPStoreOptions gained fields in 2.x (useLibUV, masterListenFd, which
+//    makeTCPStore() uses to serve on one address: kStoreTakesListenFd); the
 //    fields set here exist in both.
 //  - In 1.13 ProcessGroupGloo derives from ProcessGroup, in 2.x from
 //    Backend; both expose the same send/recv/Options::create used here.
@@ -79,6 +80,12 @@ constexpr int kTorchMinor = TORCH_VERSION_MINOR;
 /// 1.13's client (SET = 0, no handshake) gets no answer from such a store.
 constexpr bool kStoreHasValidation = TORCH_VERSION_MAJOR >= 2;
 
+/// Whether c10d::Store declares clone() (pure virtual since PyTorch 2.3):
+/// a store wrapper (runtime/link/JobStore.h) must then implement it.
+#define PPC_STORE_HAS_CLONE                                                    \
+  (TORCH_VERSION_MAJOR > 2 ||                                                  \
+   (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3))
+
 /// What this ppc was built against, for `ppc --version`: the LibTorch
 /// version (e.g. "2.15.0"), whether that LibTorch has CUDA, and whether the
 /// NCCL transport is compiled in.
@@ -112,14 +119,26 @@ inline void setTorchLogging(bool show) {
 /// on failure.
 inline c10::intrusive_ptr<c10d::TCPStore>
 makeTCPStore(const std::string &host, uint16_t port, bool isServer,
-             std::chrono::milliseconds timeout) {
+             std::chrono::milliseconds timeout, int listenFd = -1) {
   c10d::TCPStoreOptions opts;
   opts.port = port;
   opts.isServer = isServer;
   opts.waitWorkers = false;
   opts.timeout = timeout;
+#if TORCH_VERSION_MAJOR >= 2
+  if (listenFd >= 0)
+    opts.masterListenFd = listenFd;
+#else
+  (void)listenFd;
+#endif
   return c10::make_intrusive<c10d::TCPStore>(host, opts);
 }
+
+/// Whether a store server can take a socket that ppc bound and listens on
+/// (TCPStoreOptions::masterListenFd, 2.x; makeTCPStore's `listenFd`, which
+/// the store then owns), and so listen on one address only. LibTorch
+/// 1.13's server binds every interface (docs/security.md).
+constexpr bool kStoreTakesListenFd = TORCH_VERSION_MAJOR >= 2;
 
 /// Whether `message`, from a failed makeTCPStore(isServer=true), says the
 /// port is taken. 1.13 reports the socket error ("Address already in use",

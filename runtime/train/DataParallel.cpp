@@ -65,7 +65,7 @@ LaunchEnv DataParallelLayout::pipelineEnv(const LaunchEnv &env) const {
 llvm::Expected<ReplicaTransports>
 connectReplicas(const LaunchEnv &env, const DataParallelLayout &layout,
                 DeviceKind device, std::chrono::milliseconds timeout,
-                LinkPolicy link) {
+                LinkPolicy link, const Agreement &agreement) {
   if (env.worldSize != layout.worldSize())
     return makeError(llvm::formatv("internal error: a layout of {0} ranks "
                                    "for WORLD_SIZE {1}",
@@ -80,7 +80,7 @@ connectReplicas(const LaunchEnv &env, const DataParallelLayout &layout,
       {"replicas" + std::to_string(pipelineRank),
        layout.replicaGroup(pipelineRank)}};
   auto transports =
-      connectGroupTransports(env, device, timeout, link, std::move(groups));
+      connectGroupTransports(env, device, timeout, link, groups, agreement);
   if (!transports)
     return transports.takeError();
   ReplicaTransports out;

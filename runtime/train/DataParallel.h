@@ -24,6 +24,7 @@
 #ifndef PPC_RUNTIME_TRAIN_DATAPARALLEL_H
 #define PPC_RUNTIME_TRAIN_DATAPARALLEL_H
 
+#include "runtime/link/Agreement.h"
 #include "runtime/link/LaunchEnv.h"
 #include "runtime/link/Link.h"
 #include "runtime/link/Transport.h"
@@ -81,11 +82,12 @@ struct ReplicaTransports {
 /// Meets the job's ranks once and connects both transports of env.rank
 /// (connectGroupTransports(), runtime/link/Rendezvous.h): the pipeline's first,
 /// then the replica group's, each within `timeout`. CUDA tensors travel
-/// over NCCL on both, as on any transport. Errors: connectTransport()'s.
+/// over NCCL on both, as on any transport. `agreement`: as for
+/// connectTransport(). Errors: connectTransport()'s.
 llvm::Expected<ReplicaTransports>
 connectReplicas(const LaunchEnv &env, const DataParallelLayout &layout,
                 DeviceKind device, std::chrono::milliseconds timeout,
-                LinkPolicy link);
+                LinkPolicy link, const Agreement &agreement = Agreement());
 
 /// The default size of one bucket of the gradients' all-reduce.
 constexpr int64_t kGradientBucketBytes = int64_t(4) << 20;

@@ -288,6 +288,41 @@ static llvm::Error resolveLoss(const Manifest &manifest, LossSpec &loss) {
   return llvm::Error::success();
 }
 
+/// Adds what every rank must train alike to `record` (runtime/link/
+/// Agreement.h), under `ppc train`'s flag names, unless recorded already;
+/// RankContext adds the run's options and the manifest.
+static void recordTrainOptions(const TrainOptions &options, Agreement &record) {
+  auto number = [&](llvm::StringRef name, double value) {
+    if (!record.has(name))
+      record.setNumber(name, value);
+  };
+  record.setDefault("--loss", lossName(options.loss));
+  record.setDefault("--loss-output", std::to_string(options.lossOutput));
+  record.setDefault("--optimizer", optimizerName(options.optimizer));
+  number("--lr", options.lr);
+  number("--momentum", options.momentum);
+  number("--weight-decay", options.weightDecay);
+  number("--clip-grad-norm", options.clipGradNorm);
+  record.setDefault("--lr-schedule", lrScheduleName(options.lrSchedule.kind));
+  record.setDefault("--warmup-steps",
+                    std::to_string(options.lrSchedule.warmupSteps));
+  number("--min-lr", options.lrSchedule.minLr);
+  if (options.autoSchedule)
+    record.setDefault("--schedule", "auto");
+  if (!record.has("--max-activations"))
+    record.set("--max-activations",
+               options.maxActivations ? std::to_string(*options.maxActivations)
+                                      : "",
+               options.maxActivations ? "" : "none");
+  if (!record.has("--schedule-csv"))
+    record.setFileDigest("--schedule-csv", options.scheduleCSVPath);
+  record.setDefault("--data-parallel", std::to_string(options.dataParallel));
+  record.setDefault("--recompute", options.recompute ? "on" : "off");
+  if (!record.has("--seed"))
+    record.set("--seed", options.seed ? std::to_string(*options.seed) : "",
+               options.seed ? "" : "none");
+}
+
 llvm::Expected<std::unique_ptr<Trainer>>
 Trainer::create(llvm::StringRef manifestPath, const LaunchEnv &env,
                 const TrainOptions &options) {
@@ -316,7 +351,9 @@ Trainer::create(llvm::StringRef manifestPath, const LaunchEnv &env,
     scheduleNote = std::move(plan->note);
     return JobPlan{std::move(plan->schedule), loss};
   };
-  auto ctx = RankContext::create(manifestPath, env, options.run, planner,
+  RunOptions run = options.run;
+  recordTrainOptions(options, run.agreement);
+  auto ctx = RankContext::create(manifestPath, env, run, planner,
                                  options.dataParallel);
   if (!ctx)
     return ctx.takeError();
@@ -530,64 +567,6 @@ llvm::Error Trainer::saveGradients(llvm::StringRef path) const {
   if (!grads)
     return grads.takeError();
   return saveValue(path, c10::IValue(std::move(*grads)));
-}
-
-llvm::Error Trainer::checkSameData(llvm::StringRef digest) {
-  RankContext &ctx = *impl_->ctx;
-  std::vector<std::string> digests;
-  if (llvm::Error err = gatherBytes(ctx.transport(), digest.str(), 0, digests,
-                                    "the training data's digest"))
-    return err;
-  std::string verdict;
-  if (ctx.rank() == 0) {
-    int first = -1;
-    for (int r = 0; r < static_cast<int>(digests.size()) && verdict.empty();
-         ++r) {
-      if (digests[r].empty())
-        continue;
-      if (first < 0)
-        first = r;
-      else if (digests[r] != digests[first])
-        verdict = llvm::formatv(
-                      "the training data on rank {0} differs from "
-                      "the training data on rank {1} (sha256 {2} "
-                      "vs {3}); every rank must read the same data",
-                      ctx.jobRank(r), ctx.jobRank(first),
-                      printable(llvm::StringRef(digests[r]).take_front(12)),
-                      printable(llvm::StringRef(digests[first]).take_front(12)))
-                      .str();
-    }
-  }
-  if (llvm::Error err = broadcastBytes(ctx.transport(), verdict, 0,
-                                       "the training data's check"))
-    return err;
-  if (!verdict.empty())
-    return makeError(printable(verdict, 400));
-  // Data parallel: a pipeline rank's replicas read alike too.
-  if (Transport *replicas = ctx.replicaTransport()) {
-    std::vector<std::string> theirs;
-    if (llvm::Error err = gatherBytes(*replicas, digest.str(), 0, theirs,
-                                      "the training data's digest"))
-      return err;
-    if (ctx.replica() == 0)
-      for (size_t d = 1; d < theirs.size() && verdict.empty(); ++d)
-        if (theirs[d] != theirs[0])
-          verdict = llvm::formatv(
-                        "the training data on rank {0} differs from the "
-                        "training data on rank {1} (sha256 {2} vs {3}); "
-                        "every rank must read the same data",
-                        replicas->globalRank(static_cast<int>(d)),
-                        replicas->globalRank(0),
-                        printable(llvm::StringRef(theirs[d]).take_front(12)),
-                        printable(llvm::StringRef(theirs[0]).take_front(12)))
-                        .str();
-    if (llvm::Error err =
-            broadcastBytes(*replicas, verdict, 0, "the training data's check"))
-      return err;
-    if (!verdict.empty())
-      return makeError(printable(verdict, 400));
-  }
-  return llvm::Error::success();
 }
 
 llvm::Error Trainer::save(llvm::StringRef dir) {

@@ -175,14 +175,6 @@ public:
   /// This rank's parameters, named "stage S: path" ("stage 1: fc.weight").
   std::vector<std::pair<std::string, at::Tensor>> namedParameters() const;
 
-  /// Checks that the ranks that read training data read the same data:
-  /// `digest` identifies this rank's (the data file's SHA-256), empty on a
-  /// rank that reads none; every rank must call it. Errors, on every rank:
-  /// "the training data on rank 1 differs from the training data on rank
-  /// 0 (sha256 1f2e3d4c5b6a vs 0a1b2c3d4e5f); every rank must read the
-  /// same data"; LostRankError.
-  llvm::Error checkSameData(llvm::StringRef digest);
-
   /// Writes this rank's parameter gradients of the last step to `path`
   /// (atomically), as a dict from the parameter's path in the original
   /// model ("layers.0.weight") to its gradient, which Python's torch.load

@@ -29,6 +29,17 @@ SKIP_RETURN_CODE = 77
 RTOL = ATOL = 1e-5
 
 
+def use_job_secret(environ=os.environ):
+    """Gives ranks started without `ppc launch` (and `ppc launch --nnodes N`)
+    the per-job secret that `ppc launch` generates otherwise
+    (docs/security.md), unless one is set: one per test process. Returns it."""
+    import secrets
+    return environ.setdefault("PPC_JOB_SECRET", secrets.token_hex(32))
+
+
+use_job_secret()
+
+
 def ppc(*args, check=True, timeout=300, env=None, binary=None):
     """Runs ppc (BINARY: another ppc, e.g. an installed one); returns the
     CompletedProcess (text mode)."""

@@ -94,9 +94,9 @@ class IgnoredRequestsTest(unittest.TestCase):
         for rc, out, err in finish(procs, timeout=120):
             self.assertEqual(rc, 2, err)
             self.assertNotIn("step 1", out)
-            self.assertRegex(err, r"^error: the training data on rank 1 differs from the "
-                             r"training data on rank 0 \(sha256 [0-9a-f]{12} vs [0-9a-f]{12}\); "
-                             r"every rank must read the same data\n$")
+            self.assertRegex(err, r"^error: ranks disagree on --data: rank 0 has %s \(xxh64 "
+                             r"[0-9a-f]{16}, \d+ bytes\), rank 1 has %s \(xxh64 [0-9a-f]{16}, "
+                             r"\d+ bytes\)\n$" % (re.escape(self.data), re.escape(other)))
 
 
 if __name__ == "__main__":

@@ -118,6 +118,26 @@ llvm::Error writeResults(const GenerateCommandOptions &o,
   return llvm::Error::success();
 }
 
+/// What every rank must have alike besides the runtime's own record
+/// (runtime/link/Agreement.h): the prompt and how tokens are picked.
+static void recordGenerateFlags(const GenerateCommandOptions &o,
+                                Agreement &record) {
+  const SamplingOptions &s = o.sampling;
+  record.setFileDigest("--prompt", o.promptPath);
+  if (o.flags.microbatchesGiven)
+    record.set("--microbatches", std::to_string(o.flags.microbatches));
+  else
+    record.setPresence("--microbatches", std::nullopt);
+  record.set("--max-new-tokens", std::to_string(o.maxNewTokens));
+  record.setNumber("--temperature", s.temperature);
+  record.set("--top-k", std::to_string(s.topK));
+  record.setNumber("--top-p", s.topP);
+  record.set("--seed", std::to_string(s.seed));
+  record.set("--eos-id", std::to_string(s.eosId));
+  record.set("--token-input", o.tokenInput);
+  record.set("--position-input", o.positionInput);
+}
+
 llvm::Expected<int> runGenerate(const GenerateCommandOptions &o) {
   auto env = startRank();
   if (!env)
@@ -129,6 +149,7 @@ llvm::Expected<int> runGenerate(const GenerateCommandOptions &o) {
   options.sampling = o.sampling;
   options.tokenInput = o.tokenInput;
   options.positionInput = o.positionInput;
+  recordGenerateFlags(o, options.run.agreement);
   if (llvm::Error err = guardOutputs(o, options.run))
     return err;
   auto prompts = loadPrompts(o.promptPath);

@@ -15,12 +15,18 @@
 #include "tools/ppc/OptionChecks.h"
 
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <torch/cuda.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <thread>
 
@@ -98,6 +104,27 @@ void chooseRankKernel(LaunchOptions &options, const BlasTestHooks &hooks) {
 }
 } // namespace
 
+/// 32 bytes from /dev/urandom in hex: a new job's PPC_JOB_SECRET.
+static llvm::Expected<std::string> newJobSecret() {
+  int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  unsigned char bytes[32];
+  size_t got = 0;
+  while (fd >= 0 && got < sizeof(bytes)) {
+    ssize_t n = ::read(fd, bytes + got, sizeof(bytes) - got);
+    if (n <= 0 && !(n < 0 && errno == EINTR))
+      break;
+    got += n > 0 ? static_cast<size_t>(n) : 0;
+  }
+  int error = errno;
+  if (fd >= 0)
+    ::close(fd);
+  if (got < sizeof(bytes))
+    return makeError(std::string("cannot read /dev/urandom for the job's "
+                                 "secret: ") +
+                     std::strerror(error));
+  return llvm::toHex(llvm::ArrayRef<uint8_t>(bytes), /*LowerCase=*/true);
+}
+
 static llvm::Expected<int> runLaunch(const LaunchArgs &args) {
   LaunchOptions options = args.options;
   if (args.timeout->count())
@@ -122,6 +149,21 @@ static llvm::Expected<int> runLaunch(const LaunchArgs &args) {
   // whatever PPC_JOB_TOKEN the user gives them all (inherited).
   if (options.nnodes == 1 && !std::getenv("PPC_JOB_TOKEN"))
     options.jobToken = newJobToken();
+  // The job's secret authenticates what its ranks exchange through the
+  // rendezvous store (docs/security.md); it travels in their environment
+  // only. The launchers of a multi-node job cannot agree on a new one.
+  if (const char *given = std::getenv("PPC_JOB_SECRET"); !given || !*given) {
+    if (options.nnodes > 1)
+      return makeError("--nnodes " + std::to_string(options.nnodes) +
+                       " needs PPC_JOB_SECRET, the same on every node (e.g. "
+                       "from 'openssl rand -hex 32'), so that the ranks can "
+                       "trust each other's rendezvous values; see "
+                       "docs/security.md");
+    auto secret = newJobSecret();
+    if (!secret)
+      return secret.takeError();
+    options.extraEnvironment.emplace_back("PPC_JOB_SECRET", *secret);
+  }
   // Port 0: serve the rendezvous here on a port bound now and held for the
   // whole job, so no other process can take it before rank 0 would.
   std::unique_ptr<StoreHost> store;

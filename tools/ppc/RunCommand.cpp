@@ -73,6 +73,10 @@ static llvm::Expected<int> runRun(const RunCommandOptions &o) {
   options.schedule = o.schedule;
   options.inputMetaPath = o.inputMeta;
   options.streamMicrobatches = o.streamWindow;
+  // What every rank must have alike besides the runtime's own record
+  // (runtime/link/Agreement.h); --output is the output rank's.
+  options.agreement.setFileDigest("--input", o.inputPath);
+  options.agreement.set("--repeat", std::to_string(o.repeat));
   RunDisplay display;
   display.progress = progressStyle(2, o.flags.quiet, o.flags.progress);
   display.microbatchesNote = [&](int stages) {

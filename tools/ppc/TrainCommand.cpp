@@ -239,6 +239,25 @@ static std::function<void(int64_t)> checkpointTestPause(int rank) {
   };
 }
 
+/// What every rank must have alike that only `ppc train` sees (the
+/// trainer and the runtime record the rest: runtime/link/Agreement.h).
+/// The data files' digests come first; outputs of one rank's own
+/// (--log-file, --stats-json, --trace, --save-grads) and --keep (rank 0
+/// prunes) need not agree.
+static void recordTrainFlags(const TrainCommandOptions &o, Agreement &record) {
+  auto given = [](const std::string &path) {
+    return path.empty() ? std::nullopt : std::optional(path);
+  };
+  record.setFileDigest("--data", o.dataPath);
+  record.setFileDigest("--eval-data", o.evalData);
+  record.set("--steps", std::to_string(o.steps));
+  record.set("--eval-every", std::to_string(o.evalEvery));
+  record.setPresence("--checkpoint-dir", given(o.checkpointDir));
+  record.set("--checkpoint-every", std::to_string(o.checkpointEvery));
+  record.setPresence("--resume", given(o.resumeDir));
+  record.setPresence("--save", given(o.savePath));
+}
+
 /// The trainer's options of `o` on rank `rank`. Errors: flags that need
 /// another.
 static llvm::Expected<TrainOptions> trainOptionsOf(const TrainCommandOptions &o,
@@ -262,6 +281,7 @@ static llvm::Expected<TrainOptions> trainOptionsOf(const TrainCommandOptions &o,
   options.NAME = o.NAME;
 #include "runtime/train/TrainOptions.def"
   options.beforeCheckpointReport = checkpointTestPause(rank);
+  recordTrainFlags(o, options.run.agreement);
   return options;
 }
 
@@ -283,46 +303,22 @@ createTrainer(const TrainCommandOptions &o, const LaunchEnv &env,
   return trainer;
 }
 
-/// Reads `path` (--data or --eval-data) into `data`, and its SHA-256.
-static llvm::Expected<std::string>
-loadDataFile(const Trainer &t, const std::string &path,
-             std::vector<TrainingBatch> &data) {
-  auto loaded = loadTrainingData(path, t.modelInputCount());
-  if (!loaded)
-    return loaded.takeError();
-  data = std::move(*loaded);
-  return sha256File(path);
-}
-
-/// --data on the ranks that read it, the same on every one.
+/// --data on the ranks that read it. Every rank's file has the same contents:
+/// the start-up agreement compared their digests (runtime/link/Agreement.h).
 static llvm::Expected<std::vector<TrainingBatch>>
 loadData(Trainer &t, const TrainCommandOptions &o) {
-  std::vector<TrainingBatch> data;
-  std::string digest;
-  if (t.needsInputs() || t.needsTargets()) {
-    auto hash = loadDataFile(t, o.dataPath, data);
-    if (!hash)
-      return hash.takeError();
-    digest = *hash;
-  }
-  if (llvm::Error err = t.checkSameData(digest))
-    return err;
-  return data;
+  if (!t.needsInputs() && !t.needsTargets())
+    return std::vector<TrainingBatch>();
+  return loadTrainingData(o.dataPath, t.modelInputCount());
 }
 
 /// --eval-data: every rank reads the whole evaluation set, so that all
 /// agree on its batches' count.
 static llvm::Expected<std::vector<TrainingBatch>>
 loadEvalData(Trainer &t, const TrainCommandOptions &o) {
-  std::vector<TrainingBatch> evalData;
   if (o.evalData.empty())
-    return evalData;
-  auto hash = loadDataFile(t, o.evalData, evalData);
-  if (!hash)
-    return hash.takeError();
-  if (llvm::Error err = t.checkSameData(*hash))
-    return err;
-  return evalData;
+    return std::vector<TrainingBatch>();
+  return loadTrainingData(o.evalData, t.modelInputCount());
 }
 
 /// --resume: continues from the checkpoint, if it leaves steps to train.

@@ -1,0 +1,178 @@
+//===- runtime/link/JobStore.cpp - A rendezvous store only the job can write
+//===//
+//
+// This file implements HMAC-SHA256 over LLVM's SHA256 and the JobStore,
+// which seals every value it sets and opens every value it gets.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/link/JobStore.h"
+
+#include "lib/Error.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/SHA256.h"
+
+#include <cstring>
+
+namespace ppc {
+
+std::array<uint8_t, 32> hmacSha256(llvm::ArrayRef<uint8_t> key,
+                                   llvm::ArrayRef<uint8_t> message) {
+  constexpr size_t kBlock = 64;
+  std::array<uint8_t, kBlock> block{};
+  if (key.size() > kBlock) {
+    llvm::SHA256 hash;
+    hash.update(key);
+    llvm::StringRef digest = hash.final();
+    std::memcpy(block.data(), digest.data(), digest.size());
+  } else {
+    std::copy(key.begin(), key.end(), block.begin());
+  }
+  std::array<uint8_t, kBlock> pad;
+  for (size_t i = 0; i < kBlock; ++i)
+    pad[i] = block[i] ^ 0x36;
+  llvm::SHA256 inner;
+  inner.update(pad);
+  inner.update(message);
+  std::string innerDigest = inner.final().str();
+  for (size_t i = 0; i < kBlock; ++i)
+    pad[i] = block[i] ^ 0x5c;
+  llvm::SHA256 outer;
+  outer.update(pad);
+  outer.update(llvm::StringRef(innerDigest));
+  llvm::StringRef digest = outer.final();
+  std::array<uint8_t, 32> result;
+  std::memcpy(result.data(), digest.data(), result.size());
+  return result;
+}
+
+namespace {
+constexpr llvm::StringLiteral kSealTag = "ppc-mac1 ";
+constexpr size_t kMacHex = 64;
+
+/// Compares without an early exit, so that the time taken says nothing
+/// about how much of a forged MAC was right.
+bool sameBytes(llvm::StringRef a, llvm::StringRef b) {
+  if (a.size() != b.size())
+    return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+/// The MAC's input: lengths first, so that no two (token, key, value)
+/// triples share one.
+std::vector<uint8_t> macInput(const std::string &token, const std::string &key,
+                              const std::vector<uint8_t> &value) {
+  std::string head = "ppc-rendezvous-v1\n" + std::to_string(token.size()) +
+                     ":" + token + "\n" + std::to_string(key.size()) + ":" +
+                     key + "\n" + std::to_string(value.size()) + ":";
+  std::vector<uint8_t> input(head.begin(), head.end());
+  input.insert(input.end(), value.begin(), value.end());
+  return input;
+}
+} // namespace
+
+JobStore::JobStore(c10::intrusive_ptr<c10d::Store> inner, std::string secret,
+                   std::string jobToken, std::string where)
+    : inner_(std::move(inner)), secret_(secret.begin(), secret.end()),
+      jobToken_(std::move(jobToken)), where_(std::move(where)) {
+  timeout_ = inner_->getTimeout();
+}
+
+std::vector<uint8_t> JobStore::seal(const std::string &key,
+                                    const std::vector<uint8_t> &value) const {
+  auto mac = hmacSha256(secret_, macInput(jobToken_, key, value));
+  std::string head =
+      kSealTag.str() + llvm::toHex(mac, /*LowerCase=*/true) + " ";
+  std::vector<uint8_t> sealed(head.begin(), head.end());
+  sealed.insert(sealed.end(), value.begin(), value.end());
+  return sealed;
+}
+
+std::vector<uint8_t> JobStore::open(const std::string &key,
+                                    const std::vector<uint8_t> &stored) const {
+  llvm::StringRef text(reinterpret_cast<const char *>(stored.data()),
+                       stored.size());
+  size_t headSize = kSealTag.size() + kMacHex + 1;
+  if (text.size() >= headSize && text.startswith(kSealTag) &&
+      text[headSize - 1] == ' ') {
+    std::vector<uint8_t> value(stored.begin() + headSize, stored.end());
+    auto mac = hmacSha256(secret_, macInput(jobToken_, key, value));
+    if (sameBytes(text.substr(kSealTag.size(), kMacHex),
+                  llvm::toHex(mac, /*LowerCase=*/true)))
+      return value;
+  }
+  throw ForgedValueError("rendezvous key '" + printable(key) + "' at " +
+                         where_ +
+                         " was not written by this job (it fails the check "
+                         "against PPC_JOB_SECRET): another process is writing "
+                         "into this job's store");
+}
+
+void JobStore::set(const std::string &key, const std::vector<uint8_t> &value) {
+  inner_->set(key, seal(key, value));
+}
+
+std::vector<uint8_t> JobStore::compareSet(const std::string &key,
+                                          const std::vector<uint8_t> &expected,
+                                          const std::vector<uint8_t> &desired) {
+  // HMAC is deterministic: the sealed expected value is what a rank of this
+  // job stored.
+  std::vector<uint8_t> sealedExpected =
+      expected.empty() ? expected : seal(key, expected);
+  std::vector<uint8_t> sealedDesired = seal(key, desired);
+  std::vector<uint8_t> answer =
+      inner_->compareSet(key, sealedExpected, sealedDesired);
+  if (answer == sealedDesired)
+    return desired;
+  if (answer.empty() && expected.empty())
+    return answer;
+  return open(key, answer);
+}
+
+std::vector<uint8_t> JobStore::get(const std::string &key) {
+  return open(key, inner_->get(key));
+}
+
+int64_t JobStore::add(const std::string &key, int64_t value) {
+  return inner_->add(key, value);
+}
+
+bool JobStore::deleteKey(const std::string &key) {
+  return inner_->deleteKey(key);
+}
+
+bool JobStore::check(const std::vector<std::string> &keys) {
+  return inner_->check(keys);
+}
+
+int64_t JobStore::getNumKeys() { return inner_->getNumKeys(); }
+
+void JobStore::wait(const std::vector<std::string> &keys) {
+  inner_->wait(keys);
+}
+
+void JobStore::wait(const std::vector<std::string> &keys,
+                    const std::chrono::milliseconds &timeout) {
+  inner_->wait(keys, timeout);
+}
+
+const std::chrono::milliseconds &JobStore::getTimeout() const noexcept {
+  return inner_->getTimeout();
+}
+
+void JobStore::setTimeout(const std::chrono::milliseconds &timeout) {
+  inner_->setTimeout(timeout);
+}
+
+#if PPC_STORE_HAS_CLONE
+c10::intrusive_ptr<c10d::Store> JobStore::clone() {
+  return c10::make_intrusive<JobStore>(
+      inner_->clone(), std::string(secret_.begin(), secret_.end()), jobToken_,
+      where_);
+}
+#endif
+
+} // namespace ppc
