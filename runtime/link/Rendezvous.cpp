@@ -394,34 +394,20 @@ std::string rankKey(int rank) { return "ppc/rank/" + std::to_string(rank); }
 /// out can name a rank that stayed behind.
 enum class Step { Announced, Agree, Group, Connected };
 
-llvm::StringRef stepText(Step step) {
-  switch (step) {
-  case Step::Announced:
-    return "announcing itself";
-  case Step::Agree:
-    return "comparing the ranks' options";
-  case Step::Group:
-    return "connecting the process group";
-  case Step::Connected:
-    break;
-  }
-  return "connecting the process group";
-}
-
-/// The name PPC_TEST_RENDEZVOUS_STOP gives `step` (LaunchEnv::testStopAt).
-llvm::StringRef stepName(Step step) {
-  switch (step) {
-  case Step::Announced:
-    return "announced";
-  case Step::Agree:
-    return "agree";
-  case Step::Group:
-    return "group";
-  case Step::Connected:
-    break;
-  }
-  return "connected";
-}
+/// Each step's name in the store and in PPC_TEST_RENDEZVOUS_STOP
+/// (LaunchEnv::testStopAt), and its words in errors, by Step.
+struct StepInfo {
+  llvm::StringRef name, text;
+};
+constexpr StepInfo kSteps[] = {
+    {"announced", "announcing itself"},
+    {"agree", "comparing the ranks' options"},
+    {"group", "connecting the process group"},
+    {"connected", "connecting the process group"},
+};
+const StepInfo &stepInfo(Step step) { return kSteps[static_cast<int>(step)]; }
+llvm::StringRef stepName(Step step) { return stepInfo(step).name; }
+llvm::StringRef stepText(Step step) { return stepInfo(step).text; }
 
 std::string progressKey(int rank) {
   return "ppc/progress/" + std::to_string(rank);
