@@ -105,15 +105,12 @@ llvm::Error Executor::located(llvm::Error err, size_t index) {
                   .str();
         }
         writeStatusRecord(self, llvm::json::Value(std::move(record)));
-        auto copy = std::make_unique<LostRankError>(lost.rank(), message);
-        if (!lost.context().empty())
-          copy->addContext(llvm::StringRef(lost.context()).drop_back(2));
-        if (!timedOut || message.empty() || message.back() != ')')
-          return llvm::Error(std::move(copy));
-        message.pop_back();
-        message += llvm::formatv("; {0}; sent: {1}; received: {2})", where,
-                                 countsText(sentTo), countsText(receivedFrom))
-                       .str();
+        if (timedOut && !message.empty() && message.back() == ')') {
+          message.pop_back();
+          message += llvm::formatv("; {0}; sent: {1}; received: {2})", where,
+                                   countsText(sentTo), countsText(receivedFrom))
+                         .str();
+        }
         auto located = std::make_unique<LostRankError>(lost.rank(), message);
         if (!lost.context().empty())
           located->addContext(llvm::StringRef(lost.context()).drop_back(2));
