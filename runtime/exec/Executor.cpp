@@ -11,10 +11,10 @@
 #include "lib/Error.h"
 #include "lib/ValueWalk.h"
 #include "runtime/exec/ExecutorState.h"
+#include "runtime/exec/StatusRecord.h"
 #include "runtime/exec/Trace.h"
 #include "runtime/link/Link.h"
 
-#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
@@ -22,7 +22,6 @@
 #include <ATen/ATen.h>
 
 #include <chrono>
-#include <cstdlib>
 
 namespace ppc {
 
@@ -47,75 +46,35 @@ llvm::json::Object countsJson(const std::map<int, int> &counts) {
   return object;
 }
 
-/// Writes `record` as DIR/rank-G.json (Executor.h); best effort: a rank
-/// that cannot write it still fails with its own error.
-void writeStatusRecord(int rank, const llvm::json::Value &record) {
-  const char *dir = std::getenv("PPC_STATUS_DIR");
-  if (!dir || !*dir)
-    return;
-  std::string path = llvm::formatv("{0}/rank-{1}.json", dir, rank).str();
-  std::string partial = path + ".partial";
-  {
-    std::error_code ec;
-    llvm::raw_fd_ostream os(partial, ec);
-    if (ec)
-      return;
-    os << record;
-    os.close();
-    if (os.has_error()) {
-      os.clear_error();
-      llvm::sys::fs::remove(partial);
-      return;
-    }
-  }
-  if (llvm::sys::fs::rename(partial, path))
-    llvm::sys::fs::remove(partial);
-}
 } // namespace
 
 llvm::Error Executor::located(llvm::Error err, size_t index) {
   const std::vector<Action> &actions = schedule.ranks[plan.rank];
-  return llvm::handleErrors(
-      std::move(err), [&](const LostRankError &lost) -> llvm::Error {
-        std::string message = lost.describe();
-        bool timedOut = llvm::StringRef(message).contains("no answer within");
-        int self = plan.transport->globalRank(plan.rank);
-        llvm::json::Object record{{"rank", self},
-                                  {"waitingFor", lost.rank()},
-                                  {"timedOut", timedOut},
-                                  {"action", int64_t(index + 1)},
-                                  {"actions", int64_t(actions.size())},
-                                  {"sent", countsJson(sentTo)},
-                                  {"received", countsJson(receivedFrom)}};
-        std::string where;
-        if (index < actions.size()) {
-          const Action &a = actions[index];
-          llvm::StringRef kind = actionInfo(a.kind).name;
-          record["kind"] = kind;
-          record["microbatch"] = a.microbatch;
-          record["stage"] = a.stage;
-          where = llvm::formatv("at action {0} of {1} ({2} mb {3} stage {4})",
-                                index + 1, actions.size(), kind, a.microbatch,
-                                a.stage)
-                      .str();
-        } else {
-          record["kind"] = "flush";
-          where =
-              llvm::formatv("at the final flush of {0} actions", actions.size())
-                  .str();
-        }
-        writeStatusRecord(self, llvm::json::Value(std::move(record)));
-        if (timedOut && !message.empty() && message.back() == ')') {
-          message.pop_back();
-          message += llvm::formatv("; {0}; sent: {1}; received: {2})", where,
-                                   countsText(sentTo), countsText(receivedFrom))
-                         .str();
-        }
-        auto located = std::make_unique<LostRankError>(lost.rank(), message);
-        if (!lost.context().empty())
-          located->addContext(llvm::StringRef(lost.context()).drop_back(2));
-        return llvm::Error(std::move(located));
-      });
+  llvm::json::Object record{{"action", int64_t(index + 1)},
+                            {"actions", int64_t(actions.size())},
+                            {"sent", countsJson(sentTo)},
+                            {"received", countsJson(receivedFrom)}};
+  std::string where;
+  if (index < actions.size()) {
+    const Action &a = actions[index];
+    llvm::StringRef kind = actionInfo(a.kind).name;
+    record["kind"] = kind;
+    record["microbatch"] = a.microbatch;
+    record["stage"] = a.stage;
+    where =
+        llvm::formatv("at action {0} of {1} ({2} mb {3} stage {4})", index + 1,
+                      actions.size(), kind, a.microbatch, a.stage)
+            .str();
+  } else {
+    record["kind"] = "flush";
+    where = llvm::formatv("at the final flush of {0} actions", actions.size())
+                .str();
+  }
+  return withPosition(
+      std::move(err), plan.transport->globalRank(plan.rank), std::move(record),
+      llvm::formatv("{0}; sent: {1}; received: {2}", where, countsText(sentTo),
+                    countsText(receivedFrom))
+          .str());
 }
 
 void Executor::store(int stage, int output, int m, c10::IValue value) {

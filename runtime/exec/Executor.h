@@ -72,14 +72,14 @@
 // (one line; I counts from 1; the flush after the last action reads
 // "at the final flush of N actions"; sent/received count the send and
 // receive actions completed so far per peer job rank, "nothing" for none).
-// And when PPC_STATUS_DIR is set (`ppc launch` sets it), every lost rank,
-// timeout or not, writes the JSON record DIR/rank-G.json (G: this job
-// rank; written to a temporary name, then renamed):
+// And every lost rank, timeout or not, writes its status record (the
+// launcher's PPC_STATUS_DIR, runtime/exec/StatusRecord.h):
 //   {"rank": G, "waitingFor": P, "timedOut": true|false, "action": I,
 //    "actions": N, "kind": "RECV_F", "microbatch": M, "stage": S,
 //    "sent": {"P": C, ...}, "received": {"P": C, ...}}
 // which the launcher reads to name the rank the job is stuck on
-// (tools/ppc/StuckReport.h).
+// (tools/ppc/StuckReport.h). A rank that waits before a run of its schedule
+// (for the microbatch signatures, MetaSettle.h) says so instead.
 //
 //===----------------------------------------------------------------------===//
 #ifndef PPC_RUNTIME_EXEC_EXECUTOR_H

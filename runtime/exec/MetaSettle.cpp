@@ -12,6 +12,7 @@
 
 #include "lib/Error.h"
 #include "lib/SafeRead.h"
+#include "runtime/exec/StatusRecord.h"
 #include "runtime/link/Collectives.h"
 
 #include "llvm/ADT/STLExtras.h"
@@ -199,7 +200,7 @@ llvm::Expected<std::vector<Signature>> MetaSettler::shareSignatures(
   std::string blob = llvm::join(texts, "\n");
   if (llvm::Error err = broadcastBytes(*scope_.transport, blob, inputRoot_,
                                        "the microbatch signatures"))
-    return err;
+    return beforeRun(std::move(err), scope_.transport->globalRank(scope_.rank));
   llvm::SmallVector<llvm::StringRef, 8> parts;
   llvm::StringRef(blob).split(parts, '\n');
   if (static_cast<int>(parts.size()) != count)

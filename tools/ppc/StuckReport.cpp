@@ -5,6 +5,8 @@
 //===----------------------------------------------------------------------===//
 #include "tools/ppc/StuckReport.h"
 
+#include "runtime/exec/StatusRecord.h"
+
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 
@@ -52,10 +54,14 @@ std::optional<RankReport> parseRankReport(llvm::StringRef text, int rank,
   RankReport r;
   auto timedOut = o->getBoolean("timedOut");
   auto kind = o->getString("kind");
+  // A rank waiting before a run of its schedule stands at no action.
+  const bool beforeRun = kind && *kind == kBeforeRunKind;
   if (!intField(*o, "rank", rank, rank, r.rank) ||
       !intField(*o, "waitingFor", 0, worldSize - 1, r.waitingFor) ||
-      r.waitingFor == rank || !intField(*o, "actions", 0, INT_MAX, r.actions) ||
-      !intField(*o, "action", 1, int64_t(r.actions) + 1, r.action) ||
+      r.waitingFor == rank ||
+      !intField(*o, "actions", 0, beforeRun ? 0 : INT_MAX, r.actions) ||
+      !intField(*o, "action", beforeRun ? 0 : 1,
+                beforeRun ? 0 : int64_t(r.actions) + 1, r.action) ||
       !timedOut || !kind || kind->empty() || kind->size() > 16 ||
       kind->find_first_not_of(
           "ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz") !=
@@ -63,7 +69,7 @@ std::optional<RankReport> parseRankReport(llvm::StringRef text, int rank,
     return std::nullopt;
   r.timedOut = *timedOut;
   r.kind = kind->str();
-  if (r.kind != "flush" &&
+  if (r.kind != "flush" && !beforeRun &&
       (!intField(*o, "microbatch", -1, INT_MAX, r.microbatch) ||
        !intField(*o, "stage", -1, INT_MAX, r.stage)))
     return std::nullopt;
@@ -71,6 +77,8 @@ std::optional<RankReport> parseRankReport(llvm::StringRef text, int rank,
 }
 
 std::string positionText(const RankReport &report) {
+  if (report.kind == kBeforeRunKind)
+    return kBeforeRunText;
   if (report.kind == "flush")
     return llvm::formatv("at the final flush of {0} actions", report.actions)
         .str();

@@ -2,7 +2,7 @@
 //
 // When waits time out, each rank still alive writes where it stands as a
 // JSON record in the launcher's status directory (PPC_STATUS_DIR, the
-// record's form in runtime/exec/Executor.h). The launcher reads them
+// record's form in runtime/exec/StatusRecord.h). The launcher reads them
 // (untrusted: bounded size, schema checked: parseRankReport) and follows who
 // waits for whom to the end of the chain (findStuckRank): a rank that
 // reported nothing (stopped or hung), or a cycle. Both are pure functions.
@@ -30,7 +30,9 @@ struct RankReport {
   int waitingFor = 0;
   bool timedOut = false;
   /// The action it waited in, from 1, of `actions`; `kind` "flush" for the
-  /// flush after the last (no microbatch or stage: -1).
+  /// flush after the last (no microbatch or stage: -1), "before_run" for a
+  /// wait before a run of the schedule (action and actions 0;
+  /// runtime/exec/StatusRecord.h).
   int action = 0;
   int actions = 0;
   std::string kind;
@@ -44,8 +46,8 @@ struct RankReport {
 std::optional<RankReport> parseRankReport(llvm::StringRef text, int rank,
                                           int worldSize);
 
-/// "at action 5 of 24 (F mb 2 stage 2)", or "at the final flush of 24
-/// actions".
+/// "at action 5 of 24 (F mb 2 stage 2)", "at the final flush of 24
+/// actions", or "before a run of its schedule".
 std::string positionText(const RankReport &report);
 
 /// The end of the wait-for chains.

@@ -1,0 +1,53 @@
+//===- runtime/exec/StatusRecord.h - Where a waiting rank stands -*- C++
+//-*-===//
+//
+// When a rank loses a peer (a LostRankError, runtime/link/Link.h), it says
+// where it stood: in its error line, and, when the launcher asked for them
+// (PPC_STATUS_DIR, which `ppc launch` sets), in a JSON status record
+// DIR/rank-G.json (G: the job rank), written to a temporary name and then
+// renamed, which the launcher reads to name the rank a stuck job waits on
+// (tools/ppc/StuckReport.h). A rank stands in one of two places:
+//   - at an action of its schedule (the executor: Executor.h, "Where a rank
+//     stands"): {"rank", "waitingFor", "timedOut", "action", "actions",
+//     "kind", "microbatch", "stage", "sent", "received"};
+//   - before a run of its schedule, waiting for the batch's or step's
+//     microbatch signatures (MetaSettle.h), as a rank done with one batch
+//     or step does for the next: {"rank", "waitingFor", "timedOut",
+//     "kind": "before_run", "action": 0, "actions": 0}.
+// A timeout's detail ("lost rank R (DETAIL)") gains "; POSITION" where
+// POSITION is "at action I of N (...); sent: ...; received: ..." or
+// "before a run of its schedule".
+//
+// Internal to libppc_runtime.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PPC_RUNTIME_EXEC_STATUSRECORD_H
+#define PPC_RUNTIME_EXEC_STATUSRECORD_H
+
+#include "llvm/Support/Error.h"
+#include "llvm/Support/JSON.h"
+
+#include <string>
+
+namespace ppc {
+
+/// The status record's "kind" of a rank waiting before a run of its
+/// schedule, and the position its line gives.
+inline constexpr const char *kBeforeRunKind = "before_run";
+inline constexpr const char *kBeforeRunText = "before a run of its schedule";
+
+/// `err` with, when it is a LostRankError, job rank `jobRank`'s status
+/// record written (`record` gains "rank", "waitingFor" and "timedOut") and,
+/// when the wait timed out, "; `position`" added to the detail. Any other
+/// error is returned as it is. Writing the record is best effort: a rank
+/// that cannot write it still fails with its own error.
+llvm::Error withPosition(llvm::Error err, int jobRank,
+                         llvm::json::Object record,
+                         const std::string &position);
+
+/// withPosition() for a rank that waited before a run of its schedule.
+llvm::Error beforeRun(llvm::Error err, int jobRank);
+
+} // namespace ppc
+
+#endif // PPC_RUNTIME_EXEC_STATUSRECORD_H
