@@ -586,6 +586,41 @@ llvm::Error nameRankBehind(const LaunchEnv &env,
                                 secondsText(timeout)));
 }
 
+/// The store key counting the ranks done reading the progress records
+/// after a failed step (waitForNamers()).
+const char *const kNamedKey = "ppc/named";
+
+/// After a failed `step`: this rank is done reading the progress records
+/// (nameRankBehind()). The rank that serves the store then keeps it up
+/// until every other rank of `ranks` that reached the step is done too, for
+/// at most two seconds: exiting first would close the store under their
+/// reads, and they would report a broken pipe instead of the rank behind.
+/// Best effort, like the counter itself (another client can move it; then
+/// the store closes early, and the others' errors say so).
+void waitForNamers(const LaunchEnv &env, c10::intrusive_ptr<c10d::Store> job,
+                   std::vector<int> ranks, Step step) {
+  llvm::erase_value(ranks, env.rank);
+  bool serve = env.rank == 0 && !env.launcherHostsStore;
+  auto done = runBounded<bool>(
+      deadlineAfter(std::chrono::seconds(2)),
+      [] { return Failure::other("the other ranks took over 2 s"); }, "",
+      [job, ranks, step, serve] {
+        int64_t named = job->add(kNamedKey, 1);
+        if (!serve)
+          return true;
+        int64_t expected = 1;
+        for (int r : ranks)
+          if (!rankBehind(*job, {r}, step))
+            ++expected;
+        while (named < expected) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          named = job->add(kNamedKey, 0);
+        }
+        return true;
+      });
+  llvm::consumeError(done.takeError());
+}
+
 /// The Gloo device for this rank: on GLOO_SOCKET_IFNAME's first interface,
 /// else on the local address that reaches MASTER_ADDR.
 llvm::Expected<std::shared_ptr<::gloo::transport::Device>>
@@ -755,8 +790,10 @@ connectGroupTransports(const LaunchEnv &env, DeviceKind device,
       if (ranks.empty())
         for (int r = 0; r < env.worldSize; ++r)
           ranks.push_back(r);
-      return nameRankBehind(env, job, ranks, Step::Group, timeout,
-                            llvm::toString(glooGroup.takeError()));
+      llvm::Error named = nameRankBehind(env, job, ranks, Step::Group, timeout,
+                                         llvm::toString(glooGroup.takeError()));
+      waitForNamers(env, job, std::move(ranks), Step::Group);
+      return named;
     }
     LinkSetup setup;
     setup.rank = rank;
