@@ -1,5 +1,4 @@
-//===- runtime/exec/StatusRecord.h - Where a waiting rank stands -*- C++
-//-*-===//
+//===- runtime/exec/StatusRecord.h - Where a waiting rank is -*- C++ -*-===//
 //
 // When a rank loses a peer (a LostRankError, runtime/link/Link.h), it says
 // where it stood: in its error line, and, when the launcher asked for them

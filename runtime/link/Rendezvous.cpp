@@ -446,6 +446,12 @@ rankBehind(c10d::Store &store, const std::vector<int> &ranks, Step step) {
   return std::nullopt;
 }
 
+/// Whether this rank serves the job's store: rank 0, unless the launcher
+/// hosts it.
+bool servesStore(const LaunchEnv &env) {
+  return env.rank == 0 && !env.launcherHostsStore;
+}
+
 /// Explains why the store at `where` could not be served or reached.
 /// LibTorch gives neither a taken port nor a client's timeout an exception
 /// type of its own (c10::Error, or c10d's TimeoutError, a
@@ -469,7 +475,7 @@ c10::intrusive_ptr<c10d::Store> meetRanks(const LaunchEnv &env,
                                           Clock::time_point deadline,
                                           const Agreement &agreement) {
   std::string where = storeAddress(env);
-  bool serve = env.rank == 0 && !env.launcherHostsStore;
+  bool serve = servesStore(env);
   // The launcher's store is up before any rank starts, so a short probe
   // tells torchrun 2.x's store from ours (a rank 0 of this same ppc always
   // speaks our protocol).
@@ -600,7 +606,7 @@ const char *const kNamedKey = "ppc/named";
 void waitForNamers(const LaunchEnv &env, c10::intrusive_ptr<c10d::Store> job,
                    std::vector<int> ranks, Step step) {
   llvm::erase_value(ranks, env.rank);
-  bool serve = env.rank == 0 && !env.launcherHostsStore;
+  bool serve = servesStore(env);
   auto done = runBounded<bool>(
       deadlineAfter(std::chrono::seconds(2)),
       [] { return Failure::other("the other ranks took over 2 s"); }, "",

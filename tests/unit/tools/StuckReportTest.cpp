@@ -63,22 +63,18 @@ TEST(StuckReport, ParsesAValidRecord) {
       0, 2);
   ASSERT_TRUE(flush);
   EXPECT_EQ(positionText(*flush), "at the final flush of 24 actions");
-  // A rank waiting for the next step's microbatch signatures.
-  auto before = parseRankReport(
-      R"({"rank":0,"waitingFor":1,"timedOut":true,"action":0,"actions":0,)"
-      R"("kind":"before_run"})",
-      0, 2);
+  // A rank waiting for the next step's microbatch signatures stands at no
+  // action; elsewhere action 0 is no action.
+  auto rank0 = [](const std::string &fields) {
+    return parseRankReport(
+        R"({"rank":0,"waitingFor":1,"timedOut":true,)" + fields + "}", 0, 2);
+  };
+  auto before = rank0(R"("action":0,"actions":0,"kind":"before_run")");
   ASSERT_TRUE(before);
   EXPECT_EQ(positionText(*before), "before a run of its schedule");
-  // Before a run it stands at no action; elsewhere action 0 is no action.
-  EXPECT_FALSE(parseRankReport(
-      R"({"rank":0,"waitingFor":1,"timedOut":true,"action":1,"actions":0,)"
-      R"("kind":"before_run"})",
-      0, 2));
-  EXPECT_FALSE(parseRankReport(
-      R"({"rank":0,"waitingFor":1,"timedOut":true,"action":0,"actions":4,)"
-      R"("kind":"F","microbatch":0,"stage":0})",
-      0, 2));
+  EXPECT_FALSE(rank0(R"("action":1,"actions":0,"kind":"before_run")"));
+  EXPECT_FALSE(
+      rank0(R"("action":0,"actions":4,"kind":"F","microbatch":0,"stage":0)"));
 }
 
 TEST(StuckReport, RejectsBadRecords) {
