@@ -934,6 +934,61 @@ def bench_training(cfg):
     return rows
 
 
+def bench_evaluation(cfg):
+    """Issue 33: forward-only evaluation. The 16 x Linear(1024) MLP in 2
+    stages on 2 ranks (1f1b), batches of 256 rows in M=8: `ppc train` with
+    the training batch as --eval-data and --eval-every 1 (a cycle: a step and
+    an evaluation) against the same training without evaluation (a cycle: a
+    step), in interleaved rounds. A cycle is read on the loss rank from the
+    --log-file's seconds (step, plus evaluation), so that the ranks' offsets
+    cancel: one rank's evaluation alone would include the wait for the
+    other to finish its step. Step 1 is left out (warm-up). An evaluated
+    batch costs (cycle with - cycle without) / cycle without; target: at
+    most 0.4x a training step."""
+    M, rows, steps = 8, 256, cfg.get("eval_steps", 8)
+    model = os.path.join(MODELS, "wide.pt")
+    manifest = split(model, os.path.join(WORK, "wide.2"), "--split-at", "layers.8")
+    data = os.path.join(WORK, "eval.data.pt")
+    if not os.path.exists(data):
+        sh([PYTHON, "-c", "import torch,sys; torch.manual_seed(0); x=torch.load(sys.argv[1]); "
+            "torch.save((x[:%d], torch.randn(%d, 1024)), sys.argv[2])" % (rows, rows),
+            os.path.join(MODELS, "wide.input.pt"), data])
+
+    def one(evaluate):
+        log = os.path.join(WORK, "eval.log.jsonl")
+        if os.path.exists(log):
+            os.remove(log)
+        extra = ["--eval-data", data, "--eval-every", 1] if evaluate else []
+        sh(launch(2, "train", manifest, "--data", data, *extra, "--loss", "mse", "--lr", "0.001",
+                  "--microbatches", M, "--steps", steps, "--threads", 1, "--schedule", "1f1b",
+                  "--log-file", log))
+        with open(log) as f:
+            records = [json.loads(line) for line in f]
+        step = {r["step"]: r["seconds"] for r in records if "loss" in r}
+        ev = {r["step"]: r["seconds"] for r in records if "eval_loss" in r}
+        return {"cycle_ms": statistics.median(
+                    (step[k] + ev.get(k, 0)) * 1e3 for k in range(2, steps + 1)),
+                "eval_ms": statistics.median(ev[k] * 1e3 for k in range(2, steps + 1))
+                if evaluate else None}
+
+    runs = rounds({"with": lambda: one(True), "without": lambda: one(False)},
+                  cfg.get("eval_reps", 3))
+    ratios = [w["cycle_ms"] / wo["cycle_ms"] - 1 for w, wo in zip(runs["with"], runs["without"])]
+    ratio = statistics.median(ratios)
+    return [row(
+        "33 evaluation", "16×Linear(1024), 256 rows, M=8, 2 stages / 2 ranks, 1f1b: an "
+        "evaluated batch (forward-only), cycle with − cycle without",
+        stats([w["cycle_ms"] - wo["cycle_ms"] for w, wo in zip(runs["with"], runs["without"])]),
+        "ms", "a training step of the same batch (cycle without)",
+        stats([r["cycle_ms"] for r in runs["without"]]), ratio, "<= 0.4x", ratio <= 0.4,
+        "cycle = a step (+ its evaluation) on the loss rank, median of steps 2-%d; ratio = "
+        "median over interleaved rounds (%s); the loss rank's own evaluation time %s ms "
+        "(includes waiting for the other rank's step); load average %.2f"
+        % (steps, ", ".join("%.3f" % r for r in ratios),
+           fmt(statistics.median(r["eval_ms"] for r in runs["with"])), os.getloadavg()[0]),
+        runs=runs)]
+
+
 def bench_startup(cfg):
     """A 2-rank `ppc run` of resnet18 (2 stages, batch 5, 5 microbatches)
     inferring its boundary metadata (--no-meta-cache) vs reading the meta
@@ -1374,7 +1429,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer repetitions, smaller sizes")
     ap.add_argument("--only", help="comma-separated benchmark keys (1-10; issue #21: "
-                    "21.1, 21.3, 21.4, 21.5, 21.6, 21.c; issue #30: 30; issue #33: 33); "
+                    "21.1, 21.3, 21.4, 21.5, 21.6, 21.c; issue #30: 30; issue #33: 33, 33.e); "
                     "default: all")
     ap.add_argument("--venv", help="the prefix of a Python with torch 2.x for benchmarks 9, "
                     "21.6 and 30 (PPC_RACE_VENV overrides it; default build/venv)")
@@ -1423,6 +1478,8 @@ def main():
             ("8", "pipeline efficiency", lambda: bench_efficiency(cfg, need_wide())),
             ("33", "race on equal footing: PyTorch 2.x against torch.distributed.pipelining",
              lambda: bench_race(cfg, pytorch2=True)),
+            ("33.e", "forward-only evaluation against a training step",
+             lambda: bench_evaluation(cfg)),
             ("9", "race against torch.distributed.pipelining (system LibTorch)",
              lambda: bench_race(cfg)),
             ("10", "partition balance", lambda: bench_partition(cfg)),

@@ -244,9 +244,14 @@ llvm::Expected<ExecutorResult> Executor::run() {
           std::chrono::duration<double, std::milli>(Clock::now() - start)
               .count();
   }
-  if (lossSum.defined()) {
-    auto loss = torchCall("cannot read the loss",
-                          [&] { return lossSum.item<double>(); });
+  if (!lossParts.empty()) {
+    auto loss = torchCall("cannot read the loss", [&] {
+      at::Tensor sum;
+      for (const at::Tensor &part : lossParts)
+        if (part.defined())
+          sum = sum.defined() ? sum + part : part;
+      return sum.item<double>();
+    });
     if (!loss)
       return loss.takeError();
     result.loss = *loss;

@@ -10,6 +10,8 @@
 //                 outputs. Training: each tensor input that carries a
 //                 gradient becomes a leaf of this stage's own autograd graph,
 //                 and the graph is kept until the stage's backward.
+//                 Evaluation (Schedule::evaluation): no graph; the loss
+//                 stage computes its microbatch loss here, as B would.
 //   SEND_F(e, m)  on an inferring microbatch first sends the edge's metadata
 //                 header (length, then the int64 words), then the values'
 //                 wire tensors as one message (runtime/link/WirePack.h: packed
@@ -168,8 +170,8 @@ struct ExecutorStep {
   /// Per signature, the metadata of the values this rank needs; inferring
   /// microbatches add to it.
   std::map<std::string, MetaTable> *tables = nullptr;
-  /// Training, on the loss stage's rank: microbatch m's target and the
-  /// weight of its loss (its rows over the batch's rows), so that the
+  /// Training and evaluation, on the loss stage's rank: microbatch m's target
+  /// and the weight of its loss (its rows over the batch's rows), so that the
   /// microbatch losses add up to the batch's mean loss.
   std::vector<at::Tensor> targets;
   std::vector<double> lossWeights;
@@ -202,8 +204,8 @@ struct ExecutorStep {
 struct ExecutorResult {
   /// Per model output, its part of each microbatch (on the output rank).
   std::vector<std::vector<c10::IValue>> outputParts;
-  /// Training: the sum of the weighted microbatch losses (the batch's mean
-  /// loss) on the loss stage's rank.
+  /// Training and evaluation: the sum of the weighted microbatch losses
+  /// (the batch's mean loss) on the loss stage's rank, in microbatch order.
   double loss = 0;
   /// Metadata headers sent.
   int64_t metaMessagesSent = 0;

@@ -80,8 +80,14 @@ llvm::Error Executor::forward(const Action &a) {
     if (llvm::Error err = step.beforeForward(a.stage, m))
       return err;
   at::AutoGradMode gradMode(training);
-  AutocastGuard autocast(plan.precision, plan.device);
-  auto outputs = plan.stages->at(a.stage).run(std::move(args));
+  // Autocast covers the stage alone: an evaluation loss below is computed
+  // as B computes a training one.
+  std::optional<llvm::Expected<std::vector<c10::IValue>>> ran;
+  {
+    AutocastGuard autocast(plan.precision, plan.device);
+    ran.emplace(plan.stages->at(a.stage).run(std::move(args)));
+  }
+  llvm::Expected<std::vector<c10::IValue>> &outputs = *ran;
   if (!outputs)
     return outputs.takeError();
   MetaTable &table = (*step.tables)[step.signatures[m].text];
@@ -114,6 +120,13 @@ llvm::Error Executor::forward(const Action &a) {
       (*outputs)[o] = std::move(*cut);
     }
     store(a.stage, out, m, (*outputs)[o]);
+  }
+  // Evaluation: no backward, so the loss is computed here.
+  if (schedule.evaluation && plan.loss && plan.loss->stage == a.stage) {
+    auto loss = lossOf(*outputs, m);
+    if (!loss)
+      return loss.takeError();
+    keepLoss(m, *loss);
   }
   if (training) {
     if (!recomputing)
@@ -159,9 +172,10 @@ llvm::Error Executor::collectOutputs(const Action &a) {
   return readsHere ? feedTokens(m, *picks) : llvm::Error::success();
 }
 
-llvm::Expected<at::Tensor> Executor::lossOf(const SavedForward &f, int m) {
+llvm::Expected<at::Tensor>
+Executor::lossOf(const std::vector<c10::IValue> &outputs, int m) {
   const LossSpec &loss = *plan.loss;
-  const c10::IValue &out = f.outputs[loss.output];
+  const c10::IValue &out = outputs[loss.output];
   std::string what = llvm::formatv("cannot compute the {0} loss of "
                                    "microbatch {1}",
                                    lossName(loss.kind), m);
@@ -192,6 +206,14 @@ llvm::Expected<at::Tensor> Executor::lossOf(const SavedForward &f, int m) {
                            : F::cross_entropy(x, target);
     return value * step.lossWeights[m];
   });
+}
+
+void Executor::keepLoss(int m, const at::Tensor &loss) {
+  // Read once after the run: an item() per microbatch would wait for the
+  // device each time. In double, as the host would sum it.
+  if (lossParts.size() <= static_cast<size_t>(m))
+    lossParts.resize(m + 1);
+  lossParts[m] = loss.detach().to(at::kDouble);
 }
 
 void Executor::handOutInputGradients(int s, int m, const SavedForward &f,
@@ -243,14 +265,10 @@ llvm::Error Executor::backward(const Action &a, bool inputsOnly) {
     outputGrads.erase(g);
   }
   if (plan.loss && plan.loss->stage == s) {
-    auto loss = lossOf(f, m);
+    auto loss = lossOf(f.outputs, m);
     if (!loss)
       return loss.takeError();
-    // Summed where the loss lives, read once after the step: an item() per
-    // microbatch would wait for the device each time. In double, as the
-    // host would sum it.
-    at::Tensor part = loss->detach().to(at::kDouble);
-    lossSum = lossSum.defined() ? lossSum + part : part;
+    keepLoss(m, *loss);
     if (loss->requires_grad()) {
       roots.push_back(*loss);
       rootGrads.push_back(at::ones_like(*loss));

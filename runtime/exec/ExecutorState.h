@@ -108,8 +108,12 @@ private:
   /// Training: forward graphs awaiting their backward, by (stage, mb).
   std::map<std::pair<int, int>, SavedForward> saved;
   std::map<int, int> live;
-  /// Training, on the loss stage's rank: the weighted losses so far.
-  at::Tensor lossSum;
+  /// On the loss stage's rank (training, evaluation): each microbatch's
+  /// weighted loss, in double, detached; summed in microbatch order after
+  /// the last action, so that every schedule of a batch sums alike.
+  std::vector<at::Tensor> lossParts;
+  /// Adds microbatch m's weighted loss `loss` to lossParts.
+  void keepLoss(int m, const at::Tensor &loss);
   /// Training: gradients of this rank's stage outputs, summed over the
   /// consumers seen so far, per tensor of the value.
   std::map<ValueKey, std::vector<at::Tensor>> outputGrads;
@@ -191,8 +195,10 @@ private:
   llvm::Expected<c10::IValue> asLeaves(const c10::IValue &v, int m, int stage,
                                        int output,
                                        std::vector<at::Tensor> &leaves);
-  /// The loss of microbatch m on the loss stage, weighted.
-  llvm::Expected<at::Tensor> lossOf(const SavedForward &f, int m);
+  /// The loss of microbatch m on the loss stage, weighted, from the stage's
+  /// `outputs`.
+  llvm::Expected<at::Tensor> lossOf(const std::vector<c10::IValue> &outputs,
+                                    int m);
   /// Hands the gradients of stage `s`'s input leaves to their producers.
   void handOutInputGradients(int s, int m, const SavedForward &f,
                              const std::vector<at::Tensor> &grads);

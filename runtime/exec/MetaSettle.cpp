@@ -101,7 +101,7 @@ MetaSettler::MetaSettler(MetaScope scope) : scope_(std::move(scope)) {
 }
 
 std::string MetaSettler::cacheEntry(const Signature &signature) const {
-  return scope_.schedule->training ? "train " + signature.text : signature.text;
+  return run_->training ? "train " + signature.text : signature.text;
 }
 
 /// Reads the user metadata: the --input-meta file ({"stages": [{"outputs":
@@ -287,7 +287,7 @@ MetaSettler::agree(const std::vector<Signature> &signatures) {
   if (cacheComplete)
     for (const Signature &sig : signatures)
       cached[sig.text] = *cache_->find(cacheEntry(sig), required_);
-  for (const Edge &e : scope_.schedule->edges) {
+  for (const Edge &e : run_->edges) {
     int from = placement.rankOf(e.producer), to = placement.rankOf(e.consumer);
     if (from == to)
       continue;
@@ -362,7 +362,7 @@ llvm::Error MetaSettler::classify(llvm::Error err) {
 void MetaSettler::saveCache(const std::vector<Signature> &signatures) {
   for (const Signature &sig : signatures) {
     MetaTable kept;
-    const MetaTable &table = known_[sig.text];
+    const MetaTable &table = known()[sig.text];
     for (const auto &key : required_) {
       auto it = table.find(key);
       if (it != table.end())
@@ -378,8 +378,8 @@ void MetaSettler::saveCache(const std::vector<Signature> &signatures) {
 }
 
 llvm::Error MetaSettler::prepare(const std::vector<c10::IValue> &inputs,
-                                 ExecutorStep &step) {
-  const int count = scope_.schedule->microbatches;
+                                 ExecutorStep &step, const Schedule *run) {
+  const int count = (run ? run : scope_.schedule)->microbatches;
   std::vector<std::vector<c10::IValue>> microbatches;
   if (readsInputs_) {
     auto split =
@@ -388,23 +388,24 @@ llvm::Error MetaSettler::prepare(const std::vector<c10::IValue> &inputs,
       return split.takeError();
     microbatches = std::move(*split);
   }
-  return prepareMicrobatches(std::move(microbatches), count, step);
+  return prepareMicrobatches(std::move(microbatches), count, step, run);
 }
 
 llvm::Error MetaSettler::prepareMicrobatches(
     std::vector<std::vector<c10::IValue>> microbatches, int count,
-    ExecutorStep &step) {
+    ExecutorStep &step, const Schedule *run) {
+  run_ = run ? run : scope_.schedule;
   // 1. Microbatches and their signatures, shared by the input root.
   auto shared = shareSignatures(microbatches, count);
   if (!shared)
     return shared.takeError();
   step.microbatches = std::move(microbatches);
   step.signatures = std::move(*shared);
-  step.tables = &known_;
+  step.tables = &known();
   step.inferring.assign(count, false);
   fresh_.clear();
   for (const Signature &sig : step.signatures)
-    if (!known_.count(sig.text) && !llvm::is_contained(fresh_, sig))
+    if (!known().count(sig.text) && !llvm::is_contained(fresh_, sig))
       fresh_.push_back(sig);
   if (fresh_.empty())
     return llvm::Error::success();
@@ -414,7 +415,7 @@ llvm::Error MetaSettler::prepareMicrobatches(
   if (!agreed)
     return agreed.takeError();
   for (auto &[sig, table] : *agreed)
-    known_[sig] = std::move(table);
+    known()[sig] = std::move(table);
   if (source_ == MetaSource::Inferred) {
     std::vector<Signature> seen;
     for (int m = 0; m < count; ++m)

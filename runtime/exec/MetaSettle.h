@@ -103,8 +103,14 @@ public:
   /// inferring flags. Errors: splitMicrobatches's; input ranks that see
   /// different inputs; a user meta file that is unreadable or incomplete;
   /// user metadata on some ranks only; "lost rank R (...)".
+  ///
+  /// `run` is the schedule the step executes (null: the job's own). Its
+  /// mode decides which tables the step gets: a training schedule's forward
+  /// values require grad where an inference or evaluation schedule's do not
+  /// (Schedule::evaluation, over the training placement), so the two modes
+  /// settle, keep and cache their metadata apart.
   llvm::Error prepare(const std::vector<c10::IValue> &inputs,
-                      ExecutorStep &step);
+                      ExecutorStep &step, const Schedule *run = nullptr);
   /// The same for `count` microbatches already split (a streaming window
   /// of several batches, Pipeline::submit): `microbatches` holds them on
   /// ranks that read model inputs and is ignored elsewhere. Errors:
@@ -112,7 +118,8 @@ public:
   /// microbatches on a rank that reads inputs.
   llvm::Error
   prepareMicrobatches(std::vector<std::vector<c10::IValue>> microbatches,
-                      int count, ExecutorStep &step);
+                      int count, ExecutorStep &step,
+                      const Schedule *run = nullptr);
 
   /// After a successful run: saves the metadata prepare() left to infer to
   /// the meta cache (a warning when it cannot be written).
@@ -131,7 +138,8 @@ public:
 private:
   llvm::raw_ostream &warnings() { return *scope_.warnings; }
   /// The name of `signature`'s entry in the meta cache: training's forward
-  /// values require grad where inference's do not, so they are apart.
+  /// values require grad where inference's do not, so they are apart (by
+  /// the mode of run_).
   std::string cacheEntry(const Signature &signature) const;
   llvm::Expected<std::vector<Signature>>
   shareSignatures(const std::vector<std::vector<c10::IValue>> &microbatches,
@@ -154,8 +162,13 @@ private:
   /// The metadata keys this rank needs: its stages' outputs and the values
   /// it receives.
   std::vector<std::pair<int, int>> required_;
-  /// The metadata of every signature settled so far, by signature text.
-  std::map<std::string, MetaTable> known_;
+  /// The schedule of the last prepare(): the job's or one it was given.
+  const Schedule *run_ = nullptr;
+  /// The metadata of every signature settled so far, by whether its runs
+  /// train (run_->training), then by signature text.
+  std::map<bool, std::map<std::string, MetaTable>> known_;
+  /// known_ of run_'s mode.
+  std::map<std::string, MetaTable> &known() { return known_[run_->training]; }
   /// The signatures the last prepare() settled anew.
   std::vector<Signature> fresh_;
   std::optional<MetaCache> cache_;

@@ -17,6 +17,7 @@
 #include "runtime/platform/Duration.h"
 #include "runtime/platform/Threads.h"
 #include "runtime/platform/TorchCompat.h"
+#include "runtime/schedule/Build.h"
 #include "runtime/schedule/ScheduleKind.h"
 #include "runtime/schedule/Simulate.h"
 #include "runtime/train/DataParallel.h"
@@ -219,6 +220,23 @@ llvm::Error RankContext::prepare(const std::vector<c10::IValue> &inputs,
 }
 
 llvm::Error
+RankContext::prepareEvaluation(const std::vector<c10::IValue> &inputs,
+                               ExecutorStep &step) {
+  if (!evaluation_) {
+    Schedule schedule = evaluationSchedule(schedule_);
+    if (llvm::Error err = simulateSchedule(schedule))
+      return err;
+    evaluation_ = makeVariant(std::move(schedule));
+  }
+  current_ = &evaluation_->plan;
+  if (llvm::Error err = meta_->prepare(inputs, step, &evaluation_->schedule))
+    return err;
+  step.trace = trace_ ? &*trace_ : nullptr;
+  step.runIndex = runs_++;
+  return llvm::Error::success();
+}
+
+llvm::Error
 RankContext::prepareWindow(std::vector<std::vector<c10::IValue>> microbatches,
                            int count, const ScheduleBuilder &build,
                            ExecutorStep &step) {
@@ -239,8 +257,8 @@ RankContext::prepareWindow(std::vector<std::vector<c10::IValue>> microbatches,
     }
     current_ = &variant->plan;
   }
-  if (llvm::Error err =
-          meta_->prepareMicrobatches(std::move(microbatches), count, step))
+  if (llvm::Error err = meta_->prepareMicrobatches(
+          std::move(microbatches), count, step, current_->schedule))
     return err;
   step.trace = trace_ ? &*trace_ : nullptr;
   step.runIndex = runs_++;
@@ -266,8 +284,8 @@ RankContext::prepareSchedule(std::vector<std::vector<c10::IValue>> microbatches,
   int count = schedule.microbatches;
   given_ = makeVariant(std::move(schedule));
   current_ = &given_->plan;
-  if (llvm::Error err =
-          meta_->prepareMicrobatches(std::move(microbatches), count, step))
+  if (llvm::Error err = meta_->prepareMicrobatches(
+          std::move(microbatches), count, step, &given_->schedule))
     return err;
   step.trace = trace_ ? &*trace_ : nullptr;
   step.runIndex = runs_++;

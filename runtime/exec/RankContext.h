@@ -122,6 +122,13 @@ public:
   /// execute() (MetaSettler::prepare), over the job's own schedule.
   llvm::Error prepare(const std::vector<c10::IValue> &inputs,
                       ExecutorStep &step);
+  /// The same over the evaluation schedule of the job's training schedule
+  /// (evaluationSchedule(), runtime/schedule/Build.h: its forwards alone,
+  /// the loss computed in the loss stage's F), built and simulated on the
+  /// first call and kept. Errors: simulateSchedule()'s;
+  /// MetaSettler::prepare's.
+  llvm::Error prepareEvaluation(const std::vector<c10::IValue> &inputs,
+                                ExecutorStep &step);
   /// The same for a window of `count` microbatches (given already split on
   /// ranks that read model inputs, ignored elsewhere), over the schedule of
   /// `count` microbatches: the job's own when `count` is its count, else
@@ -185,8 +192,9 @@ private:
     ExecutorPlan plan;
   };
   std::map<int, std::unique_ptr<Variant>> variants_;
-  /// The schedule of the last prepareSchedule().
+  /// The schedule of the last prepareSchedule(); the evaluation schedule.
   std::unique_ptr<Variant> given_;
+  std::unique_ptr<Variant> evaluation_;
   /// `schedule` with its executor plan for this rank.
   std::unique_ptr<Variant> makeVariant(Schedule schedule);
   const ExecutorPlan *current_ = &executorPlan_;

@@ -124,4 +124,21 @@ buildSimulatedTrainingSchedule(const Manifest &manifest, ScheduleKind kind,
   return schedule;
 }
 
+Schedule evaluationSchedule(const Schedule &training) {
+  Schedule out;
+  out.kind = training.kind;
+  out.microbatches = training.microbatches;
+  out.placement = training.placement;
+  out.edges = training.edges;
+  out.origin = training.origin;
+  out.evaluation = true;
+  out.ranks.resize(training.ranks.size());
+  for (size_t r = 0; r < training.ranks.size(); ++r)
+    for (const Action &a : training.ranks[r])
+      if (a.kind == ActionKind::Forward || a.kind == ActionKind::SendF ||
+          a.kind == ActionKind::RecvF)
+        out.ranks[r].push_back(a);
+  return out;
+}
+
 } // namespace ppc

@@ -52,6 +52,14 @@ llvm::Expected<Schedule> emptyTrainingSchedule(const Manifest &manifest,
                                                const Placement &placement,
                                                int microbatches);
 
+/// The evaluation schedule of `training` (a training schedule): every
+/// rank's F, SEND_F and RECV_F in their order there, no backward, on the same
+/// placement, edges and channels; Schedule::evaluation set, training not.
+/// Forward messages depend on forwards alone, so dropping the backward keeps
+/// every rank's receives matched and in order; run simulateSchedule() on it
+/// all the same.
+Schedule evaluationSchedule(const Schedule &training);
+
 } // namespace ppc
 
 #endif // PPC_RUNTIME_SCHEDULE_BUILD_H

@@ -140,6 +140,11 @@ struct Schedule {
   /// ranks[r]: rank r's actions in order.
   std::vector<std::vector<Action>> ranks;
   bool training = false;
+  /// Evaluation (Trainer::evaluate, Build.h's evaluationSchedule()): a
+  /// training schedule's forward actions alone, `training` false. It keeps
+  /// the training edges (no collector, no OUT): the stage that produces the
+  /// loss's model output computes the loss in its F.
+  bool evaluation = false;
   /// Where the schedule came from, for messages: empty when generated, the
   /// file's name when read from a CSV (then `kind` means nothing).
   std::string origin;

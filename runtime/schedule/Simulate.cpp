@@ -415,7 +415,9 @@ private:
     }
     if (schedule.training) // checkTrainingActions() saw every action
       return llvm::Error::success();
-    for (int s = 0; s <= placement.numStages(); ++s)
+    // An evaluation schedule has no collector (Schedule::evaluation).
+    const int last = placement.numStages() - (schedule.evaluation ? 1 : 0);
+    for (int s = 0; s <= last; ++s)
       for (int m = 0; m < schedule.microbatches; ++m)
         if (!has(ran[s], m))
           return makeError(llvm::formatv("{0} never runs {1} mb={2}", who(),

@@ -506,21 +506,13 @@ llvm::Expected<double> Trainer::evaluate(const std::vector<c10::IValue> &inputs,
                                          const at::Tensor &target) {
   Impl &t = *impl_;
   RankContext &ctx = *t.ctx;
-  // The executor's training schedule always builds a graph and runs the
-  // backward; the gradients it leaves are set aside and the step's put back.
-  std::vector<at::Tensor> params = t.parameters();
-  std::vector<at::Tensor> kept;
-  for (at::Tensor &param : params) {
-    kept.push_back(param.grad());
-    param.mutable_grad() = at::Tensor();
-  }
+  // The forwards of the training schedule alone, without a graph: the
+  // parameters' gradients are not touched.
   for (auto &[index, stage] : ctx.stages())
     stage.executable().setTraining(false);
   auto restore = llvm::make_scope_exit([&] {
     for (auto &[index, stage] : ctx.stages())
       stage.executable().setTraining(true);
-    for (size_t k = 0; k < params.size(); ++k)
-      params[k].mutable_grad() = kept[k];
   });
   ExecutorStep step;
   // Every replica evaluates the whole batch: weights over its own rows.
@@ -534,7 +526,7 @@ llvm::Expected<double> Trainer::evaluate(const std::vector<c10::IValue> &inputs,
                 [&] { return target.defined() ? target.to(device) : target; });
   if (!targetOnDevice)
     return targetOnDevice.takeError();
-  if (llvm::Error err = ctx.prepare(*onDevice, step))
+  if (llvm::Error err = ctx.prepareEvaluation(*onDevice, step))
     return err;
   if (llvm::Error err = t.splitTarget(*targetOnDevice, step))
     return err;

@@ -165,9 +165,11 @@ public:
 
   /// The loss of one batch with every stage in eval mode (BatchNorm's
   /// running statistics, no dropout), the model left as it was: the
-  /// training schedule runs over the batch (its backward included, whose
-  /// gradients are discarded: the parameters keep the last step's), and
-  /// the stages go back to training mode. Every rank must call it. Returns
+  /// forwards of the training schedule run over the batch without a graph
+  /// (RankContext::prepareEvaluation: no backward, the parameters' gradients
+  /// untouched), the loss stage computes the loss in its F as the training
+  /// schedule's B would, and the stages go back to training mode. Every
+  /// rank must call it. Returns
   /// the batch's mean loss on lossRank(), NaN elsewhere. Errors: step()'s.
   llvm::Expected<double> evaluate(const std::vector<c10::IValue> &inputs,
                                   const at::Tensor &target);

@@ -122,6 +122,7 @@ class StreamsTest(MlpCase):
                         proc.stderr)
         with open(log) as f:
             records = [json.loads(line) for line in f]
+        self.assertGreater(records[-1].pop("seconds"), 0)
         self.assertEqual(records[-1], {"eval_loss": None, "step": 2})
         self.assertEqual([r["step"] for r in records], [1, 2, 2])
 

@@ -21,7 +21,10 @@ the schedule's formula), on the same 3 microbatches of 5 rows:
   - --eval-data: resnet18 (BatchNorm) in 2 stages, evaluated after steps 2
     and 3 over a set of two batches: each eval loss equals the reference's
     eval-mode loss (rows-weighted over the set) within 1e-5, and training
-    goes on as if no evaluation had run (losses, last gradients).
+    goes on as if no evaluation had run (losses, last gradients);
+  - evaluation is the training schedule's forwards alone: the MLP in 4
+    stages on 2 ranks (interleaved-1f1b), its training batch evaluated after
+    each step, gives the next step's training loss bitwise.
 
 Env: PPC (the ppc binary), PPC_MODELS_DIR (generated models).
 """
@@ -274,6 +277,53 @@ class TrainOptimTest(unittest.TestCase):
         proc = ppc("train", manifest, "--data", data, "--eval-every", "2",
                    env=rank_env(0, 1, free_port()), check=False)
         self.assertEqual(proc.stderr.strip(), "error: --eval-every needs --eval-data")
+
+    def test_eval_is_the_training_forward(self):
+        """Evaluation runs the training schedule's forwards alone: on a model
+        whose layers do not depend on the mode (the MLP), the evaluation of
+        the training batch after step k is step k+1's training loss, bitwise
+        (both from the same weights, summed in microbatch order), over an
+        interleaved schedule (2 stages a rank, local and remote edges)."""
+        name, steps = "mlp", 3
+        data, _ = self.data(name)
+        manifest = split(self.tmp.name, name, 4)
+        cache = os.path.join(self.tmp.name, "meta-cache.eval-forward")
+
+        def run_logged(tag):
+            log = os.path.join(self.tmp.name, "log.eval-forward.%s.jsonl" % tag)
+            run = train(2, manifest, data, "--loss", LOSS[name], "--lr", "0.05",
+                        "--steps", steps, "--microbatches", MICROBATCHES,
+                        "--schedule", "interleaved-1f1b", "--eval-data", data,
+                        "--eval-every", "1", "--log-file", log, "--meta-cache", cache,
+                        "--stats")
+            self.assertEqual(run.proc.returncode, 0, run.output)
+            with open(log) as f:
+                records = [json.loads(line) for line in f]
+            for r in records:
+                r.pop("seconds")
+                r.pop("samples_per_second", None)
+            return run, records
+
+        # The second run reads both modes' metadata from the cache the first
+        # wrote (evaluation's, without gradients, apart from training's) and
+        # trains and evaluates bitwise alike.
+        run, records = run_logged("inferred")
+        again, cached = run_logged("cached")
+        self.assertEqual(cached, records)
+        self.assertEqual({s[2] for s in run.stats}, {"inferred"}, run.output)
+        self.assertEqual({s[2] for s in again.stats}, {"cache"}, again.output)
+        train_loss = {r["step"]: r["loss"] for r in records if "loss" in r}
+        eval_loss = {r["step"]: r["eval_loss"] for r in records if "eval_loss" in r}
+        self.assertEqual(sorted(train_loss), [1, 2, 3], records)
+        self.assertEqual(sorted(eval_loss), [1, 2, 3], records)
+        # The weights move: equal losses are not a model that stands still.
+        self.assertNotEqual(train_loss[1], train_loss[3])
+        for k in (1, 2):
+            self.assertEqual(eval_loss[k].hex(), train_loss[k + 1].hex(),
+                             "eval after step %d vs step %d's loss" % (k, k + 1))
+        self.results.append("mlp stages=4 interleaved-1f1b: eval after steps 1, 2 = "
+                            "losses of steps 2, 3 bitwise (%r, %r)"
+                            % (eval_loss[1], eval_loss[2]))
 
     def test_log_file_guarded(self):
         """--log-file may not replace the manifest or the data."""

@@ -462,15 +462,18 @@ llvm::Error StepLoop::evaluateIfDue(int s) {
   if (evalData_.empty() ||
       !((o_.evalEvery > 0 && s % o_.evalEvery == 0) || s == o_.steps))
     return llvm::Error::success();
+  auto evalStart = ProgressClock::now();
   auto evalLoss = evaluateSet(t_, evalData_);
   if (!evalLoss)
     return evalLoss.takeError();
+  double seconds =
+      std::chrono::duration<double>(ProgressClock::now() - evalStart).count();
   if (!reports_)
     return llvm::Error::success();
   llvm::outs() << "eval loss " << formatLoss(*evalLoss) << " at step " << s
                << "\n";
   if (log_)
-    if (llvm::Error err = log_->writeEval(s, *evalLoss))
+    if (llvm::Error err = log_->writeEval(s, *evalLoss, seconds))
       return err;
   return checkEvalLoss(s, *evalLoss);
 }

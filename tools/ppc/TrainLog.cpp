@@ -155,9 +155,9 @@ llvm::Error StepLog::write(const StepRecord &record) {
   return writeLine(std::move(line));
 }
 
-llvm::Error StepLog::writeEval(int step, double loss) {
-  return writeLine(
-      llvm::json::Object{{"step", step}, {"eval_loss", jsonNumber(loss)}});
+llvm::Error StepLog::writeEval(int step, double loss, double seconds) {
+  return writeLine(llvm::json::Object{
+      {"step", step}, {"eval_loss", jsonNumber(loss)}, {"seconds", seconds}});
 }
 
 llvm::Error StepLog::writeLine(llvm::json::Object line) {

@@ -77,8 +77,9 @@ public:
   /// "samples": N, "seconds": X, "samples_per_second": X}. Errors: the
   /// write failed.
   llvm::Error write(const StepRecord &record);
-  /// {"eval_loss": X, "step": N}. Errors: as write().
-  llvm::Error writeEval(int step, double loss);
+  /// {"eval_loss": X, "step": N, "seconds": S}: the evaluation after step
+  /// N, which took S seconds on this rank. Errors: as write().
+  llvm::Error writeEval(int step, double loss, double seconds);
 
 private:
   llvm::Error writeLine(llvm::json::Object line);

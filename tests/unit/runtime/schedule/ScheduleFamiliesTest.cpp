@@ -4,8 +4,9 @@
 // interleaved-zb, zbv, dualpipev): their compute orders equal PyTorch's own
 // generators' (fixtures written by fixtures/schedule/make_pytorch_csv.py with
 // a PyTorch 2.x Python), both CSV layouts read and write, the simulated bubbles
-// equal the published formulas at unit costs, and what a schedule cannot
-// run is refused in one line.
+// equal the published formulas at unit costs, every kind's evaluation
+// schedule is its forwards alone, and what a schedule cannot run is refused
+// in one line.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/schedule/AutoSchedule.h"
@@ -263,6 +264,45 @@ TEST(ScheduleFamiliesTest, SkipConnectionsOnTheV) {
             << why;
       }
     }
+}
+
+TEST(ScheduleFamiliesTest, EvaluationKeepsTheForwardsAlone) {
+  // Every kind, with skips across ranks: the evaluation schedule runs, and
+  // each rank's actions are its training actions' F, SEND_F and RECV_F in
+  // their order, with no collector.
+  Manifest m = chain(8, {{0, 7}, {2, 6}, {1, 4}});
+  for (ScheduleKind kind : kAllScheduleKinds) {
+    SCOPED_TRACE(scheduleName(kind).str());
+    auto training = build(m, kind, 8, 4, 8);
+    ASSERT_TRUE(static_cast<bool>(training))
+        << llvm::toString(training.takeError());
+    Schedule eval = evaluationSchedule(*training);
+    EXPECT_TRUE(eval.evaluation);
+    EXPECT_FALSE(eval.training);
+    EXPECT_EQ(eval.placement.describe(), training->placement.describe());
+    EXPECT_EQ(llvm::toString(simulateSchedule(eval)), "");
+    int forwards = 0;
+    for (size_t r = 0; r < eval.ranks.size(); ++r) {
+      std::vector<std::string> kept, want;
+      for (const Action &a : training->ranks[r])
+        if (a.kind == ActionKind::Forward || a.kind == ActionKind::SendF ||
+            a.kind == ActionKind::RecvF)
+          want.push_back(a.str(training->edges));
+      for (const Action &a : eval.ranks[r]) {
+        kept.push_back(a.str(eval.edges));
+        forwards += a.kind == ActionKind::Forward;
+      }
+      EXPECT_EQ(kept, want) << "rank " << r;
+    }
+    EXPECT_EQ(forwards, 8 * 8);
+  }
+  // An evaluation schedule that misses a forward is refused, as an
+  // inference one is, but it needs no OUT.
+  Schedule eval =
+      evaluationSchedule(built(chain(2), ScheduleKind::GPipe, 2, 2, 2));
+  eval.ranks[1].pop_back();
+  EXPECT_EQ(llvm::toString(simulateSchedule(eval)),
+            "schedule never runs F stage=1 mb=1");
 }
 
 TEST(ScheduleFamiliesTest, RefusesWhatItCannotRun) {
