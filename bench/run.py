@@ -766,7 +766,8 @@ def shm_ring_rows(cfg):
     rows.append(row(
         "21.1 shared-memory link", "%d MB crossing: bandwidth against memcpy" % (big >> 20),
         stats([big / x / 1e3 for x in link[big]["half_rtt_us"]]), "GB/s",
-        "memcpy of the same bytes", stats([big / x / 1e3 for x in link[big]["memcpy_us"]]), ratio, ">= 0.5×", ratio >= 0.5,
+        "memcpy of the same bytes", stats([big / x / 1e3 for x in link[big]["memcpy_us"]]), ratio,
+        ">= 0.7× (issue 33)", ratio >= 0.7,
         "half round trip %s µs, memcpy %s µs" % (fmt(lat["median"]), fmt(mem["median"])),
         bytes=big))
     return rows

@@ -179,7 +179,8 @@ static void addStepLogFlags(CLI::App &app, TrainCommandOptions &o) {
   app.add_option("--log-file", o.logFile,
                  "The loss rank writes one JSON object per step to FILE "
                  "(step, loss, lr, grad_norm, samples, seconds, "
-                 "samples_per_second), flushed as each step ends")
+                 "samples_per_second), and one per evaluation (step, "
+                 "eval_loss, seconds), flushed as each ends")
       ->check(pathOption());
   app.add_option("--eval-data", o.evalData,
                  "A validation set in --data's format: after the last step "
