@@ -48,7 +48,7 @@ llvm::Error withPosition(llvm::Error err, int jobRank,
   return llvm::handleErrors(
       std::move(err), [&](const LostRankError &lost) -> llvm::Error {
         std::string message = lost.describe();
-        bool timedOut = llvm::StringRef(message).contains("no answer within");
+        bool timedOut = lost.timedOut();
         record["rank"] = jobRank;
         record["waitingFor"] = lost.rank();
         record["timedOut"] = timedOut;
@@ -57,7 +57,8 @@ llvm::Error withPosition(llvm::Error err, int jobRank,
           message.pop_back();
           message += "; " + position + ")";
         }
-        auto located = std::make_unique<LostRankError>(lost.rank(), message);
+        auto located =
+            std::make_unique<LostRankError>(lost.rank(), message, timedOut);
         if (!lost.context().empty())
           located->addContext(llvm::StringRef(lost.context()).drop_back(2));
         return llvm::Error(std::move(located));

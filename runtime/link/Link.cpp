@@ -90,9 +90,13 @@ std::string linkPolicyHelp() {
 
 char LostRankError::ID = 0;
 
+/// "lost rank R (DETAIL)".
+static std::string lostRankText(int rank, const llvm::Twine &detail) {
+  return llvm::formatv("lost rank {0} ({1})", rank, detail.str()).str();
+}
+
 llvm::Error lostRank(int rank, const llvm::Twine &detail) {
-  return llvm::make_error<LostRankError>(
-      rank, llvm::formatv("lost rank {0} ({1})", rank, detail.str()).str());
+  return llvm::make_error<LostRankError>(rank, lostRankText(rank, detail));
 }
 
 std::string secondsText(std::chrono::milliseconds timeout) {
@@ -103,9 +107,12 @@ std::string secondsText(std::chrono::milliseconds timeout) {
 
 llvm::Error lostRankTimedOut(int peer, std::chrono::milliseconds timeout,
                              const llvm::Twine &what) {
-  return lostRank(peer, llvm::formatv("no answer within {0} s while waiting "
-                                      "for {1}",
-                                      secondsText(timeout), what.str()));
+  return llvm::make_error<LostRankError>(
+      peer,
+      lostRankText(peer, llvm::formatv("no answer within {0} s while waiting "
+                                       "for {1}",
+                                       secondsText(timeout), what.str())),
+      /*timedOut=*/true);
 }
 
 llvm::Error lostRankFrom(int peer, std::chrono::milliseconds timeout,

@@ -59,15 +59,19 @@ class LoopbackHub;
 class LostRankError : public llvm::ErrorInfo<LostRankError, TypedError> {
 public:
   static char ID;
-  LostRankError(int rank, std::string message)
-      : rank_(rank), message_(std::move(message)) {}
+  LostRankError(int rank, std::string message, bool timedOut = false)
+      : rank_(rank), message_(std::move(message)), timedOut_(timedOut) {}
   /// The rank that was lost.
   int rank() const { return rank_; }
+  /// Whether the rank sent nothing within the timeout (lostRankTimedOut()),
+  /// rather than failing or exiting.
+  bool timedOut() const { return timedOut_; }
   std::string describe() const override { return message_; }
 
 private:
   int rank_;
   std::string message_;
+  bool timedOut_;
 };
 
 /// The one constructor of LostRankError messages: "lost rank R (DETAIL)".

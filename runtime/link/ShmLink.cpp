@@ -357,23 +357,22 @@ private:
   }
 
   llvm::Error failureError() const {
-    return llvm::make_error<LostRankError>(failure_->first, failure_->second);
+    return llvm::make_error<LostRankError>(failure_->rank, failure_->message,
+                                           failure_->timedOut);
   }
 
   /// Records the first failure of the drain thread (under mutex_) and
   /// drops every queued send: the job has failed.
   void fail(llvm::Error err) {
-    int rank = -1;
-    std::string message;
+    Failure failure;
     llvm::handleAllErrors(
         std::move(err),
         [&](const LostRankError &e) {
-          rank = e.rank();
-          message = e.describe();
+          failure = {e.rank(), e.describe(), e.timedOut()};
         },
-        [&](const llvm::ErrorInfoBase &e) { message = e.message(); });
+        [&](const llvm::ErrorInfoBase &e) { failure.message = e.message(); });
     if (!failure_)
-      failure_.emplace(rank, message);
+      failure_ = std::move(failure);
     for (auto &entry : out_)
       entry.second->queue.clear();
   }
@@ -469,7 +468,12 @@ private:
   std::condition_variable work_, flushed_;
   uint64_t workSeq_ = 0;
   bool stop_ = false;
-  std::optional<std::pair<int, std::string>> failure_;
+  struct Failure {
+    int rank = -1;
+    std::string message;
+    bool timedOut = false;
+  };
+  std::optional<Failure> failure_;
   /// abandon() was called (the caller's thread): the destructor does not
   /// wait for receivers to map their rings.
   bool abandoned_ = false;

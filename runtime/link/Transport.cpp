@@ -123,9 +123,11 @@ llvm::Error Transport::named(llvm::Error err) {
         llvm::StringRef text(message);
         std::string prefix = "lost rank " + std::to_string(lost.rank()) + " ";
         if (!text.consume_front(prefix))
-          return llvm::make_error<LostRankError>(global, text.str());
+          return llvm::make_error<LostRankError>(global, text.str(),
+                                                 lost.timedOut());
         return llvm::make_error<LostRankError>(
-            global, "lost rank " + std::to_string(global) + " " + text.str());
+            global, "lost rank " + std::to_string(global) + " " + text.str(),
+            lost.timedOut());
       });
 }
 
