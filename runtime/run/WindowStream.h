@@ -17,6 +17,11 @@
 // submit() blocks while that many are. So the next window is queued by the
 // time the running one ends, and the thread starts it at once.
 //
+// Waits: submit() and flush() wait for the stream's thread, which wakes
+// them whenever a window ends; a window's every wait for a peer is bounded
+// by the pipeline's timeout (a lost peer fails the window), so a caller
+// waits no longer than the windows ahead of it compute.
+//
 // Errors: the first error of a window stops the thread's work (the closed
 // windows not started, and the open one, are dropped); the next submit() or
 // flush() returns it, whole, and every later one says the stream failed
