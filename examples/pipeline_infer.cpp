@@ -44,8 +44,9 @@ int main(int argc, char **argv) try {
   };
   bool writes = argc > 4 && pipeline.rank() == pipeline.outputRank();
   if (argc > 5) {
-    // Streaming: submit() runs a window whenever one is full; the outputs
-    // of every batch whose window ran are taken as they come.
+    // Streaming: submit() queues a batch, and full windows run in the
+    // background; the outputs of every batch whose window ran are taken as
+    // they come, and flush() waits for the rest.
     int batches = std::atoi(argv[5]), done = 0;
     auto take = [&] {
       while (std::optional<std::vector<c10::IValue>> out = pipeline.next()) {

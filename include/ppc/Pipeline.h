@@ -64,9 +64,10 @@ struct RunOptions {
   /// If set, finish() writes a Chrome trace of every run here from rank 0
   /// (docs/trace.md).
   std::string tracePath;
-  /// Streaming (submit()): the most microbatches in flight, 0..65536; a
-  /// window runs max(1, streamMicrobatches / microbatches) batches as one
-  /// execution of the schedule. 0: each batch on its own.
+  /// Streaming (submit()): the most microbatches a window holds, 0..65536;
+  /// a window runs max(1, streamMicrobatches / microbatches) batches as one
+  /// execution of the schedule, and two windows are in flight at most.
+  /// 0: each batch on its own window.
   int streamMicrobatches = 256;
 };
 
@@ -148,33 +149,48 @@ public:
 
   /// Streaming: the batches run in windows of windowBatches() consecutive
   /// batches, each one execution of the schedule over all their
-  /// microbatches, so the pipeline stays full across batches. Every rank
-  /// calls submit() and flush() in the same sequence; next() is local.
+  /// microbatches, on a thread of the pipeline's own while the caller goes
+  /// on submitting, so the pipeline stays full across batches and across
+  /// windows (no drain: the next window's microbatches enter the first
+  /// stage while the previous one's leave the last). Every rank calls
+  /// submit() and flush() in the same sequence; next() is local. One thread
+  /// at a time calls a Pipeline's methods.
   ///
-  /// Queues one batch (`inputs` as for run(); kept until its window runs);
-  /// when windowBatches() are queued, runs them before it returns (the
-  /// backpressure: at most windowBatches() * microbatches microbatches in
-  /// flight). Throws run()'s errors prefixed with the batch they concern,
-  /// "batch N: ..." (N counts submit() calls from 0);
-  /// the queued batches are then dropped.
+  /// Queues one batch (`inputs` as for run(); kept until its window runs)
+  /// and returns; a window runs once windowBatches() batches are queued in
+  /// it (or at flush()). Backpressure: first waits while 2 *
+  /// windowBatches() batches are in flight (the window under way and the
+  /// next), so at most 2 * windowBatches() * microbatches microbatches are.
+  /// Throws run()'s errors prefixed with the batch they concern, "batch N:
+  /// ..." (N counts submit() calls from 0): inputs that do not fit the
+  /// model at once (the batches queued for the next window are then
+  /// dropped), a window's failure in the background at the next submit() or
+  /// flush(); after a window's failure the pipeline runs no more batches
+  /// ("the stream failed earlier (...)"), and the outputs of the windows
+  /// that completed before it stay available from next().
   void submit(const std::vector<c10::IValue> &inputs);
-  /// Runs the queued batches, if any, as one window. Throws: submit()'s.
+  /// Runs the queued batches, if any, as one window, and waits until every
+  /// submitted batch has run. Throws: submit()'s.
   void flush();
   /// The outputs of the oldest submitted batch whose window has run and
   /// that next() has not returned yet: as run() returns them on
   /// outputRank(), an empty vector on other ranks (one entry per batch on
-  /// every rank); std::nullopt when none is ready (submit more or flush()).
+  /// every rank); std::nullopt when none is ready (its window is still
+  /// queued or running: submit more, or flush(), which waits). Never waits.
   std::optional<std::vector<c10::IValue>> next();
-  /// Batches per window, and batches submitted whose window has not run.
+  /// Batches per window, and batches submitted whose window has not run
+  /// (queued, or under way).
   int windowBatches() const;
   int queuedBatches() const;
 
-  /// Writes the trace if one is recorded, then waits until every rank has
-  /// called finish(), so no rank leaves while another still needs it.
-  /// Throws: "lost rank R (...)"; the trace cannot be written.
+  /// Runs the batches still queued (flush()), writes the trace if one is
+  /// recorded, then waits until every rank has called finish(), so no rank
+  /// leaves while another still needs it. Throws: flush()'s; "lost rank R
+  /// (...)"; the trace cannot be written.
   void finish();
 
-  /// This rank's statistics of its last run() or window.
+  /// This rank's statistics of its last run(), or of the window of the
+  /// batch next() returned last.
   RunStats stats() const;
 
   /// This rank's schedule, one action per line (`ppc run

@@ -186,7 +186,8 @@ MetaSettler::userTables(const std::vector<Signature> &signatures) {
 }
 
 llvm::Expected<std::vector<Signature>> MetaSettler::shareSignatures(
-    const std::vector<std::vector<c10::IValue>> &microbatches, int count) {
+    const std::vector<std::vector<c10::IValue>> &microbatches, int count,
+    bool waitForSends) {
   std::vector<std::string> texts(count);
   if (readsInputs_) {
     if (static_cast<int>(microbatches.size()) != count)
@@ -198,8 +199,9 @@ llvm::Expected<std::vector<Signature>> MetaSettler::shareSignatures(
       texts[m] = Signature::of(microbatches[m]).text;
   }
   std::string blob = llvm::join(texts, "\n");
-  if (llvm::Error err = broadcastBytes(*scope_.transport, blob, inputRoot_,
-                                       "the microbatch signatures"))
+  if (llvm::Error err =
+          broadcastBytes(*scope_.transport, blob, inputRoot_,
+                         "the microbatch signatures", waitForSends))
     return beforeRun(std::move(err), scope_.transport->globalRank(scope_.rank));
   llvm::SmallVector<llvm::StringRef, 8> parts;
   llvm::StringRef(blob).split(parts, '\n');
@@ -393,10 +395,10 @@ llvm::Error MetaSettler::prepare(const std::vector<c10::IValue> &inputs,
 
 llvm::Error MetaSettler::prepareMicrobatches(
     std::vector<std::vector<c10::IValue>> microbatches, int count,
-    ExecutorStep &step, const Schedule *run) {
+    ExecutorStep &step, const Schedule *run, bool waitForSignatureSends) {
   run_ = run ? run : scope_.schedule;
   // 1. Microbatches and their signatures, shared by the input root.
-  auto shared = shareSignatures(microbatches, count);
+  auto shared = shareSignatures(microbatches, count, waitForSignatureSends);
   if (!shared)
     return shared.takeError();
   step.microbatches = std::move(microbatches);

@@ -113,13 +113,18 @@ public:
                       ExecutorStep &step, const Schedule *run = nullptr);
   /// The same for `count` microbatches already split (a streaming window
   /// of several batches, Pipeline::submit): `microbatches` holds them on
-  /// ranks that read model inputs and is ignored elsewhere. Errors:
-  /// prepare()'s but splitMicrobatches's; fewer or more than `count`
-  /// microbatches on a rank that reads inputs.
+  /// ranks that read model inputs and is ignored elsewhere. Without
+  /// `waitForSignatureSends` the input root does not wait for its
+  /// signature messages to be received (broadcastBytes()'s waitForSends;
+  /// the executor's final flush does), so that it can start a window while
+  /// the other ranks still run the previous one. Errors: prepare()'s but
+  /// splitMicrobatches's; fewer or more than `count` microbatches on a rank
+  /// that reads inputs.
   llvm::Error
   prepareMicrobatches(std::vector<std::vector<c10::IValue>> microbatches,
                       int count, ExecutorStep &step,
-                      const Schedule *run = nullptr);
+                      const Schedule *run = nullptr,
+                      bool waitForSignatureSends = true);
 
   /// After a successful run: saves the metadata prepare() left to infer to
   /// the meta cache (a warning when it cannot be written).
@@ -143,7 +148,7 @@ private:
   std::string cacheEntry(const Signature &signature) const;
   llvm::Expected<std::vector<Signature>>
   shareSignatures(const std::vector<std::vector<c10::IValue>> &microbatches,
-                  int count);
+                  int count, bool waitForSends);
   llvm::Expected<std::map<int, std::vector<ValueMeta>>>
   userGiven(std::string &source);
   llvm::Expected<std::map<std::string, MetaTable>>

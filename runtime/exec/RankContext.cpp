@@ -257,8 +257,11 @@ RankContext::prepareWindow(std::vector<std::vector<c10::IValue>> microbatches,
     }
     current_ = &variant->plan;
   }
+  // The input root goes on to the window without waiting for the other
+  // ranks to take its signatures: they may still run the previous window.
   if (llvm::Error err = meta_->prepareMicrobatches(
-          std::move(microbatches), count, step, current_->schedule))
+          std::move(microbatches), count, step, current_->schedule,
+          /*waitForSignatureSends=*/false))
     return err;
   step.trace = trace_ ? &*trace_ : nullptr;
   step.runIndex = runs_++;

@@ -133,8 +133,10 @@ public:
   /// ranks that read model inputs, ignored elsewhere), over the schedule of
   /// `count` microbatches: the job's own when `count` is its count, else
   /// one `build` makes, simulated, and kept with its executor plan for later
-  /// windows of that count (every rank builds the same). Errors: `build`'s
-  /// and simulateSchedule()'s; MetaSettler::prepare's.
+  /// windows of that count (every rank builds the same). The input root
+  /// does not wait for its signature messages to arrive (no drain between
+  /// windows, runtime/run/Pipeline.h). Errors: `build`'s and
+  /// simulateSchedule()'s; MetaSettler::prepare's.
   llvm::Error prepareWindow(std::vector<std::vector<c10::IValue>> microbatches,
                             int count, const ScheduleBuilder &build,
                             ExecutorStep &step);

@@ -109,7 +109,7 @@ llvm::Error agreeMin(Transport &transport, std::vector<int64_t> &values) {
 }
 
 llvm::Error broadcastBytes(Transport &transport, std::string &bytes, int root,
-                           const std::string &what) {
+                           const std::string &what, bool waitForSends) {
   if (transport.worldSize() == 1)
     return llvm::Error::success();
   if (transport.rank() != root) {
@@ -123,7 +123,7 @@ llvm::Error broadcastBytes(Transport &transport, std::string &bytes, int root,
     if (peer != root)
       if (llvm::Error err = sendBytes(transport, bytes, peer, what))
         return err;
-  return transport.flushSends();
+  return waitForSends ? transport.flushSends() : llvm::Error::success();
 }
 
 llvm::Error gatherBytes(Transport &transport, const std::string &bytes,

@@ -45,11 +45,14 @@ int pipelineChannelCount(const Schedule &schedule);
 llvm::Error agreeMin(Transport &transport, std::vector<int64_t> &values);
 
 /// Rank `root` sends `bytes` to every other rank, which receive them into
-/// `bytes`. At most 64 MiB; `what` names the bytes in errors. Errors:
+/// `bytes`. At most 64 MiB; `what` names the bytes in errors. Without
+/// `waitForSends` the root returns once its sends have started (a later
+/// flushSends() waits for them), so that it is not held until every peer
+/// has posted its receive, which is when Gloo completes a send. Errors:
 /// LostRankError, bytes over the limit, a peer announcing more than the
 /// limit.
 llvm::Error broadcastBytes(Transport &transport, std::string &bytes, int root,
-                           const std::string &what);
+                           const std::string &what, bool waitForSends = true);
 
 /// Every rank sends `bytes` to rank `root`, which receives all of them in
 /// `gathered` (indexed by rank, its own included); other ranks leave

@@ -4,11 +4,14 @@
 // (runtime/exec/RankContext.h), whose schedule collects the model outputs on
 // the output rank, and the concatenation of those outputs over the
 // microbatches; streaming windows (several batches in one execution of a
-// schedule built for all their microbatches) and their split back into batches.
+// schedule built for all their microbatches), run in the background by a
+// WindowStream (runtime/run/WindowStream.h), and their split back into
+// batches.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/run/Pipeline.h"
 #include "runtime/platform/Duration.h"
+#include "runtime/run/WindowStream.h"
 
 #include "lib/Error.h"
 #include "runtime/exec/Microbatch.h"
@@ -22,11 +25,12 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
+#include <c10/core/DeviceGuard.h>
 
 #include <algorithm>
 #include <chrono>
-#include <deque>
 
 namespace ppc {
 
@@ -35,39 +39,40 @@ using Clock = std::chrono::steady_clock;
 
 } // namespace
 
-/// A submitted batch waiting for its window: its microbatches (on ranks
-/// that read model inputs) and how errors name it.
-struct QueuedBatch {
-  std::vector<std::vector<c10::IValue>> microbatches;
-  std::string label;
-};
-
 struct Pipeline::Impl {
   std::unique_ptr<RankContext> ctx;
+  /// The stats of the last run(), or of the window of the batch next()
+  /// handed out last.
   RunStats stats;
-  std::vector<QueuedBatch> queue;
-  /// Outputs of batches whose window ran, oldest first, for next().
-  std::deque<std::vector<c10::IValue>> ready;
+  /// Streaming: the windows and the thread that runs them.
+  std::unique_ptr<WindowStream> stream;
   int64_t submitted = 0;
+
+  ~Impl() {
+    // The stream's thread uses the rank context: it goes first.
+    stream.reset();
+  }
 
   int perBatch() const { return ctx->options().microbatches; }
   int windowBatches() const {
     return std::max(1, ctx->options().streamMicrobatches / perBatch());
   }
-  /// Moves `inputs` to the device and splits them into queue.back()'s
+  /// Moves `inputs` to the device and splits them into a batch's
   /// microbatches (on ranks that read them).
-  llvm::Error enqueue(const std::vector<c10::IValue> &inputs,
-                      std::string label);
-  /// Runs the queued batches as one window; their outputs go to `ready`.
-  /// With `labelled`, errors are prefixed with the label of their batch.
-  llvm::Error runWindow(bool labelled);
+  llvm::Expected<WindowStream::Batch>
+  enqueue(const std::vector<c10::IValue> &inputs, std::string label);
+  /// Runs `batches` as one window. With `labelled`, errors are prefixed
+  /// with the label of their batch.
+  llvm::Expected<WindowStream::Window>
+  runWindow(std::vector<WindowStream::Batch> &batches, bool labelled);
   void recordBatchMarks(TraceRecorder &trace, size_t firstEvent,
                         int64_t startUs, size_t batches);
 };
 
-llvm::Error Pipeline::Impl::enqueue(const std::vector<c10::IValue> &inputs,
-                                    std::string label) {
-  QueuedBatch batch;
+llvm::Expected<WindowStream::Batch>
+Pipeline::Impl::enqueue(const std::vector<c10::IValue> &inputs,
+                        std::string label) {
+  WindowStream::Batch batch;
   batch.label = std::move(label);
   if (ctx->meta().readsInputs()) {
     std::vector<c10::IValue> onDevice = inputs;
@@ -83,8 +88,7 @@ llvm::Error Pipeline::Impl::enqueue(const std::vector<c10::IValue> &inputs,
       return split.takeError();
     batch.microbatches = std::move(*split);
   }
-  queue.push_back(std::move(batch));
-  return llvm::Error::success();
+  return batch;
 }
 
 /// Batch b's mark on this rank spans its part of batch b: from where the
@@ -116,10 +120,17 @@ void Pipeline::Impl::recordBatchMarks(TraceRecorder &trace, size_t firstEvent,
     trace.add(std::move(mark));
 }
 
-llvm::Error Pipeline::Impl::runWindow(bool labelled) {
+llvm::Expected<WindowStream::Window>
+Pipeline::Impl::runWindow(std::vector<WindowStream::Batch> &queue,
+                          bool labelled) {
   Clock::time_point start = Clock::now();
   int64_t traceStartUs = TraceRecorder::nowUs();
   at::NoGradGuard noGrad;
+  // On the stream's thread, the device LibTorch calls default to must be
+  // this rank's, as on the thread that created the pipeline.
+  c10::OptionalDeviceGuard onDevice;
+  if (!ctx->device().is_cpu())
+    onDevice.reset_device(ctx->device());
   Transport &transport = ctx->transport();
   int64_t sentBefore = transport.messagesSent();
   ctx->meta().clearCacheWritten();
@@ -129,7 +140,7 @@ llvm::Error Pipeline::Impl::runWindow(bool labelled) {
   const int count = static_cast<int>(batches) * perBatchCount;
   std::vector<std::vector<c10::IValue>> microbatches;
   std::vector<std::string> labels;
-  for (QueuedBatch &q : queue) {
+  for (WindowStream::Batch &q : queue) {
     for (auto &m : q.microbatches)
       microbatches.push_back(std::move(m));
     labels.push_back(std::move(q.label));
@@ -157,17 +168,20 @@ llvm::Error Pipeline::Impl::runWindow(bool labelled) {
                    : 0;
     return fail(done.takeError(), b);
   }
-  stats.metaSource = ctx->meta().source();
-  stats.metaMessagesSent = done->metaMessagesSent;
+  auto windowStats = std::make_shared<RunStats>();
+  windowStats->rank = ctx->rank();
+  windowStats->metaSource = ctx->meta().source();
+  windowStats->metaMessagesSent = done->metaMessagesSent;
   // From the end of prepare(), whose signature broadcast and agreement every
   // rank passes together, not from this rank's entry into run(): a rank
   // that enters early (no inputs to read, or fewer stages to load) would
   // otherwise count its wait for the slowest rank's set-up, which `ppc run`
   // has already waited for in its own broadcast (RunStats::firstOutputMs).
-  stats.firstOutputMs = done->firstOutputMs;
+  windowStats->firstOutputMs = done->firstOutputMs;
 
   // Model outputs on the output rank, batch by batch: batch b's are the
   // window's microbatches b*M .. b*M+M-1.
+  WindowStream::Window window;
   const Manifest &manifest = ctx->manifest();
   bool collects = ctx->rank() == ctx->placement().outputRank();
   for (size_t b = 0; b < batches; ++b) {
@@ -190,7 +204,7 @@ llvm::Error Pipeline::Impl::runWindow(bool labelled) {
         return fail(onCPU.takeError(), b);
       result = std::move(*onCPU);
     }
-    ready.push_back(std::move(result));
+    window.outputs.push_back(std::move(result));
   }
   ctx->finishStep();
   if (step.trace) {
@@ -199,12 +213,13 @@ llvm::Error Pipeline::Impl::runWindow(bool labelled) {
     else
       recordBatchMarks(*step.trace, firstEvent, traceStartUs, batches);
   }
-  stats.batches = static_cast<int64_t>(batches);
-  stats.cacheWritten = ctx->meta().cacheWritten();
-  stats.messagesSent = transport.messagesSent() - sentBefore;
-  stats.link = transport.linksUsed();
-  stats.totalMs = msSince(start);
-  return llvm::Error::success();
+  windowStats->batches = static_cast<int64_t>(batches);
+  windowStats->cacheWritten = ctx->meta().cacheWritten();
+  windowStats->messagesSent = transport.messagesSent() - sentBefore;
+  windowStats->link = transport.linksUsed();
+  windowStats->totalMs = msSince(start);
+  window.stats = std::move(windowStats);
+  return window;
 }
 
 Pipeline::Pipeline(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -230,6 +245,15 @@ Pipeline::create(llvm::StringRef manifestPath, const LaunchEnv &env,
   auto impl = std::make_unique<Impl>();
   impl->ctx = std::move(*ctx);
   impl->stats.rank = env.rank;
+  Impl *self = impl.get();
+  impl->stream = std::make_unique<WindowStream>(
+      impl->windowBatches(),
+      [self](std::vector<WindowStream::Batch> &batches) {
+        return self->runWindow(batches, /*labelled=*/true);
+      },
+      // A new thread's intra-op pool size is LibTorch's default until it
+      // asks for the process's (boundThreads(), runtime/platform/Threads.h).
+      [] { at::init_num_threads(); });
   return std::unique_ptr<Pipeline>(new Pipeline(std::move(impl)));
 }
 
@@ -260,21 +284,32 @@ void Pipeline::printSchedule(llvm::raw_ostream &os) const {
   ppc::printSchedule(impl_->ctx->schedule(), impl_->ctx->rank(), os);
 }
 
+/// What run(), finish() and shareFromInputRoot() say while submitted
+/// batches have not run: those use the transport from the caller's thread,
+/// which only the stream's thread may use then.
+static llvm::Error notWhileStreaming(const char *call, int inFlight) {
+  return makeError(llvm::formatv("{0}() with {1} submitted batch{2} not "
+                                 "run yet; flush() first",
+                                 call, inFlight, inFlight == 1 ? "" : "es")
+                       .str());
+}
+
 llvm::Expected<std::vector<c10::IValue>>
 Pipeline::run(const std::vector<c10::IValue> &inputs) {
-  if (!impl_->queue.empty())
-    return makeError(llvm::formatv("run() with {0} submitted batch{1} not "
-                                   "run yet; flush() first",
-                                   impl_->queue.size(),
-                                   impl_->queue.size() == 1 ? "" : "es")
-                         .str());
-  if (llvm::Error err = impl_->enqueue(inputs, ""))
+  if (llvm::Error err = impl_->stream->failure())
     return err;
-  if (llvm::Error err = impl_->runWindow(/*labelled=*/false))
-    return err;
-  std::vector<c10::IValue> result = std::move(impl_->ready.back());
-  impl_->ready.pop_back();
-  return result;
+  if (int inFlight = impl_->stream->inFlight())
+    return notWhileStreaming("run", inFlight);
+  auto batch = impl_->enqueue(inputs, "");
+  if (!batch)
+    return batch.takeError();
+  std::vector<WindowStream::Batch> one;
+  one.push_back(std::move(*batch));
+  auto window = impl_->runWindow(one, /*labelled=*/false);
+  if (!window)
+    return window.takeError();
+  impl_->stats = *window->stats;
+  return std::move(window->outputs.front());
 }
 
 llvm::Error Pipeline::submit(std::vector<c10::IValue> inputs,
@@ -282,37 +317,41 @@ llvm::Error Pipeline::submit(std::vector<c10::IValue> inputs,
   if (label.empty())
     label = llvm::formatv("batch {0}", impl_->submitted).str();
   ++impl_->submitted;
-  if (llvm::Error err = impl_->enqueue(inputs, label)) {
-    impl_->queue.clear();
-    return withContext(std::move(err), label);
+  if (llvm::Error err = impl_->stream->failure())
+    return err;
+  auto batch = impl_->enqueue(inputs, label);
+  if (!batch) {
+    impl_->stream->dropOpen();
+    return withContext(batch.takeError(), label);
   }
-  if (static_cast<int>(impl_->queue.size()) < impl_->windowBatches())
-    return llvm::Error::success();
-  return impl_->runWindow(/*labelled=*/true);
+  return impl_->stream->submit(std::move(*batch));
 }
 
-llvm::Error Pipeline::flush() {
-  if (impl_->queue.empty())
-    return llvm::Error::success();
-  return impl_->runWindow(/*labelled=*/true);
-}
+llvm::Error Pipeline::flush() { return impl_->stream->flush(); }
 
-std::optional<std::vector<c10::IValue>> Pipeline::next() {
-  if (impl_->ready.empty())
+std::optional<std::vector<c10::IValue>> Pipeline::next(bool *firstOfWindow) {
+  std::optional<WindowStream::Ready> ready = impl_->stream->next();
+  if (!ready)
     return std::nullopt;
-  std::vector<c10::IValue> out = std::move(impl_->ready.front());
-  impl_->ready.pop_front();
-  return out;
+  if (ready->firstOfWindow)
+    impl_->stats = *ready->stats;
+  if (firstOfWindow)
+    *firstOfWindow = ready->firstOfWindow;
+  return std::move(ready->outputs);
 }
 
 int Pipeline::windowBatches() const { return impl_->windowBatches(); }
-int Pipeline::queuedBatches() const {
-  return static_cast<int>(impl_->queue.size());
+int Pipeline::queuedBatches() const { return impl_->stream->inFlight(); }
+
+llvm::Error Pipeline::finish() {
+  if (llvm::Error err = impl_->stream->flush())
+    return err;
+  return impl_->ctx->finish();
 }
 
-llvm::Error Pipeline::finish() { return impl_->ctx->finish(); }
-
 llvm::Error Pipeline::shareFromInputRoot(std::string &bytes) {
+  if (int inFlight = impl_->stream->inFlight())
+    return notWhileStreaming("shareFromInputRoot", inFlight);
   return broadcastBytes(impl_->ctx->transport(), bytes, inputRoot(),
                         "the microbatch signatures");
 }

@@ -21,11 +21,26 @@
 //      another still needs it.
 //
 // Streaming (instead of one run() per batch): submit() queues batches and
-// next() hands out their outputs in order; the queued batches run as one
-// window, one execution of the schedule over all their microbatches, so
-// that a batch's first microbatches enter the first stage while the
-// previous batch's last are still in later stages (the pipeline does not
-// drain between batches). RunOptions::streamMicrobatches bounds a window.
+// next() hands out their outputs in order. The batches run in windows of
+// windowBatches() consecutive batches, each one execution of the schedule
+// over all their microbatches, on a thread of the pipeline's own
+// (runtime/run/WindowStream.h) while the caller goes on submitting: the
+// window under way and the next one are in flight, so each rank starts the
+// next window as soon as its part of the previous one is done. No drain:
+// a batch's first microbatches enter the first stage while the previous
+// batch's last are still in later stages, within a window (one schedule)
+// and across windows, since nothing between two windows waits for a later
+// stage: the input root sends the next window's microbatch signatures
+// without waiting for them to be received, and the other ranks take them
+// when they get there (MetaSettler::prepareMicrobatches; only a window
+// with a signature not seen before agrees on its metadata with every rank,
+// and so waits for them). RunOptions::streamMicrobatches bounds a window.
+//
+// Threads: while submitted batches have not run, only the stream's thread
+// uses the transport; run(), finish() and shareFromInputRoot() run on the
+// caller's thread when it is idle (run() and shareFromInputRoot() refuse
+// while batches are in flight, finish() waits for them). One thread at a
+// time calls the Pipeline's methods.
 //
 // Every error is one line. A peer that dies or stops answering makes every
 // blocking call fail within the timeout with "lost rank R (...)".
@@ -75,7 +90,7 @@ struct RunStats {
   /// Whether this rank wrote its meta cache file.
   bool cacheWritten = false;
   /// The batches these stats cover: 1 for Pipeline::run, the window's for
-  /// submit() and flush() (the other fields then cover the window, and
+  /// a streamed batch (the other fields then cover the window, and
   /// firstOutputMs is its first batch's); every batch of
   /// the launch for `ppc run`, which sums the counts, keeps batch 0's
   /// first_output_ms, times the whole batch loop and appends it to line()
@@ -139,6 +154,7 @@ public:
   /// for it); a peer is lost; a user meta file is unreadable or incomplete;
   /// batches submitted and not yet run (flush() first). A missing, stale
   /// or corrupt meta cache file is not an error: a warning, then inference.
+  /// Runs on the caller's thread.
   llvm::Expected<std::vector<c10::IValue>>
   run(const std::vector<c10::IValue> &inputs);
 
@@ -146,44 +162,56 @@ public:
   bool outputIsTuple() const;
 
   /// Streaming. Every rank calls the same sequence of submit() and flush()
-  /// (like run(), each is collective when it runs a window); next() is
-  /// local.
+  /// (like run(), the windows they form are collective); next() is local.
   ///
   /// submit() queues one batch (`inputs` as for run(); only used where
-  /// needsInputs(), and held until its window has run). When the queue
-  /// holds windowBatches() batches it runs them as one window before it
-  /// returns: so at most windowBatches() * microbatches microbatches are in
-  /// flight, and a caller that submits faster than the pipeline computes is
-  /// held back. `label` names the batch in errors ("batch 3 ('c.pt')");
-  /// empty: "batch N", N counting this pipeline's submit() calls from 0
-  /// (a refused batch counts). Errors, each prefixed with the label of the
-  /// batch it concerns: inputs that do not fit the model (at once, on the ranks
-  /// that read them); run()'s for the batch whose microbatch failed (a failure
-  /// before the window's microbatches run, such as a signature agreement, names
-  /// the window's first batch; microbatch numbers in the message count over
-  /// the window). After an error the queued batches are dropped and the
-  /// pipeline is not usable, as after a failed run(); outputs of windows
-  /// that completed stay available from next().
+  /// needsInputs(), and held until its window has run) and returns; a window
+  /// closes when windowBatches() batches are queued in it, and the stream's
+  /// thread runs closed windows, in order, in the background. Backpressure:
+  /// submit() first waits while 2 * windowBatches() batches are in flight
+  /// (the window under way and the next), so at most 2 * windowBatches() *
+  /// microbatches microbatches are, and a caller that submits faster than
+  /// the pipeline computes is held back. `label` names the batch in errors
+  /// ("batch 3 ('c.pt')"); empty: "batch N", N counting this pipeline's
+  /// submit() calls from 0 (a refused batch counts). Errors, each prefixed
+  /// with the label of the batch it concerns: inputs that do not fit the
+  /// model (at once, on the ranks that read them; the batches queued in the
+  /// open window are then dropped); a window's failure in the background,
+  /// reported whole by the next submit() or flush() (run()'s errors, for
+  /// the batch whose microbatch failed; a failure before the window's
+  /// microbatches run, such as a signature agreement, names the window's
+  /// first batch; microbatch numbers in the message count over the window).
+  /// After a window's failure the batches not run are dropped and the
+  /// pipeline is not usable (later calls say "the stream failed earlier
+  /// (...); it runs no more batches"), as after a failed run(); outputs of
+  /// windows that completed stay available from next().
   llvm::Error submit(std::vector<c10::IValue> inputs, std::string label = {});
-  /// Runs the queued batches, if any, as one (shorter) window. Errors:
-  /// submit()'s.
+  /// Closes the open window, if it holds batches (a shorter window), and
+  /// waits until every submitted batch has run. Errors: submit()'s.
   llvm::Error flush();
   /// The outputs of the oldest submitted batch whose window has run and
   /// that next() has not handed out yet (as run() returns them: on
   /// outputRank() the model outputs on the CPU, an empty vector on other
   /// ranks, so that every rank gets one entry per batch); nullopt when
-  /// there is none (its window has not run: submit more, or flush()).
-  std::optional<std::vector<c10::IValue>> next();
+  /// there is none (its window has not run yet: submit more, or flush(),
+  /// which waits). Never waits. stats() then covers that batch's window;
+  /// `firstOfWindow`, if given, says whether the batch is its window's
+  /// first (ppc run adds up windows' stats there).
+  std::optional<std::vector<c10::IValue>> next(bool *firstOfWindow = nullptr);
   /// Batches per window: max(1, streamMicrobatches / microbatches).
   int windowBatches() const;
-  /// Batches submitted whose window has not run yet.
+  /// Batches submitted whose window has not run yet (queued, or in the
+  /// window under way).
   int queuedBatches() const;
 
-  /// Writes the trace if one is recorded (RunOptions::tracePath), then
-  /// waits until every rank has called finish(). Errors: "lost rank R", the
-  /// trace cannot be written.
+  /// Runs the batches still queued (flush()), writes the trace if one is
+  /// recorded (RunOptions::tracePath), then waits until every rank has
+  /// called finish(). Errors: flush()'s, "lost rank R", the trace cannot be
+  /// written.
   llvm::Error finish();
 
+  /// This rank's stats of its last run(), or of the window of the batch
+  /// next() handed out last.
   const RunStats &stats() const;
 
   /// The number of model inputs (run() takes them in manifest order).
@@ -197,8 +225,9 @@ public:
   /// Replaces `bytes` on every other rank with those of the input root
   /// (the lowest rank whose stages read model inputs), so that all ranks
   /// take the input root's view of something only input ranks know (how
-  /// many batches there are). Every rank must call it. Errors: "lost rank R
-  /// (...)"; more than 64 MiB.
+  /// many batches there are). Every rank must call it, with no submitted
+  /// batch in flight. Errors: "lost rank R (...)"; more than 64 MiB;
+  /// batches in flight (flush() first).
   llvm::Error shareFromInputRoot(std::string &bytes);
 
 private:

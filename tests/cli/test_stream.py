@@ -1,15 +1,16 @@
 #!/usr/bin/python3
 """Tests streaming in `ppc run`: the batches of one launch (a list, a
 directory, --repeat) run in windows of --stream-window microbatches, one
-execution of the schedule each, so the pipeline does not drain between
-batches.
+execution of the schedule each, in the background while the next window is
+queued, so the pipeline does not drain between batches.
 
 Streamed outputs must equal those of one execution per batch
 (--stream-window 0) bitwise, in order, with batches of different signatures
 mixed in a window, for a one-input and a two-input model, on 2, 3 and 4
 ranks, gpipe and 1f1b; the meta cache written by a streamed launch serves
 the next; and the trace of a streamed launch shows batch b+1's first F on
-stage 0 starting before batch b's last F on the last stage.
+stage 0 starting before batch b's last F on the last stage, within a window
+and across windows.
 
 Env: PPC (the ppc binary), PPC_MODELS_DIR (generated models).
 """
@@ -134,6 +135,18 @@ class StreamTest(unittest.TestCase):
         inp = self.save(self.mixed(), "mlp.pt")
         self.compare(4, self.mlp4, inp, "--microbatches", 2, windows=("6",), batches=6)
 
+    def test_background_windows_over_many_batches(self):
+        # 11 batches of three signatures in windows of 2 and 3 batches, each
+        # run in the background while the next is queued, the last window
+        # partial (1 and 2 batches): bitwise the outputs of a window per
+        # batch, themselves run()'s (PipelineStreamTest.StreamedEqualsRunBitwise).
+        batches = (self.mixed() * 2)[:11]
+        inp = self.save(batches, "many.pt")
+        base = self.compare(2, self.mlp2, inp, "--microbatches", 2, windows=("4", "6"),
+                            batches=11)
+        for b, g in zip(batches, torch.load(base)):
+            assert_outputs_close(self, unsplit_output("mlp", b), g)
+
     def test_repeat(self):
         inp = self.save(self.x, "x.pt")
         self.compare(2, self.mlp2, inp, "--microbatches", 2, "--repeat", 5,
@@ -172,12 +185,12 @@ class StreamTest(unittest.TestCase):
 
     # --- the trace -----------------------------------------------------------
 
-    def trace_events(self, window):
-        inp = self.save([self.x] * 4, "list.pt")
+    def trace_events(self, window, batches=4, *extra):
+        inp = self.save([self.x * (b + 1) for b in range(batches)], "list.pt")
         trace = os.path.join(self.tmp, "trace%s.json" % window)
         self.ppc_run(3, self.mlp3, inp, os.path.join(self.tmp, "o.pt"),
             "--microbatches", 2, "--schedule", "gpipe", "--no-meta-cache",
-            "--stream-window", window, "--trace", trace)
+            "--stream-window", window, "--trace", trace, *extra)
         data = assert_valid_trace(self, trace)
         events = data["traceEvents"] if isinstance(data, dict) else data
         return [e for e in events if e.get("ph") == "X"]
@@ -212,6 +225,24 @@ class StreamTest(unittest.TestCase):
             flushes = [e for e in events if e["pid"] == rank and e["name"] == "flush"]
             self.assertEqual(len(flushes), 1)
             self.assertGreaterEqual(flushes[0]["ts"], marks[-1][0])
+
+    def test_trace_shows_the_next_window_entering_before_the_last_leaves(self):
+        # Twelve windows of one batch (M = 2), run in the background on 3
+        # ranks over Gloo (whose sends complete only once the receiver
+        # asks): at window boundaries stage 0 starts the next
+        # window without waiting for stage 2 to finish the previous one
+        # (which one-execution-per-call streaming never did over Gloo: the
+        # signature broadcast waited for every rank). Tiny stages make the
+        # margin small, so only some boundaries must show it.
+        m, batches = 2, 12
+        events = self.trace_events(0, batches, "--link", "gloo")
+        fs = {}
+        for e in sorted((e for e in events if e["name"] == "F"), key=lambda e: e["ts"]):
+            fs.setdefault(e["args"]["stage"], []).append(e)
+        self.assertEqual([len(fs[s]) for s in range(3)], [batches * m] * 3)
+        overlapped = [b for b in range(1, batches)
+                      if fs[0][b * m]["ts"] < fs[2][b * m - 1]["ts"] + fs[2][b * m - 1]["dur"]]
+        self.assertTrue(overlapped, "no window boundary overlapped")
 
     # --- the library ----------------------------------------------------------
 

@@ -449,8 +449,8 @@ llvm::Error prepareOutput(const Pipeline &pipeline, const BatchPlan &plan,
 /// Step 5: runs every batch of every repetition and hands out their
 /// outputs: a directory's as files as they come, the others kept for
 /// writeOutputs(). The batches flow as one stream of windows
-/// (Pipeline::submit); a window's outputs come out, batch by batch in
-/// order, once it has run.
+/// (Pipeline::submit), run in the background; a window's outputs come
+/// out, batch by batch in order, once it has run.
 class BatchRunner {
 public:
   BatchRunner(Pipeline &pipeline, const SharedInput &shared,
@@ -515,33 +515,43 @@ private:
     return handOut(std::move(*outputs));
   }
 
-  /// Submits every batch, then flushes; each call runs at most one window.
+  /// Submits every batch, then flushes; the windows run in the background
+  /// meanwhile (submit() waits when two windows are in flight), and the
+  /// outputs of those that have run are handed out after each call. After
+  /// a failure, the outputs of the windows that completed before it are
+  /// handed out first (a directory keeps their files).
   llvm::Error runStream(int64_t batches) {
     for (int64_t k = 0; k <= batches; ++k) {
+      llvm::Error err = llvm::Error::success();
       if (k < batches) {
         int64_t pass = k / plan_.count, b = k % plan_.count;
         auto inputs = inputsOf(b);
-        if (!inputs)
-          return inputs.takeError();
-        if (llvm::Error err =
-                pipeline_.submit(std::move(*inputs), plan_.label(b, pass)))
-          return err;
-      } else if (llvm::Error err = pipeline_.flush()) {
+        err = inputs
+                  ? pipeline_.submit(std::move(*inputs), plan_.label(b, pass))
+                  : inputs.takeError();
+      } else {
+        err = pipeline_.flush();
+      }
+      llvm::Error handed = handOutReady();
+      if (err) {
+        // The failure is the line to report; an output that could not be
+        // written after it is its consequence.
+        llvm::consumeError(std::move(handed));
         return err;
       }
-      if (llvm::Error err = handOutWindow())
-        return err;
+      if (handed)
+        return handed;
     }
     return llvm::Error::success();
   }
 
-  /// Hands out the outputs of the window that just ran, if any.
-  llvm::Error handOutWindow() {
-    bool first = true;
-    while (std::optional<std::vector<c10::IValue>> outputs = pipeline_.next()) {
+  /// Hands out the outputs of the batches whose window has run.
+  llvm::Error handOutReady() {
+    bool first = false;
+    while (std::optional<std::vector<c10::IValue>> outputs =
+               pipeline_.next(&first)) {
       if (first)
         afterWindow();
-      first = false;
       if (llvm::Error err = handOut(std::move(*outputs)))
         return err;
     }

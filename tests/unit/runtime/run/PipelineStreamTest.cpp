@@ -1,13 +1,14 @@
 //===- tests/unit/runtime/run/PipelineStreamTest.cpp ----------------------===//
 //
 // Pipeline::submit/next.
-// Pipeline::submit/next
 //
-// Tests the streaming API of runtime/run/Pipeline.h: batches queue until a
-// window is full (the backpressure bound), run as one execution of the
-// schedule over all their microbatches, and come out of next() one batch
-// at a time, in order, on every rank; flush() runs a partial window; the
-// stats cover the window; errors name their batch. Ranks run in threads of
+// Tests the streaming API of runtime/run/Pipeline.h: batches form windows
+// of windowBatches() (a flush() closes a partial one), run in the
+// background as one execution of the schedule over all their
+// microbatches, at most two windows in flight, and come out of next() one
+// batch at a time, in order, on every rank; the stats cover the window;
+// errors name their batch (a window's failure in the background:
+// WindowStreamTest, and tests/cli/test_stream.py). Ranks run in threads of
 // this process over Gloo; the stages are TorchScript modules defined here.
 //
 //===----------------------------------------------------------------------===//
@@ -84,15 +85,20 @@ protected:
 };
 } // namespace
 
-TEST_F(PipelineStreamTest, WindowsFillThenHandOutBatchesInOrder) {
-  // M = 2, a bound of 5 microbatches: windows of 2 batches.
-  std::vector<std::vector<std::string>> log(2);
+TEST_F(PipelineStreamTest, WindowsRunInTheBackgroundAndHandOutInOrder) {
+  // M = 2, a bound of 5 microbatches: windows of 2 batches, at most 2
+  // windows (4 batches) in flight.
   std::vector<std::vector<at::Tensor>> outputs(2);
+  std::vector<std::vector<int64_t>> windowSizes(2);
+  std::vector<int> mostInFlight(2, 0);
   auto errors =
       onRanks(2, options(2, 5), [&](Pipeline &p, int r) -> llvm::Error {
         EXPECT_EQ(p.windowBatches(), 2);
         auto take = [&] {
-          while (auto out = p.next()) {
+          bool first = false;
+          while (auto out = p.next(&first)) {
+            if (first)
+              windowSizes[r].push_back(p.stats().batches);
             if (r == p.outputRank()) {
               EXPECT_EQ(out->size(), 1u);
               outputs[r].push_back((*out)[0].toTensor());
@@ -108,19 +114,12 @@ TEST_F(PipelineStreamTest, WindowsFillThenHandOutBatchesInOrder) {
             in.push_back(batch(b));
           if (llvm::Error err = p.submit(std::move(in)))
             return err;
-          log[r].push_back("submit " + std::to_string(b) + ": queued " +
-                           std::to_string(p.queuedBatches()) + ", ready " +
-                           std::to_string(outputs[r].size()));
-          if (p.queuedBatches() == 0) {
-            EXPECT_EQ(p.stats().batches, 2);
-          }
+          mostInFlight[r] = std::max(mostInFlight[r], p.queuedBatches());
           take();
         }
-        // Nothing is ready before the last window runs.
-        EXPECT_FALSE(p.next().has_value());
         if (llvm::Error err = p.flush())
           return err;
-        EXPECT_EQ(p.stats().batches, 1);
+        EXPECT_EQ(p.queuedBatches(), 0);
         take();
         // A second flush has nothing to run.
         if (llvm::Error err = p.flush())
@@ -129,16 +128,13 @@ TEST_F(PipelineStreamTest, WindowsFillThenHandOutBatchesInOrder) {
         return llvm::Error::success();
       });
   ASSERT_EQ(errors, std::vector<std::string>(2));
-  // The backpressure: the second submit of each window runs it, so no
-  // more than 2 batches (4 microbatches) are ever queued.
-  std::vector<std::string> expected = {
-      "submit 0: queued 1, ready 0", "submit 1: queued 0, ready 0",
-      "submit 2: queued 1, ready 2", "submit 3: queued 0, ready 2",
-      "submit 4: queued 1, ready 4"};
-  EXPECT_EQ(log[0], expected);
-  EXPECT_EQ(log[1], expected);
+  for (int r = 0; r < 2; ++r) {
+    // Windows of 2, 2 and the flushed 1, whatever the timing.
+    EXPECT_EQ(windowSizes[r], (std::vector<int64_t>{2, 2, 1})) << "rank " << r;
+    EXPECT_LE(mostInFlight[r], 4) << "rank " << r;
+    EXPECT_EQ(outputs[r].size(), 5u);
+  }
   ASSERT_EQ(outputs[1].size(), 5u);
-  EXPECT_EQ(outputs[0].size(), 5u);
   for (int b = 0; b < 5; ++b)
     EXPECT_TRUE(at::equal(outputs[1][b], batch(b) * 2 + 1))
         << "batch " << b << ": " << outputs[1][b];
