@@ -2,7 +2,8 @@
 //
 // This file implements the data-parallel mesh, the connection of a rank's
 // pipeline and replica-group transports, and the bucketed all-reduce of the
-// gradients (see DataParallel.h).
+// gradients, after the schedule or beside it on the GradientReducer's thread
+// (see DataParallel.h).
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/train/DataParallel.h"
@@ -18,6 +19,13 @@
 #include "llvm/Support/SHA256.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/DeviceGuard.h>
+
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <thread>
 
 namespace ppc {
 
@@ -121,48 +129,232 @@ static std::vector<int> everyRank(const Transport &transport) {
   return ranks;
 }
 
-llvm::Error allReduceGradients(Transport &replicas,
-                               const std::vector<at::Tensor> &params,
-                               int64_t bucketBytes, int stage,
-                               TraceRecorder *trace) {
+/// Sums bucket `index` of `stage`'s gradients `grads` (planBuckets()'s
+/// `bucket`) over `group`, every rank of `replicas`: flattened into one
+/// tensor, allReduceSum, copied back. The sends may be in flight on return.
+static llvm::Error reduceBucket(Transport &replicas,
+                                const std::vector<int> &group,
+                                std::vector<at::Tensor> &grads,
+                                const GradientBucket &bucket, size_t index,
+                                int stage) {
+  auto flat = torchCall(
+      "cannot flatten the gradients of stage " + std::to_string(stage), [&] {
+        std::vector<at::Tensor> parts;
+        for (size_t i : bucket.members)
+          parts.push_back(grads[i].reshape({-1}));
+        return at::cat(parts);
+      });
+  if (!flat)
+    return flat.takeError();
+  std::string what =
+      llvm::formatv("gradient bucket {0} of stage {1}", index, stage).str();
+  if (llvm::Error err = allReduceSum(replicas, *flat, group, 0, what))
+    return err;
+  return torchCall(
+      "cannot unflatten the gradients of stage " + std::to_string(stage), [&] {
+        int64_t offset = 0;
+        for (size_t i : bucket.members) {
+          at::Tensor &g = grads[i];
+          g.copy_(flat->narrow(0, offset, g.numel()).view_as(g));
+          offset += g.numel();
+        }
+      });
+}
+
+/// The gradients of `params`, undefined where none was computed.
+static std::vector<at::Tensor>
+gradientsOf(const std::vector<at::Tensor> &params) {
   std::vector<at::Tensor> grads;
   grads.reserve(params.size());
   for (const at::Tensor &p : params)
     grads.push_back(p.grad());
+  return grads;
+}
+
+llvm::Error allReduceGradients(Transport &replicas,
+                               const std::vector<at::Tensor> &params,
+                               int64_t bucketBytes, int stage,
+                               TraceRecorder *trace) {
+  std::vector<at::Tensor> grads = gradientsOf(params);
   const std::vector<int> group = everyRank(replicas);
   std::vector<GradientBucket> buckets = planBuckets(grads, bucketBytes);
   for (size_t b = 0; b < buckets.size(); ++b) {
-    const GradientBucket &bucket = buckets[b];
     int64_t start = TraceRecorder::nowUs();
-    auto flat = torchCall(
-        "cannot flatten the gradients of stage " + std::to_string(stage), [&] {
-          std::vector<at::Tensor> parts;
-          for (size_t i : bucket.members)
-            parts.push_back(grads[i].reshape({-1}));
-          return at::cat(parts);
-        });
-    if (!flat)
-      return flat.takeError();
-    std::string what =
-        llvm::formatv("gradient bucket {0} of stage {1}", b, stage).str();
-    if (llvm::Error err = allReduceSum(replicas, *flat, group, 0, what))
-      return err;
-    if (llvm::Error err = torchCall(
-            "cannot unflatten the gradients of stage " + std::to_string(stage),
-            [&] {
-              int64_t offset = 0;
-              for (size_t i : bucket.members) {
-                at::Tensor &g = grads[i];
-                g.copy_(flat->narrow(0, offset, g.numel()).view_as(g));
-                offset += g.numel();
-              }
-            }))
+    if (llvm::Error err =
+            reduceBucket(replicas, group, grads, buckets[b], b, stage))
       return err;
     if (trace)
       trace->add({"ALLREDUCE", "wait", stage, -1, start,
                   TraceRecorder::nowUs() - start});
   }
   return replicas.flushSends();
+}
+
+// GradientReducer
+
+struct GradientReducer::Shared {
+  Shared(Transport &replicas, int64_t bucketBytes)
+      : replicas(replicas), bucketBytes(bucketBytes),
+        group(everyRank(replicas)) {}
+
+  /// One bucket to sum: the gradients of its stage (shared by the stage's
+  /// buckets) and its plan.
+  struct Job {
+    std::shared_ptr<std::vector<at::Tensor>> grads;
+    GradientBucket bucket;
+    size_t index;
+    int stage;
+  };
+
+  Transport &replicas;
+  const int64_t bucketBytes;
+  const std::vector<int> group;
+
+  std::mutex mutex;
+  /// The thread waits on `work` for jobs (or stop), the caller on `idle`
+  /// for the queue to be done.
+  std::condition_variable work, idle;
+  // Under `mutex`:
+  std::deque<Job> queue;
+  /// Whether the thread holds a job taken from the queue.
+  bool busy = false;
+  bool stop = false;
+  /// The first failed job's error (success when none); `failed` says
+  /// whether it holds one.
+  llvm::Error failure = llvm::Error::success();
+  bool failed = false;
+  /// The buckets summed since the last wait(), as trace events, and their
+  /// time.
+  std::vector<TraceEvent> events;
+  int64_t reduceUs = 0;
+
+  std::thread thread;
+
+  /// The reducer's thread: takes the jobs in order; after a job that found
+  /// the queue empty, flushes the sends, so that an idle reducer has
+  /// nothing in flight.
+  void run() {
+    std::unique_lock<std::mutex> lock(mutex);
+    for (;;) {
+      work.wait(lock, [&] { return stop || !queue.empty(); });
+      if (stop)
+        return;
+      Job job = std::move(queue.front());
+      queue.pop_front();
+      busy = true;
+      lock.unlock();
+      int64_t start = TraceRecorder::nowUs();
+      // The gradients' device is this thread's current one (CUDA).
+      std::optional<c10::OptionalDeviceGuard> device;
+      llvm::Error err =
+          torchCall("cannot set the device of the gradients of "
+                    "stage " +
+                        std::to_string(job.stage),
+                    [&] {
+                      c10::Device on =
+                          (*job.grads)[job.bucket.members[0]].device();
+                      if (!on.is_cpu())
+                        device.emplace(on);
+                    });
+      if (!err)
+        err = reduceBucket(replicas, group, *job.grads, job.bucket, job.index,
+                           job.stage);
+      device.reset();
+      lock.lock();
+      bool last = queue.empty();
+      lock.unlock();
+      if (!err && last)
+        err = replicas.flushSends();
+      int64_t end = TraceRecorder::nowUs();
+      lock.lock();
+      TraceEvent e{"ALLREDUCE", "other", job.stage, -1, start, end - start};
+      e.tid = 1;
+      events.push_back(std::move(e));
+      reduceUs += end - start;
+      if (err) {
+        if (failed) {
+          llvm::consumeError(std::move(err));
+        } else {
+          llvm::consumeError(std::move(failure));
+          failure = std::move(err);
+          failed = true;
+        }
+        // The buckets behind it would each wait for a peer that is gone.
+        queue.clear();
+      }
+      busy = false;
+      if (queue.empty())
+        idle.notify_all();
+    }
+  }
+};
+
+GradientReducer::GradientReducer(Transport &replicas, int64_t bucketBytes)
+    : shared_(std::make_unique<Shared>(replicas, bucketBytes)) {
+  shared_->thread = std::thread([s = shared_.get()] { s->run(); });
+}
+
+GradientReducer::~GradientReducer() {
+  {
+    std::lock_guard<std::mutex> lock(shared_->mutex);
+    shared_->stop = true;
+    shared_->queue.clear();
+  }
+  shared_->work.notify_all();
+  shared_->thread.join();
+  llvm::consumeError(std::move(shared_->failure));
+}
+
+void GradientReducer::start(std::vector<at::Tensor> grads, int stage) {
+  auto shared = std::make_shared<std::vector<at::Tensor>>(std::move(grads));
+  std::vector<GradientBucket> buckets =
+      planBuckets(*shared, shared_->bucketBytes);
+  {
+    std::lock_guard<std::mutex> lock(shared_->mutex);
+    // After a failure nothing more starts; wait() reports it.
+    if (shared_->failed)
+      return;
+    for (size_t b = 0; b < buckets.size(); ++b)
+      shared_->queue.push_back({shared, std::move(buckets[b]), b, stage});
+  }
+  shared_->work.notify_one();
+}
+
+llvm::Expected<GradientReducer::Times>
+GradientReducer::wait(TraceRecorder *trace) {
+  int64_t start = TraceRecorder::nowUs();
+  std::unique_lock<std::mutex> lock(shared_->mutex);
+  shared_->idle.wait(lock,
+                     [&] { return shared_->queue.empty() && !shared_->busy; });
+  int64_t end = TraceRecorder::nowUs();
+  Times times;
+  times.reduceMs = double(shared_->reduceUs) / 1000;
+  times.waitMs = double(end - start) / 1000;
+  if (trace) {
+    for (TraceEvent &e : shared_->events)
+      trace->add(std::move(e));
+    trace->add({"ALLREDUCE_WAIT", "wait", -1, -1, start, end - start});
+  }
+  shared_->events.clear();
+  shared_->reduceUs = 0;
+  if (shared_->failed) {
+    shared_->failed = false;
+    llvm::Error err = std::move(shared_->failure);
+    shared_->failure = llvm::Error::success();
+    return std::move(err);
+  }
+  return times;
+}
+
+void GradientReducer::abandon() {
+  std::unique_lock<std::mutex> lock(shared_->mutex);
+  shared_->queue.clear();
+  shared_->idle.wait(lock, [&] { return !shared_->busy; });
+  shared_->events.clear();
+  shared_->reduceUs = 0;
+  shared_->failed = false;
+  llvm::consumeError(std::move(shared_->failure));
+  shared_->failure = llvm::Error::success();
 }
 
 llvm::Expected<double> allReduceScalar(Transport &replicas, double value,

@@ -112,12 +112,70 @@ std::vector<GradientBucket> planBuckets(const std::vector<at::Tensor> &tensors,
 /// defined gradients in buckets of about `bucketBytes` (planBuckets), one
 /// allReduceSum (runtime/link/Collectives.h) on channel 0 per bucket, so every
 /// replica gets the very same sum. Each bucket is one "ALLREDUCE" event of
-/// category "wait" for `stage` on `trace` (when not null). Errors:
+/// category "wait" for `stage` on `trace` (when not null): the caller
+/// waits for all of it. Errors:
 /// LostRankError naming the job rank; LibTorch's, as one line.
 llvm::Error allReduceGradients(Transport &replicas,
                                const std::vector<at::Tensor> &params,
                                int64_t bucketBytes, int stage,
                                TraceRecorder *trace);
+
+/// Sums gradients over the replica group on a thread of its own, beside
+/// the schedule: `ppc train --data-parallel` starts each stage's all-reduce
+/// as soon as the stage's last backward of the step is done (ExecutorStep::
+/// afterWeightGradients), while the backward of later stages runs, and
+/// waits for all of them after the schedule (Trainer::step).
+///   1. start() (the caller's thread) plans the buckets of the gradients it
+///      is given, as allReduceGradients() does, queues them and returns.
+///   2. The reducer's thread runs the queued buckets in order, each exactly
+///      as allReduceGradients() does (flatten, allReduceSum on channel 0,
+///      copy back), so the gradients end up bitwise the same: each element's
+///      sum is the same additions in replica order, whatever the buckets.
+///      Before it goes idle it waits for its sends (flushSends).
+///   3. wait() (the caller's thread) blocks until the queue is done; that
+///      is the time the all-reduce was not hidden.
+/// From the first start() to wait() the replica transport is the reducer's
+/// alone, and the gradients given to start() are its alone: nobody else may
+/// use that transport, nor read or write those gradients, in between. Every
+/// member of the replica group must start the same gradients in the same
+/// order (replicas run the same schedule, so they do). Each message waits at
+/// most the transport's timeout, so wait() returns within that per bucket;
+/// after a bucket's error the buckets queued behind it are dropped and
+/// wait() returns that error (a LostRankError naming the job rank).
+class GradientReducer {
+public:
+  GradientReducer(Transport &replicas, int64_t bucketBytes);
+  /// Drops the buckets not started and waits for the one under way.
+  ~GradientReducer();
+  GradientReducer(const GradientReducer &) = delete;
+  GradientReducer &operator=(const GradientReducer &) = delete;
+
+  /// Queues the sum of `grads` (stage `stage`'s; undefined ones are left
+  /// out) over the replica group.
+  void start(std::vector<at::Tensor> grads, int stage);
+  /// What wait() measured since the previous wait() or abandon(), in
+  /// milliseconds.
+  struct Times {
+    /// The reducer's thread on the buckets (from each one's start to its
+    /// end, waiting for peers included): the all-reduce's whole time.
+    double reduceMs = 0;
+    /// The caller in wait(): the part the schedule did not hide.
+    double waitMs = 0;
+  };
+  /// Waits until every started bucket is summed. Records on `trace` (when
+  /// not null) each bucket as an "ALLREDUCE" event of category "other" on
+  /// lane (tid) 1, as it ran on the reducer's thread, and the wait itself as
+  /// an "ALLREDUCE_WAIT" event of category "wait" (stage -1). Errors: the
+  /// first bucket's error.
+  llvm::Expected<Times> wait(TraceRecorder *trace);
+  /// Drops the buckets not started, waits for the one under way and
+  /// forgets its error: for a step that failed before wait().
+  void abandon();
+
+private:
+  struct Shared;
+  std::unique_ptr<Shared> shared_;
+};
 
 /// Sums `value` over the replica group (every member calls it): the same
 /// double on all of them. Errors: LostRankError.

@@ -37,6 +37,7 @@
 #include <chrono>
 #include <cmath>
 #include <optional>
+#include <set>
 #include <tuple>
 #include <type_traits>
 
@@ -117,8 +118,24 @@ struct Trainer::Impl {
   /// at::tensor_split into replicas along dim 0); sets weightRows.
   llvm::Error sliceForReplica(std::vector<c10::IValue> &inputs,
                               at::Tensor &target);
-  /// Sums each stage's gradients over its replicas; returns the time
-  /// taken in milliseconds.
+  /// Per stage of this rank, the parameters its all-reduce may start on as
+  /// soon as the stage's last backward is done (not tied: the tied sum
+  /// changes the others after the schedule); empty without the overlap.
+  std::map<int, std::vector<at::Tensor>> earlyParams;
+  /// Sums them beside the schedule (LaunchEnv::overlapAllReduce, with
+  /// replicas); null otherwise. Declared after ctx, whose replica transport
+  /// it uses: it is destroyed first.
+  std::unique_ptr<GradientReducer> reducer;
+  /// The stages whose early parameters the reducer took this step.
+  std::set<int> reducing;
+  /// Sets earlyParams and the reducer up.
+  void planOverlap();
+  /// ExecutorStep::afterWeightGradients: starts stage `stage`'s early
+  /// parameters' all-reduce.
+  llvm::Error startReplicaReduce(int stage);
+  /// Sums each stage's gradients over its replicas: waits for what the
+  /// reducer started, then sums the rest (every gradient without the
+  /// overlap). Returns the milliseconds the step waited.
   llvm::Expected<double> allReduceReplicas();
 };
 
@@ -161,17 +178,57 @@ llvm::Error Trainer::Impl::sliceForReplica(std::vector<c10::IValue> &inputs,
   return llvm::Error::success();
 }
 
+void Trainer::Impl::planOverlap() {
+  std::set<const void *> tied;
+  for (const TiedParameter &param : ctx->manifest().tiedParameters)
+    for (const TiedParameter::Use &use : param.uses)
+      if (ctx->stages().count(use.stage))
+        tied.insert(ctx->stages()
+                        .at(use.stage)
+                        .executable()
+                        .tensorAt(use.path)
+                        .unsafeGetTensorImpl());
+  for (auto &[index, stage] : ctx->stages())
+    for (const at::Tensor &t : stage.executable().parameters())
+      if (!tied.count(t.unsafeGetTensorImpl()))
+        earlyParams[index].push_back(t);
+  reducer = std::make_unique<GradientReducer>(*ctx->replicaTransport(),
+                                              kGradientBucketBytes);
+}
+
+llvm::Error Trainer::Impl::startReplicaReduce(int stage) {
+  auto it = earlyParams.find(stage);
+  if (it == earlyParams.end())
+    return llvm::Error::success();
+  std::vector<at::Tensor> grads;
+  for (const at::Tensor &p : it->second)
+    grads.push_back(p.grad());
+  reducer->start(std::move(grads), stage);
+  reducing.insert(stage);
+  return llvm::Error::success();
+}
+
 llvm::Expected<double> Trainer::Impl::allReduceReplicas() {
   auto start = std::chrono::steady_clock::now();
+  if (reducer)
+    if (auto times = reducer->wait(ctx->trace()); !times)
+      return times.takeError();
   for (auto &[index, stage] : ctx->stages()) {
+    // What the reducer did not take: the tied parameters (summed over the
+    // pipeline by now), or all of them. The sum of each element is the
+    // same whichever bucket it travels in.
     std::vector<at::Tensor> params;
     for (const at::Tensor &t : stage.executable().parameters())
-      params.push_back(t);
+      if (!reducing.count(index) ||
+          llvm::none_of(earlyParams[index],
+                        [&](const at::Tensor &e) { return e.is_same(t); }))
+        params.push_back(t);
     if (llvm::Error err =
             allReduceGradients(*ctx->replicaTransport(), params,
                                kGradientBucketBytes, index, ctx->trace()))
       return err;
   }
+  reducing.clear();
   return std::chrono::duration<double, std::milli>(
              std::chrono::steady_clock::now() - start)
       .count();
@@ -353,6 +410,11 @@ Trainer::create(llvm::StringRef manifestPath, const LaunchEnv &env,
   };
   RunOptions run = options.run;
   recordTrainOptions(options, run.agreement);
+  // The replicas' all-reduce messages come in a different order with and
+  // without the overlap.
+  if (options.dataParallel > 1)
+    run.agreement.setDefault("PPC_OVERLAP_ALLREDUCE",
+                             env.overlapAllReduce ? "1" : "0");
   auto ctx = RankContext::create(manifestPath, env, run, planner,
                                  options.dataParallel);
   if (!ctx)
@@ -373,6 +435,10 @@ Trainer::create(llvm::StringRef manifestPath, const LaunchEnv &env,
   std::vector<at::Tensor> params = impl->parameters();
   if (!params.empty())
     impl->optimizer = createOptimizer(options, std::move(params));
+  if (impl->ctx->replicas() > 1 && env.overlapAllReduce)
+    if (llvm::Error err = torchCall("cannot plan the gradients' all-reduce",
+                                    [&] { impl->planOverlap(); }))
+      return err;
   return std::unique_ptr<Trainer>(new Trainer(std::move(impl)));
 }
 
@@ -447,6 +513,18 @@ llvm::Expected<double> Trainer::step(const std::vector<c10::IValue> &inputs,
       std::is_same_v<decltype(step.NAME), decltype(t.options.NAME)>);          \
   step.NAME = t.options.NAME;
 #include "runtime/train/TrainOptions.def"
+  // Data parallel: each stage's all-reduce starts once its last backward
+  // is done; whatever ends the step early takes it back.
+  if (t.reducer)
+    step.afterWeightGradients = [&t](int stage) {
+      return t.startReplicaReduce(stage);
+    };
+  auto settle = llvm::make_scope_exit([&] {
+    if (t.reducer) {
+      t.reducer->abandon();
+      t.reducing.clear();
+    }
+  });
   auto done = ctx.execute(step);
   if (!done)
     return done.takeError();

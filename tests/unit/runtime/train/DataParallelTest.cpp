@@ -7,14 +7,18 @@
 // pipeline's view of the environment, gradient buckets, and the bucketed
 // all-reduce over replica groups whose ranks are threads on the loopback
 // link (the sum on every replica bitwise the same, a lost replica named by
-// its job rank), and the two transports of a 2 x 2 job meeting at a real
+// its job rank; on the GradientReducer's thread too, bitwise as after the
+// schedule), and the two transports of a 2 x 2 job meeting at a real
 // store (Gloo), each rank talking to its pipeline and its replica group.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/train/DataParallel.h"
+#include "runtime/exec/Trace.h"
 #include "runtime/link/Collectives.h"
 #include "runtime/link/LoopbackLink.h"
 #include "runtime/link/Rendezvous.h"
+
+#include "llvm/ADT/STLExtras.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -174,6 +178,114 @@ TEST(DataParallel, LostReplicaIsNamedByItsJobRank) {
         at::Tensor mine = p.detach().clone().requires_grad_();
         mine.mutable_grad() = at::ones({4});
         return allReduceGradients(t, {mine}, kGradientBucketBytes, 2, nullptr);
+      });
+  EXPECT_EQ(errors[0].rfind("lost rank 3 (", 0), 0u) << errors[0];
+  EXPECT_NE(errors[0].find("gradient bucket 0 of stage 2"), std::string::npos)
+      << errors[0];
+  EXPECT_EQ(errors[1], "");
+}
+
+TEST(DataParallel, ReducerSumsBitwiseAsAfterTheSchedule) {
+  // Three replicas; two "stages" of gradients each, started in the order a
+  // schedule's backward ends them (stage 1, then stage 0) and summed on the
+  // reducer's thread in 40-byte buckets; the same gradients summed by
+  // allReduceGradients() in 4 MiB buckets, stage 0 first: bitwise equal.
+  const std::vector<int> ranks = {0, 2, 4};
+  auto gradients = [](int d) {
+    std::vector<std::vector<at::Tensor>> stages(2);
+    at::manual_seed(d);
+    for (auto shape : {std::vector<int64_t>{3, 5}, {7}, {2, 2, 2}, {11}})
+      for (auto &stage : stages) {
+        at::Tensor p = at::randn(shape).requires_grad_();
+        p.mutable_grad() = at::randn(shape);
+        stage.push_back(p);
+      }
+    return stages;
+  };
+  std::vector<std::vector<std::vector<at::Tensor>>> overlapped(3), after(3);
+  for (int d = 0; d < 3; ++d) {
+    overlapped[d] = gradients(d);
+    after[d] = gradients(d);
+  }
+  std::vector<std::string> notes(3);
+  auto errors = onReplicas(
+      ranks, std::chrono::milliseconds(5000),
+      [&](int d, Transport &t) -> llvm::Error {
+        GradientReducer reducer(t, 40);
+        for (int stage : {1, 0}) {
+          std::vector<at::Tensor> grads;
+          for (const at::Tensor &p : overlapped[d][stage])
+            grads.push_back(p.grad());
+          reducer.start(std::move(grads), stage);
+        }
+        TraceRecorder trace(d);
+        auto times = reducer.wait(&trace);
+        if (!times)
+          return times.takeError();
+        int buckets = 0, waits = 0;
+        for (const TraceEvent &e : trace.events()) {
+          buckets +=
+              e.name == "ALLREDUCE" && e.category == "other" && e.tid == 1;
+          waits +=
+              e.name == "ALLREDUCE_WAIT" && e.category == "wait" && e.tid == 0;
+        }
+        notes[d] = std::to_string(buckets) + " " + std::to_string(waits);
+        for (int stage : {0, 1})
+          if (llvm::Error err = allReduceGradients(
+                  t, after[d][stage], kGradientBucketBytes, stage, nullptr))
+            return err;
+        // A second round on the same reducer, after the first wait.
+        reducer.start({overlapped[d][0][0].grad()}, 0);
+        auto again = reducer.wait(nullptr);
+        return again ? llvm::Error::success() : again.takeError();
+      });
+  for (int d = 0; d < 3; ++d) {
+    EXPECT_EQ(errors[d], "");
+    // Each stage's 4 tensors of 15, 7 + 8 and 11 floats: 3 buckets.
+    EXPECT_EQ(notes[d], "6 1");
+  }
+  for (int stage = 0; stage < 2; ++stage)
+    for (size_t i = 0; i < 4; ++i) {
+      at::Tensor once = after[0][stage][i].grad();
+      for (int d = 0; d < 3; ++d) {
+        at::Tensor got = overlapped[d][stage][i].grad();
+        // The first tensor of stage 0 went round twice.
+        if (stage == 0 && i == 0)
+          EXPECT_TRUE(at::allclose(got, once * 3));
+        else
+          EXPECT_TRUE(at::equal(got, once)) << stage << " " << i;
+        EXPECT_TRUE(at::equal(after[d][stage][i].grad(), once));
+      }
+    }
+}
+
+TEST(DataParallel, ReducerNamesALostReplicaAndDropsTheRest) {
+  // Replica 1 (job rank 3) leaves; replica 0's first bucket waits for it
+  // until the timeout, and the four buckets behind it are dropped, not
+  // waited for one by one.
+  auto errors = onReplicas(
+      {1, 3}, std::chrono::milliseconds(1000),
+      [&](int d, Transport &t) -> llvm::Error {
+        if (d == 1)
+          return llvm::Error::success();
+        GradientReducer reducer(t, 16);
+        std::vector<at::Tensor> grads;
+        for (int k = 0; k < 5; ++k)
+          grads.push_back(at::ones({4}));
+        reducer.start(std::move(grads), 2);
+        TraceRecorder trace(0);
+        auto times = reducer.wait(&trace);
+        if (times)
+          return makeError("the all-reduce succeeded without its peer");
+        size_t buckets =
+            llvm::count_if(trace.events(), [](const TraceEvent &e) {
+              return e.name == "ALLREDUCE";
+            });
+        if (buckets != 1) {
+          llvm::consumeError(times.takeError());
+          return makeError(std::to_string(buckets) + " buckets ran");
+        }
+        return times.takeError();
       });
   EXPECT_EQ(errors[0].rfind("lost rank 3 (", 0), 0u) << errors[0];
   EXPECT_NE(errors[0].find("gradient bucket 0 of stage 2"), std::string::npos)
