@@ -14,12 +14,16 @@
 #include "runtime/link/Collectives.h"
 #include "runtime/link/Rendezvous.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/SHA256.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/DeviceGuard.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
 
 #include <condition_variable>
 #include <deque>
@@ -305,7 +309,8 @@ GradientReducer::~GradientReducer() {
   llvm::consumeError(std::move(shared_->failure));
 }
 
-void GradientReducer::start(std::vector<at::Tensor> grads, int stage) {
+void GradientReducer::start(std::vector<at::Tensor> grads, int stage,
+                            size_t firstBucket) {
   auto shared = std::make_shared<std::vector<at::Tensor>>(std::move(grads));
   std::vector<GradientBucket> buckets =
       planBuckets(*shared, shared_->bucketBytes);
@@ -315,7 +320,8 @@ void GradientReducer::start(std::vector<at::Tensor> grads, int stage) {
     if (shared_->failed)
       return;
     for (size_t b = 0; b < buckets.size(); ++b)
-      shared_->queue.push_back({shared, std::move(buckets[b]), b, stage});
+      shared_->queue.push_back(
+          {shared, std::move(buckets[b]), firstBucket + b, stage});
   }
   shared_->work.notify_one();
 }
@@ -355,6 +361,157 @@ void GradientReducer::abandon() {
   shared_->failed = false;
   llvm::consumeError(std::move(shared_->failure));
   shared_->failure = llvm::Error::success();
+}
+
+// OverlappedAllReduce
+
+namespace {
+/// What torch::autograd::impl::grad_accumulator() returns: a shared_ptr in
+/// LibTorch 1.13, an intrusive_ptr in 2.x.
+using AccumulatorPtr = decltype(torch::autograd::impl::grad_accumulator(
+    std::declval<const at::Tensor &>()));
+} // namespace
+
+struct OverlappedAllReduce::State {
+  State(Transport &replicas, int64_t bucketBytes)
+      : reducer(replicas, bucketBytes) {}
+
+  struct Stage {
+    /// Last first, and their buckets.
+    std::vector<at::Tensor> params;
+    std::vector<GradientBucket> buckets;
+    std::vector<size_t> bucketOf;
+    /// The stage's B and W actions in a step.
+    int backwards = 0;
+    // This step: each parameter's accumulations, each bucket's members not
+    // final yet, and the buckets started (a prefix).
+    std::vector<int> runs;
+    std::vector<size_t> pending;
+    size_t started = 0;
+  };
+
+  GradientReducer reducer;
+  std::map<int, Stage> stages;
+  /// Kept alive, so that the hooks stay on the accumulators every graph
+  /// uses (a parameter holds its accumulator weakly).
+  std::vector<AccumulatorPtr> accumulators;
+  /// Whether a step is under way: hooks count only then.
+  bool armed = false;
+
+  /// Starts stage `index`'s buckets in order: those whose members are all
+  /// final, up to the first that is not; every one with `all`.
+  void startBuckets(int index, Stage &stage, bool all) {
+    while (stage.started < stage.buckets.size() &&
+           (all || stage.pending[stage.started] == 0)) {
+      size_t b = stage.started++;
+      std::vector<at::Tensor> grads;
+      for (size_t i : stage.buckets[b].members)
+        grads.push_back(stage.params[i].grad());
+      reducer.start(std::move(grads), index, b);
+    }
+  }
+
+  /// The hook of parameter `param` of stage `index`: its accumulator ran.
+  void accumulated(int index, size_t param) {
+    if (!armed)
+      return;
+    Stage &stage = stages.at(index);
+    if (++stage.runs[param] != stage.backwards)
+      return;
+    if (--stage.pending[stage.bucketOf[param]] == 0)
+      startBuckets(index, stage, /*all=*/false);
+  }
+};
+
+OverlappedAllReduce::OverlappedAllReduce(std::shared_ptr<State> state)
+    : state_(std::move(state)) {}
+
+OverlappedAllReduce::~OverlappedAllReduce() = default;
+
+llvm::Expected<std::unique_ptr<OverlappedAllReduce>>
+OverlappedAllReduce::create(Transport &replicas,
+                            std::map<int, std::vector<at::Tensor>> params,
+                            const std::map<int, int> &backwards, bool perBucket,
+                            int64_t bucketBytes) {
+  auto state = std::make_shared<State>(replicas, bucketBytes);
+  std::weak_ptr<State> weak = state;
+  llvm::Error err = torchCall("cannot plan the gradients' all-reduce", [&] {
+    for (auto &[index, list] : params) {
+      State::Stage &stage = state->stages[index];
+      stage.params.assign(list.rbegin(), list.rend());
+      stage.buckets = planBuckets(stage.params, bucketBytes);
+      stage.bucketOf.assign(stage.params.size(), 0);
+      for (size_t b = 0; b < stage.buckets.size(); ++b)
+        for (size_t i : stage.buckets[b].members)
+          stage.bucketOf[i] = b;
+      auto n = backwards.find(index);
+      stage.backwards = n == backwards.end() ? 0 : n->second;
+      if (!perBucket || stage.backwards == 0)
+        continue;
+      for (size_t i = 0; i < stage.params.size(); ++i) {
+        AccumulatorPtr acc =
+            torch::autograd::impl::grad_accumulator(stage.params[i]);
+        if (!acc)
+          continue;
+        acc->add_post_hook(
+            std::make_unique<torch::autograd::utils::LambdaPostHook>(
+                [weak, index = index,
+                 i](const torch::autograd::variable_list &outputs,
+                    const torch::autograd::variable_list &) {
+                  if (std::shared_ptr<State> s = weak.lock())
+                    s->accumulated(index, i);
+                  return outputs;
+                }));
+        state->accumulators.push_back(std::move(acc));
+      }
+    }
+  });
+  if (err)
+    return std::move(err);
+  return std::unique_ptr<OverlappedAllReduce>(
+      new OverlappedAllReduce(std::move(state)));
+}
+
+bool OverlappedAllReduce::covers(int stage, const at::Tensor &param) const {
+  auto it = state_->stages.find(stage);
+  return it != state_->stages.end() &&
+         llvm::any_of(it->second.params,
+                      [&](const at::Tensor &p) { return p.is_same(param); });
+}
+
+size_t OverlappedAllReduce::startedBuckets(int stage) const {
+  auto it = state_->stages.find(stage);
+  return it == state_->stages.end() ? 0 : it->second.started;
+}
+
+void OverlappedAllReduce::beginStep() {
+  for (auto &[index, stage] : state_->stages) {
+    stage.runs.assign(stage.params.size(), 0);
+    stage.pending.clear();
+    for (const GradientBucket &b : stage.buckets)
+      stage.pending.push_back(b.members.size());
+    stage.started = 0;
+  }
+  state_->armed = true;
+}
+
+void OverlappedAllReduce::stageDone(int stage) {
+  auto it = state_->stages.find(stage);
+  if (it != state_->stages.end())
+    state_->startBuckets(stage, it->second, /*all=*/true);
+}
+
+llvm::Expected<GradientReducer::Times>
+OverlappedAllReduce::finish(TraceRecorder *trace) {
+  for (auto &[index, stage] : state_->stages)
+    state_->startBuckets(index, stage, /*all=*/true);
+  state_->armed = false;
+  return state_->reducer.wait(trace);
+}
+
+void OverlappedAllReduce::abandon() {
+  state_->armed = false;
+  state_->reducer.abandon();
 }
 
 llvm::Expected<double> allReduceScalar(Transport &replicas, double value,

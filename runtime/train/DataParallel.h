@@ -36,6 +36,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -121,10 +122,10 @@ llvm::Error allReduceGradients(Transport &replicas,
                                TraceRecorder *trace);
 
 /// Sums gradients over the replica group on a thread of its own, beside
-/// the schedule: `ppc train --data-parallel` starts each stage's all-reduce
-/// as soon as the stage's last backward of the step is done (ExecutorStep::
-/// afterWeightGradients), while the backward of later stages runs, and
-/// waits for all of them after the schedule (Trainer::step).
+/// the schedule: `ppc train --data-parallel` starts each bucket of a stage's
+/// gradients as soon as the backward has finished it (OverlappedAllReduce
+/// says when), while the rest of the backward runs, and waits for all of
+/// them after the schedule (Trainer::step).
 ///   1. start() (the caller's thread) plans the buckets of the gradients it
 ///      is given, as allReduceGradients() does, queues them and returns.
 ///   2. The reducer's thread runs the queued buckets in order, each exactly
@@ -151,8 +152,9 @@ public:
   GradientReducer &operator=(const GradientReducer &) = delete;
 
   /// Queues the sum of `grads` (stage `stage`'s; undefined ones are left
-  /// out) over the replica group.
-  void start(std::vector<at::Tensor> grads, int stage);
+  /// out) over the replica group, in buckets numbered (in errors) from
+  /// `firstBucket`.
+  void start(std::vector<at::Tensor> grads, int stage, size_t firstBucket = 0);
   /// What wait() measured since the previous wait() or abandon(), in
   /// milliseconds.
   struct Times {
@@ -175,6 +177,51 @@ public:
 private:
   struct Shared;
   std::unique_ptr<Shared> shared_;
+};
+
+/// The overlapped all-reduce of one rank's gradients in a training step
+/// (Trainer::step): which gradients are final when, and their sum beside the
+/// schedule by a GradientReducer.
+///   1. create() takes, per stage of the rank, the parameters to sum this
+///      way (the untied ones: the tied sum changes the others after the
+///      schedule) and the number of the stage's actions that write their
+///      gradients in a step (its B and W). The parameters are bucketed last
+///      first (planBuckets), as the backward finishes them.
+///   2. With `perBucket` (CPU stages: their backward runs on the caller's
+///      thread), a post hook on each parameter's gradient accumulator counts
+///      its runs in the step; after the last one the gradient is final, and
+///      once every member of a bucket is, the bucket starts (in bucket
+///      order, so that every replica starts the same buckets in the same
+///      order), while the rest of that backward still runs.
+///   3. stageDone(s) (ExecutorStep::afterWeightGradients) starts whatever
+///      of stage s has not started (every bucket without `perBucket`; a
+///      parameter that a microbatch did not reach); finish() starts what no
+///      stageDone() did, then waits (GradientReducer::wait).
+/// Between beginStep() and finish() or abandon() the replica transport and
+/// the covered gradients are the reducer's (GradientReducer). Hooks outside
+/// a step (an evaluation's backward) do nothing.
+class OverlappedAllReduce {
+public:
+  /// Errors: LibTorch's, as one line.
+  static llvm::Expected<std::unique_ptr<OverlappedAllReduce>>
+  create(Transport &replicas, std::map<int, std::vector<at::Tensor>> params,
+         const std::map<int, int> &backwards, bool perBucket,
+         int64_t bucketBytes = kGradientBucketBytes);
+  ~OverlappedAllReduce();
+
+  /// Whether `param` of `stage` is summed here.
+  bool covers(int stage, const at::Tensor &param) const;
+  void beginStep();
+  void stageDone(int stage);
+  llvm::Expected<GradientReducer::Times> finish(TraceRecorder *trace);
+  void abandon();
+  /// The buckets of `stage` started since beginStep().
+  size_t startedBuckets(int stage) const;
+
+private:
+  struct State;
+  explicit OverlappedAllReduce(std::shared_ptr<State> state);
+  std::shared_ptr<State> state_;
 };
 
 /// Sums `value` over the replica group (every member calls it): the same

@@ -118,23 +118,14 @@ struct Trainer::Impl {
   /// at::tensor_split into replicas along dim 0); sets weightRows.
   llvm::Error sliceForReplica(std::vector<c10::IValue> &inputs,
                               at::Tensor &target);
-  /// Per stage of this rank, the parameters its all-reduce may start on as
-  /// soon as the stage's last backward is done (not tied: the tied sum
-  /// changes the others after the schedule); empty without the overlap.
-  std::map<int, std::vector<at::Tensor>> earlyParams;
-  /// Sums them beside the schedule (LaunchEnv::overlapAllReduce, with
-  /// replicas); null otherwise. Declared after ctx, whose replica transport
-  /// it uses: it is destroyed first.
-  std::unique_ptr<GradientReducer> reducer;
-  /// The stages whose early parameters the reducer took this step.
-  std::set<int> reducing;
-  /// Sets earlyParams and the reducer up.
-  void planOverlap();
-  /// ExecutorStep::afterWeightGradients: starts stage `stage`'s early
-  /// parameters' all-reduce.
-  llvm::Error startReplicaReduce(int stage);
-  /// Sums each stage's gradients over its replicas: waits for what the
-  /// reducer started, then sums the rest (every gradient without the
+  /// Sums each stage's untied gradients beside the schedule
+  /// (LaunchEnv::overlapAllReduce, with replicas); null otherwise. Declared
+  /// after ctx, whose replica transport it uses: it is destroyed first.
+  std::unique_ptr<OverlappedAllReduce> overlap;
+  /// Sets `overlap` up.
+  llvm::Error planOverlap();
+  /// Sums each stage's gradients over its replicas: waits for what
+  /// `overlap` started, then sums the rest (every gradient without the
   /// overlap). Returns the milliseconds the step waited.
   llvm::Expected<double> allReduceReplicas();
 };
@@ -178,57 +169,59 @@ llvm::Error Trainer::Impl::sliceForReplica(std::vector<c10::IValue> &inputs,
   return llvm::Error::success();
 }
 
-void Trainer::Impl::planOverlap() {
-  std::set<const void *> tied;
-  for (const TiedParameter &param : ctx->manifest().tiedParameters)
-    for (const TiedParameter::Use &use : param.uses)
-      if (ctx->stages().count(use.stage))
-        tied.insert(ctx->stages()
-                        .at(use.stage)
-                        .executable()
-                        .tensorAt(use.path)
-                        .unsafeGetTensorImpl());
-  for (auto &[index, stage] : ctx->stages())
-    for (const at::Tensor &t : stage.executable().parameters())
-      if (!tied.count(t.unsafeGetTensorImpl()))
-        earlyParams[index].push_back(t);
-  reducer = std::make_unique<GradientReducer>(*ctx->replicaTransport(),
-                                              kGradientBucketBytes);
-}
-
-llvm::Error Trainer::Impl::startReplicaReduce(int stage) {
-  auto it = earlyParams.find(stage);
-  if (it == earlyParams.end())
-    return llvm::Error::success();
-  std::vector<at::Tensor> grads;
-  for (const at::Tensor &p : it->second)
-    grads.push_back(p.grad());
-  reducer->start(std::move(grads), stage);
-  reducing.insert(stage);
+llvm::Error Trainer::Impl::planOverlap() {
+  // The tied parameters wait for the tied sum, after the schedule.
+  std::map<int, std::vector<at::Tensor>> params;
+  if (llvm::Error err =
+          torchCall("cannot find the tied parameters of this rank", [&] {
+            std::set<const void *> tied;
+            for (const TiedParameter &param : ctx->manifest().tiedParameters)
+              for (const TiedParameter::Use &use : param.uses)
+                if (ctx->stages().count(use.stage))
+                  tied.insert(ctx->stages()
+                                  .at(use.stage)
+                                  .executable()
+                                  .tensorAt(use.path)
+                                  .unsafeGetTensorImpl());
+            for (auto &[index, stage] : ctx->stages())
+              for (const at::Tensor &t : stage.executable().parameters())
+                if (!tied.count(t.unsafeGetTensorImpl()))
+                  params[index].push_back(t);
+          }))
+    return err;
+  std::map<int, int> backwards;
+  for (const Action &a : ctx->schedule().ranks[ctx->rank()])
+    if (a.kind == ActionKind::Backward || a.kind == ActionKind::BackwardWeight)
+      ++backwards[a.stage];
+  // A CPU stage's backward runs on this thread, so its buckets can start as
+  // their gradients are accumulated; a CUDA one's, at the stage's end.
+  auto made =
+      OverlappedAllReduce::create(*ctx->replicaTransport(), std::move(params),
+                                  backwards, ctx->device().is_cpu());
+  if (!made)
+    return made.takeError();
+  overlap = std::move(*made);
   return llvm::Error::success();
 }
 
 llvm::Expected<double> Trainer::Impl::allReduceReplicas() {
   auto start = std::chrono::steady_clock::now();
-  if (reducer)
-    if (auto times = reducer->wait(ctx->trace()); !times)
+  if (overlap)
+    if (auto times = overlap->finish(ctx->trace()); !times)
       return times.takeError();
   for (auto &[index, stage] : ctx->stages()) {
-    // What the reducer did not take: the tied parameters (summed over the
+    // What the overlap does not sum: the tied parameters (summed over the
     // pipeline by now), or all of them. The sum of each element is the
     // same whichever bucket it travels in.
     std::vector<at::Tensor> params;
     for (const at::Tensor &t : stage.executable().parameters())
-      if (!reducing.count(index) ||
-          llvm::none_of(earlyParams[index],
-                        [&](const at::Tensor &e) { return e.is_same(t); }))
+      if (!overlap || !overlap->covers(index, t))
         params.push_back(t);
     if (llvm::Error err =
             allReduceGradients(*ctx->replicaTransport(), params,
                                kGradientBucketBytes, index, ctx->trace()))
       return err;
   }
-  reducing.clear();
   return std::chrono::duration<double, std::milli>(
              std::chrono::steady_clock::now() - start)
       .count();
@@ -436,8 +429,7 @@ Trainer::create(llvm::StringRef manifestPath, const LaunchEnv &env,
   if (!params.empty())
     impl->optimizer = createOptimizer(options, std::move(params));
   if (impl->ctx->replicas() > 1 && env.overlapAllReduce)
-    if (llvm::Error err = torchCall("cannot plan the gradients' all-reduce",
-                                    [&] { impl->planOverlap(); }))
+    if (llvm::Error err = impl->planOverlap())
       return err;
   return std::unique_ptr<Trainer>(new Trainer(std::move(impl)));
 }
@@ -513,17 +505,18 @@ llvm::Expected<double> Trainer::step(const std::vector<c10::IValue> &inputs,
       std::is_same_v<decltype(step.NAME), decltype(t.options.NAME)>);          \
   step.NAME = t.options.NAME;
 #include "runtime/train/TrainOptions.def"
-  // Data parallel: each stage's all-reduce starts once its last backward
-  // is done; whatever ends the step early takes it back.
-  if (t.reducer)
+  // Data parallel: the all-reduce starts as the stages' last backwards
+  // finish the gradients; whatever ends the step early takes it back.
+  if (t.overlap) {
+    t.overlap->beginStep();
     step.afterWeightGradients = [&t](int stage) {
-      return t.startReplicaReduce(stage);
+      t.overlap->stageDone(stage);
+      return llvm::Error::success();
     };
+  }
   auto settle = llvm::make_scope_exit([&] {
-    if (t.reducer) {
-      t.reducer->abandon();
-      t.reducing.clear();
-    }
+    if (t.overlap)
+      t.overlap->abandon();
   });
   auto done = ctx.execute(step);
   if (!done)

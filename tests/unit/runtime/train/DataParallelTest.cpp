@@ -293,6 +293,67 @@ TEST(DataParallel, ReducerNamesALostReplicaAndDropsTheRest) {
   EXPECT_EQ(errors[1], "");
 }
 
+TEST(DataParallel, OverlapStartsEachBucketAfterItsLastAccumulation) {
+  // Two replicas, one stage of three parameters (a bucket each), two
+  // backwards a step (two microbatches): with perBucket, every bucket has
+  // started when the second backward returns, none after the first; without
+  // it, they start at stageDone(). The sums are the replicas' gradients
+  // added in replica order, bitwise.
+  auto model = [](int d) {
+    at::manual_seed(10 + d);
+    return std::vector<at::Tensor>{at::randn({4, 3}).requires_grad_(),
+                                   at::randn({3}).requires_grad_(),
+                                   at::randn({3, 2}).requires_grad_()};
+  };
+  auto backward = [](const std::vector<at::Tensor> &p, int m) {
+    at::Tensor x = at::arange(8 * (m + 1), 8 * (m + 2), at::kFloat)
+                       .reshape({2, 4})
+                       .div(10);
+    at::Tensor y = (at::matmul(x, p[0]) + p[1]).relu().matmul(p[2]).sum();
+    y.backward();
+  };
+  std::vector<std::vector<at::Tensor>> want(2);
+  for (int d = 0; d < 2; ++d) {
+    std::vector<at::Tensor> p = model(d);
+    backward(p, 0);
+    backward(p, 1);
+    for (const at::Tensor &t : p)
+      want[d].push_back(t.grad());
+  }
+  for (bool perBucket : {true, false}) {
+    std::vector<std::vector<at::Tensor>> params = {model(0), model(1)};
+    std::vector<std::string> seen(2);
+    auto errors =
+        onReplicas({0, 1}, std::chrono::milliseconds(5000),
+                   [&](int d, Transport &t) -> llvm::Error {
+                     auto overlap = OverlappedAllReduce::create(
+                         t, {{3, params[d]}}, {{3, 2}}, perBucket, 8);
+                     if (!overlap)
+                       return overlap.takeError();
+                     // A backward outside a step counts for nothing.
+                     backward(params[d], 0);
+                     for (at::Tensor &p : params[d])
+                       p.mutable_grad() = at::Tensor();
+                     (*overlap)->beginStep();
+                     backward(params[d], 0);
+                     seen[d] += std::to_string((*overlap)->startedBuckets(3));
+                     backward(params[d], 1);
+                     seen[d] += std::to_string((*overlap)->startedBuckets(3));
+                     (*overlap)->stageDone(3);
+                     seen[d] += std::to_string((*overlap)->startedBuckets(3));
+                     auto times = (*overlap)->finish(nullptr);
+                     return times ? llvm::Error::success() : times.takeError();
+                   });
+    for (int d = 0; d < 2; ++d) {
+      EXPECT_EQ(errors[d], "");
+      EXPECT_EQ(seen[d], perBucket ? "033" : "003");
+      for (size_t i = 0; i < 3; ++i)
+        EXPECT_TRUE(at::equal(params[d][i].grad(), want[0][i] + want[1][i]))
+            << perBucket << " " << d << " " << i;
+    }
+  }
+}
+
 TEST(DataParallel, TensorsShaDependsOnEveryByte) {
   at::Tensor a = at::arange(6, at::kFloat).reshape({2, 3});
   std::string sha = tensorsSha256({a, at::ones({2})});
