@@ -347,7 +347,7 @@ GradientReducer::wait(TraceRecorder *trace) {
     shared_->failed = false;
     llvm::Error err = std::move(shared_->failure);
     shared_->failure = llvm::Error::success();
-    return std::move(err);
+    return err;
   }
   return times;
 }
@@ -467,7 +467,7 @@ OverlappedAllReduce::create(Transport &replicas,
     }
   });
   if (err)
-    return std::move(err);
+    return err;
   return std::unique_ptr<OverlappedAllReduce>(
       new OverlappedAllReduce(std::move(state)));
 }
