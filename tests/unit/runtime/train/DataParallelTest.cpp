@@ -8,7 +8,8 @@
 // all-reduce over replica groups whose ranks are threads on the loopback
 // link (the sum on every replica bitwise the same, a lost replica named by
 // its job rank; on the GradientReducer's thread too, bitwise as after the
-// schedule), and the two transports of a 2 x 2 job meeting at a real
+// schedule; OverlappedAllReduce starting each bucket after its gradients'
+// last accumulation), and the two transports of a 2 x 2 job meeting at a real
 // store (Gloo), each rank talking to its pipeline and its replica group.
 //
 //===----------------------------------------------------------------------===//
