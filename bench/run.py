@@ -623,6 +623,120 @@ def bench_coalesce(cfg):
                 runs=runs)]
 
 
+def bench_overlap(cfg):
+    """Issue #33: the data-parallel all-reduce overlapped with the backward.
+    resnet18 (11.7M parameters, 72% of them in layer4), `ppc train
+    --data-parallel 2`, batch 32 (16 rows a replica) in 4 microbatches, 1f1b,
+    traced, in two layouts: 4 stages (cuts at layer2, layer3, layer4) on one
+    rank a replica (2 ranks), and 2 stages (cut at layer3) on two ranks a
+    replica (4 ranks); the default (each bucket starts when the backward has
+    finished its gradients) against PPC_OVERLAP_ALLREDUCE=0 (all of it after
+    the schedule), in interleaved rounds. Steps after the first count. From
+    the trace, per run: total = the ALLREDUCE events' time (the buckets,
+    overlapped or not), exposed = the time the steps waited for them after the
+    schedule (ALLREDUCE_WAIT, and ALLREDUCE events of category wait); the
+    figure counts, per step and replica group, the member that ends its
+    schedule last (the others also wait for it to arrive: the replicas' skew,
+    which no overlap hides); the notes count every rank too."""
+    model = os.path.join(MODELS, "resnet18.pt")
+    data = os.path.join(MODELS, "resnet18.train.pt")
+    M, steps = 4, max(4, cfg["train_steps"])
+    layouts = [("4 stages a rank, 2 ranks", 2,
+                split(model, os.path.join(WORK, "resnet18.4dp"), "--split-at",
+                      "layer2,layer3,layer4")),
+               ("2 stages on 2 ranks a replica, 4 ranks", 4,
+                split(model, os.path.join(WORK, "resnet18.2dp"), "--split-at", "layer3"))]
+
+    def one(manifest, nproc, overlap):
+        trace = os.path.join(WORK, "overlap.%d.%d.trace.json" % (nproc, overlap))
+        s = sh(["env", "PPC_OVERLAP_ALLREDUCE=%d" % overlap,
+                *launch(nproc, "train", manifest, "--data", data, "--loss", "cross_entropy",
+                        "--data-parallel", 2, "--microbatches", M, "--steps", steps,
+                        "--threads", 1, "--schedule", "1f1b", "--stats", "--trace", trace)])
+        st = parse_stats(s.out)
+        step_ms = [max(r["step_ms"] for r in st if r["step"] == k) for k in range(2, steps + 1)]
+        with open(trace) as f:
+            events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+        # Each rank's events after the end of its first step.
+        first_end = {}
+        for e in events:
+            if is_mark(e):
+                first_end[e["pid"]] = min(first_end.get(e["pid"], float("inf")),
+                                          e["ts"] + e["dur"])
+        later = [e for e in events if not is_mark(e) and e["ts"] >= first_end[e["pid"]]]
+
+        def is_exposed(e):
+            return e["name"] == "ALLREDUCE_WAIT" or (e["name"] == "ALLREDUCE"
+                                                     and e["cat"] == "wait")
+
+        total = sum(e["dur"] for e in later if e["name"] == "ALLREDUCE") / 1000.0
+        exposed = sum(e["dur"] for e in later if is_exposed(e)) / 1000.0
+        # On the critical path: per step and replica group, the member that
+        # ends its schedule (its flush) last. The others' waits include
+        # waiting for it to arrive, which no overlap can hide (the replicas'
+        # skew, large when 4 ranks share 2 cores).
+        marks = {p: sorted((e for e in events if is_mark(e) and e["pid"] == p),
+                           key=lambda e: e["ts"]) for p in range(nproc)}
+        crit_total = crit_exposed = 0.0
+        for k in range(1, steps):
+            for r in range(nproc // 2):
+                ends = {}
+                for p in (r, nproc // 2 + r):
+                    m = marks[p][k]
+                    mine = [e for e in later if e["pid"] == p
+                            and m["ts"] <= e["ts"] <= m["ts"] + m["dur"]]
+                    flush = max(e["ts"] + e["dur"] for e in mine if e["name"] == "flush")
+                    ends[p] = (flush, mine)
+                last = max(ends, key=lambda p: ends[p][0])
+                mine = ends[last][1]
+                crit_total += sum(e["dur"] for e in mine if e["name"] == "ALLREDUCE") / 1000.0
+                crit_exposed += sum(e["dur"] for e in mine if is_exposed(e)) / 1000.0
+        return {"step_ms": step_ms, "total_ms": total, "exposed_ms": exposed,
+                "crit_total_ms": crit_total, "crit_exposed_ms": crit_exposed,
+                "per_rank_step": 1.0 / (nproc * (steps - 1))}
+
+    configs = {}
+    for name, nproc, manifest in layouts:
+        for overlap in (1, 0):
+            configs[(name, overlap)] = (lambda m=manifest, n=nproc, o=overlap: one(m, n, o))
+    runs = rounds(configs, cfg["train_reps"], warmup=0)  # step 1 is the warm-up
+    rows = []
+    for name, nproc, _ in layouts:
+        on, off = runs[(name, 1)], runs[(name, 0)]
+        share = stats([r["crit_exposed_ms"] / r["crit_total_ms"] for r in on])
+        off_share = stats([r["crit_exposed_ms"] / r["crit_total_ms"] for r in off])
+        every = statistics.median(r["exposed_ms"] / r["total_ms"] for r in on)
+        # The overlapped runs' exposed time against the whole all-reduce of
+        # the runs after the schedule, which hides none of it.
+        against_off = (statistics.median(r["exposed_ms"] for r in on)
+                       / statistics.median(r["total_ms"] for r in off))
+        step_on = stats([ms for r in on for ms in r["step_ms"]])
+        step_off = stats([ms for r in off for ms in r["step_ms"]])
+
+        def per_step(rs, key):
+            return statistics.median(r[key] * r["per_rank_step"] for r in rs)
+
+        title = "resnet18, %s, --data-parallel 2, batch 32, M=%d" % (name, M)
+        rows.append(row(
+            "33.dp overlap", title + ": exposed / total all-reduce time of the replica "
+            "that ends its schedule last", share, "",
+            "after the schedule (PPC_OVERLAP_ALLREDUCE=0)", off_share,
+            share["median"] / off_share["median"], "<= 0.25", share["median"] <= 0.25,
+            "every rank (waits for a later replica included): %.3f exposed; per rank and "
+            "step: all-reduce %s ms overlapped (%s ms exposed), %s ms after the schedule (all "
+            "exposed); overlapped exposed / the whole all-reduce after the schedule: %.3f"
+            % (every, fmt(per_step(on, "total_ms")), fmt(per_step(on, "exposed_ms")),
+               fmt(per_step(off, "total_ms")), against_off),
+            exposed_every_rank=every, exposed_over_off_total=against_off,
+            runs={"on": on, "off": off}))
+        rows.append(row(
+            "33.dp overlap", title + ": step time", step_on, "ms",
+            "after the schedule (PPC_OVERLAP_ALLREDUCE=0)", step_off,
+            step_on["median"] / step_off["median"], None, None,
+            "steps 2-%d, the slowest rank's" % steps))
+    return rows
+
+
 def tcp_loopback_us(nbytes, iterations):
     """Median half round trip (µs) of a plain TCP ping-pong over 127.0.0.1
     between this process and a forked child (Python sockets, TCP_NODELAY):
@@ -1514,6 +1628,8 @@ def main():
             ("21.6", "matmul throughput per kernel", lambda: bench_blas(cfg)),
             ("21.4", "streaming across batches", lambda: bench_streaming(cfg)),
             ("21.c", "an edge's values as one message", lambda: bench_coalesce(cfg)),
+            ("33.dp", "data-parallel all-reduce overlapped with the backward",
+             lambda: bench_overlap(cfg)),
             ("30", "generate: pipelined decoding", lambda: bench_generate(cfg))]
     for key, name, fn in plan:
         if only is not None and key not in only:

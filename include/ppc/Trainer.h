@@ -123,7 +123,8 @@ struct TrainStats {
   bool cacheWritten = false;
   // Data parallel
   /// This rank's replica with dataParallel > 1 (else -1), and the
-  /// milliseconds its step spent in the gradients' all-reduce.
+  /// milliseconds its step waited for the gradients' all-reduce after the
+  /// schedule (the part the backward did not hide).
   int replica = -1;
   double allReduceMs = 0;
 

@@ -182,9 +182,15 @@ llvm::Expected<ExecutorResult> Executor::run() {
   result.outputParts.resize(manifest.modelOutputs.size());
   const std::vector<Action> &actions = schedule.ranks[plan.rank];
   size_t lastOfFirst = 0;
-  for (size_t i = 0; i < actions.size(); ++i)
+  // Per stage, the index of its last action that writes parameter gradients.
+  std::map<int, size_t> lastWeights;
+  for (size_t i = 0; i < actions.size(); ++i) {
     if (actions[i].microbatch == 0)
       lastOfFirst = i;
+    if (actions[i].kind == ActionKind::Backward ||
+        actions[i].kind == ActionKind::BackwardWeight)
+      lastWeights[actions[i].stage] = i;
+  }
   if (step.trace)
     step.trace->reserve(step.trace->events().size() + actions.size() + 1);
   postAheadTraced(0);
@@ -238,6 +244,14 @@ llvm::Expected<ExecutorResult> Executor::run() {
     }
     if (step.trace)
       record(a, startUs);
+    if (step.afterWeightGradients) {
+      auto last = lastWeights.find(a.stage);
+      if (last != lastWeights.end() && last->second == i)
+        if (llvm::Error err = step.afterWeightGradients(a.stage)) {
+          step.failedMicrobatch = a.microbatch;
+          return located(std::move(err), i);
+        }
+    }
     postAheadTraced(i + 1);
     if (i == lastOfFirst)
       result.firstOutputMs =

@@ -198,6 +198,12 @@ struct ExecutorStep {
   /// Before F(s, m): lets the job bind what stage s keeps across
   /// microbatches (decoding: the state of m's group). Errors end the run.
   std::function<llvm::Error(int stage, int m)> beforeForward;
+  /// Training: called once per stage of this rank, right after the last
+  /// action of this run that writes the stage's parameter gradients (its
+  /// last B or W in the rank's action list), so that the job can start
+  /// using them (data parallel: their all-reduce) while the schedule goes
+  /// on. Errors end the run.
+  std::function<llvm::Error(int stage)> afterWeightGradients;
 };
 
 /// What one run of the executor produced on this rank.

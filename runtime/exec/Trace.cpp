@@ -87,7 +87,7 @@ std::string TraceRecorder::eventsJSON() const {
         j.attribute("ts", e.startUs);
         j.attribute("dur", e.durationUs);
         j.attribute("pid", rank_);
-        j.attribute("tid", 0);
+        j.attribute("tid", e.tid);
         j.attributeObject("args", [&] {
           j.attribute("stage", e.stage);
           j.attribute("microbatch", e.microbatch);
@@ -110,7 +110,7 @@ std::string TraceRecorder::eventsJSON() const {
         j.attribute("id", e.flowId);
         j.attribute("ts", e.startUs);
         j.attribute("pid", rank_);
-        j.attribute("tid", 0);
+        j.attribute("tid", e.tid);
       });
     }
   });

@@ -66,6 +66,10 @@ struct TraceEvent {
   /// Decoding: the microbatch's group of sequences and decode step
   /// (written as args.group and args.step); -1 otherwise.
   int group = -1, step = -1;
+  /// The rank's lane (written as tid): 0 for the actions of the schedule,
+  /// which never overlap; 1 for work that runs beside them on a thread of
+  /// its own (the overlapped all-reduce of data-parallel training).
+  int tid = 0;
 };
 
 /// The event that spans one training step on a rank (Trainer::step), and
@@ -105,8 +109,8 @@ public:
   int rank() const;
 
   /// This rank's events as the JSON text of an array of Chrome trace
-  /// events (pid = rank, tid = 0): one complete event (ph "X") per event,
-  /// with args {stage, microbatch}, plus a flow event per event with a
+  /// events (pid = rank, tid = its lane): one complete event (ph "X") per
+  /// event, with args {stage, microbatch}, plus a flow event per event with a
   /// flow id (ph "s" when flowOut, else ph "f" with "bp": "e"; both cat
   /// "flow", name "message", ts = the event's start). Ranks ship this text
   /// to the rank that calls writeTraceFile.

@@ -22,7 +22,8 @@
 //     --loss, --loss-output, --optimizer, --lr, --momentum, --weight-decay
 //     (after the optimizer's default), --clip-grad-norm, --lr-schedule,
 //     --warmup-steps, --min-lr, --schedule auto and --max-activations,
-//     --schedule-csv's digest, --data-parallel, --recompute, --seed;
+//     --schedule-csv's digest, --data-parallel, --recompute, --seed, and
+//     with replicas PPC_OVERLAP_ALLREDUCE (runtime/link/LaunchEnv.h);
 //   - RankContext (runtime/exec/RankContext.cpp), for every job:
 //     --microbatches, --schedule, --precision, --device, --link,
 //     --data-parallel, --stream-window, --input-meta's digest, and the

@@ -32,6 +32,8 @@ llvm::Error readKnobs(llvm::function_ref<const char *(const char *)> get,
   }
   const char *coalesce = get("PPC_COALESCE");
   env.coalesce = !coalesce || llvm::StringRef(coalesce) != "0";
+  const char *overlap = get("PPC_OVERLAP_ALLREDUCE");
+  env.overlapAllReduce = !overlap || llvm::StringRef(overlap) != "0";
   env.blasWarned = get("PPC_BLAS_WARNED") != nullptr;
   if (const char *stop = get("PPC_TEST_RENDEZVOUS_STOP"))
     env.testStopAt = stop;

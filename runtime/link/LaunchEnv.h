@@ -46,6 +46,12 @@ struct LaunchEnv {
   /// (runtime/link/WirePack.h): false only with PPC_COALESCE=0, one message
   /// per wire tensor, for measurement (docs/runtime.md).
   bool coalesce = true;
+  /// Whether `ppc train --data-parallel` starts each stage's gradient
+  /// all-reduce as soon as its last backward is done, beside the rest of
+  /// the schedule (runtime/train/DataParallel.h, GradientReducer): false
+  /// only with PPC_OVERLAP_ALLREDUCE=0, the all-reduce after the schedule,
+  /// for measurement and the tests' bitwise comparison (docs/training.md).
+  bool overlapAllReduce = true;
   /// PPC_BLAS_WARNED (set to anything): ppc launch warned about the ranks'
   /// BLAS kernel already, so the rank does not (warnAboutBlasKernel).
   bool blasWarned = false;
@@ -56,7 +62,7 @@ struct LaunchEnv {
 
   /// Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
   /// MASTER_PORT, TORCHELASTIC_USE_AGENT_STORE, PPC_JOB_TOKEN, PPC_JOB_SECRET,
-  /// PPC_HOST_ID,
+  /// PPC_HOST_ID, PPC_OVERLAP_ALLREDUCE,
   /// PPC_COALESCE and PPC_BLAS_WARNED through `getenv` (the process
   /// environment by default). RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT
   /// are required; LOCAL_RANK defaults to RANK and LOCAL_WORLD_SIZE to

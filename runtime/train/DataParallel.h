@@ -36,6 +36,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -112,12 +113,116 @@ std::vector<GradientBucket> planBuckets(const std::vector<at::Tensor> &tensors,
 /// defined gradients in buckets of about `bucketBytes` (planBuckets), one
 /// allReduceSum (runtime/link/Collectives.h) on channel 0 per bucket, so every
 /// replica gets the very same sum. Each bucket is one "ALLREDUCE" event of
-/// category "wait" for `stage` on `trace` (when not null). Errors:
+/// category "wait" for `stage` on `trace` (when not null): the caller
+/// waits for all of it. Errors:
 /// LostRankError naming the job rank; LibTorch's, as one line.
 llvm::Error allReduceGradients(Transport &replicas,
                                const std::vector<at::Tensor> &params,
                                int64_t bucketBytes, int stage,
                                TraceRecorder *trace);
+
+/// Sums gradients over the replica group on a thread of its own, beside
+/// the schedule: `ppc train --data-parallel` starts each bucket of a stage's
+/// gradients as soon as the backward has finished it (OverlappedAllReduce
+/// says when), while the rest of the backward runs, and waits for all of
+/// them after the schedule (Trainer::step).
+///   1. start() (the caller's thread) plans the buckets of the gradients it
+///      is given, as allReduceGradients() does, queues them and returns.
+///   2. The reducer's thread runs the queued buckets in order, each exactly
+///      as allReduceGradients() does (flatten, allReduceSum on channel 0,
+///      copy back), so the gradients end up bitwise the same: each element's
+///      sum is the same additions in replica order, whatever the buckets.
+///      Before it goes idle it waits for its sends (flushSends).
+///   3. wait() (the caller's thread) blocks until the queue is done; that
+///      is the time the all-reduce was not hidden.
+/// From the first start() to wait() the replica transport is the reducer's
+/// alone, and the gradients given to start() are its alone: nobody else may
+/// use that transport, nor read or write those gradients, in between. Every
+/// member of the replica group must start the same gradients in the same
+/// order (replicas run the same schedule, so they do). Each message waits at
+/// most the transport's timeout, so wait() returns within that per bucket;
+/// after a bucket's error the buckets queued behind it are dropped and
+/// wait() returns that error (a LostRankError naming the job rank).
+class GradientReducer {
+public:
+  GradientReducer(Transport &replicas, int64_t bucketBytes);
+  /// Drops the buckets not started and waits for the one under way.
+  ~GradientReducer();
+  GradientReducer(const GradientReducer &) = delete;
+  GradientReducer &operator=(const GradientReducer &) = delete;
+
+  /// Queues the sum of `grads` (stage `stage`'s; undefined ones are left
+  /// out) over the replica group, in buckets numbered (in errors) from
+  /// `firstBucket`.
+  void start(std::vector<at::Tensor> grads, int stage, size_t firstBucket = 0);
+  /// What wait() measured since the previous wait() or abandon(), in
+  /// milliseconds.
+  struct Times {
+    /// The reducer's thread on the buckets (from each one's start to its
+    /// end, waiting for peers included): the all-reduce's whole time.
+    double reduceMs = 0;
+    /// The caller in wait(): the part the schedule did not hide.
+    double waitMs = 0;
+  };
+  /// Waits until every started bucket is summed. Records on `trace` (when
+  /// not null) each bucket as an "ALLREDUCE" event of category "other" on
+  /// lane (tid) 1, as it ran on the reducer's thread, and the wait itself as
+  /// an "ALLREDUCE_WAIT" event of category "wait" (stage -1). Errors: the
+  /// first bucket's error.
+  llvm::Expected<Times> wait(TraceRecorder *trace);
+  /// Drops the buckets not started, waits for the one under way and
+  /// forgets its error: for a step that failed before wait().
+  void abandon();
+
+private:
+  struct Shared;
+  std::unique_ptr<Shared> shared_;
+};
+
+/// The overlapped all-reduce of one rank's gradients in a training step
+/// (Trainer::step): which gradients are final when, and their sum beside the
+/// schedule by a GradientReducer.
+///   1. create() takes, per stage of the rank, the parameters to sum this
+///      way (the untied ones: the tied sum changes the others after the
+///      schedule) and the number of the stage's actions that write their
+///      gradients in a step (its B and W). The parameters are bucketed last
+///      first (planBuckets), as the backward finishes them.
+///   2. With `perBucket` (CPU stages: their backward runs on the caller's
+///      thread), a post hook on each parameter's gradient accumulator counts
+///      its runs in the step; after the last one the gradient is final, and
+///      once every member of a bucket is, the bucket starts (in bucket
+///      order, so that every replica starts the same buckets in the same
+///      order), while the rest of that backward still runs.
+///   3. stageDone(s) (ExecutorStep::afterWeightGradients) starts whatever
+///      of stage s has not started (every bucket without `perBucket`; a
+///      parameter that a microbatch did not reach); finish() starts what no
+///      stageDone() did, then waits (GradientReducer::wait).
+/// Between beginStep() and finish() or abandon() the replica transport and
+/// the covered gradients are the reducer's (GradientReducer). Hooks outside
+/// a step (an evaluation's backward) do nothing.
+class OverlappedAllReduce {
+public:
+  /// Errors: LibTorch's, as one line.
+  static llvm::Expected<std::unique_ptr<OverlappedAllReduce>>
+  create(Transport &replicas, std::map<int, std::vector<at::Tensor>> params,
+         const std::map<int, int> &backwards, bool perBucket,
+         int64_t bucketBytes = kGradientBucketBytes);
+  ~OverlappedAllReduce();
+
+  /// Whether `param` of `stage` is summed here.
+  bool covers(int stage, const at::Tensor &param) const;
+  void beginStep();
+  void stageDone(int stage);
+  llvm::Expected<GradientReducer::Times> finish(TraceRecorder *trace);
+  void abandon();
+  /// The buckets of `stage` started since beginStep().
+  size_t startedBuckets(int stage) const;
+
+private:
+  struct State;
+  explicit OverlappedAllReduce(std::shared_ptr<State> state);
+  std::shared_ptr<State> state_;
+};
 
 /// Sums `value` over the replica group (every member calls it): the same
 /// double on all of them. Errors: LostRankError.

@@ -37,6 +37,7 @@
 #include <chrono>
 #include <cmath>
 #include <optional>
+#include <set>
 #include <tuple>
 #include <type_traits>
 
@@ -117,8 +118,15 @@ struct Trainer::Impl {
   /// at::tensor_split into replicas along dim 0); sets weightRows.
   llvm::Error sliceForReplica(std::vector<c10::IValue> &inputs,
                               at::Tensor &target);
-  /// Sums each stage's gradients over its replicas; returns the time
-  /// taken in milliseconds.
+  /// Sums each stage's untied gradients beside the schedule
+  /// (LaunchEnv::overlapAllReduce, with replicas); null otherwise. Declared
+  /// after ctx, whose replica transport it uses: it is destroyed first.
+  std::unique_ptr<OverlappedAllReduce> overlap;
+  /// Sets `overlap` up.
+  llvm::Error planOverlap();
+  /// Sums each stage's gradients over its replicas: waits for what
+  /// `overlap` started, then sums the rest (every gradient without the
+  /// overlap). Returns the milliseconds the step waited.
   llvm::Expected<double> allReduceReplicas();
 };
 
@@ -161,12 +169,54 @@ llvm::Error Trainer::Impl::sliceForReplica(std::vector<c10::IValue> &inputs,
   return llvm::Error::success();
 }
 
+llvm::Error Trainer::Impl::planOverlap() {
+  // The tied parameters wait for the tied sum, after the schedule.
+  std::map<int, std::vector<at::Tensor>> params;
+  if (llvm::Error err =
+          torchCall("cannot find the tied parameters of this rank", [&] {
+            std::set<const void *> tied;
+            for (const TiedParameter &param : ctx->manifest().tiedParameters)
+              for (const TiedParameter::Use &use : param.uses)
+                if (ctx->stages().count(use.stage))
+                  tied.insert(ctx->stages()
+                                  .at(use.stage)
+                                  .executable()
+                                  .tensorAt(use.path)
+                                  .unsafeGetTensorImpl());
+            for (auto &[index, stage] : ctx->stages())
+              for (const at::Tensor &t : stage.executable().parameters())
+                if (!tied.count(t.unsafeGetTensorImpl()))
+                  params[index].push_back(t);
+          }))
+    return err;
+  std::map<int, int> backwards;
+  for (const Action &a : ctx->schedule().ranks[ctx->rank()])
+    if (a.kind == ActionKind::Backward || a.kind == ActionKind::BackwardWeight)
+      ++backwards[a.stage];
+  // A CPU stage's backward runs on this thread, so its buckets can start as
+  // their gradients are accumulated; a CUDA one's, at the stage's end.
+  auto made =
+      OverlappedAllReduce::create(*ctx->replicaTransport(), std::move(params),
+                                  backwards, ctx->device().is_cpu());
+  if (!made)
+    return made.takeError();
+  overlap = std::move(*made);
+  return llvm::Error::success();
+}
+
 llvm::Expected<double> Trainer::Impl::allReduceReplicas() {
   auto start = std::chrono::steady_clock::now();
+  if (overlap)
+    if (auto times = overlap->finish(ctx->trace()); !times)
+      return times.takeError();
   for (auto &[index, stage] : ctx->stages()) {
+    // What the overlap does not sum: the tied parameters (summed over the
+    // pipeline by now), or all of them. The sum of each element is the
+    // same whichever bucket it travels in.
     std::vector<at::Tensor> params;
     for (const at::Tensor &t : stage.executable().parameters())
-      params.push_back(t);
+      if (!overlap || !overlap->covers(index, t))
+        params.push_back(t);
     if (llvm::Error err =
             allReduceGradients(*ctx->replicaTransport(), params,
                                kGradientBucketBytes, index, ctx->trace()))
@@ -353,6 +403,11 @@ Trainer::create(llvm::StringRef manifestPath, const LaunchEnv &env,
   };
   RunOptions run = options.run;
   recordTrainOptions(options, run.agreement);
+  // The replicas' all-reduce messages come in a different order with and
+  // without the overlap.
+  if (options.dataParallel > 1)
+    run.agreement.setDefault("PPC_OVERLAP_ALLREDUCE",
+                             env.overlapAllReduce ? "1" : "0");
   auto ctx = RankContext::create(manifestPath, env, run, planner,
                                  options.dataParallel);
   if (!ctx)
@@ -373,6 +428,9 @@ Trainer::create(llvm::StringRef manifestPath, const LaunchEnv &env,
   std::vector<at::Tensor> params = impl->parameters();
   if (!params.empty())
     impl->optimizer = createOptimizer(options, std::move(params));
+  if (impl->ctx->replicas() > 1 && env.overlapAllReduce)
+    if (llvm::Error err = impl->planOverlap())
+      return err;
   return std::unique_ptr<Trainer>(new Trainer(std::move(impl)));
 }
 
@@ -447,6 +505,19 @@ llvm::Expected<double> Trainer::step(const std::vector<c10::IValue> &inputs,
       std::is_same_v<decltype(step.NAME), decltype(t.options.NAME)>);          \
   step.NAME = t.options.NAME;
 #include "runtime/train/TrainOptions.def"
+  // Data parallel: the all-reduce starts as the stages' last backwards
+  // finish the gradients; whatever ends the step early takes it back.
+  if (t.overlap) {
+    t.overlap->beginStep();
+    step.afterWeightGradients = [&t](int stage) {
+      t.overlap->stageDone(stage);
+      return llvm::Error::success();
+    };
+  }
+  auto settle = llvm::make_scope_exit([&] {
+    if (t.overlap)
+      t.overlap->abandon();
+  });
   auto done = ctx.execute(step);
   if (!done)
     return done.takeError();

@@ -86,8 +86,9 @@ struct TrainStats {
   // Data parallel
   /// This rank's replica when the job has several (else -1, not printed).
   int replica = -1;
-  /// Milliseconds the step spent in the gradients' all-reduce over the
-  /// replicas (with replicas only).
+  /// Milliseconds the step waited for the gradients' all-reduce over the
+  /// replicas after its schedule (with replicas only): all of it with
+  /// PPC_OVERLAP_ALLREDUCE=0, else the part the backward did not hide.
   double allReduceMs = 0;
 
   /// Peak memory: the most host bytes LibTorch held at once

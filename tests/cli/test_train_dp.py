@@ -12,6 +12,10 @@ accumulation over the replicas' microbatches (training.reference_dp):
     (--stats) equal after every step;
   - resnet18 (mse, BatchNorm) for one configuration, 3 steps;
   - the trace holds every job rank and the all-reduce's events;
+  - the all-reduce overlapped with the backward (the default) and after the
+    schedule (PPC_OVERLAP_ALLREDUCE=0) give bitwise the same losses,
+    weights after every step, saved stages and gradients: the MLP under
+    zb-h1, the decoder (tied embeddings) interleaved with two stages a rank;
   - errors: a D that does not divide WORLD_SIZE; a killed replica rank is
     named by its job rank within the timeout.
 
@@ -32,8 +36,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import PPC, free_port, main, rank_env  # noqa: E402
 from trace_format import assert_valid_trace  # noqa: E402
-from training import (STATS, read_grads, reference_dp, rel_diff, resolve,  # noqa: E402
-                      split, stage_tensors, train, write_data)
+from training import (LOSS, STATS, read_grads, reference_dp, rel_diff,  # noqa: E402
+                      resolve, split, stage_tensors, train, write_data)
 
 LOSS_TOL = 1e-5
 GRAD_TOL = 1e-5
@@ -150,6 +154,80 @@ class TrainDataParallelTest(unittest.TestCase):
         for a, b in zip(run.losses, want):
             self.assertLessEqual(abs(a - b), LOSS_TOL * abs(b), "%s vs %s" % (run.losses, want))
         self.assert_replicas_agree(run, 4, 2, steps)
+
+    def run_overlap(self, name, stages, schedule, overlap, steps=3):
+        """`ppc train --data-parallel 2` of NAME (STAGES stages on 4 ranks:
+        2 replicas x 2 pipeline ranks) with the all-reduce overlapped with
+        the backward (the default) or after the schedule
+        (PPC_OVERLAP_ALLREDUCE=0). Returns (run, per-step losses as
+        --stats-json wrote them, {(rank, step): weights_sha}, saved tensors,
+        gradient files' tensors, trace path)."""
+        tag = "overlap.%s.%s.%d" % (name, schedule, overlap)
+        data = self.path("%s.data.pt" % name)
+        if not os.path.exists(data):
+            write_data(data, name, LOSS[name])
+        grads, saved = self.path("grads." + tag), self.path("saved." + tag)
+        stats_json, trace = self.path("stats.%s.json" % tag), self.path("trace.%s.json" % tag)
+        os.makedirs(grads)
+        run = train(4, split(self.tmp.name, name, stages), data, "--loss", LOSS[name],
+                    "--data-parallel", 2, "--schedule", schedule, "--microbatches", 2,
+                    "--steps", steps, "--lr", 0.05, "--momentum", 0.9, "--no-meta-cache",
+                    "--stats", "--stats-json", stats_json, "--save-grads", grads,
+                    "--save", saved, "--trace", trace,
+                    env={"PPC_OVERLAP_ALLREDUCE": str(overlap)})
+        self.assertEqual(run.proc.returncode, 0, run.output)
+        with open(stats_json) as f:
+            losses = [s["loss"] for s in json.load(f)["steps"]]
+        self.assertEqual(len(losses), steps, run.output)
+        sha = {(int(m.group(1)), int(m.group(2))): m.group(5)
+               for m in DP_STATS.finditer(run.proc.stdout)}
+        self.assertEqual(len(sha), 4 * steps, run.output)
+        grad_files = {r: torch.load(os.path.join(grads, "grads.rank%d.pt" % r))
+                      for r in range(4)}
+        return run, losses, sha, stage_tensors(saved), grad_files, trace
+
+    def test_overlapped_allreduce_is_bitwise_the_same(self):
+        # The MLP under zb-h1 (W writes the weights' gradients); the decoder
+        # (tied embeddings on stages 0 and 3) interleaved, two stages per
+        # rank: the tied parameters are summed after the schedule, the rest
+        # beside it.
+        for name, stages, schedule in (("mlp", 2, "zb-h1"), ("decoder", 4, "interleaved-1f1b")):
+            with self.subTest(model=name, schedule=schedule):
+                on = self.run_overlap(name, stages, schedule, 1)
+                off = self.run_overlap(name, stages, schedule, 0)
+                self.assertEqual(on[1], off[1], "losses")
+                self.assertEqual(on[2], off[2], "weights_sha per rank and step")
+                self.assertEqual(set(on[3]), set(off[3]))
+                for key in on[3]:
+                    for a, b in zip(on[3][key], off[3][key]):
+                        self.assertTrue(torch.equal(a, b), "saved %s" % key)
+                for r in range(4):
+                    self.assertEqual(set(on[4][r]), set(off[4][r]))
+                    for key in on[4][r]:
+                        self.assertTrue(torch.equal(on[4][r][key], off[4][r][key]),
+                                        "rank %d gradient %s" % (r, key))
+                # Overlapped: each stage's buckets on lane 1 beside the
+                # schedule, and one wait per step and rank on lane 0; not
+                # overlapped: the buckets are waits on lane 0.
+                for (run, _, _, _, _, trace), overlap in ((on, 1), (off, 0)):
+                    events = [e for e in assert_valid_trace(self, trace)["traceEvents"]
+                              if e.get("ph") == "X"]
+                    buckets = [e for e in events if e["name"] == "ALLREDUCE"]
+                    waits = [e for e in events if e["name"] == "ALLREDUCE_WAIT"]
+                    self.assertEqual({e["pid"] for e in buckets}, {0, 1, 2, 3})
+                    self.assertEqual(len(waits), 4 * 3 if overlap else 0)
+                    side = {(e["cat"], e["tid"]) for e in buckets}
+                    if overlap:
+                        self.assertIn(("other", 1), side)
+                    else:
+                        self.assertEqual(side, {("wait", 0)})
+                # The decoder's tied embedding waits for the tied sum.
+                if name == "decoder":
+                    events = [e for e in assert_valid_trace(self, on[5])["traceEvents"]
+                              if e.get("ph") == "X" and e["name"] == "ALLREDUCE"]
+                    late = {(e["pid"] % 2, e["args"]["stage"]) for e in events
+                            if e["cat"] == "wait"}
+                    self.assertEqual(late, {(0, 0), (1, 3)})
 
     def test_errors(self):
         run = train(2, split(self.tmp.name, "mlp", 2), self.mlp_data, "--loss",

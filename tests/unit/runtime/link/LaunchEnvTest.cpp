@@ -179,3 +179,19 @@ TEST(LaunchEnvTest, HostIdAndCoalesce) {
   vars["PPC_HOST_ID"] = std::string(257, 'h');
   EXPECT_NE(errorOf(parse(vars)), "");
 }
+
+TEST(LaunchEnvTest, OverlapAllReduce) {
+  auto env = parse(good());
+  ASSERT_TRUE(static_cast<bool>(env));
+  EXPECT_TRUE(env->overlapAllReduce);
+  auto vars = good();
+  vars["PPC_OVERLAP_ALLREDUCE"] = "0";
+  env = parse(vars);
+  ASSERT_TRUE(static_cast<bool>(env));
+  EXPECT_FALSE(env->overlapAllReduce);
+  // Only "0" turns it off.
+  vars["PPC_OVERLAP_ALLREDUCE"] = "1";
+  env = parse(vars);
+  ASSERT_TRUE(static_cast<bool>(env));
+  EXPECT_TRUE(env->overlapAllReduce);
+}

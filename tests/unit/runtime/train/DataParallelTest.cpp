@@ -7,14 +7,19 @@
 // pipeline's view of the environment, gradient buckets, and the bucketed
 // all-reduce over replica groups whose ranks are threads on the loopback
 // link (the sum on every replica bitwise the same, a lost replica named by
-// its job rank), and the two transports of a 2 x 2 job meeting at a real
+// its job rank; on the GradientReducer's thread too, bitwise as after the
+// schedule; OverlappedAllReduce starting each bucket after its gradients'
+// last accumulation), and the two transports of a 2 x 2 job meeting at a real
 // store (Gloo), each rank talking to its pipeline and its replica group.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/train/DataParallel.h"
+#include "runtime/exec/Trace.h"
 #include "runtime/link/Collectives.h"
 #include "runtime/link/LoopbackLink.h"
 #include "runtime/link/Rendezvous.h"
+
+#include "llvm/ADT/STLExtras.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -179,6 +184,175 @@ TEST(DataParallel, LostReplicaIsNamedByItsJobRank) {
   EXPECT_NE(errors[0].find("gradient bucket 0 of stage 2"), std::string::npos)
       << errors[0];
   EXPECT_EQ(errors[1], "");
+}
+
+TEST(DataParallel, ReducerSumsBitwiseAsAfterTheSchedule) {
+  // Three replicas; two "stages" of gradients each, started in the order a
+  // schedule's backward ends them (stage 1, then stage 0) and summed on the
+  // reducer's thread in 40-byte buckets; the same gradients summed by
+  // allReduceGradients() in 4 MiB buckets, stage 0 first: bitwise equal.
+  const std::vector<int> ranks = {0, 2, 4};
+  auto gradients = [](int d) {
+    std::vector<std::vector<at::Tensor>> stages(2);
+    at::manual_seed(d);
+    for (auto shape : {std::vector<int64_t>{3, 5}, {7}, {2, 2, 2}, {11}})
+      for (auto &stage : stages) {
+        at::Tensor p = at::randn(shape).requires_grad_();
+        p.mutable_grad() = at::randn(shape);
+        stage.push_back(p);
+      }
+    return stages;
+  };
+  std::vector<std::vector<std::vector<at::Tensor>>> overlapped(3), after(3);
+  for (int d = 0; d < 3; ++d) {
+    overlapped[d] = gradients(d);
+    after[d] = gradients(d);
+  }
+  std::vector<std::string> notes(3);
+  auto errors = onReplicas(
+      ranks, std::chrono::milliseconds(5000),
+      [&](int d, Transport &t) -> llvm::Error {
+        GradientReducer reducer(t, 40);
+        for (int stage : {1, 0}) {
+          std::vector<at::Tensor> grads;
+          for (const at::Tensor &p : overlapped[d][stage])
+            grads.push_back(p.grad());
+          reducer.start(std::move(grads), stage);
+        }
+        TraceRecorder trace(d);
+        auto times = reducer.wait(&trace);
+        if (!times)
+          return times.takeError();
+        int buckets = 0, waits = 0;
+        for (const TraceEvent &e : trace.events()) {
+          buckets +=
+              e.name == "ALLREDUCE" && e.category == "other" && e.tid == 1;
+          waits +=
+              e.name == "ALLREDUCE_WAIT" && e.category == "wait" && e.tid == 0;
+        }
+        notes[d] = std::to_string(buckets) + " " + std::to_string(waits);
+        for (int stage : {0, 1})
+          if (llvm::Error err = allReduceGradients(
+                  t, after[d][stage], kGradientBucketBytes, stage, nullptr))
+            return err;
+        // A second round on the same reducer, after the first wait.
+        reducer.start({overlapped[d][0][0].grad()}, 0);
+        auto again = reducer.wait(nullptr);
+        return again ? llvm::Error::success() : again.takeError();
+      });
+  for (int d = 0; d < 3; ++d) {
+    EXPECT_EQ(errors[d], "");
+    // Each stage's 4 tensors of 15, 7 + 8 and 11 floats: 3 buckets.
+    EXPECT_EQ(notes[d], "6 1");
+  }
+  for (int stage = 0; stage < 2; ++stage)
+    for (size_t i = 0; i < 4; ++i) {
+      at::Tensor once = after[0][stage][i].grad();
+      for (int d = 0; d < 3; ++d) {
+        at::Tensor got = overlapped[d][stage][i].grad();
+        // The first tensor of stage 0 went round twice.
+        if (stage == 0 && i == 0)
+          EXPECT_TRUE(at::allclose(got, once * 3));
+        else
+          EXPECT_TRUE(at::equal(got, once)) << stage << " " << i;
+        EXPECT_TRUE(at::equal(after[d][stage][i].grad(), once));
+      }
+    }
+}
+
+TEST(DataParallel, ReducerNamesALostReplicaAndDropsTheRest) {
+  // Replica 1 (job rank 3) leaves; replica 0's first bucket waits for it
+  // until the timeout, and the four buckets behind it are dropped, not
+  // waited for one by one.
+  auto errors = onReplicas(
+      {1, 3}, std::chrono::milliseconds(1000),
+      [&](int d, Transport &t) -> llvm::Error {
+        if (d == 1)
+          return llvm::Error::success();
+        GradientReducer reducer(t, 16);
+        std::vector<at::Tensor> grads;
+        for (int k = 0; k < 5; ++k)
+          grads.push_back(at::ones({4}));
+        reducer.start(std::move(grads), 2);
+        TraceRecorder trace(0);
+        auto times = reducer.wait(&trace);
+        if (times)
+          return makeError("the all-reduce succeeded without its peer");
+        size_t buckets =
+            llvm::count_if(trace.events(), [](const TraceEvent &e) {
+              return e.name == "ALLREDUCE";
+            });
+        if (buckets != 1) {
+          llvm::consumeError(times.takeError());
+          return makeError(std::to_string(buckets) + " buckets ran");
+        }
+        return times.takeError();
+      });
+  EXPECT_EQ(errors[0].rfind("lost rank 3 (", 0), 0u) << errors[0];
+  EXPECT_NE(errors[0].find("gradient bucket 0 of stage 2"), std::string::npos)
+      << errors[0];
+  EXPECT_EQ(errors[1], "");
+}
+
+TEST(DataParallel, OverlapStartsEachBucketAfterItsLastAccumulation) {
+  // Two replicas, one stage of three parameters (a bucket each), two
+  // backwards a step (two microbatches): with perBucket, every bucket has
+  // started when the second backward returns, none after the first; without
+  // it, they start at stageDone(). The sums are the replicas' gradients
+  // added in replica order, bitwise.
+  auto model = [](int d) {
+    at::manual_seed(10 + d);
+    return std::vector<at::Tensor>{at::randn({4, 3}).requires_grad_(),
+                                   at::randn({3}).requires_grad_(),
+                                   at::randn({3, 2}).requires_grad_()};
+  };
+  auto backward = [](const std::vector<at::Tensor> &p, int m) {
+    at::Tensor x = at::arange(8 * (m + 1), 8 * (m + 2), at::kFloat)
+                       .reshape({2, 4})
+                       .div(10);
+    at::Tensor y = (at::matmul(x, p[0]) + p[1]).relu().matmul(p[2]).sum();
+    y.backward();
+  };
+  std::vector<std::vector<at::Tensor>> want(2);
+  for (int d = 0; d < 2; ++d) {
+    std::vector<at::Tensor> p = model(d);
+    backward(p, 0);
+    backward(p, 1);
+    for (const at::Tensor &t : p)
+      want[d].push_back(t.grad());
+  }
+  for (bool perBucket : {true, false}) {
+    std::vector<std::vector<at::Tensor>> params = {model(0), model(1)};
+    std::vector<std::string> seen(2);
+    auto errors =
+        onReplicas({0, 1}, std::chrono::milliseconds(5000),
+                   [&](int d, Transport &t) -> llvm::Error {
+                     auto overlap = OverlappedAllReduce::create(
+                         t, {{3, params[d]}}, {{3, 2}}, perBucket, 8);
+                     if (!overlap)
+                       return overlap.takeError();
+                     // A backward outside a step counts for nothing.
+                     backward(params[d], 0);
+                     for (at::Tensor &p : params[d])
+                       p.mutable_grad() = at::Tensor();
+                     (*overlap)->beginStep();
+                     backward(params[d], 0);
+                     seen[d] += std::to_string((*overlap)->startedBuckets(3));
+                     backward(params[d], 1);
+                     seen[d] += std::to_string((*overlap)->startedBuckets(3));
+                     (*overlap)->stageDone(3);
+                     seen[d] += std::to_string((*overlap)->startedBuckets(3));
+                     auto times = (*overlap)->finish(nullptr);
+                     return times ? llvm::Error::success() : times.takeError();
+                   });
+    for (int d = 0; d < 2; ++d) {
+      EXPECT_EQ(errors[d], "");
+      EXPECT_EQ(seen[d], perBucket ? "033" : "003");
+      for (size_t i = 0; i < 3; ++i)
+        EXPECT_TRUE(at::equal(params[d][i].grad(), want[0][i] + want[1][i]))
+            << perBucket << " " << d << " " << i;
+    }
+  }
 }
 
 TEST(DataParallel, TensorsShaDependsOnEveryByte) {
