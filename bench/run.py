@@ -1568,7 +1568,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer repetitions, smaller sizes")
     ap.add_argument("--only", help="comma-separated benchmark keys (1-10; issue #21: "
-                    "21.1, 21.3, 21.4, 21.5, 21.6, 21.c; issue #30: 30; issue #33: 33, 33.e); "
+                    "21.1, 21.3, 21.4, 21.5, 21.6, 21.c; issue #30: 30; issue #33: 33, 33.e, 33.dp); "
                     "default: all")
     ap.add_argument("--venv", help="the prefix of a Python with torch 2.x for benchmarks 9, "
                     "21.6 and 30 (PPC_RACE_VENV overrides it; default build/venv)")
