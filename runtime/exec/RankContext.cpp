@@ -209,13 +209,17 @@ llvm::Error RankContext::loadStages() {
   return llvm::Error::success();
 }
 
+void RankContext::beginRun(ExecutorStep &step) {
+  step.trace = trace_ ? &*trace_ : nullptr;
+  step.runIndex = runs_++;
+}
+
 llvm::Error RankContext::prepare(const std::vector<c10::IValue> &inputs,
                                  ExecutorStep &step) {
   current_ = &executorPlan_;
   if (llvm::Error err = meta_->prepare(inputs, step))
     return err;
-  step.trace = trace_ ? &*trace_ : nullptr;
-  step.runIndex = runs_++;
+  beginRun(step);
   return llvm::Error::success();
 }
 
@@ -231,8 +235,7 @@ RankContext::prepareEvaluation(const std::vector<c10::IValue> &inputs,
   current_ = &evaluation_->plan;
   if (llvm::Error err = meta_->prepare(inputs, step, &evaluation_->schedule))
     return err;
-  step.trace = trace_ ? &*trace_ : nullptr;
-  step.runIndex = runs_++;
+  beginRun(step);
   return llvm::Error::success();
 }
 
@@ -263,8 +266,7 @@ RankContext::prepareWindow(std::vector<std::vector<c10::IValue>> microbatches,
           std::move(microbatches), count, step, current_->schedule,
           /*waitForSignatureSends=*/false))
     return err;
-  step.trace = trace_ ? &*trace_ : nullptr;
-  step.runIndex = runs_++;
+  beginRun(step);
   return llvm::Error::success();
 }
 
@@ -290,8 +292,7 @@ RankContext::prepareSchedule(std::vector<std::vector<c10::IValue>> microbatches,
   if (llvm::Error err = meta_->prepareMicrobatches(
           std::move(microbatches), count, step, &given_->schedule))
     return err;
-  step.trace = trace_ ? &*trace_ : nullptr;
-  step.runIndex = runs_++;
+  beginRun(step);
   return llvm::Error::success();
 }
 

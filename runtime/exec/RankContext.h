@@ -197,6 +197,9 @@ private:
   /// The schedule of the last prepareSchedule(); the evaluation schedule.
   std::unique_ptr<Variant> given_;
   std::unique_ptr<Variant> evaluation_;
+  /// What every prepare gives its step once its metadata is settled: the
+  /// trace recorder and the run's index.
+  void beginRun(ExecutorStep &step);
   /// `schedule` with its executor plan for this rank.
   std::unique_ptr<Variant> makeVariant(Schedule schedule);
   const ExecutorPlan *current_ = &executorPlan_;
