@@ -265,25 +265,49 @@ class StreamTest(unittest.TestCase):
 
     # --- errors --------------------------------------------------------------
 
-    def test_a_failure_names_its_batch_and_keeps_earlier_windows(self):
+    def failing_directory(self, batches, bad):
+        """A directory of the files 0.pt .. BATCHES-1.pt holding BATCHES(k),
+        but the BAD one; the directory's and an --output's paths."""
         inp = os.path.join(self.tmp, "in")
         os.mkdir(inp)
+        for k in range(len(batches)):
+            torch.save(bad if k == 4 else batches[k], os.path.join(inp, "%d.pt" % k))
+        return inp, os.path.join(self.tmp, "out")
+
+    def test_a_failure_on_the_output_rank_keeps_every_earlier_window(self):
+        # two_io's y enters only its last stage, on the output rank (2 of 3):
+        # the fifth batch's y of the wrong width fails there, in the third
+        # window of 2 batches, after the output rank's own thread finished
+        # the first two windows.
+        x, y = torch.randn(5, 16), torch.randn(5, 8)
+        inp, out = self.failing_directory([(x, y)] * 6, (x, torch.randn(5, 9)))
+        r = launch(3, "run", self.two_io3, "--input", inp, "--output", out, "--microbatches", 2,
+                   "--stream-window", 4, "--no-meta-cache", "--timeout", 10)
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertRegex(r.stderr, r"\[rank 2\] error: batch 4 \('4.pt'\): stage 2 failed: ")
+        # The first two windows were written whole; nothing of the third.
+        self.assertEqual(sorted(os.listdir(out)), ["0.pt", "1.pt", "2.pt", "3.pt"])
         for k in range(4):
-            torch.save(self.x, os.path.join(inp, "%d.pt" % k))
+            assert_outputs_close(self, unsplit_output("two_io", (x, y)),
+                                 torch.load(os.path.join(out, "%d.pt" % k)))
+
+    def test_a_failure_upstream_names_its_batch_and_keeps_whole_files(self):
         # The fifth file holds a batch of the wrong width: stage 0 fails on
-        # it, in the third window of 2 batches.
-        torch.save(torch.randn(5, 7), os.path.join(inp, "4.pt"))
-        torch.save(self.x, os.path.join(inp, "5.pt"))
-        out = os.path.join(self.tmp, "out")
+        # it, on rank 0, in the third window of 2 batches. The output rank
+        # may still be finishing the windows before when the launcher stops
+        # it, so what it kept is the first batches' whole files, in order,
+        # and nothing of the failed window.
+        inp, out = self.failing_directory([self.x] * 6, torch.randn(5, 7))
         r = launch(2, "run", self.mlp2, "--input", inp, "--output", out, "--microbatches", 2,
                    "--stream-window", 4, "--no-meta-cache", "--timeout", 10)
         self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
         self.assertRegex(r.stderr, r"\[rank 0\] error: batch 4 \('4.pt'\): stage 0 failed: ")
-        # The first two windows were written whole; nothing of the third.
-        self.assertEqual(sorted(os.listdir(out)), ["0.pt", "1.pt", "2.pt", "3.pt"])
-        for k in range(4):
+        kept = sorted(os.listdir(out))
+        self.assertEqual(kept, ["%d.pt" % k for k in range(len(kept))])
+        self.assertLessEqual(len(kept), 4)
+        for name in kept:
             assert_outputs_close(self, unsplit_output("mlp", self.x),
-                                 torch.load(os.path.join(out, "%d.pt" % k)))
+                                 torch.load(os.path.join(out, name)))
 
     def test_a_list_of_one_batch_still_names_it(self):
         inp = self.save([(torch.randn(5, 7),)], "one.pt")
