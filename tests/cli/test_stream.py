@@ -266,8 +266,8 @@ class StreamTest(unittest.TestCase):
     # --- errors --------------------------------------------------------------
 
     def failing_directory(self, batches, bad):
-        """A directory of the files 0.pt .. BATCHES-1.pt holding BATCHES(k),
-        but the BAD one; the directory's and an --output's paths."""
+        """A directory whose file k.pt holds BATCHES[k], but the fifth, 4.pt,
+        which holds BAD; returns its path and an --output path beside it."""
         inp = os.path.join(self.tmp, "in")
         os.mkdir(inp)
         for k in range(len(batches)):
