@@ -13,6 +13,7 @@
 #include "runtime/schedule/Lowering.h"
 #include "runtime/schedule/Simulate.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 
 namespace ppc {
@@ -125,19 +126,14 @@ buildSimulatedTrainingSchedule(const Manifest &manifest, ScheduleKind kind,
 }
 
 Schedule evaluationSchedule(const Schedule &training) {
-  Schedule out;
-  out.kind = training.kind;
-  out.microbatches = training.microbatches;
-  out.placement = training.placement;
-  out.edges = training.edges;
-  out.origin = training.origin;
+  Schedule out = training;
+  out.training = false;
   out.evaluation = true;
-  out.ranks.resize(training.ranks.size());
-  for (size_t r = 0; r < training.ranks.size(); ++r)
-    for (const Action &a : training.ranks[r])
-      if (a.kind == ActionKind::Forward || a.kind == ActionKind::SendF ||
-          a.kind == ActionKind::RecvF)
-        out.ranks[r].push_back(a);
+  for (std::vector<Action> &actions : out.ranks)
+    llvm::erase_if(actions, [](const Action &a) {
+      return a.kind != ActionKind::Forward && a.kind != ActionKind::SendF &&
+             a.kind != ActionKind::RecvF;
+    });
   return out;
 }
 
