@@ -76,7 +76,7 @@ sanitize_build() {
     -DPPC_MODELS_DIR="$system_build/models" >/dev/null &&
     cmake --build "$sanitize_build" -j "$jobs" --target ppc ppc_unit_tests \
       fuzz_manifest fuzz_meta_cache fuzz_user_meta fuzz_meta_header fuzz_tensor_file fuzz_schedule_csv fuzz_trace \
-      fuzz_checkpoint \
+      fuzz_checkpoint fuzz_safetensors \
       make_header_seeds
 }
 
@@ -254,7 +254,7 @@ for stage in $stages; do
       step "fuzz regressions" fuzz_regressions
     elif step "fuzz seeds" cmake --build "$sanitize_build" --target fuzz_seeds; then
       for target in manifest:60000 meta_cache:80000 user_meta:400000 meta_header:400000 tensor_file:80000 \
-        schedule_csv:200000 trace:20000 checkpoint:12000; do
+        schedule_csv:200000 trace:20000 checkpoint:12000 safetensors:60000; do
         step "fuzz ${target%%:*}" fuzz_target "${target%%:*}" "${target##*:}"
       done
     fi
