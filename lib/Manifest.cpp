@@ -124,6 +124,19 @@ Value Manifest::toJSON() const {
       }
       so["state"] = std::move(state);
     }
+    if (s.weights) {
+      Array weights;
+      for (const StageWeight &w : *s.weights) {
+        Object o{{"name", w.name},
+                 {"dtype", w.dtype},
+                 {"shape", shapeToJSON(w.shape)},
+                 {"parameter", w.isParameter}};
+        if (!w.tied.empty())
+          o["tied"] = Array(w.tied);
+        weights.push_back(std::move(o));
+      }
+      so["weights"] = std::move(weights);
+    }
     if (s.meta)
       so["meta"] = *s.meta;
     stageArray.push_back(std::move(so));
@@ -305,6 +318,25 @@ static bool fromJSON(const Value &v, StateTensor &out, llvm::json::Path p) {
   return true;
 }
 
+static bool fromJSON(const Value &v, StageWeight &out, llvm::json::Path p) {
+  llvm::json::ObjectMapper o(v, p);
+  std::vector<NonNegative<int64_t>> shape;
+  if (!(o && o.map("name", out.name) && o.map("dtype", out.dtype) &&
+        o.map("shape", shape) && o.map("parameter", out.isParameter) &&
+        o.mapOptional("tied", out.tied)))
+    return false;
+  if (dtypeBytes(out.dtype) == 0) {
+    p.field("dtype").report(
+        "expected one of uint8, int8, int16, int32, int64, float16, float32, "
+        "float64, complex64, complex128, bool, bfloat16");
+    return false;
+  }
+  out.shape.clear();
+  for (const auto &d : shape)
+    out.shape.push_back(d.value);
+  return true;
+}
+
 static bool fromJSON(const Value &v, StageInfo &out, llvm::json::Path p) {
   llvm::json::ObjectMapper o(v, p);
   NonNegative<int> index;
@@ -331,6 +363,12 @@ static bool fromJSON(const Value &v, StageInfo &out, llvm::json::Path p) {
   out.parameterCount = count.value;
   out.parameterBytes = parameterBytes.value;
   out.bufferBytes = bufferBytes.value;
+  if (v.getAsObject()->get("weights")) {
+    std::vector<StageWeight> weights;
+    if (!o.map("weights", weights))
+      return false;
+    out.weights = std::move(weights);
+  }
   if (v.getAsObject()->get("modules")) {
     std::vector<std::string> modules;
     if (!o.map("modules", modules))
@@ -642,7 +680,8 @@ static llvm::Error checkStateTensor(const StateTensor &t,
   return llvm::Error::success();
 }
 
-/// Every state tensor is valid and named once in its stage.
+/// Every state tensor is valid and named once in its stage; so is every
+/// weight, each of its names (tied ones included) once.
 static llvm::Error checkState(const StageInfo &s, size_t i) {
   std::set<std::string> names;
   for (size_t j = 0; j < s.state.size(); ++j) {
@@ -652,6 +691,23 @@ static llvm::Error checkState(const StageInfo &s, size_t i) {
     if (!names.insert(s.state[j].name).second)
       return makeError("manifest: " + where +
                        " repeats the name of an earlier state tensor");
+  }
+  if (!s.weights)
+    return llvm::Error::success();
+  std::set<std::string> weightNames;
+  for (size_t j = 0; j < s.weights->size(); ++j) {
+    const StageWeight &w = (*s.weights)[j];
+    std::string where = at("stages", i) + at(".weights", j);
+    if (llvm::Error err =
+            checkStateTensor({w.name, w.dtype, w.shape, -1}, where))
+      return err;
+    std::vector<std::string> all = w.tied;
+    all.push_back(w.name);
+    for (const std::string &name : all)
+      if (name.empty() || !weightNames.insert(name).second)
+        return makeError("manifest: " + where +
+                         " repeats the name of an earlier weight, or has an "
+                         "empty one");
   }
   return llvm::Error::success();
 }

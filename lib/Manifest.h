@@ -110,6 +110,22 @@ struct StateTensor {
   int64_t indexDim = -1;
 };
 
+/// A parameter or buffer a stage holds ("weights" in JSON): what a rank
+/// binds from a checkpoint (--weights) when the stage file carries none (a
+/// program exported on the meta device), and what `ppc join --format
+/// safetensors` names. One entry per tensor: names that share it within the
+/// stage (tied weights) are its `tied` list.
+struct StageWeight {
+  /// The attribute path in the stage ("layers.0.attn.q_proj.weight").
+  std::string name;
+  /// As StateTensor::dtype.
+  std::string dtype;
+  std::vector<int64_t> shape;
+  bool isParameter = true;
+  /// Other paths of the stage that hold the same tensor.
+  std::vector<std::string> tied;
+};
+
 struct StageInfo {
   int index = 0;
   /// Path of the stage module, relative to the manifest's directory.
@@ -133,6 +149,10 @@ struct StageInfo {
   /// The stage's state buffers, in the order the stage first touches them
   /// ("state" in JSON, absent when empty).
   std::vector<StateTensor> state;
+  /// Every parameter and buffer of the stage, in the stage's order
+  /// ("weights" in JSON); absent (nullopt) in manifests written before ppc
+  /// split recorded them.
+  std::optional<std::vector<StageWeight>> weights;
   /// Optional user-given boundary metadata for the runtime ("meta" in JSON);
   /// interpreted by the runtime, carried through unchanged here.
   std::optional<llvm::json::Value> meta;

@@ -264,6 +264,22 @@ private:
       return fail(path, label + "'s data " + record + " is missing");
     size_t elementSize = c10::elementSize(*dtype);
     size_t bytes = reader.getRecordSize(record);
+    // A program exported on the meta device (torch.device("meta"),
+    // accelerate.init_empty_weights()) records the weight's shape and dtype
+    // and no bytes; every such weight names the same empty record, so each
+    // FQN gets a tensor of its own (the archive cannot say which share one).
+    if (tm.get_device().get_type() == "meta") {
+      if (bytes != 0)
+        return fail(path, llvm::formatv("{0} is on the meta device, but its "
+                                        "data {1} holds {2} bytes",
+                                        label, record, bytes));
+      at::Tensor empty = at::empty_strided(
+          *sizes, *strides,
+          at::TensorOptions().dtype(*dtype).device(at::kMeta));
+      if (meta.get_is_param() && tm.get_requires_grad())
+        empty.requires_grad_(true);
+      return Pt2Tensor{fqn, empty, meta.get_is_param()};
+    }
     int64_t needed;
     if (__builtin_mul_overflow(*reached, static_cast<int64_t>(elementSize),
                                &needed) ||
@@ -423,7 +439,10 @@ nlohmann::json writePayloads(caffe2::serialize::PyTorchStreamWriter &writer,
         {view.storage().unsafeGetStorageImpl(), view.scalar_type()},
         prefix.str() + std::to_string(files.size()));
     if (fresh) {
-      at::Tensor bytes = storageBytes(view);
+      // A weight without data (exported on meta, or a stage of such a
+      // program) is written as torch.export.save writes it: an empty record.
+      at::Tensor bytes =
+          view.is_meta() ? at::empty({0}, at::kByte) : storageBytes(view);
       writer.writeRecord((dir + it->second).str(), bytes.data_ptr(),
                          bytes.numel());
     }
@@ -433,7 +452,7 @@ nlohmann::json writePayloads(caffe2::serialize::PyTorchStreamWriter &writer,
     schema::SymInt offset;
     offset.set_as_int(view.storage_offset());
     schema::Device device;
-    device.set_type(std::string("cpu"));
+    device.set_type(std::string(view.is_meta() ? "meta" : "cpu"));
     meta.set_dtype(*schemaScalarType(view.scalar_type()));
     meta.set_sizes(std::move(sizes));
     meta.set_strides(std::move(strides));

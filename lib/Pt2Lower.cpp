@@ -479,6 +479,11 @@ private:
     case Tag::AS_DEVICE: {
       const schema::Device &d = a.get_as_device();
       std::string text = d.get_type();
+      // A program exported on the meta device moves values to the model's
+      // device, meta (`x.to(self.weight.device)`): it runs where its
+      // weights are bound, the CPU (docs/weights.md).
+      if (text == "meta")
+        return graph->insertConstant(c10::Device(c10::kCPU));
       if (d.get_index())
         text += ":" + std::to_string(*d.get_index());
       try {

@@ -6,6 +6,7 @@
 #include "lib/ModelFormat.h"
 #include "lib/SafeRead.h"
 #include "lib/ValueWalk.h"
+#include "lib/WeightBinding.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -21,7 +22,8 @@ std::string manifestDirectory(llvm::StringRef manifestPath) {
 }
 
 llvm::Expected<Stage> Stage::load(const Manifest &manifest, llvm::StringRef dir,
-                                  int index) {
+                                  int index, WeightSource *weights,
+                                  bool inPlace) {
   const StageInfo &info = manifest.stages.at(index);
   // Manifest::verify() checks this too; a manifest built in code may not
   // have been verified, and the check is what keeps the path inside `dir`.
@@ -54,6 +56,17 @@ llvm::Expected<Stage> Stage::load(const Manifest &manifest, llvm::StringRef dir,
   if (llvm::Error err = torchCall("cannot load stage " + std::to_string(index),
                                   [&] { (*executable)->setTraining(false); }))
     return err;
+  auto slots = torchCall("cannot load stage " + std::to_string(index), [&] {
+    return stageSlots(manifest, info, **executable);
+  });
+  if (!slots)
+    return slots.takeError();
+  if (weights || hasMetaTensors(*slots)) {
+    auto bound = bindInto(**executable, *slots, weights, inPlace,
+                          "stage " + std::to_string(index));
+    if (!bound)
+      return bound.takeError();
+  }
   return Stage(std::move(*executable), info);
 }
 
@@ -94,7 +107,7 @@ Stage::run(std::vector<c10::IValue> inputs) {
 
 llvm::Expected<std::vector<c10::IValue>>
 runSequentially(const Manifest &manifest, llvm::StringRef dir,
-                const std::vector<c10::IValue> &inputs) {
+                const std::vector<c10::IValue> &inputs, WeightSource *weights) {
   if (inputs.size() != manifest.modelInputs.size())
     return makeError(llvm::formatv(
         "the model takes {0} input{1}, got {2}", manifest.modelInputs.size(),
@@ -112,7 +125,8 @@ runSequentially(const Manifest &manifest, llvm::StringRef dir,
                               : outputs[ref.stage][ref.output];
   };
   for (size_t s = 0; s < manifest.stages.size(); ++s) {
-    auto stage = Stage::load(manifest, dir, static_cast<int>(s));
+    auto stage = Stage::load(manifest, dir, static_cast<int>(s), weights,
+                             /*inPlace=*/true);
     if (!stage)
       return stage.takeError();
     std::vector<c10::IValue> stageInputs;

@@ -20,6 +20,8 @@
 
 namespace ppc {
 
+class WeightSource;
+
 /// The directory a manifest's relative stage paths are resolved against.
 std::string manifestDirectory(llvm::StringRef manifestPath);
 
@@ -34,8 +36,18 @@ public:
   /// differs from the manifest's ("stage 1 file 'out/stage_1.pt' does not
   /// match the manifest (sha256 ab12... != cd34...)"); the format's loader's.
   /// The stage is in eval mode.
+  ///
+  /// Weights: a stage whose program carries no data for some of its
+  /// tensors (exported on the meta device) gets them from `weights`
+  /// (lib/WeightBinding.h; mapped in place with `inPlace`, for stages that
+  /// never write their weights); its state buffers without data start as
+  /// zeros. Errors, too: WeightSource::bind()'s, and without `weights`
+  /// "stage 1's weight 'w' holds no data (its program was exported without
+  /// weights): give the checkpoint with --weights".
   static llvm::Expected<Stage> load(const Manifest &manifest,
-                                    llvm::StringRef dir, int index);
+                                    llvm::StringRef dir, int index,
+                                    WeightSource *weights = nullptr,
+                                    bool inPlace = false);
 
   /// Runs the stage. `inputs` follow the manifest's input order. Errors: a
   /// wrong input count, an exception inside the model (the line naming its
@@ -66,7 +78,8 @@ private:
 /// Tensor, got a int").
 llvm::Expected<std::vector<c10::IValue>>
 runSequentially(const Manifest &manifest, llvm::StringRef dir,
-                const std::vector<c10::IValue> &inputs);
+                const std::vector<c10::IValue> &inputs,
+                WeightSource *weights = nullptr);
 
 /// Whether `value` has the manifest kind `kind`.
 bool hasKind(const c10::IValue &value, ValueKind kind);

@@ -46,6 +46,10 @@ public:
   /// Parameters and buffers by dotted path, submodules included.
   virtual std::vector<NamedTensor> namedParameters() const = 0;
   virtual std::vector<NamedTensor> namedBuffers() const = 0;
+  /// Every tensor the module holds by dotted path: parameters, buffers and
+  /// plain tensor attributes (a .pt2 program's lifted constants, among
+  /// them the state a decoder's wrapper keeps), submodules included.
+  virtual std::vector<NamedTensor> namedTensors() const = 0;
   /// The tensor at a dotted attribute path (a tied parameter's use names
   /// one); the path must exist and hold a tensor.
   virtual at::Tensor tensorAt(llvm::StringRef path) const = 0;
@@ -57,6 +61,10 @@ public:
   /// Throws when `path` names no buffer (a missing attribute, a parameter,
   /// something not a tensor).
   virtual void setBuffer(llvm::StringRef path, at::Tensor value) = 0;
+  /// Makes the parameter or buffer at `path` hold `value` itself (weights
+  /// bound from a checkpoint, lib/WeightBinding.h). Throws when `path` names
+  /// neither.
+  virtual void setWeight(llvm::StringRef path, at::Tensor value) = 0;
 
   virtual bool isTraining() const = 0;
   virtual void setTraining(bool on) = 0;

@@ -42,25 +42,59 @@ std::vector<NamedTensor> TorchScriptStage::namedBuffers() const {
   return out;
 }
 
+/// The tensor attributes of `object` and its submodules, under `prefix`.
+static void collectTensors(const c10::ivalue::Object &object,
+                           const std::string &prefix,
+                           std::vector<NamedTensor> &out) {
+  const c10::ClassTypePtr &type = object.type();
+  for (size_t i = 0; i < type->numAttributes(); ++i) {
+    const c10::IValue &value = object.getSlot(i);
+    std::string path = prefix + type->getAttributeName(i);
+    if (value.isTensor())
+      out.push_back({path, value.toTensor()});
+    else if (value.isObject() && value.toObjectRef().type()->is_module())
+      collectTensors(value.toObjectRef(), path + ".", out);
+  }
+}
+
+std::vector<NamedTensor> TorchScriptStage::namedTensors() const {
+  std::vector<NamedTensor> out;
+  collectTensors(*module_._ivalue(), "", out);
+  return out;
+}
+
 at::Tensor TorchScriptStage::tensorAt(llvm::StringRef path) const {
   return attributeAt(module_, path).toTensor();
 }
 
-void TorchScriptStage::setBuffer(llvm::StringRef path, at::Tensor value) {
+/// Sets the tensor attribute at `path`; `parameters` says whether a
+/// parameter may be set, `what` names the kind in the error.
+static void setTensorAttribute(const torch::jit::Module &module,
+                               llvm::StringRef path, at::Tensor value,
+                               bool parameters, const char *what) {
   size_t dot = path.rfind('.');
   llvm::StringRef name =
       dot == llvm::StringRef::npos ? path : path.substr(dot + 1);
   c10::IValue owner = attributeAt(
-      module_, dot == llvm::StringRef::npos ? "" : path.take_front(dot));
-  TORCH_CHECK(owner.isObject(), "'", path.str(), "' names no buffer");
+      module, dot == llvm::StringRef::npos ? "" : path.take_front(dot));
+  TORCH_CHECK(owner.isObject(), "'", path.str(), "' names no ", what);
   c10::ivalue::Object &object = owner.toObjectRef();
   const c10::ClassTypePtr &type = object.type();
   auto slot = type->findAttributeSlot(name.str());
-  TORCH_CHECK(slot && !type->is_parameter(*slot) &&
+  TORCH_CHECK(slot && (parameters || !type->is_parameter(*slot)) &&
                   type->getAttribute(*slot)->kind() ==
                       c10::TypeKind::TensorType,
-              "'", path.str(), "' names no buffer");
+              "'", path.str(), "' names no ", what);
   object.setSlot(*slot, std::move(value));
+}
+
+void TorchScriptStage::setBuffer(llvm::StringRef path, at::Tensor value) {
+  setTensorAttribute(module_, path, std::move(value), false, "buffer");
+}
+
+void TorchScriptStage::setWeight(llvm::StringRef path, at::Tensor value) {
+  setTensorAttribute(module_, path, std::move(value), true,
+                     "parameter or buffer");
 }
 
 bool TorchScriptStage::isTraining() const { return module_.is_training(); }

@@ -25,8 +25,10 @@ public:
   std::vector<at::Tensor> parameters() const override;
   std::vector<NamedTensor> namedParameters() const override;
   std::vector<NamedTensor> namedBuffers() const override;
+  std::vector<NamedTensor> namedTensors() const override;
   at::Tensor tensorAt(llvm::StringRef path) const override;
   void setBuffer(llvm::StringRef path, at::Tensor value) override;
+  void setWeight(llvm::StringRef path, at::Tensor value) override;
   bool isTraining() const override;
   void setTraining(bool on) override;
   void to(const c10::Device &device) override;

@@ -8,6 +8,7 @@
 #include "lib/Partitioner.h"
 #include "lib/StateBuffers.h"
 #include "lib/TensorIO.h"
+#include "lib/TorchScriptStage.h"
 #include "passes/ExtractStage.h"
 #include "passes/Passes.h"
 #include "passes/RefineProfile.h"
@@ -158,12 +159,14 @@ static void describeBoundaries(const PartitionPlan &plan,
   m.outputIsTuple = g.outputIsTuple();
 }
 
-/// Parameter counts per stage and tensors shared by several stages.
-static void describeTensors(const std::vector<CompiledStage> &stages,
-                            Manifest &m) {
+/// Parameter counts per stage, each stage's weights (StageInfo::weights)
+/// and tensors shared by several stages.
+static llvm::Error describeTensors(const std::vector<CompiledStage> &stages,
+                                   Manifest &m) {
   std::map<const void *, TiedParameter> byTensor;
   for (size_t s = 0; s < stages.size(); ++s) {
-    std::set<const void *> seen;
+    std::map<const void *, size_t> seen;
+    std::vector<StageWeight> &weights = m.stages[s].weights.emplace();
     for (const StageTensor &t : stages[s].stage.tensors) {
       const void *impl = t.tensor.unsafeGetTensorImpl();
       int64_t bytes =
@@ -171,8 +174,19 @@ static void describeTensors(const std::vector<CompiledStage> &stages,
       TiedParameter &tied = byTensor[impl];
       tied.bytes = bytes;
       tied.uses.push_back({static_cast<int>(s), t.path});
-      if (!seen.insert(impl).second)
+      auto [it, fresh] = seen.try_emplace(impl, weights.size());
+      if (!fresh) {
+        weights[it->second].tied.push_back(t.path);
         continue;
+      }
+      auto dtype = dtypeName(t.tensor.scalar_type());
+      if (!dtype)
+        return makeError(llvm::formatv("stage {0}'s weight '{1}' has dtype "
+                                       "{2}, which ppc does not carry",
+                                       s, t.path,
+                                       c10::toString(t.tensor.scalar_type())));
+      weights.push_back(
+          {t.path, *dtype, t.tensor.sizes().vec(), t.isParameter, {}});
       if (t.isParameter) {
         m.stages[s].parameterCount += t.tensor.numel();
         m.stages[s].parameterBytes += bytes;
@@ -192,6 +206,7 @@ static void describeTensors(const std::vector<CompiledStage> &stages,
             [](const TiedParameter &a, const TiedParameter &b) {
               return a.uses[0].path < b.uses[0].path;
             });
+  return llvm::Error::success();
 }
 
 namespace {
@@ -272,6 +287,74 @@ static llvm::Expected<Analysis> analyze(const ItemGraph &items,
   return out;
 }
 
+/// Step 1b: the weights from --weights, bound into the model's module, and
+/// the notes on what holds no data. Errors: WeightSource's, and --cost
+/// profile on a program without weights.
+static llvm::Error bindModelWeights(const CompileOptions &options,
+                                    ModelGraph &model,
+                                    std::vector<std::string> &notes) {
+  TorchScriptStage whole(model.module);
+  std::set<std::string> state;
+  for (const StateBuffer &b : findStateBuffers(*model.graph))
+    state.insert(b.path);
+  std::vector<WeightSlot> slots = moduleSlots(whole, state);
+  if (options.weights.given()) {
+    std::vector<std::string> names;
+    for (const WeightSlot &slot : slots)
+      names.insert(names.end(), slot.names.begin(), slot.names.end());
+    auto source = WeightSource::open(options.weights, names);
+    if (!source)
+      return source.takeError();
+    // Meta state buffers stay without data: each rank makes its zeros.
+    std::vector<WeightSlot> bound;
+    for (const WeightSlot &slot : slots)
+      if (!(slot.isState && slot.current.is_meta()))
+        bound.push_back(slot);
+    auto report =
+        bindInto(whole, bound, source->get(), /*inPlace=*/true, "the model");
+    if (!report)
+      return report.takeError();
+    notes.push_back(llvm::formatv(
+        "bound {0} tensors ({1}) from '{2}'{3}", report->boundTensors,
+        formatBytes(
+            static_cast<int64_t>(report->mappedBytes + report->copiedBytes)),
+        options.weights.path,
+        (*source)->prefix().empty()
+            ? std::string()
+            : " (the program's names carry the prefix '" + (*source)->prefix() +
+                  "')"));
+    slots = moduleSlots(whole, state);
+  }
+  size_t zeroState = 0;
+  std::string missing;
+  for (const WeightSlot &slot : slots)
+    if (slot.current.is_meta()) {
+      if (slot.isState)
+        ++zeroState;
+      else if (missing.empty())
+        missing = slot.names.front();
+    }
+  if (zeroState > 0)
+    notes.push_back(llvm::formatv(
+        "{0} state buffer{1} of the program hold{2} no data (exported on the "
+        "meta device): each rank starts {3} as zeros, as static caches do",
+        zeroState, zeroState == 1 ? "" : "s", zeroState == 1 ? "s" : "",
+        zeroState == 1 ? "it" : "them"));
+  if (!missing.empty() && options.cost == CostKind::Profile)
+    return makeError("--cost profile times the model on --example-input, "
+                     "which needs its weights, and this program has none for "
+                     "'" +
+                     missing +
+                     "' (exported without weights): give "
+                     "them with --weights, or use --cost params or flops");
+  if (!missing.empty())
+    notes.push_back("the program carries no data for its weights (exported "
+                    "without weights): the stages carry none either, and "
+                    "ppc run, verify, train and generate read them from "
+                    "--weights");
+  return llvm::Error::success();
+}
+
 /// Option combinations that cannot work, found before any file is read.
 static llvm::Error checkOptions(const CompileOptions &options) {
   bool needs = needsExampleInput(options.cost);
@@ -340,7 +423,8 @@ describeManifest(const CompileOptions &options, const ModelFormat &format,
       m.stages[s].inputs[i].mutated = built[s].mutatedInputs[i];
     m.stages[s].state = built[s].state;
   }
-  describeTensors(built, m);
+  if (llvm::Error err = describeTensors(built, m))
+    return err;
   if (llvm::Error err = m.verify())
     return err;
   return m;
@@ -410,6 +494,9 @@ llvm::Expected<CompileResult> compileModel(const CompileOptions &options) {
   auto model = loadPrepared(options.modelPath);
   if (!model)
     return model.takeError();
+  std::vector<std::string> notes;
+  if (llvm::Error err = bindModelWeights(options, model->model, notes))
+    return err;
   auto items = ItemGraph::build(model->model.graph);
   if (!items)
     return withContext(items.takeError(), options.modelPath);
@@ -439,7 +526,8 @@ llvm::Expected<CompileResult> compileModel(const CompileOptions &options) {
     return err;
   CompileResult result{std::move(*manifest),
                        {},
-                       uncountedWarnings(*plan, options, analysis->uncounted)};
+                       uncountedWarnings(*plan, options, analysis->uncounted),
+                       std::move(notes)};
   if (memory)
     result.stageMemory = stageMemories(*memory, plan->starts());
   return result;

@@ -23,6 +23,7 @@
 #define PPC_PASSES_COMPILE_H
 
 #include "lib/Manifest.h"
+#include "lib/WeightBinding.h"
 #include "passes/CostModel.h"
 #include "passes/PlanPartition.h"
 
@@ -41,6 +42,9 @@ struct CompileOptions {
   CostKind cost = CostKind::Params;
   /// Required by, and only allowed with, the flops and profile costs.
   std::optional<std::string> exampleInput;
+  /// --weights: the checkpoint whose tensors the stages carry (bound before
+  /// the analysis, so that --cost profile times real weights).
+  WeightOptions weights;
 };
 
 struct CompileResult {
@@ -54,6 +58,9 @@ struct CompileResult {
   /// operations the flops model could not count (CostModel.h), each naming
   /// them and suggesting --cost profile.
   std::vector<std::string> warnings;
+  /// What the user may like to know, one line each without "note: ": state
+  /// buffers that start as zeros, tensors read from --weights.
+  std::vector<std::string> notes;
 };
 
 /// Runs the whole split. Errors: every problem named in the steps above,

@@ -85,6 +85,9 @@ ppc::RunOptions internalOptions(const RunOptions &o, bool inference) {
   out.torchLogs = o.torchLogs;
   out.tracePath = o.tracePath;
   out.streamMicrobatches = o.streamMicrobatches;
+  out.weights.path = o.weights;
+  if (!o.weightsPrefix.empty())
+    out.weights.prefix = o.weightsPrefix;
   return out;
 }
 

@@ -69,6 +69,14 @@ struct RunOptions {
   /// execution of the schedule, and two windows are in flight at most.
   /// 0: each batch on its own window.
   int streamMicrobatches = 256;
+  /// `ppc run --weights`: the safetensors checkpoint (a file, or a
+  /// directory of shards with model.safetensors.index.json) each rank reads
+  /// its own stages' weights from, for stages split from a program exported
+  /// without weights (docs/weights.md); empty: none. `weightsPrefix`: the
+  /// prefix the program's names carry and the checkpoint's lack (empty:
+  /// recognized).
+  std::string weights;
+  std::string weightsPrefix;
 };
 
 /// What one rank did in its last run(), as `ppc run --stats` reports it.

@@ -11,6 +11,7 @@
 #include "lib/Error.h"
 #include "lib/ModelFormat.h"
 #include "lib/NumberRules.h"
+#include "lib/WeightBinding.h"
 #include "runtime/link/Collectives.h"
 #include "runtime/link/Rendezvous.h"
 #include "runtime/platform/Blas.h"
@@ -198,8 +199,18 @@ llvm::Error RankContext::connect() {
 llvm::Error RankContext::loadStages() {
   formatOf(manifest_).warmUp();
   std::string dir = manifestDirectory(manifestPath_);
+  if (options_.weights.given()) {
+    auto source =
+        WeightSource::open(options_.weights, manifestWeightNames(manifest_));
+    if (!source)
+      return source.takeError();
+    weights_ = std::move(*source);
+  }
+  // A stage that trains writes its weights: it gets copies, not the
+  // checkpoint's mapped bytes.
+  bool inPlace = !loss_;
   for (int s : placement().stagesOf(env_.rank)) {
-    auto stage = Stage::load(manifest_, dir, s);
+    auto stage = Stage::load(manifest_, dir, s, weights_.get(), inPlace);
     if (!stage)
       return stage.takeError();
     if (!device_.is_cpu())
@@ -207,6 +218,10 @@ llvm::Error RankContext::loadStages() {
     stages_.emplace(s, std::move(*stage));
   }
   return llvm::Error::success();
+}
+
+uint64_t RankContext::weightBytesRead() const {
+  return weights_ ? weights_->bytesServed() : 0;
 }
 
 void RankContext::beginRun(ExecutorStep &step) {

@@ -108,6 +108,9 @@ public:
   /// This rank's stages by index.
   std::map<int, Stage> &stages() { return stages_; }
   const std::map<int, Stage> &stages() const { return stages_; }
+  /// Checkpoint bytes this rank's stages read (--weights): mapped in place
+  /// or copied; 0 without a checkpoint.
+  uint64_t weightBytesRead() const;
   Transport &transport() { return *transport_; }
   /// Where this rank's stages run and its payloads live: the CPU, or
   /// cuda:LOCAL_RANK with RunOptions::device "cuda".
@@ -183,6 +186,9 @@ private:
   c10::Device device_ = c10::kCPU;
   DeviceKind deviceKind_ = DeviceKind::CPU;
   std::map<int, Stage> stages_;
+  /// The checkpoint the stages' weights come from (--weights), kept while
+  /// tensors map its bytes.
+  std::shared_ptr<WeightSource> weights_;
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<MetaSettler> meta_;
   ExecutorPlan executorPlan_;

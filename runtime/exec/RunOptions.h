@@ -10,6 +10,7 @@
 #ifndef PPC_RUNTIME_EXEC_RUNOPTIONS_H
 #define PPC_RUNTIME_EXEC_RUNOPTIONS_H
 
+#include "lib/WeightOptions.h"
 #include "runtime/exec/Precision.h"
 #include "runtime/link/Agreement.h"
 #include "runtime/schedule/ScheduleKind.h"
@@ -86,6 +87,11 @@ struct RunOptions {
   /// cache key (bf16 boundary metadata is not fp32's). `ppc train
   /// --precision`.
   Precision precision = Precision::FP32;
+  /// The checkpoint each rank reads its stages' weights from, when the
+  /// stage files carry none (a program exported on the meta device) or are
+  /// to take others: lib/WeightBinding.h. A rank reads only its own
+  /// stages' tensors, mapped in place unless it trains them.
+  WeightOptions weights;
   /// What every rank of the job must have alike beyond these options (a
   /// front end's own flags, its data files' digests), checked at the
   /// rendezvous (runtime/link/Agreement.h). The rank context adds the

@@ -13,6 +13,7 @@
 #include "lib/NumberRules.h"
 #include "runtime/exec/RankContext.h"
 #include "runtime/generate/Prompt.h"
+#include "runtime/platform/MemoryMeter.h"
 #include "runtime/schedule/Decode.h"
 
 #include "llvm/ADT/STLExtras.h"
@@ -85,7 +86,13 @@ std::string GenerateStats::line() const {
                        promptTokens, newTokens, firstTokenMs, stepMs, totalMs,
                        tokensPerSecond(), messagesSent, cacheWritten ? 1 : 0,
                        link.empty() ? "none" : link)
-      .str();
+             .str() +
+         (weightsGiven ? " weight_bytes=" + std::to_string(weightBytes)
+                       : std::string()) +
+         llvm::formatv(" peak_rss_mb={0:f1} rss_anon_mb={1:f1}",
+                       peakResidentBytes() / 1048576.0,
+                       anonymousResidentBytes() / 1048576.0)
+             .str();
 }
 
 llvm::json::Value GenerateStats::json() const {
@@ -104,6 +111,9 @@ llvm::json::Value GenerateStats::json() const {
       {"messages_sent", messagesSent},
       {"cache_written", cacheWritten},
       {"link", link},
+      {"weight_bytes", weightsGiven ? llvm::json::Value(weightBytes)
+                                    : llvm::json::Value(nullptr)},
+      {"peak_rss_bytes", peakResidentBytes()},
   };
 }
 
@@ -399,6 +409,8 @@ llvm::Expected<at::Tensor> Generator::decode(const at::Tensor &prompt,
   GenerateStats &stats = impl.stats;
   stats.metaSource = ctx.meta().source();
   stats.cacheWritten = ctx.meta().cacheWritten();
+  stats.weightsGiven = ctx.options().weights.given();
+  stats.weightBytes = ctx.weightBytesRead();
   stats.messagesSent = transport.messagesSent() - sentBefore;
   stats.link = transport.linksUsed();
   stats.sequences = prompt.size(0);

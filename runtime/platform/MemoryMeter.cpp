@@ -11,7 +11,10 @@
 #include <c10/core/CPUAllocator.h>
 
 #include <atomic>
+#include <cstdio>
+#include <cstring>
 #include <mutex>
+#include <sys/resource.h>
 
 namespace ppc {
 
@@ -99,6 +102,26 @@ int64_t MemoryMeter::peak() {
 void MemoryMeter::resetPeak() {
   peakBytes.store(liveBytes.load(std::memory_order_relaxed),
                   std::memory_order_relaxed);
+}
+
+int64_t peakResidentBytes() {
+  struct rusage usage;
+  if (getrusage(RUSAGE_SELF, &usage) != 0)
+    return 0;
+  return static_cast<int64_t>(usage.ru_maxrss) * 1024;
+}
+
+int64_t anonymousResidentBytes() {
+  FILE *status = std::fopen("/proc/self/status", "r");
+  if (!status)
+    return 0;
+  char line[256];
+  long long kb = 0;
+  while (std::fgets(line, sizeof line, status))
+    if (std::sscanf(line, "RssAnon: %lld kB", &kb) == 1)
+      break;
+  std::fclose(status);
+  return static_cast<int64_t>(kb) * 1024;
 }
 
 } // namespace ppc

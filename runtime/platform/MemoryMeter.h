@@ -48,6 +48,13 @@ public:
   static void resetPeak();
 };
 
+/// The process's peak resident memory in bytes (getrusage's ru_maxrss, what
+/// `/usr/bin/time -v` reports), and its anonymous resident memory now
+/// (/proc/self/status RssAnon: the heap, not mapped files); 0 where the
+/// system does not say.
+int64_t peakResidentBytes();
+int64_t anonymousResidentBytes();
+
 } // namespace ppc
 
 #endif // PPC_RUNTIME_PLATFORM_MEMORYMETER_H

@@ -170,6 +170,8 @@ Pipeline::Impl::runWindow(std::vector<WindowStream::Batch> &queue,
   }
   auto windowStats = std::make_shared<RunStats>();
   windowStats->rank = ctx->rank();
+  windowStats->weightsGiven = ctx->options().weights.given();
+  windowStats->weightBytes = ctx->weightBytesRead();
   windowStats->metaSource = ctx->meta().source();
   windowStats->metaMessagesSent = done->metaMessagesSent;
   // From the end of prepare(), whose signature broadcast and agreement every

@@ -99,10 +99,17 @@ struct RunStats {
   /// The links this rank's messages took (Transport::linksUsed():
   /// "shm", "gloo", "shm+gloo"); line() ends with " link=..." when set.
   std::string link;
+  /// Checkpoint bytes this rank's stages read (--weights): line() says
+  /// " weight_bytes=N" after cache_written when a checkpoint was given.
+  uint64_t weightBytes = 0;
+  bool weightsGiven = false;
 
   /// One machine-parsable line: "stats: rank=0 meta=inferred
   /// meta_messages_sent=2 messages_sent=14 first_output_ms=3.1
-  /// total_ms=9.8 cache_written=1".
+  /// total_ms=9.8 cache_written=1", then the process's peak resident
+  /// memory and its anonymous resident memory now (" peak_rss_mb=512.3
+  /// rss_anon_mb=101.0", from getrusage and /proc/self/status), the link
+  /// and the BLAS.
   std::string line() const;
 };
 

@@ -6,6 +6,7 @@
 #include "runtime/run/Pipeline.h"
 
 #include "runtime/platform/Blas.h"
+#include "runtime/platform/MemoryMeter.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -18,6 +19,12 @@ std::string RunStats::line() const {
              "cache_written={6}",
              rank, metaSourceName(metaSource), metaMessagesSent, messagesSent,
              firstOutputMs, totalMs, cacheWritten ? 1 : 0)
+             .str() +
+         (weightsGiven ? " weight_bytes=" + std::to_string(weightBytes)
+                       : std::string()) +
+         llvm::formatv(" peak_rss_mb={0:f1} rss_anon_mb={1:f1}",
+                       peakResidentBytes() / 1048576.0,
+                       anonymousResidentBytes() / 1048576.0)
              .str() +
          (link.empty() ? "" : " link=" + link) +
          " blas=" + blasStatsName(loadedBlas());

@@ -5,7 +5,10 @@
 //===----------------------------------------------------------------------===//
 #include "tools/ppc/OptionChecks.h"
 
+#include "lib/Error.h"
 #include "runtime/platform/Duration.h"
+
+#include "llvm/ADT/StringExtras.h"
 
 #include <cstdio>
 
@@ -68,6 +71,47 @@ CLI::Validator pathOption() {
 
 CLI::Validator durationOption(double lo) {
   return numberOption(RealRule::seconds(lo, kMaxDurationSeconds));
+}
+
+/// Reads a byte count: digits with an optional binary suffix K, M, G or T
+/// (powers of 1024; "512M", "2G"), as --max-stage-memory takes it.
+CLI::Validator byteCountOption() {
+  return CLI::Validator(
+      [](std::string &value) -> std::string {
+        llvm::StringRef text(value);
+        std::string bad = "'" + printable(value) +
+                          "' is not a byte count above 0 (e.g. 1048576, "
+                          "512M, 2G)";
+        unsigned shift = 0;
+        if (!text.empty() && !llvm::isDigit(text.back())) {
+          switch (llvm::toUpper(text.back())) {
+          case 'K':
+            shift = 10;
+            break;
+          case 'M':
+            shift = 20;
+            break;
+          case 'G':
+            shift = 30;
+            break;
+          case 'T':
+            shift = 40;
+            break;
+          default:
+            return bad;
+          }
+          text = text.drop_back();
+        }
+        uint64_t number = 0;
+        if (text.empty() || !llvm::all_of(text, llvm::isDigit) ||
+            text.getAsInteger(10, number) || number == 0)
+          return bad;
+        if (number > (uint64_t(INT64_MAX) >> shift))
+          return "'" + printable(value) + "' is too large";
+        value = std::to_string(number << shift);
+        return "";
+      },
+      "BYTES");
 }
 
 } // namespace ppc

@@ -45,6 +45,9 @@ CLI::Validator pathOption();
 /// (runtime/platform/Duration.h): a timeout (lo = kMinTimeoutSeconds) or a
 /// grace period (lo = 0).
 CLI::Validator durationOption(double lo);
+/// A byte count above 0: digits with an optional binary suffix K, M, G or T
+/// (powers of 1024; "512M", "2G"): --max-stage-memory, --max-shard-size.
+CLI::Validator byteCountOption();
 
 } // namespace ppc
 

@@ -11,6 +11,7 @@
 #include "runtime/platform/Duration.h"
 #include "runtime/platform/Threads.h"
 #include "tools/ppc/OptionChecks.h"
+#include "tools/ppc/WeightFlags.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/raw_ostream.h"
@@ -74,6 +75,7 @@ void RuntimeFlags::addTo(CLI::App &app) {
                  "Write the run's statistics as JSON to this file, from the "
                  "rank that reports results (docs/runtime.md)")
       ->check(pathOption());
+  addWeightFlags(app, weights);
 }
 
 std::string RuntimeFlags::microbatchesNote(int stages) const {
@@ -112,6 +114,7 @@ llvm::Error RuntimeFlags::applyTo(RunOptions &options) const {
   options.threads = threads;
   options.tracePath = tracePath;
   options.torchLogs = verbose;
+  options.weights = weights;
   if (quiet)
     options.warnings = &llvm::nulls();
   return llvm::Error::success();

@@ -12,6 +12,7 @@
 #ifndef PPC_TOOLS_PPC_RUNTIMEFLAGS_H
 #define PPC_TOOLS_PPC_RUNTIMEFLAGS_H
 
+#include "lib/WeightOptions.h"
 #include "runtime/exec/RunOptions.h"
 
 #include "llvm/Support/Error.h"
@@ -45,10 +46,12 @@ struct RuntimeFlags {
   bool microbatchesGiven = false;
   /// Whether --link was given (PPC_LINK then plays no part).
   bool linkGiven = false;
+  /// --weights and the options beside it (tools/ppc/WeightFlags.h).
+  WeightOptions weights;
 
   /// Adds --microbatches, --device, --link, --timeout, --meta-cache,
   /// --no-meta-cache, --threads, --trace, --verbose, --print-schedule,
-  /// --quiet, --progress and --stats-json to `app`.
+  /// --quiet, --progress, --stats-json and the --weights options to `app`.
   void addTo(CLI::App &app);
   /// Copies them into `options` (--quiet sends warnings nowhere); the
   /// schedule and user metadata are each command's own. The link is

@@ -5,6 +5,7 @@
 #include "passes/Compile.h"
 #include "runtime/platform/Threads.h"
 #include "tools/ppc/OptionChecks.h"
+#include "tools/ppc/WeightFlags.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -36,47 +37,6 @@ static CLI::Validator costKindOption() {
         return "";
       },
       llvm::join(names, "|"));
-}
-
-/// Reads a byte count: digits with an optional binary suffix K, M, G or T
-/// (powers of 1024; "512M", "2G"), as --max-stage-memory takes it.
-static CLI::Validator byteCountOption() {
-  return CLI::Validator(
-      [](std::string &value) -> std::string {
-        llvm::StringRef text(value);
-        std::string bad = "'" + printable(value) +
-                          "' is not a byte count above 0 (e.g. 1048576, "
-                          "512M, 2G)";
-        unsigned shift = 0;
-        if (!text.empty() && !llvm::isDigit(text.back())) {
-          switch (llvm::toUpper(text.back())) {
-          case 'K':
-            shift = 10;
-            break;
-          case 'M':
-            shift = 20;
-            break;
-          case 'G':
-            shift = 30;
-            break;
-          case 'T':
-            shift = 40;
-            break;
-          default:
-            return bad;
-          }
-          text = text.drop_back();
-        }
-        uint64_t number = 0;
-        if (text.empty() || !llvm::all_of(text, llvm::isDigit) ||
-            text.getAsInteger(10, number) || number == 0)
-          return bad;
-        if (number > (uint64_t(INT64_MAX) >> shift))
-          return "'" + printable(value) + "' is too large";
-        value = std::to_string(number << shift);
-        return "";
-      },
-      "BYTES");
 }
 
 Command addSplitCommand(CLI::App &parent) {
@@ -137,6 +97,7 @@ Command addSplitCommand(CLI::App &parent) {
                       "bytes or with a suffix K, M, G (powers of 1024)")
           ->transform(byteCountOption());
   memory->excludes(splitAt);
+  addWeightFlags(*app, opts->weights);
 
   return {app, [=]() -> llvm::Expected<int> {
             if (opts->partition.splitAt.empty() && app->count("--stages") == 0)
@@ -173,6 +134,8 @@ Command addSplitCommand(CLI::App &parent) {
               if (s.modules && !s.modules->empty())
                 llvm::outs() << llvm::formatv("  stage {0} runs {1}\n", s.index,
                                               describeModules(*s.modules));
+            for (const std::string &note : result->notes)
+              llvm::errs() << "note: " << note << "\n";
             for (const std::string &warning : result->warnings)
               llvm::errs() << "warning: " << warning << "\n";
             return 0;

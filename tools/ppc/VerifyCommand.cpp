@@ -7,7 +7,10 @@
 #include "lib/Stage.h"
 #include "lib/StageExecutable.h"
 #include "lib/TensorIO.h"
+#include "lib/TorchScriptStage.h"
+#include "lib/WeightBinding.h"
 #include "tools/ppc/OptionChecks.h"
+#include "tools/ppc/WeightFlags.h"
 
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
@@ -20,19 +23,19 @@ namespace {
 struct VerifyOptions {
   std::string modelPath, manifestPath, inputPath;
   double rtol = 1e-5, atol = 1e-5;
+  WeightOptions weights;
 };
 } // namespace
 
 /// Runs one batch through the stages and the model and prints one line per
 /// output, each prefixed with `label` ("" or "batch 2: "). Returns whether
 /// every output matched.
-static llvm::Expected<bool> verifyBatch(const VerifyOptions &o,
-                                        const Manifest &manifest,
-                                        StageExecutable &model,
-                                        const std::vector<c10::IValue> &inputs,
-                                        const std::string &label) {
-  auto actual =
-      runSequentially(manifest, manifestDirectory(o.manifestPath), inputs);
+static llvm::Expected<bool>
+verifyBatch(const VerifyOptions &o, const Manifest &manifest,
+            StageExecutable &model, WeightSource *weights,
+            const std::vector<c10::IValue> &inputs, const std::string &label) {
+  auto actual = runSequentially(manifest, manifestDirectory(o.manifestPath),
+                                inputs, weights);
   if (!actual)
     return actual.takeError();
   auto expected = torchCall("the unsplit model failed",
@@ -67,6 +70,18 @@ static llvm::Expected<bool> verifyBatch(const VerifyOptions &o,
   return all;
 }
 
+/// The unsplit model's weights from `weights`, as the stages get theirs;
+/// its buffers without data start as zeros (the model's own graph is not at
+/// hand to tell state from other buffers; a stage refuses a non-state one).
+static llvm::Error bindModelWeights(StageExecutable &model,
+                                    WeightSource *weights) {
+  std::vector<WeightSlot> slots = moduleSlots(model, {});
+  for (WeightSlot &slot : slots)
+    slot.isState = !slot.isParameter;
+  return bindInto(model, slots, weights, /*inPlace=*/true, "the model")
+      .takeError();
+}
+
 static llvm::Expected<int> runVerify(const VerifyOptions &o) {
   auto manifest = Manifest::load(o.manifestPath);
   if (!manifest)
@@ -87,13 +102,22 @@ static llvm::Expected<int> runVerify(const VerifyOptions &o) {
   if (llvm::Error err = torchCall("cannot load '" + o.modelPath + "'",
                                   [&] { (*model)->setTraining(false); }))
     return err;
+  std::shared_ptr<WeightSource> weights;
+  if (o.weights.given()) {
+    auto source = WeightSource::open(o.weights, manifestWeightNames(*manifest));
+    if (!source)
+      return source.takeError();
+    weights = std::move(*source);
+  }
+  if (llvm::Error err = bindModelWeights(**model, weights.get()))
+    return err;
 
   bool all = true;
   for (size_t b = 0; b < inputs->batches.size(); ++b) {
     std::string label =
         inputs->isList ? llvm::formatv("batch {0}: ", b).str() : "";
-    auto matched =
-        verifyBatch(o, *manifest, **model, inputs->batches[b], label);
+    auto matched = verifyBatch(o, *manifest, **model, weights.get(),
+                               inputs->batches[b], label);
     if (!matched)
       return inputs->isList ? withContext(matched.takeError(),
                                           llvm::formatv("batch {0}", b).str())
@@ -138,6 +162,7 @@ Command addVerifyCommand(CLI::App &parent) {
   app->add_option("--atol", o->atol, "Absolute tolerance")
       ->capture_default_str()
       ->transform(finiteAtLeast(0));
+  addWeightFlags(*app, o->weights);
   return {app, [o]() { return runVerify(*o); }};
 }
 

@@ -480,6 +480,43 @@ TEST(ManifestTest, WritesStateOnlyWhereThereIsSomeAndReadsItBack) {
   EXPECT_EQ(back->toJSON(), json);
 }
 
+TEST(ManifestTest, WritesWeightsWithTheirTiesAndReadsThemBack) {
+  Manifest m = twoStages();
+  EXPECT_EQ(stage(m.toJSON(), 0).get("weights"), nullptr);
+  m.stages[0].weights = std::vector<StageWeight>{
+      {"embed.weight", "bfloat16", {10, 8}, true, {"head.weight"}},
+      {"norm.running_mean", "float32", {8}, false, {}}};
+  m.stages[1].weights = std::vector<StageWeight>{};
+  Value json = m.toJSON();
+  const llvm::json::Array *weights = stage(json, 0).getArray("weights");
+  ASSERT_NE(weights, nullptr);
+  EXPECT_EQ((*weights)[0], Value(Object{{"name", "embed.weight"},
+                                        {"dtype", "bfloat16"},
+                                        {"shape", {10, 8}},
+                                        {"parameter", true},
+                                        {"tied", {"head.weight"}}}));
+  EXPECT_EQ((*weights)[1].getAsObject()->get("tied"), nullptr);
+  auto back = Manifest::fromJSON(json);
+  ASSERT_TRUE(static_cast<bool>(back)) << llvm::toString(back.takeError());
+  ASSERT_TRUE(back->stages[0].weights.has_value());
+  EXPECT_EQ((*back->stages[0].weights)[0].tied,
+            std::vector<std::string>{"head.weight"});
+  EXPECT_FALSE((*back->stages[0].weights)[1].isParameter);
+  EXPECT_TRUE(back->stages[1].weights->empty());
+  EXPECT_EQ(back->toJSON(), json);
+
+  Value bad = json;
+  obj((*stage(bad, 0).getArray("weights"))[1])["name"] = "head.weight";
+  EXPECT_EQ(errorOf(bad), "manifest: stages[0].weights[1] repeats the name of "
+                          "an earlier weight, or has an empty one");
+  bad = json;
+  obj((*stage(bad, 0).getArray("weights"))[1])["dtype"] = "float8";
+  EXPECT_EQ(errorOf(bad),
+            "expected one of uint8, int8, int16, int32, int64, float16, "
+            "float32, float64, complex64, complex128, bool, bfloat16 at "
+            "manifest.stages[0].weights[1].dtype");
+}
+
 TEST(ManifestTest, CarriesRecordedShapesAndRejectsBadOnes) {
   Value json = twoStages().toJSON();
   auto back = Manifest::fromJSON(json);
