@@ -1,8 +1,11 @@
 //===- tools/ppc/JoinCommand.cpp - ppc join -------------------------------===//
 #include "tools/ppc/Commands.h"
 #include "tools/ppc/OptionChecks.h"
+#include "tools/ppc/WeightFlags.h"
 
+#include "lib/Error.h"
 #include "lib/Join.h"
+#include "lib/JoinSafetensors.h"
 #include "runtime/train/Checkpoint.h"
 
 #include "llvm/Support/FormatVariadic.h"
@@ -16,11 +19,32 @@ namespace ppc {
 namespace {
 struct JoinOptions {
   std::string manifestPath, outputPath;
+  /// "model" (the manifest's format) or "safetensors".
+  std::string format = "model";
+  SafetensorsJoin safetensors;
 };
 } // namespace
 
 static std::string plural(size_t n, llvm::StringRef word) {
   return llvm::formatv("{0} {1}{2}", n, word, n == 1 ? "" : "s").str();
+}
+
+/// ppc join --format safetensors.
+static llvm::Expected<int> joinSafetensors(JoinOptions &o,
+                                           const std::string &manifest) {
+  o.safetensors.outputDir = o.outputPath;
+  o.safetensors.prefix = o.safetensors.weights.prefix;
+  auto report = joinToSafetensors(manifest, o.safetensors);
+  if (!report)
+    return report.takeError();
+  llvm::outs() << llvm::formatv(
+      "joined {0}: {1} ({2} bytes) into {3} in {4}{5}\n",
+      plural(report->stages, "stage"), plural(report->tensors, "tensor"),
+      report->bytes, plural(report->shards, "shard"), o.outputPath,
+      report->prefix.empty()
+          ? std::string()
+          : " (without the prefix '" + report->prefix + "')");
+  return 0;
 }
 
 Command addJoinCommand(CLI::App &parent) {
@@ -48,10 +72,27 @@ Command addJoinCommand(CLI::App &parent) {
                   "holding one or checkpoints")
       ->required()
       ->check(pathOption());
-  app->add_option("-o,--output", o->outputPath,
-                  "The joined TorchScript model to write (OUT.pt)")
+  app->add_option(
+         "-o,--output", o->outputPath,
+         "The joined model to write, in the manifest's format (OUT.pt, "
+         "OUT.pt2); with --format safetensors, a directory of shards")
       ->required()
       ->check(pathOption());
+  app->add_option("--format", o->format,
+                  "model (the default): the original model in its format; "
+                  "safetensors: the weights as Hugging Face shards in the "
+                  "directory OUT, with model.safetensors.index.json, under "
+                  "the model's own names (docs/weights.md)")
+      ->check(CLI::IsMember({"model", "safetensors"}));
+  app->add_option("--max-shard-size", o->safetensors.maxShardBytes,
+                  "With --format safetensors: the most bytes a shard holds "
+                  "(a larger tensor gets one of its own), with a suffix K, "
+                  "M, G (powers of 1024); default 5000000000, as "
+                  "save_pretrained's 5GB")
+      ->transform(byteCountOption());
+  // The stages' weights may come from a checkpoint (a program exported on
+  // the meta device); --weights-prefix also names the prefix to drop.
+  addWeightFlags(*app, o->safetensors.weights);
   return {app, [o]() -> llvm::Expected<int> {
             if (llvm::Error err = checkOutputsOutsideCheckpoints(
                     o->manifestPath, "the checkpoint",
@@ -60,6 +101,11 @@ Command addJoinCommand(CLI::App &parent) {
             auto manifest = manifestForJoin(o->manifestPath);
             if (!manifest)
               return manifest.takeError();
+            if (o->format == "safetensors")
+              return joinSafetensors(*o, *manifest);
+            if (o->safetensors.weights.given())
+              return makeError("--weights is only read with --format "
+                               "safetensors");
             auto report = joinStages(*manifest, o->outputPath);
             if (!report)
               return report.takeError();
