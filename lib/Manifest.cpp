@@ -299,42 +299,38 @@ static int64_t dtypeBytes(llvm::StringRef name) {
   return 0;
 }
 
-static bool fromJSON(const Value &v, StateTensor &out, llvm::json::Path p) {
-  llvm::json::ObjectMapper o(v, p);
-  std::vector<NonNegative<int64_t>> shape;
-  if (!(o && o.map("name", out.name) && o.map("dtype", out.dtype) &&
-        o.map("shape", shape) && o.mapOptional("index_dim", out.indexDim)))
+/// The "name", "dtype" and "shape" of a state tensor or a weight: a dtype
+/// of DTypes.def and non-negative dimensions.
+static bool mapTensorFields(llvm::json::ObjectMapper &o, llvm::json::Path p,
+                            std::string &name, std::string &dtype,
+                            std::vector<int64_t> &shape) {
+  std::vector<NonNegative<int64_t>> dims;
+  if (!(o && o.map("name", name) && o.map("dtype", dtype) &&
+        o.map("shape", dims)))
     return false;
-  if (dtypeBytes(out.dtype) == 0) {
+  if (dtypeBytes(dtype) == 0) {
     // Path::report keeps a literal: the names of DTypes.def, in order.
     p.field("dtype").report(
         "expected one of uint8, int8, int16, int32, int64, float16, float32, "
         "float64, complex64, complex128, bool, bfloat16");
     return false;
   }
-  out.shape.clear();
-  for (const auto &d : shape)
-    out.shape.push_back(d.value);
+  shape.clear();
+  for (const auto &d : dims)
+    shape.push_back(d.value);
   return true;
+}
+
+static bool fromJSON(const Value &v, StateTensor &out, llvm::json::Path p) {
+  llvm::json::ObjectMapper o(v, p);
+  return mapTensorFields(o, p, out.name, out.dtype, out.shape) &&
+         o.mapOptional("index_dim", out.indexDim);
 }
 
 static bool fromJSON(const Value &v, StageWeight &out, llvm::json::Path p) {
   llvm::json::ObjectMapper o(v, p);
-  std::vector<NonNegative<int64_t>> shape;
-  if (!(o && o.map("name", out.name) && o.map("dtype", out.dtype) &&
-        o.map("shape", shape) && o.map("parameter", out.isParameter) &&
-        o.mapOptional("tied", out.tied)))
-    return false;
-  if (dtypeBytes(out.dtype) == 0) {
-    p.field("dtype").report(
-        "expected one of uint8, int8, int16, int32, int64, float16, float32, "
-        "float64, complex64, complex128, bool, bfloat16");
-    return false;
-  }
-  out.shape.clear();
-  for (const auto &d : shape)
-    out.shape.push_back(d.value);
-  return true;
+  return mapTensorFields(o, p, out.name, out.dtype, out.shape) &&
+         o.map("parameter", out.isParameter) && o.mapOptional("tied", out.tied);
 }
 
 static bool fromJSON(const Value &v, StageInfo &out, llvm::json::Path p) {

@@ -23,23 +23,6 @@
 
 namespace ppc {
 
-namespace {
-/// Closes a file descriptor on every path out of readFileBounded.
-class FileDescriptor {
-public:
-  explicit FileDescriptor(int fd) : fd(fd) {}
-  FileDescriptor(const FileDescriptor &) = delete;
-  FileDescriptor &operator=(const FileDescriptor &) = delete;
-  ~FileDescriptor() {
-    if (fd >= 0)
-      ::close(fd);
-  }
-  int get() const { return fd; }
-
-private:
-  int fd;
-};
-
 const char *fileTypeName(mode_t mode) {
   if (S_ISDIR(mode))
     return "a directory";
@@ -53,7 +36,6 @@ const char *fileTypeName(mode_t mode) {
     return "a socket";
   return "not a plain file";
 }
-} // namespace
 
 llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>>
 readFileBounded(llvm::StringRef path, uint64_t maxBytes, llvm::StringRef what) {

@@ -19,6 +19,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <sys/types.h>
+#include <unistd.h>
 
 namespace caffe2::serialize {
 class ReadAdapterInterface;
@@ -46,6 +48,26 @@ constexpr uint64_t kMaxInputFileBytes = 256 * kGiB;
 /// JSON nesting depth: ppc's own files nest at most ~6 levels; user
 /// metadata a little more. 256 keeps the parser's recursion shallow.
 constexpr unsigned kMaxJSONDepth = 256;
+
+/// Closes a file descriptor on every path out of a reader.
+class FileDescriptor {
+public:
+  explicit FileDescriptor(int fd) : fd(fd) {}
+  FileDescriptor(const FileDescriptor &) = delete;
+  FileDescriptor &operator=(const FileDescriptor &) = delete;
+  ~FileDescriptor() {
+    if (fd >= 0)
+      ::close(fd);
+  }
+  int get() const { return fd; }
+
+private:
+  int fd;
+};
+
+/// What a file that is not a regular one is, for a message ("a FIFO", "a
+/// directory", ...), from its st_mode.
+const char *fileTypeName(mode_t mode);
 
 /// Reads the regular file `path` whole, refusing anything else before
 /// reading a byte. `what` names the file's role in messages ("manifest",

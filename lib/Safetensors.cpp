@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 #include "lib/Safetensors.h"
 
+#include "lib/Error.h"
 #include "lib/FileUtil.h"
 #include "lib/SafeRead.h"
 
@@ -29,29 +30,6 @@
 namespace ppc::safetensors {
 
 namespace {
-
-// lib/Error.h's makeError and printable would do, but Error.h includes
-// LibTorch, which this file stays free of.
-llvm::Error fail(const llvm::Twine &message) {
-  return llvm::make_error<llvm::StringError>(message,
-                                             llvm::inconvertibleErrorCode());
-}
-
-/// `raw` as a message may show it: at most 64 bytes (then "..."), bytes
-/// that are not printable ASCII as \xHH.
-std::string shown(llvm::StringRef raw) {
-  constexpr size_t limit = 64;
-  std::string out;
-  for (char c : raw.take_front(limit)) {
-    if (llvm::isPrint(c))
-      out += c;
-    else
-      out += llvm::formatv("\\x{0:x-2}", static_cast<unsigned char>(c)).str();
-  }
-  if (raw.size() > limit)
-    out += "...";
-  return out;
-}
 
 struct DType {
   llvm::StringLiteral name;
@@ -156,8 +134,8 @@ llvm::Expected<TensorEntry> parseEntry(llvm::StringRef name,
                                        uint64_t dataStart, uint64_t dataBytes,
                                        llvm::StringRef path) {
   auto bad = [&](const llvm::Twine &why) {
-    return fail("checkpoint '" + path + "': tensor '" + shown(name) + "' " +
-                why);
+    return makeError("checkpoint '" + path + "': tensor '" + printable(name) +
+                     "' " + why);
   };
   const llvm::json::Object *object = value.getAsObject();
   if (!object)
@@ -169,7 +147,7 @@ llvm::Expected<TensorEntry> parseEntry(llvm::StringRef name,
     return bad("has no dtype string");
   size_t size = dtypeSize(*dtype);
   if (!size)
-    return bad("has unknown dtype '" + shown(*dtype) + "'");
+    return bad("has unknown dtype '" + printable(*dtype) + "'");
   entry.dtype = dtype->str();
   const llvm::json::Array *shape = object->getArray("shape");
   if (!shape)
@@ -234,10 +212,10 @@ llvm::Error checkDisjoint(const std::vector<TensorEntry> &entries,
   // ends last.
   for (size_t i = 1; i < byBegin.size(); ++i)
     if (byBegin[i]->begin < byBegin[i - 1]->end)
-      return fail("checkpoint '" + path + "': tensor '" +
-                  shown(byBegin[i]->name) + "' " + range(byBegin[i]) +
-                  " overlap tensor '" + shown(byBegin[i - 1]->name) + "' " +
-                  range(byBegin[i - 1]));
+      return makeError("checkpoint '" + path + "': tensor '" +
+                       printable(byBegin[i]->name) + "' " + range(byBegin[i]) +
+                       " overlap tensor '" + printable(byBegin[i - 1]->name) +
+                       "' " + range(byBegin[i - 1]));
   return llvm::Error::success();
 }
 
@@ -246,36 +224,6 @@ uint64_t littleEndian64(llvm::StringRef b) {
   for (unsigned i = 0; i < 8; ++i)
     v |= uint64_t(static_cast<uint8_t>(b[i])) << (8 * i);
   return v;
-}
-
-/// Closes a file descriptor on every path out of ShardFile::open.
-class FileDescriptor {
-public:
-  explicit FileDescriptor(int fd) : fd(fd) {}
-  FileDescriptor(const FileDescriptor &) = delete;
-  FileDescriptor &operator=(const FileDescriptor &) = delete;
-  ~FileDescriptor() {
-    if (fd >= 0)
-      ::close(fd);
-  }
-  int get() const { return fd; }
-
-private:
-  int fd;
-};
-
-const char *fileTypeName(mode_t mode) {
-  if (S_ISDIR(mode))
-    return "a directory";
-  if (S_ISFIFO(mode))
-    return "a FIFO";
-  if (S_ISCHR(mode))
-    return "a character device";
-  if (S_ISBLK(mode))
-    return "a block device";
-  if (S_ISSOCK(mode))
-    return "a socket";
-  return "not a plain file";
 }
 
 /// Reads exactly `size` bytes at `offset` of `fd` into `out`; false when
@@ -315,7 +263,7 @@ namespace {
 llvm::Expected<uint64_t> headerLength(llvm::StringRef prefix, uint64_t fileSize,
                                       llvm::StringRef path) {
   auto bad = [&](const llvm::Twine &why) {
-    return fail("checkpoint '" + path + "': " + why);
+    return makeError("checkpoint '" + path + "': " + why);
   };
   if (fileSize < 8 || prefix.size() < 8)
     return bad(llvm::formatv("file is {0} bytes, too short for a header "
@@ -346,7 +294,7 @@ llvm::Expected<std::vector<TensorEntry>>
 parseHeader(llvm::StringRef prefix, uint64_t fileSize, llvm::StringRef path,
             std::map<std::string, std::string> *metadata) {
   auto bad = [&](const llvm::Twine &why) {
-    return fail("checkpoint '" + path + "': " + why);
+    return makeError("checkpoint '" + path + "': " + why);
   };
   auto lengthOr = headerLength(prefix, fileSize, path);
   if (!lengthOr)
@@ -366,7 +314,7 @@ parseHeader(llvm::StringRef prefix, uint64_t fileSize, llvm::StringRef path,
   if (!object)
     return bad("header is not a JSON object");
   if (auto key = repeatedKey(text, object->size()))
-    return bad("header names tensor '" + shown(*key) + "' twice");
+    return bad("header names tensor '" + printable(*key) + "' twice");
 
   // DenseMap order is arbitrary: go by name, so that of several problems
   // the same one is reported every time.
@@ -410,7 +358,7 @@ ShardFile::~ShardFile() = default;
 llvm::Expected<std::unique_ptr<ShardFile>>
 ShardFile::open(llvm::StringRef path) {
   auto bad = [&](const llvm::Twine &why) {
-    return fail("checkpoint '" + path + "': " + why);
+    return makeError("checkpoint '" + path + "': " + why);
   };
   std::string pathStr = path.str();
   // O_NONBLOCK: opening a FIFO without a writer would otherwise block
@@ -492,13 +440,13 @@ llvm::Expected<Checkpoint> Checkpoint::open(llvm::StringRef path) {
     llvm::SmallString<256> single(path);
     llvm::sys::path::append(single, kSingleName);
     if (!llvm::sys::fs::exists(single))
-      return fail("checkpoint '" + path + "': holds neither " + kIndexName +
-                  " nor " + kSingleName);
+      return makeError("checkpoint '" + path + "': holds neither " +
+                       kIndexName + " nor " + kSingleName);
     return openSingle(std::string(single));
   }
   checkpoint.indexPath_ = std::string(index);
   auto bad = [&](const llvm::Twine &why) {
-    return fail("checkpoint '" + index + "': " + why);
+    return makeError("checkpoint '" + index + "': " + why);
   };
   auto buffer = readFileBounded(index, kMaxIndexBytes, "checkpoint index");
   if (!buffer)
@@ -523,11 +471,12 @@ llvm::Expected<Checkpoint> Checkpoint::open(llvm::StringRef path) {
       return bad("index has a tensor with an empty name");
     auto file = member->second.getAsString();
     if (!file || !isShardName(*file))
-      return bad(llvm::formatv("tensor '{0}' maps to {1}, not a .safetensors "
-                               "file in the directory",
-                               shown(name),
-                               file ? "'" + shown(*file) + "'" : "a non-string")
-                     .str());
+      return bad(
+          llvm::formatv("tensor '{0}' maps to {1}, not a .safetensors "
+                        "file in the directory",
+                        printable(name),
+                        file ? "'" + printable(*file) + "'" : "a non-string")
+              .str());
     llvm::SmallString<256> shard(path);
     llvm::sys::path::append(shard, *file);
     checkpoint.shardOf_[name.str()] = std::string(shard);
@@ -552,8 +501,8 @@ llvm::Expected<std::pair<ShardFile *, const TensorEntry *>>
 Checkpoint::find(llvm::StringRef name) {
   auto it = shardOf_.find(name.str());
   if (it == shardOf_.end())
-    return fail("checkpoint '" + path_ + "': has no tensor '" + shown(name) +
-                "'");
+    return makeError("checkpoint '" + path_ + "': has no tensor '" +
+                     printable(name) + "'");
   std::unique_ptr<ShardFile> &shard = shards_[it->second];
   if (!shard) {
     auto opened = ShardFile::open(it->second);
@@ -565,9 +514,10 @@ Checkpoint::find(llvm::StringRef name) {
   }
   const TensorEntry *entry = shard->find(name);
   if (!entry)
-    return fail("checkpoint '" + indexPath_ + "': tensor '" + shown(name) +
-                "' maps to '" + shown(llvm::sys::path::filename(it->second)) +
-                "', which does not hold it");
+    return makeError("checkpoint '" + indexPath_ + "': tensor '" +
+                     printable(name) + "' maps to '" +
+                     printable(llvm::sys::path::filename(it->second)) +
+                     "', which does not hold it");
   return std::make_pair(shard.get(), entry);
 }
 
@@ -622,21 +572,21 @@ writeCheckpoint(llvm::StringRef dir, const std::vector<WriteTensor> &tensors,
                 uint64_t maxShardBytes,
                 const std::map<std::string, std::string> &metadata) {
   auto bad = [&](const llvm::Twine &why) {
-    return fail("cannot write checkpoint '" + dir + "': " + why);
+    return makeError("cannot write checkpoint '" + dir + "': " + why);
   };
   // Check everything before the first byte is written.
   llvm::StringSet<> names;
   for (const WriteTensor &t : tensors) {
     auto badTensor = [&](const llvm::Twine &why) {
-      return bad("tensor '" + shown(t.name) + "' " + why);
+      return bad("tensor '" + printable(t.name) + "' " + why);
     };
     if (t.name.empty() || t.name == "__metadata__")
-      return bad("has a tensor named '" + shown(t.name) + "'");
+      return bad("has a tensor named '" + printable(t.name) + "'");
     if (!names.insert(t.name).second)
       return badTensor("is given twice");
     size_t size = dtypeSize(t.dtype);
     if (!size)
-      return badTensor("has unknown dtype '" + shown(t.dtype) + "'");
+      return badTensor("has unknown dtype '" + printable(t.dtype) + "'");
     if (llvm::any_of(t.shape, [](int64_t d) { return d < 0; }))
       return badTensor("has a negative dimension in shape " +
                        shapeText(t.shape));
@@ -655,13 +605,13 @@ writeCheckpoint(llvm::StringRef dir, const std::vector<WriteTensor> &tensors,
          it.increment(ec)) {
       llvm::StringRef file = llvm::sys::path::filename(it->path());
       if (file.endswith(".safetensors") || file == kIndexName)
-        return bad("it already holds '" + shown(file) + "'");
+        return bad("it already holds '" + printable(file) + "'");
     }
     if (ec)
       return bad(ec.message());
   } else if (std::error_code ec = llvm::sys::fs::create_directories(dir)) {
-    return fail("cannot create checkpoint directory '" + dir +
-                "': " + ec.message());
+    return makeError("cannot create checkpoint directory '" + dir +
+                     "': " + ec.message());
   }
 
   // Shards as transformers cuts them: close the current shard when the next

@@ -8,6 +8,8 @@
 
 #include "runtime/platform/TorchCompat.h"
 
+#include "llvm/Support/FormatVariadic.h"
+
 #include <c10/core/CPUAllocator.h>
 
 #include <atomic>
@@ -122,6 +124,13 @@ int64_t anonymousResidentBytes() {
       break;
   std::fclose(status);
   return static_cast<int64_t>(kb) * 1024;
+}
+
+std::string memoryStatsText() {
+  return llvm::formatv(" peak_rss_mb={0:f1} rss_anon_mb={1:f1}",
+                       peakResidentBytes() / 1048576.0,
+                       anonymousResidentBytes() / 1048576.0)
+      .str();
 }
 
 } // namespace ppc

@@ -25,6 +25,7 @@
 #define PPC_RUNTIME_PLATFORM_MEMORYMETER_H
 
 #include <cstdint>
+#include <string>
 
 namespace ppc {
 
@@ -54,6 +55,8 @@ public:
 /// system does not say.
 int64_t peakResidentBytes();
 int64_t anonymousResidentBytes();
+/// Both for a --stats line: " peak_rss_mb=512.3 rss_anon_mb=101.0".
+std::string memoryStatsText();
 
 } // namespace ppc
 

@@ -22,11 +22,7 @@ std::string RunStats::line() const {
              .str() +
          (weightsGiven ? " weight_bytes=" + std::to_string(weightBytes)
                        : std::string()) +
-         llvm::formatv(" peak_rss_mb={0:f1} rss_anon_mb={1:f1}",
-                       peakResidentBytes() / 1048576.0,
-                       anonymousResidentBytes() / 1048576.0)
-             .str() +
-         (link.empty() ? "" : " link=" + link) +
+         memoryStatsText() + (link.empty() ? "" : " link=" + link) +
          " blas=" + blasStatsName(loadedBlas());
 }
 
