@@ -340,13 +340,15 @@ static llvm::Error bindModelWeights(const CompileOptions &options,
         "meta device): each rank starts {3} as zeros, as static caches do",
         zeroState, zeroState == 1 ? "" : "s", zeroState == 1 ? "s" : "",
         zeroState == 1 ? "it" : "them"));
-  if (!missing.empty() && options.cost == CostKind::Profile)
-    return makeError("--cost profile times the model on --example-input, "
-                     "which needs its weights, and this program has none for "
-                     "'" +
+  // The flops and profile costs run the model on --example-input; LibTorch
+  // has no meta kernels for many operators, so that needs real weights.
+  if (!missing.empty() && needsExampleInput(options.cost))
+    return makeError("--cost " + costKindName(options.cost) +
+                     " runs the model on --example-input, which needs its "
+                     "weights, and this program has none for '" +
                      missing +
-                     "' (exported without weights): give "
-                     "them with --weights, or use --cost params or flops");
+                     "' (exported without weights): give them with "
+                     "--weights, or use --cost params or nodes");
   if (!missing.empty())
     notes.push_back("the program carries no data for its weights (exported "
                     "without weights): the stages carry none either, and "

@@ -49,9 +49,9 @@ WEIGHT_BYTES = re.compile(r"stats: rank=(\d+) .* weight_bytes=(\d+)")
 NOTE_NO_WEIGHTS = ("note: the program carries no data for its weights (exported without "
                    "weights): the stages carry none either, and ppc run, verify, train and "
                    "generate read them from --weights")
-ERR_PROFILE = ("--cost profile times the model on --example-input, which needs its weights, "
-               "and this program has none for 'l1.bias' (exported without weights): give "
-               "them with --weights, or use --cost params or flops")
+ERR_EXAMPLE = ("--cost %s runs the model on --example-input, which needs its weights, and "
+               "this program has none for 'l1.bias' (exported without weights): give them "
+               "with --weights, or use --cost params or nodes")
 # Each rank refuses its own stage; the launcher names the first to fail.
 ERR_NO_DATA = {"stage %d's weight '%s' holds no data (its program was exported without "
                "weights): give the checkpoint with --weights" % (s, w)
@@ -170,11 +170,17 @@ class WeightsTest(unittest.TestCase):
         for s in m["stages"]:
             path = os.path.join(os.path.dirname(manifest), s["file"])
             self.assertLess(os.path.getsize(path), 64 * 1024)
+        for cost in ("profile", "flops"):
+            out = os.path.join(self.tmp, cost)
+            proc = ppc("split", model("mlp.pt2"), "-o", out, "--stages", 2, "--cost", cost,
+                       "--example-input", model("mlp.input.pt"), check=False)
+            self.assertEqual((proc.returncode, proc.stderr),
+                             (2, "error: %s\n" % (ERR_EXAMPLE % cost)))
+            self.assertFalse(os.path.exists(out))
+        # With --weights the profile runs on the real weights.
         out = os.path.join(self.tmp, "profiled")
-        proc = ppc("split", model("mlp.pt2"), "-o", out, "--stages", 2, "--cost", "profile",
-                   "--example-input", model("mlp.input.pt"), check=False)
-        self.assertEqual((proc.returncode, proc.stderr), (2, "error: %s\n" % ERR_PROFILE))
-        self.assertFalse(os.path.exists(out))
+        ppc("split", model("mlp.pt2"), "-o", out, "--stages", 2, "--cost", "profile",
+            "--example-input", model("mlp.input.pt"), "--weights", model("mlp.safetensors"))
 
     def test_run_reads_each_ranks_own_tensors_and_matches_the_model(self):
         manifest, _ = self.split("mlp", 2)
