@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import stat
+import struct
 import tempfile
 import unittest
 import zipfile
@@ -38,6 +39,20 @@ def crafted_tensor(storage, offset, size, stride):
                     (storage, offset, size, stride, False, collections.OrderedDict()))
 
     return Crafted()
+
+
+def mark_zip_size(path):
+    """Rewrites the first central directory entry of the zip PATH to give its
+    uncompressed size as the zip64 marker 0xFFFFFFFF, with no zip64 field;
+    returns the record's name."""
+    with open(path, "rb") as f:
+        data = bytearray(f.read())
+    at = struct.unpack_from("<I", data, data.rfind(b"PK\x05\x06") + 16)[0]
+    n = struct.unpack_from("<H", data, at + 28)[0]
+    struct.pack_into("<I", data, at + 24, 0xFFFFFFFF)
+    with open(path, "wb") as f:
+        f.write(data)
+    return data[at + 46:at + 46 + n].decode()
 
 
 class HostileFilesTest(unittest.TestCase):
@@ -235,6 +250,22 @@ class HostileFilesTest(unittest.TestCase):
         self.edit_manifest(lambda m: m["stages"][0].update(sha256=digest))
         message = (f"'{stage}': record {root}/extra/zeros inflates to {size} bytes, more than a "
                    f"{os.path.getsize(stage)}-byte archive may hold (67108864 in all)")
+        self.expect(["verify", model_path("mlp"), self.manifest, "--input", self.input], message)
+        self.expect_run({0: message})
+
+    def test_zip_size_marker_without_zip64_field(self):
+        # Tests that a model whose central directory gives a record the zip64 size marker
+        # 0xFFFFFFFF, with no zip64 field to hold the real size, is refused before LibTorch's
+        # reader allocates 4 GiB for it, and that the --input reader refuses the same edit.
+        model = os.path.join(self.dir, "model.pt")
+        shutil.copy(model_path("mlp"), model)
+        record = mark_zip_size(model)
+        self.expect(["split", model, "--stages", "2", "-o", os.path.join(self.dir, "split")],
+                    f"'{model}': record {record} has the zip64 size marker 0xFFFFFFFF without "
+                    "a zip64 field that holds its size")
+        mark_zip_size(self.input)
+        message = (f"input '{self.input}' is not a valid torch.save file: a record claims "
+                   f"4294967295 bytes in a file of {os.path.getsize(self.input)}")
         self.expect(["verify", model_path("mlp"), self.manifest, "--input", self.input], message)
         self.expect_run({0: message})
 
