@@ -24,7 +24,7 @@ import zipfile
 
 import torch
 
-from common import launch, libtorch_major, model_path, ppc, tmpdir
+from common import free_port, launch, libtorch_major, model_path, ppc, rank_env, tmpdir
 
 TIMEOUT = 10  # --timeout of each run; a hostile file must never make a rank wait longer.
 
@@ -282,6 +282,21 @@ class HostileFilesTest(unittest.TestCase):
         message = f"input '{self.input}' is not a regular file (a character device)"
         self.expect(["verify", model_path("mlp"), self.manifest, "--input", self.input], message)
         self.expect_run({0: message})
+
+    def test_empty_list_of_prompts(self):
+        # Tests that a `ppc generate` prompt file holding an empty list or tuple is refused
+        # before the job starts: it used to decode nothing, write [] and exit 0.
+        output = os.path.join(self.dir, "tokens.pt")
+        for empty in ([], ()):
+            with self.subTest(empty=empty):
+                prompt = os.path.join(self.dir, "prompts.pt")
+                torch.save(empty, prompt)
+                r = ppc("generate", self.manifest, "--prompt", prompt, "--output", output,
+                        check=False, env=rank_env(0, 1, free_port()), timeout=60)
+                self.assertEqual((r.returncode, r.stderr), (2, f"error: --prompt: '{prompt}' "
+                                                               "holds no prompt (an empty list "
+                                                               "or tuple)\n"), r.stdout)
+                self.assertFalse(os.path.exists(output))
 
     def test_view_larger_than_storage(self):
         # torch.load refuses this file; ppc used to read past the storage.
