@@ -56,10 +56,14 @@ void writeStatusRecord(int jobRank, const llvm::json::Value &record) {
       ::open(dirPath.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   struct stat st;
   if (dir.fd < 0 || ::fstat(dir.fd, &st) != 0) {
+    // Linux says ENOTDIR for a link under O_DIRECTORY | O_NOFOLLOW; lstat
+    // only words the message.
     int err = errno;
-    warnNoRecord(dirPath, err == ELOOP     ? "it is a symbolic link"
-                          : err == ENOTDIR ? "it is not a directory"
-                                           : llvm::sys::StrError(err));
+    struct stat link;
+    bool isLink = ::lstat(dirPath.c_str(), &link) == 0 && S_ISLNK(link.st_mode);
+    warnNoRecord(dirPath, isLink || err == ELOOP ? "it is a symbolic link"
+                          : err == ENOTDIR       ? "it is not a directory"
+                                                 : llvm::sys::StrError(err));
     return;
   }
   if (st.st_uid != ::geteuid()) {
