@@ -154,7 +154,7 @@ Agreement RankContext::agreement() const {
   Agreement record = options_.agreement;
   record.setDefault("the wire format version",
                     std::to_string(kWireFormatVersion));
-  record.setDefault("PPC_COALESCE", executorPlan_.coalesce ? "1" : "0");
+  record.setDefault("PPC_COALESCE", env_.coalesce ? "1" : "0");
   record.setDefault("--microbatches", std::to_string(options_.microbatches));
   record.setDefault("--schedule", scheduleName(options_.schedule));
   record.setDefault("--precision", precisionName(options_.precision));
