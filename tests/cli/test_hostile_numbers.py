@@ -105,9 +105,8 @@ class NumericOptionsTest(unittest.TestCase):
             # A temperature whose reciprocal overflows a float would make the logits infinite
             # once the job has started.
             (self.GENERATE + ["--temperature", "1e-308"],
-             "--temperature: 1e-308 is not 0 or a finite number of at least "
-             "2.938736052218037e-39 (1 over the largest float; a smaller one overflows the "
-             "logits)"),
+             "--temperature: 1e-308 is not 0 or at least 2.938736052218037e-39 (1 over the "
+             "largest float)"),
             (self.GENERATE + ["--temperature", "-1"],
              "--temperature: -1 is not a finite number of at least 0"),
         ]

@@ -205,11 +205,8 @@ CLI::Validator temperatureOption() {
           return problem;
         double value = std::strtod(text.c_str(), nullptr);
         if (value > 0 && value < kMinTemperature)
-          return printable(given) +
-                 " is not 0 or a finite number of at least " +
-                 formatNumber(kMinTemperature) +
-                 " (1 over the largest float; a smaller one overflows the "
-                 "logits)";
+          return printable(given) + " is not 0 or at least " +
+                 formatNumber(kMinTemperature) + " (1 over the largest float)";
         return "";
       },
       "0 or >=" + formatNumber(kMinTemperature));
