@@ -7,9 +7,9 @@ time out: each prints one error line with its position in its schedule
 (runtime/exec/Executor.h, "Where a rank stands"), and the launcher's closing
 line names the stopped rank and who waits for it (tools/ppc/Launcher.h).
 
-StatusFilesTest: two ranks started by hand share a PPC_STATUS_DIR where a
-link or a FIFO was planted at rank 1's temporary record name; rank 0 is
-stopped and rank 1 times out. And a launched job that makes its own record a
+StatusFilesTest: three ranks started by hand share a PPC_STATUS_DIR where a
+link or a FIFO was planted at rank 2's temporary record name; rank 1 is
+stopped and rank 2 times out. And a launched job that makes its own record a
 FIFO, or a TMPDIR that is missing, cannot keep the launcher from its line.
 
 Run: /usr/bin/python3 tests/cli/test_stuck.py -v
@@ -170,34 +170,42 @@ class StuckTest(unittest.TestCase):
 
 
 class StatusFilesTest(unittest.TestCase):
+    # Three ranks, so that the stopped one (STOPPED) is not the one serving the rendezvous
+    # store, and the one watched holds the last stage (it writes --output, so it reports
+    # progress).
+    WATCHED = 2
+
     @classmethod
     def setUpClass(cls):
         cls.tmp = class_tmpdir(cls)
-        cls.manifest = split_at("mlp", 2, os.path.join(cls.tmp, "mlp2"))
+        cls.manifest = split_at("mlp", 3, os.path.join(cls.tmp, "mlp3"))
 
     def setUp(self):
         self.dir = tmpdir(self)
         self.status = os.path.join(self.dir, "status")
         os.mkdir(self.status, 0o700)
-        self.partial = os.path.join(self.status, "rank-1.json.partial")
+        self.partial = os.path.join(self.status, f"rank-{self.WATCHED}.json.partial")
 
-    def time_out_rank_1(self):
-        """Starts 2 ranks of a long `ppc run` by hand with PPC_STATUS_DIR;
-        once rank 1 reports progress, stops rank 0 (SIGSTOP). Returns rank 1's
-        exit status, seconds from the stop to its exit, and its output."""
+    def time_out_watched_rank(self):
+        """Starts 3 ranks of a long `ppc run` by hand with PPC_STATUS_DIR;
+        once rank WATCHED reports progress, stops rank STOPPED (SIGSTOP).
+        Returns rank WATCHED's exit status, seconds from the stop to its
+        exit, and its output."""
         port = free_port()
-        # Rank 1 holds the last stage: it writes --output, so it reports progress.
         args = ["run", self.manifest, "--input", model_path("mlp", ".input.pt"), "--output",
                 os.path.join(self.dir, "out.pt"), "--repeat", "1000000", "--progress",
                 "--no-meta-cache", "--timeout", str(RANK_TIMEOUT)]
-        procs = [subprocess.Popen([PPC, *args], env=rank_env(rank, 2, port,
+        procs = [subprocess.Popen([PPC, *args], env=rank_env(rank, 3, port,
                                                               PPC_STATUS_DIR=self.status),
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-                 for rank in range(2)]
+                                  stdout=subprocess.PIPE if rank == self.WATCHED
+                                  else subprocess.DEVNULL,
+                                  stderr=subprocess.STDOUT, text=True)
+                 for rank in range(3)]
+        watched = procs[self.WATCHED]
         lines, started = [], threading.Event()
 
         def read():
-            for line in procs[1].stdout:
+            for line in watched.stdout:
                 lines.append(line.rstrip("\n"))
                 if "progress: batch " in line:
                     started.set()
@@ -207,11 +215,11 @@ class StatusFilesTest(unittest.TestCase):
         reader.start()
         try:
             self.assertTrue(started.wait(60), "\n".join(lines))
-            self.assertIsNone(procs[1].poll(), "\n".join(lines))
-            os.kill(procs[0].pid, signal.SIGSTOP)
+            self.assertIsNone(watched.poll(), "\n".join(lines))
+            os.kill(procs[STOPPED].pid, signal.SIGSTOP)
             at = time.monotonic()
             try:
-                rc = procs[1].wait(timeout=RANK_TIMEOUT + 20)
+                rc = watched.wait(timeout=RANK_TIMEOUT + 20)
             except subprocess.TimeoutExpired:
                 rc = None
             took = time.monotonic() - at
@@ -223,35 +231,35 @@ class StatusFilesTest(unittest.TestCase):
                     os.kill(p.pid, signal.SIGCONT)
                     p.kill()
                 p.wait()
-                p.stdout.close()
+            watched.stdout.close()
 
     def assert_timed_out_with_record(self, rc, took, text):
         self.assertEqual(rc, 2, text)
         self.assertLess(took, RANK_TIMEOUT + 8, text)
-        self.assertIn("lost rank 0 (no answer within 3 s", text)
+        self.assertIn(f"lost rank {STOPPED} (no answer within 3 s", text)
         self.assertNotIn("status record", text)
-        with open(os.path.join(self.status, "rank-1.json")) as f:
+        with open(os.path.join(self.status, f"rank-{self.WATCHED}.json")) as f:
             record = json.load(f)
         self.assertEqual((record["rank"], record["waitingFor"], record["timedOut"]),
-                         (1, 0, True), record)
-        self.assertEqual(os.listdir(self.status), ["rank-1.json"])
+                         (self.WATCHED, STOPPED, True), record)
+        self.assertFalse(os.path.lexists(self.partial))
 
     def test_planted_link_is_not_written_through(self):
-        # Tests that a link at rank 1's temporary record name, pointing at another file of the
-        # user's, leaves that file's bytes as they were: the rank replaces the link.
+        # Tests that a link at the watched rank's temporary record name, pointing at another
+        # file of the user's, leaves that file's bytes as they were: the rank replaces the link.
         victim = os.path.join(self.dir, "victim")
         with open(victim, "w") as f:
             f.write("the victim's bytes\n")
         os.symlink(victim, self.partial)
-        self.assert_timed_out_with_record(*self.time_out_rank_1())
+        self.assert_timed_out_with_record(*self.time_out_watched_rank())
         with open(victim) as f:
             self.assertEqual(f.read(), "the victim's bytes\n")
 
     def test_planted_fifo_does_not_block(self):
-        # Tests that a FIFO at rank 1's temporary record name (no reader: opening it to write
-        # would block forever) does not keep the rank past its --timeout.
+        # Tests that a FIFO at the watched rank's temporary record name (no reader: opening it
+        # to write would block forever) does not keep the rank past its --timeout.
         os.mkfifo(self.partial)
-        self.assert_timed_out_with_record(*self.time_out_rank_1())
+        self.assert_timed_out_with_record(*self.time_out_watched_rank())
 
     def test_launcher_is_not_blocked_by_a_fifo_record(self):
         # Tests that a job whose rank 0 makes its own status record a FIFO, then fails as if it
