@@ -20,6 +20,7 @@
 #include <optional>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <vector>
 
 namespace ppc {
 
@@ -176,16 +177,25 @@ std::optional<ZipDirectory> findZipDirectory(llvm::StringRef b) {
   return std::nullopt;
 }
 
-/// The uncompressed size a zip64 extra field (`extra`, an entry's extra
-/// data) gives; it comes first when the directory's own field is saturated.
-std::optional<uint64_t> zip64Size(llvm::StringRef extra) {
+/// The 8-byte fields of an entry's zip64 extra field (`extra`, the entry's
+/// extra data): one for each of its directory fields that holds the zip64
+/// marker 0xFFFFFFFF, uncompressed size first, then compressed size.
+/// nullopt when there is no zip64 field or it is too short for them.
+std::optional<std::vector<uint64_t>> zip64Fields(llvm::StringRef extra,
+                                                 unsigned count) {
   for (uint64_t at = 0; extra.size() - at >= 4;) {
     uint64_t id = littleEndian(extra, at, 2),
              size = littleEndian(extra, at + 2, 2);
     if (extra.size() - at - 4 < size)
       return std::nullopt;
-    if (id == 1 && size >= 8)
-      return littleEndian(extra, at + 4, 8);
+    if (id == 1) {
+      if (size < 8 * uint64_t(count))
+        return std::nullopt;
+      std::vector<uint64_t> fields;
+      for (unsigned i = 0; i < count; ++i)
+        fields.push_back(littleEndian(extra, at + 4 + 8 * i, 8));
+      return fields;
+    }
     at += 4 + size;
   }
   return std::nullopt;
@@ -211,18 +221,30 @@ llvm::Error checkZipInflation(llvm::StringRef b) {
     if (next > b.size())
       return llvm::Error::success();
     llvm::StringRef name = b.substr(at + 46, nameLength);
-    std::optional<uint64_t> size = littleEndian(b, at + 24, 4);
-    if (*size == 0xFFFFFFFF)
-      size = zip64Size(b.substr(at + 46 + nameLength, extraLength));
-    if (!size)
-      return llvm::Error::success();
-    if (*size > budget)
+    uint64_t size = littleEndian(b, at + 24, 4);
+    bool sizeMarked = size == 0xFFFFFFFF;
+    bool compressedMarked = littleEndian(b, at + 20, 4) == 0xFFFFFFFF;
+    if (sizeMarked || compressedMarked) {
+      // Without the zip64 field, miniz takes the marker for a size of
+      // 4 GiB, and LibTorch's reader allocates that much for the record.
+      auto fields = zip64Fields(b.substr(at + 46 + nameLength, extraLength),
+                                unsigned(sizeMarked) + compressedMarked);
+      if (!fields)
+        return makeError(llvm::formatv("record {0} has the zip64 size marker "
+                                       "0xFFFFFFFF without a zip64 field "
+                                       "that holds its size",
+                                       printable(name))
+                             .str());
+      if (sizeMarked)
+        size = (*fields)[0];
+    }
+    if (size > budget)
       return makeError(llvm::formatv("record {0} inflates to {1} bytes, more "
                                      "than a {2}-byte archive may hold ({3} "
                                      "in all)",
-                                     printable(name), *size, b.size(), budget)
+                                     printable(name), size, b.size(), budget)
                            .str());
-    total += *size; // both at most the budget: no overflow
+    total += size; // both at most the budget: no overflow
     if (total > budget)
       return makeError(llvm::formatv("its records inflate to {0} bytes or "
                                      "more, more than a {1}-byte archive may "

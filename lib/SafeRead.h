@@ -113,6 +113,9 @@ constexpr uint64_t kMinInflationBudget = 64 * kMiB;
 ///    a 305117-byte archive may hold (67108864 in all)"
 ///   "its records inflate to 70000000 bytes or more, more than a
 ///    1000-byte archive may hold (67108864)"
+///   "record m/data/0 has the zip64 size marker 0xFFFFFFFF without a zip64
+///    field that holds its size" (either size field; miniz would read the
+///    marker as 4 GiB)
 llvm::Error checkZipInflation(llvm::StringRef bytes);
 
 /// A LibTorch archive reader (for torch::jit::load and PyTorchStreamReader)

@@ -141,10 +141,21 @@ llvm::Error RankContext::loadManifest() {
   return llvm::Error::success();
 }
 
+/// The version of what crosses between ranks (the messages' layout,
+/// runtime/link/WirePack.h and runtime/exec/ExecutorMessages.cpp): bumped
+/// by a change that makes ranks of two ppc versions misread each other, so
+/// that such ranks stop at the agreement with one line instead.
+constexpr int kWireFormatVersion = 1;
+
 /// What every rank must have alike (RunOptions::agreement): the caller's
-/// record, then the manifest and the run's options it did not record.
+/// record, then the manifest and the run's options it did not record. The
+/// wire format and coalescing come first: a rank that sizes its messages
+/// otherwise aborts in Gloo (a receive of the wrong size), not with a line.
 Agreement RankContext::agreement() const {
   Agreement record = options_.agreement;
+  record.setDefault("the wire format version",
+                    std::to_string(kWireFormatVersion));
+  record.setDefault("PPC_COALESCE", env_.coalesce ? "1" : "0");
   record.setDefault("--microbatches", std::to_string(options_.microbatches));
   record.setDefault("--schedule", scheduleName(options_.schedule));
   record.setDefault("--precision", precisionName(options_.precision));

@@ -5,7 +5,13 @@
 // (PPC_STATUS_DIR, which `ppc launch` sets), in a JSON status record
 // DIR/rank-G.json (G: the job rank), written to a temporary name and then
 // renamed, which the launcher reads to name the rank a stuck job waits on
-// (tools/ppc/StuckReport.h). A rank stands in one of two places:
+// (tools/ppc/StuckReport.h). DIR may be shared (ranks started by hand): a
+// rank writes only into a real directory (not a link) of its own user that
+// no other user may write, else it says why in one warning line; it removes
+// whatever has the temporary name and creates it afresh (O_EXCL |
+// O_NOFOLLOW | O_NONBLOCK, 0600), so that a link planted there is never
+// written through and a FIFO never blocks. A rank stands in one of two
+// places:
 //   - at an action of its schedule (the executor: Executor.h, "Where a rank
 //     stands"): {"rank", "waitingFor", "timedOut", "action", "actions",
 //     "kind", "microbatch", "stage", "sent", "received"};

@@ -26,8 +26,9 @@
 //     with replicas PPC_OVERLAP_ALLREDUCE (runtime/link/LaunchEnv.h);
 //   - RankContext (runtime/exec/RankContext.cpp), for every job:
 //     --microbatches, --schedule, --precision, --device, --link,
-//     --data-parallel, --stream-window, --input-meta's digest, and the
-//     manifest's SHA-256 (which names every stage file's).
+//     --data-parallel, --stream-window, --input-meta's digest, the
+//     manifest's SHA-256 (which names every stage file's), and what shapes
+//     the messages: the wire format's version and PPC_COALESCE.
 // Per-rank outputs and settings need not agree: --log-file, --stats-json,
 // --trace, --save-grads, --stats, --quiet, --progress, --threads,
 // --timeout, --meta-cache (the meta cache's use is agreed on by its own

@@ -11,7 +11,8 @@ each with arguments of its own, since ppc launch gives every rank the same:
     of four ranks and 2 on the others, --data with other contents of the
     same shapes, --checkpoint-dir on one rank only (no checkpoint, no
     --save output); data of the same contents under another path agrees;
-  - ppc run: --input with other contents (no --output written), --repeat.
+  - ppc run: --input with other contents (no --output written), --repeat,
+    PPC_COALESCE (the messages' layout) over Gloo.
 
 Env: PPC (the ppc binary), PPC_MODELS_DIR (generated models).
 """
@@ -103,14 +104,16 @@ class AgreementTest(unittest.TestCase):
     def path(self, name):
         return os.path.join(self.tmp.name, name)
 
-    def start(self, command, world, args, rank_args):
-        """Starts `ppc COMMAND ARGS RANK_ARGS[r]` on each of WORLD ranks;
-        returns [(rc, out, err)] and the seconds they took."""
+    def start(self, command, world, args, rank_args, rank_envs=None):
+        """Starts `ppc COMMAND ARGS RANK_ARGS[r]` on each of WORLD ranks, with
+        RANK_ENVS[r] added to rank r's environment; returns [(rc, out, err)]
+        and the seconds they took."""
         port = free_port()
         began = time.monotonic()
         procs = [subprocess.Popen([PPC, command, *map(str, args),
                                    *map(str, rank_args.get(r, []))],
-                                  env=rank_env(r, world, port), stdout=subprocess.PIPE,
+                                  env=rank_env(r, world, port, **(rank_envs or {}).get(r, {})),
+                                  stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True)
                  for r in range(world)]
         results = finish(procs, timeout=RANK_TIMEOUT + 30)
@@ -195,6 +198,20 @@ class AgreementTest(unittest.TestCase):
             self.run_ranks(output, {0: ["--input", first], 1: ["--input", second]}),
             "ranks disagree on --input: rank 0 has %s, rank 1 has %s"
             % (digest(first), digest(second)))
+        self.assertFalse(os.path.exists(output))
+
+    def test_run_coalescing(self):
+        # Tests that ranks whose messages have other layouts (PPC_COALESCE=0 on rank 1: each of
+        # the `values` edge's ten wire tensors is its own message, where rank 0 sends one) stop
+        # at the agreement with one line, over Gloo, where rank 1 used to abort in Gloo on a
+        # receive of the wrong size.
+        manifest = split(self.tmp.name, "values", 2)
+        output = self.path("coalesce_out.pt")
+        self.assert_disagree(
+            self.start("run", 2, [manifest, "--input", model_path("values", ".input.pt"),
+                                  "--output", output, "--link", "gloo", "--timeout",
+                                  RANK_TIMEOUT], {}, rank_envs={1: {"PPC_COALESCE": "0"}}),
+            "ranks disagree on PPC_COALESCE: rank 0 has 1, rank 1 has 0")
         self.assertFalse(os.path.exists(output))
 
     def test_run_repeat(self):

@@ -17,13 +17,14 @@ import json
 import os
 import shutil
 import stat
+import struct
 import tempfile
 import unittest
 import zipfile
 
 import torch
 
-from common import launch, libtorch_major, model_path, ppc, tmpdir
+from common import free_port, launch, libtorch_major, model_path, ppc, rank_env, tmpdir
 
 TIMEOUT = 10  # --timeout of each run; a hostile file must never make a rank wait longer.
 
@@ -38,6 +39,20 @@ def crafted_tensor(storage, offset, size, stride):
                     (storage, offset, size, stride, False, collections.OrderedDict()))
 
     return Crafted()
+
+
+def mark_zip_size(path):
+    """Rewrites the first central directory entry of the zip PATH to give its
+    uncompressed size as the zip64 marker 0xFFFFFFFF, with no zip64 field;
+    returns the record's name."""
+    with open(path, "rb") as f:
+        data = bytearray(f.read())
+    at = struct.unpack_from("<I", data, data.rfind(b"PK\x05\x06") + 16)[0]
+    n = struct.unpack_from("<H", data, at + 28)[0]
+    struct.pack_into("<I", data, at + 24, 0xFFFFFFFF)
+    with open(path, "wb") as f:
+        f.write(data)
+    return data[at + 46:at + 46 + n].decode()
 
 
 class HostileFilesTest(unittest.TestCase):
@@ -238,6 +253,22 @@ class HostileFilesTest(unittest.TestCase):
         self.expect(["verify", model_path("mlp"), self.manifest, "--input", self.input], message)
         self.expect_run({0: message})
 
+    def test_zip_size_marker_without_zip64_field(self):
+        # Tests that a model whose central directory gives a record the zip64 size marker
+        # 0xFFFFFFFF, with no zip64 field to hold the real size, is refused before LibTorch's
+        # reader allocates 4 GiB for it, and that the --input reader refuses the same edit.
+        model = os.path.join(self.dir, "model.pt")
+        shutil.copy(model_path("mlp"), model)
+        record = mark_zip_size(model)
+        self.expect(["split", model, "--stages", "2", "-o", os.path.join(self.dir, "split")],
+                    f"'{model}': record {record} has the zip64 size marker 0xFFFFFFFF without "
+                    "a zip64 field that holds its size")
+        mark_zip_size(self.input)
+        message = (f"input '{self.input}' is not a valid torch.save file: a record claims "
+                   f"4294967295 bytes in a file of {os.path.getsize(self.input)}")
+        self.expect(["verify", model_path("mlp"), self.manifest, "--input", self.input], message)
+        self.expect_run({0: message})
+
     # --- input files -------------------------------------------------------
 
     def test_input_fifo_and_dev_zero(self):
@@ -251,6 +282,21 @@ class HostileFilesTest(unittest.TestCase):
         message = f"input '{self.input}' is not a regular file (a character device)"
         self.expect(["verify", model_path("mlp"), self.manifest, "--input", self.input], message)
         self.expect_run({0: message})
+
+    def test_empty_list_of_prompts(self):
+        # Tests that a `ppc generate` prompt file holding an empty list or tuple is refused
+        # before the job starts: it used to decode nothing, write [] and exit 0.
+        output = os.path.join(self.dir, "tokens.pt")
+        for empty in ([], ()):
+            with self.subTest(empty=empty):
+                prompt = os.path.join(self.dir, "prompts.pt")
+                torch.save(empty, prompt)
+                r = ppc("generate", self.manifest, "--prompt", prompt, "--output", output,
+                        check=False, env=rank_env(0, 1, free_port()), timeout=60)
+                self.assertEqual((r.returncode, r.stderr), (2, f"error: --prompt: '{prompt}' "
+                                                               "holds no prompt (an empty list "
+                                                               "or tuple)\n"), r.stdout)
+                self.assertFalse(os.path.exists(output))
 
     def test_view_larger_than_storage(self):
         # torch.load refuses this file; ppc used to read past the storage.

@@ -44,6 +44,7 @@ class NumericOptionsTest(unittest.TestCase):
 
     RUN = ["run", "m.json", "--input", "in.pt", "--output", "out.pt"]
     TRAIN = ["train", "m.json", "--data", "d.pt"]
+    GENERATE = ["generate", "m.json", "--prompt", "p.pt", "--output", "o.pt"]
     LAUNCH = ["launch", "--nproc-per-node", "2"]
     SCHEDULE = ["schedule", "--schedule", "1f1b", "--stages", "2", "--microbatches", "2"]
 
@@ -101,6 +102,13 @@ class NumericOptionsTest(unittest.TestCase):
              "--atol: nan is not a finite number of at least 0"),
             (["verify", "m.pt", "m.json", "--input", "in.pt", "--rtol", "-1e-3"],
              "--rtol: -1e-3 is not a finite number of at least 0"),
+            # A temperature whose reciprocal overflows a float would make the logits infinite
+            # once the job has started.
+            (self.GENERATE + ["--temperature", "1e-308"],
+             "--temperature: 1e-308 is not 0 or at least 2.938736052218037e-39 (1 over the "
+             "largest float)"),
+            (self.GENERATE + ["--temperature", "-1"],
+             "--temperature: -1 is not a finite number of at least 0"),
         ]
         for args, message in cases:
             with self.subTest(args=args):

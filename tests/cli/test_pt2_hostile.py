@@ -212,6 +212,16 @@ class Pt2BoundsTest(Pt2Case):
                                     "than a %d-byte archive may hold (67108864 in all)"
                                     % (root, 3 << 30, os.path.getsize(path)), bound)
 
+    def test_size_marker_without_zip64_field(self):
+        # Tests that a central directory giving .data/version (which LibTorch's reader reads as
+        # it opens the archive) the zip64 size marker 0xFFFFFFFF without a zip64 field is
+        # refused before the reader exists, which would allocate 4 GiB for it.
+        path, root = self.rewrite_record("marker", ".data/version", lambda f: f.write(b"3\n"))
+        declare_size(path, root + "/.data/version", 0xFFFFFFFF)
+        self.expect_bounded_refusal(path, ": record %s/.data/version has the zip64 size marker "
+                                    "0xFFFFFFFF without a zip64 field that holds its size"
+                                    % root, self.baseline_rss() + 128 * MIB)
+
     def test_expanded_weight_keeps_its_storage(self):
         # Tests that a stride-0 [2^24, 16] float weight over a 2 KiB record stays 2 KiB in its
         # stage file (not 1 GiB), and that torch.export.load reads it back with equal values.

@@ -1,4 +1,5 @@
-"""Tests that a stuck job says where it is stuck (issue #31, section 7).
+"""Tests that a stuck job says where it is stuck (issue #31, section 7), and
+that its status records can be neither redirected nor blocked (issue #45).
 
 One rank of a 3-rank `ppc launch` is stopped (SIGSTOP) mid-run, in
 inference (`ppc run`) and in training (`ppc train`). The other ranks' waits
@@ -6,11 +7,18 @@ time out: each prints one error line with its position in its schedule
 (runtime/exec/Executor.h, "Where a rank stands"), and the launcher's closing
 line names the stopped rank and who waits for it (tools/ppc/Launcher.h).
 
+StatusFilesTest: three ranks started by hand share a PPC_STATUS_DIR where a
+link or a FIFO was planted at rank 2's temporary record name; rank 1 is
+stopped and rank 2 times out. And a launched job that makes its own record a
+FIFO, or a TMPDIR that is missing, cannot keep the launcher from its line.
+
 Run: /usr/bin/python3 tests/cli/test_stuck.py -v
-Needs the test models (PPC_MODELS_DIR); about 30 s.
+Needs the test models (PPC_MODELS_DIR); about 50 s.
 """
 
+import json
 import os
+import pwd
 import re
 import signal
 import subprocess
@@ -20,7 +28,8 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import PPC, class_tmpdir, main, model_path, split_at  # noqa: E402
+from common import (PPC, class_tmpdir, free_port, launch, main, model_path,  # noqa: E402
+                    rank_env, split_at, tmpdir)
 from training import write_data  # noqa: E402
 
 RANK_TIMEOUT = 3
@@ -158,6 +167,129 @@ class StuckTest(unittest.TestCase):
             ["train", self.manifest, "--data", self.data, "--loss", "cross_entropy", "--steps",
              "1000000", "--microbatches", "5", "--no-meta-cache"], r"step \d+ loss ")
         self.assert_stuck(rc, took, lines)
+
+
+class StatusFilesTest(unittest.TestCase):
+    # Three ranks, so that the stopped one (STOPPED) is not the one serving the rendezvous
+    # store, and the one watched holds the last stage (it writes --output, so it reports
+    # progress).
+    WATCHED = 2
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = class_tmpdir(cls)
+        cls.manifest = split_at("mlp", 3, os.path.join(cls.tmp, "mlp3"))
+
+    def setUp(self):
+        self.dir = tmpdir(self)
+        self.status = os.path.join(self.dir, "status")
+        os.mkdir(self.status, 0o700)
+        self.partial = os.path.join(self.status, f"rank-{self.WATCHED}.json.partial")
+
+    def time_out_watched_rank(self):
+        """Starts 3 ranks of a long `ppc run` by hand with PPC_STATUS_DIR;
+        once rank WATCHED reports progress, stops rank STOPPED (SIGSTOP).
+        Returns rank WATCHED's exit status, seconds from the stop to its
+        exit, and its output."""
+        port = free_port()
+        args = ["run", self.manifest, "--input", model_path("mlp", ".input.pt"), "--output",
+                os.path.join(self.dir, "out.pt"), "--repeat", "1000000", "--progress",
+                "--no-meta-cache", "--timeout", str(RANK_TIMEOUT)]
+        procs = [subprocess.Popen([PPC, *args], env=rank_env(rank, 3, port,
+                                                              PPC_STATUS_DIR=self.status),
+                                  stdout=subprocess.PIPE if rank == self.WATCHED
+                                  else subprocess.DEVNULL,
+                                  stderr=subprocess.STDOUT, text=True)
+                 for rank in range(3)]
+        watched = procs[self.WATCHED]
+        lines, started = [], threading.Event()
+
+        def read():
+            for line in watched.stdout:
+                lines.append(line.rstrip("\n"))
+                if "progress: batch " in line:
+                    started.set()
+            started.set()
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        try:
+            self.assertTrue(started.wait(60), "\n".join(lines))
+            self.assertIsNone(watched.poll(), "\n".join(lines))
+            os.kill(procs[STOPPED].pid, signal.SIGSTOP)
+            at = time.monotonic()
+            try:
+                rc = watched.wait(timeout=RANK_TIMEOUT + 20)
+            except subprocess.TimeoutExpired:
+                rc = None
+            took = time.monotonic() - at
+            reader.join(10)
+            return rc, took, "\n".join(lines)
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    os.kill(p.pid, signal.SIGCONT)
+                    p.kill()
+                p.wait()
+            watched.stdout.close()
+
+    def assert_timed_out_with_record(self, rc, took, text):
+        self.assertEqual(rc, 2, text)
+        self.assertLess(took, RANK_TIMEOUT + 8, text)
+        self.assertIn(f"lost rank {STOPPED} (no answer within 3 s", text)
+        self.assertNotIn("status record", text)
+        with open(os.path.join(self.status, f"rank-{self.WATCHED}.json")) as f:
+            record = json.load(f)
+        self.assertEqual((record["rank"], record["waitingFor"], record["timedOut"]),
+                         (self.WATCHED, STOPPED, True), record)
+        self.assertFalse(os.path.lexists(self.partial))
+
+    def test_planted_link_is_not_written_through(self):
+        # Tests that a link at the watched rank's temporary record name, pointing at another
+        # file of the user's, leaves that file's bytes as they were: the rank replaces the link.
+        victim = os.path.join(self.dir, "victim")
+        with open(victim, "w") as f:
+            f.write("the victim's bytes\n")
+        os.symlink(victim, self.partial)
+        self.assert_timed_out_with_record(*self.time_out_watched_rank())
+        with open(victim) as f:
+            self.assertEqual(f.read(), "the victim's bytes\n")
+
+    def test_planted_fifo_does_not_block(self):
+        # Tests that a FIFO at the watched rank's temporary record name (no reader: opening it
+        # to write would block forever) does not keep the rank past its --timeout.
+        os.mkfifo(self.partial)
+        self.assert_timed_out_with_record(*self.time_out_watched_rank())
+
+    def test_launcher_is_not_blocked_by_a_fifo_record(self):
+        # Tests that a job whose rank 0 makes its own status record a FIFO, then fails as if it
+        # had lost rank 1 (so the launcher reads the records), ends the launcher with rank 0's
+        # line: reading the FIFO would block it forever, SIGTERM included.
+        script = ('if [ "$RANK" = 0 ]; then mkfifo "$PPC_STATUS_DIR/rank-0.json"; '
+                  'echo "error: lost rank 1 (no answer within 3 s while waiting for it); '
+                  'a consequence: this rank stopped because of rank 1" >&2; exit 2; fi; '
+                  'exec sleep 60')
+        at = time.monotonic()
+        proc = launch(2, "-c", script, program="/bin/sh", launcher=["--grace-period", GRACE],
+                      timeout=60)
+        self.assertLess(time.monotonic() - at, 20, proc.stderr)
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        self.assertEqual(proc.stderr.splitlines()[-1],
+                         "error: rank 0 exited with status 2: lost rank 1 (no answer within 3 s "
+                         "while waiting for it); a consequence: this rank stopped because of "
+                         "rank 1", proc.stderr)
+
+    def test_status_dir_is_private_without_tmpdir(self):
+        # Tests that the launcher's status directory is 0700, and that a TMPDIR that does not
+        # exist puts it in /tmp instead of leaving the ranks without one.
+        script = 'stat -c "%a %U" "$PPC_STATUS_DIR"; dirname "$PPC_STATUS_DIR"'
+        for tmp in [self.dir, os.path.join(self.dir, "missing")]:
+            env = dict(os.environ, TMPDIR=tmp)
+            proc = launch(1, "-c", script, program="/bin/sh", env=env, timeout=60)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            user = pwd.getpwuid(os.geteuid()).pw_name
+            where = self.dir if tmp == self.dir else "/tmp"
+            self.assertEqual(proc.stdout, f"[rank 0] 700 {user}\n[rank 0] {where}\n", proc.stderr)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@
 
 #include "lib/Error.h"
 #include "lib/FileUtil.h"
+#include "lib/NumberRules.h"
 #include "lib/OutputGuard.h"
 #include "lib/TensorIO.h"
 #include "runtime/generate/Generator.h"
@@ -23,6 +24,8 @@
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cstdlib>
+#include <limits>
 #include <memory>
 
 namespace ppc {
@@ -61,11 +64,15 @@ llvm::Error guardOutputs(const GenerateCommandOptions &o,
 }
 
 /// The prompt file's tensors: one prompt, or several (a tuple or list).
-/// Errors: loadTensors's.
+/// Errors: loadTensors's; "--prompt: 'p.pt' holds no prompt (an empty list
+/// or tuple)", which would otherwise decode nothing and write [].
 llvm::Expected<std::vector<at::Tensor>> loadPrompts(llvm::StringRef path) {
   auto values = loadTensors(path);
   if (!values)
     return values.takeError();
+  if (values->empty())
+    return makeError("--prompt: '" + printable(path, 4096) +
+                     "' holds no prompt (an empty list or tuple)");
   std::vector<at::Tensor> prompts;
   for (const c10::IValue &v : *values)
     prompts.push_back(v.toTensor());
@@ -183,11 +190,34 @@ llvm::Expected<int> runGenerate(const GenerateCommandOptions &o) {
   return 0;
 }
 
+/// The least temperature above 0: logits (float, at most FLT_MAX) divided by
+/// a smaller one can overflow even a double's range, and sampling would
+/// stop on infinite logits after the whole job had started.
+constexpr double kMinTemperature = 1.0 / std::numeric_limits<float>::max();
+
+/// --temperature: 0, or a finite number of at least kMinTemperature.
+CLI::Validator temperatureOption() {
+  CLI::Validator number = numberOption(temperatureRule());
+  return CLI::Validator(
+      [number](std::string &text) -> std::string {
+        std::string given = text;
+        if (std::string problem = number(text); !problem.empty())
+          return problem;
+        double value = std::strtod(text.c_str(), nullptr);
+        if (value > 0 && value < kMinTemperature)
+          return printable(given) + " is not 0 or at least " +
+                 formatNumber(kMinTemperature) + " (1 over the largest float)";
+        return "";
+      },
+      "0 or >=" + formatNumber(kMinTemperature));
+}
+
 void addSamplingOptions(CLI::App &app, SamplingOptions &s) {
   app.add_option("--temperature", s.temperature,
                  "Sample at this temperature (0, the default: greedy, the "
                  "most likely token)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->transform(temperatureOption());
   app.add_option("--top-k", s.topK,
                  "Sample among the K most likely tokens (0: all)")
       ->capture_default_str();

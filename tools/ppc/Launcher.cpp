@@ -20,6 +20,7 @@
 #include "llvm/Support/Errno.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -28,7 +29,6 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <iterator>
 #include <map>
 #include <random>
@@ -36,6 +36,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -367,14 +368,31 @@ private:
     return durationFromSeconds<Clock::duration>(seconds);
   }
 
-  /// The ranks' status directory (PPC_STATUS_DIR, runtime/exec/Executor.h):
-  /// created private (0700) for the job, removed with what is in it.
+  /// The ranks' status directory (PPC_STATUS_DIR, runtime/exec/
+  /// StatusRecord.h): created private (0700, by mkdtemp) for the job in
+  /// $TMPDIR, or in /tmp when TMPDIR is missing or no directory, removed
+  /// with what is in it. Without one a stuck rank cannot be named: that is
+  /// said in one line.
   struct StatusDir {
     std::string path;
     StatusDir() {
-      llvm::SmallString<128> dir;
-      if (!llvm::sys::fs::createUniqueDirectory("ppc-status", dir))
-        path = std::string(dir);
+      const char *tmp = std::getenv("TMPDIR");
+      int err = 0;
+      for (std::string base :
+           {std::string(tmp ? tmp : ""), std::string("/tmp")}) {
+        if (base.empty())
+          continue;
+        std::string dir = base + "/ppc-status-XXXXXX";
+        if (::mkdtemp(dir.data())) {
+          path = dir;
+          return;
+        }
+        err = errno;
+      }
+      llvm::errs() << "warning: cannot create the ranks' status directory in "
+                      "/tmp: "
+                   << llvm::sys::StrError(err)
+                   << "; a stuck rank will not be named\n";
     }
     ~StatusDir() {
       if (!path.empty())
@@ -382,14 +400,32 @@ private:
     }
   };
 
-  /// At most `limit` bytes of the file at `path` (empty when unreadable).
-  static std::string readAtMost(const std::string &path, size_t limit) {
-    std::ifstream in(path, std::ios::binary);
-    std::string text(limit, '\0');
-    in.read(text.data(), static_cast<std::streamsize>(limit));
-    text.resize(
-        in ? limit
-           : static_cast<size_t>(std::max<std::streamsize>(in.gcount(), 0)));
+  /// At most `limit` bytes of the regular file (not a link) at `path`, which
+  /// must not say it is larger; empty otherwise. The job's ranks write the
+  /// status records read so: one that is a FIFO must not block the launcher
+  /// (O_NONBLOCK), nor a link lead it elsewhere (O_NOFOLLOW).
+  static std::string readSmallFile(const std::string &path, size_t limit) {
+    int fd = llvm::sys::RetryAfterSignal(-1, ::open, path.c_str(),
+                                         O_RDONLY | O_NONBLOCK | O_NOFOLLOW |
+                                             O_NOCTTY | O_CLOEXEC);
+    if (fd < 0)
+      return "";
+    std::string text;
+    struct stat st;
+    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+        static_cast<uint64_t>(st.st_size) <= limit) {
+      text.resize(limit);
+      size_t done = 0;
+      while (done < limit) {
+        ssize_t n = llvm::sys::RetryAfterSignal(
+            -1, ::read, fd, text.data() + done, limit - done);
+        if (n <= 0)
+          break;
+        done += static_cast<size_t>(n);
+      }
+      text.resize(done);
+    }
+    ::close(fd);
     return text;
   }
 
@@ -406,7 +442,7 @@ private:
     for (const Worker &worker : workers) {
       std::string path =
           statusDir + "/rank-" + std::to_string(worker.rank) + ".json";
-      std::string text = readAtMost(path, kMaxRankReportBytes + 1);
+      std::string text = readSmallFile(path, kMaxRankReportBytes);
       if (std::optional<RankReport> report =
               parseRankReport(text, worker.rank, world))
         reports[worker.rank] = *report;
@@ -469,7 +505,7 @@ private:
       char state = '?';
       // "PID (COMM) S ...": COMM may hold ')', the state follows the last.
       std::string stat =
-          readAtMost("/proc/" + std::to_string(worker.pid) + "/stat", 4096);
+          readSmallFile("/proc/" + std::to_string(worker.pid) + "/stat", 4096);
       size_t close = stat.rfind(')');
       if (close != std::string::npos && close + 2 < stat.size())
         state = stat[close + 2];

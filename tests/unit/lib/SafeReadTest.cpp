@@ -215,3 +215,25 @@ TEST(SafeReadTest, ZipRecordsInflateWithinTheArchivesBudget) {
                 std::to_string(zip.size()) +
                 "-byte archive may hold (67108864)");
 }
+
+TEST(SafeReadTest, ZipSizeMarkerNeedsItsZip64Field) {
+  // Tests that a directory entry whose uncompressed or compressed size is
+  // the zip64 marker 0xFFFFFFFF, with no zip64 extra field to hold the real
+  // size, is refused (miniz would read 4 GiB, and LibTorch allocate it).
+  const std::string message = "record m/data/0 has the zip64 size marker "
+                              "0xFFFFFFFF without a zip64 field that holds "
+                              "its size";
+  const size_t entry = std::string("(record data)").size();
+  for (size_t field : {entry + 24, entry + 20}) {
+    std::string zip = zipDirectory({{"m/data/0", 2}});
+    zip.replace(field, 4, "\xFF\xFF\xFF\xFF");
+    EXPECT_EQ(inflationError(zip), message);
+  }
+  // Tests that a zip64 field holding only the uncompressed size does not
+  // vouch for a marked compressed size too.
+  std::string zip = zipDirectory({{"m/data/0", 2}}, /*zip64=*/true);
+  zip.replace(entry + 20, 4, "\xFF\xFF\xFF\xFF");
+  EXPECT_EQ(inflationError(zip), message);
+  // Tests that the marker with its zip64 field is read through it.
+  EXPECT_EQ(inflationError(zipDirectory({{"m/data/0", 2}}, true)), "");
+}
