@@ -29,9 +29,13 @@ Into OUTDIR:
                                       and config.json
   gpt2.pt2, gpt2/                     a GPT-2 decoder (tied embeddings: the
                                       shards lack lm_head.weight)
+  llama_bf16.pt2, llama_bf16/         the LLaMA in bfloat16 (exported from the
+                                      bf16 model, shards in bf16)
   NAME.json                           for the decoders: {"prompt": [4][P],
                                       "generate": [4][N] transformers' own
-                                      greedy generate() on the real model}
+                                      greedy generate() on the real model;
+                                      for llama_bf16 the real bf16 program's
+                                      greedy tokens, run in Python}
   stamp                               hash of this script and the versions,
                                       written last: up-to-date files are kept
 Files are written atomically.
@@ -144,14 +148,35 @@ def export_decoder(model):
                              cache_position=torch.tensor([0], dtype=torch.int64))
 
 
-def make_decoder(out, name, arch, tied):
+def greedy_program(ep, prompt):
+    """Greedy tokens of the exported program in Python, each group of BATCH
+    rows from the program's initial buffers, the prompt fed one token a step
+    as `ppc generate` feeds it."""
+    module = ep.module()
+    initial = {k: v.clone() for k, v in module.named_buffers()}
+    rows = []
+    for g in range(0, prompt.shape[0], BATCH):
+        for k, v in module.named_buffers():
+            v.copy_(initial[k])
+        ids, picked = prompt[g:g + BATCH], []
+        with torch.no_grad():
+            for t in range(PROMPT + NEW - 1):
+                step = ids[:, t:t + 1] if t < PROMPT else picked[-1]
+                logits = module(input_ids=step, cache_position=torch.tensor([t]))[:, -1]
+                if t >= PROMPT - 1:
+                    picked.append(logits.argmax(-1, keepdim=True))
+        rows.append(torch.cat(picked, 1))
+    return torch.cat(rows)
+
+
+def make_decoder(out, name, arch, tied, dtype=torch.float32):
     from accelerate import init_empty_weights
     with init_empty_weights():
-        empty = decoder(arch, tied)
+        empty = decoder(arch, tied).to(dtype)
     ep = export_decoder(empty.eval())
     atomic_save(ep, os.path.join(out, name + ".pt2"), torch.export.save)
     torch.manual_seed(0)
-    real = decoder(arch, tied).eval()
+    real = decoder(arch, tied).to(dtype).eval()
     shards = os.path.join(out, name)
     tmp = shards + ".tmp"
     if os.path.exists(tmp):
@@ -163,13 +188,18 @@ def make_decoder(out, name, arch, tied):
         shutil.rmtree(shards)
     os.replace(tmp, shards)
     prompt = torch.randint(2, 128, (ROWS, PROMPT), generator=torch.Generator().manual_seed(1))
-    # Every new token, end of sequence included, as `ppc generate` without
-    # --eos-id picks them.
-    real.generation_config.eos_token_id = None
-    with torch.no_grad():
-        tokens = real.generate(prompt, attention_mask=torch.ones_like(prompt),
-                               max_new_tokens=NEW, do_sample=False,
-                               pad_token_id=0)[:, PROMPT:]
+    if dtype == torch.float32:
+        # Every new token, end of sequence included, as `ppc generate`
+        # without --eos-id picks them.
+        real.generation_config.eos_token_id = None
+        with torch.no_grad():
+            tokens = real.generate(prompt, attention_mask=torch.ones_like(prompt),
+                                   max_new_tokens=NEW, do_sample=False,
+                                   pad_token_id=0)[:, PROMPT:]
+    else:
+        # bf16: the real program exported the same way, run in Python (its
+        # rounding is the program's, which transformers' eager one is not).
+        tokens = greedy_program(export_decoder(real), prompt)
     assert tokens.shape == (ROWS, NEW), tokens.shape
     atomic_save(prompt, os.path.join(out, name + ".prompt.pt"))
     write_json({"prompt": prompt.tolist(), "generate": tokens.tolist()},
@@ -194,6 +224,7 @@ def main():
     make_mlps(out)
     make_decoder(out, "llama", "llama", tied=False)
     make_decoder(out, "gpt2", "gpt2", tied=True)
+    make_decoder(out, "llama_bf16", "llama", tied=False, dtype=torch.bfloat16)
     atomic_save(stamp(), stamp_path, lambda d, p: open(p, "w").write(d))
 
 
