@@ -5,20 +5,61 @@
 #include "lib/FileUtil.h"
 #include "lib/ModelFormat.h"
 #include "lib/SafeRead.h"
+#include "lib/StateBuffers.h"
+#include "lib/TorchScriptStage.h"
 #include "lib/ValueWalk.h"
 #include "lib/WeightBinding.h"
 
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/Path.h"
 
 #include <map>
+#include <set>
 
 namespace ppc {
 
 std::string manifestDirectory(llvm::StringRef manifestPath) {
   llvm::StringRef dir = llvm::sys::path::parent_path(manifestPath);
   return dir.empty() ? "." : dir.str();
+}
+
+/// The buffers `stage`'s program writes in place (lib/StateBuffers.h) must
+/// be the manifest's state of it: a manifest that hides state would let
+/// groups of sequences share one cache.
+static llvm::Error checkState(const StageInfo &info,
+                              const StageExecutable &stage) {
+  const auto *program = dynamic_cast<const TorchScriptStage *>(&stage);
+  if (!program)
+    return llvm::Error::success();
+  auto written = torchCall(
+      "cannot analyze stage " + std::to_string(info.index) + "'s writes", [&] {
+        std::shared_ptr<torch::jit::Graph> graph =
+            program->module().get_method("forward").graph()->copy();
+        std::set<std::string> paths;
+        for (const StateBuffer &b : findStateBuffers(*graph))
+          paths.insert(b.path);
+        return paths;
+      });
+  if (!written)
+    return written.takeError();
+  std::set<std::string> listed;
+  for (const StateTensor &t : info.state)
+    listed.insert(t.name);
+  if (*written == listed)
+    return llvm::Error::success();
+  auto names = [](const std::set<std::string> &set) {
+    std::vector<std::string> out;
+    for (const std::string &name : set)
+      out.push_back("'" + printable(name, 256) + "'");
+    return out.empty() ? std::string("none") : llvm::join(out, ", ");
+  };
+  return makeError(llvm::formatv(
+      "stage {0}'s program writes {1} in place, but the manifest lists its "
+      "state as {2}: the manifest does not describe this stage (split "
+      "again)",
+      info.index, names(*written), names(listed)));
 }
 
 llvm::Expected<Stage> Stage::load(const Manifest &manifest, llvm::StringRef dir,
@@ -55,6 +96,8 @@ llvm::Expected<Stage> Stage::load(const Manifest &manifest, llvm::StringRef dir,
     return executable.takeError();
   if (llvm::Error err = torchCall("cannot load stage " + std::to_string(index),
                                   [&] { (*executable)->setTraining(false); }))
+    return err;
+  if (llvm::Error err = checkState(info, **executable))
     return err;
   auto slots = torchCall("cannot load stage " + std::to_string(index), [&] {
     return stageSlots(manifest, info, **executable);

@@ -34,7 +34,11 @@ public:
   /// 'out/stage_1.pt' is missing"); readFileBounded's ("stage 1 file
   /// 'out/stage_1.pt' is not a regular file (a FIFO)"); a SHA-256 that
   /// differs from the manifest's ("stage 1 file 'out/stage_1.pt' does not
-  /// match the manifest (sha256 ab12... != cd34...)"); the format's loader's.
+  /// match the manifest (sha256 ab12... != cd34...)"); the format's loader's;
+  /// a manifest whose state of the stage is not what the stage's program
+  /// writes in place ("stage 1's program writes 'k', 'v' in place, but the
+  /// manifest lists its state as 'k': the manifest does not describe this
+  /// stage (split again)").
   /// The stage is in eval mode.
   ///
   /// Weights: a stage whose program carries no data for some of its

@@ -34,6 +34,10 @@ public:
   void to(const c10::Device &device) override;
   void save(std::ostream &out) const override;
 
+  /// The module itself (its forward graph: Stage::load checks the state the
+  /// graph writes against the manifest's).
+  const torch::jit::Module &module() const { return module_; }
+
 private:
   torch::jit::Module module_;
 };

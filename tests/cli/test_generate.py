@@ -27,8 +27,10 @@ A ppc built against LibTorch 2.x must:
 
 Env: PPC, PPC_BUILD_DIR, PPC_TORCH_PYTHON (the PyTorch 2.x build).
 """
+import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -345,6 +347,35 @@ class GenerateTest(unittest.TestCase):
         for what, m, prompt, message, extra, *n in cases:
             with self.subTest(what):
                 self.expect_error(m, prompt, message, *extra, new_tokens=n[0] if n else 6)
+
+    def test_a_manifest_that_hides_state_is_refused(self):
+        # Issue #45, class 4: without the check, a manifest without a stage's
+        # state (or half of it) decoded with every group sharing one cache,
+        # exit 0 and wrong tokens.
+        manifest = self.split("dec_llama", 2)
+        with open(manifest) as f:
+            whole = json.load(f)
+        listed = [t["name"] for t in whole["stages"][1]["state"]]
+        quoted = ", ".join("'%s'" % n for n in sorted(listed))
+        for what, keep in (("all of it", []), ("half of it", whole["stages"][1]["state"][::2])):
+            with self.subTest(what):
+                edited = json.loads(json.dumps(whole))
+                edited["stages"][1]["state"] = keep
+                if not keep:
+                    del edited["stages"][1]["state"]
+                folder = os.path.join(self.tmp, "hidden")
+                shutil.rmtree(folder, ignore_errors=True)
+                shutil.copytree(os.path.dirname(manifest), folder)
+                path = os.path.join(folder, "manifest.json")
+                with open(path, "w") as f:
+                    json.dump(edited, f)
+                shown = ", ".join("'%s'" % t["name"] for t in
+                                  sorted(keep, key=lambda t: t["name"])) or "none"
+                message = ("stage 1's program writes %s in place, but the manifest lists its "
+                           "state as %s: the manifest does not describe this stage (split "
+                           "again)" % (quoted, shown))
+                self.expect_error(path, self.prompt("dec_llama", 4), message,
+                                  "--no-meta-cache")
 
 
 if __name__ == "__main__":
