@@ -55,7 +55,7 @@ std::string TrainStats::line() const {
                        messagesSent, stepMs, peaks.empty() ? "none" : peaks,
                        cacheWritten ? 1 : 0)
              .str() +
-         (link.empty() ? "" : " link=" + link) +
+         memoryStatsText() + (link.empty() ? "" : " link=" + link) +
          " blas=" + blasStatsName(loadedBlas()) +
          // Data parallel
          (replica < 0 ? std::string()

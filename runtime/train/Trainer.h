@@ -98,7 +98,9 @@ struct TrainStats {
 
   /// "stats: rank=0 step=1 meta=inferred meta_messages_sent=2
   /// messages_sent=30 step_ms=12.500 peak_activations=0:4,2:3
-  /// cache_written=1 link=shm blas=openblas:Cooperlake" (link= only when
+  /// cache_written=1 peak_rss_mb=512.0 rss_anon_mb=300.1 link=shm
+  /// blas=openblas:Cooperlake" (the process's memory as RunStats::line()
+  /// gives it; link= only when
   /// the step sent messages; with replicas, " replica=D allreduce_ms=X"
   /// follow; then " peak_bytes=81920" when the memory meter is installed).
   std::string line() const;

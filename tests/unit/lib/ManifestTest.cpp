@@ -482,7 +482,8 @@ TEST(ManifestTest, WritesStateOnlyWhereThereIsSomeAndReadsItBack) {
 
 TEST(ManifestTest, WritesWeightsWithTheirTiesAndReadsThemBack) {
   Manifest m = twoStages();
-  EXPECT_EQ(stage(m.toJSON(), 0).get("weights"), nullptr);
+  Value none = m.toJSON();
+  EXPECT_EQ(stage(none, 0).get("weights"), nullptr);
   m.stages[0].weights = std::vector<StageWeight>{
       {"embed.weight", "bfloat16", {10, 8}, true, {"head.weight"}},
       {"norm.running_mean", "float32", {8}, false, {}}};
