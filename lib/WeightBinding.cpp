@@ -210,7 +210,8 @@ llvm::Expected<WeightReport> WeightSource::bind(
       auto entry = checkpoint_->find(found);
       if (!entry)
         return entry.takeError();
-      auto [shard, tensor] = *entry;
+      safetensors::ShardFile *shard = entry->first;
+      const safetensors::TensorEntry *tensor = entry->second;
       auto type = scalarType(tensor->dtype);
       if (!type || *type != current.scalar_type() ||
           llvm::ArrayRef<int64_t>(tensor->shape) !=
