@@ -44,18 +44,6 @@ std::string shapeText(llvm::ArrayRef<int64_t> shape) {
   return "[" + llvm::join(dims, ", ") + "]";
 }
 
-/// A dtype as the manifest spells it (lib/DTypes.def: "float32").
-std::string dtypeText(c10::ScalarType type) {
-  switch (type) {
-#define PPC_DTYPE(Name, Type)                                                  \
-  case c10::ScalarType::Type:                                                  \
-    return Name;
-#include "lib/DTypes.def"
-  default:
-    return c10::toString(type);
-  }
-}
-
 /// A name or path from a file or the command line, escaped for a message.
 std::string shown(llvm::StringRef text) { return printable(text, 512); }
 
@@ -222,7 +210,8 @@ llvm::Expected<WeightReport> WeightSource::bind(
             shown(options_.path), shown(found),
             shown(checkpoint_->shardOf(found)), shown(tensor->dtype),
             shapeText(tensor->shape), shown(primary),
-            dtypeText(current.scalar_type()),
+            manifestDTypeName(current.scalar_type())
+                .value_or(c10::toString(current.scalar_type())),
             shapeText(current.sizes().vec())));
       llvm::StringRef bytes = shard->bytes(*tensor);
       auto options = at::TensorOptions().dtype(*type);
@@ -367,6 +356,17 @@ std::vector<std::string> manifestWeightNames(const Manifest &manifest) {
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
+}
+
+std::optional<std::string> manifestDTypeName(c10::ScalarType type) {
+  switch (type) {
+#define PPC_DTYPE(Name, Type)                                                  \
+  case c10::ScalarType::Type:                                                  \
+    return std::string(Name);
+#include "lib/DTypes.def"
+  default:
+    return std::nullopt;
+  }
 }
 
 std::string safetensorsDType(c10::ScalarType type) {

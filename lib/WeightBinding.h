@@ -143,6 +143,11 @@ std::vector<WeightSlot> moduleSlots(const StageExecutable &model,
 /// WeightSource::open(); empty when a stage lists none.
 std::vector<std::string> manifestWeightNames(const Manifest &manifest);
 
+/// The manifest's name of a dtype (lib/DTypes.def: "float32"), or nullopt
+/// for one ppc does not carry: what the split writes and the binding
+/// compares. (runtime/exec/TensorMeta.h's dtypeName, a layer up, spells the
+/// same for boundary metadata.)
+std::optional<std::string> manifestDTypeName(c10::ScalarType type);
 /// The safetensors spelling of a dtype ("BF16"), or "" for one the format
 /// lacks.
 std::string safetensorsDType(c10::ScalarType type);

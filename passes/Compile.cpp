@@ -38,18 +38,6 @@ struct CompiledStage {
 };
 } // namespace
 
-/// The manifest's name of a dtype (lib/DTypes.def), or nullopt.
-static std::optional<std::string> dtypeName(c10::ScalarType type) {
-  switch (type) {
-#define PPC_DTYPE(Name, Type)                                                  \
-  case c10::ScalarType::Type:                                                  \
-    return std::string(Name);
-#include "lib/DTypes.def"
-  default:
-    return std::nullopt;
-  }
-}
-
 /// The dimension an aten::index_copy_ among the buffer's touches writes
 /// along (a constant, normalised), or -1.
 static int64_t indexDimOf(const StateBuffer &b, int64_t rank) {
@@ -78,7 +66,7 @@ describeState(const std::vector<StateBuffer> &buffers, const BuiltStage &stage,
       return makeError(llvm::formatv("stage {0} writes buffer '{1}' but does "
                                      "not hold it",
                                      s, b.path));
-    auto dtype = dtypeName(t->tensor.scalar_type());
+    auto dtype = manifestDTypeName(t->tensor.scalar_type());
     if (!dtype)
       return makeError(llvm::formatv("stage {0}'s state buffer '{1}' has "
                                      "dtype {2}, which ppc does not carry",
@@ -179,7 +167,7 @@ static llvm::Error describeTensors(const std::vector<CompiledStage> &stages,
         weights[it->second].tied.push_back(t.path);
         continue;
       }
-      auto dtype = dtypeName(t.tensor.scalar_type());
+      auto dtype = manifestDTypeName(t.tensor.scalar_type());
       if (!dtype)
         return makeError(llvm::formatv("stage {0}'s weight '{1}' has dtype "
                                        "{2}, which ppc does not carry",
