@@ -12,12 +12,14 @@ Two parts, each process's peak resident memory as /usr/bin/time -v measures it
 getrusage figure):
 
 1. 16 x Linear(4096) fp32 (1 GiB of weights), 4 stages on 4 ranks:
-   - `ppc split` of the program exported with its weights (the path that
-     still reads the whole archive) and of the program exported on the meta
-     device (a few kilobytes);
+   - `ppc split` of the program exported with its weights (the archive
+     mapped, each weight viewed in place and paged out once its stage file
+     has it), of the program exported on the meta device (a few kilobytes),
+     and of a 4 x Linear(4) program (LibTorch's own baseline);
    - `ppc run` of the meta program's stages with --weights (a .safetensors
      file of the real weights) on 4 ranks: each rank's peak and the bytes it
-     read, against a rank of a tiny model (LibTorch's own baseline).
+     read, against a rank of a tiny model (LibTorch's own baseline); and of
+     the weight-carrying split's stages, each rank mapping its stage file.
 2. A LLaMA-7B-shaped decoder (hidden 4096, 32 layers, MLP 11008, vocabulary
    32000, 6.7B parameters) in bf16: random weights written shard by shard
    (2 GB shards, one shard in memory at a time, as save_pretrained names
@@ -119,8 +121,9 @@ def part_wide(ppc, work):
                                  "--stages", "4"])
         rows["split " + name] = {"seconds": wall, "peak_bytes": peak}
     shutil.rmtree(os.path.join(work, "tiny.split"), ignore_errors=True)
-    peak_of([ppc, "split", os.path.join(work, "tiny.pt2"), "-o",
-             os.path.join(work, "tiny.split"), "--stages", "4"])
+    wall, peak, _ = peak_of([ppc, "split", os.path.join(work, "tiny.pt2"), "-o",
+                             os.path.join(work, "tiny.split"), "--stages", "4"])
+    rows["split tiny (LibTorch's baseline)"] = {"seconds": wall, "peak_bytes": peak}
     _, _, out = peak_of(launch(ppc, 4, "run", os.path.join(work, "tiny.split", "manifest.json"),
                                "--input", os.path.join(work, "tiny_x.pt"), "--output",
                                os.path.join(work, "tiny.out.pt"), "--stats", "--threads", 1))
@@ -133,11 +136,23 @@ def part_wide(ppc, work):
     ranks = {r: {"peak_mb": float(s["peak_rss_mb"]), "weight_bytes": int(s["weight_bytes"]),
                  "baseline_mb": baseline[r]} for r, s in rank_stats(out).items()}
     rows["run wide_meta --weights, 4 ranks"] = ranks
+    # The stages of the program exported with its weights carry them: each
+    # rank maps its stage file and views the weights in place.
+    _, _, out = peak_of(launch(ppc, 4, "run", os.path.join(work, "wide.split", "manifest.json"),
+                               "--input", os.path.join(work, "x.pt"), "--output",
+                               os.path.join(work, "wide.stages.out.pt"), "--stats",
+                               "--threads", 1))
+    rows["run wide (stage files with weights), 4 ranks"] = {
+        r: {"peak_mb": float(s["peak_rss_mb"]), "baseline_mb": baseline[r]}
+        for r, s in rank_stats(out).items()}
     got, want = torch.load(os.path.join(work, "wide.out.pt")), None
     full = torch.export.load(os.path.join(work, "wide.pt2")).module()
     with torch.no_grad():
         want = full(x)
     rows["run matches the program"] = bool(torch.allclose(got, want, rtol=1e-4, atol=1e-5))
+    got = torch.load(os.path.join(work, "wide.stages.out.pt"))
+    rows["run of the weight-carrying stages matches"] = bool(
+        torch.allclose(got, want, rtol=1e-4, atol=1e-5))
     return rows
 
 

@@ -35,12 +35,32 @@ std::string sha256Hex(llvm::StringRef bytes) {
 }
 
 llvm::Expected<std::string> sha256File(llvm::StringRef path) {
-  auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
-                                            /*RequiresNullTerminator=*/false);
-  if (!buffer)
-    return makeError("cannot read '" + path +
-                     "': " + buffer.getError().message());
-  return sha256Hex((*buffer)->getBuffer());
+  auto cannotRead = [&](std::error_code ec) {
+    return makeError("cannot read '" + path + "': " + ec.message());
+  };
+  auto file = llvm::sys::fs::openNativeFileForRead(path);
+  if (!file)
+    return cannotRead(llvm::errorToErrorCode(file.takeError()));
+  // A chunk at a time: hashing a stage file of gigabytes takes no more
+  // memory than hashing a small one.
+  llvm::SHA256 hasher;
+  std::vector<char> chunk(4 << 20);
+  std::error_code failed;
+  while (true) {
+    auto n = llvm::sys::fs::readNativeFile(
+        *file, llvm::makeMutableArrayRef(chunk.data(), chunk.size()));
+    if (!n) {
+      failed = llvm::errorToErrorCode(n.takeError());
+      break;
+    }
+    if (*n == 0)
+      break;
+    hasher.update(llvm::StringRef(chunk.data(), *n));
+  }
+  llvm::sys::fs::closeFile(*file);
+  if (failed)
+    return cannotRead(failed);
+  return llvm::toHex(hasher.final(), /*LowerCase=*/true);
 }
 
 llvm::Expected<uint64_t> fileSize(llvm::StringRef path) {

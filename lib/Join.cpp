@@ -67,11 +67,11 @@ static std::string findOriginal(const Manifest &manifest, llvm::StringRef dir) {
   return llvm::sys::fs::exists(path) ? std::string(path) : "";
 }
 
-/// Reads the original model once, checks those bytes against the manifest,
+/// Maps the original model once, checks those bytes against the manifest,
 /// and loads them with the manifest's format.
 static llvm::Expected<std::unique_ptr<StageExecutable>>
 loadOriginal(const Manifest &manifest, llvm::StringRef path) {
-  auto buffer = readFileBounded(path, kMaxStageFileBytes, "original model");
+  auto buffer = mapFileBounded(path, kMaxStageFileBytes, "original model");
   if (!buffer)
     return buffer.takeError();
   llvm::StringRef bytes = (*buffer)->getBuffer();
@@ -84,7 +84,7 @@ loadOriginal(const Manifest &manifest, llvm::StringRef path) {
                       path,
                       contentMismatch(bytes.size(), hash, manifest.sourceSize,
                                       manifest.sourceSha256)));
-  return formatOf(manifest).loadExecutable(bytes, path);
+  return formatOf(manifest).loadExecutable(*buffer, path);
 }
 
 /// The parameters and buffers of `model` by dotted path.

@@ -45,7 +45,7 @@ const ModelFormat &formatOf(const Manifest &manifest) {
 llvm::Expected<ModelFile> readModelFile(llvm::StringRef path) {
   if (!llvm::sys::fs::exists(path))
     return makeError("cannot open '" + path + "': No such file or directory");
-  auto buffer = readFileBounded(path, kMaxStageFileBytes, "model");
+  auto buffer = mapFileBounded(path, kMaxStageFileBytes, "model");
   if (!buffer)
     return buffer.takeError();
   FileProbe probe{(*buffer)->getBuffer(), {}};

@@ -14,6 +14,7 @@
 #ifndef PPC_LIB_MODELFORMAT_H
 #define PPC_LIB_MODELFORMAT_H
 
+#include "lib/SafeRead.h"
 #include "lib/StageExecutable.h"
 
 #include "llvm/ADT/ArrayRef.h"
@@ -82,9 +83,11 @@ public:
   /// alone; loading may still fail.
   virtual bool recognizes(const FileProbe &file) const = 0;
 
-  /// Lowers the model file `bytes` (named `path` in errors) into ppc's
-  /// graph. Errors: the file does not load, or has no forward computation.
-  virtual llvm::Expected<ModelGraph> loadModel(llvm::StringRef bytes,
+  /// Lowers the model file `file` (named `path` in errors) into ppc's
+  /// graph. Tensors may view the file's bytes in place and share the
+  /// buffer (lib/MappedTensor.h). Errors: the file does not load, or has no
+  /// forward computation.
+  virtual llvm::Expected<ModelGraph> loadModel(const FileBuffer &file,
                                                llvm::StringRef path) const = 0;
 
   /// The passes (passes/Passes.def) ppc split runs, in order, on the graphs
@@ -100,9 +103,10 @@ public:
              int index) const = 0;
 
   /// Loads a file of this format (a stage, or a whole model) to run it,
-  /// training flag as saved. Errors: the bytes do not load.
+  /// training flag as saved; its tensors may view `file` in place, as
+  /// loadModel's. Errors: the bytes do not load.
   virtual llvm::Expected<std::unique_ptr<StageExecutable>>
-  loadExecutable(llvm::StringRef bytes, llvm::StringRef path) const = 0;
+  loadExecutable(const FileBuffer &file, llvm::StringRef path) const = 0;
 
   /// The static shape `model`'s file records for `value` of its graph (a
   /// .pt2 program's tensor metadata, by the value's name), -1 for a dynamic
@@ -127,16 +131,17 @@ const ModelFormat *findModelFormat(llvm::StringRef name);
 /// format that is not registered).
 const ModelFormat &formatOf(const Manifest &manifest);
 
-/// A model file read once, with the format that recognised it.
+/// A model file mapped once (mapFileBounded), with the format that
+/// recognised it.
 struct ModelFile {
-  std::unique_ptr<llvm::MemoryBuffer> buffer;
+  FileBuffer buffer;
   const ModelFormat *format;
   llvm::StringRef bytes() const { return buffer->getBuffer(); }
 };
 
-/// Reads the model at `path` once as a regular file of at most
+/// Maps the model at `path` once as a regular file of at most
 /// kMaxStageFileBytes and picks its format by content. Errors: the file is
-/// missing or is not a regular file (readFileBounded's); no format
+/// missing or is not a regular file (mapFileBounded's); no format
 /// recognises it (one line naming the file and every known format, with the
 /// zip reader's reason when it is not a readable archive).
 llvm::Expected<ModelFile> readModelFile(llvm::StringRef path);

@@ -15,8 +15,10 @@
 // zip's central directory declares against the archive's own size, record
 // names, byte counts against tensor metadata (with overflow-checked
 // arithmetic), JSON depth, the schema version, the range constraints. A
-// weight is a view of its record as read; it is written back as that same
-// storage with its strides, never expanded.
+// weight is a view of its record: of the archive's bytes in place when the
+// record is stored and aligned (always, for what PyTorch writes), else of a
+// copy. It is written back as that same storage with its strides, never
+// expanded.
 //
 //===----------------------------------------------------------------------===//
 #ifdef PPC_HAVE_PT2
@@ -24,6 +26,7 @@
 #include "lib/Pt2Program.h"
 
 #include "lib/Error.h"
+#include "lib/MappedTensor.h"
 #include "lib/SafeRead.h"
 
 #include "llvm/ADT/STLExtras.h"
@@ -190,8 +193,9 @@ llvm::Error checkRanges(const schema::ExportedProgram &program,
 class PayloadReader {
 public:
   PayloadReader(caffe2::serialize::PyTorchStreamReader &reader,
+                llvm::StringRef bytes, std::shared_ptr<const void> owner,
                 llvm::StringRef path)
-      : reader(reader), path(path) {}
+      : reader(reader), bytes(bytes), owner(std::move(owner)), path(path) {}
 
   llvm::Error read(llvm::StringRef dir, const std::string &configRecord,
                    llvm::StringRef what, std::vector<Pt2Tensor> &out) {
@@ -302,12 +306,20 @@ private:
     return Pt2Tensor{fqn, it->second, meta.get_is_param()};
   }
 
-  /// The record's elements as a flat tensor, read once per record.
+  /// The record's elements as a flat tensor, made once per record: the
+  /// archive's own bytes in place where they can be, a copy otherwise.
   at::Tensor storageOf(const std::string &record, c10::ScalarType dtype,
                        size_t numel) {
     auto key = std::make_pair(record, dtype);
     if (auto it = storages.find(key); it != storages.end())
       return it->second;
+    std::optional<llvm::StringRef> stored = storedBytes(record);
+    if (owner && stored && canViewInPlace(*stored, dtype)) {
+      at::Tensor flat = viewInPlace(*stored, dtype, owner)
+                            .narrow(0, 0, static_cast<int64_t>(numel));
+      storages.emplace(key, flat);
+      return flat;
+    }
     // Inflated straight into the tensor (no second copy); a trailing
     // partial element is read but lies outside the flat view.
     size_t elementSize = c10::elementSize(dtype);
@@ -322,7 +334,33 @@ private:
     return flat;
   }
 
+  /// The bytes of `record` when the archive stores it uncompressed (as
+  /// PyTorch writes every record) wholly inside itself; nullopt for a
+  /// deflated record, which the reader inflates.
+  std::optional<llvm::StringRef> storedBytes(const std::string &record) {
+    auto little = [&](size_t at, unsigned width) {
+      uint32_t v = 0;
+      for (unsigned i = 0; i < width; ++i)
+        v |= uint32_t(static_cast<uint8_t>(bytes[at + i])) << (8 * i);
+      return v;
+    };
+    // The local header: signature, then the compression method at 8.
+    size_t header = reader.getRecordHeaderOffset(record);
+    if (header > bytes.size() || bytes.size() - header < 30 ||
+        little(header, 4) != 0x04034b50 || little(header + 8, 2) != 0)
+      return std::nullopt;
+    size_t offset = reader.getRecordOffset(record);
+    size_t size = reader.getRecordSize(record);
+    if (offset > bytes.size() || bytes.size() - offset < size)
+      return std::nullopt;
+    return bytes.substr(offset, size);
+  }
+
   caffe2::serialize::PyTorchStreamReader &reader;
+  /// The archive, and what keeps it alive for tensors that view it in place
+  /// (null: every tensor is a copy).
+  llvm::StringRef bytes;
+  std::shared_ptr<const void> owner;
   llvm::StringRef path;
   std::map<std::pair<std::string, c10::ScalarType>, at::Tensor> storages;
   std::map<std::tuple<std::string, std::vector<int64_t>, std::vector<int64_t>,
@@ -331,7 +369,8 @@ private:
       views;
 };
 
-llvm::Expected<Pt2Program> read(llvm::StringRef bytes, llvm::StringRef path) {
+llvm::Expected<Pt2Program> read(llvm::StringRef bytes, llvm::StringRef path,
+                                std::shared_ptr<const void> owner) {
   if (llvm::Error err = checkZipInflation(bytes))
     return fail(path, llvm::toString(std::move(err)));
   std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader;
@@ -394,7 +433,7 @@ llvm::Expected<Pt2Program> read(llvm::StringRef bytes, llvm::StringRef path) {
                               kSchemaMajor));
   if (llvm::Error err = checkRanges(out.program, path))
     return err;
-  PayloadReader payloads(*reader, path);
+  PayloadReader payloads(*reader, bytes, std::move(owner), path);
   if (llvm::Error err = payloads.read(
           kWeightsDir, (kWeightsDir + out.name + "_weights_config.json").str(),
           "weight", out.weights))
@@ -445,6 +484,9 @@ nlohmann::json writePayloads(caffe2::serialize::PyTorchStreamWriter &writer,
           view.is_meta() ? at::empty({0}, at::kByte) : storageBytes(view);
       writer.writeRecord((dir + it->second).str(), bytes.data_ptr(),
                          bytes.numel());
+      // Written: a weight viewed in a mapped archive need not stay
+      // resident (ppc split streams a model through a record at a time).
+      pageOut(view.storage());
     }
     schema::TensorMeta meta;
     std::vector<schema::SymInt> sizes = symInts(view.sizes());
@@ -516,12 +558,12 @@ std::optional<schema::ScalarType> schemaScalarType(c10::ScalarType t) {
   return std::nullopt;
 }
 
-llvm::Expected<Pt2Program> readPt2(llvm::StringRef bytes,
-                                   llvm::StringRef path) {
+llvm::Expected<Pt2Program> readPt2(llvm::StringRef bytes, llvm::StringRef path,
+                                   std::shared_ptr<const void> owner) {
   // LibTorch's reader and the schema types throw; every throw is an error
   // about the file.
   try {
-    return read(bytes, path);
+    return read(bytes, path, std::move(owner));
   } catch (const std::exception &e) {
     return fail(path, firstLine(e.what()));
   }

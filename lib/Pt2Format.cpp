@@ -72,8 +72,8 @@ struct ModelData {
 };
 
 llvm::Expected<std::pair<pt2::Pt2Program, pt2::Lowered>>
-readAndLower(llvm::StringRef bytes, llvm::StringRef path) {
-  auto program = pt2::readPt2(bytes, path);
+readAndLower(const FileBuffer &file, llvm::StringRef path) {
+  auto program = pt2::readPt2(file->getBuffer(), path, file);
   if (!program)
     return program.takeError();
   auto lowered = pt2::lowerPt2(*program, path);
@@ -118,9 +118,9 @@ public:
   }
 
 #ifdef PPC_HAVE_PT2
-  llvm::Expected<ModelGraph> loadModel(llvm::StringRef bytes,
+  llvm::Expected<ModelGraph> loadModel(const FileBuffer &file,
                                        llvm::StringRef path) const override {
-    auto read = readAndLower(bytes, path);
+    auto read = readAndLower(file, path);
     if (!read)
       return read.takeError();
     auto data = std::make_shared<ModelData>();
@@ -175,8 +175,8 @@ public:
   }
 
   llvm::Expected<std::unique_ptr<StageExecutable>>
-  loadExecutable(llvm::StringRef bytes, llvm::StringRef path) const override {
-    auto read = readAndLower(bytes, path);
+  loadExecutable(const FileBuffer &file, llvm::StringRef path) const override {
+    auto read = readAndLower(file, path);
     if (!read)
       return read.takeError();
     pt2::Pt2Program &program = read->first;
@@ -185,7 +185,7 @@ public:
         std::move(program.weights), std::move(program.constants));
   }
 #else
-  llvm::Expected<ModelGraph> loadModel(llvm::StringRef,
+  llvm::Expected<ModelGraph> loadModel(const FileBuffer &,
                                        llvm::StringRef path) const override {
     return refuse(path);
   }
@@ -195,7 +195,7 @@ public:
     return makeError("ppc was built without torch.export support");
   }
   llvm::Expected<std::unique_ptr<StageExecutable>>
-  loadExecutable(llvm::StringRef, llvm::StringRef path) const override {
+  loadExecutable(const FileBuffer &, llvm::StringRef path) const override {
     return refuse(path);
   }
 #endif

@@ -106,14 +106,19 @@ std::optional<schema::ScalarType> schemaScalarType(c10::ScalarType t);
 /// constraint that torch.export.load refuses (minimum above maximum, or
 /// without the symbol's example value) or that lets a size go negative.
 /// Each weight is a view of its record's bytes as the config gives it
-/// (strides, offset), never a larger copy.
-llvm::Expected<Pt2Program> readPt2(llvm::StringRef bytes, llvm::StringRef path);
+/// (strides, offset), never a larger copy. With an `owner` (what keeps
+/// `bytes` alive, and writable: a copy-on-write mapping or a heap buffer),
+/// the view is of `bytes` in place wherever a record is stored
+/// uncompressed and aligned, and holds `owner`; without one, of a copy.
+llvm::Expected<Pt2Program> readPt2(llvm::StringRef bytes, llvm::StringRef path,
+                                   std::shared_ptr<const void> owner = nullptr);
 
 /// Writes an archive that torch.export.load and readPt2 read: `programJson`
 /// as models/NAME.json and each tensor's whole storage (once per storage and
 /// dtype) with its sizes, strides and offset, as torch.export.save does, so
-/// an expanded weight stays as small as its storage. Throws as LibTorch does
-/// (c10::Error, std::exception).
+/// an expanded weight stays as small as its storage. A storage viewed in a
+/// mapped file is paged out once written (lib/MappedTensor.h). Throws as
+/// LibTorch does (c10::Error, std::exception).
 void writePt2(std::ostream &out, const std::string &name,
               const nlohmann::json &programJson,
               const std::vector<Pt2Tensor> &weights,

@@ -9,6 +9,7 @@
 #include "lib/Error.h"
 
 #include "llvm/Support/Errno.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 
 #include <caffe2/serialize/read_adapter_interface.h>
@@ -38,8 +39,13 @@ const char *fileTypeName(mode_t mode) {
   return "not a plain file";
 }
 
-llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>>
-readFileBounded(llvm::StringRef path, uint64_t maxBytes, llvm::StringRef what) {
+namespace {
+/// Opens the regular file `path` into `fd` and returns its size, checked
+/// against `maxBytes`: what readFileBounded and mapFileBounded do before
+/// reading a byte.
+llvm::Expected<uint64_t> openBounded(llvm::StringRef path, uint64_t maxBytes,
+                                     llvm::StringRef what,
+                                     std::optional<FileDescriptor> &fd) {
   auto cannotRead = [&](int err) {
     return makeError("cannot read " + what + " '" + path +
                      "': " + llvm::sys::StrError(err));
@@ -47,13 +53,13 @@ readFileBounded(llvm::StringRef path, uint64_t maxBytes, llvm::StringRef what) {
   std::string pathStr = path.str();
   // O_NONBLOCK: opening a FIFO without a writer would otherwise block
   // forever, before fstat could tell us what the file is.
-  FileDescriptor fd(llvm::sys::RetryAfterSignal(-1, ::open, pathStr.c_str(),
-                                                O_RDONLY | O_NONBLOCK |
-                                                    O_NOCTTY | O_CLOEXEC));
-  if (fd.get() < 0)
+  fd.emplace(llvm::sys::RetryAfterSignal(-1, ::open, pathStr.c_str(),
+                                         O_RDONLY | O_NONBLOCK | O_NOCTTY |
+                                             O_CLOEXEC));
+  if (fd->get() < 0)
     return cannotRead(errno);
   struct stat st;
-  if (::fstat(fd.get(), &st) != 0)
+  if (::fstat(fd->get(), &st) != 0)
     return cannotRead(errno);
   if (!S_ISREG(st.st_mode))
     return makeError(llvm::formatv("{0} '{1}' is not a regular file ({2})",
@@ -65,6 +71,54 @@ readFileBounded(llvm::StringRef path, uint64_t maxBytes, llvm::StringRef what) {
         llvm::formatv("{0} '{1}' is {2} bytes, over the limit of {3}", what,
                       path, size, maxBytes)
             .str());
+  return size;
+}
+
+/// A file mapped copy-on-write: readable, writable in place (the writes
+/// stay in this process), unmapped with its last owner.
+class MappedBuffer final : public llvm::MemoryBuffer {
+public:
+  explicit MappedBuffer(std::unique_ptr<llvm::sys::fs::mapped_file_region> m)
+      : region(std::move(m)) {
+    init(region->const_data(), region->const_data() + region->size(),
+         /*RequiresNullTerminator=*/false);
+  }
+  BufferKind getBufferKind() const override { return MemoryBuffer_MMap; }
+
+private:
+  std::unique_ptr<llvm::sys::fs::mapped_file_region> region;
+};
+} // namespace
+
+llvm::Expected<FileBuffer> mapFileBounded(llvm::StringRef path,
+                                          uint64_t maxBytes,
+                                          llvm::StringRef what) {
+  std::optional<FileDescriptor> fd;
+  auto size = openBounded(path, maxBytes, what, fd);
+  if (!size)
+    return size.takeError();
+  if (*size == 0) // mmap refuses an empty range
+    return FileBuffer(llvm::MemoryBuffer::getMemBuffer("", path, false));
+  std::error_code ec;
+  auto region = std::make_unique<llvm::sys::fs::mapped_file_region>(
+      fd->get(), llvm::sys::fs::mapped_file_region::priv,
+      static_cast<size_t>(*size), 0, ec);
+  if (ec)
+    return makeError("cannot map " + what + " '" + path + "': " + ec.message());
+  return FileBuffer(std::make_shared<MappedBuffer>(std::move(region)));
+}
+
+llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>>
+readFileBounded(llvm::StringRef path, uint64_t maxBytes, llvm::StringRef what) {
+  auto cannotRead = [&](int err) {
+    return makeError("cannot read " + what + " '" + path +
+                     "': " + llvm::sys::StrError(err));
+  };
+  std::optional<FileDescriptor> fd;
+  auto opened = openBounded(path, maxBytes, what, fd);
+  if (!opened)
+    return opened.takeError();
+  uint64_t size = *opened;
   std::unique_ptr<llvm::WritableMemoryBuffer> buffer =
       llvm::WritableMemoryBuffer::getNewUninitMemBuffer(size, path);
   if (!buffer)
@@ -78,7 +132,7 @@ readFileBounded(llvm::StringRef path, uint64_t maxBytes, llvm::StringRef what) {
     // Large reads are split: read() transfers at most ~2 GiB at a time.
     size_t chunk = static_cast<size_t>(std::min<uint64_t>(size - done, kGiB));
     ssize_t n =
-        llvm::sys::RetryAfterSignal(-1, ::read, fd.get(), out + done, chunk);
+        llvm::sys::RetryAfterSignal(-1, ::read, fd->get(), out + done, chunk);
     if (n < 0)
       return cannotRead(errno);
     if (n == 0)

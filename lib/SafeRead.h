@@ -82,6 +82,22 @@ const char *fileTypeName(mode_t mode);
 llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>>
 readFileBounded(llvm::StringRef path, uint64_t maxBytes, llvm::StringRef what);
 
+/// A file's bytes, shared: whatever views them in place (the tensors of a
+/// stored archive record, lib/MappedTensor.h) holds the buffer alive.
+using FileBuffer = std::shared_ptr<const llvm::MemoryBuffer>;
+
+/// readFileBounded's checks and errors, then maps the file copy-on-write
+/// instead of reading it: pages are read as they are touched and can be
+/// given back (lib/MappedTensor.h's pageOut), writes through the mapping
+/// stay in this process. For model and stage files, which hold weights
+/// that tensors view in place. The file must not shrink while it is
+/// mapped (as with any mapping: reading a page past its new end raises
+/// SIGBUS); ppc replaces its own files by rename, never in place. One more
+/// error: "cannot map model 'm.pt2': ..." (mmap's reason).
+llvm::Expected<FileBuffer> mapFileBounded(llvm::StringRef path,
+                                          uint64_t maxBytes,
+                                          llvm::StringRef what);
+
 /// Whether `text` nests arrays and objects more than `maxDepth` deep: a
 /// linear scan in which brackets inside strings do not count and a
 /// backslash escapes the next byte, so "\"" does not end a string.

@@ -75,9 +75,10 @@ llvm::Expected<Stage> Stage::load(const Manifest &manifest, llvm::StringRef dir,
   if (!llvm::sys::fs::exists(path))
     return makeError(
         llvm::formatv("stage {0} file '{1}' is missing", index, path).str());
-  // Read once: the bytes hashed are the bytes loaded.
-  auto buffer = readFileBounded(path, kMaxStageFileBytes,
-                                llvm::formatv("stage {0} file", index).str());
+  // Mapped once: the bytes hashed are the bytes loaded, and the weights
+  // stay where they are (lib/MappedTensor.h).
+  auto buffer = mapFileBounded(path, kMaxStageFileBytes,
+                               llvm::formatv("stage {0} file", index).str());
   if (!buffer)
     return buffer.takeError();
   llvm::StringRef bytes = (*buffer)->getBuffer();
@@ -91,7 +92,7 @@ llvm::Expected<Stage> Stage::load(const Manifest &manifest, llvm::StringRef dir,
   const ModelFormat *format = findModelFormat(manifest.format);
   if (!format)
     return makeError("manifest: unknown format '" + manifest.format + "'");
-  auto executable = format->loadExecutable(bytes, path);
+  auto executable = format->loadExecutable(*buffer, path);
   if (!executable)
     return executable.takeError();
   if (llvm::Error err = torchCall("cannot load stage " + std::to_string(index),

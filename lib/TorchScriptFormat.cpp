@@ -45,9 +45,9 @@ public:
            !hasRecord(file.zipRecords, "archive_format");
   }
 
-  llvm::Expected<ModelGraph> loadModel(llvm::StringRef bytes,
+  llvm::Expected<ModelGraph> loadModel(const FileBuffer &file,
                                        llvm::StringRef path) const override {
-    auto module = loadTorchScriptModule(bytes, path);
+    auto module = loadTorchScriptModule(file->getBuffer(), path);
     if (!module)
       return module.takeError();
     module->eval();
@@ -79,8 +79,8 @@ public:
   }
 
   llvm::Expected<std::unique_ptr<StageExecutable>>
-  loadExecutable(llvm::StringRef bytes, llvm::StringRef path) const override {
-    auto module = loadTorchScriptModule(bytes, path);
+  loadExecutable(const FileBuffer &file, llvm::StringRef path) const override {
+    auto module = loadTorchScriptModule(file->getBuffer(), path);
     if (!module)
       return module.takeError();
     return std::make_unique<TorchScriptStage>(std::move(*module));

@@ -2,6 +2,7 @@
 #include "lib/WeightBinding.h"
 
 #include "lib/Error.h"
+#include "lib/MappedTensor.h"
 #include "lib/Safetensors.h"
 #include "lib/StageExecutable.h"
 
@@ -215,17 +216,12 @@ llvm::Expected<WeightReport> WeightSource::bind(
             shapeText(current.sizes().vec())));
       llvm::StringRef bytes = shard->bytes(*tensor);
       auto options = at::TensorOptions().dtype(*type);
-      size_t item = c10::elementSize(*type);
-      bool mapped =
-          inPlace && reinterpret_cast<uintptr_t>(bytes.data()) % item == 0;
+      bool mapped = inPlace && canViewInPlace(bytes, *type);
       auto made = torchCall("cannot read '" + shown(found) + "'", [&] {
-        if (mapped) {
-          // The mapping lives as long as this source; the tensor keeps it.
-          std::shared_ptr<WeightSource> keep = shared_from_this();
-          return at::from_blob(
-              const_cast<char *>(bytes.data()), tensor->shape,
-              [keep](void *) {}, options);
-        }
+        // The mapping lives as long as this source; the tensor keeps it.
+        if (mapped)
+          return viewInPlace(bytes, *type, shared_from_this())
+              .view(tensor->shape);
         at::Tensor copy = at::empty(tensor->shape, options);
         if (!bytes.empty())
           std::memcpy(copy.data_ptr(), bytes.data(), bytes.size());

@@ -211,7 +211,7 @@ static llvm::Expected<PreparedModel> loadPrepared(const std::string &path) {
   auto file = readModelFile(path);
   if (!file)
     return file.takeError();
-  auto model = file->format->loadModel(file->bytes(), path);
+  auto model = file->format->loadModel(file->buffer, path);
   if (!model)
     return model.takeError();
   if (llvm::Error err = runPasses(model->graph, file->format->preparePasses()))

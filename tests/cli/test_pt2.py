@@ -33,6 +33,7 @@ PPC_TORCH_PYTHON (tests/CMakeLists.txt), must:
 Env: PPC, PPC_BUILD_DIR, PPC_TORCH_PYTHON (the PyTorch 2.x build), else
 PPC_PT2_PYTHON (the system LibTorch build, scripts/test.sh).
 """
+import hashlib
 import os
 import re
 import sys
@@ -301,6 +302,13 @@ class Pt2Test(unittest.TestCase):
         saved = os.path.join(self.tmp, "saved")
         run = self.train(2, manifest, data, loss, "--schedule", "1f1b", *SGD, "--save", saved)
         self.assertLessEqual(training.losses_rel_diff(run.losses, losses), LOSS_TOL)
+        # The ranks trained the weights where their mapped stage files hold them, in place
+        # and copy-on-write: the files are as the split wrote them.
+        split = load_manifest(os.path.dirname(manifest))
+        for stage in split["stages"]:
+            with open(os.path.join(os.path.dirname(manifest), stage["file"]), "rb") as fh:
+                self.assertEqual(hashlib.sha256(fh.read()).hexdigest(), stage["sha256"],
+                                 stage["file"])
         saved_manifest = load_manifest(saved)
         self.assertEqual(saved_manifest["format"], "pt2")
         # The saved stages hold the reference's trained weights.

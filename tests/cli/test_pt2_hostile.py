@@ -222,6 +222,31 @@ class Pt2BoundsTest(Pt2Case):
                                     "0xFFFFFFFF without a zip64 field that holds its size"
                                     % root, self.baseline_rss() + 128 * MIB)
 
+    def test_a_deflated_weight_is_read_by_copy(self):
+        # Tests that a weight record deflated (PyTorch stores every record, and ppc views a
+        # stored one in place in the mapped archive) is inflated into a copy instead: the
+        # split's stage holds the same values.
+        root = zipfile.ZipFile(self.source).namelist()[0].split("/", 1)[0]
+        raw = zipfile.ZipFile(self.source).read(root + "/data/weights/weight_2")
+        path, _ = self.rewrite_record("deflated", "data/weights/weight_2",
+                                      lambda f: f.write(raw))
+        out = os.path.join(self.tmp, "out")
+        rc, err, _ = self.split_measured(path, out)
+        self.assertEqual(rc, 0, err)
+        check = (
+            "import sys, torch, zipfile\n"
+            "raw = zipfile.ZipFile(sys.argv[1]).read(sys.argv[2])\n"
+            "want = torch.frombuffer(bytearray(raw), dtype=torch.float32)\n"
+            "for stage in sys.argv[3:]:\n"
+            "    w = torch.export.load(stage).state_dict.get('layers.2.weight')\n"
+            "    if w is not None:\n"
+            "        print(torch.equal(w.flatten(), want))\n")
+        r = subprocess.run([PT2_PYTHON, "-W", "ignore", "-c", check, self.source,
+                            root + "/data/weights/weight_2",
+                            os.path.join(out, "stage_0.pt2"), os.path.join(out, "stage_1.pt2")],
+                           capture_output=True, text=True, timeout=300)
+        self.assertEqual((r.returncode, r.stdout), (0, "True\n"), r.stderr)
+
     def test_expanded_weight_keeps_its_storage(self):
         # Tests that a stride-0 [2^24, 16] float weight over a 2 KiB record stays 2 KiB in its
         # stage file (not 1 GiB), and that torch.export.load reads it back with equal values.

@@ -96,7 +96,7 @@ static llvm::Expected<int> runVerify(const VerifyOptions &o) {
   auto file = readModelFile(o.modelPath);
   if (!file)
     return file.takeError();
-  auto model = file->format->loadExecutable(file->bytes(), o.modelPath);
+  auto model = file->format->loadExecutable(file->buffer, o.modelPath);
   if (!model)
     return model.takeError();
   if (llvm::Error err = torchCall("cannot load '" + o.modelPath + "'",

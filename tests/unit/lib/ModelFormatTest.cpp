@@ -73,11 +73,11 @@ TEST(ModelFormatTest, ReadsAModelFileWithTheFormatItsContentsName) {
   ASSERT_TRUE(static_cast<bool>(file)) << llvm::toString(file.takeError());
   EXPECT_EQ(file->format->name(), "torchscript");
 
-  auto model = file->format->loadModel(file->bytes(), path);
+  auto model = file->format->loadModel(file->buffer, path);
   ASSERT_TRUE(static_cast<bool>(model)) << llvm::toString(model.takeError());
   EXPECT_EQ(model->graph->inputs().size(), 2u); // self, x
 
-  auto exe = file->format->loadExecutable(file->bytes(), path);
+  auto exe = file->format->loadExecutable(file->buffer, path);
   ASSERT_TRUE(static_cast<bool>(exe)) << llvm::toString(exe.takeError());
   StageExecutable &stage = **exe;
   at::Tensor out = stage.forward({torch::ones({2})}).toTensor();
@@ -94,7 +94,8 @@ TEST(ModelFormatTest, ReadsAModelFileWithTheFormatItsContentsName) {
   // save() writes what the format loads back, training flag included.
   std::ostringstream os;
   stage.save(os);
-  auto again = file->format->loadExecutable(os.str(), "saved");
+  auto again = file->format->loadExecutable(
+      llvm::MemoryBuffer::getMemBufferCopy(os.str()), "saved");
   ASSERT_TRUE(static_cast<bool>(again)) << llvm::toString(again.takeError());
   EXPECT_FALSE((*again)->isTraining());
   EXPECT_TRUE(at::equal((*again)->tensorAt("w"), torch::full({2}, 3.0)));

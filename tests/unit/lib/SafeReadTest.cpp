@@ -38,11 +38,14 @@ private:
   llvm::SmallString<128> dir;
 };
 
+/// readFileBounded's error for `path` ("" when it reads it), which
+/// mapFileBounded gives too: both refuse the same files the same way.
 std::string readError(llvm::StringRef path, uint64_t cap) {
   auto buffer = readFileBounded(path, cap, "manifest");
-  if (buffer)
-    return "";
-  return llvm::toString(buffer.takeError());
+  std::string error = buffer ? "" : llvm::toString(buffer.takeError());
+  auto mapped = mapFileBounded(path, cap, "manifest");
+  EXPECT_EQ(mapped ? "" : llvm::toString(mapped.takeError()), error);
+  return error;
 }
 
 std::string parseError(llvm::StringRef text, unsigned depth = 4) {
@@ -61,6 +64,26 @@ TEST(SafeReadTest, ReadsARegularFileExactly) {
   ASSERT_TRUE(static_cast<bool>(buffer)) << llvm::toString(buffer.takeError());
   EXPECT_EQ((*buffer)->getBuffer(), bytes);
   auto empty = readFileBounded(d.write("e", ""), 0, "manifest");
+  ASSERT_TRUE(static_cast<bool>(empty)) << llvm::toString(empty.takeError());
+  EXPECT_EQ((*empty)->getBufferSize(), 0u);
+}
+
+TEST(SafeReadTest, MapsARegularFileCopyOnWrite) {
+  TempDir d;
+  std::string bytes(8192, 'a');
+  std::string p = d.write("f", bytes);
+  {
+    auto mapped = mapFileBounded(p, bytes.size(), "stage 0 file");
+    ASSERT_TRUE(static_cast<bool>(mapped)) << llvm::toString(mapped.takeError());
+    EXPECT_EQ((*mapped)->getBuffer(), bytes);
+    // A write through the mapping stays in this process.
+    const_cast<char *>((*mapped)->getBufferStart())[4096] = 'b';
+    EXPECT_EQ((*mapped)->getBuffer()[4096], 'b');
+  }
+  auto again = readFileBounded(p, bytes.size(), "stage 0 file");
+  ASSERT_TRUE(static_cast<bool>(again)) << llvm::toString(again.takeError());
+  EXPECT_EQ((*again)->getBuffer(), bytes);
+  auto empty = mapFileBounded(d.write("e", ""), 0, "stage 0 file");
   ASSERT_TRUE(static_cast<bool>(empty)) << llvm::toString(empty.takeError());
   EXPECT_EQ((*empty)->getBufferSize(), 0u);
 }
