@@ -13,6 +13,7 @@
 #include "lib/Error.h"
 #include "lib/FileUtil.h"
 #include "lib/Manifest.h"
+#include "lib/MappedTensor.h"
 #include "lib/ModelFormat.h"
 #include "lib/OutputGuard.h"
 #include "lib/SafeRead.h"
@@ -75,7 +76,7 @@ loadOriginal(const Manifest &manifest, llvm::StringRef path) {
   if (!buffer)
     return buffer.takeError();
   llvm::StringRef bytes = (*buffer)->getBuffer();
-  std::string hash = sha256Hex(bytes);
+  std::string hash = sha256PagingOut(bytes);
   if (bytes.size() != manifest.sourceSize || hash != manifest.sourceSha256)
     return makeError(
         llvm::formatv("the original model '{0}' does not match the manifest "

@@ -3,11 +3,13 @@
 
 #include "lib/Error.h"
 #include "lib/Manifest.h"
+#include "lib/MappedTensor.h"
 #include "lib/Safetensors.h"
 #include "lib/Stage.h"
 #include "lib/WeightBinding.h"
 
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 
@@ -26,23 +28,25 @@ struct Named {
   at::Tensor value;
 };
 
-/// The longest dotted prefix all `names` share ("" for one name or none).
-std::string commonPrefix(const std::vector<Named> &tensors) {
+/// A wrapper's prefix: the first dotted component every name shares
+/// (transformers' decoder wrapper's "model."), when what follows it never
+/// starts with a digit; "" otherwise. `layers.0.weight`, `layers.1.weight`
+/// are a ModuleList's own names, and a longer prefix ("model.linear.") would
+/// take the model's own module names.
+std::string wrapperPrefix(const std::vector<Named> &tensors) {
   if (tensors.size() < 2)
     return "";
   llvm::StringRef first = tensors.front().name;
-  std::string best;
-  for (size_t dot = first.find('.'); dot != llvm::StringRef::npos;
-       dot = first.find('.', dot + 1)) {
-    llvm::StringRef prefix = first.take_front(dot + 1);
-    if (!llvm::all_of(tensors, [&](const Named &t) {
-          return llvm::StringRef(t.name).startswith(prefix) &&
-                 t.name.size() > prefix.size();
-        }))
-      break;
-    best = prefix.str();
-  }
-  return best;
+  size_t dot = first.find('.');
+  if (dot == llvm::StringRef::npos)
+    return "";
+  llvm::StringRef prefix = first.take_front(dot + 1);
+  bool shared = llvm::all_of(tensors, [&](const Named &t) {
+    llvm::StringRef name = t.name;
+    return name.consume_front(prefix) && !name.empty() &&
+           !llvm::isDigit(name.front());
+  });
+  return shared ? prefix.str() : "";
 }
 
 /// The model's weights of `stage`: its parameters and registered buffers,
@@ -113,7 +117,7 @@ joinToSafetensors(llvm::StringRef manifestPath, const SafetensorsJoin &join) {
 
   SafetensorsJoinReport report;
   report.stages = stages.size();
-  report.prefix = join.prefix ? *join.prefix : commonPrefix(tensors);
+  report.prefix = join.prefix ? *join.prefix : wrapperPrefix(tensors);
   if (join.prefix && !tensors.empty() &&
       llvm::none_of(tensors, [&](const Named &t) {
         return llvm::StringRef(t.name).startswith(*join.prefix);
@@ -138,7 +142,8 @@ joinToSafetensors(llvm::StringRef manifestPath, const SafetensorsJoin &join) {
     out.push_back(
         {name.str(), dtype, t.value.sizes().vec(),
          llvm::StringRef(static_cast<const char *>(t.value.data_ptr()),
-                         t.value.nbytes())});
+                         t.value.nbytes()),
+         [storage = t.value.storage()] { pageOut(storage); }});
     report.bytes += t.value.nbytes();
   }
   if (llvm::Error err =

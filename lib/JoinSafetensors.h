@@ -31,8 +31,9 @@ struct SafetensorsJoin {
   /// past this (transformers' max_shard_size; its default, 5 GB).
   uint64_t maxShardBytes = 5'000'000'000;
   /// The prefix to drop from the program's names (a wrapper's "model.");
-  /// nullopt: the longest dotted prefix every written name shares, when
-  /// there are two names or more.
+  /// nullopt: the first dotted component every written name shares, when
+  /// there are two names or more and what follows it never starts with a
+  /// digit (`layers.0.weight` is a ModuleList's own name).
   std::optional<std::string> prefix;
   /// Where stages without data get their weights (lib/WeightBinding.h).
   WeightOptions weights;

@@ -1,6 +1,9 @@
 //===- lib/MappedTensor.cpp - Tensors over a file's bytes, in place -------===//
 #include "lib/MappedTensor.h"
 
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/SHA256.h"
+
 #include <ATen/ATen.h>
 
 #include <cstdint>
@@ -40,17 +43,32 @@ at::Tensor viewInPlace(llvm::StringRef bytes, c10::ScalarType dtype,
       .set_(storage, 0, {numel}, {1});
 }
 
-void pageOut(const c10::Storage &storage) {
-  if (storage.data_ptr().get_deleter() != &releaseOwner)
-    return;
+void pageOut(llvm::StringRef bytes) {
   static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  auto begin = reinterpret_cast<uintptr_t>(storage.data_ptr().get());
-  uintptr_t end = begin + storage.nbytes();
-  // Only pages wholly inside the storage: its neighbours may still be used.
+  auto begin = reinterpret_cast<uintptr_t>(bytes.data());
+  uintptr_t end = begin + bytes.size();
+  // Only whole pages: their neighbours' bytes may still be in use.
   begin = (begin + page - 1) / page * page;
   end = end / page * page;
   if (end > begin)
     (void)::madvise(reinterpret_cast<void *>(begin), end - begin, MADV_PAGEOUT);
+}
+
+void pageOut(const c10::Storage &storage) {
+  if (storage.data_ptr().get_deleter() == &releaseOwner)
+    pageOut(llvm::StringRef(static_cast<const char *>(storage.data_ptr().get()),
+                            storage.nbytes()));
+}
+
+std::string sha256PagingOut(llvm::StringRef bytes) {
+  constexpr size_t kChunk = size_t(64) << 20;
+  llvm::SHA256 hasher;
+  for (size_t at = 0; at < bytes.size(); at += kChunk) {
+    llvm::StringRef chunk = bytes.substr(at, kChunk);
+    hasher.update(chunk);
+    pageOut(chunk);
+  }
+  return llvm::toHex(hasher.final(), /*LowerCase=*/true);
 }
 
 } // namespace ppc

@@ -17,6 +17,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <memory>
+#include <string>
 
 namespace ppc {
 
@@ -33,12 +34,20 @@ bool canViewInPlace(llvm::StringRef bytes, c10::ScalarType dtype);
 at::Tensor viewInPlace(llvm::StringRef bytes, c10::ScalarType dtype,
                        std::shared_ptr<const void> owner);
 
-/// Gives the pages of `storage` back to the kernel (madvise MADV_PAGEOUT)
-/// when it is a viewInPlace storage, and does nothing otherwise: a mapped
-/// file's clean pages leave this process's resident memory and are read
-/// again if touched; pages written in place are kept. Never changes a
-/// value.
+/// Gives the pages wholly inside `bytes` back to the kernel (madvise
+/// MADV_PAGEOUT): a mapped file's clean pages leave this process's resident
+/// memory and are read again if touched; pages written in place (and heap
+/// memory, without swap) are kept. Never changes a value.
+void pageOut(llvm::StringRef bytes);
+
+/// pageOut of `storage`'s bytes when it is a viewInPlace storage; nothing
+/// otherwise.
 void pageOut(const c10::Storage &storage);
+
+/// sha256Hex (lib/FileUtil.h) of a mapped file's `bytes`, each chunk paged
+/// out once hashed: checking a file against its manifest does not leave all
+/// of it resident.
+std::string sha256PagingOut(llvm::StringRef bytes);
 
 } // namespace ppc
 

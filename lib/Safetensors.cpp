@@ -652,8 +652,11 @@ writeCheckpoint(llvm::StringRef dir, const std::vector<WriteTensor> &tensors,
     llvm::sys::path::append(file, name);
     if (llvm::Error err = writeFileAtomically(file, [&](llvm::raw_ostream &os) {
           os << header;
-          for (const WriteTensor *t : shards[i])
+          for (const WriteTensor *t : shards[i]) {
             os << t->bytes;
+            if (t->written)
+              t->written();
+          }
           return llvm::Error::success();
         }))
       return removeWritten(std::move(err));

@@ -25,6 +25,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -209,6 +210,10 @@ struct WriteTensor {
   std::string dtype;
   std::vector<int64_t> shape;
   llvm::StringRef bytes;
+  /// Called once `bytes` are in the shard's stream, if set: ppc join gives
+  /// a mapped tensor's pages back there, so that writing a model keeps one
+  /// tensor resident, not all of them.
+  std::function<void()> written = nullptr;
 };
 
 /// Writes `tensors` as a checkpoint in `dir` (created if missing), as

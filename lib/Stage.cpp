@@ -3,6 +3,7 @@
 
 #include "lib/Error.h"
 #include "lib/FileUtil.h"
+#include "lib/MappedTensor.h"
 #include "lib/ModelFormat.h"
 #include "lib/SafeRead.h"
 #include "lib/StateBuffers.h"
@@ -82,7 +83,7 @@ llvm::Expected<Stage> Stage::load(const Manifest &manifest, llvm::StringRef dir,
   if (!buffer)
     return buffer.takeError();
   llvm::StringRef bytes = (*buffer)->getBuffer();
-  std::string hash = sha256Hex(bytes);
+  std::string hash = sha256PagingOut(bytes);
   if (hash != info.sha256)
     return makeError(llvm::formatv(
         "stage {0} file '{1}' does not match the manifest "

@@ -37,6 +37,24 @@ def perturbed(tensor, name):
     return (tensor.double() * (1 + 0.1 * r) + 0.01 * r.abs()).to(tensor.dtype)
 
 
+def read_safetensors(path):
+    """{name: tensor} of a .safetensors file of F32 tensors, read as the
+    format says (an 8-byte header length, the JSON header, the data), so
+    that no safetensors package is needed."""
+    with open(path, "rb") as f:
+        data = f.read()
+    length = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + length])
+    header.pop("__metadata__", None)
+    out = {}
+    for name, entry in header.items():
+        assert entry["dtype"] == "F32", entry
+        begin, end = (8 + length + o for o in entry["data_offsets"])
+        out[name] = torch.frombuffer(bytearray(data[begin:end]),
+                                     dtype=torch.float32).reshape(entry["shape"])
+    return out
+
+
 def train_stages(outdir, change=None, update_manifest=True):
     """Perturbs every parameter and buffer of the stages in `outdir` and
     rewrites the manifest's stage hashes, as `ppc train --save` will. Copies of
@@ -136,6 +154,22 @@ class JoinTest(unittest.TestCase):
 
     def test_mlp_2_stages(self):
         self.check_join("mlp", 2)
+
+    def test_safetensors_keeps_a_module_lists_names(self):
+        # Tests that `ppc join --format safetensors` of a model whose every weight lives in one
+        # ModuleList (`layers.0.0.weight`, ...) keeps the model's names: `layers.` is not a
+        # wrapper's prefix.
+        work = tmpdir(self)
+        manifest_path = split("mlp", os.path.join(work, "out"), "--stages", 2).manifest
+        out = os.path.join(work, "shards")
+        proc = ppc("join", manifest_path, "--format", "safetensors", "-o", out)
+        self.assertRegex(proc.stdout, r"^joined 2 stages: \d+ tensors \(\d+ bytes\) into 1 "
+                         r"shard in %s\n$" % re.escape(out))
+        tensors = read_safetensors(os.path.join(out, "model.safetensors"))
+        original = torch.jit.load(model_path("mlp")).state_dict()
+        self.assertEqual(sorted(tensors), sorted(original))
+        for key, value in original.items():
+            self.assertTrue(torch.equal(tensors[key], value), key)
 
     def test_mlp_4_stages(self):
         self.check_join("mlp", 4)

@@ -1,4 +1,5 @@
 //===- tests/unit/lib/MappedTensorTest.cpp - Tensors over a file, in place ===//
+#include "lib/FileUtil.h"
 #include "lib/MappedTensor.h"
 #include "lib/SafeRead.h"
 
@@ -79,6 +80,13 @@ TEST(MappedTensorTest, PageOutGivesBackCleanPagesAndKeepsEveryValue) {
     EXPECT_GE(touched - before, 12 << 10) << "the mapping was not resident";
     EXPECT_LE(after, touched - (12 << 10)) << "pageOut kept the pages";
   }
+  // Hashing pages out as it goes and hashes what sha256Hex hashes, across
+  // its 64 MiB chunks too.
+  EXPECT_EQ(sha256PagingOut((*file)->getBuffer()),
+            sha256Hex((*file)->getBuffer()));
+  std::string large((64 << 20) + 4097, 'x');
+  large[64 << 20] = 'y';
+  EXPECT_EQ(sha256PagingOut(large), sha256Hex(large));
   // An ordinary tensor: nothing happens.
   at::Tensor copy = values.clone();
   pageOut(copy.storage());
