@@ -7,6 +7,7 @@ tests/models/make_models.py, split into 2, 3 and 4 stages by --stages and by
   - each stage's state_dict keys are a subset of the model's;
   - stage parameter+buffer bytes add up to the model's plus only tied copies.
 """
+import functools
 import os
 import sys
 import unittest
@@ -32,11 +33,26 @@ def unique_tensor_bytes(module):
     return total
 
 
-def run_stages_in_python(outdir, manifest, inputs):
-    """Runs the stages with Python's torch.jit.load, following the manifest."""
+@functools.lru_cache(maxsize=None)
+def model_tensors(name):
+    """The state_dict keys and the unique parameter and buffer bytes of test
+    model NAME, loaded once per test process."""
+    model = torch.jit.load(model_path(name))
+    return set(model.state_dict().keys()), unique_tensor_bytes(model)
+
+
+def load_stages(outdir, manifest):
+    """The stage modules under OUTDIR, in the manifest's order, loaded with
+    Python's torch.jit.load."""
+    return [torch.jit.load(os.path.join(outdir, stage["file"])) for stage in manifest["stages"]]
+
+
+def run_stages_in_python(outdir, manifest, inputs, modules=None):
+    """Runs the stages with Python's torch.jit.load (or MODULES, as
+    load_stages() returns them), following the manifest."""
+    modules = modules or load_stages(outdir, manifest)
     outputs = []
-    for stage in manifest["stages"]:
-        module = torch.jit.load(os.path.join(outdir, stage["file"]))
+    for stage, module in zip(manifest["stages"], modules):
         args = []
         for inp in stage["inputs"]:
             src = inp["source"]
@@ -51,9 +67,10 @@ def run_stages_in_python(outdir, manifest, inputs):
             for r in manifest["outputs"]]
 
 
-def assert_stages_match_model(test, name, out, manifest):
+def assert_stages_match_model(test, name, out, manifest, modules=None):
     """`ppc verify` at zero tolerance, and the stages under OUT run one after
-    the other in Python, give exactly the model's expected outputs."""
+    the other in Python (MODULES, when given: load_stages()), give exactly
+    the model's expected outputs."""
     verify = ppc("verify", model_path(name), os.path.join(out, "manifest.json"),
                  "--input", model_path(name, ".input.pt"), "--rtol", 0, "--atol", 0,
                  check=False)
@@ -61,7 +78,7 @@ def assert_stages_match_model(test, name, out, manifest):
     test.assertIn("verify: stages match the model", verify.stdout)
     inputs = as_tuple(torch.load(model_path(name, ".input.pt")))
     expected = as_tuple(torch.load(model_path(name, ".expected.pt")))
-    actual = run_stages_in_python(out, manifest, inputs)
+    actual = run_stages_in_python(out, manifest, inputs, modules)
     test.assertEqual(len(actual), len(expected))
     for a, e in zip(actual, expected):
         test.assertTrue(torch.equal(a, e), f"max abs diff {(a - e).abs().max()}")
@@ -76,13 +93,12 @@ class SplitModelsTest(unittest.TestCase):
         self.assertEqual(sorted(os.listdir(out)),
                          sorted(["manifest.json"] + [f"stage_{k}.pt" for k in range(n)]))
 
-        assert_stages_match_model(self, name, out, manifest)
+        modules = load_stages(out, manifest)
+        assert_stages_match_model(self, name, out, manifest, modules)
 
-        model = torch.jit.load(model_path(name))
-        model_keys = set(model.state_dict().keys())
+        model_keys, model_bytes = model_tensors(name)
         stage_bytes = 0
-        for stage in manifest["stages"]:
-            sm = torch.jit.load(os.path.join(out, stage["file"]))
+        for stage, sm in zip(manifest["stages"], modules):
             keys = set(sm.state_dict().keys())
             self.assertTrue(keys <= model_keys, keys - model_keys)
             self.assertEqual(stage["parameter_bytes"] + stage["buffer_bytes"],
@@ -90,7 +106,7 @@ class SplitModelsTest(unittest.TestCase):
             stage_bytes += stage["parameter_bytes"] + stage["buffer_bytes"]
         tied_copies = sum((len({u["stage"] for u in t["uses"]}) - 1) * t["bytes"]
                           for t in manifest["tied_parameters"])
-        self.assertEqual(stage_bytes, unique_tensor_bytes(model) + tied_copies)
+        self.assertEqual(stage_bytes, model_bytes + tied_copies)
         return manifest
 
     def test_models(self):
