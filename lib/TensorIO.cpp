@@ -449,8 +449,7 @@ unpickleArchive(llvm::StringRef bytes, llvm::StringRef path,
 /// tuple/list of tensors (one each), every tensor checked. `what` names the
 /// batch in messages ("input 'x.pt'", "input 'x.pt' batch 2"); `index`
 /// numbers the tensors of the file.
-/// The values of a dict of model inputs by name, in `names`' order.
-static llvm::Expected<std::vector<c10::IValue>>
+llvm::Expected<std::vector<c10::IValue>>
 inputsByName(const c10::Dict<c10::IValue, c10::IValue> &dict,
              llvm::ArrayRef<std::string> names, const std::string &what) {
   std::map<std::string, c10::IValue> byName;
@@ -573,28 +572,38 @@ loadInputBatches(llvm::StringRef path, llvm::ArrayRef<std::string> names) {
   return out;
 }
 
-/// Checks every tensor of `value`, tuples and lists `depth` levels deep at
-/// most; `where` names the element ("data 'd.pt' element [1][0]").
+/// Checks every tensor of `value`, tuples, lists and dicts `depth` levels deep at
+/// most; `where` names the element ("data 'd.pt'[1][0]").
 static llvm::Error checkTree(const c10::IValue &value, int depth,
                              const std::string &where, size_t &index,
                              const std::map<const void *, size_t> &records,
                              llvm::StringRef path) {
   if (value.isTensor())
     return checkTensor(value.toTensor(), index++, records, path);
-  std::vector<c10::IValue> items;
-  if (value.isTuple())
-    items = value.toTupleRef().elements().vec();
-  else if (value.isList())
-    items = value.toList().vec();
-  else
+  // Each element and how it is named: "[1]", or "['input_ids']" in a dict.
+  std::vector<std::pair<std::string, c10::IValue>> items;
+  if (value.isTuple() || value.isList()) {
+    std::vector<c10::IValue> elements = value.isTuple()
+                                            ? value.toTupleRef().elements().vec()
+                                            : value.toList().vec();
+    for (size_t i = 0; i < elements.size(); ++i)
+      items.emplace_back("[" + std::to_string(i) + "]", elements[i]);
+  } else if (value.isGenericDict()) {
+    for (const auto &entry : value.toGenericDict()) {
+      if (!entry.key().isString())
+        return makeError(where + " is a dict with a key that is not a str");
+      items.emplace_back("['" + printable(entry.key().toStringRef()) + "']",
+                         entry.value());
+    }
+  } else {
     return makeError(where + " is a " + value.tagKind() +
-                     "; expected a tensor, tuple or list");
+                     "; expected a tensor, tuple, list or dict");
+  }
   if (depth == 0)
-    return makeError(where + " nests tuples and lists too deeply");
-  for (size_t i = 0; i < items.size(); ++i)
-    if (llvm::Error err = checkTree(items[i], depth - 1,
-                                    where + "[" + std::to_string(i) + "]",
-                                    index, records, path))
+    return makeError(where + " nests tuples, lists and dicts too deeply");
+  for (const auto &[name, item] : items)
+    if (llvm::Error err =
+            checkTree(item, depth - 1, where + name, index, records, path))
       return err;
   return llvm::Error::success();
 }

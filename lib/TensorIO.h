@@ -65,14 +65,23 @@ struct InputBatches {
 llvm::Expected<InputBatches>
 loadInputBatches(llvm::StringRef path, llvm::ArrayRef<std::string> names);
 
-/// Reads a file written by Python's torch.save holding tensors in tuples
-/// and lists at most `depth` levels deep (training data: a list of
-/// (input, target) pairs), checked as loadTensors() checks them; `noun`
-/// names the file in messages ("data"). Errors: loadTensors's, and other
-/// contents ("data 'd.pt' element [0][1] is a str; expected a tensor, tuple
-/// or list", "data 'd.pt' element [0] nests tuples and lists too deeply").
+/// Reads a file written by Python's torch.save holding tensors in tuples,
+/// lists and dicts with str keys at most `depth` levels deep (training
+/// data: a list of (input, target) pairs), checked as loadTensors() checks
+/// them; `noun` names the file in messages ("data"). Errors: loadTensors's,
+/// and other contents ("data 'd.pt'[0][1] is a str; expected a tensor,
+/// tuple, list or dict", "data 'd.pt'[0] nests tuples, lists and dicts too
+/// deeply", "data 'd.pt'[0] is a dict with a key that is not a str").
 llvm::Expected<c10::IValue> loadTensorTree(llvm::StringRef path,
                                            llvm::StringRef noun, int depth);
+
+/// The values of `dict`, model inputs by name, in `names`' order. `what`
+/// names the dict in messages: "input 'x.pt' names 'ids', which the model
+/// does not take (its inputs: x, mask)", "... lacks model input 'mask'",
+/// "... holds a dict with a key that is not a str".
+llvm::Expected<std::vector<c10::IValue>>
+inputsByName(const c10::Dict<c10::IValue, c10::IValue> &dict,
+             llvm::ArrayRef<std::string> names, const std::string &what);
 
 /// Reads a file written by torch.save holding a dict from str to tensor (a
 /// checkpoint's optimizer or generator state), checked as loadTensors()

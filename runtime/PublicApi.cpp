@@ -299,6 +299,9 @@ int Trainer::rank() const { return impl_->rank(); }
 int Trainer::replica() const { return impl_->replica(); }
 int Trainer::replicas() const { return impl_->replicas(); }
 size_t Trainer::modelInputCount() const { return impl_->modelInputCount(); }
+std::vector<std::string> Trainer::modelInputNames() const {
+  return impl_->modelInputNames();
+}
 
 double Trainer::step(const std::vector<c10::IValue> &inputs,
                      const at::Tensor &target) {
@@ -383,16 +386,26 @@ void saveOutputs(const std::string &path,
   check(saveTensors(path, outputs, asTuple));
 }
 
-std::vector<TrainingBatch> loadTrainingData(const std::string &path,
-                                            size_t modelInputs) {
-  std::vector<ppc::TrainingBatch> batches =
-      take(ppc::loadTrainingData(path, modelInputs));
+static std::vector<TrainingBatch>
+publicBatches(std::vector<ppc::TrainingBatch> batches) {
   std::vector<TrainingBatch> out(batches.size());
   for (size_t i = 0; i < batches.size(); ++i) {
     out[i].inputs = std::move(batches[i].inputs);
     out[i].target = std::move(batches[i].target);
   }
   return out;
+}
+
+std::vector<TrainingBatch> loadTrainingData(const std::string &path,
+                                            size_t modelInputs) {
+  return publicBatches(take(ppc::loadTrainingData(path, modelInputs)));
+}
+
+std::vector<TrainingBatch>
+loadTrainingData(const std::string &path,
+                 const std::vector<std::string> &inputNames) {
+  return publicBatches(
+      take(ppc::loadTrainingData(path, inputNames.size(), inputNames)));
 }
 
 } // namespace ppc::api

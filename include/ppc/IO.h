@@ -60,6 +60,12 @@ struct TrainingBatch {
 /// 0: input 0 has 8 rows, the target 6").
 std::vector<TrainingBatch> loadTrainingData(const std::string &path,
                                             size_t modelInputs);
+/// The same where a batch's input may also be a dict from input name to
+/// tensor, for a model whose inputs are `inputNames`
+/// (Trainer::modelInputNames()).
+std::vector<TrainingBatch>
+loadTrainingData(const std::string &path,
+                 const std::vector<std::string> &inputNames);
 
 } // namespace ppc::api
 

@@ -38,9 +38,16 @@ struct TrainOptions {
   /// as for Pipeline, where every schedule of `ppc train --schedule` is
   /// allowed ("gpipe", "1f1b", "interleaved-1f1b", ...).
   RunOptions run;
-  /// "mse" or "cross_entropy", over model output `lossOutput` (a tensor).
+  /// "mse", "cross_entropy" or "causal_lm", over model output `lossOutput`
+  /// (a tensor). cross_entropy reads class scores from the last dimension
+  /// when the target is the output's shape without it (logits [B, T, V],
+  /// labels [B, T]); causal_lm is transformers' ForCausalLMLoss (labels
+  /// shifted by one). Over class indices both are the mean over the batch's
+  /// labels that are not `ignoreIndex`, wherever they fall among the
+  /// microbatches (docs/training.md).
   std::string loss = "mse";
   int lossOutput = 0;
+  int64_t ignoreIndex = -100;
   /// "sgd" (with momentum and weight decay), "adam" or "adamw" (learning
   /// rate and weight decay, decoupled for adamw; torch::optim's other
   /// defaults).
@@ -164,8 +171,10 @@ public:
   /// pipeline (RANK = replica() * WORLD_SIZE / replicas() + rank()).
   int replica() const;
   int replicas() const;
-  /// How many inputs the model takes (loadTrainingData's `modelInputs`).
+  /// How many inputs the model takes (loadTrainingData's `modelInputs`),
+  /// and their names (its `inputNames`: data may give them by name).
   size_t modelInputCount() const;
+  std::vector<std::string> modelInputNames() const;
 
   /// One optimizer step over one batch; every rank must call it. Returns
   /// the batch's loss before the update on lossRank(), NaN elsewhere.

@@ -89,13 +89,13 @@
 
 #include "lib/Manifest.h"
 #include "lib/Stage.h"
+#include "runtime/exec/Loss.h"
 #include "runtime/exec/Microbatch.h"
 #include "runtime/exec/Precision.h"
 #include "runtime/exec/TensorMeta.h"
 #include "runtime/link/Transport.h"
 #include "runtime/platform/DeviceKind.h"
 #include "runtime/schedule/Schedule.h"
-#include "runtime/train/LossKind.h"
 
 #include "llvm/Support/Error.h"
 
@@ -112,10 +112,9 @@ namespace ppc {
 
 class TraceRecorder;
 
-/// Where a training step's loss is computed: on the stage that produces
-/// model output `modelOutput` (a Tensor).
-struct LossSpec {
-  LossKind kind = LossKind::MSE;
+/// A training step's loss (Loss.h) and where it is computed: on the stage
+/// that produces model output `modelOutput` (a Tensor).
+struct LossSpec : LossFunction {
   int modelOutput = 0;
   int stage = -1;
   int output = -1;
@@ -171,7 +170,8 @@ struct ExecutorStep {
   /// microbatches add to it.
   std::map<std::string, MetaTable> *tables = nullptr;
   /// Training and evaluation, on the loss stage's rank: microbatch m's target
-  /// and the weight of its loss (its rows over the batch's rows), so that the
+  /// and the weight of its loss (a token loss's: 1 over the batch's tokens;
+  /// a row loss's: its rows over the batch's rows; Loss.h), so that the
   /// microbatch losses add up to the batch's mean loss.
   std::vector<at::Tensor> targets;
   std::vector<double> lossWeights;

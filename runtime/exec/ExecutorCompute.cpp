@@ -18,7 +18,6 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/grad_mode.h>
-#include <torch/nn/functional/loss.h>
 
 #include <mutex>
 #include <optional>
@@ -186,26 +185,10 @@ Executor::lossOf(const std::vector<c10::IValue> &outputs, int m) {
                                 .str());
   if (m >= static_cast<int>(step.targets.size()))
     return makeError(what + ": no target");
-  namespace F = torch::nn::functional;
-  const at::Tensor &output = out.toTensor();
-  const at::Tensor &target = step.targets[m];
-  if (loss.kind == LossKind::MSE && output.sizes() != target.sizes())
-    return makeError(what + llvm::formatv(": the output is {0}, the target "
-                                          "{1}; mse needs equal shapes",
-                                          TensorMeta::of(output).str(),
-                                          TensorMeta::of(target).str())
-                                .str());
-  return torchCall(what, [&] {
-    // In fp32 whatever precision the stage ran in (bf16: a bf16 output).
-    at::ScalarType type = output.scalar_type();
-    at::Tensor x = type == at::kBFloat16 || type == at::kHalf
-                       ? output.to(at::kFloat)
-                       : output;
-    at::Tensor value = loss.kind == LossKind::MSE
-                           ? F::mse_loss(x, target.to(x.dtype()))
-                           : F::cross_entropy(x, target);
-    return value * step.lossWeights[m];
-  });
+  auto value = loss(out.toTensor(), step.targets[m], what);
+  if (!value)
+    return value.takeError();
+  return *value * step.lossWeights[m];
 }
 
 void Executor::keepLoss(int m, const at::Tensor &loss) {

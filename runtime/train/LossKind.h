@@ -14,7 +14,8 @@
 
 namespace ppc {
 
-/// torch::nn::functional's mse_loss and cross_entropy, mean reduction.
+/// torch::nn::functional's mse_loss and cross_entropy, and transformers'
+/// causal-LM loss (runtime/exec/Loss.h says how each reduces).
 enum class LossKind {
 #define PPC_LOSS(Kind, Name) Kind,
 #include "runtime/train/LossKinds.def"
@@ -26,7 +27,7 @@ inline constexpr LossKind kAllLossKinds[] = {
 #include "runtime/train/LossKinds.def"
 };
 
-/// "mse" / "cross_entropy".
+/// "mse" / "cross_entropy" / "causal_lm".
 inline llvm::StringRef lossName(LossKind kind) {
   switch (kind) {
 #define PPC_LOSS(Kind, Name)                                                   \

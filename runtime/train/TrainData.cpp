@@ -29,7 +29,8 @@ static bool isPair(const c10::IValue &v) {
 }
 
 llvm::Expected<std::vector<TrainingBatch>>
-loadTrainingData(llvm::StringRef path, size_t modelInputs) {
+loadTrainingData(llvm::StringRef path, size_t modelInputs,
+                 llvm::ArrayRef<std::string> inputNames) {
   // A list of pairs whose inputs are tuples nests three levels deep.
   auto data = loadTensorTree(path, "data", 3);
   if (!data)
@@ -55,10 +56,20 @@ loadTrainingData(llvm::StringRef path, size_t modelInputs) {
                        "; expected an (input, target) pair");
     std::vector<c10::IValue> pair = *elementsOf(pairs[b]);
     TrainingBatch batch;
-    if (pair[0].isTensor())
+    if (pair[0].isTensor()) {
       batch.inputs.push_back(pair[0]);
-    else
+    } else if (pair[0].isGenericDict()) {
+      if (inputNames.empty())
+        return makeError(where + ": the inputs are a dict, and the model's "
+                                 "inputs have no names");
+      auto named = inputsByName(pair[0].toGenericDict(), inputNames,
+                                where + ": the input dict");
+      if (!named)
+        return named.takeError();
+      batch.inputs = std::move(*named);
+    } else {
       batch.inputs = *elementsOf(pair[0]);
+    }
     if (batch.inputs.size() != modelInputs)
       return makeError(llvm::formatv("{0}: the model takes {1} input{2}, "
                                      "got {3}",

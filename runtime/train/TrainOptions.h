@@ -31,6 +31,9 @@ struct TrainOptions {
   /// The model output the loss is computed over (a Tensor); the others are
   /// not trained through.
   int lossOutput = 0;
+  /// Labels equal to it count for nothing in cross_entropy and causal_lm
+  /// over class indices (transformers' padding label; runtime/exec/Loss.h).
+  int64_t ignoreIndex = -100;
   OptimizerKind optimizer = OptimizerKind::SGD;
   /// Learning rate (finite, > 0), SGD momentum and weight decay (finite,
   /// >= 0); Adam and AdamW take

@@ -112,10 +112,13 @@ struct Trainer::Impl {
 
   // Data parallel
   /// The rows the loss weights divide by: the whole batch's, of which this
-  /// replica takes a slice; 0: the microbatches' own.
+  /// replica takes a slice; 0: the microbatches' own. With a token loss,
+  /// the whole batch's tokens (Loss.h) likewise.
   int64_t weightRows = 0;
+  int64_t weightTokens = 0;
   /// This replica's slice of the batch's `inputs` and `target` (each
-  /// at::tensor_split into replicas along dim 0); sets weightRows.
+  /// at::tensor_split into replicas along dim 0); sets weightRows and
+  /// weightTokens.
   llvm::Error sliceForReplica(std::vector<c10::IValue> &inputs,
                               at::Tensor &target);
   /// Sums each stage's untied gradients beside the schedule
@@ -134,6 +137,15 @@ llvm::Error Trainer::Impl::sliceForReplica(std::vector<c10::IValue> &inputs,
                                            at::Tensor &target) {
   const int replicas = ctx->replicas(), replica = ctx->replica();
   weightRows = target.defined() && target.dim() > 0 ? target.size(0) : 0;
+  weightTokens = 0;
+  if (weightRows > 0 && ctx->loss()->sumsTokens(target)) {
+    auto tokens =
+        torchCall("cannot count the target's labels",
+                  [&] { return ctx->loss()->tokens(target); });
+    if (!tokens)
+      return tokens.takeError();
+    weightTokens = *tokens;
+  }
   auto slice = [&](const at::Tensor &t, const char *what) -> llvm::Error {
     if (t.size(0) < replicas)
       return makeError(llvm::formatv("the {0} has {1} row{2}; --data-parallel "
@@ -285,11 +297,6 @@ llvm::Error Trainer::Impl::splitTarget(const at::Tensor &target,
     parts.push_back(sig.rows);
     rows += parts.back();
   }
-  // With replicas, over the whole batch's rows (weightRows).
-  const int64_t whole = weightRows > 0 ? weightRows : rows;
-  for (int m = 0; m < count; ++m)
-    step.lossWeights.push_back(whole > 0 ? double(parts[m]) / double(whole)
-                                         : 0);
   if (ctx->placement().rankOf(ctx->loss()->stage) != ctx->rank())
     return llvm::Error::success();
   if (!target.defined() || target.dim() == 0)
@@ -298,6 +305,27 @@ llvm::Error Trainer::Impl::splitTarget(const at::Tensor &target,
     return makeError(llvm::formatv("the target has {0} rows, the batch {1}",
                                    target.size(0), rows)
                          .str());
+  // With replicas, over the whole batch's rows or tokens (weightRows,
+  // weightTokens); a token loss's microbatches are sums over their tokens.
+  const LossFunction &loss = *ctx->loss();
+  int64_t whole = weightRows > 0 ? weightRows : rows;
+  bool tokens = loss.sumsTokens(target);
+  if (tokens) {
+    auto count = torchCall("cannot count the target's labels",
+                           [&] { return loss.tokens(target); });
+    if (!count)
+      return count.takeError();
+    whole = weightRows > 0 ? weightTokens : *count;
+    if (whole == 0)
+      return makeError(llvm::formatv(
+          "every label of the batch is the ignore index {0}{1}: there is "
+          "nothing to train",
+          loss.ignoreIndex,
+          loss.kind == LossKind::CausalLM ? " (after the shift)" : ""));
+  }
+  for (int m = 0; m < count; ++m)
+    step.lossWeights.push_back(tokens ? 1.0 / double(whole)
+                                      : double(parts[m]) / double(whole));
   return torchCall("cannot split the target", [&] {
     int64_t offset = 0;
     for (int m = 0; m < count; ++m) {
@@ -348,6 +376,7 @@ static void recordTrainOptions(const TrainOptions &options, Agreement &record) {
   };
   record.setDefault("--loss", lossName(options.loss));
   record.setDefault("--loss-output", std::to_string(options.lossOutput));
+  record.setDefault("--ignore-index", std::to_string(options.ignoreIndex));
   record.setDefault("--optimizer", optimizerName(options.optimizer));
   number("--lr", options.lr);
   number("--momentum", options.momentum);
@@ -392,6 +421,7 @@ Trainer::create(llvm::StringRef manifestPath, const LaunchEnv &env,
                      int worldSize) -> llvm::Expected<JobPlan> {
     LossSpec loss;
     loss.kind = options.loss;
+    loss.ignoreIndex = options.ignoreIndex;
     loss.modelOutput = options.lossOutput;
     if (llvm::Error err = resolveLoss(manifest, loss))
       return err;
@@ -451,6 +481,12 @@ int Trainer::stageCount() const {
 }
 size_t Trainer::modelInputCount() const {
   return impl_->ctx->manifest().modelInputs.size();
+}
+std::vector<std::string> Trainer::modelInputNames() const {
+  std::vector<std::string> names;
+  for (const ModelInput &in : impl_->ctx->manifest().modelInputs)
+    names.push_back(in.name);
+  return names;
 }
 const TrainStats &Trainer::stats() const { return impl_->stats; }
 const StepRecord &Trainer::lastStep() const { return impl_->lastStep; }
@@ -588,6 +624,7 @@ llvm::Expected<double> Trainer::evaluate(const std::vector<c10::IValue> &inputs,
   ExecutorStep step;
   // Every replica evaluates the whole batch: weights over its own rows.
   t.weightRows = 0;
+  t.weightTokens = 0;
   c10::Device device = ctx.device();
   auto onDevice = valuesOnDevice(inputs, device, "the evaluation inputs");
   if (!onDevice)
@@ -606,6 +643,11 @@ llvm::Expected<double> Trainer::evaluate(const std::vector<c10::IValue> &inputs,
     return done.takeError();
   ctx.finishStep();
   return needsTargets() ? done->loss : std::nan("");
+}
+
+int64_t Trainer::lossTerms(const at::Tensor &target) const {
+  const LossFunction &loss = *impl_->ctx->loss();
+  return loss.sumsTokens(target) ? loss.tokens(target) : target.size(0);
 }
 
 std::vector<std::pair<std::string, at::Tensor>>

@@ -147,8 +147,10 @@ public:
   // --- end data parallel
   /// The number of stages of the manifest (on every rank).
   int stageCount() const;
-  /// How many inputs the model takes (loadTrainingData's `modelInputs`).
+  /// How many inputs the model takes, and their names (loadTrainingData's
+  /// `modelInputs` and `inputNames`).
   size_t modelInputCount() const;
+  std::vector<std::string> modelInputNames() const;
 
   /// One optimizer step over one batch: `inputs` are the model inputs (as
   /// for Pipeline::run, read where needsInputs()), `target` the loss's
@@ -176,6 +178,10 @@ public:
   /// the batch's mean loss on lossRank(), NaN elsewhere. Errors: step()'s.
   llvm::Expected<double> evaluate(const std::vector<c10::IValue> &inputs,
                                   const at::Tensor &target);
+  /// How many terms the mean loss over `target` averages, to weigh batches
+  /// in a set's mean: the labels that count for a token loss (Loss.h), the
+  /// rows otherwise.
+  int64_t lossTerms(const at::Tensor &target) const;
 
   /// This rank's parameters, named "stage S: path" ("stage 1: fc.weight").
   std::vector<std::pair<std::string, at::Tensor>> namedParameters() const;

@@ -309,7 +309,7 @@ static llvm::Expected<std::vector<TrainingBatch>>
 loadData(Trainer &t, const TrainCommandOptions &o) {
   if (!t.needsInputs() && !t.needsTargets())
     return std::vector<TrainingBatch>();
-  return loadTrainingData(o.dataPath, t.modelInputCount());
+  return loadTrainingData(o.dataPath, t.modelInputCount(), t.modelInputNames());
 }
 
 /// --eval-data: every rank reads the whole evaluation set, so that all
@@ -318,7 +318,7 @@ static llvm::Expected<std::vector<TrainingBatch>>
 loadEvalData(Trainer &t, const TrainCommandOptions &o) {
   if (o.evalData.empty())
     return std::vector<TrainingBatch>();
-  return loadTrainingData(o.evalData, t.modelInputCount());
+  return loadTrainingData(o.evalData, t.modelInputCount(), t.modelInputNames());
 }
 
 /// --resume: continues from the checkpoint, if it leaves steps to train.

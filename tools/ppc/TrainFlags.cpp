@@ -44,9 +44,20 @@ static void addModelFlags(CLI::App &app, TrainCommandOptions &o) {
                  "a tuple input feeds a model with several inputs")
       ->required()
       ->check(pathOption());
-  app.add_option("--loss", o.loss, "Loss over the chosen model output")
+  app.add_option("--loss", o.loss,
+                 "Loss over the chosen model output: mse; cross_entropy (class "
+                 "scores in the last dimension when the target is the output's "
+                 "shape without it, e.g. logits [B, T, V] and labels [B, T]); "
+                 "causal_lm (transformers' language-model loss: labels "
+                 "shifted by one, so position t predicts token t+1). Over "
+                 "class indices the mean over every label of the batch that "
+                 "is not --ignore-index")
       ->capture_default_str()
       ->check(CLI::IsMember(names(kAllLossKinds, lossName)));
+  app.add_option("--ignore-index", o.ignoreIndex,
+                 "Label that counts for nothing in cross_entropy and "
+                 "causal_lm (transformers' padding label)")
+      ->capture_default_str();
   app.add_option("--loss-output", o.lossOutput,
                  "Which model output the loss reads (for models returning "
                  "a tuple)")

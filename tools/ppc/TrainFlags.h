@@ -28,6 +28,7 @@ struct TrainCommandOptions {
   std::optional<int> maxActivations;
   RuntimeFlags flags;
   int steps = 1, lossOutput = 0;
+  int64_t ignoreIndex = -100;
   double lr = 0.01, momentum = 0;
   /// Unset: the optimizer's default (defaultWeightDecay).
   std::optional<double> weightDecay;

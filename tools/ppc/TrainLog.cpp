@@ -61,17 +61,19 @@ std::string stepNumbers(const StepRecord &record, bool showLr) {
 llvm::Expected<double> evaluateSet(Trainer &trainer,
                                    const std::vector<TrainingBatch> &batches) {
   double sum = 0;
-  int64_t rows = 0;
+  int64_t terms = 0;
   for (const TrainingBatch &batch : batches) {
     auto loss = trainer.evaluate(batch.inputs, batch.target);
     if (!loss)
       return loss.takeError();
     if (trainer.rank() == trainer.lossRank()) {
-      sum += *loss * double(batch.target.size(0));
-      rows += batch.target.size(0);
+      // Weighted by rows, or by tokens for a token loss (runtime/exec/Loss.h).
+      int64_t n = trainer.lossTerms(batch.target);
+      sum += *loss * double(n);
+      terms += n;
     }
   }
-  return rows > 0 ? sum / double(rows) : std::nan("");
+  return terms > 0 ? sum / double(terms) : std::nan("");
 }
 
 /// What a batch's fit to the model depends on: each input's and the
