@@ -81,7 +81,8 @@ std::optional<c10::MemoryFormat> memoryFormat(schema::MemoryFormat f) {
 /// A pytree spec (module_call_graph's in_spec/out_spec, JSON in a string:
 /// [version, {"type", "context", "children_spec"}]).
 struct Spec {
-  std::string type; // "" for a leaf
+  std::string type;    // "" for a leaf
+  std::string context; // a dict's keys, a ModelOutput's fields (JSON text)
   std::vector<Spec> children;
 };
 
@@ -92,6 +93,9 @@ std::optional<Spec> parseSpec(const nlohmann::json &j, unsigned depth = 0) {
   auto type = j.find("type");
   if (type != j.end() && type->is_string())
     s.type = type->get<std::string>();
+  auto context = j.find("context");
+  if (context != j.end() && context->is_string())
+    s.context = context->get<std::string>();
   auto children = j.find("children_spec");
   if (children != j.end() && children->is_array())
     for (const auto &c : *children) {
@@ -116,6 +120,36 @@ std::optional<Spec> parseSpecText(const std::string &text) {
 
 bool allLeaves(const Spec &s) {
   return llvm::all_of(s.children, [](const Spec &c) { return c.type.empty(); });
+}
+
+/// Whether a spec of type `type` returns its leaves by position alone (a
+/// tuple, list or namedtuple); a dict or a ModelOutput names them.
+bool positional(const std::string &type) {
+  return type.empty() || type == "builtins.tuple" || type == "builtins.list" ||
+         type == "collections.namedtuple";
+}
+
+/// The keys a dict or ModelOutput spec names, printable and comma-separated
+/// ("logits, past_key_values"); "" when its context is no list of strings.
+std::string specKeys(const Spec &s) {
+  try {
+    auto j = nlohmann::json::parse(s.context);
+    std::vector<std::string> keys;
+    if (!j.is_array())
+      return "";
+    for (const auto &key : j) {
+      if (!key.is_string())
+        return "";
+      keys.push_back(printable(key.get<std::string>(), 32));
+      if (keys.size() == 8 && j.size() > 8) {
+        keys.push_back("...");
+        break;
+      }
+    }
+    return llvm::join(keys, ", ");
+  } catch (const nlohmann::json::exception &) {
+    return "";
+  }
 }
 
 class Lowering {
@@ -712,8 +746,18 @@ private:
     auto spec = callSpec(/*out=*/true);
     bool single = spec && spec->type.empty() && results.size() == 1;
     if (spec && !spec->type.empty() && !allLeaves(*spec))
-      return fail("it returns a nested " + spec->type +
+      return fail("it returns a nested " + printable(spec->type) +
                   "; ppc takes a tensor or a flat tuple of tensors");
+    // A dict's or ModelOutput's names would be dropped: the stages and the
+    // run's output are positional.
+    if (spec && !positional(spec->type)) {
+      std::string keys = specKeys(*spec);
+      return fail("it returns a " + printable(spec->type) +
+                  (keys.empty() ? "" : " (" + keys + ")") +
+                  ", whose names ppc would drop; return a tensor or a tuple "
+                  "(in Python: the field itself, out.logits, or "
+                  "tuple(out.values()))");
+    }
     if (single) {
       graph->registerOutput(results[0]);
     } else {

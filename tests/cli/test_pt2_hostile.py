@@ -107,6 +107,27 @@ class Pt2HostileTest(Pt2Case):
         self.expect_refused(path, ": node 'linear' (torch.ops.aten.no_such_op.default): is not "
                             "an operator of this LibTorch %s" % ppc_torch_version())
 
+    def test_named_outputs_are_refused_not_flattened(self):
+        # A dict or a transformers ModelOutput names its outputs; ppc's stages
+        # and run outputs are positional, so the names would be lost.
+        def named(kind, keys):
+            def change(program):
+                sig = program["graph_module"]["module_call_graph"][0]["signature"]
+                leaf = json.loads(sig["out_spec"])[1]
+                sig["out_spec"] = json.dumps([1, {"type": kind, "context": json.dumps(keys),
+                                                  "children_spec": [leaf]}])
+            return edit_program(change)
+        path = self.rewrite("dict", named("builtins.dict", ["y"]))
+        self.expect_refused(path, ": it returns a builtins.dict (y), whose names ppc would "
+                            "drop; return a tensor or a tuple (in Python: the field itself, "
+                            "out.logits, or tuple(out.values()))")
+        path = self.rewrite("model_output", named(
+            "transformers.modeling_outputs.CausalLMOutputWithPast", ["logits\n"]))
+        self.expect_refused(path, ": it returns a transformers.modeling_outputs."
+                            "CausalLMOutputWithPast (logits\\x0a), whose names ppc would drop; "
+                            "return a tensor or a tuple (in Python: the field itself, "
+                            "out.logits, or tuple(out.values()))")
+
     def test_schema_version_from_the_future(self):
         path = self.rewrite("future", edit_program(
             lambda p: p["schema_version"].__setitem__("major", 99)))
