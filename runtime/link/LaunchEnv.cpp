@@ -58,7 +58,7 @@ llvm::Expected<LaunchEnv> LaunchEnv::fromEnvironment(
       }
       return makeError(
           llvm::Twine(name) +
-          " is not set; start ppc run under ppc launch or torchrun");
+          " is not set; start each rank under ppc launch or torchrun");
     }
     int64_t value = 0;
     std::string problem = rule.parse(llvm::StringRef(text).trim(), value);
@@ -83,7 +83,7 @@ llvm::Expected<LaunchEnv> LaunchEnv::fromEnvironment(
   const char *addr = get("MASTER_ADDR");
   if (!addr || !*addr)
     return makeError(
-        "MASTER_ADDR is not set; start ppc run under ppc launch or torchrun");
+        "MASTER_ADDR is not set; start each rank under ppc launch or torchrun");
   // Messages show the address ("rendezvous at ADDR:PORT failed").
   if (llvm::StringRef(addr).size() > 255 ||
       llvm::any_of(llvm::StringRef(addr),

@@ -68,7 +68,7 @@ struct LaunchEnv {
   /// are required; LOCAL_RANK defaults to RANK and LOCAL_WORLD_SIZE to
   /// WORLD_SIZE. Every number must fit an int (ranks from 0, sizes from 1,
   /// the port 1..65535). Errors: a missing variable ("RANK is not set; start
-  /// ppc run under ppc launch or torchrun"), one that breaks its rule
+  /// each rank under ppc launch or torchrun"), one that breaks its rule
   /// ("WORLD_SIZE='x' is not an integer in 1..2147483647", "RANK=3000000000 is
   /// not an integer in 0..2147483647", "MASTER_PORT=70000 is not an integer
   /// in 1..65535"), a rank not below its size ("RANK=4 is not below

@@ -2,7 +2,8 @@
 """What ppc run, train and verify tell a user besides their results: progress
 while they run, a closing line, --quiet, --stats-json, one note (no warning)
 on the normal first run, the --microbatches 1 note, and verify over the same
-list-of-batches files ppc run takes."""
+list-of-batches files ppc run takes; help that speaks of the models ppc takes
+today, and an unknown command that is an error even with --help."""
 import json
 import os
 import pty
@@ -18,6 +19,24 @@ sys.path.insert(0, os.path.dirname(__file__))
 from common import (PPC, launch, main, model_path, ppc, rank_env, free_port,  # noqa: E402
                     split_at, tmpdir)
 from training import STEP, train, write_data  # noqa: E402
+
+class HelpTest(unittest.TestCase):
+    def test_help_names_what_ppc_takes_and_unknown_commands_fail(self):
+        top = ppc("--help").stdout
+        self.assertIn("runtime for PyTorch models (torch.export programs and TorchScript)",
+                      top)
+        self.assertIn("1 when 'ppc verify' finds a mismatch", top)
+        split_help = ppc("split", "--help").stdout
+        self.assertIn("a torch.export program (MODEL.pt2) or a TorchScript module", split_help)
+        self.assertNotIn("TorchScript model file", split_help)
+        # Another command's exit status is not theirs to explain.
+        for command in (("trace", "plot"), ("inspect",)):
+            self.assertNotIn("ppc verify' finds", ppc(*command, "--help").stdout, command)
+        for args in (("nosuch", "--help"), ("nosuch",)):
+            r = ppc(*args, check=False)
+            self.assertEqual((r.returncode, r.stdout, r.stderr),
+                             (2, "", "error: unknown command 'nosuch' (see ppc --help)\n"), args)
+
 
 class SplitMlpTest(unittest.TestCase):
     """Tests over the mlp model split in 2 stages once per class, in a

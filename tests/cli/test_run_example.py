@@ -87,7 +87,7 @@ class RunExampleTest(unittest.TestCase):
                if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
         cases = [
             (("m.json", "in.pt"), env,
-             "error: RANK is not set; start ppc run under ppc launch or torchrun\n"),
+             "error: RANK is not set; start each rank under ppc launch or torchrun\n"),
             ((self.manifest, "in.pt", "0"), None,
              "error: microbatches 0 is not an integer in 1..65536\n"),
         ]

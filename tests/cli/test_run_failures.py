@@ -91,7 +91,7 @@ class RunFailuresTest(unittest.TestCase):
                            capture_output=True, text=True)
         self.assertEqual(r.returncode, 2)
         self.assertEqual(r.stderr.strip(),
-                         "error: RANK is not set; start ppc run under ppc launch or torchrun")
+                         "error: RANK is not set; start each rank under ppc launch or torchrun")
 
     def test_world_size_does_not_fit(self):
         results = finish(start_ranks(3, self.args(self.mlp)))

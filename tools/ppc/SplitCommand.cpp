@@ -43,9 +43,12 @@ Command addSplitCommand(CLI::App &parent) {
   auto opts = std::make_shared<CompileOptions>();
   CLI::App *app = parent.add_subcommand(
       "split",
-      "Compile a TorchScript model into pipeline stages and a manifest");
-  app->footer("Compile a TorchScript model (saved by torch.jit.save) into N "
-              "standalone stage modules OUTDIR/stage_K.pt, each holding only "
+      "Compile a model into pipeline stages and a manifest");
+  app->footer("Compile a model (a torch.export program saved by "
+              "torch.export.save, or a TorchScript module saved by "
+              "torch.jit.save) into N "
+              "standalone stage modules OUTDIR/stage_K.pt2 (or .pt), each "
+              "holding only "
               "its own weights, and a JSON manifest OUTDIR/manifest.json "
               "describing the values that flow between them (see "
               "docs/manifest.md; choosing the stages: docs/split.md). OUTDIR "
@@ -54,7 +57,9 @@ Command addSplitCommand(CLI::App &parent) {
               "(its manifest, the stage files it names and meta caches); on "
               "any error it is left as it was. OUTDIR must not hold the "
               "model.");
-  app->add_option("model", opts->modelPath, "TorchScript model file (MODEL.pt)")
+  app->add_option("model", opts->modelPath,
+                  "Model file: a torch.export program (MODEL.pt2) or a "
+                  "TorchScript module (MODEL.pt)")
       ->required()
       ->check(pathOption());
   app->add_option(

@@ -13,6 +13,7 @@
 #include "tools/ppc/Launcher.h"
 #include "tools/ppc/StdStreams.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <c10/util/Exception.h>
@@ -124,13 +125,11 @@ int main(int argc, char **argv) {
   // Before anything opens a file or a socket (StdStreams.h).
   ppc::prepareStandardStreams();
   CLI::App app{
-      "ppc: a pipeline-parallel compiler and runtime for TorchScript "
-      "models.\n\nCompile a scripted model into stages with 'ppc split', "
-      "check them with 'ppc verify', look at them with 'ppc inspect'."};
-  app.footer("Exit status: 0 on success, 1 when 'ppc verify' finds a mismatch, "
-             "2 on any error (reported as one 'error: ...' line). A reader "
-             "of stdout that stops early ('ppc schedule ... | head -1') "
-             "is no error.");
+      "ppc: a pipeline-parallel compiler and runtime for PyTorch models "
+      "(torch.export programs and TorchScript).\n\nCompile a model into "
+      "stages with 'ppc split', check them with 'ppc verify', look at them "
+      "with 'ppc inspect', and run, train or decode them on several ranks "
+      "with 'ppc launch -- ppc run|train|generate'."};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::function<std::string()>(versionText),
                        "Print ppc's version, the LibTorch it was built "
@@ -139,6 +138,22 @@ int main(int argc, char **argv) {
   std::vector<ppc::Command> commands;
 #define PPC_COMMAND(fn) commands.push_back(ppc::fn(app));
 #include "tools/ppc/Commands.def"
+  // Set after the commands are added: CLI11 copies a parent's footer into
+  // each subcommand added later, and this one is about ppc as a whole.
+  app.footer("Exit status: 0 on success, 1 when 'ppc verify' finds a mismatch, "
+             "2 on any error (reported as one 'error: ...' line). A reader "
+             "of stdout that stops early ('ppc schedule ... | head -1') "
+             "is no error.");
+  // `ppc nosuch --help` would print this help and exit 0: CLI11 reads
+  // --help before it finds no command named `nosuch`.
+  if (argc > 1 && argv[1][0] != '-' &&
+      llvm::none_of(commands, [&](const ppc::Command &c) {
+        return c.app->check_name(argv[1]);
+      })) {
+    printError("unknown command '" + ppc::printable(argv[1]) + "' (see " +
+               helpCommand(app) + ")");
+    return ppc::kErrorExitCode;
+  }
 
   try {
     app.parse(argc, argv);

@@ -62,7 +62,7 @@ TEST(LaunchEnvTest, Errors) {
   auto vars = good();
   vars.erase("RANK");
   EXPECT_EQ(errorOf(parse(vars)),
-            "RANK is not set; start ppc run under ppc launch or torchrun");
+            "RANK is not set; start each rank under ppc launch or torchrun");
   vars = good();
   vars["WORLD_SIZE"] = "x";
   EXPECT_EQ(errorOf(parse(vars)),
@@ -78,7 +78,7 @@ TEST(LaunchEnvTest, Errors) {
   vars.erase("MASTER_ADDR");
   EXPECT_EQ(
       errorOf(parse(vars)),
-      "MASTER_ADDR is not set; start ppc run under ppc launch or torchrun");
+      "MASTER_ADDR is not set; start each rank under ppc launch or torchrun");
 }
 
 TEST(LaunchEnvTest, NumbersAreCheckedNotWrapped) {
