@@ -85,8 +85,12 @@ LossFunction::operator()(const at::Tensor &output, const at::Tensor &target,
     break;
   }
   return torchCall(what, [&] {
-    // In fp32 whatever precision the stage ran in (bf16: a bf16 output).
-    at::Tensor x = output.to(at::kFloat);
+    // In fp32 at least, whatever precision the stage ran in (bf16: a bf16
+    // output); a float64 output stays float64.
+    at::ScalarType type = output.scalar_type();
+    at::Tensor x = type == at::kBFloat16 || type == at::kHalf
+                       ? output.to(at::kFloat)
+                       : output;
     if (kind == LossKind::MSE)
       return F::mse_loss(x, target.to(x.dtype()));
     if (!tokens)

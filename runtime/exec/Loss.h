@@ -18,8 +18,8 @@
 // torch::nn::functional::cross_entropy does ([B, C] with [B]; [B, C, H, W]
 // with [B, H, W]). causal_lm is transformers' ForCausalLMLoss: logits
 // [B, T, V] and labels [B, T], position t scored against label t + 1 (the
-// labels shifted left, the last position ignored). Both compute in float32
-// whatever the output's precision.
+// labels shifted left, the last position ignored). Every loss computes in
+// float32 at least, whatever precision the stage ran in.
 //
 //===----------------------------------------------------------------------===//
 #ifndef PPC_RUNTIME_EXEC_LOSS_H
@@ -51,7 +51,8 @@ struct LossFunction {
   /// the shift, so each row's first label never counts). For a token loss.
   int64_t tokens(const at::Tensor &target) const;
   /// The microbatch's loss of `output` against `target`: a token loss's sum
-  /// or a row loss's mean, a float32 scalar with the output's graph.
+  /// or a row loss's mean, a scalar (float32 for a bf16 or half output)
+  /// with the output's graph.
   /// Errors, one line each, after `what: `: "the output is float32[2,4],
   /// the target float32[2,3]; mse needs equal shapes"; "the output is
   /// float32[2,32,100], the target int64[2,31]; cross_entropy needs class

@@ -109,6 +109,10 @@ TEST(LossTest, ClassIndicesInDimensionOneAndRowLosses) {
   at::Tensor half = scores.to(at::kBFloat16);
   at::Tensor got = value(ce(half, at::tensor({0, 1, 2, 3}, at::kLong), "mb"));
   EXPECT_EQ(got.scalar_type(), at::kFloat);
+  // float64 logits stay float64.
+  got = value(ce(scores.to(at::kDouble), at::tensor({0, 1, 2, 3}, at::kLong),
+                 "mb"));
+  EXPECT_EQ(got.scalar_type(), at::kDouble);
 }
 
 TEST(LossTest, ShapesThatDoNotFitAreOneLine) {
