@@ -202,16 +202,12 @@ uint64_t littleEndian(llvm::StringRef b, uint64_t at, unsigned n) {
   return v;
 }
 
-struct ZipDirectory {
-  uint64_t offset, entries;
-};
+} // namespace
 
-/// The central directory, as miniz finds it: from the last end-of-central-
-/// directory signature (within the 64 KiB a comment may take), or its zip64
-/// twin when a field is saturated. nullopt when there is none.
-std::optional<ZipDirectory> findZipDirectory(llvm::StringRef b) {
+std::vector<ZipDirectory> zipDirectories(llvm::StringRef b) {
+  std::vector<ZipDirectory> out;
   if (b.size() < 22)
-    return std::nullopt;
+    return out;
   uint64_t lowest = b.size() > 22 + 65535 ? b.size() - 22 - 65535 : 0;
   for (uint64_t at = b.size() - 22 + 1; at-- > lowest;) {
     if (littleEndian(b, at, 4) != 0x06054b50)
@@ -219,17 +215,23 @@ std::optional<ZipDirectory> findZipDirectory(llvm::StringRef b) {
     ZipDirectory d{littleEndian(b, at + 16, 4), littleEndian(b, at + 10, 2)};
     if (d.offset != 0xFFFFFFFF && d.entries != 0xFFFF &&
         littleEndian(b, at + 12, 4) != 0xFFFFFFFF)
-      return d;
+      out.push_back(d);
     if (at < 20 || littleEndian(b, at - 20, 4) != 0x07064b50)
-      return std::nullopt;
+      return out;
     uint64_t z = littleEndian(b, at - 20 + 8, 8);
     if (z > b.size() || b.size() - z < 56 ||
         littleEndian(b, z, 4) != 0x06064b50)
-      return std::nullopt;
-    return ZipDirectory{littleEndian(b, z + 48, 8), littleEndian(b, z + 32, 8)};
+      return out;
+    ZipDirectory zip64{littleEndian(b, z + 48, 8), littleEndian(b, z + 32, 8)};
+    if (out.empty() || out[0].offset != zip64.offset ||
+        out[0].entries != zip64.entries)
+      out.push_back(zip64);
+    return out;
   }
-  return std::nullopt;
+  return out;
 }
+
+namespace {
 
 /// The 8-byte fields of an entry's zip64 extra field (`extra`, the entry's
 /// extra data): one for each of its directory fields that holds the zip64
@@ -257,10 +259,9 @@ std::optional<std::vector<uint64_t>> zip64Fields(llvm::StringRef extra,
 
 } // namespace
 
-llvm::Error checkZipInflation(llvm::StringRef b) {
-  auto dir = findZipDirectory(b);
-  if (!dir)
-    return llvm::Error::success();
+/// checkZipInflation over the directory `dir` of `b`.
+static llvm::Error checkZipInflation(llvm::StringRef b,
+                                     const ZipDirectory *dir) {
   uint64_t budget = std::max(kMinInflationBudget, kMaxInflation * b.size());
   uint64_t total = 0, at = dir->offset;
   for (uint64_t i = 0; i < dir->entries; ++i) {
@@ -307,6 +308,13 @@ llvm::Error checkZipInflation(llvm::StringRef b) {
                            .str());
     at = next;
   }
+  return llvm::Error::success();
+}
+
+llvm::Error checkZipInflation(llvm::StringRef b) {
+  for (const ZipDirectory &dir : zipDirectories(b))
+    if (llvm::Error err = checkZipInflation(b, &dir))
+      return err;
   return llvm::Error::success();
 }
 

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 #include <sys/types.h>
+#include <vector>
 #include <unistd.h>
 
 namespace caffe2::serialize {
@@ -120,7 +121,22 @@ parseJSONBounded(llvm::StringRef text, unsigned maxDepth, llvm::StringRef what);
 constexpr uint64_t kMaxInflation = 32;
 constexpr uint64_t kMinInflationBudget = 64 * kMiB;
 
-/// Checks, from the zip's central directory alone (zip64 fields included),
+/// A zip's central directory: where it starts and how many entries it has.
+struct ZipDirectory {
+  uint64_t offset, entries;
+};
+
+/// The central directories a zip reader may take from `bytes`, found from
+/// the last end-of-central-directory record (within the 64 KiB a comment
+/// may take): the one its 32-bit fields give (unless one is saturated),
+/// and the zip64 end record's where a zip64 locator precedes it. LibTorch
+/// 1.13's miniz takes the zip64 one whenever the locator is there, newer
+/// ones only for saturated fields; a check must walk both (a crafted end
+/// record pointing elsewhere than its zip64 twin slipped past a check of
+/// one: found by fuzz_tensor_file). Empty when there is none.
+std::vector<ZipDirectory> zipDirectories(llvm::StringRef bytes);
+
+/// Checks, from the zip's central directories alone (zip64 fields included),
 /// that the records of the archive `bytes` declare at most the inflation
 /// budget above: LibTorch's reader allocates each record's declared size
 /// before inflating it, and reads .data/version as it opens the archive.

@@ -349,54 +349,46 @@ static llvm::Error checkTensor(const at::Tensor &t, size_t index,
 /// allocates a record's claimed (uncompressed) size before reading it, so a
 /// crafted 500-byte file could make it allocate gigabytes (found by
 /// fuzz_tensor_file). torch.save stores records uncompressed, so a real
-/// record always fits in its file. A malformed directory is left to
-/// LibTorch's reader, which reports it.
+/// record always fits in its file. Every directory a reader may take is
+/// walked (zipDirectories); a malformed one is left to LibTorch's reader,
+/// which reports it.
 static llvm::Error checkRecordSizes(llvm::StringRef bytes,
                                     llvm::StringRef path) {
   auto u16 = [&](size_t at) -> uint64_t {
-    return at + 2 <= bytes.size()
+    return at <= bytes.size() && bytes.size() - at >= 2
                ? llvm::support::endian::read16le(bytes.data() + at)
                : 0;
   };
   auto u32 = [&](size_t at) -> uint64_t {
-    return at + 4 <= bytes.size()
+    return at <= bytes.size() && bytes.size() - at >= 4
                ? llvm::support::endian::read32le(bytes.data() + at)
                : 0;
   };
   auto u64 = [&](size_t at) -> uint64_t {
-    return at + 8 <= bytes.size()
+    return at <= bytes.size() && bytes.size() - at >= 8
                ? llvm::support::endian::read64le(bytes.data() + at)
                : 0;
   };
-  // The end-of-central-directory record: 22 bytes plus a comment of at
-  // most 64 KiB, at the end of the file.
-  constexpr uint32_t kEndSignature = 0x06054b50, kEntrySignature = 0x02014b50;
-  if (bytes.size() < 22)
-    return llvm::Error::success();
-  size_t end = bytes.size() - 22;
-  size_t stop = end > 0xffff ? end - 0xffff : 0;
-  while (end > stop && u32(end) != kEndSignature)
-    --end;
-  if (u32(end) != kEndSignature)
-    return llvm::Error::success();
-  uint64_t entries = u16(end + 10);
-  size_t at = u32(end + 16);
-  for (uint64_t i = 0; i < entries && u32(at) == kEntrySignature; ++i) {
-    uint64_t size = u32(at + 24);
-    size_t nameLength = u16(at + 28), extraLength = u16(at + 30);
-    size_t extra = at + 46 + nameLength, extraEnd = extra + extraLength;
-    // Zip64: the real size is in extra field 0x0001.
-    for (size_t e = extra; size == 0xffffffff && e + 4 <= extraEnd;
-         e += 4 + u16(e + 2))
-      if (u16(e) == 0x0001)
-        size = u64(e + 4);
-    if (size > bytes.size())
-      return makeError(llvm::formatv("input '{0}' is not a valid torch.save "
-                                     "file: a record claims {1} bytes in a "
-                                     "file of {2}",
-                                     path, size, bytes.size())
-                           .str());
-    at = extraEnd + u16(at + 32);
+  constexpr uint32_t kEntrySignature = 0x02014b50;
+  for (const ZipDirectory &dir : zipDirectories(bytes)) {
+    size_t at = dir.offset;
+    for (uint64_t i = 0; i < dir.entries && u32(at) == kEntrySignature; ++i) {
+      uint64_t size = u32(at + 24);
+      size_t nameLength = u16(at + 28), extraLength = u16(at + 30);
+      size_t extra = at + 46 + nameLength, extraEnd = extra + extraLength;
+      // Zip64: the real size is in extra field 0x0001.
+      for (size_t e = extra; size == 0xffffffff && e + 4 <= extraEnd;
+           e += 4 + u16(e + 2))
+        if (u16(e) == 0x0001)
+          size = u64(e + 4);
+      if (size > bytes.size())
+        return makeError(llvm::formatv("input '{0}' is not a valid torch.save "
+                                       "file: a record claims {1} bytes in a "
+                                       "file of {2}",
+                                       path, size, bytes.size())
+                             .str());
+      at = extraEnd + u16(at + 32);
+    }
   }
   return llvm::Error::success();
 }

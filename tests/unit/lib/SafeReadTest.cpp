@@ -239,6 +239,49 @@ TEST(SafeReadTest, ZipRecordsInflateWithinTheArchivesBudget) {
                 "-byte archive may hold (67108864)");
 }
 
+TEST(SafeReadTest, EveryDirectoryAReaderMayTakeIsChecked) {
+  // An end record whose 32-bit offset points at a harmless directory while
+  // its zip64 twin points at one declaring 3 GiB: LibTorch 1.13's miniz
+  // reads the zip64 one whenever its locator is there (fuzz_tensor_file).
+  std::string big = zipDirectory({{"m/data/w", 3 * kGiB}});
+  std::string small = zipDirectory({{"m/version", 2}});
+  const size_t head = std::string("(record data)").size(), end = 22;
+  std::string zip = big.substr(0, big.size() - end);
+  uint64_t smallOffset = zip.size();
+  zip += small.substr(head, small.size() - head - end);
+  auto put = [&](uint64_t v, int n) {
+    for (int i = 0; i < n; ++i)
+      zip.push_back(static_cast<char>(v >> (8 * i)));
+  };
+  uint64_t zip64 = zip.size();
+  put(0x06064b50, 4); // zip64 end record: 56 bytes
+  put(44, 8);
+  put(0, 12);
+  put(1, 8);    // entries on this disk
+  put(1, 8);    // entries
+  put(0, 8);    // directory size
+  put(head, 8); // directory offset: the big one
+  put(0x07064b50, 4); // its locator
+  put(0, 4);
+  put(zip64, 8);
+  put(1, 4);
+  put(0x06054b50, 4); // the end record: the small one
+  put(0, 4);
+  put(1, 2);
+  put(1, 2);
+  put(0, 4);
+  put(smallOffset, 4);
+  put(0, 2);
+  std::vector<ZipDirectory> dirs = zipDirectories(zip);
+  ASSERT_EQ(dirs.size(), 2u);
+  EXPECT_EQ(dirs[0].offset, smallOffset);
+  EXPECT_EQ(dirs[1].offset, head);
+  EXPECT_EQ(inflationError(zip),
+            "record m/data/w inflates to 3221225472 bytes, more than a " +
+                std::to_string(zip.size()) +
+                "-byte archive may hold (67108864 in all)");
+}
+
 TEST(SafeReadTest, ZipSizeMarkerNeedsItsZip64Field) {
   // Tests that a directory entry whose uncompressed or compressed size is
   // the zip64 marker 0xFFFFFFFF, with no zip64 extra field to hold the real
