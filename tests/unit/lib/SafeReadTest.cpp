@@ -251,7 +251,7 @@ TEST(SafeReadTest, EveryDirectoryAReaderMayTakeIsChecked) {
   zip += small.substr(head, small.size() - head - end);
   auto put = [&](uint64_t v, int n) {
     for (int i = 0; i < n; ++i)
-      zip.push_back(static_cast<char>(v >> (8 * i)));
+      zip.push_back(static_cast<char>(i < 8 ? v >> (8 * i) : 0));
   };
   uint64_t zip64 = zip.size();
   put(0x06064b50, 4); // zip64 end record: 56 bytes
