@@ -41,6 +41,7 @@
 #include <cstring>
 #include <map>
 #include <optional>
+#include <set>
 
 namespace ppc {
 
@@ -112,6 +113,20 @@ private:
   std::vector<size_t> inserts;
   std::map<size_t, char> rewritten;
   uint64_t memoSize = 0;
+  /// The start of each memoized item (BINPUT), and the starts of the items
+  /// that are collections.OrderedDict objects: LibTorch's unpickler turns
+  /// one into None (it expects only a tensor's empty backward hooks), and
+  /// then asserts on a SETITEM(S) into it ("INTERNAL ASSERT FAILED ...
+  /// please report a bug to PyTorch").
+  std::map<uint64_t, size_t> memo;
+  std::set<size_t> orderedDicts;
+  llvm::Error setItemsInto(size_t target, size_t at) {
+    if (!orderedDicts.count(target))
+      return llvm::Error::success();
+    return fail("a collections.OrderedDict holds items, which LibTorch's "
+                "reader cannot read (torch.save a dict instead: dict(d))",
+                at);
+  }
 };
 } // namespace
 
@@ -160,12 +175,16 @@ llvm::Error PickleCheck::step(char op, size_t at) {
   case 0x8d: // BINUNICODE8
     return arg(8, n) && skip(n) ? push() : truncated();
   case 'c': { // GLOBAL: module and name, each ending in a newline
+    size_t name = pos;
     for (int line = 0; line < 2; ++line) {
       size_t end = in.find('\n', pos);
       if (end == llvm::StringRef::npos)
         return truncated();
       pos = end + 1;
     }
+    // REDUCE keeps the callable's start: the object it makes is marked too.
+    if (in.slice(name, pos) == "collections\nOrderedDict\n")
+      orderedDicts.insert(at);
     return push();
   }
   case 'q': // BINPUT
@@ -177,6 +196,7 @@ llvm::Error PickleCheck::step(char op, size_t at) {
     if (n > memoSize)
       return fail("a pickle memo index skips ahead", at);
     memoSize = std::max(memoSize, n + 1);
+    memo[n] = starts.back();
     return llvm::Error::success();
   case 'h': // BINGET
   case 'j': // LONG_BINGET
@@ -184,6 +204,8 @@ llvm::Error PickleCheck::step(char op, size_t at) {
       return truncated();
     if (n >= memoSize)
       return fail("a pickle memo index is unset", at);
+    if (orderedDicts.count(memo[n]))
+      orderedDicts.insert(at);
     return push();
   case 'a': { // APPEND: list, item -> MARK item APPENDS
     if (available() < 2)
@@ -196,6 +218,8 @@ llvm::Error PickleCheck::step(char op, size_t at) {
   case 's': { // SETITEM: dict, key, value -> MARK key value SETITEMS
     if (available() < 3)
       return fail("a pickle opcode pops an empty stack", at);
+    if (llvm::Error err = setItemsInto(starts[starts.size() - 3], at))
+      return err;
     inserts.push_back(starts[starts.size() - 2]);
     starts.resize(starts.size() - 2);
     rewritten[at] = 'u';
@@ -204,6 +228,9 @@ llvm::Error PickleCheck::step(char op, size_t at) {
   case 'e':  // APPENDS
   case 'u':  // SETITEMS
   case 0x90: // ADDITEMS
+    if (op == 'u' && !marks.empty() && marks.back().depth > 0)
+      if (llvm::Error err = setItemsInto(starts[marks.back().depth - 1], at))
+        return err;
     return popToMark(at, /*keepsTarget=*/true);
   case 't': { // TUPLE
     if (marks.empty())

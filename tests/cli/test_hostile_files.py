@@ -271,6 +271,21 @@ class HostileFilesTest(unittest.TestCase):
 
     # --- input files -------------------------------------------------------
 
+    def test_ordered_dict_input_is_one_line_not_a_torch_assert(self):
+        # LibTorch's unpickler makes a collections.OrderedDict None (it only
+        # expects a tensor's empty backward hooks), then asserts on its
+        # items: "INTERNAL ASSERT FAILED ... please report a bug to PyTorch".
+        x = torch.load(self.input)
+        torch.save(collections.OrderedDict(x=x), self.input)
+        message = (f"cannot read input '{self.input}': a collections.OrderedDict holds items, "
+                   "which LibTorch's reader cannot read (torch.save a dict instead: dict(d)) "
+                   "at byte ")
+        proc = ppc("verify", model_path("mlp"), self.manifest, "--input", self.input,
+                   check=False)
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        self.assertTrue(proc.stderr.startswith("error: " + message), proc.stderr)
+        self.assertEqual(proc.stderr.count("\n"), 1, proc.stderr)
+
     def test_input_fifo_and_dev_zero(self):
         os.remove(self.input)
         os.mkfifo(self.input)
