@@ -35,9 +35,12 @@ Value MetaCacheKey::toJSON() const {
   Array stageArray;
   for (const auto &[index, sha] : stages)
     stageArray.push_back(Object{{"stage", index}, {"sha256", sha}});
-  return Object{{"manifest_sha256", manifestSha256},
-                {"stages", std::move(stageArray)},
-                {"layout", layout}};
+  Object out{{"manifest_sha256", manifestSha256},
+             {"stages", std::move(stageArray)},
+             {"layout", layout}};
+  if (!precision.empty())
+    out["precision"] = precision;
+  return out;
 }
 
 std::string MetaCache::filePath(llvm::StringRef dir, int rank, int worldSize) {
@@ -168,6 +171,8 @@ MetaCache MetaCache::load(llvm::StringRef path, const MetaCacheKey &key,
     else if (!k->get("stages") ||
              *k->get("stages") != *expected.getAsObject()->get("stages"))
       what = "a stage file changed";
+    else if (k->getString("layout") == llvm::StringRef(key.layout))
+      what = "the precision changed";
     warning = "meta cache '" + path.str() + "' is stale (" + what + ")";
     cache.routineMiss_ = true;
     return cache;

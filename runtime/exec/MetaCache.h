@@ -38,11 +38,14 @@ struct MetaCacheKey {
   std::vector<std::pair<int, std::string>> stages;
   /// Placement::describe().
   std::string layout;
+  /// The precision the stages run in, whose boundary dtypes differ: "bf16",
+  /// or "" for fp32 (then absent from the JSON, as before it was recorded).
+  std::string precision;
 
   llvm::json::Value toJSON() const;
   bool operator==(const MetaCacheKey &o) const {
     return manifestSha256 == o.manifestSha256 && stages == o.stages &&
-           layout == o.layout;
+           layout == o.layout && precision == o.precision;
   }
 };
 
@@ -54,7 +57,9 @@ public:
   /// Reads `path`. A missing, unreadable, corrupt or stale (different key)
   /// file gives an empty cache and sets `warning` to a one-line reason
   /// ("no meta cache at 'x'", "meta cache 'x' is corrupt (...)", "meta
-  /// cache 'x' is stale (the manifest changed)").
+  /// cache 'x' is stale (the manifest changed)"; "... (a stage file
+  /// changed)", "... (the placement changed)", "... (the precision
+  /// changed)").
   static MetaCache load(llvm::StringRef path, const MetaCacheKey &key,
                         std::string &warning);
 

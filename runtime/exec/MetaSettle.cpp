@@ -228,7 +228,8 @@ bool MetaSettler::loadCache(const std::vector<Signature> &signatures) {
   MetaCacheKey key;
   key.manifestSha256 = scope_.manifestSha256;
   key.stages = scope_.stageHashes;
-  key.layout = scope_.placement->describe() + scope_.keyNote;
+  key.layout = scope_.placement->describe();
+  key.precision = scope_.precision;
   cachePath_ =
       MetaCache::filePath(scope_.cacheDir, scope_.rank, scope_.worldSize);
   cacheMiss_.clear();

@@ -79,9 +79,9 @@ struct MetaScope {
   std::string inputMetaPath;
   /// Where warnings go.
   llvm::raw_ostream *warnings = nullptr;
-  /// bf16: appended to the layout in the meta cache key (" bf16"
-  /// under RunOptions::precision bf16, whose boundary dtypes differ).
-  std::string keyNote;
+  /// The meta cache key's precision ("bf16" under RunOptions::precision
+  /// bf16, whose boundary dtypes differ; "" for fp32).
+  std::string precision;
 };
 
 /// The lowest rank whose stages read model inputs, or -1 when no stage

@@ -117,7 +117,7 @@ RankContext::create(llvm::StringRef manifestPath, const LaunchEnv &jobEnv,
   scope.inputMetaPath = options.inputMetaPath;
   scope.warnings = &ctx->warnings();
   if (options.precision != Precision::FP32)
-    scope.keyNote = " " + precisionName(options.precision).str();
+    scope.precision = precisionName(options.precision).str();
   ctx->meta_ = std::make_unique<MetaSettler>(std::move(scope));
   // The executor's plan, once everything it points to is in place.
   ctx->executorPlan_ =

@@ -212,7 +212,7 @@ class TrainMemoryTest(unittest.TestCase):
                 for r in range(2):
                     with open(os.path.join(cache, "meta_cache.rank%dof2.json" % r)) as fh:
                         docs.append(json.load(fh))
-                self.assertTrue(all(d["key"]["layout"].endswith(" bf16") for d in docs))
+                self.assertTrue(all(d["key"]["precision"] == "bf16" for d in docs), docs)
                 dtypes = {(v["stage"], v["output"]): {t["dtype"] for t in v["meta"]["tensors"]}
                           for d in docs for e in d["entries"] for v in e["values"]}
                 if name == "mlp":

@@ -93,6 +93,12 @@ TEST_F(MetaCacheTest, StaleKeyWarns) {
   MetaCache::load(path, changed, warning);
   EXPECT_EQ(warning,
             "meta cache '" + path + "' is stale (the placement changed)");
+  // Only --precision: said so, not "the placement changed" (issue #44).
+  changed = key;
+  changed.precision = "bf16";
+  MetaCache::load(path, changed, warning);
+  EXPECT_EQ(warning,
+            "meta cache '" + path + "' is stale (the precision changed)");
 }
 
 TEST_F(MetaCacheTest, CorruptFileWarns) {
