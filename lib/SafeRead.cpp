@@ -90,9 +90,8 @@ private:
 };
 } // namespace
 
-llvm::Expected<FileBuffer> mapFileBounded(llvm::StringRef path,
-                                          uint64_t maxBytes,
-                                          llvm::StringRef what) {
+llvm::Expected<FileBuffer>
+mapFileBounded(llvm::StringRef path, uint64_t maxBytes, llvm::StringRef what) {
   std::optional<FileDescriptor> fd;
   auto size = openBounded(path, maxBytes, what, fd);
   if (!size)

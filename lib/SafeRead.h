@@ -20,8 +20,8 @@
 #include <cstdint>
 #include <memory>
 #include <sys/types.h>
-#include <vector>
 #include <unistd.h>
+#include <vector>
 
 namespace caffe2::serialize {
 class ReadAdapterInterface;
@@ -95,9 +95,8 @@ using FileBuffer = std::shared_ptr<const llvm::MemoryBuffer>;
 /// mapped (as with any mapping: reading a page past its new end raises
 /// SIGBUS); ppc replaces its own files by rename, never in place. One more
 /// error: "cannot map model 'm.pt2': ..." (mmap's reason).
-llvm::Expected<FileBuffer> mapFileBounded(llvm::StringRef path,
-                                          uint64_t maxBytes,
-                                          llvm::StringRef what);
+llvm::Expected<FileBuffer>
+mapFileBounded(llvm::StringRef path, uint64_t maxBytes, llvm::StringRef what);
 
 /// Whether `text` nests arrays and objects more than `maxDepth` deep: a
 /// linear scan in which brackets inside strings do not count and a

@@ -591,8 +591,8 @@ loadInputBatches(llvm::StringRef path, llvm::ArrayRef<std::string> names) {
   return out;
 }
 
-/// Checks every tensor of `value`, tuples, lists and dicts `depth` levels deep at
-/// most; `where` names the element ("data 'd.pt'[1][0]").
+/// Checks every tensor of `value`, tuples, lists and dicts `depth` levels deep
+/// at most; `where` names the element ("data 'd.pt'[1][0]").
 static llvm::Error checkTree(const c10::IValue &value, int depth,
                              const std::string &where, size_t &index,
                              const std::map<const void *, size_t> &records,
@@ -602,9 +602,9 @@ static llvm::Error checkTree(const c10::IValue &value, int depth,
   // Each element and how it is named: "[1]", or "['input_ids']" in a dict.
   std::vector<std::pair<std::string, c10::IValue>> items;
   if (value.isTuple() || value.isList()) {
-    std::vector<c10::IValue> elements = value.isTuple()
-                                            ? value.toTupleRef().elements().vec()
-                                            : value.toList().vec();
+    std::vector<c10::IValue> elements =
+        value.isTuple() ? value.toTupleRef().elements().vec()
+                        : value.toList().vec();
     for (size_t i = 0; i < elements.size(); ++i)
       items.emplace_back("[" + std::to_string(i) + "]", elements[i]);
   } else if (value.isGenericDict()) {

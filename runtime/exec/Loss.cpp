@@ -98,9 +98,9 @@ LossFunction::operator()(const at::Tensor &output, const at::Tensor &target,
     at::Tensor labels = kind == LossKind::CausalLM
                             ? shiftedLabels(target, ignoreIndex)
                             : target;
-    auto options =
-        F::CrossEntropyFuncOptions().ignore_index(ignoreIndex).reduction(
-            torch::kSum);
+    auto options = F::CrossEntropyFuncOptions()
+                       .ignore_index(ignoreIndex)
+                       .reduction(torch::kSum);
     if (scoresLast(x, labels))
       return F::cross_entropy(x.reshape({-1, x.size(-1)}),
                               labels.reshape({-1}).to(at::kLong), options);

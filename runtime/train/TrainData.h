@@ -33,12 +33,13 @@ struct TrainingBatch {
 /// tensor is one batch; anything else must be a list of pairs. A batch's
 /// input is a tensor, a tuple or list of them, or a dict from input name
 /// to tensor (every input of `inputNames`, no other: inputsByName's
-/// errors, after "data 'd.pt' batch 0: the input dict"). Errors: loadTensorTree's; "data 'd.pt' holds a tensor;
-/// expected an (input, target) pair or a list of them"; "data 'd.pt' is an
-/// empty list" (or "tuple"); "data 'd.pt' batch 1 is a tensor; expected an
-/// (input, target) pair"; "data 'd.pt' batch 0: the model takes 2 inputs, got
-/// 1"; "data 'd.pt' batch 0: the target is a tuple; expected a tensor"; "data
-/// 'd.pt' batch 0: input 0 has 8 rows, the target 6".
+/// errors, after "data 'd.pt' batch 0: the input dict"). Errors:
+/// loadTensorTree's; "data 'd.pt' holds a tensor; expected an (input, target)
+/// pair or a list of them"; "data 'd.pt' is an empty list" (or "tuple"); "data
+/// 'd.pt' batch 1 is a tensor; expected an (input, target) pair"; "data 'd.pt'
+/// batch 0: the model takes 2 inputs, got 1"; "data 'd.pt' batch 0: the target
+/// is a tuple; expected a tensor"; "data 'd.pt' batch 0: input 0 has 8 rows,
+/// the target 6".
 llvm::Expected<std::vector<TrainingBatch>>
 loadTrainingData(llvm::StringRef path, size_t modelInputs,
                  llvm::ArrayRef<std::string> inputNames = {});

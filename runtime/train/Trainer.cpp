@@ -139,9 +139,8 @@ llvm::Error Trainer::Impl::sliceForReplica(std::vector<c10::IValue> &inputs,
   weightRows = target.defined() && target.dim() > 0 ? target.size(0) : 0;
   weightTokens = 0;
   if (weightRows > 0 && ctx->loss()->sumsTokens(target)) {
-    auto tokens =
-        torchCall("cannot count the target's labels",
-                  [&] { return ctx->loss()->tokens(target); });
+    auto tokens = torchCall("cannot count the target's labels",
+                            [&] { return ctx->loss()->tokens(target); });
     if (!tokens)
       return tokens.takeError();
     weightTokens = *tokens;

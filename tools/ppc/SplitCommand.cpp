@@ -42,8 +42,7 @@ static CLI::Validator costKindOption() {
 Command addSplitCommand(CLI::App &parent) {
   auto opts = std::make_shared<CompileOptions>();
   CLI::App *app = parent.add_subcommand(
-      "split",
-      "Compile a model into pipeline stages and a manifest");
+      "split", "Compile a model into pipeline stages and a manifest");
   app->footer("Compile a model (a torch.export program saved by "
               "torch.export.save, or a TorchScript module saved by "
               "torch.jit.save) into N "

@@ -38,9 +38,10 @@ std::string stepNumbers(const StepRecord &record, bool showLr);
 
 /// The loss over every batch of `batches` (Trainer::evaluate), the mean
 /// of the batches' losses weighted by their rows (their labels that count,
-/// for a token loss: Trainer::lossTerms): the mean loss over the whole set. Every rank must call it with the same batches (each rank
-/// reads the whole --eval-data, so that all agree on its length); NaN but
-/// on the loss rank. Errors: Trainer::evaluate's.
+/// for a token loss: Trainer::lossTerms): the mean loss over the whole set.
+/// Every rank must call it with the same batches (each rank reads the whole
+/// --eval-data, so that all agree on its length); NaN but on the loss rank.
+/// Errors: Trainer::evaluate's.
 llvm::Expected<double> evaluateSet(Trainer &trainer,
                                    const std::vector<TrainingBatch> &batches);
 

@@ -57,17 +57,18 @@ TEST(LossTest, CrossEntropyOverTheLastDimensionIsTheMeanOverEveryToken) {
   ASSERT_TRUE(loss.sumsTokens(b.labels));
   EXPECT_EQ(loss.tokens(b.labels), 24 - 2 - 1 - 4);
   // transformers: logits.view(-1, V), labels.view(-1), ignore_index=-100.
-  double want = F::cross_entropy(b.logits.reshape({-1, 10}),
-                                 b.labels.reshape({-1}))
-                    .item<double>();
+  double want =
+      F::cross_entropy(b.logits.reshape({-1, 10}), b.labels.reshape({-1}))
+          .item<double>();
   EXPECT_NEAR(splitLoss(loss, b), want, 1e-6 * std::abs(want));
   // The mean of the microbatches' means is not it.
   double halves = 0;
   for (auto [start, rows] : {std::pair{0, 1}, std::pair{1, 3}})
-    halves += F::cross_entropy(b.logits.narrow(0, start, rows).reshape({-1, 10}),
-                               b.labels.narrow(0, start, rows).reshape({-1}))
-                  .item<double>() *
-              rows / 4;
+    halves +=
+        F::cross_entropy(b.logits.narrow(0, start, rows).reshape({-1, 10}),
+                         b.labels.narrow(0, start, rows).reshape({-1}))
+            .item<double>() *
+        rows / 4;
   EXPECT_GT(std::abs(halves - want), 1e-3);
 }
 
@@ -79,13 +80,14 @@ TEST(LossTest, CausalLMShiftsTheLabelsAsTransformersDoes) {
   // transformers' ForCausalLMLoss: pad the labels with -100, drop the first.
   at::Tensor shifted =
       at::constant_pad_nd(b.labels, {0, 1}, -100).narrow(1, 1, 6);
-  double want = F::cross_entropy(b.logits.reshape({-1, 10}),
-                                 shifted.reshape({-1}))
-                    .item<double>();
+  double want =
+      F::cross_entropy(b.logits.reshape({-1, 10}), shifted.reshape({-1}))
+          .item<double>();
   EXPECT_NEAR(splitLoss(loss, b), want, 1e-6 * std::abs(want));
   // Another ignore index: -100 is then a label out of range.
   LossFunction other{LossKind::CausalLM, 3};
-  EXPECT_EQ(other.tokens(at::tensor({3, 1, 3, 2}, at::kLong).reshape({1, 4})), 2);
+  EXPECT_EQ(other.tokens(at::tensor({3, 1, 3, 2}, at::kLong).reshape({1, 4})),
+            2);
 }
 
 TEST(LossTest, ClassIndicesInDimensionOneAndRowLosses) {
@@ -110,8 +112,8 @@ TEST(LossTest, ClassIndicesInDimensionOneAndRowLosses) {
   at::Tensor got = value(ce(half, at::tensor({0, 1, 2, 3}, at::kLong), "mb"));
   EXPECT_EQ(got.scalar_type(), at::kFloat);
   // float64 logits stay float64.
-  got = value(ce(scores.to(at::kDouble), at::tensor({0, 1, 2, 3}, at::kLong),
-                 "mb"));
+  got = value(
+      ce(scores.to(at::kDouble), at::tensor({0, 1, 2, 3}, at::kLong), "mb"));
   EXPECT_EQ(got.scalar_type(), at::kDouble);
 }
 
