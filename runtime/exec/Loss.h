@@ -51,6 +51,12 @@ struct LossFunction {
   /// The labels of `target` that count (not ignoreIndex; causal_lm: after
   /// the shift, so each row's first label never counts). For a token loss.
   int64_t tokens(const at::Tensor &target) const;
+  /// How many terms the batch mean over `target` averages, which weigh its
+  /// microbatches and a set's batches: tokens() for a token loss, the rows
+  /// (dimension 0) otherwise.
+  int64_t terms(const at::Tensor &target) const {
+    return sumsTokens(target) ? tokens(target) : target.size(0);
+  }
   /// The microbatch's loss of `output` against `target`: a token loss's sum
   /// or a row loss's mean, a scalar (float32 for a bf16 or half output)
   /// with the output's graph.

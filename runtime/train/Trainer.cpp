@@ -111,16 +111,19 @@ struct Trainer::Impl {
   }
 
   // Data parallel
-  /// The rows the loss weights divide by: the whole batch's, of which this
-  /// replica takes a slice; 0: the microbatches' own. With a token loss,
-  /// the whole batch's tokens (Loss.h) likewise.
-  int64_t weightRows = 0;
-  int64_t weightTokens = 0;
+  /// The loss terms the weights divide by (LossFunction::terms: rows, or a
+  /// token loss's tokens) of the whole batch, of which this replica takes a
+  /// slice; unset: the microbatches' own.
+  std::optional<int64_t> wholeTerms;
   /// This replica's slice of the batch's `inputs` and `target` (each
-  /// at::tensor_split into replicas along dim 0); sets weightRows and
-  /// weightTokens.
+  /// at::tensor_split into replicas along dim 0); sets wholeTerms.
   llvm::Error sliceForReplica(std::vector<c10::IValue> &inputs,
                               at::Tensor &target);
+  /// LossFunction::terms of `target`, torch's errors turned into one line.
+  llvm::Expected<int64_t> countTerms(const at::Tensor &target) {
+    return torchCall("cannot count the target's labels",
+                     [&] { return ctx->loss()->terms(target); });
+  }
   /// Sums each stage's untied gradients beside the schedule
   /// (LaunchEnv::overlapAllReduce, with replicas); null otherwise. Declared
   /// after ctx, whose replica transport it uses: it is destroyed first.
@@ -136,14 +139,12 @@ struct Trainer::Impl {
 llvm::Error Trainer::Impl::sliceForReplica(std::vector<c10::IValue> &inputs,
                                            at::Tensor &target) {
   const int replicas = ctx->replicas(), replica = ctx->replica();
-  weightRows = target.defined() && target.dim() > 0 ? target.size(0) : 0;
-  weightTokens = 0;
-  if (weightRows > 0 && ctx->loss()->sumsTokens(target)) {
-    auto tokens = torchCall("cannot count the target's labels",
-                            [&] { return ctx->loss()->tokens(target); });
-    if (!tokens)
-      return tokens.takeError();
-    weightTokens = *tokens;
+  wholeTerms.reset();
+  if (target.defined() && target.dim() > 0) {
+    auto terms = countTerms(target);
+    if (!terms)
+      return terms.takeError();
+    wholeTerms = *terms;
   }
   auto slice = [&](const at::Tensor &t, const char *what) -> llvm::Error {
     if (t.size(0) < replicas)
@@ -172,7 +173,7 @@ llvm::Error Trainer::Impl::sliceForReplica(std::vector<c10::IValue> &inputs,
               .str());
     input = at::tensor_split(input.toTensor(), replicas)[replica];
   }
-  if (weightRows > 0) {
+  if (wholeTerms) {
     if (llvm::Error err = slice(target, "target"))
       return err;
     target = at::tensor_split(target, replicas)[replica];
@@ -304,27 +305,23 @@ llvm::Error Trainer::Impl::splitTarget(const at::Tensor &target,
     return makeError(llvm::formatv("the target has {0} rows, the batch {1}",
                                    target.size(0), rows)
                          .str());
-  // With replicas, over the whole batch's rows or tokens (weightRows,
-  // weightTokens); a token loss's microbatches are sums over their tokens.
+  // Over the whole batch's terms (with replicas, wholeTerms); a token
+  // loss's microbatches are sums over their tokens.
   const LossFunction &loss = *ctx->loss();
-  int64_t whole = weightRows > 0 ? weightRows : rows;
+  auto whole =
+      wholeTerms ? llvm::Expected<int64_t>(*wholeTerms) : countTerms(target);
+  if (!whole)
+    return whole.takeError();
   bool tokens = loss.sumsTokens(target);
-  if (tokens) {
-    auto count = torchCall("cannot count the target's labels",
-                           [&] { return loss.tokens(target); });
-    if (!count)
-      return count.takeError();
-    whole = weightRows > 0 ? weightTokens : *count;
-    if (whole == 0)
-      return makeError(llvm::formatv(
-          "every label of the batch is the ignore index {0}{1}: there is "
-          "nothing to train",
-          loss.ignoreIndex,
-          loss.kind == LossKind::CausalLM ? " (after the shift)" : ""));
-  }
+  if (tokens && *whole == 0)
+    return makeError(llvm::formatv(
+        "every label of the batch is the ignore index {0}{1}: there is "
+        "nothing to train",
+        loss.ignoreIndex,
+        loss.kind == LossKind::CausalLM ? " (after the shift)" : ""));
   for (int m = 0; m < count; ++m)
-    step.lossWeights.push_back(tokens ? 1.0 / double(whole)
-                                      : double(parts[m]) / double(whole));
+    step.lossWeights.push_back(tokens ? 1.0 / double(*whole)
+                                      : double(parts[m]) / double(*whole));
   return torchCall("cannot split the target", [&] {
     int64_t offset = 0;
     for (int m = 0; m < count; ++m) {
@@ -622,8 +619,7 @@ llvm::Expected<double> Trainer::evaluate(const std::vector<c10::IValue> &inputs,
   });
   ExecutorStep step;
   // Every replica evaluates the whole batch: weights over its own rows.
-  t.weightRows = 0;
-  t.weightTokens = 0;
+  t.wholeTerms.reset();
   c10::Device device = ctx.device();
   auto onDevice = valuesOnDevice(inputs, device, "the evaluation inputs");
   if (!onDevice)
@@ -645,8 +641,7 @@ llvm::Expected<double> Trainer::evaluate(const std::vector<c10::IValue> &inputs,
 }
 
 int64_t Trainer::lossTerms(const at::Tensor &target) const {
-  const LossFunction &loss = *impl_->ctx->loss();
-  return loss.sumsTokens(target) ? loss.tokens(target) : target.size(0);
+  return impl_->ctx->loss()->terms(target);
 }
 
 std::vector<std::pair<std::string, at::Tensor>>
