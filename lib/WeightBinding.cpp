@@ -3,12 +3,15 @@
 
 #include "lib/Error.h"
 #include "lib/MappedTensor.h"
+#include "lib/SafeRead.h"
 #include "lib/Safetensors.h"
 #include "lib/StageExecutable.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/Path.h"
 
 #include <ATen/ATen.h>
 
@@ -55,6 +58,40 @@ std::vector<std::string> dottedPrefixes(llvm::StringRef name) {
        dot = name.find('.', dot + 1))
     out.push_back(name.take_front(dot + 1).str());
   return out;
+}
+
+/// A config.json larger than this is not one transformers wrote.
+constexpr uint64_t kMaxConfigBytes = 1 << 20;
+
+/// The vocabulary size of the checkpoint's config.json (the file beside its
+/// shards, as save_pretrained writes it) when it ties word embeddings
+/// ("tie_word_embeddings": true and a "vocab_size"); nullopt when there is
+/// no config.json or it does not. The file is untrusted: bounded read and
+/// depth, and a config that is not a JSON object is one line.
+llvm::Expected<std::optional<int64_t>>
+tiedVocabulary(llvm::StringRef checkpoint) {
+  llvm::SmallString<256> path(checkpoint);
+  if (!llvm::sys::fs::is_directory(path))
+    llvm::sys::path::remove_filename(path);
+  llvm::sys::path::append(path, "config.json");
+  if (!llvm::sys::fs::exists(path))
+    return std::nullopt;
+  auto buffer = readFileBounded(path, kMaxConfigBytes, "checkpoint config");
+  if (!buffer)
+    return buffer.takeError();
+  auto json = parseJSONBounded((*buffer)->getBuffer(), kMaxJSONDepth,
+                               "checkpoint config '" + shown(path) + "'");
+  if (!json)
+    return json.takeError();
+  const llvm::json::Object *top = json->getAsObject();
+  if (!top)
+    return makeError("checkpoint config '" + shown(path) +
+                     "' is not a JSON object");
+  llvm::Optional<bool> ties = top->getBoolean("tie_word_embeddings");
+  llvm::Optional<int64_t> vocabulary = top->getInteger("vocab_size");
+  if (!ties || !*ties || !vocabulary || *vocabulary <= 0)
+    return std::nullopt;
+  return std::optional<int64_t>(*vocabulary);
 }
 
 } // namespace
@@ -139,6 +176,44 @@ WeightSource::open(const WeightOptions &options,
   return out;
 }
 
+llvm::Expected<std::string> WeightSource::configTie(const WeightSlot &slot,
+                                                    std::string &why) {
+  if (!tiedVocabulary_) {
+    auto vocabulary = tiedVocabulary(options_.path);
+    if (!vocabulary)
+      return vocabulary.takeError();
+    tiedVocabulary_ = std::move(*vocabulary);
+  }
+  const std::optional<int64_t> &vocabulary = *tiedVocabulary_;
+  const at::Tensor &current = slot.current;
+  if (!vocabulary || current.dim() != 2 || current.size(0) != *vocabulary)
+    return std::string();
+  // transformers ties the output embeddings to the input embeddings: the
+  // checkpoint's one other [vocab_size, hidden] tensor of the same dtype.
+  std::vector<std::string> candidates;
+  for (const std::string &name : checkpoint_->names()) {
+    auto entry = checkpoint_->find(name);
+    if (!entry)
+      return entry.takeError();
+    const safetensors::TensorEntry *tensor = entry->second;
+    if (scalarType(tensor->dtype) == current.scalar_type() &&
+        llvm::ArrayRef<int64_t>(tensor->shape) == current.sizes())
+      candidates.push_back(name);
+  }
+  if (candidates.size() == 1)
+    return candidates.front();
+  std::vector<std::string> listed;
+  for (size_t i = 0; i < candidates.size() && i < 4; ++i)
+    listed.push_back("'" + shown(candidates[i]) + "'");
+  why = llvm::formatv(
+      "; its config.json ties word embeddings, but {0} "
+      "tensors have its dtype and shape{1}{2}",
+      candidates.empty() ? "no" : std::to_string(candidates.size()),
+      candidates.empty() ? "" : ": ",
+      llvm::join(listed, ", ") + (candidates.size() > 4 ? ", ..." : ""));
+  return std::string();
+}
+
 std::string WeightSource::checkpointName(llvm::StringRef name) const {
   llvm::StringRef stripped = name;
   stripped.consume_front(prefix_);
@@ -175,17 +250,25 @@ llvm::Expected<WeightReport> WeightSource::bind(
       }
     }
     const at::Tensor &current = slot.current;
+    if (found.empty() && current.is_meta() && !slot.isState) {
+      std::string why;
+      auto source = configTie(slot, why);
+      if (!source)
+        return source.takeError();
+      if (source->empty())
+        return makeError(llvm::formatv(
+            "weight '{0}' is not in checkpoint '{1}' (the program carries no "
+            "data for it{2}; if it shares another weight's tensor, name that "
+            "one with --weights-tied {3}=SOURCE)",
+            shown(primary), shown(options_.path), why,
+            shown(checkpointName(primary))));
+      found = *source;
+      report.configTies.emplace_back(checkpointName(primary), found);
+    }
     at::Tensor value;
     if (found.empty()) {
       if (!current.is_meta())
         continue;
-      if (!slot.isState)
-        return makeError(llvm::formatv(
-            "weight '{0}' is not in checkpoint '{1}' (the program carries no "
-            "data for it; if it shares another weight's tensor, name that "
-            "one with --weights-tied {2}=SOURCE)",
-            shown(primary), shown(options_.path),
-            shown(checkpointName(primary))));
       auto zeros =
           torchCall("cannot make state buffer '" + shown(primary) + "'", [&] {
             return at::zeros(current.sizes(),

@@ -16,7 +16,11 @@
 // looked up as they are. --weights-prefix names one instead.
 //
 // What is bound (bind()): every slot whose name, or a name tied to it (the
-// program's own ties, or a --weights-tied pair), is in the checkpoint.
+// program's own ties, or a --weights-tied pair), is in the checkpoint. A
+// program exported on the meta device records no ties (torch.export.save
+// stores every meta tensor alike), so a weight without data that the
+// checkpoint lacks is also taken from the one it ties to by its config.json,
+// as transformers ties word embeddings (WeightSource::configTie).
 // A slot without data that the checkpoint lacks is an error, except a state
 // buffer (written in place, lib/StateBuffers.h), which starts as zeros as a
 // static cache does. A slot with data that the checkpoint lacks keeps the
@@ -71,6 +75,9 @@ struct WeightReport {
   size_t boundTensors = 0;
   /// State buffers that start as zeros.
   size_t zeroedState = 0;
+  /// Weights the checkpoint lacks that its config.json ties to another
+  /// (checkpoint names: the missing one, its source).
+  std::vector<std::pair<std::string, std::string>> configTies;
 };
 
 class WeightSource : public std::enable_shared_from_this<WeightSource> {
@@ -96,9 +103,10 @@ public:
   /// bound slot. With `inPlace`, a tensor is the checkpoint's mapped bytes
   /// where its alignment allows (read-only: for stages that never write
   /// their weights), else a copy. Errors, one line each, naming the tensor
-  /// and the shard: "weight 'w' is not in checkpoint 'PATH' (a program
-  /// exported on the meta device carries no data for it; if it shares
-  /// another weight's tensor, name it with --weights-tied w=SOURCE)";
+  /// and the shard: "weight 'w' is not in checkpoint 'PATH' (the program
+  /// carries no data for it[; its config.json ties word embeddings, but N
+  /// tensors have its dtype and shape: 'a', 'b']; if it shares another
+  /// weight's tensor, name that one with --weights-tied w=SOURCE)";
   /// "checkpoint 'PATH': tensor 'w' in SHARD is BF16 [4, 8], but the
   /// program's 'w' is float32 [4, 8]"; the checkpoint's own.
   llvm::Expected<WeightReport>
@@ -111,7 +119,19 @@ public:
 
 private:
   WeightSource() = default;
+  /// The checkpoint tensor that `slot`, a weight without data that the
+  /// checkpoint lacks, is tied to by the checkpoint's config.json
+  /// ("tie_word_embeddings": true, as transformers saves it): when the
+  /// slot is a [vocab_size, N] matrix, the one checkpoint tensor of its
+  /// dtype and shape. "" when none is, with `why` saying so where the
+  /// config ties (none or several such tensors). Errors: a config.json
+  /// that cannot be read or is not a JSON object; Checkpoint::find's.
+  llvm::Expected<std::string> configTie(const WeightSlot &slot,
+                                        std::string &why);
+
   WeightOptions options_;
+  /// The config's tied vocabulary size, once read (tiedVocabulary()).
+  std::optional<std::optional<int64_t>> tiedVocabulary_;
   std::string prefix_;
   std::unique_ptr<safetensors::Checkpoint> checkpoint_;
 };

@@ -311,6 +311,11 @@ static llvm::Error bindModelWeights(const CompileOptions &options,
             ? std::string()
             : " (the program's names carry the prefix '" + (*source)->prefix() +
                   "')"));
+    for (const auto &[missing, tied] : report->configTies)
+      notes.push_back("checkpoint '" + printable(options.weights.path, 512) +
+                      "' lacks '" + printable(missing) +
+                      "': its config.json ties word embeddings, so it is '" +
+                      printable(tied) + "'");
     slots = moduleSlots(whole, state);
   }
   size_t zeroState = 0;

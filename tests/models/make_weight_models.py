@@ -20,9 +20,11 @@ Into OUTDIR:
   mlp_bf16.pt2, mlp_bf16.safetensors  the same MLP in bfloat16
   mlp_bf16.input.pt, .expected.pt     the batch in bf16, the real bf16
                                       program's output
-  mlp.losses.json                     3 SGD steps (lr 0.1, MSE against
-                                      mlp.target.pt) of the real fp32 model
-  mlp.target.pt                       the targets
+  mlp.data.pt, mlp_bf16.data.pt       (input, target) batches of 8, the
+                                      input in fp32 and bf16, the target fp32
+  mlp.losses.json, mlp_bf16.losses.json
+                                      3 SGD steps (lr 0.1, MSE in float32)
+                                      of the real fp32 and bf16 models
   llama.pt2, llama/                   a LLaMA decoder (untied embeddings)
                                       exported as docs/generate.md does,
                                       b = 2, L = 32; llama/ holds the shards
@@ -108,20 +110,22 @@ def make_mlps(out):
             with torch.no_grad():
                 atomic_save(module(x.to(dtype)), os.path.join(out, name + ".expected.pt"))
     atomic_save(x, os.path.join(out, "mlp.input.pt"))
-    atomic_save((x, target), os.path.join(out, "mlp.data.pt"))
-    # The unsplit model's losses over 3 SGD steps, as ppc train runs them:
-    # the mean over the batch of the MSE.
-    model = MLP()
-    model.load_state_dict(real.state_dict())
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    losses = []
-    for _ in range(3):
-        opt.zero_grad()
-        loss = nn.functional.mse_loss(model(x), target)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    write_json(losses, os.path.join(out, "mlp.losses.json"))
+    for name, dtype in (("mlp", torch.float32), ("mlp_bf16", torch.bfloat16)):
+        atomic_save((x.to(dtype), target), os.path.join(out, name + ".data.pt"))
+        # The unsplit model's losses over 3 SGD steps, as ppc train runs them:
+        # the mean over the batch of the MSE, computed in float32 (a bf16
+        # output is cast up first), the weights and their updates in dtype.
+        model = MLP().to(dtype)
+        model.load_state_dict(real.state_dict())
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        losses = []
+        for _ in range(3):
+            opt.zero_grad()
+            loss = nn.functional.mse_loss(model(x.to(dtype)).float(), target)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        write_json(losses, os.path.join(out, name + ".losses.json"))
 
 
 def decoder(arch, tied):
