@@ -317,6 +317,12 @@ llvm::Error agreeAcrossRanks(c10d::Store &store, int rank, int worldSize,
   try {
     store.wait(keys, timeout);
   } catch (const std::exception &) {
+    // This rank's own record was set above: gone, it was deleted.
+    if (!store.check({keys[rank]}))
+      return makeError(llvm::formatv(
+          "this rank's start-up record (rendezvous key '{0}') was deleted "
+          "from the store: another process is writing into this job's store",
+          keys[rank]));
     for (int r = 0; r < worldSize; ++r)
       if (!store.check({keys[r]}))
         return lostRank(r, llvm::formatv("sent no start-up record within "

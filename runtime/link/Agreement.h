@@ -132,7 +132,10 @@ std::string firstDisagreement(const std::vector<Agreement> &records);
 /// them; every rank gets the same answer. Waits at most `timeout` for the
 /// others' records. Errors: firstDisagreement()'s line; "ranks disagree:
 /// rank R sent a malformed start-up record (WHY)"; "lost rank R (sent no
-/// start-up record within T s)"; the store's failures as thrown (c10::Error).
+/// start-up record within T s)"; "this rank's start-up record (rendezvous
+/// key 'ppc/agree/R') was deleted from the store: another process is
+/// writing into this job's store" (a rank never blames itself for its own
+/// record gone); the store's failures as thrown (c10::Error).
 llvm::Error agreeAcrossRanks(c10d::Store &store, int rank, int worldSize,
                              const Agreement &mine,
                              std::chrono::milliseconds timeout);

@@ -61,13 +61,16 @@ bool sameBytes(llvm::StringRef a, llvm::StringRef b) {
   return diff == 0;
 }
 
-/// The MAC's input: lengths first, so that no two (token, key, value)
-/// triples share one.
-std::vector<uint8_t> macInput(const std::string &token, const std::string &key,
+/// The MAC's input: lengths first, so that no two (token, session, key,
+/// value) tuples share one.
+std::vector<uint8_t> macInput(const std::string &token,
+                              const std::string &session,
+                              const std::string &key,
                               const std::vector<uint8_t> &value) {
-  std::string head = "ppc-rendezvous-v1\n" + std::to_string(token.size()) +
-                     ":" + token + "\n" + std::to_string(key.size()) + ":" +
-                     key + "\n" + std::to_string(value.size()) + ":";
+  std::string head = "ppc-rendezvous-v2\n" + std::to_string(token.size()) +
+                     ":" + token + "\n" + std::to_string(session.size()) + ":" +
+                     session + "\n" + std::to_string(key.size()) + ":" + key +
+                     "\n" + std::to_string(value.size()) + ":";
   std::vector<uint8_t> input(head.begin(), head.end());
   input.insert(input.end(), value.begin(), value.end());
   return input;
@@ -75,15 +78,16 @@ std::vector<uint8_t> macInput(const std::string &token, const std::string &key,
 } // namespace
 
 JobStore::JobStore(c10::intrusive_ptr<c10d::Store> inner, std::string secret,
-                   std::string jobToken, std::string where)
+                   std::string jobToken, std::string session, std::string where)
     : inner_(std::move(inner)), secret_(secret.begin(), secret.end()),
-      jobToken_(std::move(jobToken)), where_(std::move(where)) {
+      jobToken_(std::move(jobToken)), session_(std::move(session)),
+      where_(std::move(where)) {
   timeout_ = inner_->getTimeout();
 }
 
 std::vector<uint8_t> JobStore::seal(const std::string &key,
                                     const std::vector<uint8_t> &value) const {
-  auto mac = hmacSha256(secret_, macInput(jobToken_, key, value));
+  auto mac = hmacSha256(secret_, macInput(jobToken_, session_, key, value));
   std::string head =
       kSealTag.str() + llvm::toHex(mac, /*LowerCase=*/true) + " ";
   std::vector<uint8_t> sealed(head.begin(), head.end());
@@ -99,7 +103,7 @@ std::vector<uint8_t> JobStore::open(const std::string &key,
   if (text.size() >= headSize && text.startswith(kSealTag) &&
       text[headSize - 1] == ' ') {
     std::vector<uint8_t> value(stored.begin() + headSize, stored.end());
-    auto mac = hmacSha256(secret_, macInput(jobToken_, key, value));
+    auto mac = hmacSha256(secret_, macInput(jobToken_, session_, key, value));
     if (sameBytes(text.substr(kSealTag.size(), kMacHex),
                   llvm::toHex(mac, /*LowerCase=*/true)))
       return value;
@@ -107,8 +111,10 @@ std::vector<uint8_t> JobStore::open(const std::string &key,
   throw ForgedValueError("rendezvous key '" + printable(key) + "' at " +
                          where_ +
                          " was not written by this job (it fails the check "
-                         "against PPC_JOB_SECRET): another process is writing "
-                         "into this job's store");
+                         "against PPC_JOB_SECRET and this job's rendezvous "
+                         "nonces): it was replayed from another job, written "
+                         "by a rank given another secret, or another process "
+                         "is writing into this job's store");
 }
 
 void JobStore::set(const std::string &key, const std::vector<uint8_t> &value) {
@@ -171,7 +177,7 @@ void JobStore::setTimeout(const std::chrono::milliseconds &timeout) {
 c10::intrusive_ptr<c10d::Store> JobStore::clone() {
   return c10::make_intrusive<JobStore>(
       inner_->clone(), std::string(secret_.begin(), secret_.end()), jobToken_,
-      where_);
+      session_, where_);
 }
 #endif
 

@@ -37,24 +37,29 @@ struct ForgedValueError : std::runtime_error {
 
 /// A c10d::Store whose values are authenticated. A value is stored as
 /// "ppc-mac1 " + 64 hex digits + " " + the value; the MAC covers the job
-/// token, the key (as the wrapped store sees it, so prefixes on top of this
-/// store are covered) and the value, so a value cannot be moved to another
-/// key or replayed from another job. Contract:
+/// token, the job's session (a digest of nonces that every rank drew afresh
+/// at this rendezvous, runtime/link/Rendezvous.cpp), the key (as the wrapped
+/// store sees it, so prefixes on top of this store are covered) and the
+/// value, so a value cannot be moved to another key or replayed from
+/// another job, even one with the same secret and token. Contract:
 ///   - set(), compareSet(): the value is stored with its MAC;
 ///   - get(), compareSet()'s answer: a value without a valid MAC throws
 ///     ForgedValueError "rendezvous key 'KEY' at WHERE was not written by this
-///     job (it fails the check against PPC_JOB_SECRET): another process is
-///     writing into this job's store";
+///     job (it fails the check against PPC_JOB_SECRET and this job's
+///     rendezvous nonces): it was replayed from another job, written by a
+///     rank given another secret, or another process is writing into this
+///     job's store";
 ///   - add(), check(), wait(), deleteKey(), getNumKeys() pass through
 ///     unauthenticated: a counter's server-side sum cannot carry a MAC, so
 ///     ranks never act on a counter beyond a claim that can at worst fail
 ///     the job (a denial of service; docs/security.md).
 class JobStore : public c10d::Store {
 public:
-  /// `secret`: the job's secret (never stored or printed); `jobToken`:
+  /// `secret`: the job's secret (never stored or printed); `jobToken` and
+  /// `session` (the same on every rank of the job, fresh for each job):
   /// bound into every MAC; `where`: HOST:PORT for messages.
   JobStore(c10::intrusive_ptr<c10d::Store> inner, std::string secret,
-           std::string jobToken, std::string where);
+           std::string jobToken, std::string session, std::string where);
 
   void set(const std::string &key, const std::vector<uint8_t> &value) override;
   std::vector<uint8_t> compareSet(const std::string &key,
@@ -85,6 +90,7 @@ private:
   c10::intrusive_ptr<c10d::Store> inner_;
   std::vector<uint8_t> secret_;
   std::string jobToken_;
+  std::string session_;
   std::string where_;
 };
 

@@ -26,6 +26,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
 #include <condition_variable>
 #include <csignal>
@@ -33,6 +34,7 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <thread>
 
 namespace ppc {
@@ -385,8 +387,54 @@ std::string printableBytes(const std::vector<uint8_t> &bytes) {
 
 /// The rendezvous store's keys: "ppc/job" holds the job token of the job
 /// that claimed the store; "ppc/rank/R" counts the processes that claimed
-/// rank R. The process group's keys live under "ppc/group/".
+/// rank R, and "ppc/nonce/R" holds the nonce rank R drew (set before the
+/// count). The process group's keys live under "ppc/group/".
 std::string rankKey(int rank) { return "ppc/rank/" + std::to_string(rank); }
+std::string nonceKey(int rank) { return "ppc/nonce/" + std::to_string(rank); }
+
+/// Hex digits in a rank's nonce: 256 bits.
+constexpr size_t kNonceHex = 64;
+
+/// A nonce drawn afresh for this rank's rendezvous, in hex.
+std::string drawNonce() {
+  std::random_device device;
+  std::array<uint8_t, kNonceHex / 2> bytes;
+  for (size_t i = 0; i < bytes.size(); i += 4) {
+    uint32_t word = device();
+    for (size_t k = 0; k < 4; ++k)
+      bytes[i + k] = static_cast<uint8_t>(word >> (8 * k));
+  }
+  return llvm::toHex(bytes, /*LowerCase=*/true);
+}
+
+/// The job's session: a digest of every rank's nonce, read from the store
+/// once all ranks announced themselves. Each rank checks that its own slot
+/// still holds the nonce it drew, so that no rank computes the session of
+/// another job, and a value signed in another job (under the same secret
+/// and token) fails every rank's check (JobStore). The nonces are not
+/// secret. Throws StepError for a slot that does not hold a nonce, or no
+/// longer this rank's.
+std::string jobSession(c10d::Store &store, const LaunchEnv &env,
+                       const std::string &mine, const std::string &where) {
+  std::string all;
+  for (int r = 0; r < env.worldSize; ++r) {
+    std::vector<uint8_t> value = store.get(nonceKey(r));
+    std::string nonce(value.begin(), value.end());
+    bool isNonce = nonce.size() == kNonceHex && llvm::all_of(nonce, [](char c) {
+                     return llvm::isDigit(c) || (c >= 'a' && c <= 'f');
+                   });
+    if (!isNonce || (r == env.rank && nonce != mine))
+      throw StepError{Failure::other(llvm::formatv(
+          "rendezvous key '{0}' at {1} {2}: another process is writing into "
+          "this job's store",
+          nonceKey(r), where,
+          isNonce ? "no longer holds this rank's nonce" : "holds no nonce"))};
+    all += nonce;
+  }
+  std::vector<uint8_t> token(env.jobToken.begin(), env.jobToken.end());
+  std::vector<uint8_t> nonces(all.begin(), all.end());
+  return llvm::toHex(hmacSha256(token, nonces), /*LowerCase=*/true);
+}
 
 /// The steps of the rendezvous after the ranks have met, in order. Each
 /// rank records the one it enters under "ppc/progress/R" (through the
@@ -516,7 +564,12 @@ c10::intrusive_ptr<c10d::Store> meetRanks(const LaunchEnv &env,
         llvm::formatv("another job (job token '{0}') holds the rendezvous at "
                       "{1}; give each job its own MASTER_PORT",
                       printableBytes(holder), where))};
-  if (store->add(rankKey(env.rank), 1) != 1)
+  // The nonce goes in before the count, so that a rank that sees every
+  // count finds every nonce.
+  std::string nonce = drawNonce();
+  std::vector<uint8_t> mine(nonce.begin(), nonce.end());
+  if (store->compareSet(nonceKey(env.rank), {}, mine) != mine ||
+      store->add(rankKey(env.rank), 1) != 1)
     throw StepError{Failure::other(llvm::formatv(
         "RANK={0} joined the rendezvous at {1} twice: another job with the "
         "same job token uses this port (set PPC_JOB_TOKEN per job or give "
@@ -549,10 +602,12 @@ c10::intrusive_ptr<c10d::Store> meetRanks(const LaunchEnv &env,
                         others.empty() ? "" : others + " neither"))};
     }
   }
-  // From here on, every value a rank acts on is authenticated.
+  // From here on, every value a rank acts on is authenticated, and bound
+  // to this job's nonces.
   c10::intrusive_ptr<c10d::Store> job = store;
   if (!env.jobSecret.empty())
     job = c10::make_intrusive<JobStore>(store, env.jobSecret, env.jobToken,
+                                        jobSession(*store, env, nonce, where),
                                         where);
   recordProgress(*job, env, Step::Agree);
   // Before anything that could wait on a rank started differently.

@@ -45,8 +45,11 @@ private:
 /// about `timeout` (a blocking c10d call that outlives it is abandoned):
 ///   1. connect to the store (rank 0: serve it);
 ///   2. claim the store for env.jobToken, or find that another job holds it;
-///   3. announce this rank, refusing a rank that another process claimed;
-///   4. wait until every rank has announced itself, then exchange and
+///   3. announce this rank with a nonce it draws afresh, refusing a rank
+///      that another process claimed;
+///   4. wait until every rank has announced itself, bind the job's store
+///      (a JobStore, with a secret) to the digest of every rank's nonce,
+///      then exchange and
 ///      compare `agreement`, every rank's record of what must be alike
 ///      (runtime/link/Agreement.h);
 ///   5. connect the Gloo process group through the store, and the links of

@@ -4,6 +4,9 @@
 - a store client without PPC_JOB_SECRET that rewrites every key it can name,
   and forges a ring descriptor pointing at a file another process holds,
   makes the job fail with one line naming a key, and the file is untouched;
+- a rank's records copied from an earlier job with the same secret and job
+  token fail the check (the MACs bind every rank's fresh nonce);
+- a rank whose own start-up record is deleted says so, not that it is lost;
 - what such a client reads holds no trace of the secret;
 - ranks without a secret warn once, and `--link shm` then is refused;
 - a rank stopped (SIGSTOP) during the rendezvous is named by the others.
@@ -28,8 +31,10 @@ from common import (PPC, finish, free_port, libtorch_major, main, model_path,  #
 TIMEOUT = 5
 
 FORGED = re.compile(r"error: rendezvous key '(ppc/[^']+)' at 127\.0\.0\.1:(\d+) was not "
-                    r"written by this job \(it fails the check against PPC_JOB_SECRET\): "
-                    r"another process is writing into this job's store")
+                    r"written by this job \(it fails the check against PPC_JOB_SECRET and "
+                    r"this job's rendezvous nonces\): it was replayed from another job, "
+                    r"written by a rank given another secret, or another process is writing "
+                    r"into this job's store")
 
 
 def stopped(pid):
@@ -188,6 +193,64 @@ class RendezvousTrustTest(unittest.TestCase):
             self.assertEqual(m.group(2), str(port))
         self.assertEqual(snapshot(crafted), before)
         self.assertFalse(os.path.exists(os.path.join(self.tmp, "out.pt")))
+
+    def test_a_rank_replayed_from_an_earlier_job_with_the_same_secret_is_refused(self):
+        # Issue #45, class 1: ranks started by hand share one secret and the
+        # job token 'default', job after job. A store client copies job A's
+        # rank 1 (its nonce, agreement and progress records) into job B's
+        # store and counts it, so that B's rank 0 meets a rank that never ran.
+        import torch.distributed as dist
+        manifest = self.manifest(2)
+        agent = {"TORCHELASTIC_USE_AGENT_STORE": "True"}
+
+        def store():
+            port = free_port()
+            return port, dist.TCPStore("127.0.0.1", port, 1, True,
+                                       datetime.timedelta(seconds=30), wait_for_workers=False)
+
+        def args(job, micro):
+            return [PPC, "run", manifest, "--input", model_path("mlp", ".input.pt"), "--output",
+                    os.path.join(self.tmp, job + ".pt"), "--timeout", str(TIMEOUT),
+                    "--microbatches", str(micro)]
+
+        port_a, store_a = store()
+        job_a = [self.start(args("a", 2), rank_env(r, 2, port_a, **agent)) for r in range(2)]
+        for rc, _, err in finish(job_a, timeout=60):
+            self.assertEqual(rc, 0, err)
+        copied = {k: store_a.get(k) for k in ("ppc/nonce/1", "ppc/agree/1", "ppc/progress/1")}
+        port_b, store_b = store()
+        for key, value in copied.items():
+            store_b.set(key, value)
+        store_b.add("ppc/rank/1", 1)
+        rank0 = self.start(args("b", 4), rank_env(0, 2, port_b, **agent))
+        [(rc, _, err)] = finish([rank0], timeout=TIMEOUT * 4)
+        self.assertEqual(rc, 2, err)
+        errors = [line for line in err.splitlines() if line.startswith("error: ")]
+        self.assertEqual(len(errors), 1, err)
+        m = FORGED.fullmatch(errors[0])
+        self.assertIsNotNone(m, err)
+        self.assertEqual((m.group(1), m.group(2)), ("ppc/agree/1", str(port_b)))
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "b.pt")))
+
+    def test_a_rank_whose_own_record_is_deleted_does_not_blame_itself(self):
+        # Issue #45, class 7: a client stands in for rank 1 (its nonce and its
+        # count) and deletes rank 0's start-up record once it is there.
+        import torch.distributed as dist
+        port = free_port()
+        store = dist.TCPStore("127.0.0.1", port, 1, True, datetime.timedelta(seconds=30),
+                              wait_for_workers=False)
+        store.set("ppc/nonce/1", b"0" * 64)
+        store.add("ppc/rank/1", 1)
+        rank0 = self.start(self.run_args(self.manifest(2)),
+                           rank_env(0, 2, port, TORCHELASTIC_USE_AGENT_STORE="True"))
+        deadline = time.monotonic() + TIMEOUT * 4
+        while not has_key(store, "ppc/agree/0") and time.monotonic() < deadline:
+            pass
+        store.delete_key("ppc/agree/0")
+        [(rc, _, err)] = finish([rank0], timeout=TIMEOUT * 4)
+        self.assertEqual((rc, err), (2, "error: this rank's start-up record (rendezvous key "
+                                        "'ppc/agree/0') was deleted from the store: another "
+                                        "process is writing into this job's store\n"))
 
     def test_without_a_secret_ranks_warn_and_refuse_shm(self):
         port = free_port()

@@ -28,14 +28,18 @@ const char *kWhere = "127.0.0.1:29500";
 
 c10::intrusive_ptr<JobStore> jobStore(c10::intrusive_ptr<c10d::Store> inner,
                                       const char *secret = kSecret,
-                                      const char *token = "job-a") {
-  return c10::make_intrusive<JobStore>(std::move(inner), secret, token, kWhere);
+                                      const char *token = "job-a",
+                                      const char *session = "nonces-1") {
+  return c10::make_intrusive<JobStore>(std::move(inner), secret, token, session,
+                                       kWhere);
 }
 
 std::string forgedMessage(const std::string &key) {
   return "rendezvous key '" + key + "' at " + kWhere +
          " was not written by this job (it fails the check against "
-         "PPC_JOB_SECRET): another process is writing into this job's store";
+         "PPC_JOB_SECRET and this job's rendezvous nonces): it was replayed "
+         "from another job, written by a rank given another secret, or "
+         "another process is writing into this job's store";
 }
 
 /// The message of what `fn` throws, or "".
@@ -101,6 +105,11 @@ TEST(JobStoreTest, RefusesRewrittenMovedAndForeignValues) {
   auto sibling = jobStore(inner, kSecret, "job-b");
   sibling->set("ppc/d", bytes("x"));
   EXPECT_EQ(thrown([&] { store->get("ppc/d"); }), forgedMessage("ppc/d"));
+  // An earlier job with the same secret and token: its ranks drew other
+  // nonces (issue #45, class 1).
+  auto earlier = jobStore(inner, kSecret, "job-a", "nonces-0");
+  earlier->set("ppc/e", bytes("x"));
+  EXPECT_EQ(thrown([&] { store->get("ppc/e"); }), forgedMessage("ppc/e"));
   // A key's name is shown printable.
   inner->set("ppc/\n", bytes("x"));
   EXPECT_EQ(thrown([&] { store->get("ppc/\n"); }), forgedMessage("ppc/\\x0a"));
