@@ -5,6 +5,7 @@
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringRef.h"
+#include "llvm/Support/ConvertUTF.h"
 #include "llvm/Support/FormatVariadic.h"
 
 #include <optional>
@@ -38,6 +39,21 @@ std::string printable(llvm::StringRef raw, size_t limit) {
   }
   if (raw.size() > limit)
     out += "...";
+  return out;
+}
+
+std::string terminalText(llvm::StringRef text) {
+  const auto *begin = reinterpret_cast<const llvm::UTF8 *>(text.data());
+  bool utf8 = llvm::isLegalUTF8String(&begin, begin + text.size());
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte == 0x7f || (byte >= 0x80 && !utf8))
+      out += llvm::formatv("\\x{0:x-2}", byte).str();
+    else
+      out += c;
+  }
   return out;
 }
 

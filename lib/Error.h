@@ -74,6 +74,15 @@ llvm::Error makeOptionError(const llvm::Twine &field,
 /// (an ESC, a NUL, a newline that would split the error line).
 std::string printable(llvm::StringRef raw, size_t limit = 64);
 
+/// `text` as ppc prints it on a terminal line: every control byte (C0,
+/// newline and ESC included, and DEL) as \xHH, and, unless `text` is valid
+/// UTF-8, every non-ASCII byte too; the rest as it is. The one rule where
+/// ppc prints a line that may hold a name or path from outside (its error
+/// line, notes and warnings, `ppc inspect`), so that none can forge a line
+/// or drive the terminal, whichever message carries it. Idempotent on what
+/// printable() gives.
+std::string terminalText(llvm::StringRef text);
+
 /// Prefixes every message in `err` with `context: `, e.g. a file name. A
 /// TypedError keeps its type; any other error becomes a plain one.
 llvm::Error withContext(llvm::Error err, const llvm::Twine &context);

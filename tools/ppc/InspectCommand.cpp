@@ -2,6 +2,7 @@
 #include "tools/ppc/Commands.h"
 #include "tools/ppc/OptionChecks.h"
 
+#include "lib/Error.h"
 #include "lib/FileUtil.h"
 #include "lib/Manifest.h"
 #include "lib/OutputGuard.h"
@@ -19,14 +20,16 @@ namespace ppc {
 static std::string refString(const Manifest &m, const ValueRef &ref) {
   if (ref.isModelInput())
     return "input " + std::to_string(ref.modelInput) + " (" +
-           m.modelInputs[ref.modelInput].name + ")";
+           terminalText(m.modelInputs[ref.modelInput].name) + ")";
   return llvm::formatv("stage {0}.{1} ({2})", ref.stage, ref.output,
-                       m.output(ref).displayName());
+                       terminalText(m.output(ref).displayName()));
 }
 
-/// The readable name of a stage input: its source output's label.
-static const std::string &inputName(const Manifest &m, const StageInput &in) {
-  return in.source.isModelInput() ? in.name : m.output(in.source).displayName();
+/// The readable name of a stage input: its source output's label, shown
+/// as a terminal line may show it (a manifest is untrusted text).
+static std::string inputName(const Manifest &m, const StageInput &in) {
+  return terminalText(
+      in.source.isModelInput() ? in.name : m.output(in.source).displayName());
 }
 
 /// Where an input comes from, without repeating its name.
@@ -49,8 +52,8 @@ static void printState(const Manifest &m, llvm::raw_ostream &os) {
       std::vector<std::string> dims;
       for (int64_t d : t.shape)
         dims.push_back(std::to_string(d));
-      tensors.push_back(t.name + " " + t.dtype + " [" + llvm::join(dims, ", ") +
-                        "]");
+      tensors.push_back(terminalText(t.name) + " " + terminalText(t.dtype) +
+                        " [" + llvm::join(dims, ", ") + "]");
     }
     os << llvm::formatv("  stage {0}: {1}\n", s.index,
                         tensors.empty() ? "none" : llvm::join(tensors, ", "));
@@ -58,8 +61,9 @@ static void printState(const Manifest &m, llvm::raw_ostream &os) {
 }
 
 static void printTable(const Manifest &m, llvm::raw_ostream &os) {
-  os << llvm::formatv("model: {0} ({1} bytes, sha256 {2})\n", m.sourcePath,
-                      m.sourceSize, m.sourceSha256.substr(0, 12));
+  os << llvm::formatv("model: {0} ({1} bytes, sha256 {2})\n",
+                      terminalText(m.sourcePath), m.sourceSize,
+                      terminalText(m.sourceSha256.substr(0, 12)));
   double total = 0;
   for (const StageInfo &s : m.stages)
     total += s.predictedCost;
@@ -68,7 +72,7 @@ static void printTable(const Manifest &m, llvm::raw_ostream &os) {
                       "outputs");
   for (const StageInfo &s : m.stages)
     os << llvm::formatv("{0,-6} {1,-12} {2,12} {3,12} {4,7:f1}% {5,7} {6,8}\n",
-                        s.index, s.file, s.parameterCount,
+                        s.index, terminalText(s.file), s.parameterCount,
                         s.parameterBytes + s.bufferBytes,
                         total > 0 ? 100 * s.predictedCost / total : 0.0,
                         s.inputs.size(), s.outputs.size());
@@ -77,7 +81,7 @@ static void printTable(const Manifest &m, llvm::raw_ostream &os) {
     std::string shown =
         !s.modules           ? "not recorded (written by an older ppc split)"
         : s.modules->empty() ? "only code of the top-level forward"
-                             : describeModules(*s.modules);
+                             : terminalText(describeModules(*s.modules));
     os << llvm::formatv("  stage {0}: {1}\n", s.index, shown);
   }
   printState(m, os);
@@ -96,16 +100,18 @@ static void printTable(const Manifest &m, llvm::raw_ostream &os) {
   for (const TiedParameter &t : m.tiedParameters) {
     std::vector<std::string> uses;
     for (const auto &u : t.uses)
-      uses.push_back(llvm::formatv("stage {0}:{1}", u.stage, u.path));
+      uses.push_back(
+          llvm::formatv("stage {0}:{1}", u.stage, terminalText(u.path)));
     os << llvm::formatv("tied ({0} bytes): ", t.bytes) << llvm::join(uses, " ")
        << "\n";
   }
 }
 
-/// `text` inside a double-quoted Graphviz string.
+/// `text` inside a double-quoted Graphviz string, control bytes escaped as
+/// on a terminal line.
 static std::string dotEscape(llvm::StringRef text) {
   std::string out;
-  for (char c : text) {
+  for (char c : terminalText(text)) {
     if (c == '"' || c == '\\')
       out += '\\';
     out += c;
@@ -117,7 +123,7 @@ static void writeDot(const Manifest &m, llvm::raw_ostream &os) {
   os << "digraph stages {\n  rankdir=LR;\n  node [shape=box];\n";
   for (size_t i = 0; i < m.modelInputs.size(); ++i)
     os << llvm::formatv("  in{0} [shape=ellipse, label=\"{1}\"];\n", i,
-                        m.modelInputs[i].name);
+                        dotEscape(m.modelInputs[i].name));
   for (const StageInfo &s : m.stages)
     os << llvm::formatv("  s{0} [label=\"stage {0}\\n{1}{2} params\"];\n",
                         s.index,
@@ -175,7 +181,7 @@ Command addInspectCommand(CLI::App &parent) {
                         return llvm::Error::success();
                       }))
                 return err;
-              llvm::outs() << "wrote " << *dotPath << "\n";
+              llvm::outs() << "wrote " << terminalText(*dotPath) << "\n";
             }
             return 0;
           }};

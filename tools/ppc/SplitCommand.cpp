@@ -120,7 +120,8 @@ Command addSplitCommand(CLI::App &parent) {
               total += s.predictedCost;
             llvm::outs() << llvm::formatv(
                 "wrote {0} stages to {1} (cost model: {2})\n",
-                manifest->stages.size(), opts->outDir, manifest->costModel);
+                manifest->stages.size(), terminalText(opts->outDir),
+                manifest->costModel);
             for (const StageInfo &s : manifest->stages)
               llvm::outs() << llvm::formatv(
                   "  stage {0}: {1,5:f1}% of predicted cost, {2} parameters, "
@@ -133,15 +134,18 @@ Command addSplitCommand(CLI::App &parent) {
                                       formatBytes(result->stageMemory[s.index]),
                                       result->stageMemory[s.index])
                             .str(),
-                  s.beginsAt.empty() ? "" : " (begins at " + s.beginsAt + ")");
+                  s.beginsAt.empty()
+                      ? ""
+                      : " (begins at " + terminalText(s.beginsAt) + ")");
             for (const StageInfo &s : manifest->stages)
               if (s.modules && !s.modules->empty())
-                llvm::outs() << llvm::formatv("  stage {0} runs {1}\n", s.index,
-                                              describeModules(*s.modules));
+                llvm::outs()
+                    << llvm::formatv("  stage {0} runs {1}\n", s.index,
+                                     terminalText(describeModules(*s.modules)));
             for (const std::string &note : result->notes)
-              llvm::errs() << "note: " << note << "\n";
+              llvm::errs() << "note: " << terminalText(note) << "\n";
             for (const std::string &warning : result->warnings)
-              llvm::errs() << "warning: " << warning << "\n";
+              llvm::errs() << "warning: " << terminalText(warning) << "\n";
             return 0;
           }};
 }

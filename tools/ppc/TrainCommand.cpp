@@ -295,7 +295,7 @@ createTrainer(const TrainCommandOptions &o, const LaunchEnv &env,
     return trainer.takeError();
   Trainer &t = **trainer;
   if (!t.scheduleNote().empty() && t.jobRank() == 0 && !o.flags.quiet)
-    llvm::errs() << "note: " << t.scheduleNote() << "\n";
+    llvm::errs() << "note: " << terminalText(t.scheduleNote()) << "\n";
   if (o.flags.printSchedule) {
     t.printSchedule(llvm::outs());
     llvm::outs().flush();

@@ -24,9 +24,12 @@
 #include <vector>
 
 /// Prints "error: MESSAGE" as one write: a rank stopped by its launcher
-/// right after (another rank failed first) never leaves half a line.
+/// right after (another rank failed first) never leaves half a line. An
+/// error is one line, so whatever text from outside it carries (a path, a
+/// peer's name, a worker's error line the launcher reports) is shown with
+/// its control bytes escaped (terminalText()).
 static void printError(const std::string &message) {
-  std::string line = "error: " + message + "\n";
+  std::string line = "error: " + ppc::terminalText(message) + "\n";
   llvm::errs().write(line.data(), line.size());
   llvm::errs().flush();
 }
