@@ -2,7 +2,7 @@
 # The Python of the PyTorch 2.x configuration: the torch whose LibTorch ppc links, and the one that
 # exports the example and test models and computes the references the tests compare with.
 #
-#   scripts/python.sh BUILD_DIR      prints that Python's path as the last line of stdout
+#   scripts/python.sh BUILD_DIR      prints that Python's absolute path as the last line of stdout
 #
 # The first that applies:
 #   1. PPC_PYTHON (or its older name PPC_WHEEL_PYTHON): that Python; it must import torch 2.x.
@@ -21,7 +21,8 @@ set -euo pipefail
   echo "usage: scripts/python.sh BUILD_DIR" >&2
   exit 2
 }
-build=$1
+# Absolute, so that the printed path works outside the checkout too.
+build=$(realpath -m -- "$1")
 venv=$build/venv
 
 fail() {
@@ -40,6 +41,7 @@ note_missing() {
 
 given=${PPC_PYTHON:-${PPC_WHEEL_PYTHON:-}}
 if [ -n "$given" ]; then
+  [[ $given != */* ]] || given=$(realpath -s -- "$given")
   major=$(torch_major "$given")
   [ -n "$major" ] || fail "PPC_PYTHON=$given cannot import torch"
   [ "$major" -ge 2 ] || fail "PPC_PYTHON=$given has torch $major.x; the PyTorch 2.x configuration needs 2.x"

@@ -196,7 +196,7 @@ class ScheduleTest(unittest.TestCase):
         # 1f1b, 4 stages on 4 ranks, 8 microbatches: (p-1)/(m+p-1) = 3/11.
         out = ppc("schedule", "--schedule", "1f1b", "--stages", 4, "--microbatches", 8).stdout
         self.assertEqual(line(out, "bubble:"),
-                         "bubble: 27.3% (makespan 33, unit costs F=1 B=1 W=1)")
+                         "bubble: 27.3% (makespan 33, unit costs F=1 I=1 W=1)")
         self.assertEqual(line(out, "peak activations per rank:"),
                          "peak activations per rank: rank0=4 rank1=3 rank2=2 rank3=1")
         # Each rank sends its F outputs on (and B gradients back) once per microbatch.
@@ -205,16 +205,16 @@ class ScheduleTest(unittest.TestCase):
         # zb-h1: a third of 1f1b's idle time (3 of 9 per rank): 3/27.
         out = ppc("schedule", "--schedule", "zb-h1", "--stages", 4, "--microbatches", 8).stdout
         self.assertEqual(line(out, "bubble:"),
-                         "bubble: 11.1% (makespan 27, unit costs F=1 B=1 W=1)")
-        # Costs: the same for every stage, or one F,B,W per stage.
+                         "bubble: 11.1% (makespan 27, unit costs F=1 I=1 W=1)")
+        # Costs: the same for every stage, or one F,I,W per stage.
         out = ppc("schedule", "--schedule", "1f1b", "--stages", 2, "--microbatches", 2,
                   "--costs", "2,1,1").stdout
         self.assertEqual(line(out, "bubble:"),
-                         "bubble: 33.3% (makespan 12, costs F,B,W = 2,1,1)")
+                         "bubble: 33.3% (makespan 12, costs F,I,W = 2,1,1)")
         out = ppc("schedule", "--schedule", "1f1b", "--stages", 2, "--microbatches", 2,
                   "--costs", "1,1,1", "3,3,3").stdout
-        self.assertTrue(line(out, "bubble:").endswith("costs F,B,W = 1,1,1 3,3,3)"))
-        for bad, message in [(["1,1"], "'1,1' is not F,B,W"),
+        self.assertTrue(line(out, "bubble:").endswith("costs F,I,W = 1,1,1 3,3,3)"))
+        for bad, message in [(["1,1"], "'1,1' is not F,I,W"),
                              (["1,x,1"], "'1,x,1': 'x' is not a number in 0..1e+30"),
                              (["1,-1,1"], "'1,-1,1': -1 is not a number in 0..1e+30"),
                              (["1,1,1"] * 3, "takes one")]:
@@ -227,7 +227,7 @@ class ScheduleTest(unittest.TestCase):
         out = ppc("schedule", "--compare", "--stages", 4, "--ranks", 2,
                   "--microbatches", 8).stdout
         lines = out.splitlines()
-        self.assertEqual(lines[0], "4 stages on 2 ranks, 8 microbatches, unit costs F=1 B=1 W=1")
+        self.assertEqual(lines[0], "4 stages on 2 ranks, 8 microbatches, unit costs F=1 I=1 W=1")
         rows = {s.split()[0]: s.split()[1:] for s in lines[2:]}
         self.assertEqual(sorted(rows), sorted(ALL_KINDS))
         # Every schedule applies to 4 stages on 2 ranks; the V ones on the V.
@@ -252,7 +252,7 @@ class ScheduleTest(unittest.TestCase):
                   "--microbatches", 4).stdout
         self.assertIn("zbv: 2 stages on 1 ranks", out)
         self.assertRegex(line(out, "bubble:"), r"the manifest's params stage costs \(estimates; "
-                         r"ppc split --cost profile measures them\), B = W = F per stage\)$")
+                         r"ppc split --cost profile measures them\), I = W = F per stage\)$")
         self.expect_error(["--schedule", "1f1b", "--manifest", manifest, "--stages", 3,
                            "--microbatches", 2],
                           f"--stages 3 but manifest '{manifest}' has 2 stages")

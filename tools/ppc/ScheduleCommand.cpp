@@ -92,8 +92,8 @@ std::string placementChoicesHelp() {
   return out;
 }
 
-/// The stage costs of --costs: one "F,B,W" for every stage, or one per
-/// stage; with none, the manifest's predicted costs (F, and B = W = F, so a
+/// The stage costs of --costs: one "F,I,W" for every stage, or one per
+/// stage; with none, the manifest's predicted costs (F, and I = W = F, so a
 /// whole backward is twice the forward) when it has them, else unit costs.
 /// `described` receives how they were chosen, for the output.
 llvm::Expected<std::vector<StageCost>>
@@ -104,13 +104,13 @@ stageCosts(const ScheduleOptions &o, const std::optional<Manifest> &manifest,
     if (manifest)
       costs = manifestStageCosts(*manifest);
     described = costs.empty()
-                    ? "unit costs F=1 B=1 W=1"
-                    : manifestCostsSource(*manifest) + ", B = W = F per stage";
+                    ? "unit costs F=1 I=1 W=1"
+                    : manifestCostsSource(*manifest) + ", I = W = F per stage";
     return costs;
   }
   if (o.costs.size() != 1 && o.costs.size() != static_cast<size_t>(stages))
     return makeOptionError(
-        "costs", llvm::formatv("takes one F,B,W for every stage or one per "
+        "costs", llvm::formatv("takes one F,I,W for every stage or one per "
                                "stage ({0}); got {1}",
                                stages, o.costs.size())
                      .str());
@@ -120,7 +120,7 @@ stageCosts(const ScheduleOptions &o, const std::optional<Manifest> &manifest,
     if (parts.size() != 3)
       return makeOptionError(
           "costs", "'" + printable(text) +
-                       "' is not F,B,W: three numbers in 0..1e+30 (forward, "
+                       "' is not F,I,W: three numbers in 0..1e+30 (forward, "
                        "input gradients, weight gradients)");
     double v[3];
     for (size_t i = 0; i < 3; ++i)
@@ -132,7 +132,7 @@ stageCosts(const ScheduleOptions &o, const std::optional<Manifest> &manifest,
   }
   if (costs.size() == 1)
     costs.assign(stages, costs[0]);
-  described = "costs F,B,W = " + llvm::join(o.costs, " ");
+  described = "costs F,I,W = " + llvm::join(o.costs, " ");
   return costs;
 }
 
@@ -419,10 +419,10 @@ Command addScheduleCommand(CLI::App &parent) {
       ->type_name("FILE")
       ->check(pathOption());
   app->add_option("--costs", o->costs,
-                  "F,B,W: how long a stage's forward, input gradients and "
-                  "weight gradients take (a whole backward is B+W); one for "
+                  "F,I,W: how long a stage's forward, input gradients and "
+                  "weight gradients take (a whole backward B is I+W); one for "
                   "every stage or one per stage (default 1,1,1)")
-      ->type_name("F,B,W ...")
+      ->type_name("F,I,W ...")
       ->expected(1, kMaxGridStages);
   app->add_option("--csv", o->csvOut,
                   "Write the schedule to FILE as PyTorch's CSV")
