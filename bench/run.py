@@ -571,7 +571,7 @@ def bench_coalesce(cfg):
     carries ten wire tensors), 2 stages on 2 ranks, M one-row microbatches:
     messages per microbatch per stage and the time per microbatch (the
     trace span over M), coalesced (the default: one message per edge and
-    microbatch, runtime/link/WirePack.h) against PPC_COALESCE=0 (one message per
+    microbatch, runtime/exec/WirePack.h) against PPC_COALESCE=0 (one message per
     wire tensor), in interleaved rounds. Messages per microbatch: rank 0's
     messages_sent at M and M/2 (meta from the cache, so no headers; the
     start-up collectives cancel), divided by M/2."""

@@ -17,7 +17,7 @@
 #include "runtime/platform/MemoryMeter.h"
 #include "runtime/run/Pipeline.h"
 #include "runtime/schedule/ScheduleKind.h"
-#include "runtime/train/LossKind.h"
+#include "runtime/exec/LossKind.h"
 #include "runtime/train/OptimizerKind.h"
 #include "runtime/train/TrainData.h"
 #include "runtime/train/Trainer.h"

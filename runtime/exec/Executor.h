@@ -14,7 +14,7 @@
 //                 stage computes its microbatch loss here, as B would.
 //   SEND_F(e, m)  on an inferring microbatch first sends the edge's metadata
 //                 header (length, then the int64 words), then the values'
-//                 wire tensors as one message (runtime/link/WirePack.h: packed
+//                 wire tensors as one message (runtime/exec/WirePack.h: packed
 //                 into one buffer when there are several).
 //   RECV_F(e, m)  on an inferring microbatch first receives the header and
 //                 records it; then allocates the message's buffer from the
@@ -140,7 +140,7 @@ struct ExecutorPlan {
   /// Training only: where the loss is computed.
   std::optional<LossSpec> loss;
   /// Whether an edge's wire tensors cross as one message per microbatch
-  /// (runtime/link/WirePack.h); the rank context sets it from
+  /// (runtime/exec/WirePack.h); the rank context sets it from
   /// LaunchEnv::coalesce (off with PPC_COALESCE=0: one message per wire
   /// tensor, for measurement; docs/runtime.md).
   bool coalesce = true;

@@ -10,7 +10,7 @@
 
 #include "lib/Error.h"
 #include "runtime/exec/Trace.h"
-#include "runtime/link/WirePack.h"
+#include "runtime/exec/WirePack.h"
 
 #include "llvm/Support/FormatVariadic.h"
 

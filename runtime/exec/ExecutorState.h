@@ -20,7 +20,7 @@
 #define PPC_RUNTIME_EXEC_EXECUTORSTATE_H
 
 #include "runtime/exec/Executor.h"
-#include "runtime/link/WirePack.h"
+#include "runtime/exec/WirePack.h"
 
 #include "llvm/ADT/STLFunctionalExtras.h"
 #include "llvm/Support/Error.h"

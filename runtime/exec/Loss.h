@@ -26,7 +26,7 @@
 #ifndef PPC_RUNTIME_EXEC_LOSS_H
 #define PPC_RUNTIME_EXEC_LOSS_H
 
-#include "runtime/train/LossKind.h"
+#include "runtime/exec/LossKind.h"
 
 #include "llvm/ADT/Twine.h"
 #include "llvm/Support/Error.h"

@@ -88,7 +88,7 @@ Signature Signature::parse(llvm::StringRef text) {
 
 namespace {
 /// `t` alone, or a copy when it views a larger storage (a tensor carved out
-/// of a coalesced receive buffer, runtime/link/WirePack.h): torch.save writes a
+/// of a coalesced receive buffer, runtime/exec/WirePack.h): torch.save writes a
 /// tensor's whole storage, so an output file would hold the other values.
 at::Tensor compact(const at::Tensor &t) {
   return t.storage().nbytes() > t.nbytes() ? t.clone() : t;

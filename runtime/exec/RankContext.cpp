@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/exec/RankContext.h"
+#include "runtime/exec/StatusRecord.h"
 
 #include "lib/Error.h"
 #include "lib/ModelFormat.h"
@@ -76,6 +77,7 @@ RankContext::create(llvm::StringRef manifestPath, const LaunchEnv &jobEnv,
   // ahead of ppc's own error line; unless asked for, only fatal messages
   // pass.
   compat::setTorchLogging(options.torchLogs);
+  setStatusDirectory(jobEnv.statusDir);
   std::unique_ptr<RankContext> ctx(new RankContext());
   ctx->env_ = env;
   ctx->jobEnv_ = jobEnv;
@@ -142,7 +144,7 @@ llvm::Error RankContext::loadManifest() {
 }
 
 /// The version of what crosses between ranks (the messages' layout,
-/// runtime/link/WirePack.h and runtime/exec/ExecutorMessages.cpp): bumped
+/// runtime/exec/WirePack.h and runtime/exec/ExecutorMessages.cpp): bumped
 /// by a change that makes ranks of two ppc versions misread each other, so
 /// that such ranks stop at the agreement with one line instead.
 constexpr int kWireFormatVersion = 1;

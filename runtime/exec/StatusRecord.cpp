@@ -17,11 +17,20 @@
 #include <cstdlib>
 #include <fcntl.h>
 #include <memory>
+#include <mutex>
 #include <sys/stat.h>
 #include <unistd.h>
 
 namespace ppc {
 namespace {
+/// setStatusDirectory()'s: read by a rank that fails, after it was set.
+std::mutex statusDirMutex;
+std::string statusDir;
+
+std::string statusDirectory() {
+  std::lock_guard<std::mutex> lock(statusDirMutex);
+  return statusDir;
+}
 /// Says why this rank writes no status record (a rank fails once, so once).
 void warnNoRecord(const std::string &dir, const std::string &why) {
   llvm::errs() << "warning: not writing this rank's status record into "
@@ -48,10 +57,9 @@ struct OwnedFd {
 /// (O_EXCL, O_NOFOLLOW) after removing whatever had its name, so a link
 /// planted there is never written through and a FIFO never blocks.
 void writeStatusRecord(int jobRank, const llvm::json::Value &record) {
-  const char *env = std::getenv("PPC_STATUS_DIR");
-  if (!env || !*env)
+  std::string dirPath = statusDirectory();
+  if (dirPath.empty())
     return;
-  std::string dirPath = env;
   OwnedFd dir(
       ::open(dirPath.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   struct stat st;
@@ -102,6 +110,11 @@ void writeStatusRecord(int jobRank, const llvm::json::Value &record) {
     ::unlinkat(dir.fd, partial.c_str(), 0);
 }
 } // namespace
+
+void setStatusDirectory(const std::string &dir) {
+  std::lock_guard<std::mutex> lock(statusDirMutex);
+  statusDir = dir;
+}
 
 llvm::Error withPosition(llvm::Error err, int jobRank,
                          llvm::json::Object record,

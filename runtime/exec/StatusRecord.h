@@ -36,6 +36,12 @@
 
 namespace ppc {
 
+/// Where this process's ranks write their status records: LaunchEnv's
+/// statusDir (PPC_STATUS_DIR), set by RankContext::create; empty (the
+/// default): nowhere. One directory per process, as the environment it
+/// comes from is.
+void setStatusDirectory(const std::string &dir);
+
 /// The status record's "kind" of a rank waiting before a run of its
 /// schedule, and the position its line gives.
 inline constexpr const char *kBeforeRunKind = "before_run";

@@ -10,7 +10,6 @@
 #include "runtime/link/Collectives.h"
 
 #include "lib/Error.h"
-#include "runtime/schedule/Schedule.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -66,14 +65,6 @@ llvm::Expected<std::string> recvBytes(Transport &transport, int peer,
   return bytes;
 }
 } // namespace
-
-int allReduceChannel(const Schedule &schedule) {
-  return schedule.channelCount();
-}
-
-int pipelineChannelCount(const Schedule &schedule) {
-  return allReduceChannel(schedule) + 1;
-}
 
 llvm::Error agreeMin(Transport &transport, std::vector<int64_t> &values) {
   const int world = transport.worldSize();

@@ -11,7 +11,8 @@
 // order: the messages are matched by their order on their channel.
 //
 // agreeMin, broadcastBytes, gatherBytes and barrier use channel 0; the
-// all-reduce of tied gradients uses allReduceChannel().
+// all-reduce of tied gradients takes a channel of its own
+// (allReduceChannel(), runtime/schedule/Schedule.h).
 //
 //===----------------------------------------------------------------------===//
 #ifndef PPC_RUNTIME_LINK_COLLECTIVES_H
@@ -29,16 +30,6 @@
 #include <vector>
 
 namespace ppc {
-
-struct Schedule;
-
-/// The channel of the tied gradients' all-reduce: the one past the
-/// schedule's own channels.
-int allReduceChannel(const Schedule &schedule);
-
-/// The channels a rank running `schedule` sets up: the schedule's, plus
-/// allReduceChannel() (idle in inference; a channel costs nothing unused).
-int pipelineChannelCount(const Schedule &schedule);
 
 /// Every rank passes `values` (same length on all ranks); every rank gets
 /// the element-wise minimum, through rank 0. Errors: LostRankError.

@@ -9,10 +9,14 @@
 
 #include "lib/Error.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/SHA256.h"
 
+#include <array>
 #include <cstring>
+#include <random>
 
 namespace ppc {
 
@@ -76,6 +80,49 @@ std::vector<uint8_t> macInput(const std::string &token,
   return input;
 }
 } // namespace
+
+std::string nonceKey(int rank) { return "ppc/nonce/" + std::to_string(rank); }
+
+namespace {
+/// Hex digits in a rank's nonce: 256 bits.
+constexpr size_t kNonceHex = 64;
+} // namespace
+
+std::string drawNonce() {
+  std::random_device device;
+  std::array<uint8_t, kNonceHex / 2> bytes;
+  for (size_t i = 0; i < bytes.size(); i += 4) {
+    uint32_t word = device();
+    for (size_t k = 0; k < 4; ++k)
+      bytes[i + k] = static_cast<uint8_t>(word >> (8 * k));
+  }
+  return llvm::toHex(bytes, /*LowerCase=*/true);
+}
+
+llvm::Expected<std::string> jobSession(c10d::Store &store, int rank,
+                                       int worldSize,
+                                       const std::string &jobToken,
+                                       const std::string &mine,
+                                       const std::string &where) {
+  std::string all;
+  for (int r = 0; r < worldSize; ++r) {
+    std::vector<uint8_t> value = store.get(nonceKey(r));
+    std::string nonce(value.begin(), value.end());
+    bool isNonce = nonce.size() == kNonceHex && llvm::all_of(nonce, [](char c) {
+                     return llvm::isDigit(c) || (c >= 'a' && c <= 'f');
+                   });
+    if (!isNonce || (r == rank && nonce != mine))
+      return makeError(llvm::formatv(
+          "rendezvous key '{0}' at {1} {2}: another process is writing into "
+          "this job's store",
+          nonceKey(r), where,
+          isNonce ? "no longer holds this rank's nonce" : "holds no nonce"));
+    all += nonce;
+  }
+  std::vector<uint8_t> token(jobToken.begin(), jobToken.end());
+  std::vector<uint8_t> nonces(all.begin(), all.end());
+  return llvm::toHex(hmacSha256(token, nonces), /*LowerCase=*/true);
+}
 
 JobStore::JobStore(c10::intrusive_ptr<c10d::Store> inner, std::string secret,
                    std::string jobToken, std::string session, std::string where)

@@ -16,6 +16,7 @@
 
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
 
 #include <array>
 #include <cstdint>
@@ -28,6 +29,29 @@ namespace ppc {
 /// HMAC-SHA256 (RFC 2104 over FIPS 180-4) of `message` under `key`.
 std::array<uint8_t, 32> hmacSha256(llvm::ArrayRef<uint8_t> key,
                                    llvm::ArrayRef<uint8_t> message);
+
+/// The store key of rank `rank`'s rendezvous nonce: "ppc/nonce/R".
+std::string nonceKey(int rank);
+
+/// A nonce drawn afresh for this rank's rendezvous: 256 bits, in hex.
+std::string drawNonce();
+
+/// The job's session, bound into every JobStore MAC: a digest of every
+/// rank's nonce (nonceKey(0..worldSize-1), set before each rank counted
+/// itself in), read once all ranks have. Rank `rank` checks that its own
+/// slot still holds `mine`, the nonce it drew, so that no rank computes
+/// another run's session, and a value signed in another run (under the same
+/// secret and `jobToken`) fails every rank's check. The nonces are not
+/// secret. Errors, one line each (`where`: HOST:PORT):
+///   "rendezvous key 'ppc/nonce/1' at WHERE holds no nonce: another process
+///    is writing into this job's store"
+///   "rendezvous key 'ppc/nonce/0' at WHERE no longer holds this rank's
+///    nonce: another process is writing into this job's store"
+llvm::Expected<std::string> jobSession(c10d::Store &store, int rank,
+                                       int worldSize,
+                                       const std::string &jobToken,
+                                       const std::string &mine,
+                                       const std::string &where);
 
 /// A value in the store that this job's secret does not vouch for. Its
 /// message is the whole one-line error (see JobStore).

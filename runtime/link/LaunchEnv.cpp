@@ -37,6 +37,12 @@ llvm::Error readKnobs(llvm::function_ref<const char *(const char *)> get,
   env.blasWarned = get("PPC_BLAS_WARNED") != nullptr;
   if (const char *stop = get("PPC_TEST_RENDEZVOUS_STOP"))
     env.testStopAt = stop;
+  if (const char *dir = get("PPC_STATUS_DIR"))
+    env.statusDir = dir;
+  if (const char *ifname = get("GLOO_SOCKET_IFNAME"))
+    env.glooSocketIfname = ifname;
+  if (const char *visible = get("CUDA_VISIBLE_DEVICES"))
+    env.cudaVisibleDevices = visible;
   return llvm::Error::success();
 }
 } // namespace

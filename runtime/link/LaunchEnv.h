@@ -13,6 +13,7 @@
 #include "llvm/Support/Error.h"
 
 #include <functional>
+#include <optional>
 #include <string>
 
 namespace ppc {
@@ -43,7 +44,7 @@ struct LaunchEnv {
   /// memory; docs/runtime.md, "Links"). Empty: the machine's own.
   std::string hostId;
   /// Whether an edge's wire tensors cross as one message per microbatch
-  /// (runtime/link/WirePack.h): false only with PPC_COALESCE=0, one message
+  /// (runtime/exec/WirePack.h): false only with PPC_COALESCE=0, one message
   /// per wire tensor, for measurement (docs/runtime.md).
   bool coalesce = true;
   /// Whether `ppc train --data-parallel` starts each stage's gradient
@@ -59,11 +60,21 @@ struct LaunchEnv {
   /// (SIGSTOP) as it enters rendezvous step STEP ("agree", "group"), as a
   /// person or a debugger may stop it (tests/cli/test_rendezvous_trust.py).
   std::string testStopAt;
+  /// GLOO_SOCKET_IFNAME: the interface(s) Gloo's pairs use (the first);
+  /// empty: the local address that reaches MASTER_ADDR.
+  std::string glooSocketIfname;
+  /// CUDA_VISIBLE_DEVICES as given, for a message when no GPU is seen;
+  /// nullopt when unset.
+  std::optional<std::string> cudaVisibleDevices;
+  /// PPC_STATUS_DIR: where a rank that times out writes its status record
+  /// (runtime/exec/StatusRecord.h; ppc launch sets it); empty: nowhere.
+  std::string statusDir;
 
   /// Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
   /// MASTER_PORT, TORCHELASTIC_USE_AGENT_STORE, PPC_JOB_TOKEN, PPC_JOB_SECRET,
-  /// PPC_HOST_ID, PPC_OVERLAP_ALLREDUCE,
-  /// PPC_COALESCE and PPC_BLAS_WARNED through `getenv` (the process
+  /// PPC_HOST_ID, PPC_OVERLAP_ALLREDUCE, PPC_COALESCE, PPC_BLAS_WARNED,
+  /// PPC_STATUS_DIR, GLOO_SOCKET_IFNAME and CUDA_VISIBLE_DEVICES (every
+  /// variable the runtime reads) through `getenv` (the process
   /// environment by default). RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT
   /// are required; LOCAL_RANK defaults to RANK and LOCAL_WORLD_SIZE to
   /// WORLD_SIZE. Every number must fit an int (ranks from 0, sizes from 1,

@@ -20,7 +20,7 @@
 // 2.x alike):
 //   - Compute: every stage's kernels, the wire copies (toWire's .to() and
 //     .contiguous(), the packing of an edge's tensors into one buffer,
-//     runtime/link/WirePack.h) and the allocation of receive buffers run on the
+//     runtime/exec/WirePack.h) and the allocation of receive buffers run on the
 //     thread's current CUDA stream, the compute stream.
 //   - Communication: each group owns an NCCL stream. A send or receive first
 //     makes that stream wait on an event recorded on the compute stream (so

@@ -26,7 +26,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <array>
 #include <cerrno>
 #include <condition_variable>
 #include <csignal>
@@ -34,7 +33,6 @@
 #include <functional>
 #include <mutex>
 #include <optional>
-#include <random>
 #include <thread>
 
 namespace ppc {
@@ -388,53 +386,9 @@ std::string printableBytes(const std::vector<uint8_t> &bytes) {
 /// The rendezvous store's keys: "ppc/job" holds the job token of the job
 /// that claimed the store; "ppc/rank/R" counts the processes that claimed
 /// rank R, and "ppc/nonce/R" holds the nonce rank R drew (set before the
-/// count). The process group's keys live under "ppc/group/".
+/// count; runtime/link/JobStore.h). The process group's keys live under
+/// "ppc/group/".
 std::string rankKey(int rank) { return "ppc/rank/" + std::to_string(rank); }
-std::string nonceKey(int rank) { return "ppc/nonce/" + std::to_string(rank); }
-
-/// Hex digits in a rank's nonce: 256 bits.
-constexpr size_t kNonceHex = 64;
-
-/// A nonce drawn afresh for this rank's rendezvous, in hex.
-std::string drawNonce() {
-  std::random_device device;
-  std::array<uint8_t, kNonceHex / 2> bytes;
-  for (size_t i = 0; i < bytes.size(); i += 4) {
-    uint32_t word = device();
-    for (size_t k = 0; k < 4; ++k)
-      bytes[i + k] = static_cast<uint8_t>(word >> (8 * k));
-  }
-  return llvm::toHex(bytes, /*LowerCase=*/true);
-}
-
-/// The job's session: a digest of every rank's nonce, read from the store
-/// once all ranks announced themselves. Each rank checks that its own slot
-/// still holds the nonce it drew, so that no rank computes the session of
-/// another job, and a value signed in another job (under the same secret
-/// and token) fails every rank's check (JobStore). The nonces are not
-/// secret. Throws StepError for a slot that does not hold a nonce, or no
-/// longer this rank's.
-std::string jobSession(c10d::Store &store, const LaunchEnv &env,
-                       const std::string &mine, const std::string &where) {
-  std::string all;
-  for (int r = 0; r < env.worldSize; ++r) {
-    std::vector<uint8_t> value = store.get(nonceKey(r));
-    std::string nonce(value.begin(), value.end());
-    bool isNonce = nonce.size() == kNonceHex && llvm::all_of(nonce, [](char c) {
-                     return llvm::isDigit(c) || (c >= 'a' && c <= 'f');
-                   });
-    if (!isNonce || (r == env.rank && nonce != mine))
-      throw StepError{Failure::other(llvm::formatv(
-          "rendezvous key '{0}' at {1} {2}: another process is writing into "
-          "this job's store",
-          nonceKey(r), where,
-          isNonce ? "no longer holds this rank's nonce" : "holds no nonce"))};
-    all += nonce;
-  }
-  std::vector<uint8_t> token(env.jobToken.begin(), env.jobToken.end());
-  std::vector<uint8_t> nonces(all.begin(), all.end());
-  return llvm::toHex(hmacSha256(token, nonces), /*LowerCase=*/true);
-}
 
 /// The steps of the rendezvous after the ranks have met, in order. Each
 /// rank records the one it enters under "ppc/progress/R" (through the
@@ -442,8 +396,8 @@ std::string jobSession(c10d::Store &store, const LaunchEnv &env,
 /// out can name a rank that stayed behind.
 enum class Step { Announced, Agree, Group, Connected };
 
-/// Each step's name in the store and in PPC_TEST_RENDEZVOUS_STOP
-/// (LaunchEnv::testStopAt), and its words in errors, by Step.
+/// Each step's name in the store and in LaunchEnv::testStopAt, and its
+/// words in errors, by Step.
 struct StepInfo {
   llvm::StringRef name, text;
 };
@@ -605,10 +559,14 @@ c10::intrusive_ptr<c10d::Store> meetRanks(const LaunchEnv &env,
   // From here on, every value a rank acts on is authenticated, and bound
   // to this job's nonces.
   c10::intrusive_ptr<c10d::Store> job = store;
-  if (!env.jobSecret.empty())
+  if (!env.jobSecret.empty()) {
+    auto session =
+        jobSession(*store, env.rank, env.worldSize, env.jobToken, nonce, where);
+    if (!session)
+      throw StepError{Failure::other(llvm::toString(session.takeError()))};
     job = c10::make_intrusive<JobStore>(store, env.jobSecret, env.jobToken,
-                                        jobSession(*store, env, nonce, where),
-                                        where);
+                                        *session, where);
+  }
   recordProgress(*job, env, Step::Agree);
   // Before anything that could wait on a rank started differently.
   if (llvm::Error err = agreeAcrossRanks(*job, env.rank, env.worldSize,
@@ -686,9 +644,9 @@ void waitForNamers(const LaunchEnv &env, c10::intrusive_ptr<c10d::Store> job,
 /// else on the local address that reaches MASTER_ADDR.
 llvm::Expected<std::shared_ptr<::gloo::transport::Device>>
 glooDevice(const LaunchEnv &env, const std::string &where) {
-  if (const char *ifname = std::getenv("GLOO_SOCKET_IFNAME");
-      ifname && *ifname) {
-    std::string first = llvm::StringRef(ifname).split(',').first.str();
+  if (!env.glooSocketIfname.empty()) {
+    std::string first =
+        llvm::StringRef(env.glooSocketIfname).split(',').first.str();
     return torchCall(where,
                      [&] { return compat::makeGlooDeviceForInterface(first); });
   }
@@ -721,15 +679,15 @@ llvm::Error checkCudaDevice(const LaunchEnv &env) {
 #else
   int64_t gpus = static_cast<int64_t>(torch::cuda::device_count());
   if (gpus == 0) {
-    const char *visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    const std::optional<std::string> &visible = env.cudaVisibleDevices;
     return makeError(
-        llvm::formatv(
-            "{0}: rank {1} sees no GPU{2}; use "
-            "--device cpu",
-            what, env.rank,
-            visible
-                ? llvm::formatv(" (CUDA_VISIBLE_DEVICES='{0}')", visible).str()
-                : std::string())
+        llvm::formatv("{0}: rank {1} sees no GPU{2}; use "
+                      "--device cpu",
+                      what, env.rank,
+                      visible ? llvm::formatv(" (CUDA_VISIBLE_DEVICES='{0}')",
+                                              printable(*visible))
+                                    .str()
+                              : std::string())
             .str());
   }
   if (env.localWorldSize > gpus || env.localRank >= gpus)

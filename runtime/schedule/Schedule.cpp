@@ -146,6 +146,14 @@ int Schedule::channelCount() const {
   return 1 + (training ? 2 * n : n) + (tokens ? 1 : 0);
 }
 
+int allReduceChannel(const Schedule &schedule) {
+  return schedule.channelCount();
+}
+
+int pipelineChannelCount(const Schedule &schedule) {
+  return allReduceChannel(schedule) + 1;
+}
+
 int channelOf(const Schedule &schedule, const Action &action) {
   switch (action.kind) {
   case ActionKind::SendF:

@@ -157,6 +157,14 @@ struct Schedule {
   int channelCount() const;
 };
 
+/// The channel of the tied gradients' all-reduce (link/Collectives.h): the
+/// one past the schedule's own channels.
+int allReduceChannel(const Schedule &schedule);
+
+/// The channels a rank running `schedule` sets up: the schedule's, plus
+/// allReduceChannel() (idle in inference; a channel costs nothing unused).
+int pipelineChannelCount(const Schedule &schedule);
+
 /// The channel of a SEND_F/RECV_F (edge+1), SEND_B/RECV_B (1 +
 /// edges.size() + edge) or SEND_TOK/RECV_TOK (the last); -1 for any other
 /// action.

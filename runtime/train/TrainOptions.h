@@ -12,7 +12,7 @@
 #define PPC_RUNTIME_TRAIN_TRAINOPTIONS_H
 
 #include "runtime/exec/RunOptions.h"
-#include "runtime/train/LossKind.h"
+#include "runtime/exec/LossKind.h"
 #include "runtime/train/LrSchedule.h"
 #include "runtime/train/OptimizerKind.h"
 

@@ -8,7 +8,7 @@
 
 #include "runtime/exec/Precision.h"
 #include "runtime/schedule/ScheduleKind.h"
-#include "runtime/train/LossKind.h"
+#include "runtime/exec/LossKind.h"
 #include "runtime/train/LrSchedule.h"
 #include "runtime/train/OptimizerKind.h"
 #include "tools/ppc/OptionChecks.h"

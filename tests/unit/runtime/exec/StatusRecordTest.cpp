@@ -24,17 +24,18 @@
 namespace ppc {
 namespace {
 
-/// PPC_STATUS_DIR set to a fresh private directory for the test's life.
+/// The status directory (LaunchEnv::statusDir, PPC_STATUS_DIR) set to a
+/// fresh private directory for the test's life.
 class StatusRecordTest : public ::testing::Test {
 protected:
   void SetUp() override {
     ASSERT_FALSE(llvm::sys::fs::createUniqueDirectory("ppc-status", dir));
     // Private whatever the umask: a rank writes only into such a directory.
     ASSERT_EQ(::chmod(dir.c_str(), 0700), 0);
-    ::setenv("PPC_STATUS_DIR", dir.c_str(), 1);
+    setStatusDirectory(std::string(dir));
   }
   void TearDown() override {
-    ::unsetenv("PPC_STATUS_DIR");
+    setStatusDirectory("");
     llvm::sys::fs::remove_directories(dir);
   }
   std::string record(int rank) {
@@ -124,7 +125,7 @@ TEST_F(StatusRecordTest, OnlyAPrivateDirectoryOfThisUserIsWrittenInto) {
   ASSERT_EQ(::chmod(dir.c_str(), 0700), 0);
   std::string link = std::string(dir) + ".link";
   ASSERT_EQ(::symlink(dir.c_str(), link.c_str()), 0);
-  ::setenv("PPC_STATUS_DIR", link.c_str(), 1);
+  setStatusDirectory(link);
   EXPECT_EQ(loseRankOne(), "warning: not writing this rank's status record "
                            "into PPC_STATUS_DIR '" +
                                link + "': it is a symbolic link\n");

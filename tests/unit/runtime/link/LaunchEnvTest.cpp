@@ -195,3 +195,22 @@ TEST(LaunchEnvTest, OverlapAllReduce) {
   ASSERT_TRUE(static_cast<bool>(env));
   EXPECT_TRUE(env->overlapAllReduce);
 }
+
+TEST(LaunchEnvTest, ReadsTheRuntimesOtherVariables) {
+  // Every variable the runtime reads is read here (scripts/check_layers.py
+  // holds the rest of runtime/ to that).
+  auto env = parse(good());
+  ASSERT_TRUE(static_cast<bool>(env));
+  EXPECT_EQ(env->statusDir, "");
+  EXPECT_EQ(env->glooSocketIfname, "");
+  EXPECT_FALSE(env->cudaVisibleDevices.has_value());
+  auto vars = good();
+  vars["PPC_STATUS_DIR"] = "/tmp/status";
+  vars["GLOO_SOCKET_IFNAME"] = "eth1,eth2";
+  vars["CUDA_VISIBLE_DEVICES"] = "";
+  env = parse(vars);
+  ASSERT_TRUE(static_cast<bool>(env));
+  EXPECT_EQ(env->statusDir, "/tmp/status");
+  EXPECT_EQ(env->glooSocketIfname, "eth1,eth2");
+  EXPECT_EQ(env->cudaVisibleDevices, std::optional<std::string>(""));
+}

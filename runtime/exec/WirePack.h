@@ -1,4 +1,4 @@
-//===- runtime/link/WirePack.h - An edge's wire tensors as one message ----===//
+//===- runtime/exec/WirePack.h - An edge's wire tensors as one message ----===//
 //
 // Coalescing: the wire tensors (runtime/exec/TensorMeta.h) of all the values
 // one edge carries in one microbatch, or of all the gradients it carries back,
@@ -17,8 +17,8 @@
 // Empty wire tensors never cross; both sides allocate them alone.
 //
 //===----------------------------------------------------------------------===//
-#ifndef PPC_RUNTIME_LINK_WIREPACK_H
-#define PPC_RUNTIME_LINK_WIREPACK_H
+#ifndef PPC_RUNTIME_EXEC_WIREPACK_H
+#define PPC_RUNTIME_EXEC_WIREPACK_H
 
 #include "runtime/exec/TensorMeta.h"
 
@@ -79,4 +79,4 @@ llvm::Expected<WireMessage> allocateMessage(llvm::ArrayRef<WireShape> shapes,
 
 } // namespace ppc
 
-#endif // PPC_RUNTIME_LINK_WIREPACK_H
+#endif // PPC_RUNTIME_EXEC_WIREPACK_H

@@ -1,12 +1,12 @@
-//===- runtime/train/LossKind.h - The training losses by name ---*- C++ -*-===//
+//===- runtime/exec/LossKind.h - The training losses by name ---*- C++ -*-===//
 //
 // The losses `ppc train` and Trainer offer, listed in LossKinds.def. Part of
 // libppc_runtime's public API (TrainOptions names one); the executor
 // computes them, so they live apart from the trainer.
 //
 //===----------------------------------------------------------------------===//
-#ifndef PPC_RUNTIME_TRAIN_LOSSKIND_H
-#define PPC_RUNTIME_TRAIN_LOSSKIND_H
+#ifndef PPC_RUNTIME_EXEC_LOSSKIND_H
+#define PPC_RUNTIME_EXEC_LOSSKIND_H
 
 #include "llvm/ADT/StringRef.h"
 
@@ -18,13 +18,13 @@ namespace ppc {
 /// causal-LM loss (runtime/exec/Loss.h says how each reduces).
 enum class LossKind {
 #define PPC_LOSS(Kind, Name) Kind,
-#include "runtime/train/LossKinds.def"
+#include "runtime/exec/LossKinds.def"
 };
 
 /// Every loss, in LossKinds.def's order.
 inline constexpr LossKind kAllLossKinds[] = {
 #define PPC_LOSS(Kind, Name) LossKind::Kind,
-#include "runtime/train/LossKinds.def"
+#include "runtime/exec/LossKinds.def"
 };
 
 /// "mse" / "cross_entropy" / "causal_lm".
@@ -33,7 +33,7 @@ inline llvm::StringRef lossName(LossKind kind) {
 #define PPC_LOSS(Kind, Name)                                                   \
   case LossKind::Kind:                                                         \
     return Name;
-#include "runtime/train/LossKinds.def"
+#include "runtime/exec/LossKinds.def"
   }
   return "";
 }
@@ -48,4 +48,4 @@ inline std::optional<LossKind> parseLossName(llvm::StringRef name) {
 
 } // namespace ppc
 
-#endif // PPC_RUNTIME_TRAIN_LOSSKIND_H
+#endif // PPC_RUNTIME_EXEC_LOSSKIND_H

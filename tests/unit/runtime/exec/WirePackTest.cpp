@@ -1,4 +1,4 @@
-//===- tests/unit/runtime/link/WirePackTest.cpp ---------------------------===//
+//===- tests/unit/runtime/exec/WirePackTest.cpp ---------------------------===//
 //
 // An edge's values as one message.
 //
@@ -8,7 +8,7 @@
 // packed, and a write into one view changes no other.
 //
 //===----------------------------------------------------------------------===//
-#include "runtime/link/WirePack.h"
+#include "runtime/exec/WirePack.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>

@@ -1,9 +1,9 @@
-//===- runtime/link/WirePack.cpp - An edge's wire tensors as one message --===//
+//===- runtime/exec/WirePack.cpp - An edge's wire tensors as one message --===//
 //
 // This file implements the packing of WirePack.h.
 //
 //===----------------------------------------------------------------------===//
-#include "runtime/link/WirePack.h"
+#include "runtime/exec/WirePack.h"
 
 #include "lib/Error.h"
 

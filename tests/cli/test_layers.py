@@ -1,0 +1,91 @@
+#!/usr/bin/python3
+"""Tests that the build holds the layers docs/architecture.md draws (issue
+#40): scripts/check_layers.py passes on the tree, and fails, naming the
+line, on a planted upward #include, on an edge the doc lists that nothing
+uses, on an environment read outside LaunchEnv, and on a file over 900
+lines.
+
+Env: none (reads the checkout).
+"""
+import os
+import shutil
+import subprocess
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import ROOT, main, tmpdir  # noqa: E402
+
+CHECK = os.path.join(ROOT, "scripts", "check_layers.py")
+
+
+def check(root):
+    return subprocess.run([sys.executable, CHECK, root], capture_output=True, text=True,
+                          timeout=120)
+
+
+class LayersTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tmpdir(self)
+
+    def copy(self):
+        """The parts and the doc, copied into a scratch checkout."""
+        root = os.path.join(self.tmp, "tree")
+        for d in ("lib", "passes", "runtime", "tools", "include"):
+            shutil.copytree(os.path.join(ROOT, d), os.path.join(root, d))
+        os.makedirs(os.path.join(root, "docs"))
+        shutil.copy(os.path.join(ROOT, "docs", "architecture.md"), os.path.join(root, "docs"))
+        return root
+
+    def append(self, root, path, text):
+        with open(os.path.join(root, path), "a") as f:
+            f.write(text)
+
+    def errors(self, root):
+        r = check(root)
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        return r.stdout.splitlines()
+
+    def test_the_tree_keeps_the_layers(self):
+        r = check(ROOT)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertRegex(r.stdout, r"^check_layers: \d+ parts, \d+ edges, every include an "
+                                   r"edge of the graph\n$")
+
+    def test_a_planted_upward_include_fails(self):
+        root = self.copy()
+        with open(os.path.join(root, "runtime", "link", "Link.cpp")) as f:
+            lines = len(f.read().splitlines())
+        self.append(root, "runtime/link/Link.cpp", '#include "runtime/train/Trainer.h"\n')
+        self.assertEqual(self.errors(root), [
+            'error: runtime/link/Link.cpp:%d: runtime/link includes '
+            '"runtime/train/Trainer.h" (runtime/train), not an edge of the part graph in '
+            'docs/architecture.md' % (lines + 1)])
+
+    def test_the_doc_and_the_code_must_agree(self):
+        root = self.copy()
+        doc = os.path.join(root, "docs", "architecture.md")
+        with open(doc) as f:
+            text = f.read()
+        text = text.replace("runtime/schedule -> lib\n",
+                            "runtime/schedule -> lib runtime/platform\n", 1)
+        with open(doc, "w") as f:
+            f.write(text)
+        self.assertEqual(self.errors(root), [
+            "error: docs/architecture.md: the part graph's edge runtime/schedule -> "
+            "runtime/platform is used by no #include"])
+
+    def test_environment_reads_and_long_files_fail(self):
+        root = self.copy()
+        self.append(root, "runtime/exec/Trace.cpp", 'static const char *x = getenv("X");\n'
+                    + "\n" * 900)
+        errors = self.errors(root)
+        self.assertEqual(len(errors), 2, errors)
+        self.assertRegex(errors[0], r"^error: runtime/exec/Trace\.cpp has \d+ lines, over the "
+                                    r"limit of 900$")
+        self.assertRegex(errors[1], r"^error: runtime/exec/Trace\.cpp:\d+: reads the "
+                                    r"environment outside runtime/link/LaunchEnv")
+
+
+if __name__ == "__main__":
+    main()
