@@ -116,6 +116,15 @@ public:
     return std::nullopt;
   }
 
+  /// The shape `model`'s file records for `value` at the example it was
+  /// made with: as staticShape(), with each dynamic dimension at its
+  /// example value (a .pt2 symbol's hint); nullopt when the file records
+  /// none, or a dimension without its example value.
+  virtual std::optional<std::vector<int64_t>>
+  exampleShape(const ModelGraph &model, const torch::jit::Value &value) const {
+    return std::nullopt;
+  }
+
   /// Pays the format's one-time costs of running in this process now (a
   /// rank calls it while loading its stages); never fails.
   virtual void warmUp() const = 0;

@@ -161,6 +161,21 @@ public:
   std::optional<std::vector<int64_t>>
   staticShape(const ModelGraph &model,
               const torch::jit::Value &value) const override {
+    return recordedShape(model, value, /*hints=*/false);
+  }
+
+  std::optional<std::vector<int64_t>>
+  exampleShape(const ModelGraph &model,
+               const torch::jit::Value &value) const override {
+    return recordedShape(model, value, /*hints=*/true);
+  }
+
+  /// The sizes the program's tensor metadata records for `value` (by its
+  /// name): a dynamic one as -1, or with `hints` as its example value
+  /// (nullopt when it has none).
+  static std::optional<std::vector<int64_t>>
+  recordedShape(const ModelGraph &model, const torch::jit::Value &value,
+                bool hints) {
     const auto &data = *static_cast<const ModelData *>(model.formatData.get());
     const auto &values =
         data.program.program.get_graph_module().get_graph().get_tensor_values();
@@ -168,9 +183,21 @@ public:
     if (it == values.end())
       return std::nullopt;
     std::vector<int64_t> shape;
-    for (const pt2::schema::SymInt &d : it->second.get_sizes())
-      shape.push_back(
-          d.tag() == pt2::schema::SymInt::Tag::AS_INT ? d.get_as_int() : -1);
+    for (const pt2::schema::SymInt &d : it->second.get_sizes()) {
+      using Tag = pt2::schema::SymInt::Tag;
+      if (d.tag() == Tag::AS_INT) {
+        shape.push_back(d.get_as_int());
+        continue;
+      }
+      if (!hints) {
+        shape.push_back(-1);
+        continue;
+      }
+      const auto &hint = d.get_as_expr().get_hint();
+      if (!hint || hint->tag() != pt2::schema::SymExprHint::Tag::AS_INT)
+        return std::nullopt;
+      shape.push_back(hint->get_as_int());
+    }
     return shape;
   }
 

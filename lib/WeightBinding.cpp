@@ -197,7 +197,9 @@ llvm::Expected<std::string> WeightSource::configTie(const WeightSlot &slot,
       return entry.takeError();
     const safetensors::TensorEntry *tensor = entry->second;
     if (scalarType(tensor->dtype) == current.scalar_type() &&
-        llvm::ArrayRef<int64_t>(tensor->shape) == current.sizes())
+        llvm::ArrayRef<int64_t>(tensor->shape) ==
+            llvm::ArrayRef<int64_t>(current.sizes().data(),
+                                    current.sizes().size()))
       candidates.push_back(name);
   }
   if (candidates.size() == 1)

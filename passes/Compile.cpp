@@ -241,10 +241,18 @@ loadExample(const ItemGraph &items, const std::string &path) {
 }
 
 /// The cost of each item under the chosen model and, with an example
-/// input, what stages would hold.
+/// input, what stages would hold. A program without weights is never run:
+/// its flops are counted on the shapes its file recorded, and what its
+/// stages would hold is not measured.
 static llvm::Expected<Analysis> analyze(const ItemGraph &items,
-                                        const torch::jit::Module &model,
+                                        const PreparedModel &prepared,
                                         const CompileOptions &options) {
+  const torch::jit::Module &model = prepared.model.module;
+  bool withoutWeights = holdsMetaTensors(model);
+  if (withoutWeights && options.partition.maxStageMemory)
+    return makeError("--max-stage-memory measures the activations on "
+                     "--example-input, which needs the program's weights: "
+                     "give them with --weights");
   Analysis out;
   std::optional<std::vector<c10::IValue>> example;
   if (options.exampleInput) {
@@ -252,13 +260,19 @@ static llvm::Expected<Analysis> analyze(const ItemGraph &items,
     if (!loaded)
       return loaded.takeError();
     example = std::move(*loaded);
-    auto memory = stageMemoryModel(items, model, *example);
-    if (!memory)
-      return memory.takeError();
-    out.memory = std::move(*memory);
+    if (!withoutWeights) {
+      auto memory = stageMemoryModel(items, model, *example);
+      if (!memory)
+        return memory.takeError();
+      out.memory = std::move(*memory);
+    }
   }
-  auto costs = itemCosts(items, &model, options.cost,
-                         example ? &*example : nullptr, &out.uncounted);
+  ShapeOf recorded = [&](const torch::jit::Value &v) {
+    return prepared.format->exampleShape(prepared.model, v);
+  };
+  auto costs =
+      itemCosts(items, &model, options.cost, example ? &*example : nullptr,
+                &out.uncounted, recorded);
   if (!costs)
     return costs.takeError();
   out.costs = std::move(*costs);
@@ -333,9 +347,9 @@ static llvm::Error bindModelWeights(const CompileOptions &options,
         "meta device): each rank starts {3} as zeros, as static caches do",
         zeroState, zeroState == 1 ? "" : "s", zeroState == 1 ? "s" : "",
         zeroState == 1 ? "it" : "them"));
-  // The flops and profile costs run the model on --example-input; LibTorch
-  // has no meta kernels for many operators, so that needs real weights.
-  if (!missing.empty() && needsExampleInput(options.cost))
+  // The profile cost times the model on --example-input: that needs real
+  // weights (the flops cost runs a program without them on the meta device).
+  if (!missing.empty() && options.cost == CostKind::Profile)
     return makeError("--cost " + costKindName(options.cost) +
                      " runs the model on --example-input, which needs its "
                      "weights, and this program has none for '" +
@@ -495,7 +509,7 @@ llvm::Expected<CompileResult> compileModel(const CompileOptions &options) {
   auto items = ItemGraph::build(model->model.graph);
   if (!items)
     return withContext(items.takeError(), options.modelPath);
-  auto analysis = analyze(*items, model->model.module, options);
+  auto analysis = analyze(*items, *model, options);
   if (!analysis)
     return analysis.takeError();
   const std::vector<int64_t> &costs = analysis->costs;

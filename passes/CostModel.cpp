@@ -18,6 +18,7 @@
 #include <initializer_list>
 #include <iterator>
 #include <map>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -395,26 +396,39 @@ static std::string uncountedOps(Node *n) {
 }
 
 /// The flops cost model (see CostModel.h): the items' operations, control
-/// flow resolved on the example, each counted by flops().
+/// flow resolved on the example, each counted by flops(). A program without
+/// weights is not run: its shapes are those its file recorded (`recorded`).
 static llvm::Expected<std::vector<int64_t>>
 flopsCosts(const ItemGraph &graph, const torch::jit::Module *module,
-           const std::vector<c10::IValue> &example,
+           const std::vector<c10::IValue> &example, const ShapeOf &recorded,
            std::vector<std::string> *uncounted) {
   FlatGraph flat(graph);
-  if (llvm::Error err = flat.flatten(module, example))
-    return err;
+  bool run = !(module && holdsMetaTensors(*module));
+  if (!run && !recorded)
+    return makeError("--cost flops needs the weights of a model that has "
+                     "none and records no shapes: give them with "
+                     "--weights, or use --cost params or nodes");
+  if (run)
+    if (llvm::Error err = flat.flatten(module, example))
+      return err;
   // The model inputs too: the first linear of an MLP reads one.
-  std::vector<const Value *> recorded = topLevelValues(*flat.graph());
-  recorded.insert(recorded.end(), flat.graph()->inputs().begin(),
-                  flat.graph()->inputs().end());
-  auto values = runRecording(*flat.graph(), module, example,
-                             tensorValues(recorded), true);
-  if (!values)
-    return values.takeError();
+  std::vector<const Value *> counted = topLevelValues(*flat.graph());
+  counted.insert(counted.end(), flat.graph()->inputs().begin(),
+                 flat.graph()->inputs().end());
   ValueShapes shapes;
-  for (const auto &[value, iv] : *values)
-    if (iv.isTensor() && iv.toTensor().defined())
-      shapes[value] = iv.toTensor().sizes().vec();
+  if (!run) {
+    for (const Value *v : tensorValues(counted))
+      if (auto shape = recorded(*v))
+        shapes[v] = std::move(*shape);
+  } else {
+    auto values = runRecording(*flat.graph(), module, example,
+                               tensorValues(counted), true);
+    if (!values)
+      return values.takeError();
+    for (const auto &[value, iv] : *values)
+      if (iv.isTensor() && iv.toTensor().defined())
+        shapes[value] = iv.toTensor().sizes().vec();
+  }
   std::vector<int64_t> costs(graph.size(), 0);
   std::vector<std::string> left(graph.size());
   for (Node *n : flat.graph()->nodes()) {
@@ -436,10 +450,17 @@ flopsCosts(const ItemGraph &graph, const torch::jit::Module *module,
   return costs;
 }
 
+bool holdsMetaTensors(const torch::jit::Module &module) {
+  for (const auto &attr : module.named_attributes(/*recurse=*/true))
+    if (attr.value.isTensor() && attr.value.toTensor().is_meta())
+      return true;
+  return false;
+}
+
 llvm::Expected<std::vector<int64_t>>
 itemCosts(const ItemGraph &graph, const torch::jit::Module *module,
           CostKind kind, const std::vector<c10::IValue> *example,
-          std::vector<std::string> *uncounted) {
+          std::vector<std::string> *uncounted, const ShapeOf &recorded) {
   if (uncounted)
     uncounted->clear();
   switch (kind) {
@@ -458,7 +479,7 @@ itemCosts(const ItemGraph &graph, const torch::jit::Module *module,
     if (!example)
       return makeError("the flops cost model needs an example input "
                        "(--example-input IN.pt)");
-    return flopsCosts(graph, module, *example, uncounted);
+    return flopsCosts(graph, module, *example, recorded, uncounted);
   }
   }
   llvm_unreachable("unknown CostKind");

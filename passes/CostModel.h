@@ -38,6 +38,7 @@
 
 #include <torch/csrc/jit/api/module.h>
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -68,6 +69,15 @@ std::optional<CostKind> parseCostKind(llvm::StringRef name);
 /// The most loop iterations the flops model unrolls to count a loop.
 inline constexpr int64_t kMaxUnrolledIterations = 256;
 
+/// The shape a model's file recorded for a value of its graph, at the
+/// example it was made with (ModelFormat::exampleShape), or nullopt.
+using ShapeOf = std::function<std::optional<std::vector<int64_t>>(
+    const torch::jit::Value &)>;
+
+/// Whether `module` holds a tensor without data (a program exported on the
+/// meta device, whose weights a checkpoint gives at run time).
+bool holdsMetaTensors(const torch::jit::Module &module);
+
 /// Cost of each item of `graph` (which was built from `module`'s forward).
 /// `example` is required for CostKind::Flops and CostKind::Profile and
 /// holds the model inputs, checked with checkExampleInput(). With
@@ -79,10 +89,15 @@ inline constexpr int64_t kMaxUnrolledIterations = 256;
 /// Errors: flops or profile without an example input ("the profile cost
 /// model needs an example input (--example-input IN.pt)"), or the example
 /// run failing ("cannot run the model on the example input: ...").
+/// The flops of a module without weights (holdsMetaTensors) are counted
+/// without running it, on the shapes `recorded` gives (a .pt2 program's, at
+/// its export example); "--cost flops needs the weights of a model that has
+/// none and records no shapes: ..." without them.
 llvm::Expected<std::vector<int64_t>>
 itemCosts(const ItemGraph &graph, const torch::jit::Module *module,
           CostKind kind, const std::vector<c10::IValue> *example,
-          std::vector<std::string> *uncounted = nullptr);
+          std::vector<std::string> *uncounted = nullptr,
+          const ShapeOf &recorded = nullptr);
 
 /// Checks that `example` fits the model inputs of `graph` as ppc run checks
 /// its inputs. Errors: "the model takes 2 inputs, got 1"; "model input 0

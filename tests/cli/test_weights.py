@@ -23,7 +23,9 @@ A ppc built against LibTorch 2.x must:
   - join the stages back into shards (`ppc join --format safetensors`) that
     from_pretrained reads as the real model's tensors;
   - refuse a missing, extra, misshapen or mistyped checkpoint tensor, and a
-    stage without data run without --weights, each in its one line.
+    stage without data run without --weights, each in its one line;
+  - count --cost flops of a program without weights on the meta device, as
+    with its weights.
 
 Env: PPC, PPC_BUILD_DIR, PPC_TORCH_PYTHON (the PyTorch 2.x build).
 """
@@ -171,17 +173,35 @@ class WeightsTest(unittest.TestCase):
         for s in m["stages"]:
             path = os.path.join(os.path.dirname(manifest), s["file"])
             self.assertLess(os.path.getsize(path), 64 * 1024)
-        for cost in ("profile", "flops"):
-            out = os.path.join(self.tmp, cost)
-            proc = ppc("split", model("mlp.pt2"), "-o", out, "--stages", 2, "--cost", cost,
-                       "--example-input", model("mlp.input.pt"), check=False)
-            self.assertEqual((proc.returncode, proc.stderr),
-                             (2, "error: %s\n" % (ERR_EXAMPLE % cost)))
-            self.assertFalse(os.path.exists(out))
+        out = os.path.join(self.tmp, "profile")
+        proc = ppc("split", model("mlp.pt2"), "-o", out, "--stages", 2, "--cost", "profile",
+                   "--example-input", model("mlp.input.pt"), check=False)
+        self.assertEqual((proc.returncode, proc.stderr),
+                         (2, "error: %s\n" % (ERR_EXAMPLE % "profile")))
+        self.assertFalse(os.path.exists(out))
         # With --weights the profile runs on the real weights.
         out = os.path.join(self.tmp, "profiled")
         ppc("split", model("mlp.pt2"), "-o", out, "--stages", 2, "--cost", "profile",
             "--example-input", model("mlp.input.pt"), "--weights", model("mlp.safetensors"))
+
+    def test_flops_of_a_program_without_weights_are_those_with_its_weights(self):
+        # --cost flops runs a program without weights on the meta device:
+        # the same counts, so the same partition, as with the real weights.
+        example = os.path.join(self.tmp, "example.pt")
+        torch.save((torch.zeros(2, 1, dtype=torch.int64), torch.tensor([0])), example)
+        for name, inputs, weights in (("mlp", model("mlp.input.pt"), model("mlp.safetensors")),
+                                      ("llama", example, model("llama"))):
+            with self.subTest(model=name):
+                costs = []
+                for extra in ((), ("--weights", weights)):
+                    manifest, _ = self.split(name, 2, "--cost", "flops", "--example-input",
+                                             inputs, *extra)
+                    with open(manifest) as f:
+                        m = json.load(f)
+                    self.assertEqual(m["cost_model"], "flops")
+                    costs.append([(s["predicted_cost"], s["parameter_count"])
+                                  for s in m["stages"]])
+                self.assertEqual(costs[0], costs[1])
 
     def test_run_reads_each_ranks_own_tensors_and_matches_the_model(self):
         manifest, _ = self.split("mlp", 2)
