@@ -538,6 +538,10 @@ private:
   /// ("KEY,PATH,TYPE;..." outermost first; "" for the root module), as the
   /// scope the TorchScript inliner gives the nodes of a submodule's call,
   /// which --split-at and the manifest's module lists read (ItemGraph).
+  /// Entries that name no module path are passed over: Dynamo records a
+  /// function called through a global as one
+  /// ("G['__import_transformers_dot_...'].apply_rotary_pos_emb"), and its
+  /// nodes belong to the module that called it.
   static torch::jit::ScopePtr scopeOf(const schema::Node &n) {
     auto root = c10::make_intrusive<torch::jit::Scope>();
     auto it = n.get_metadata().find("nn_module_stack");
@@ -545,12 +549,17 @@ private:
       return root;
     llvm::SmallVector<llvm::StringRef, 8> entries;
     llvm::StringRef(it->second).split(entries, ';');
-    llvm::SmallVector<llvm::StringRef, 3> fields;
-    entries.back().split(fields, ',');
-    if (fields.size() < 3 || fields[1].empty() ||
-        fields[1] == "_empty_nn_module_stack_from_metadata_hook")
-      return root;
-    return root->push(c10::Symbol::scope(fields[1].str()));
+    for (auto entry = entries.rbegin(); entry != entries.rend(); ++entry) {
+      llvm::SmallVector<llvm::StringRef, 3> fields;
+      entry->split(fields, ',');
+      if (fields.size() < 3 || fields[1].empty() ||
+          fields[1] == "_empty_nn_module_stack_from_metadata_hook")
+        return root;
+      if (fields[1].find_first_of("[]'\"") != llvm::StringRef::npos)
+        continue;
+      return root->push(c10::Symbol::scope(fields[1].str()));
+    }
+    return root;
   }
 
   /// Step 3.

@@ -199,6 +199,10 @@ class WeightsTest(unittest.TestCase):
                     with open(manifest) as f:
                         m = json.load(f)
                     self.assertEqual(m["cost_model"], "flops")
+                    # Stage contents are module paths, not Dynamo's globals
+                    # (transformers' apply_rotary_pos_emb; issue #44).
+                    for s in m["stages"]:
+                        self.assertEqual([p for p in s["modules"] if "[" in p], [])
                     costs.append([(s["predicted_cost"], s["parameter_count"])
                                   for s in m["stages"]])
                 self.assertEqual(costs[0], costs[1])
