@@ -379,10 +379,17 @@ llvm::Expected<at::Tensor> Generator::decode(const at::Tensor &prompt,
         at::full({prompt.size(0), newTokens},
                  std::max<int64_t>(impl.options.sampling.eosId, 0), at::kLong);
     d.finished.resize(d.groups);
-    d.picks.resize(d.groups);
   }
+  // The rank that picks times its picks; every other rank times its first
+  // stage's forwards on picked tokens (a decode step reaching it), so that
+  // each rank's first_token_ms and step_ms say something.
+  d.picks.resize(d.groups);
+  const int firstStage =
+      ctx.stages().empty() ? -1 : ctx.stages().begin()->first;
   ExecutorStep step;
   step.beforeForward = [&](int stage, int m) {
+    if (!collects && stage == firstStage && m / d.groups >= d.promptSteps)
+      d.picks[m % d.groups].push_back(Clock::now());
     return impl.bindSlot(stage, m % d.groups);
   };
   step.pick = [&](int m, std::vector<c10::IValue> outputs) {

@@ -86,6 +86,7 @@ SAMPLING = ("--temperature", "0.8", "--top-k", "20", "--top-p", "0.9")
 # run two each (a looped placement).
 SAMPLING_RUNS = [(2, 2, 4), (2, 2, 1), (4, 4, 2), (4, 2, 4)]
 STATS = re.compile(r"stats: rank=(\d+) meta=(\w+) ")
+TIMES = re.compile(r" first_token_ms=([\d.]+) step_ms=([\d.]+) ")
 CAUSE = re.compile(r"^error: rank (\d+) exited with status 2: (.*)$", re.M)
 
 
@@ -144,6 +145,14 @@ class GenerateTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         sources = {int(m.group(1)): m.group(2) for m in STATS.finditer(r.stdout)}
         self.assertEqual(sorted(sources), list(range(ranks)), r.stdout)
+        # Every rank times the first new token reaching it, and its steps
+        # when there is more than one (docs/generate.md).
+        for line in r.stdout.splitlines():
+            m = TIMES.search(line)
+            if m:
+                self.assertGreater(float(m.group(1)), 0, line)
+                if new_tokens > 2:
+                    self.assertGreater(float(m.group(2)), 0, line)
         tokens = torch.load(out)
         rows = torch.load(prompt).shape[0]
         self.assertEqual((tokens.dtype, tuple(tokens.shape)), (torch.int64, (rows, new_tokens)))
