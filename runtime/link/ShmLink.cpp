@@ -48,9 +48,11 @@
 
 #include <condition_variable>
 #include <deque>
+#include <exception>
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 namespace ppc {
@@ -123,17 +125,49 @@ std::vector<uint8_t> toBytes(const std::string &text) {
   return std::vector<uint8_t>(text.begin(), text.end());
 }
 
-/// Runs a call on the rendezvous store on behalf of a wait for `peer`. A
-/// store that does not answer (its host, rank 0, stopped) throws c10d's
-/// "Socket Timeout", which is a timeout like any other here.
-template <typename Fn>
-llvm::Error storeCall(int peer, std::chrono::milliseconds timeout,
-                      const llvm::Twine &what, Fn &&fn) {
+/// Runs `fn`, a call on the rendezvous store on behalf of a wait for
+/// `peer`, and returns what it returns. The store is served by rank 0 (or
+/// the launcher), and c10d's client reads its replies without a timeout:
+/// a host that stops (SIGSTOP, a frozen machine) would block the call
+/// forever. So `fn` runs on a thread of its own, waited for at most
+/// `timeout`; past it the call is abandoned (its thread detached, keeping
+/// what `fn` captured by value, the store among it, alive) and this is the
+/// peer's timeout. A store that answers with c10d's "Socket Timeout" is a
+/// timeout too; a value the job's secret does not vouch for is its one
+/// line, nothing opened.
+template <typename T, typename Fn>
+llvm::Expected<T> storeCall(int peer, std::chrono::milliseconds timeout,
+                            const llvm::Twine &what, Fn fn) {
+  struct Call {
+    std::mutex mutex;
+    std::condition_variable done;
+    bool finished = false;
+    std::optional<T> value;
+    std::exception_ptr error;
+  };
+  auto call = std::make_shared<Call>();
+  std::thread([call, fn = std::move(fn)]() mutable {
+    std::optional<T> value;
+    std::exception_ptr error;
+    try {
+      value = fn();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    std::lock_guard<std::mutex> lock(call->mutex);
+    call->value = std::move(value);
+    call->error = error;
+    call->finished = true;
+    call->done.notify_all();
+  }).detach();
+  std::unique_lock<std::mutex> lock(call->mutex);
+  if (!call->done.wait_for(lock, timeout, [&] { return call->finished; }))
+    return lostRankTimedOut(peer, timeout, what);
+  if (!call->error)
+    return std::move(*call->value);
   try {
-    fn();
-    return llvm::Error::success();
+    std::rethrow_exception(call->error);
   } catch (const ForgedValueError &e) {
-    // A value the job's secret does not vouch for: nothing is opened.
     return makeError(e.what());
   } catch (const std::exception &e) {
     if (llvm::StringRef(e.what()).contains_insensitive("timeout"))
@@ -256,10 +290,15 @@ private:
     std::string value =
         llvm::formatv("{0} {1} {2}", getpid(), r->ring.fd(), r->ring.nonce())
             .str();
-    if (llvm::Error err = storeCall(peer, timeout_, what, [&] {
-          store_->set(ringKey(rank_, peer, channel), toBytes(value));
-        }))
-      return err;
+    auto set =
+        storeCall<bool>(peer, timeout_, what,
+                        [store = store_, key = ringKey(rank_, peer, channel),
+                         bytes = toBytes(value)] {
+                          store->set(key, bytes);
+                          return true;
+                        });
+    if (!set)
+      return set.takeError();
     OutRing *raw = r.get();
     std::lock_guard<std::mutex> lock(mutex_);
     out_.emplace(std::make_pair(peer, channel), std::move(r));
@@ -277,11 +316,12 @@ private:
     Clock::time_point deadline = Clock::now() + timeout_;
     auto pause = std::chrono::microseconds(100);
     while (true) {
-      bool ready = false;
-      if (llvm::Error err = storeCall(peer, timeout_, what,
-                                      [&] { ready = store_->check({key}); }))
-        return err;
-      if (ready)
+      auto ready = storeCall<bool>(peer, timeout_, what, [store = store_, key] {
+        return store->check({key});
+      });
+      if (!ready)
+        return ready.takeError();
+      if (*ready)
         break;
       if (!peers_[peer].process.alive())
         return lostRank(peer, "it exited, while waiting for " + what);
@@ -290,10 +330,13 @@ private:
       std::this_thread::sleep_for(pause);
       pause = std::min(pause * 2, std::chrono::microseconds(20000));
     }
-    std::string value;
-    if (llvm::Error err = storeCall(peer, timeout_, what,
-                                    [&] { value = toText(store_->get(key)); }))
-      return err;
+    auto got =
+        storeCall<std::string>(peer, timeout_, what, [store = store_, key] {
+          return toText(store->get(key));
+        });
+    if (!got)
+      return got.takeError();
+    std::string value = std::move(*got);
     llvm::SmallVector<llvm::StringRef, 3> parts;
     llvm::StringRef(value).split(parts, ' ');
     int pid = 0, fd = 0;
@@ -489,32 +532,39 @@ llvm::Expected<std::unique_ptr<Link>> makeShmLink(const LinkSetup &setup) {
   std::string policy = linkPolicyName(setup.link).str();
   PeerInfo self{hostIdentity(setup.hostId), shm::PeerProcess::self(), policy};
   std::string what = "the host identities of the ranks";
-  if (llvm::Error err = storeCall(0, setup.timeout, what, [&] {
-        setup.store->set(peerKey(setup.rank), toBytes(encode(self)));
-      }))
-    return err;
+  auto published =
+      storeCall<bool>(0, setup.timeout, what,
+                      [store = setup.store, key = peerKey(setup.rank),
+                       bytes = toBytes(encode(self))] {
+                        store->set(key, bytes);
+                        return true;
+                      });
+  if (!published)
+    return published.takeError();
   // Every rank has passed the rendezvous and publishes at once.
   std::vector<PeerInfo> peers(static_cast<size_t>(setup.worldSize));
   Clock::time_point deadline = Clock::now() + setup.timeout;
   for (int r = 0; r < setup.worldSize; ++r) {
     std::string key = peerKey(r);
     while (true) {
-      bool ready = false;
-      if (llvm::Error err = storeCall(r, setup.timeout, what, [&] {
-            ready = setup.store->check({key});
-          }))
-        return err;
-      if (ready)
+      auto ready =
+          storeCall<bool>(r, setup.timeout, what, [store = setup.store, key] {
+            return store->check({key});
+          });
+      if (!ready)
+        return ready.takeError();
+      if (*ready)
         break;
       if (Clock::now() >= deadline)
         return lostRankTimedOut(r, setup.timeout, what);
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
-    std::string text;
-    if (llvm::Error err = storeCall(r, setup.timeout, what, [&] {
-          text = toText(setup.store->get(key));
-        }))
-      return err;
+    auto got = storeCall<std::string>(
+        r, setup.timeout, what,
+        [store = setup.store, key] { return toText(store->get(key)); });
+    if (!got)
+      return got.takeError();
+    std::string text = std::move(*got);
     std::optional<PeerInfo> info = decode(text);
     if (!info)
       return makeError(

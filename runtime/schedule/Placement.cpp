@@ -9,6 +9,7 @@
 
 #include "lib/Error.h"
 
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 
 #include <iterator>
@@ -60,15 +61,28 @@ llvm::StringRef placementStyleHelp(llvm::StringRef style) {
   return found ? found->help : "";
 }
 
+std::string rankCountsText(int numStages) {
+  std::vector<std::string> counts;
+  for (int r = 1; r <= numStages; ++r)
+    if (numStages % r == 0)
+      counts.push_back(std::to_string(r));
+  if (counts.size() <= 1)
+    return "1 rank";
+  std::string last = counts.back();
+  counts.pop_back();
+  return llvm::join(counts, ", ") + " or " + last + " ranks";
+}
+
 llvm::Expected<Placement> Placement::create(int numStages, int worldSize,
                                             llvm::StringRef style) {
   if (worldSize < 1 || numStages < worldSize || numStages % worldSize != 0)
     return makeError(
         llvm::formatv("{0} stage{1} cannot be placed on WORLD_SIZE={2} "
                       "rank{3}: the stage count must equal WORLD_SIZE or "
-                      "be a multiple of it",
+                      "be a multiple of it ({0} stage{1} run{4} on {5})",
                       numStages, numStages == 1 ? "" : "s", worldSize,
-                      worldSize == 1 ? "" : "s")
+                      worldSize == 1 ? "" : "s", numStages == 1 ? "s" : "",
+                      rankCountsText(numStages))
             .str());
   const PlacementStyle *found = findStyle(style);
   if (!found) {

@@ -19,6 +19,10 @@
 
 namespace ppc {
 
+/// The rank counts (WORLD_SIZE of one pipeline) that `numStages` stages
+/// can be placed on, every divisor of it: "1, 2 or 4 ranks", "1 rank".
+std::string rankCountsText(int numStages);
+
 class Placement {
 public:
   /// One stage on one rank.
@@ -26,7 +30,8 @@ public:
 
   /// `numStages` stages on `worldSize` ranks in the style `style` (one of
   /// placementStyleNames()). Errors: a stage count that is not WORLD_SIZE or
-  /// a multiple of it, an unknown style.
+  /// a multiple of it (the message lists the rank counts that fit,
+  /// rankCountsText()), an unknown style.
   static llvm::Expected<Placement> create(int numStages, int worldSize,
                                           llvm::StringRef style = "loop");
 

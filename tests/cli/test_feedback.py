@@ -38,6 +38,16 @@ class HelpTest(unittest.TestCase):
                              (2, "", "error: unknown command 'nosuch' (see ppc --help)\n"), args)
 
 
+class StageCountTest(unittest.TestCase):
+    def test_split_says_which_rank_counts_its_stages_take(self):
+        # Where the user picks the stage count, not first at launch (issue #44).
+        out = os.path.join(tmpdir(self), "s3")
+        proc = ppc("split", model_path("mlp"), "-o", out, "--stages", 3)
+        self.assertEqual(proc.stdout.splitlines()[1],
+                         "  they run on 1 or 3 ranks (stage k on rank k mod WORLD_SIZE)")
+        self.assertIn("WORLD_SIZE, which must divide the stage count", ppc("run", "--help").stdout)
+
+
 class PythonScriptTest(unittest.TestCase):
     def test_python_sh_prints_an_absolute_path(self):
         # The tutorial keeps it in $python and uses it outside the checkout.

@@ -99,7 +99,8 @@ class RunFailuresTest(unittest.TestCase):
             self.assertEqual(code, 2)
             self.assertEqual(self.one_line_error(err),
                              "error: 2 stages cannot be placed on WORLD_SIZE=3 ranks: the "
-                             "stage count must equal WORLD_SIZE or be a multiple of it")
+                             "stage count must equal WORLD_SIZE or be a multiple of it (2 "
+                             "stages run on 1 or 2 ranks)")
 
     def broken_copy(self, name):
         d = os.path.join(self.tmp, name)

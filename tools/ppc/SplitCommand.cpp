@@ -4,6 +4,7 @@
 #include "lib/Error.h"
 #include "passes/Compile.h"
 #include "runtime/platform/Threads.h"
+#include "runtime/schedule/Placement.h"
 #include "tools/ppc/OptionChecks.h"
 #include "tools/ppc/WeightFlags.h"
 
@@ -122,6 +123,11 @@ Command addSplitCommand(CLI::App &parent) {
                 "wrote {0} stages to {1} (cost model: {2})\n",
                 manifest->stages.size(), terminalText(opts->outDir),
                 manifest->costModel);
+            // Where the user picks the stage count, what it allows.
+            llvm::outs() << "  they run on "
+                         << rankCountsText(
+                                static_cast<int>(manifest->stages.size()))
+                         << " (stage k on rank k mod WORLD_SIZE)\n";
             for (const StageInfo &s : manifest->stages)
               llvm::outs() << llvm::formatv(
                   "  stage {0}: {1,5:f1}% of predicted cost, {2} parameters, "

@@ -428,7 +428,8 @@ TEST(ScheduleFamiliesTest, AutoPicksTheShortestSimulatedStep) {
       0u);
   EXPECT_EQ(llvm::toString(chooseSchedule(m, 3, 8, {}, "x").takeError()),
             "4 stages cannot be placed on WORLD_SIZE=3 ranks: the stage count "
-            "must equal WORLD_SIZE or be a multiple of it");
+            "must equal WORLD_SIZE or be a multiple of it (4 stages run on 1, "
+            "2 or 4 ranks)");
   EXPECT_EQ(llvm::toString(chooseSchedule(m, 2, 0, {}, "x").takeError()),
             "microbatches 0 is not an integer in 1..65536");
 }

@@ -36,7 +36,11 @@ TEST(PlacementTest, StageCountMustBeAMultipleOfWorldSize) {
   EXPECT_EQ(
       llvm::toString(bad.takeError()),
       "4 stages cannot be placed on WORLD_SIZE=3 ranks: the stage count must "
-      "equal WORLD_SIZE or be a multiple of it");
+      "equal WORLD_SIZE or be a multiple of it (4 stages run on 1, 2 or 4 "
+      "ranks)");
+  EXPECT_EQ(rankCountsText(1), "1 rank");
+  EXPECT_EQ(rankCountsText(3), "1 or 3 ranks");
+  EXPECT_EQ(rankCountsText(12), "1, 2, 3, 4, 6 or 12 ranks");
   auto fewer = Placement::create(2, 4);
   ASSERT_FALSE(static_cast<bool>(fewer));
   llvm::consumeError(fewer.takeError());
