@@ -39,7 +39,9 @@ void addWeightFlags(CLI::App &app, WeightOptions &options) {
          "DST=SRC: the checkpoint lacks DST because it is SRC's tensor (tied "
          "weights; e.g. lm_head.weight=model.embed_tokens.weight), "
          "repeatable; a program exported on the meta device does not record "
-         "which weights share a tensor")
+         "which weights share a tensor, so name them here unless the "
+         "checkpoint's config.json ties word embeddings (then the one "
+         "[vocab_size, N] tensor of the head's dtype is taken)")
       ->check(CLI::Validator(
           [](std::string &value) -> std::string {
             WeightOptions scratch;
