@@ -22,7 +22,6 @@
 #include "runtime/schedule/Build.h"
 #include "runtime/schedule/ScheduleKind.h"
 #include "runtime/schedule/Simulate.h"
-#include "runtime/train/DataParallel.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -64,15 +63,12 @@ llvm::Expected<DeviceKind> checkOptions(const RunOptions &options) {
 llvm::Expected<std::unique_ptr<RankContext>>
 RankContext::create(llvm::StringRef manifestPath, const LaunchEnv &jobEnv,
                     const RunOptions &options, const JobPlanner &planner,
-                    int replicas) {
+                    const PipelineMesh *mesh) {
   auto device = checkOptions(options);
   if (!device)
     return device.takeError();
   // Data parallel: everything below sees this rank's pipeline.
-  auto layout = DataParallelLayout::create(jobEnv.worldSize, replicas);
-  if (!layout)
-    return layout.takeError();
-  const LaunchEnv env = layout->pipelineEnv(jobEnv);
+  const LaunchEnv env = mesh ? mesh->pipelineEnv : jobEnv;
   // c10d and Gloo report through glog (or c10's own logger), which prints
   // ahead of ppc's own error line; unless asked for, only fatal messages
   // pass.
@@ -81,8 +77,11 @@ RankContext::create(llvm::StringRef manifestPath, const LaunchEnv &jobEnv,
   std::unique_ptr<RankContext> ctx(new RankContext());
   ctx->env_ = env;
   ctx->jobEnv_ = jobEnv;
-  ctx->replica_ = layout->replicaOf(jobEnv.rank);
-  ctx->replicas_ = layout->replicas;
+  if (mesh && mesh->replicas > 1) {
+    ctx->replica_ = mesh->replica;
+    ctx->replicas_ = mesh->replicas;
+    ctx->mesh_ = *mesh;
+  }
   ctx->options_ = options;
   ctx->manifestPath_ = manifestPath.str();
   ctx->deviceKind_ = *device;
@@ -179,16 +178,16 @@ Agreement RankContext::agreement() const {
 llvm::Error RankContext::connect() {
   LinkPolicy link = *linkPolicyNamed(options_.link);
   Agreement record = agreement();
-  if (replicas_ > 1) {
-    auto layout = DataParallelLayout::create(jobEnv_.worldSize, replicas_);
-    if (!layout)
-      return layout.takeError();
-    auto transports = connectReplicas(jobEnv_, *layout, deviceKind_,
-                                      options_.timeout, link, record);
+  if (mesh_) {
+    // Every rank connects its pipeline first: pipelines are disjoint, so
+    // all of them connect at once, and then every replica group does.
+    auto transports =
+        connectGroupTransports(jobEnv_, deviceKind_, options_.timeout, link,
+                               {mesh_->pipeline, mesh_->replicaGroup}, record);
     if (!transports)
       return transports.takeError();
-    transport_ = std::move(transports->pipeline);
-    replicaTransport_ = std::move(transports->replicas);
+    transport_ = std::move((*transports)[0]);
+    replicaTransport_ = std::move((*transports)[1]);
   } else {
     auto transport =
         connectTransport(env_, deviceKind_, options_.timeout, link, record);

@@ -34,6 +34,7 @@
 #include "runtime/exec/RunOptions.h"
 #include "runtime/exec/Trace.h"
 #include "runtime/link/LaunchEnv.h"
+#include "runtime/link/Rendezvous.h"
 #include "runtime/link/Transport.h"
 #include "runtime/schedule/Schedule.h"
 
@@ -63,6 +64,22 @@ struct JobPlan {
 using ScheduleBuilder = std::function<llvm::Expected<Schedule>(
     const Manifest &manifest, const Placement &placement, int microbatches)>;
 
+/// The job's ranks as several pipelines of the same stages (data
+/// parallelism: runtime/train/DataParallel.h makes one, pipelineMesh()).
+/// A rank context without one runs the whole job as one pipeline.
+struct PipelineMesh {
+  /// How many pipelines, and which one this rank is in (0..replicas-1).
+  int replicas = 1;
+  int replica = 0;
+  /// The job's environment as this rank's pipeline sees it: RANK and
+  /// WORLD_SIZE of the pipeline, the rest the job's.
+  LaunchEnv pipelineEnv;
+  /// The groups to connect (connectGroupTransports(), link/Rendezvous.h):
+  /// this rank's pipeline, then its replica group (the ranks that hold
+  /// the same stages in every pipeline).
+  RankGroup pipeline, replicaGroup;
+};
+
 /// Plans a job over a loaded manifest for `worldSize` ranks. Errors:
 /// whatever makes the job impossible (stages that cannot be placed, a
 /// schedule that does not fit the placement, a loss output that is not a
@@ -75,15 +92,14 @@ public:
   /// Creates the context of rank env.rank (the steps above). Errors:
   /// Pipeline::create's, and the planner's.
   ///
-  /// With `replicas` > 1 the job's WORLD_SIZE ranks run that many replicas
-  /// of one pipeline (runtime/train/DataParallel.h): env(), rank(), transport()
-  /// and placement() are then this rank's pipeline's (ranks 0..R-1), and
-  /// replicaTransport() connects the rank's replica group. Errors, too:
-  /// DataParallelLayout::create()'s.
+  /// With a `mesh` the job's WORLD_SIZE ranks run mesh->replicas replicas
+  /// of one pipeline: env(), rank(), transport() and placement() are then
+  /// this rank's pipeline's (ranks 0..R-1), and replicaTransport()
+  /// connects the rank's replica group.
   static llvm::Expected<std::unique_ptr<RankContext>>
   create(llvm::StringRef manifestPath, const LaunchEnv &env,
          const RunOptions &options, const JobPlanner &planner,
-         int replicas = 1);
+         const PipelineMesh *mesh = nullptr);
 
   const LaunchEnv &env() const { return env_; }
   int rank() const { return env_.rank; }
@@ -176,6 +192,8 @@ private:
   /// Data parallel: see jobEnv().
   LaunchEnv jobEnv_;
   int replica_ = 0, replicas_ = 1;
+  /// The groups connect() connects, with replicas.
+  std::optional<PipelineMesh> mesh_;
   std::unique_ptr<Transport> replicaTransport_;
   RunOptions options_;
   std::string manifestPath_;

@@ -74,31 +74,21 @@ LaunchEnv DataParallelLayout::pipelineEnv(const LaunchEnv &env) const {
   return local;
 }
 
-llvm::Expected<ReplicaTransports>
-connectReplicas(const LaunchEnv &env, const DataParallelLayout &layout,
-                DeviceKind device, std::chrono::milliseconds timeout,
-                LinkPolicy link, const Agreement &agreement) {
-  if (env.worldSize != layout.worldSize())
-    return makeError(llvm::formatv("internal error: a layout of {0} ranks "
-                                   "for WORLD_SIZE {1}",
-                                   layout.worldSize(), env.worldSize)
-                         .str());
-  int replica = layout.replicaOf(env.rank);
-  int pipelineRank = layout.pipelineRankOf(env.rank);
-  // Every rank connects its pipeline first: pipelines are disjoint, so all
-  // of them connect at once, and then every replica group does.
-  std::vector<RankGroup> groups = {
-      {"pipeline" + std::to_string(replica), layout.pipeline(replica)},
-      {"replicas" + std::to_string(pipelineRank),
-       layout.replicaGroup(pipelineRank)}};
-  auto transports =
-      connectGroupTransports(env, device, timeout, link, groups, agreement);
-  if (!transports)
-    return transports.takeError();
-  ReplicaTransports out;
-  out.pipeline = std::move((*transports)[0]);
-  out.replicas = std::move((*transports)[1]);
-  return out;
+llvm::Expected<PipelineMesh> pipelineMesh(const LaunchEnv &env, int replicas) {
+  auto layout = DataParallelLayout::create(env.worldSize, replicas);
+  if (!layout)
+    return layout.takeError();
+  int replica = layout->replicaOf(env.rank);
+  int pipelineRank = layout->pipelineRankOf(env.rank);
+  PipelineMesh mesh;
+  mesh.replicas = layout->replicas;
+  mesh.replica = replica;
+  mesh.pipelineEnv = layout->pipelineEnv(env);
+  mesh.pipeline = {"pipeline" + std::to_string(replica),
+                   layout->pipeline(replica)};
+  mesh.replicaGroup = {"replicas" + std::to_string(pipelineRank),
+                       layout->replicaGroup(pipelineRank)};
+  return mesh;
 }
 
 std::vector<GradientBucket> planBuckets(const std::vector<at::Tensor> &tensors,

@@ -11,7 +11,8 @@
 // It depends on RANK and WORLD_SIZE only, so it is the same under ppc
 // launch and torchrun, on one machine or several.
 //
-// Each rank gets two transports from one rendezvous of the job: one over
+// Each rank gets two transports from one rendezvous of the job (its
+// RankContext connects the PipelineMesh that pipelineMesh() gives): one over
 // its pipeline (transport rank r of R), which the pipeline's schedule,
 // metadata, tied gradients and saves use as they would without replicas,
 // and one over its replica group (transport rank d of D), for the
@@ -24,11 +25,9 @@
 #ifndef PPC_RUNTIME_TRAIN_DATAPARALLEL_H
 #define PPC_RUNTIME_TRAIN_DATAPARALLEL_H
 
-#include "runtime/link/Agreement.h"
+#include "runtime/exec/RankContext.h"
 #include "runtime/link/LaunchEnv.h"
-#include "runtime/link/Link.h"
 #include "runtime/link/Transport.h"
-#include "runtime/platform/DeviceKind.h"
 
 #include "llvm/Support/Error.h"
 
@@ -72,23 +71,11 @@ struct DataParallelLayout {
   LaunchEnv pipelineEnv(const LaunchEnv &env) const;
 };
 
-/// A rank's two transports.
-struct ReplicaTransports {
-  /// Over its pipeline: rank pipelineRankOf(env.rank) of R.
-  std::unique_ptr<Transport> pipeline;
-  /// Over its replica group: rank replicaOf(env.rank) of D.
-  std::unique_ptr<Transport> replicas;
-};
-
-/// Meets the job's ranks once and connects both transports of env.rank
-/// (connectGroupTransports(), runtime/link/Rendezvous.h): the pipeline's first,
-/// then the replica group's, each within `timeout`. CUDA tensors travel
-/// over NCCL on both, as on any transport. `agreement`: as for
-/// connectTransport(). Errors: connectTransport()'s.
-llvm::Expected<ReplicaTransports>
-connectReplicas(const LaunchEnv &env, const DataParallelLayout &layout,
-                DeviceKind device, std::chrono::milliseconds timeout,
-                LinkPolicy link, const Agreement &agreement = Agreement());
+/// The mesh a RankContext runs rank env.rank in (runtime/exec/RankContext.h):
+/// its pipeline's environment, and the two groups it connects from one
+/// rendezvous of the job, its pipeline ("pipelineD") first, then its
+/// replica group ("replicasR"). Errors: DataParallelLayout::create()'s.
+llvm::Expected<PipelineMesh> pipelineMesh(const LaunchEnv &env, int replicas);
 
 /// The default size of one bucket of the gradients' all-reduce.
 constexpr int64_t kGradientBucketBytes = int64_t(4) << 20;

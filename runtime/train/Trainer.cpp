@@ -434,8 +434,16 @@ Trainer::create(llvm::StringRef manifestPath, const LaunchEnv &env,
   if (options.dataParallel > 1)
     run.agreement.setDefault("PPC_OVERLAP_ALLREDUCE",
                              env.overlapAllReduce ? "1" : "0");
+  // Replicas: the rank context runs this rank's pipeline of the mesh.
+  std::optional<PipelineMesh> mesh;
+  if (options.dataParallel != 1) {
+    auto made = pipelineMesh(env, options.dataParallel);
+    if (!made)
+      return made.takeError();
+    mesh = std::move(*made);
+  }
   auto ctx = RankContext::create(manifestPath, env, run, planner,
-                                 options.dataParallel);
+                                 mesh ? &*mesh : nullptr);
   if (!ctx)
     return ctx.takeError();
   auto impl = std::make_unique<Impl>();

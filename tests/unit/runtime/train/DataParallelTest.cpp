@@ -368,8 +368,6 @@ TEST(DataParallel, TensorsShaDependsOnEveryByte) {
 TEST(DataParallel, TwoByTwoJobConnectsPipelinesAndReplicaGroups) {
   auto store = StoreHost::start(0);
   ASSERT_TRUE(bool(store)) << llvm::toString(store.takeError());
-  auto layout = DataParallelLayout::create(4, 2);
-  ASSERT_TRUE(bool(layout));
   std::vector<std::string> errors(4);
   // What each rank received from its pipeline peer and its replica peer.
   std::vector<double> fromPipeline(4), fromReplica(4);
@@ -382,14 +380,26 @@ TEST(DataParallel, TwoByTwoJobConnectsPipelinesAndReplicaGroups) {
       env.masterPort = (*store)->port();
       env.launcherHostsStore = true;
       env.jobToken = "dp-test";
-      auto t = connectReplicas(env, *layout, DeviceKind::CPU,
-                               std::chrono::seconds(20), LinkPolicy::Gloo);
+      // What a RankContext given this rank's mesh connects.
+      auto mesh = pipelineMesh(env, 2);
+      if (!mesh) {
+        errors[g] = llvm::toString(mesh.takeError());
+        return;
+      }
+      if (mesh->replica != g / 2 || mesh->pipelineEnv.rank != g % 2 ||
+          mesh->pipelineEnv.worldSize != 2) {
+        errors[g] = "unexpected mesh";
+        return;
+      }
+      auto t = connectGroupTransports(
+          env, DeviceKind::CPU, std::chrono::seconds(20), LinkPolicy::Gloo,
+          {mesh->pipeline, mesh->replicaGroup});
       if (!t) {
         errors[g] = llvm::toString(t.takeError());
         return;
       }
       llvm::Error err = [&]() -> llvm::Error {
-        Transport &pipe = *t->pipeline, &reps = *t->replicas;
+        Transport &pipe = *(*t)[0], &reps = *(*t)[1];
         if (pipe.rank() != g % 2 || pipe.worldSize() != 2 ||
             reps.rank() != g / 2 || reps.worldSize() != 2 ||
             pipe.globalRank(1 - g % 2) != (g ^ 1) ||
