@@ -64,10 +64,12 @@ def parse_args():
 
 def script_hash() -> str:
     """A hash of this script, model_blocks.py (read here, not imported: the
-    fast path below runs before torch is imported) and the Python running it:
-    each configuration's models and references come from its own torch."""
+    fast path below runs before torch is imported), the Python running it and
+    the OpenBLAS kernel pinned: each configuration's models and references
+    come from its own torch, on the kernel its ranks run."""
     here = os.path.dirname(os.path.abspath(__file__))
     h = hashlib.sha256(os.path.realpath(sys.executable).encode())
+    h.update(os.environ.get("OPENBLAS_CORETYPE", "").encode())
     for name in (os.path.basename(__file__), "model_blocks.py"):
         with open(os.path.join(here, name), "rb") as f:
             h.update(f.read())
@@ -81,6 +83,13 @@ def up_to_date(outdir: str, name: str, stamp: str) -> bool:
     with open(base + ".stamp") as f:
         return f.read().strip() == stamp
 
+
+# The expected outputs are compared bit for bit with what ppc's ranks
+# compute, so they come from the OpenBLAS kernel the ranks and the tests run:
+# tests/cli/common.py pins it (from `ppc --version`: PPC, PPC_BUILD_DIR) when
+# OpenBLAS would pick a lower one by itself.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "cli"))
+import common  # noqa: E402,F401
 
 # Fast path: when everything is current, exit before paying for `import torch`.
 if __name__ == "__main__":
