@@ -253,8 +253,8 @@ for stage in $stages; do
       step "two-rank run (asan+ubsan)" sanitize_pipeline
       step "fuzz regressions" fuzz_regressions
     elif step "fuzz seeds" cmake --build "$sanitize_build" --target fuzz_seeds; then
-      for target in manifest:60000 meta_cache:80000 user_meta:400000 meta_header:400000 tensor_file:80000 \
-        schedule_csv:200000 trace:20000 checkpoint:12000 safetensors:60000; do
+      for target in manifest:30000 meta_cache:40000 user_meta:200000 meta_header:200000 tensor_file:80000 \
+        schedule_csv:100000 trace:20000 checkpoint:12000 safetensors:60000; do
         step "fuzz ${target%%:*}" fuzz_target "${target%%:*}" "${target##*:}"
       done
     fi
