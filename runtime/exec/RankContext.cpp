@@ -7,12 +7,12 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/exec/RankContext.h"
-#include "runtime/exec/StatusRecord.h"
 
 #include "lib/Error.h"
 #include "lib/ModelFormat.h"
 #include "lib/NumberRules.h"
 #include "lib/WeightBinding.h"
+#include "runtime/exec/StatusRecord.h"
 #include "runtime/link/Collectives.h"
 #include "runtime/link/Rendezvous.h"
 #include "runtime/platform/Blas.h"
@@ -77,11 +77,8 @@ RankContext::create(llvm::StringRef manifestPath, const LaunchEnv &jobEnv,
   std::unique_ptr<RankContext> ctx(new RankContext());
   ctx->env_ = env;
   ctx->jobEnv_ = jobEnv;
-  if (mesh && mesh->replicas > 1) {
-    ctx->replica_ = mesh->replica;
-    ctx->replicas_ = mesh->replicas;
+  if (mesh && mesh->replicas > 1)
     ctx->mesh_ = *mesh;
-  }
   ctx->options_ = options;
   ctx->manifestPath_ = manifestPath.str();
   ctx->deviceKind_ = *device;
@@ -162,7 +159,7 @@ Agreement RankContext::agreement() const {
   record.setDefault("--precision", precisionName(options_.precision));
   record.setDefault("--device", options_.device);
   record.setDefault("--link", options_.link);
-  record.setDefault("--data-parallel", std::to_string(replicas_));
+  record.setDefault("--data-parallel", std::to_string(replicas()));
   record.setDefault("--stream-window",
                     std::to_string(options_.streamMicrobatches));
   if (!record.has("--input-meta"))
@@ -347,7 +344,7 @@ llvm::Error RankContext::finish() {
       if (llvm::Error err = gatherBytes(*replicaTransport_, mine, 0, pipelines,
                                         "the trace events"))
         return err;
-      if (replica_ == 0) {
+      if (replica() == 0) {
         ranks.clear();
         for (const std::string &pipeline : pipelines) {
           llvm::StringRef rest(pipeline);
@@ -362,7 +359,7 @@ llvm::Error RankContext::finish() {
         }
       }
     }
-    if (env_.rank == 0 && replica_ == 0)
+    if (env_.rank == 0 && replica() == 0)
       if (llvm::Error err = writeTraceFile(options_.tracePath, ranks))
         return err;
   }

@@ -107,8 +107,8 @@ public:
   /// replica (0..replicas-1), the number of replicas, and the transport
   /// over this rank's replica group (null with one replica).
   const LaunchEnv &jobEnv() const { return jobEnv_; }
-  int replica() const { return replica_; }
-  int replicas() const { return replicas_; }
+  int replica() const { return mesh_ ? mesh_->replica : 0; }
+  int replicas() const { return mesh_ ? mesh_->replicas : 1; }
   Transport *replicaTransport() { return replicaTransport_.get(); }
   /// The job's rank of pipeline rank `rank` of this rank's pipeline.
   int jobRank(int rank) const { return transport_->globalRank(rank); }
@@ -191,8 +191,7 @@ private:
   LaunchEnv env_;
   /// Data parallel: see jobEnv().
   LaunchEnv jobEnv_;
-  int replica_ = 0, replicas_ = 1;
-  /// The groups connect() connects, with replicas.
+  /// The job's pipelines, with replicas: connect() connects its groups.
   std::optional<PipelineMesh> mesh_;
   std::unique_ptr<Transport> replicaTransport_;
   RunOptions options_;
