@@ -331,15 +331,17 @@ class WeightsTest(unittest.TestCase):
         self.assertEqual(again.returncode, 2, again.stderr)
         self.assertTrue(again.stderr.startswith("error: "), again.stderr)
 
-    def test_bf16_llama_decodes_as_its_program(self):
-        manifest, _ = self.split("llama_bf16", 2)
-        with open(manifest) as f:
-            dtypes = {w["dtype"] for s in json.load(f)["stages"] for w in s["weights"]
-                      if w["parameter"]}
-        self.assertEqual(dtypes, {"bfloat16"})
-        got, want, _ = self.generate(manifest, 2, "llama_bf16", "--weights",
-                                     model("llama_bf16"))
-        self.assertTrue(torch.equal(got, want), "want %s\ngot  %s" % (want, got))
+    def test_bf16_llama_decodes_as_its_program_on_2_and_4_ranks(self):
+        for stages in (2, 4):
+            with self.subTest(stages=stages):
+                manifest, _ = self.split("llama_bf16", stages)
+                with open(manifest) as f:
+                    dtypes = {w["dtype"] for s in json.load(f)["stages"] for w in s["weights"]
+                              if w["parameter"]}
+                self.assertEqual(dtypes, {"bfloat16"})
+                got, want, _ = self.generate(manifest, stages, "llama_bf16", "--weights",
+                                             model("llama_bf16"))
+                self.assertTrue(torch.equal(got, want), "want %s\ngot  %s" % (want, got))
 
     def test_gpt2_with_tied_embeddings_decodes_as_transformers_generate_on_2_and_4_ranks(self):
         # The shards lack lm_head.weight; their config.json ties word
