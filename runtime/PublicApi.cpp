@@ -12,12 +12,12 @@
 
 #include "lib/Error.h"
 #include "lib/TensorIO.h"
+#include "runtime/exec/LossKind.h"
 #include "runtime/generate/Generator.h"
 #include "runtime/link/LaunchEnv.h"
 #include "runtime/platform/MemoryMeter.h"
 #include "runtime/run/Pipeline.h"
 #include "runtime/schedule/ScheduleKind.h"
-#include "runtime/exec/LossKind.h"
 #include "runtime/train/OptimizerKind.h"
 #include "runtime/train/TrainData.h"
 #include "runtime/train/Trainer.h"

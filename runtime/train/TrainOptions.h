@@ -11,8 +11,8 @@
 #ifndef PPC_RUNTIME_TRAIN_TRAINOPTIONS_H
 #define PPC_RUNTIME_TRAIN_TRAINOPTIONS_H
 
-#include "runtime/exec/RunOptions.h"
 #include "runtime/exec/LossKind.h"
+#include "runtime/exec/RunOptions.h"
 #include "runtime/train/LrSchedule.h"
 #include "runtime/train/OptimizerKind.h"
 

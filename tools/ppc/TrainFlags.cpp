@@ -6,9 +6,9 @@
 //===----------------------------------------------------------------------===//
 #include "tools/ppc/TrainFlags.h"
 
+#include "runtime/exec/LossKind.h"
 #include "runtime/exec/Precision.h"
 #include "runtime/schedule/ScheduleKind.h"
-#include "runtime/exec/LossKind.h"
 #include "runtime/train/LrSchedule.h"
 #include "runtime/train/OptimizerKind.h"
 #include "tools/ppc/OptionChecks.h"
