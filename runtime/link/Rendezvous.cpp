@@ -11,6 +11,7 @@
 #include "runtime/link/JobStore.h"
 #include "runtime/link/LaunchEnv.h"
 #include "runtime/link/Link.h"
+#include "runtime/platform/BoundedCall.h"
 #include "runtime/platform/Duration.h"
 #include "runtime/platform/TorchCompat.h"
 
@@ -27,11 +28,9 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <condition_variable>
 #include <csignal>
 #include <cstdlib>
 #include <functional>
-#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -312,15 +311,6 @@ struct StepError {
   Failure failure;
 };
 
-/// Where runBounded() leaves the outcome of a call.
-template <typename T> struct BoundedCall {
-  std::mutex mutex;
-  std::condition_variable done;
-  bool finished = false;
-  std::optional<T> value;
-  Failure error;
-};
-
 /// JobStore's error for a forged value (ForgedValueError), when `what`
 /// holds it: Gloo and c10d may rethrow it inside an error of their own;
 /// else `otherwise`.
@@ -332,49 +322,38 @@ std::string forgedOr(const std::string &what, std::string otherwise) {
   return firstLine(what.substr(at));
 }
 
-/// Runs `fn` on a thread of its own and waits for it until `deadline`.
-/// LibTorch 1.13's TCPStore client reads replies without a timeout, so a
-/// store host that stops (SIGSTOP, a frozen machine) would block the call
-/// forever, and a thread blocked in recv() cannot be interrupted. Past the
-/// deadline the call is abandoned: its thread is detached, keeps what it
-/// uses alive through fn's by-value captures, and ends with the process.
-/// `fn` returns T or throws: a StepError (its failure is the error), or
-/// anything else (`where`: first line of the message). `onTimeout` gives
-/// the error past the deadline.
+/// Runs `fn` within `deadline` (runWithin(), runtime/platform/BoundedCall.h:
+/// a store host that stops would block a c10d call forever). `fn` returns T
+/// or throws: a StepError (its failure is the error), or anything else
+/// (`where`: first line of the message). `onTimeout` gives the error past
+/// the deadline.
 template <typename T, typename Fn>
 llvm::Expected<T> runBounded(Clock::time_point deadline,
                              const std::function<Failure()> &onTimeout,
                              const std::string &where, Fn fn) {
-  auto call = std::make_shared<BoundedCall<T>>();
-  std::thread([call, fn = std::move(fn), where]() mutable {
-    std::optional<T> value;
-    Failure error;
-    try {
-      value = fn();
-    } catch (const StepError &e) {
-      error = e.failure;
-    } catch (const ForgedValueError &e) {
-      error = Failure::other(e.what());
-    } catch (const c10::Error &e) {
-      error = Failure::other(
-          forgedOr(e.what_without_backtrace(),
-                   where + " (" + firstLine(e.what_without_backtrace()) + ")"));
-    } catch (const std::exception &e) {
-      error = Failure::other(
-          forgedOr(e.what(), where + " (" + firstLine(e.what()) + ")"));
-    }
-    std::lock_guard<std::mutex> lock(call->mutex);
-    call->value = std::move(value);
-    call->error = std::move(error);
-    call->finished = true;
-    call->done.notify_all();
-  }).detach();
-  std::unique_lock<std::mutex> lock(call->mutex);
-  if (!call->done.wait_until(lock, deadline, [&] { return call->finished; }))
+  BoundedOutcome<T> outcome = runWithin<T>(deadline, std::move(fn));
+  if (outcome.timedOut)
     return onTimeout().toError();
-  if (!call->value)
-    return call->error.toError();
-  return std::move(*call->value);
+  if (!outcome.error)
+    return std::move(*outcome.value);
+  Failure error;
+  try {
+    std::rethrow_exception(outcome.error);
+  } catch (const StepError &e) {
+    error = e.failure;
+  } catch (const ForgedValueError &e) {
+    error = Failure::other(e.what());
+  } catch (const c10::Error &e) {
+    error = Failure::other(
+        forgedOr(e.what_without_backtrace(),
+                 where + " (" + firstLine(e.what_without_backtrace()) + ")"));
+  } catch (const std::exception &e) {
+    error = Failure::other(
+        forgedOr(e.what(), where + " (" + firstLine(e.what()) + ")"));
+  } catch (...) {
+    error = Failure::other(where);
+  }
+  return error.toError();
 }
 
 /// Text from a peer, safe to print (printable() in lib/Error.h).

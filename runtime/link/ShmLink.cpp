@@ -38,6 +38,8 @@
 #include "runtime/link/JobStore.h"
 #include "runtime/link/Link.h"
 #include "runtime/link/ShmRing.h"
+#include "runtime/platform/BoundedCall.h"
+#include "runtime/platform/Duration.h"
 
 #include "lib/Error.h"
 
@@ -126,47 +128,22 @@ std::vector<uint8_t> toBytes(const std::string &text) {
 }
 
 /// Runs `fn`, a call on the rendezvous store on behalf of a wait for
-/// `peer`, and returns what it returns. The store is served by rank 0 (or
-/// the launcher), and c10d's client reads its replies without a timeout:
-/// a host that stops (SIGSTOP, a frozen machine) would block the call
-/// forever. So `fn` runs on a thread of its own, waited for at most
-/// `timeout`; past it the call is abandoned (its thread detached, keeping
-/// what `fn` captured by value, the store among it, alive) and this is the
-/// peer's timeout. A store that answers with c10d's "Socket Timeout" is a
-/// timeout too; a value the job's secret does not vouch for is its one
-/// line, nothing opened.
+/// `peer`, within `timeout` (runWithin(), runtime/platform/BoundedCall.h:
+/// a store whose host stopped never answers), and returns what it returns.
+/// Past the timeout, or when the store answers with c10d's "Socket
+/// Timeout", this is the peer's timeout; a value the job's secret does not
+/// vouch for is its one line, nothing opened.
 template <typename T, typename Fn>
 llvm::Expected<T> storeCall(int peer, std::chrono::milliseconds timeout,
                             const llvm::Twine &what, Fn fn) {
-  struct Call {
-    std::mutex mutex;
-    std::condition_variable done;
-    bool finished = false;
-    std::optional<T> value;
-    std::exception_ptr error;
-  };
-  auto call = std::make_shared<Call>();
-  std::thread([call, fn = std::move(fn)]() mutable {
-    std::optional<T> value;
-    std::exception_ptr error;
-    try {
-      value = fn();
-    } catch (...) {
-      error = std::current_exception();
-    }
-    std::lock_guard<std::mutex> lock(call->mutex);
-    call->value = std::move(value);
-    call->error = error;
-    call->finished = true;
-    call->done.notify_all();
-  }).detach();
-  std::unique_lock<std::mutex> lock(call->mutex);
-  if (!call->done.wait_for(lock, timeout, [&] { return call->finished; }))
+  BoundedOutcome<T> outcome =
+      runWithin<T>(deadlineAfter(timeout), std::move(fn));
+  if (outcome.timedOut)
     return lostRankTimedOut(peer, timeout, what);
-  if (!call->error)
-    return std::move(*call->value);
+  if (!outcome.error)
+    return std::move(*outcome.value);
   try {
-    std::rethrow_exception(call->error);
+    std::rethrow_exception(outcome.error);
   } catch (const ForgedValueError &e) {
     return makeError(e.what());
   } catch (const std::exception &e) {
