@@ -248,7 +248,8 @@ static llvm::Expected<Analysis> analyze(const ItemGraph &items,
                                         const PreparedModel &prepared,
                                         const CompileOptions &options) {
   const torch::jit::Module &model = prepared.model.module;
-  bool withoutWeights = holdsMetaTensors(model);
+  bool withoutWeights =
+      hasMetaTensors(moduleSlots(TorchScriptStage(model), {}));
   if (withoutWeights && options.partition.maxStageMemory)
     return makeError("--max-stage-memory measures the activations on "
                      "--example-input, which needs the program's weights: "
@@ -267,9 +268,11 @@ static llvm::Expected<Analysis> analyze(const ItemGraph &items,
       out.memory = std::move(*memory);
     }
   }
-  ShapeOf recorded = [&](const torch::jit::Value &v) {
-    return prepared.format->exampleShape(prepared.model, v);
-  };
+  ShapeOf recorded;
+  if (withoutWeights)
+    recorded = [&](const torch::jit::Value &v) {
+      return prepared.format->exampleShape(prepared.model, v);
+    };
   auto costs =
       itemCosts(items, &model, options.cost, example ? &*example : nullptr,
                 &out.uncounted, recorded);

@@ -396,19 +396,15 @@ static std::string uncountedOps(Node *n) {
 }
 
 /// The flops cost model (see CostModel.h): the items' operations, control
-/// flow resolved on the example, each counted by flops(). A program without
-/// weights is not run: its shapes are those its file recorded (`recorded`).
+/// flow resolved on the example, each counted by flops(). With `recorded`
+/// (a program without weights) nothing runs: the shapes are those its file
+/// recorded.
 static llvm::Expected<std::vector<int64_t>>
 flopsCosts(const ItemGraph &graph, const torch::jit::Module *module,
            const std::vector<c10::IValue> &example, const ShapeOf &recorded,
            std::vector<std::string> *uncounted) {
   FlatGraph flat(graph);
-  bool run = !(module && holdsMetaTensors(*module));
-  if (!run && !recorded)
-    return makeError("--cost flops needs the weights of a model that has "
-                     "none and records no shapes: give them with "
-                     "--weights, or use --cost params or nodes");
-  if (run)
+  if (!recorded)
     if (llvm::Error err = flat.flatten(module, example))
       return err;
   // The model inputs too: the first linear of an MLP reads one.
@@ -416,10 +412,14 @@ flopsCosts(const ItemGraph &graph, const torch::jit::Module *module,
   counted.insert(counted.end(), flat.graph()->inputs().begin(),
                  flat.graph()->inputs().end());
   ValueShapes shapes;
-  if (!run) {
+  if (recorded) {
     for (const Value *v : tensorValues(counted))
       if (auto shape = recorded(*v))
         shapes[v] = std::move(*shape);
+    if (shapes.empty())
+      return makeError("--cost flops needs the weights of a model that has "
+                       "none and records no shapes: give them with "
+                       "--weights, or use --cost params or nodes");
   } else {
     auto values = runRecording(*flat.graph(), module, example,
                                tensorValues(counted), true);
@@ -448,13 +448,6 @@ flopsCosts(const ItemGraph &graph, const torch::jit::Module *module,
   if (uncounted)
     *uncounted = std::move(left);
   return costs;
-}
-
-bool holdsMetaTensors(const torch::jit::Module &module) {
-  for (const auto &attr : module.named_attributes(/*recurse=*/true))
-    if (attr.value.isTensor() && attr.value.toTensor().is_meta())
-      return true;
-  return false;
 }
 
 llvm::Expected<std::vector<int64_t>>

@@ -74,10 +74,6 @@ inline constexpr int64_t kMaxUnrolledIterations = 256;
 using ShapeOf = std::function<std::optional<std::vector<int64_t>>(
     const torch::jit::Value &)>;
 
-/// Whether `module` holds a tensor without data (a program exported on the
-/// meta device, whose weights a checkpoint gives at run time).
-bool holdsMetaTensors(const torch::jit::Module &module);
-
 /// Cost of each item of `graph` (which was built from `module`'s forward).
 /// `example` is required for CostKind::Flops and CostKind::Profile and
 /// holds the model inputs, checked with checkExampleInput(). With
@@ -89,10 +85,10 @@ bool holdsMetaTensors(const torch::jit::Module &module);
 /// Errors: flops or profile without an example input ("the profile cost
 /// model needs an example input (--example-input IN.pt)"), or the example
 /// run failing ("cannot run the model on the example input: ...").
-/// The flops of a module without weights (holdsMetaTensors) are counted
-/// without running it, on the shapes `recorded` gives (a .pt2 program's, at
-/// its export example); "--cost flops needs the weights of a model that has
-/// none and records no shapes: ..." without them.
+/// With `recorded` (a module without weights, which cannot run), the flops
+/// are counted without running it, on the shapes `recorded` gives (a .pt2
+/// program's, at its export example); "--cost flops needs the weights of a
+/// model that has none and records no shapes: ..." when it gives none.
 llvm::Expected<std::vector<int64_t>>
 itemCosts(const ItemGraph &graph, const torch::jit::Module *module,
           CostKind kind, const std::vector<c10::IValue> *example,
