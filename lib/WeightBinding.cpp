@@ -176,8 +176,7 @@ WeightSource::open(const WeightOptions &options,
   return out;
 }
 
-llvm::Expected<std::string> WeightSource::configTie(const WeightSlot &slot,
-                                                    std::string &why) {
+llvm::Expected<std::string> WeightSource::configTie(const WeightSlot &slot) {
   if (!tiedVocabulary_) {
     auto vocabulary = tiedVocabulary(options_.path);
     if (!vocabulary)
@@ -186,12 +185,15 @@ llvm::Expected<std::string> WeightSource::configTie(const WeightSlot &slot,
   }
   const std::optional<int64_t> &vocabulary = *tiedVocabulary_;
   const at::Tensor &current = slot.current;
-  if (!vocabulary || current.dim() != 2 || current.size(0) != *vocabulary)
-    return std::string();
   // transformers ties the output embeddings to the input embeddings: the
   // checkpoint's one other [vocab_size, hidden] tensor of the same dtype.
   std::vector<std::string> candidates;
-  for (const std::string &name : checkpoint_->names()) {
+  bool ties =
+      vocabulary && current.dim() == 2 && current.size(0) == *vocabulary;
+  std::vector<std::string> names;
+  if (ties)
+    names = checkpoint_->names();
+  for (const std::string &name : names) {
     auto entry = checkpoint_->find(name);
     if (!entry)
       return entry.takeError();
@@ -204,16 +206,25 @@ llvm::Expected<std::string> WeightSource::configTie(const WeightSlot &slot,
   }
   if (candidates.size() == 1)
     return candidates.front();
-  std::vector<std::string> listed;
-  for (size_t i = 0; i < candidates.size() && i < 4; ++i)
-    listed.push_back("'" + shown(candidates[i]) + "'");
-  why = llvm::formatv(
-      "; its config.json ties word embeddings, but {0} "
-      "tensors have its dtype and shape{1}{2}",
-      candidates.empty() ? "no" : std::to_string(candidates.size()),
-      candidates.empty() ? "" : ": ",
-      llvm::join(listed, ", ") + (candidates.size() > 4 ? ", ..." : ""));
-  return std::string();
+  std::string why;
+  if (ties) {
+    std::vector<std::string> listed;
+    for (size_t i = 0; i < candidates.size() && i < 4; ++i)
+      listed.push_back("'" + shown(candidates[i]) + "'");
+    why = llvm::formatv(
+        "; its config.json ties word embeddings, but {0} tensors have its "
+        "dtype and shape{1}{2}",
+        candidates.empty() ? "no" : std::to_string(candidates.size()),
+        candidates.empty() ? "" : ": ",
+        llvm::join(listed, ", ") + (candidates.size() > 4 ? ", ..." : ""));
+  }
+  const std::string &primary = slot.names.front();
+  return makeError(llvm::formatv(
+      "weight '{0}' is not in checkpoint '{1}' (the program carries no data "
+      "for it{2}; if it shares another weight's tensor, name that one with "
+      "--weights-tied {3}=SOURCE)",
+      shown(primary), shown(options_.path), why,
+      shown(checkpointName(primary))));
 }
 
 std::string WeightSource::checkpointName(llvm::StringRef name) const {
@@ -253,17 +264,9 @@ llvm::Expected<WeightReport> WeightSource::bind(
     }
     const at::Tensor &current = slot.current;
     if (found.empty() && current.is_meta() && !slot.isState) {
-      std::string why;
-      auto source = configTie(slot, why);
+      auto source = configTie(slot);
       if (!source)
         return source.takeError();
-      if (source->empty())
-        return makeError(llvm::formatv(
-            "weight '{0}' is not in checkpoint '{1}' (the program carries no "
-            "data for it{2}; if it shares another weight's tensor, name that "
-            "one with --weights-tied {3}=SOURCE)",
-            shown(primary), shown(options_.path), why,
-            shown(checkpointName(primary))));
       found = *source;
       report.configTies.emplace_back(checkpointName(primary), found);
     }

@@ -123,11 +123,11 @@ private:
   /// checkpoint lacks, is tied to by the checkpoint's config.json
   /// ("tie_word_embeddings": true, as transformers saves it): when the
   /// slot is a [vocab_size, N] matrix, the one checkpoint tensor of its
-  /// dtype and shape. "" when none is, with `why` saying so where the
-  /// config ties (none or several such tensors). Errors: a config.json
-  /// that cannot be read or is not a JSON object; Checkpoint::find's.
-  llvm::Expected<std::string> configTie(const WeightSlot &slot,
-                                        std::string &why);
+  /// dtype and shape. Errors: bind()'s "weight 'w' is not in checkpoint"
+  /// line when there is none (saying so where the config ties and none or
+  /// several tensors could be it); a config.json that cannot be read or is
+  /// not a JSON object; Checkpoint::find's.
+  llvm::Expected<std::string> configTie(const WeightSlot &slot);
 
   WeightOptions options_;
   /// The config's tied vocabulary size, once read (tiedVocabulary()).
