@@ -296,17 +296,24 @@ class WeightsTest(unittest.TestCase):
 
     # -- decoders from save_pretrained shards ------------------------------------
 
-    def test_llama_decodes_as_transformers_generate_on_2_and_4_ranks(self):
+    def decodes_on_2_and_4_ranks(self, name):
+        """Decoder NAME, split into 2 and into 4 stages, decodes on as many
+        ranks from its shards (--weights) the tokens NAME.json gives, each
+        rank reading its own stage's tensors only. Returns the manifests."""
+        manifests = []
         for stages in (2, 4):
             with self.subTest(stages=stages):
-                manifest, _ = self.split("llama", stages)
-                got, want, r = self.generate(manifest, stages, "llama", "--weights",
-                                             model("llama"))
+                manifest, _ = self.split(name, stages)
+                got, want, r = self.generate(manifest, stages, name, "--weights", model(name))
                 self.assertTrue(torch.equal(got, want), "want %s\ngot  %s" % (want, got))
-                # Each rank read its own stage's tensors from the shards.
                 read = {int(m.group(1)): int(m.group(2))
                         for m in WEIGHT_BYTES.finditer(r.stdout)}
                 self.assertEqual(read, dict(enumerate(self.stage_bytes(manifest))), r.stdout)
+                manifests.append(manifest)
+        return manifests
+
+    def test_llama_decodes_as_transformers_generate_on_2_and_4_ranks(self):
+        self.decodes_on_2_and_4_ranks("llama")
 
     def test_join_writes_shards_that_from_pretrained_reads_back(self):
         from transformers import LlamaForCausalLM
@@ -332,31 +339,18 @@ class WeightsTest(unittest.TestCase):
         self.assertTrue(again.stderr.startswith("error: "), again.stderr)
 
     def test_bf16_llama_decodes_as_its_program_on_2_and_4_ranks(self):
-        for stages in (2, 4):
-            with self.subTest(stages=stages):
-                manifest, _ = self.split("llama_bf16", stages)
-                with open(manifest) as f:
-                    dtypes = {w["dtype"] for s in json.load(f)["stages"] for w in s["weights"]
-                              if w["parameter"]}
-                self.assertEqual(dtypes, {"bfloat16"})
-                got, want, _ = self.generate(manifest, stages, "llama_bf16", "--weights",
-                                             model("llama_bf16"))
-                self.assertTrue(torch.equal(got, want), "want %s\ngot  %s" % (want, got))
+        for manifest in self.decodes_on_2_and_4_ranks("llama_bf16"):
+            with open(manifest) as f:
+                dtypes = {w["dtype"] for s in json.load(f)["stages"] for w in s["weights"]
+                          if w["parameter"]}
+            self.assertEqual(dtypes, {"bfloat16"})
 
     def test_gpt2_with_tied_embeddings_decodes_as_transformers_generate_on_2_and_4_ranks(self):
         # The shards lack lm_head.weight; their config.json ties word
-        # embeddings, so it is transformer.wte.weight (no --weights-tied).
-        for stages in (2, 4):
-            with self.subTest(stages=stages):
-                manifest, _ = self.split("gpt2", stages)
-                got, want, r = self.generate(manifest, stages, "gpt2", "--weights",
-                                             model("gpt2"))
-                self.assertTrue(torch.equal(got, want), "want %s\ngot  %s" % (want, got))
-                read = {int(m.group(1)): int(m.group(2))
-                        for m in WEIGHT_BYTES.finditer(r.stdout)}
-                # The last stage reads the embedding it shares with the
-                # first (the manifest lists lm_head.weight there, not wte).
-                self.assertEqual(read, dict(enumerate(self.stage_bytes(manifest))), r.stdout)
+        # embeddings, so it is transformer.wte.weight (no --weights-tied). The
+        # last stage reads the embedding it shares with the first (the
+        # manifest lists lm_head.weight there, not wte).
+        self.decodes_on_2_and_4_ranks("gpt2")
 
 
 if __name__ == "__main__":
