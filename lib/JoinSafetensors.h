@@ -1,5 +1,4 @@
-//===- lib/JoinSafetensors.h - Stage weights as Hugging Face shards -*- C++
-//-*-===//
+//===- lib/JoinSafetensors.h - Weights as HF shards -------------*- C++ -*-===//
 //
 // `ppc join --format safetensors`: the weights of a manifest's stages (trained
 // by `ppc train --save`, or bound from --weights) written back to the

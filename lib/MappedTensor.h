@@ -1,5 +1,4 @@
-//===- lib/MappedTensor.h - Tensors over a file's bytes, in place -*- C++
-//-*-===//
+//===- lib/MappedTensor.h - Tensors over a file's bytes ---------*- C++ -*-===//
 //
 // A model's weights are most of its bytes. Read whole and then copied into
 // tensors, a 1 GiB model takes 2 GiB of memory before anything is done with

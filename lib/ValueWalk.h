@@ -1,5 +1,4 @@
-//===- lib/ValueWalk.h - Boundary values by kind, and the copy rule -*- C++
-//-*-===//
+//===- lib/ValueWalk.h - Boundary values by kind ----------------*- C++ -*-===//
 //
 // The one place that knows how a boundary value of each ValueKind holds its
 // tensors, and the one rule for when a stage gets its own copy of an input.

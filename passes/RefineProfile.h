@@ -1,5 +1,4 @@
-//===- passes/RefineProfile.h - Item times checked by stage times -*- C++
-//-*-===//
+//===- passes/RefineProfile.h - Item times by stage -------------*- C++ -*-===//
 //
 // refineProfiledCosts() is the feedback loop of `ppc split --cost profile
 // --stages N`. Item times measured inside the whole model mispredict stages

@@ -1,5 +1,4 @@
-//===- runtime/exec/Loss.h - One microbatch's loss and its weight -*- C++
-//-*-===//
+//===- runtime/exec/Loss.h - A microbatch's loss ----------------*- C++ -*-===//
 //
 // The training losses of LossKinds.def over one microbatch, and how the
 // microbatches' losses add up to their batch's. Two kinds of loss:

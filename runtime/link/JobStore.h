@@ -1,5 +1,4 @@
-//===- runtime/link/JobStore.h - A rendezvous store only the job can write
-//-===//
+//===- runtime/link/JobStore.h - A store only the job writes ----*- C++ -*-===//
 //
 // The rendezvous store (a c10d TCPStore) answers any client that reaches its
 // port, and 2.x's lists its keys. A JobStore wraps it so that every value a

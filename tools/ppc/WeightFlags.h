@@ -1,5 +1,4 @@
-//===- tools/ppc/WeightFlags.h - --weights and the options beside it -*- C++
-//-*-===//
+//===- tools/ppc/WeightFlags.h - The --weights options ----------*- C++ -*-===//
 //
 // The options that name a checkpoint to bind a program's weights from
 // (lib/WeightBinding.h): `ppc split` takes them to write stages that carry

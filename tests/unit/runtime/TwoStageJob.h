@@ -1,5 +1,4 @@
-//===- tests/unit/runtime/TwoStageJob.h - A two-stage job on disk -*- C++
-//-*-===//
+//===- tests/unit/runtime/TwoStageJob.h - A two-stage job -------*- C++ -*-===//
 //
 // For unit tests of the library (runtime/run/Pipeline.h) whose ranks run in
 // threads of one process: a manifest of two TorchScript stages, a = x * 2
