@@ -68,6 +68,8 @@ Value Manifest::toJSON() const {
     Object o{{"name", in.name}, {"type", kindName(in.kind)}};
     if (!in.shape.empty())
       o["shape"] = shapeToJSON(in.shape);
+    if (!in.maxShape.empty())
+      o["max_shape"] = shapeToJSON(in.maxShape);
     inputs.push_back(std::move(o));
   }
 
@@ -264,10 +266,34 @@ static bool mapShape(llvm::json::ObjectMapper &o, const Value &v,
   return true;
 }
 
+/// An optional "max_shape" beside "shape": one size per dimension of
+/// "shape", equal to it where it is static, -1 (unbounded) or at least 1
+/// where it is dynamic.
+static bool mapMaxShape(llvm::json::ObjectMapper &o, const Value &v,
+                        const std::vector<int64_t> &shape,
+                        std::vector<int64_t> &out, llvm::json::Path p) {
+  if (!v.getAsObject()->get("max_shape"))
+    return true;
+  if (!o.map("max_shape", out))
+    return false;
+  bool fits = out.size() == shape.size();
+  for (size_t d = 0; fits && d < out.size(); ++d)
+    fits = shape[d] >= 0 ? out[d] == shape[d] : out[d] == -1 || out[d] >= 1;
+  if (!fits) {
+    p.field("max_shape")
+        .report("expected one size per dimension of "
+                "\"shape\": its size where static, -1 "
+                "(unbounded) or at least 1 where dynamic");
+    return false;
+  }
+  return true;
+}
+
 static bool fromJSON(const Value &v, ModelInput &out, llvm::json::Path p) {
   llvm::json::ObjectMapper o(v, p);
   return o && o.map("name", out.name) && o.map("type", out.kind) &&
-         mapShape(o, v, out.shape, p);
+         mapShape(o, v, out.shape, p) &&
+         mapMaxShape(o, v, out.shape, out.maxShape, p);
 }
 
 static bool fromJSON(const Value &v, StageInput &out, llvm::json::Path p) {

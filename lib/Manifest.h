@@ -62,6 +62,12 @@ struct ModelInput {
   /// .pt2 program's tensor metadata), -1 for a dynamic dimension; empty
   /// when the file records none (TorchScript).
   std::vector<int64_t> shape;
+  /// The largest size of each dimension the program admits ("max_shape"
+  /// in JSON, only where `shape` has a dynamic dimension with a recorded
+  /// bound): `shape`'s size for a static dimension, the range constraint's
+  /// maximum for a dynamic one, -1 for an unbounded one. Empty: none
+  /// recorded.
+  std::vector<int64_t> maxShape;
 };
 
 struct StageInput {

@@ -125,6 +125,15 @@ public:
     return std::nullopt;
   }
 
+  /// The largest shape `model`'s program admits for `value`: as
+  /// staticShape(), with each dynamic dimension at its symbol's recorded
+  /// maximum (-1: unbounded, or not a plain symbol); nullopt when the file
+  /// records no shape.
+  virtual std::optional<std::vector<int64_t>>
+  largestShape(const ModelGraph &model, const torch::jit::Value &value) const {
+    return std::nullopt;
+  }
+
   /// Pays the format's one-time costs of running in this process now (a
   /// rank calls it while loading its stages); never fails.
   virtual void warmUp() const = 0;

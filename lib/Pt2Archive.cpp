@@ -115,20 +115,6 @@ std::string shapeText(llvm::ArrayRef<int64_t> sizes) {
          "]";
 }
 
-/// The symbol an expression is, bare ("s77") or as sympy prints one
-/// ("Symbol('s77', positive=True, integer=True)"); "" for a compound one.
-llvm::StringRef bareSymbol(llvm::StringRef expr) {
-  if (expr.consume_front("Symbol('")) {
-    if (!expr.endswith(")") || expr.count('(') != 0)
-      return {};
-    expr = expr.take_until([](char c) { return c == '\''; });
-  }
-  bool identifier =
-      !expr.empty() && !llvm::isDigit(expr.front()) &&
-      llvm::all_of(expr, [](char c) { return llvm::isAlnum(c) || c == '_'; });
-  return identifier ? expr : llvm::StringRef();
-}
-
 /// The example value (hint) the program records for each bare symbol among
 /// its tensors' sizes, strides and offsets and its symbolic ints.
 std::map<std::string, int64_t> symbolHints(const schema::Graph &graph) {
@@ -513,6 +499,18 @@ nlohmann::json writePayloads(caffe2::serialize::PyTorchStreamWriter &writer,
 }
 
 } // namespace
+
+llvm::StringRef bareSymbol(llvm::StringRef expr) {
+  if (expr.consume_front("Symbol('")) {
+    if (!expr.endswith(")") || expr.count('(') != 0)
+      return {};
+    expr = expr.take_until([](char c) { return c == '\''; });
+  }
+  bool identifier =
+      !expr.empty() && !llvm::isDigit(expr.front()) &&
+      llvm::all_of(expr, [](char c) { return llvm::isAlnum(c) || c == '_'; });
+  return identifier ? expr : llvm::StringRef();
+}
 
 std::optional<c10::ScalarType> torchScalarType(schema::ScalarType t) {
   using S = schema::ScalarType;

@@ -161,24 +161,35 @@ public:
   std::optional<std::vector<int64_t>>
   staticShape(const ModelGraph &model,
               const torch::jit::Value &value) const override {
-    return recordedShape(model, value, /*hints=*/false);
+    return recordedShape(model, value);
   }
 
   std::optional<std::vector<int64_t>>
   exampleShape(const ModelGraph &model,
                const torch::jit::Value &value) const override {
-    return recordedShape(model, value, /*hints=*/true);
+    return recordedShape(model, value, Dynamic::Hint);
   }
 
+  std::optional<std::vector<int64_t>>
+  largestShape(const ModelGraph &model,
+               const torch::jit::Value &value) const override {
+    return recordedShape(model, value, Dynamic::Maximum);
+  }
+
+  /// What recordedShape() gives for a dynamic dimension: -1, its example
+  /// value (the shape is nullopt without one), or its symbol's maximum in
+  /// the program's range constraints (-1 without one).
+  enum class Dynamic{Unknown, Hint, Maximum};
+
   /// The sizes the program's tensor metadata records for `value` (by its
-  /// name): a dynamic one as -1, or with `hints` as its example value
-  /// (nullopt when it has none).
+  /// name), each dynamic one as `dynamic` says.
   static std::optional<std::vector<int64_t>>
   recordedShape(const ModelGraph &model, const torch::jit::Value &value,
-                bool hints) {
+                Dynamic dynamic = Dynamic::Unknown) {
     const auto &data = *static_cast<const ModelData *>(model.formatData.get());
+    const pt2::schema::ExportedProgram &program = data.program.program;
     const auto &values =
-        data.program.program.get_graph_module().get_graph().get_tensor_values();
+        program.get_graph_module().get_graph().get_tensor_values();
     auto it = values.find(value.debugName());
     if (it == values.end())
       return std::nullopt;
@@ -189,14 +200,22 @@ public:
         shape.push_back(d.get_as_int());
         continue;
       }
-      if (!hints) {
+      const pt2::schema::SymExpr &expr = d.get_as_expr();
+      if (dynamic == Dynamic::Unknown) {
         shape.push_back(-1);
-        continue;
+      } else if (dynamic == Dynamic::Maximum) {
+        auto range = program.get_range_constraints().find(
+            pt2::bareSymbol(expr.get_expr_str()).str());
+        bool bounded = range != program.get_range_constraints().end() &&
+                       range->second.get_max_val() &&
+                       *range->second.get_max_val() >= 1;
+        shape.push_back(bounded ? *range->second.get_max_val() : -1);
+      } else {
+        const auto &hint = expr.get_hint();
+        if (!hint || hint->tag() != pt2::schema::SymExprHint::Tag::AS_INT)
+          return std::nullopt;
+        shape.push_back(hint->get_as_int());
       }
-      const auto &hint = d.get_as_expr().get_hint();
-      if (!hint || hint->tag() != pt2::schema::SymExprHint::Tag::AS_INT)
-        return std::nullopt;
-      shape.push_back(hint->get_as_int());
     }
     return shape;
   }

@@ -90,6 +90,10 @@ struct Pt2Program {
   std::vector<Pt2Tensor> constants;
 };
 
+/// The symbol a size expression is, bare ("s77") or as sympy prints one
+/// ("Symbol('s77', positive=True, integer=True)"); "" for a compound one.
+llvm::StringRef bareSymbol(llvm::StringRef expr);
+
 /// Dtypes between the schema's enum and LibTorch's; nullopt for those ppc
 /// does not read (float8, unsigned wider than 8 bits).
 std::optional<c10::ScalarType> torchScalarType(schema::ScalarType t);

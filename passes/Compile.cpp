@@ -120,8 +120,16 @@ static void describeBoundaries(const PartitionPlan &plan,
   for (size_t i = 0; i < g.modelInputs().size(); ++i) {
     const torch::jit::Value *v = g.modelInputs()[i];
     modelInputIndex[v] = static_cast<int>(i);
-    m.modelInputs.push_back(
-        {valueName(v), *boundaryKind(v->type()), shapeOf(v)});
+    ModelInput in{valueName(v), *boundaryKind(v->type()), shapeOf(v), {}};
+    if (llvm::is_contained(in.shape, -1)) {
+      auto largest = format.largestShape(model, *v);
+      bool bounded = false;
+      for (size_t d = 0; largest && d < largest->size(); ++d)
+        bounded |= in.shape[d] == -1 && (*largest)[d] >= 1;
+      if (bounded)
+        in.maxShape = std::move(*largest);
+    }
+    m.modelInputs.push_back(std::move(in));
   }
   auto labels = valueLabels(g);
   for (size_t s = 0; s < plan.numStages(); ++s) {

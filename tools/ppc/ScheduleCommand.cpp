@@ -58,7 +58,7 @@ constexpr int kMaxGridMicrobatches = 1024;
 /// the last stage's is the model output.
 Manifest chainManifest(int n) {
   Manifest m;
-  m.modelInputs.push_back({"x", ValueKind::Tensor, {}});
+  m.modelInputs.push_back({"x", ValueKind::Tensor, {}, {}});
   for (int s = 0; s < n; ++s) {
     StageInfo info;
     info.index = s;

@@ -43,7 +43,7 @@ Manifest twoStages() {
   m.sourceSize = 10;
   m.sourceSha256 = "ab";
   m.costModel = "params";
-  m.modelInputs = {{"x", ValueKind::Tensor, {-1, 8}}};
+  m.modelInputs = {{"x", ValueKind::Tensor, {-1, 8}, {}}};
   StageInfo s0, s1;
   s0.index = 0;
   s0.file = "stage_0.pt";
@@ -537,6 +537,33 @@ TEST(ManifestTest, CarriesRecordedShapesAndRejectsBadOnes) {
       llvm::json::Array(std::vector<int>(65, 1));
   EXPECT_EQ(errorOf(bad), "expected at most 64 dimensions, each -1 (dynamic) "
                           "or more at manifest.stages[0].outputs[0].shape");
+}
+
+TEST(ManifestTest, CarriesTheLargestShapeOfADynamicInput) {
+  Manifest m = twoStages();
+  m.modelInputs[0].maxShape = {32, 8};
+  Value json = m.toJSON();
+  auto back = Manifest::fromJSON(json);
+  ASSERT_TRUE(static_cast<bool>(back)) << llvm::toString(back.takeError());
+  EXPECT_EQ(back->modelInputs[0].maxShape, (std::vector<int64_t>{32, 8}));
+  EXPECT_EQ(back->toJSON(), json);
+  const char *expected =
+      "expected one size per dimension of \"shape\": its size where static, "
+      "-1 (unbounded) or at least 1 where dynamic at "
+      "manifest.inputs[0].max_shape";
+  for (std::vector<int64_t> bad :
+       {std::vector<int64_t>{32}, std::vector<int64_t>{32, 9},
+        std::vector<int64_t>{0, 8}, std::vector<int64_t>{-2, 8}}) {
+    Value changed = json;
+    obj((*obj(changed).getArray("inputs"))[0])["max_shape"] =
+        llvm::json::Array(bad);
+    EXPECT_EQ(errorOf(changed), expected) << bad.size();
+  }
+  // An unbounded dynamic dimension is -1.
+  Value unbounded = json;
+  obj((*obj(unbounded).getArray("inputs"))[0])["max_shape"] =
+      llvm::json::Array(std::vector<int64_t>{-1, 8});
+  EXPECT_TRUE(static_cast<bool>(Manifest::fromJSON(unbounded)));
 }
 
 TEST(ManifestTest, RejectsBadState) {

@@ -32,7 +32,7 @@ protected:
                           "    return (x * 2.0,)\n",
                           "def forward(self, a: Tensor):\n"
                           "    return (a + 1.0,)\n"};
-    manifest.modelInputs.push_back({"x", ValueKind::Tensor, {}});
+    manifest.modelInputs.push_back({"x", ValueKind::Tensor, {}, {}});
     for (int s = 0; s < 2; ++s) {
       StageInfo info;
       info.index = s;

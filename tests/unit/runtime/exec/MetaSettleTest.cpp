@@ -32,7 +32,7 @@ namespace {
 /// its output 0 to stage 1 (rank 1), which returns the model output.
 Manifest chain() {
   Manifest m;
-  m.modelInputs.push_back({"x", ValueKind::Tensor, {}});
+  m.modelInputs.push_back({"x", ValueKind::Tensor, {}, {}});
   for (int s = 0; s < 2; ++s) {
     StageInfo info;
     info.index = s;

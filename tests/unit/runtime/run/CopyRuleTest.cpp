@@ -44,7 +44,7 @@ def forward(self, a: Tensor):
     a.mul_(10.0)
     return (a + 1.0,)
 )");
-    manifest.modelInputs.push_back({"x", ValueKind::Tensor, {}});
+    manifest.modelInputs.push_back({"x", ValueKind::Tensor, {}, {}});
     for (int s = 0; s < 2; ++s) {
       StageInfo info;
       info.index = s;

@@ -24,7 +24,7 @@ namespace ppc::test {
 /// edges (from, to): stage `to` also takes output 1 of stage `from`.
 inline Manifest chain(int n, std::vector<std::pair<int, int>> skips = {}) {
   Manifest m;
-  m.modelInputs.push_back({"x", ValueKind::Tensor, {}});
+  m.modelInputs.push_back({"x", ValueKind::Tensor, {}, {}});
   for (int s = 0; s < n; ++s) {
     StageInfo info;
     info.index = s;

@@ -73,7 +73,7 @@ protected:
     m.sourceSize = 10;
     m.sourceSha256 = "ab";
     m.costModel = "params";
-    m.modelInputs = {{"x", ValueKind::Tensor, {-1, 8}}};
+    m.modelInputs = {{"x", ValueKind::Tensor, {-1, 8}, {}}};
     StageInfo s0, s1;
     s0.index = 0;
     s0.file = "stage_0.pt";
