@@ -200,6 +200,8 @@ ppc::GenerateOptions internalOptions(const GenerateOptions &o) {
   out.sampling = {o.temperature, o.topK, o.topP, o.seed, o.eosId};
   out.tokenInput = o.tokenInput;
   out.positionInput = o.positionInput;
+  out.prefillChunk = o.prefillChunk;
+  out.slots = o.slots;
   return out;
 }
 } // namespace
@@ -232,6 +234,8 @@ GenerateStats Generator::stats() const {
   out.sequences = s.sequences;
   out.groups = s.groups;
   out.promptTokens = s.promptTokens;
+  out.prefillChunk = s.prefillChunk;
+  out.slots = s.slots;
   out.newTokens = s.newTokens;
   out.firstTokenMs = s.firstTokenMs;
   out.stepMs = s.stepMs;

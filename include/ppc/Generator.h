@@ -54,6 +54,15 @@ struct GenerateOptions {
   /// The program inputs that take the token ids and the position.
   std::string tokenInput = "input_ids";
   std::string positionInput = "cache_position";
+  /// Prompt tokens fed in one step (chunked prefill): 0 is the most the
+  /// program takes (its token input's dynamic sequence dimension, or 1 for
+  /// a program exported with one token a step), capped at the prompt's
+  /// length.
+  int64_t prefillChunk = 0;
+  /// Groups of b sequences in flight at once (continuous batching): the
+  /// groups of flush()'s prompts queue, and a group starts as soon as one
+  /// leaves. 0: every group at once.
+  int slots = 0;
 };
 
 /// What one rank did in its last decode, as `ppc generate --stats` says.
@@ -61,6 +70,8 @@ struct GenerateStats {
   int rank = 0;
   std::string metaSource = "inferred";
   int64_t sequences = 0, groups = 0, promptTokens = 0, newTokens = 0;
+  /// Prompt tokens fed per prefill step, and the slots used.
+  int64_t prefillChunk = 1, slots = 1;
   /// On the last stage's rank: time to the first new token, a decode
   /// step's latency (between two picks of one group), the whole decode.
   double firstTokenMs = 0, stepMs = 0, totalMs = 0;

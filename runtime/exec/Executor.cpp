@@ -152,7 +152,7 @@ void Executor::record(const Action &a, int64_t startUs) {
   e.stage = a.stage;
   e.microbatch = a.microbatch;
   if (schedule.tokens && a.microbatch >= 0) {
-    e.group = a.microbatch % schedule.tokens->groups;
+    e.group = schedule.tokens->groupOf(a.microbatch);
     e.step = schedule.tokens->stepOf(a.microbatch);
   }
   e.startUs = startUs;

@@ -122,8 +122,8 @@ Executor::recvHeader(const Edge &edge, int m, int peer, int channel,
 /// until fed).
 llvm::Expected<c10::IValue *> Executor::tokenSlot(int m) {
   const TokenReturn &ret = *schedule.tokens;
-  size_t next = static_cast<size_t>(m) + ret.groups;
-  if (next >= step.microbatches.size() ||
+  int next = ret.next(m);
+  if (next < 0 || static_cast<size_t>(next) >= step.microbatches.size() ||
       !step.microbatches[next][ret.input].isTensor())
     return makeError(llvm::formatv("internal error: no microbatch {0} to "
                                    "feed the tokens of microbatch {1}",

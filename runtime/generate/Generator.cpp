@@ -45,14 +45,36 @@ llvm::Expected<int> inputNamed(const Manifest &manifest,
                        .str());
 }
 
+/// "[2, 1]": a recorded shape, a dynamic dimension as "?".
+std::string shapeText(const std::vector<int64_t> &shape) {
+  if (shape.empty())
+    return "no recorded shape";
+  std::vector<std::string> dims;
+  for (int64_t d : shape)
+    dims.push_back(d < 0 ? "?" : std::to_string(d));
+  return "[" + llvm::join(dims, ", ") + "]";
+}
+
 /// What a decode needs of the program, from its manifest.
 struct ProgramLimits {
   /// The static batch (rows of the token input), the vocabulary (the last
   /// dimension of the logits) and the cache's positions, where recorded.
   std::optional<int64_t> batch, vocab, positions;
+  /// The most prompt tokens one step takes (Generator::prefillLimit()).
+  int64_t prefill = 1;
 };
 
-ProgramLimits limitsOf(const Manifest &manifest, int tokenInput) {
+/// The largest size dimension `d` of `in` admits: -1 when it is static
+/// (its size is in `shape`), INT64_MAX when it is dynamic without a bound.
+int64_t dynamicLimit(const ModelInput &in, size_t d) {
+  if (d >= in.shape.size() || in.shape[d] != -1)
+    return -1;
+  return d < in.maxShape.size() && in.maxShape[d] > 0 ? in.maxShape[d]
+                                                      : INT64_MAX;
+}
+
+ProgramLimits limitsOf(const Manifest &manifest, int tokenInput,
+                       int positionInput) {
   ProgramLimits limits;
   const ModelInput &tokens = manifest.modelInputs[tokenInput];
   if (!tokens.shape.empty() && tokens.shape[0] > 0)
@@ -68,23 +90,32 @@ ProgramLimits limitsOf(const Manifest &manifest, int tokenInput) {
       if (t.indexDim >= 0)
         limits.positions =
             std::min(limits.positions.value_or(INT64_MAX), t.shape[t.indexDim]);
+  // Chunks need [b, S] token ids and S positions, S dynamic in both.
+  const ModelInput &positions = manifest.modelInputs[positionInput];
+  int64_t length = dynamicLimit(tokens, 1), at = dynamicLimit(positions, 0);
+  if (tokens.shape.size() == 2 && positions.shape.size() == 1 && length > 0 &&
+      at > 0)
+    limits.prefill =
+        std::min({length, at, limits.positions.value_or(INT64_MAX)});
   return limits;
 }
 
 } // namespace
 
 double GenerateStats::tokensPerSecond() const {
-  return totalMs > 0 ? sequences * newTokens / (totalMs / 1000) : 0;
+  return totalMs > 0 ? generatedTokens / (totalMs / 1000) : 0;
 }
 
 std::string GenerateStats::line() const {
   return llvm::formatv("stats: rank={0} meta={1} sequences={2} groups={3} "
-                       "prompt_tokens={4} new_tokens={5} first_token_ms={6:f3} "
-                       "step_ms={7:f3} total_ms={8:f3} tokens_per_s={9:f1} "
-                       "messages_sent={10} cache_written={11} link={12}",
+                       "slots={4} prompt_tokens={5} prefill_chunk={6} "
+                       "new_tokens={7} first_token_ms={8:f3} step_ms={9:f3} "
+                       "total_ms={10:f3} tokens_per_s={11:f1} "
+                       "messages_sent={12} cache_written={13} link={14}",
                        rank, metaSourceName(metaSource), sequences, groups,
-                       promptTokens, newTokens, firstTokenMs, stepMs, totalMs,
-                       tokensPerSecond(), messagesSent, cacheWritten ? 1 : 0,
+                       slots, promptTokens, prefillChunk, newTokens,
+                       firstTokenMs, stepMs, totalMs, tokensPerSecond(),
+                       messagesSent, cacheWritten ? 1 : 0,
                        link.empty() ? "none" : link)
              .str() +
          (weightsGiven ? " weight_bytes=" + std::to_string(weightBytes)
@@ -99,7 +130,9 @@ llvm::json::Value GenerateStats::json() const {
       {"meta", metaSourceName(metaSource)},
       {"sequences", sequences},
       {"groups", groups},
+      {"slots", slots},
       {"prompt_tokens", promptTokens},
+      {"prefill_chunk", prefillChunk},
       {"new_tokens", newTokens},
       {"first_token_ms", firstTokenMs},
       {"step_ms", stepMs},
@@ -123,8 +156,9 @@ struct Generator::Impl {
   /// The last call's schedule (printSchedule).
   std::optional<Schedule> last;
   /// Per stage of this rank with state: its state's names, their initial
-  /// values, and one copy per group (slots[g][i]), allocated for the most
-  /// groups a call has had and reset at the start of every call.
+  /// values, and one copy per slot (slots[k][i]), allocated for the most
+  /// slots a call has had; a slot is reset to the initial values before
+  /// each group's first step on the stage.
   struct StageState {
     std::vector<std::string> names;
     std::vector<at::Tensor> initial;
@@ -132,29 +166,62 @@ struct Generator::Impl {
   };
   std::map<int, StageState> state;
 
-  /// The decode of one call, on the collector's rank.
+  /// One prompt of a call and its new tokens.
+  struct Request {
+    at::Tensor prompt;
+    int64_t newTokens = 1;
+  };
+  /// One group of a call: b rows of one request.
+  struct Group {
+    int request = 0;
+    /// The group's first row in its request (the sampler's row numbers).
+    int64_t firstRow = 0;
+    /// Its prompt rows [b, P], prompt tokens fed per prefill step, prefill
+    /// steps (chunks) and new tokens.
+    at::Tensor prompt;
+    int64_t chunk = 1, promptSteps = 1, newTokens = 1;
+    /// On the collector's rank: its rows of the request's tokens, and the
+    /// sampler's finished flags.
+    at::Tensor out, finished;
+    /// Its picks' times (on other ranks: its decode steps reaching the
+    /// rank's first stage).
+    std::vector<Clock::time_point> picks;
+  };
+  /// The decode of one call.
   struct Decode {
-    int groups = 1;
-    int64_t batch = 1, promptSteps = 1, newTokens = 1;
-    at::Tensor out;
-    std::vector<at::Tensor> finished;
-    std::vector<std::vector<Clock::time_point>> picks;
-    int64_t picked = 0;
+    int64_t batch = 1;
+    std::vector<Group> groups;
+    /// Per request, on the collector's rank: int64 [B, N].
+    std::vector<at::Tensor> outs;
+    /// The schedule's groups and microbatches (last->tokens).
+    const TokenReturn *tokens = nullptr;
+    int64_t picked = 0, total = 0;
     Clock::time_point start;
   };
 
   llvm::Error captureState();
-  llvm::Error resetSlots(int groups);
-  llvm::Error bindSlot(int stage, int group);
+  /// Errors: options.slots or prefillChunk negative, prefillChunk above
+  /// limits.prefill.
+  llvm::Error checkOptions() const;
+  /// Allocates `slots` slots of every stage's state.
+  llvm::Error allocateSlots(int slots);
+  /// Binds microbatch m's slot to `stage`'s buffers, reset first when m
+  /// is its group's first step.
+  llvm::Error bindSlot(int stage, int m, const TokenReturn &tokens);
   /// The checks before any work; returns the static batch. `groups`:
   /// also that the prompt makes GenerateOptions::groups groups.
   llvm::Expected<int64_t> checkCall(const at::Tensor &prompt, int64_t newTokens,
                                     bool groups);
-  std::vector<std::vector<c10::IValue>> microbatches(const at::Tensor &prompt,
-                                                     const Decode &d) const;
+  /// The call's groups, in request order. Errors: checkCall's.
+  llvm::Expected<Decode> plan(const std::vector<Request> &requests,
+                              bool checkGroups);
+  std::vector<std::vector<c10::IValue>> microbatches(const Decode &d) const;
   llvm::Expected<at::Tensor> pick(Decode &d, int m,
                                   std::vector<c10::IValue> outputs);
   void finishStats(const Decode &d);
+  /// Decodes `requests`: their groups queue for options.slots slots.
+  llvm::Expected<std::vector<at::Tensor>>
+  decode(const std::vector<Request> &requests, bool checkGroups);
 };
 
 llvm::Error Generator::Impl::captureState() {
@@ -177,32 +244,67 @@ llvm::Error Generator::Impl::captureState() {
   return llvm::Error::success();
 }
 
-llvm::Error Generator::Impl::resetSlots(int groups) {
-  return torchCall("cannot allocate the state of every group", [&] {
-    for (auto &[index, s] : state) {
-      while (static_cast<int>(s.slots.size()) < groups) {
+llvm::Error Generator::Impl::checkOptions() const {
+  if (options.slots < 0)
+    return makeError(llvm::formatv("slots {0}: expected 0 (every group at "
+                                   "once) or more",
+                                   options.slots)
+                         .str());
+  int64_t chunk = options.prefillChunk;
+  if (chunk < 0)
+    return makeError(
+        llvm::formatv("prefillChunk {0}: expected 0 (the most the program "
+                      "takes) or more",
+                      chunk)
+            .str());
+  if (chunk <= limits.prefill)
+    return llvm::Error::success();
+  const Manifest &m = ctx->manifest();
+  if (limits.prefill == 1)
+    return makeError(
+        llvm::formatv("a prefill chunk of {0} tokens needs a program whose "
+                      "'{1}' and '{2}' have a dynamic sequence dimension; "
+                      "this one takes {3} and {4}, one token a step (export "
+                      "it with dynamic_shapes, docs/generate.md)",
+                      chunk, m.modelInputs[tokenInput].name,
+                      m.modelInputs[positionInput].name,
+                      shapeText(m.modelInputs[tokenInput].shape),
+                      shapeText(m.modelInputs[positionInput].shape))
+            .str());
+  return makeError(llvm::formatv("a prefill chunk of {0} tokens is more than "
+                                 "the program takes in one step ({1})",
+                                 chunk, limits.prefill)
+                       .str());
+}
+
+llvm::Error Generator::Impl::allocateSlots(int slots) {
+  return torchCall("cannot allocate the state of every slot", [&] {
+    for (auto &[index, s] : state)
+      while (static_cast<int>(s.slots.size()) < slots) {
         std::vector<at::Tensor> slot;
         for (const at::Tensor &t : s.initial)
           slot.push_back(at::empty_like(t));
         s.slots.push_back(std::move(slot));
       }
-      for (int g = 0; g < groups; ++g)
-        for (size_t i = 0; i < s.initial.size(); ++i)
-          s.slots[g][i].copy_(s.initial[i]);
-    }
   });
 }
 
-llvm::Error Generator::Impl::bindSlot(int stage, int group) {
+llvm::Error Generator::Impl::bindSlot(int stage, int m,
+                                      const TokenReturn &tokens) {
   auto it = state.find(stage);
   if (it == state.end())
     return llvm::Error::success();
   StageState &s = it->second;
-  return torchCall("cannot bind the state of group " + std::to_string(group),
+  int slot = tokens.slotOf(m);
+  bool first = tokens.stepOf(m) == 0;
+  return torchCall("cannot bind the state of slot " + std::to_string(slot),
                    [&] {
                      StageExecutable &e = ctx->stages().at(stage).executable();
-                     for (size_t i = 0; i < s.names.size(); ++i)
-                       e.setBuffer(s.names[i], s.slots[group][i]);
+                     for (size_t i = 0; i < s.names.size(); ++i) {
+                       if (first)
+                         s.slots[slot][i].copy_(s.initial[i]);
+                       e.setBuffer(s.names[i], s.slots[slot][i]);
+                     }
                    });
 }
 
@@ -238,49 +340,84 @@ llvm::Expected<int64_t> Generator::Impl::checkCall(const at::Tensor &prompt,
   return batch;
 }
 
-std::vector<std::vector<c10::IValue>>
-Generator::Impl::microbatches(const at::Tensor &prompt, const Decode &d) const {
-  std::vector<std::vector<c10::IValue>> out;
-  int64_t steps = d.promptSteps + d.newTokens - 1;
-  at::Tensor placeholder = at::zeros({d.batch, 1}, at::kLong);
-  for (int64_t s = 0; s < steps; ++s)
-    for (int g = 0; g < d.groups; ++g) {
-      std::vector<c10::IValue> inputs(ctx->manifest().modelInputs.size());
-      inputs[tokenInput] =
-          s < d.promptSteps
-              ? prompt.narrow(0, g * d.batch, d.batch).narrow(1, s, 1).clone()
-              : placeholder.clone();
-      inputs[positionInput] = at::full({1}, s, at::kLong);
-      out.push_back(std::move(inputs));
+llvm::Expected<Generator::Impl::Decode>
+Generator::Impl::plan(const std::vector<Request> &requests, bool checkGroups) {
+  Decode d;
+  int64_t chunk =
+      options.prefillChunk > 0 ? options.prefillChunk : limits.prefill;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const Request &r = requests[i];
+    auto batch = checkCall(r.prompt, r.newTokens, checkGroups);
+    if (!batch)
+      return batch.takeError();
+    d.batch = *batch;
+    int64_t length = r.prompt.size(1);
+    for (int64_t row = 0; row < r.prompt.size(0); row += d.batch) {
+      Group g;
+      g.request = static_cast<int>(i);
+      g.firstRow = row;
+      g.prompt = r.prompt.narrow(0, row, d.batch);
+      g.chunk = std::min(chunk, length);
+      g.promptSteps = (length + g.chunk - 1) / g.chunk;
+      g.newTokens = r.newTokens;
+      d.total += d.batch * r.newTokens;
+      d.groups.push_back(std::move(g));
     }
+  }
+  return d;
+}
+
+std::vector<std::vector<c10::IValue>>
+Generator::Impl::microbatches(const Decode &d) const {
+  std::vector<std::vector<c10::IValue>> out;
+  at::Tensor placeholder = at::zeros({d.batch, 1}, at::kLong);
+  // A group's step s < promptSteps feeds chunk s of its prompt at its
+  // positions; step promptSteps + i feeds new token i (its placeholder is
+  // replaced by the picked token) at position P + i.
+  for (const auto &[group, s] : d.tokens->of) {
+    const Group &g = d.groups[group];
+    int64_t length = g.prompt.size(1);
+    std::vector<c10::IValue> inputs(ctx->manifest().modelInputs.size());
+    if (s < g.promptSteps) {
+      int64_t begin = s * g.chunk, size = std::min(g.chunk, length - begin);
+      inputs[tokenInput] = g.prompt.narrow(1, begin, size).clone();
+      inputs[positionInput] = at::arange(begin, begin + size, at::kLong);
+    } else {
+      inputs[tokenInput] = placeholder.clone();
+      inputs[positionInput] =
+          at::full({1}, length + s - g.promptSteps, at::kLong);
+    }
+    out.push_back(std::move(inputs));
+  }
   return out;
 }
 
 llvm::Expected<at::Tensor>
 Generator::Impl::pick(Decode &d, int m, std::vector<c10::IValue> outputs) {
-  int g = m % d.groups;
-  int64_t token = m / d.groups - (d.promptSteps - 1);
+  Group &g = d.groups[d.tokens->groupOf(m)];
+  int64_t token = d.tokens->stepOf(m) - (g.promptSteps - 1);
   if (outputs.empty() || !outputs[0].isTensor())
     return makeError("the program's first output is not a tensor of logits");
-  auto tokens = pickTokens(outputs[0].toTensor(), options.sampling, g * d.batch,
-                           token, d.finished[g]);
+  auto tokens = pickTokens(outputs[0].toTensor(), options.sampling, g.firstRow,
+                           token, g.finished);
   if (!tokens)
     return tokens.takeError();
   if (llvm::Error err = torchCall("cannot keep the picked tokens", [&] {
-        d.out.narrow(0, g * d.batch, d.batch).select(1, token).copy_(*tokens);
+        g.out.select(1, token).copy_(*tokens);
       }))
     return err;
-  d.picks[g].push_back(Clock::now());
+  g.picks.push_back(Clock::now());
   d.picked += d.batch;
   if (options.progress)
-    options.progress({d.picked, d.out.numel(), msSince(d.start)});
+    options.progress({d.picked, d.total, msSince(d.start)});
   return *tokens;
 }
 
 void Generator::Impl::finishStats(const Decode &d) {
   std::optional<double> first;
   double steps = 0, stepMs = 0;
-  for (const std::vector<Clock::time_point> &times : d.picks) {
+  for (const Group &g : d.groups) {
+    const std::vector<Clock::time_point> &times = g.picks;
     if (times.empty())
       continue;
     first = std::min(first.value_or(INFINITY),
@@ -327,8 +464,8 @@ Generator::create(llvm::StringRef manifestPath, const LaunchEnv &env,
         Placement::create(static_cast<int>(manifest.stages.size()), worldSize);
     if (!placement)
       return placement.takeError();
-    auto schedule =
-        buildDecodeSchedule(manifest, *placement, {1, 1, 1, *tokens});
+    auto schedule = buildDecodeSchedule(manifest, *placement,
+                                        DecodeShape::uniform(1, 1, 1, *tokens));
     if (!schedule)
       return schedule.takeError();
     return JobPlan{std::move(*schedule), std::nullopt};
@@ -339,7 +476,10 @@ Generator::create(llvm::StringRef manifestPath, const LaunchEnv &env,
   impl->ctx = std::move(*ctx);
   impl->options = std::move(options);
   impl->stats.rank = env.rank;
-  impl->limits = limitsOf(impl->ctx->manifest(), impl->tokenInput);
+  impl->limits =
+      limitsOf(impl->ctx->manifest(), impl->tokenInput, impl->positionInput);
+  if (llvm::Error err = impl->checkOptions())
+    return err;
   if (llvm::Error err = impl->captureState())
     return err;
   return std::unique_ptr<Generator>(new Generator(std::move(impl)));
@@ -347,83 +487,96 @@ Generator::create(llvm::StringRef manifestPath, const LaunchEnv &env,
 
 llvm::Expected<at::Tensor> Generator::generate(const at::Tensor &prompt,
                                                int64_t newTokens) {
-  return decode(prompt, newTokens, /*checkGroups=*/true);
+  auto tokens = impl_->decode({{prompt, newTokens}}, /*checkGroups=*/true);
+  if (!tokens)
+    return tokens.takeError();
+  return tokens->empty() ? at::Tensor() : tokens->front();
 }
 
-llvm::Expected<at::Tensor> Generator::decode(const at::Tensor &prompt,
-                                             int64_t newTokens,
-                                             bool checkGroups) {
-  Impl &impl = *impl_;
+llvm::Expected<std::vector<at::Tensor>>
+Generator::Impl::decode(const std::vector<Request> &requests,
+                        bool checkGroups) {
   Clock::time_point start = Clock::now();
   at::NoGradGuard noGrad;
-  auto batch = impl.checkCall(prompt, newTokens, checkGroups);
-  if (!batch)
-    return batch.takeError();
-  Impl::Decode d;
-  d.batch = *batch;
-  d.groups = static_cast<int>(prompt.size(0) / d.batch);
-  d.promptSteps = prompt.size(1);
-  d.newTokens = newTokens;
-  DecodeShape shape{d.groups, static_cast<int>(d.promptSteps),
-                    static_cast<int>(newTokens), impl.tokenInput};
-  auto schedule =
-      buildDecodeSchedule(impl.ctx->manifest(), impl.ctx->placement(), shape);
+  auto planned = plan(requests, checkGroups);
+  if (!planned)
+    return planned.takeError();
+  Decode &d = *planned;
+  DecodeShape shape;
+  for (const Group &g : d.groups)
+    shape.groups.push_back(
+        {static_cast<int>(g.promptSteps), static_cast<int>(g.newTokens)});
+  shape.slots = options.slots;
+  shape.tokenInput = tokenInput;
+  auto schedule = buildDecodeSchedule(ctx->manifest(), ctx->placement(), shape);
   if (!schedule)
     return schedule.takeError();
-  if (llvm::Error err = impl.resetSlots(d.groups))
+  last = *schedule;
+  d.tokens = &*last->tokens;
+  if (llvm::Error err = allocateSlots(d.tokens->slots))
     return err;
-  RankContext &ctx = *impl.ctx;
-  bool collects = ctx.rank() == ctx.placement().outputRank();
-  if (collects) {
-    d.out =
-        at::full({prompt.size(0), newTokens},
-                 std::max<int64_t>(impl.options.sampling.eosId, 0), at::kLong);
-    d.finished.resize(d.groups);
-  }
+  bool collects = ctx->rank() == ctx->placement().outputRank();
+  if (collects)
+    if (llvm::Error err = torchCall("cannot allocate the new tokens", [&] {
+          for (const Request &r : requests)
+            d.outs.push_back(at::full(
+                {r.prompt.size(0), r.newTokens},
+                std::max<int64_t>(options.sampling.eosId, 0), at::kLong));
+          for (Group &g : d.groups)
+            g.out = d.outs[g.request].narrow(0, g.firstRow, d.batch);
+        }))
+      return err;
   // The rank that picks times its picks; every other rank times its first
   // stage's forwards on picked tokens (a decode step reaching it), so that
   // each rank's first_token_ms and step_ms say something.
-  d.picks.resize(d.groups);
   const int firstStage =
-      ctx.stages().empty() ? -1 : ctx.stages().begin()->first;
+      ctx->stages().empty() ? -1 : ctx->stages().begin()->first;
   ExecutorStep step;
   step.beforeForward = [&](int stage, int m) {
-    if (!collects && stage == firstStage && m / d.groups >= d.promptSteps)
-      d.picks[m % d.groups].push_back(Clock::now());
-    return impl.bindSlot(stage, m % d.groups);
+    if (!collects && stage == firstStage && d.tokens->fed(m))
+      d.groups[d.tokens->groupOf(m)].picks.push_back(Clock::now());
+    return bindSlot(stage, m, *d.tokens);
   };
   step.pick = [&](int m, std::vector<c10::IValue> outputs) {
-    return impl.pick(d, m, std::move(outputs));
+    return pick(d, m, std::move(outputs));
   };
-  Transport &transport = ctx.transport();
+  Transport &transport = ctx->transport();
   int64_t sentBefore = transport.messagesSent();
-  ctx.meta().clearCacheWritten();
+  ctx->meta().clearCacheWritten();
   std::vector<std::vector<c10::IValue>> inputs;
-  if (ctx.meta().readsInputs())
-    inputs = impl.microbatches(prompt, d);
-  impl.last = *schedule;
+  if (ctx->meta().readsInputs())
+    inputs = microbatches(d);
   if (llvm::Error err =
-          ctx.prepareSchedule(std::move(inputs), std::move(*schedule), step))
+          ctx->prepareSchedule(std::move(inputs), std::move(*schedule), step))
     return err;
   d.start = Clock::now();
-  auto done = ctx.execute(step);
+  auto done = ctx->execute(step);
   if (!done)
     return done.takeError();
-  ctx.finishStep();
-  GenerateStats &stats = impl.stats;
-  stats.metaSource = ctx.meta().source();
-  stats.cacheWritten = ctx.meta().cacheWritten();
-  stats.weightsGiven = ctx.options().weights.given();
-  stats.weightBytes = ctx.weightBytesRead();
+  ctx->finishStep();
+  stats.metaSource = ctx->meta().source();
+  stats.cacheWritten = ctx->meta().cacheWritten();
+  stats.weightsGiven = ctx->options().weights.given();
+  stats.weightBytes = ctx->weightBytesRead();
   stats.messagesSent = transport.messagesSent() - sentBefore;
   stats.link = transport.linksUsed();
-  stats.sequences = prompt.size(0);
-  stats.groups = d.groups;
-  stats.promptTokens = d.promptSteps;
-  stats.newTokens = newTokens;
-  impl.finishStats(d);
+  stats.sequences = stats.promptTokens = stats.newTokens = 0;
+  stats.prefillChunk = 1;
+  for (const Request &r : requests) {
+    stats.sequences += r.prompt.size(0);
+    stats.promptTokens = std::max(stats.promptTokens, r.prompt.size(1));
+    stats.newTokens = std::max(stats.newTokens, r.newTokens);
+  }
+  for (const Group &g : d.groups)
+    stats.prefillChunk = std::max(stats.prefillChunk, g.chunk);
+  stats.groups = static_cast<int64_t>(d.groups.size());
+  stats.slots = d.tokens->slots;
+  stats.generatedTokens = d.total;
+  finishStats(d);
   stats.totalMs = msSince(start);
-  return d.out;
+  if (!collects)
+    return std::vector<at::Tensor>();
+  return std::move(d.outs);
 }
 
 llvm::Error Generator::submit(const at::Tensor &prompt, int64_t newTokens) {
@@ -435,32 +588,17 @@ llvm::Error Generator::submit(const at::Tensor &prompt, int64_t newTokens) {
 }
 
 llvm::Error Generator::flush() {
-  std::vector<Queued> queue = std::move(queue_);
+  if (queue_.empty())
+    return llvm::Error::success();
+  std::vector<Impl::Request> requests;
+  for (Queued &q : queue_)
+    requests.push_back({std::move(q.prompt), q.newTokens});
   queue_.clear();
-  for (size_t first = 0; first < queue.size();) {
-    size_t end = first + 1;
-    auto same = [&](const Queued &q) {
-      return q.newTokens == queue[first].newTokens &&
-             q.prompt.size(1) == queue[first].prompt.size(1);
-    };
-    while (end < queue.size() && same(queue[end]))
-      ++end;
-    std::vector<at::Tensor> prompts;
-    for (size_t i = first; i < end; ++i)
-      prompts.push_back(queue[i].prompt);
-    auto tokens = decode(at::cat(prompts), queue[first].newTokens,
-                         /*checkGroups=*/false);
-    if (!tokens)
-      return tokens.takeError();
-    int64_t row = 0;
-    for (size_t i = first; i < end; ++i) {
-      int64_t rows = queue[i].prompt.size(0);
-      ready_.push_back(tokens->defined() ? tokens->narrow(0, row, rows)
-                                         : at::Tensor());
-      row += rows;
-    }
-    first = end;
-  }
+  auto tokens = impl_->decode(requests, /*checkGroups=*/false);
+  if (!tokens)
+    return tokens.takeError();
+  for (size_t i = 0; i < requests.size(); ++i)
+    ready_.push_back(tokens->empty() ? at::Tensor() : (*tokens)[i]);
   return llvm::Error::success();
 }
 
@@ -479,6 +617,7 @@ int Generator::outputRank() const {
 std::optional<int64_t> Generator::batchSize() const {
   return impl_->limits.batch;
 }
+int64_t Generator::prefillLimit() const { return impl_->limits.prefill; }
 const GenerateStats &Generator::stats() const { return impl_->stats; }
 void Generator::printSchedule(llvm::raw_ostream &os) const {
   ppc::printSchedule(impl_->last ? *impl_->last : impl_->ctx->schedule(),

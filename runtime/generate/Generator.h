@@ -57,6 +57,18 @@ struct GenerateOptions {
   /// The model inputs that carry the token ids and the position.
   std::string tokenInput = "input_ids";
   std::string positionInput = "cache_position";
+  /// Prompt tokens fed in one step (chunked prefill): 0 is the most the
+  /// program takes (prefillLimit()), capped at the prompt's length; the
+  /// prompt goes in as ceil(P / C) chunks, the last one shorter when C does
+  /// not divide P. A program whose token input has a static sequence
+  /// dimension takes one token a step.
+  int64_t prefillChunk = 0;
+  /// K: groups in flight at once (continuous batching). The groups of a
+  /// call wait in a queue; each of K slots (one copy of every stage's
+  /// state) runs them one after another, so that a group starts as soon as
+  /// its slot's previous one has picked its last token. 0: every group at
+  /// once.
+  int slots = 0;
   /// Called on the collector's rank after each pick.
   std::function<void(const GenerateProgress &)> progress;
 };
@@ -68,8 +80,13 @@ struct GenerateStats {
   bool cacheWritten = false;
   int64_t messagesSent = 0;
   std::string link;
-  /// The decode: sequences, groups, prompt length, new tokens.
+  /// The decode: sequences, groups, prompt length and new tokens (the
+  /// longest, when prompts differ), and the prompt tokens fed per prefill
+  /// step.
   int64_t sequences = 0, groups = 0, promptTokens = 0, newTokens = 0;
+  int64_t prefillChunk = 1;
+  /// Slots (groups in flight at once) and the new tokens of every row.
+  int64_t slots = 1, generatedTokens = 0;
   /// On the collector's rank: from the end of the start-up agreement until
   /// the first new token of the first group, the mean time between two
   /// picks of one group (a decode step's latency), and the whole call.
@@ -79,10 +96,11 @@ struct GenerateStats {
   uint64_t weightBytes = 0;
   /// New tokens per second of the whole call.
   double tokensPerSecond() const;
-  /// "stats: rank=0 meta=inferred sequences=8 groups=4 prompt_tokens=5
-  /// new_tokens=6 first_token_ms=.. step_ms=.. total_ms=.. tokens_per_s=..
-  /// messages_sent=.. cache_written=1 link=shm", then " weight_bytes=N"
-  /// with --weights, and the process's memory as RunStats::line() gives it
+  /// "stats: rank=0 meta=inferred sequences=8 groups=4 slots=4
+  /// prompt_tokens=5 prefill_chunk=5 new_tokens=6 first_token_ms=.. step_ms=..
+  /// total_ms=.. tokens_per_s=.. messages_sent=.. cache_written=1 link=shm",
+  /// then " weight_bytes=N" with --weights, and the process's memory as
+  /// RunStats::line() gives it
   /// (" peak_rss_mb=.. rss_anon_mb=..")
   std::string line() const;
   /// The same fields as one JSON object (--stats-json), with "command":
@@ -95,7 +113,9 @@ public:
   /// Creates this rank's part of a decode job over the manifest at
   /// `manifestPath` (RankContext::create's steps). Errors: RankContext's;
   /// sampling options out of range (checkSamplingOptions); a program
-  /// without the named inputs, with inputs besides them, or without state.
+  /// without the named inputs, with inputs besides them, or without state;
+  /// negative slots or prefillChunk, a prefillChunk above what the
+  /// program takes (prefillLimit()).
   static llvm::Expected<std::unique_ptr<Generator>>
   create(llvm::StringRef manifestPath, const LaunchEnv &env,
          GenerateOptions options);
@@ -119,10 +139,11 @@ public:
   /// Queues `prompt` (as generate() takes it) for `newTokens` tokens; the
   /// checks run now. Errors: generate()'s checks, before anything is queued.
   llvm::Error submit(const at::Tensor &prompt, int64_t newTokens);
-  /// Decodes the queued prompts: each run of consecutive prompts of one
-  /// length and one newTokens as one generate() over all their rows, so
-  /// their groups are in flight together. Errors: generate()'s; the queue
-  /// is then dropped.
+  /// Decodes the queued prompts together: their groups, whatever their
+  /// prompt lengths and newTokens, queue in order for GenerateOptions::slots
+  /// slots, so that a group starts as soon as a slot frees and the
+  /// pipeline never drains. A row's sampled tokens depend on its row in
+  /// its own prompt. Errors: generate()'s; the queue is then dropped.
   llvm::Error flush();
   /// The new tokens of the oldest flushed prompt not returned yet (int64
   /// [rows, newTokens] on the collector's rank, undefined elsewhere), or
@@ -134,6 +155,11 @@ public:
   /// The program's static batch (rows per group) and vocabulary, when the
   /// manifest records them.
   std::optional<int64_t> batchSize() const;
+  /// The most prompt tokens one step may feed: 1 unless the token input's
+  /// sequence dimension and the position input's length are dynamic, then
+  /// the least of their recorded maxima and the cache's positions
+  /// (INT64_MAX when none is recorded).
+  int64_t prefillLimit() const;
   const GenerateStats &stats() const;
   /// Prints this rank's actions of the last call's schedule (before any
   /// call, of a one-token decode).
@@ -144,11 +170,6 @@ public:
 private:
   struct Impl;
   explicit Generator(std::unique_ptr<Impl> impl);
-  /// generate(); `checkGroups`: also that the prompt makes
-  /// GenerateOptions::groups groups (flush() runs whatever its prompts
-  /// make).
-  llvm::Expected<at::Tensor> decode(const at::Tensor &prompt, int64_t newTokens,
-                                    bool checkGroups);
   std::unique_ptr<Impl> impl_;
   struct Queued {
     at::Tensor prompt;

@@ -1,8 +1,9 @@
 //===- runtime/schedule/Decode.cpp - The decode schedule ------------------===//
 //
-// This file implements buildDecodeSchedule() (see Decode.h): the unit-time
-// order of every F and OUT, the messages of the boundary edges
-// (addCommunication), then the return of the picked tokens.
+// This file implements buildDecodeSchedule() (see Decode.h): the groups'
+// slots and microbatches, the unit-time order of every F and OUT, the messages
+// of the boundary edges (addCommunication), then the return of the picked
+// tokens.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/schedule/Decode.h"
@@ -35,7 +36,7 @@ std::vector<std::vector<int64_t>> startTimes(const Schedule &schedule,
       for (int e : index.in[k])
         t = std::max(t, time[schedule.edges[e].producer][m] + 1);
       if (tokens.fed(m) && llvm::is_contained(tokens.readers, k))
-        t = std::max(t, time[n][m - tokens.groups]);
+        t = std::max(t, time[n][tokens.previous(m)]);
       time[k][m] = t;
     }
   return time;
@@ -80,7 +81,7 @@ void addTokenReturn(Schedule &schedule) {
       bool readsHere = a.kind == ActionKind::Forward &&
                        llvm::is_contained(tokens.readers, a.stage);
       if (reads && readsHere && tokens.fed(m) && received.insert(m).second)
-        out.push_back({ActionKind::RecvTokens, a.stage, m - tokens.groups, -1,
+        out.push_back({ActionKind::RecvTokens, a.stage, tokens.previous(m), -1,
                        collector});
       out.push_back(a);
       if (a.kind == ActionKind::Output && tokens.returns(m))
@@ -92,24 +93,73 @@ void addTokenReturn(Schedule &schedule) {
 }
 
 llvm::Error checkShape(const DecodeShape &shape) {
-  auto below1 = [](int v) { return v < 1; };
-  if (below1(shape.groups) || below1(shape.promptSteps) ||
-      below1(shape.newTokens))
-    return makeError(llvm::formatv("internal error: a decode of {0} groups, "
-                                   "{1} prompt tokens and {2} new tokens",
-                                   shape.groups, shape.promptSteps,
-                                   shape.newTokens)
+  bool bad = shape.groups.empty() || shape.slots < 0;
+  int64_t microbatches = 0;
+  for (const DecodeGroup &g : shape.groups) {
+    bad |= g.promptSteps < 1 || g.newTokens < 1;
+    microbatches += int64_t(g.promptSteps) + g.newTokens - 1;
+  }
+  if (bad)
+    return makeError(llvm::formatv("internal error: a decode of {0} groups "
+                                   "on {1} slots, a group without prompt "
+                                   "or new tokens",
+                                   shape.groups.size(), shape.slots)
                          .str());
-  int64_t steps = int64_t(shape.promptSteps) + shape.newTokens - 1;
-  if (steps * shape.groups > kMaxMicrobatches)
-    return makeError(llvm::formatv("{0} groups of {1} steps each make more "
-                                   "than {2} microbatches",
-                                   shape.groups, steps, kMaxMicrobatches)
+  if (microbatches > kMaxMicrobatches)
+    return makeError(llvm::formatv("{0} groups of {1} steps in all make "
+                                   "more than {2} microbatches",
+                                   shape.groups.size(), microbatches,
+                                   kMaxMicrobatches)
                          .str());
   return llvm::Error::success();
 }
 
+/// The groups, their slots and the microbatch numbering (see Decode.h).
+void planGroups(const DecodeShape &shape, TokenReturn &tokens) {
+  int count = static_cast<int>(shape.groups.size());
+  int slots = shape.slots > 0 ? std::min(shape.slots, count) : count;
+  tokens.slots = slots;
+  std::vector<int64_t> load(slots, 0);
+  std::vector<std::vector<int>> queue(slots);
+  for (int j = 0; j < count; ++j) {
+    const DecodeGroup &in = shape.groups[j];
+    TokenReturn::Group g;
+    g.promptSteps = in.promptSteps;
+    g.steps = in.promptSteps + in.newTokens - 1;
+    g.slot = static_cast<int>(std::min_element(load.begin(), load.end()) -
+                              load.begin());
+    load[g.slot] += g.steps;
+    queue[g.slot].push_back(j);
+    tokens.groups.push_back(std::move(g));
+  }
+  // Round by round, slot by slot: each slot's next step.
+  std::vector<size_t> at(slots, 0);
+  for (bool more = true; more;) {
+    more = false;
+    for (int k = 0; k < slots; ++k) {
+      if (at[k] == queue[k].size())
+        continue;
+      int j = queue[k][at[k]];
+      TokenReturn::Group &g = tokens.groups[j];
+      int step = static_cast<int>(g.microbatches.size());
+      g.microbatches.push_back(static_cast<int>(tokens.of.size()));
+      tokens.of.emplace_back(j, step);
+      if (step + 1 == g.steps)
+        ++at[k];
+      more = true;
+    }
+  }
+}
+
 } // namespace
+
+DecodeShape DecodeShape::uniform(int groups, int promptSteps, int newTokens,
+                                 int tokenInput) {
+  DecodeShape shape;
+  shape.groups.assign(std::max(groups, 0), {promptSteps, newTokens});
+  shape.tokenInput = tokenInput;
+  return shape;
+}
 
 std::vector<int> tokenReaderRanks(const Schedule &schedule, int except) {
   std::set<int> ranks;
@@ -129,9 +179,7 @@ llvm::Expected<Schedule> buildDecodeSchedule(const Manifest &manifest,
     return edges.takeError();
   TokenReturn tokens;
   tokens.input = shape.tokenInput;
-  tokens.groups = shape.groups;
-  tokens.promptSteps = shape.promptSteps;
-  tokens.steps = shape.promptSteps + shape.newTokens - 1;
+  planGroups(shape, tokens);
   for (const StageInfo &s : manifest.stages)
     if (llvm::any_of(s.inputs, [&](const StageInput &in) {
           return in.source.modelInput == shape.tokenInput;
@@ -143,7 +191,7 @@ llvm::Expected<Schedule> buildDecodeSchedule(const Manifest &manifest,
             .str());
   Schedule schedule;
   schedule.origin = "decode";
-  schedule.microbatches = shape.groups * tokens.steps;
+  schedule.microbatches = static_cast<int>(tokens.of.size());
   schedule.placement = placement;
   schedule.edges = std::move(*edges);
   schedule.tokens = std::move(tokens);

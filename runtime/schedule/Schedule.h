@@ -36,6 +36,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace llvm {
@@ -108,27 +109,53 @@ struct Action {
   std::string cell() const;
 };
 
-/// Decoding (Decode.h): microbatch m = step * groups + group is one decode
-/// step of one group of sequences. The collector picks the next token ids
-/// from the model outputs of every microbatch from step promptSteps - 1 on;
-/// those of a step before the last travel back (SEND_TOK / RECV_TOK) to
-/// every rank whose stages read model input `input`, as that input of
-/// microbatch m + groups.
+/// Decoding (Decode.h): each microbatch is one step of one group of
+/// sequences; a group's steps are its prompt steps (chunks of its prompt),
+/// then one per picked token but the last. The collector picks the next
+/// token ids from the model outputs of a group's steps from its last prompt
+/// step on; those of a step before its last travel back (SEND_TOK /
+/// RECV_TOK) to every rank whose stages read model input `input`, as that
+/// input of the group's next step. A group runs on one slot (one copy of
+/// every stage's state); a slot runs its groups one after another.
 struct TokenReturn {
   int input = -1;
   /// The stages that read model input `input`, ascending.
   std::vector<int> readers;
-  int groups = 1;
-  int promptSteps = 1;
-  int steps = 1;
+  struct Group {
+    int promptSteps = 1;
+    /// promptSteps + new tokens - 1.
+    int steps = 1;
+    int slot = 0;
+    /// The group's microbatches, in step order.
+    std::vector<int> microbatches;
+  };
+  /// The groups, in the order they were queued.
+  std::vector<Group> groups;
+  int slots = 1;
+  /// Per microbatch: its group and its step in that group.
+  std::vector<std::pair<int, int>> of;
 
-  int stepOf(int m) const { return m / groups; }
+  int groupOf(int m) const { return of[m].first; }
+  int stepOf(int m) const { return of[m].second; }
+  const Group &group(int m) const { return groups[groupOf(m)]; }
+  int slotOf(int m) const { return group(m).slot; }
   /// Whether the collector picks tokens from microbatch m's outputs.
-  bool picks(int m) const { return stepOf(m) >= promptSteps - 1; }
-  /// Whether microbatch m's picks feed microbatch m + groups.
-  bool returns(int m) const { return picks(m) && stepOf(m) + 1 < steps; }
+  bool picks(int m) const { return stepOf(m) >= group(m).promptSteps - 1; }
+  /// Whether microbatch m's picks feed its group's next step.
+  bool returns(int m) const {
+    return picks(m) && stepOf(m) + 1 < group(m).steps;
+  }
   /// Whether microbatch m reads picked tokens (rather than the prompt's).
-  bool fed(int m) const { return stepOf(m) >= promptSteps; }
+  bool fed(int m) const { return stepOf(m) >= group(m).promptSteps; }
+  /// The microbatch of the same group's next and previous step; -1 when
+  /// there is none.
+  int next(int m) const {
+    const Group &g = group(m);
+    return stepOf(m) + 1 < g.steps ? g.microbatches[stepOf(m) + 1] : -1;
+  }
+  int previous(int m) const {
+    return stepOf(m) > 0 ? group(m).microbatches[stepOf(m) - 1] : -1;
+  }
 };
 
 struct Schedule {

@@ -322,7 +322,8 @@ private:
   }
 
   /// Decoding: whether a stage of rank r that reads the token input may
-  /// run microbatch m, which reads the tokens picked from m - groups: picked
+  /// run microbatch m, which reads the tokens picked from its group's
+  /// previous step: picked
   /// on r (its OUT ran) or received.
   llvm::Error tokensReady(int r, const Action &a) {
     const std::optional<TokenReturn> &tokens = schedule.tokens;
@@ -330,7 +331,7 @@ private:
     if (!tokens || a.kind != ActionKind::Forward || !tokens->fed(m) ||
         !llvm::is_contained(tokens->readers, a.stage))
       return llvm::Error::success();
-    int from = m - tokens->groups;
+    int from = tokens->previous(m);
     bool ready = placement.rankOf(n) == r
                      ? has(ran[n], from)
                      : has(received[schedule.channelCount() - 1], from);

@@ -15,6 +15,9 @@ prompts cut to a number of rows.
                              PATH; returns them
   greedy(models, name, rows) the reference greedy tokens of the first ROWS
                              rows, int64 [ROWS, N]
+  transformers_greedy(models, name, rows)
+                             the same from transformers' generate() (the
+                             *_chunked models)
 
 The reference tokens decode each group of b rows from a fresh copy of the
 program's state, feeding the prompt one token a step, as `ppc generate`
@@ -34,7 +37,8 @@ sys.path.insert(0, HERE)
 from common import ROOT, stamped  # noqa: E402
 
 GENERATOR = os.path.join(ROOT, "tests", "models", "make_decoder_models.py")
-NAMES = ["dec_llama", "dec_gpt2", "dec_qwen2", "dec_llama_long", "dec_stateless"]
+NAMES = ["dec_llama", "dec_gpt2", "dec_qwen2", "dec_llama_long", "dec_stateless",
+         "dec_llama_chunked", "dec_qwen2_chunked"]
 SUFFIXES = (".pt2", ".prompt.pt", ".json")
 
 
@@ -96,6 +100,12 @@ def write_prompt(out, models, name, rows):
 def greedy(models, name, rows):
     """The reference greedy tokens of the first ROWS rows, int64 [ROWS, N]."""
     return torch.tensor(meta(models, name)["greedy"][:rows], dtype=torch.int64)
+
+
+def transformers_greedy(models, name, rows):
+    """The tokens of transformers' own greedy generate() on the eager model
+    (the models with a dynamic sequence dimension), int64 [ROWS, N]."""
+    return torch.tensor(meta(models, name)["transformers"][:rows], dtype=torch.int64)
 
 
 def reset(models, name, rows):

@@ -16,6 +16,16 @@ A ppc built against LibTorch 2.x must:
     reference token for token (GREEDY_RUNS); one run fills the cache to
     its last position (P + N = L) and one leaves --microbatches to its
     default (B / b);
+  - take the prompt in chunks (--prefill-chunk C) on the decoders exported
+    with a dynamic sequence dimension (LLaMA and Qwen2), split into 2 and 4
+    stages: C = 1, 3 (chunks of 3 and 2) and the default (the whole prompt)
+    give the tokens of token-by-token feeding and of transformers' own
+    greedy generate() (CHUNK_RUNS); a chunk the program cannot take is
+    refused (ERR_CHUNK_*);
+  - decode 10 prompts of different lengths and --max-new-tokens through 2
+    slots (--slots 2, continuous batching), each giving the tokens it gives
+    decoded alone by the unsplit program; the trace shows each later
+    group's prefill starting while another group still decodes (no drain);
   - sample (SAMPLING) the same tokens for a seed whatever M and the
     placement (4 stages on 2 ranks too), row by row, tokens that differ
     from the greedy ones and from another seed's;
@@ -36,6 +46,7 @@ import subprocess
 import sys
 import time
 import unittest
+import warnings
 
 import torch
 
@@ -68,6 +79,14 @@ ERR_NO_INPUT = ("the program has no input named 'tokens' (its inputs: input_ids,
 ERR_VOCAB = ("--prompt: token id 128 at row 1, position 3 is outside the vocabulary "
              "(0..127)")
 
+# --prefill-chunk 3 on dec_llama, exported for one token a step.
+ERR_CHUNK_STATIC = ("a prefill chunk of 3 tokens needs a program whose 'input_ids' and "
+                    "'cache_position' have a dynamic sequence dimension; this one takes "
+                    "[2, 1] and [1], one token a step (export it with dynamic_shapes, "
+                    "docs/generate.md)")
+# --prefill-chunk 33 on dec_llama_chunked (S in 1..32).
+ERR_CHUNK_LIMIT = "a prefill chunk of 33 tokens is more than the program takes in one step (32)"
+
 # A Python with torch 2.x and transformers to export the decoders.
 PT2_PYTHON = pytorch2_python()
 DECODER_MODELS = os.path.join(BUILD, "decoder-models")
@@ -78,8 +97,13 @@ TIMEOUT = 60  # each rank's --timeout
 # marked DEFAULT_M leaves --microbatches out (B / b = M).
 GREEDY_RUNS = [(name, stages, stages, m, n)
                for name in ("dec_llama", "dec_gpt2")
-               for stages in (2, 4) for m, n in ((1, 6), (2, 6), (4, 6))] + [
+               for stages, m, n in ((2, 1, 6), (2, 2, 6), (2, 4, 6), (4, 4, 6))] + [
     ("dec_qwen2", 2, 2, 2, 27), ("dec_qwen2", 4, 4, 4, 6)]
+# Chunked prefill: (model, stages, --prefill-chunk or None for the default),
+# each on 2 ranks with M = 2 groups; P = 5, so C = 3 feeds chunks of 3 and 2.
+CHUNK_RUNS = [(name, stages, chunk)
+              for name in ("dec_llama_chunked", "dec_qwen2_chunked")
+              for stages in (2, 4) for chunk in (1, 3, None)]
 DEFAULT_M = ("dec_gpt2", 4, 4, 4, 6)
 SAMPLING = ("--temperature", "0.8", "--top-k", "20", "--top-p", "0.9")
 # Sampling runs of dec_llama: (stages, ranks, M); the 4 stages on 2 ranks
@@ -203,6 +227,67 @@ class GenerateTest(unittest.TestCase):
                 # cache every step differ.
                 self.assertFalse(torch.equal(decoders.reset(self.models, name, rows),
                                              tokens[:, :meta["new_tokens"]]))
+
+    def test_chunked_prefill_matches_token_by_token_and_transformers(self):
+        for name, stages, chunk in CHUNK_RUNS:
+            with self.subTest(model=name, stages=stages, chunk=chunk):
+                extra = () if chunk is None else ("--prefill-chunk", chunk)
+                tokens, _, r = self.generate(self.split(name, stages), 2,
+                                             self.prompt(name, 4), 6, "--microbatches", 2,
+                                             *extra)
+                self.assert_tokens(decoders.greedy(self.models, name, 4), tokens,
+                                   "tokens of token-by-token feeding")
+                self.assert_tokens(decoders.transformers_greedy(self.models, name, 4), tokens,
+                                   "tokens of transformers' generate()")
+                # The default takes the whole prompt (P = 5) in one step.
+                self.assertIn(" prompt_tokens=5 prefill_chunk=%d " % (chunk or 5), r.stdout)
+
+    def test_slots_decode_each_prompt_as_alone_without_draining(self):
+        name = "dec_llama_chunked"
+        lengths, counts = [1, 3, 5, 7, 2, 9, 4, 6, 8, 5], [6, 3, 8, 2, 5, 4, 7, 1, 3, 6]
+        g = torch.Generator().manual_seed(3)
+        prompts = [torch.randint(0, 128, (2, p), generator=g) for p in lengths]
+        path = os.path.join(self.tmp, "ten-prompts.pt")
+        torch.save(prompts, path)
+        out, trace = (os.path.join(self.tmp, f) for f in ("tokens.pt", "trace.json"))
+        r = launch(2, "generate", self.split(name, 2), "--prompt", path, "--max-new-tokens",
+                   ",".join(map(str, counts)), "--slots", 2, "--prefill-chunk", 3,
+                   "--output", out, "--trace", trace, "--stats", "--timeout", TIMEOUT,
+                   timeout=300)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn(" groups=10 slots=2 ", r.stdout)
+        tokens = torch.load(out)
+        with warnings.catch_warnings():  # unlifting's notes on the cache's constants
+            warnings.simplefilter("ignore")
+            program = torch.export.load(decoders.path(self.models, name)).module()
+        initial = {k: v.clone() for k, v in program.named_buffers()}
+        for i, (prompt, n) in enumerate(zip(prompts, counts)):
+            with torch.no_grad():
+                for k, v in program.named_buffers():
+                    v.copy_(initial[k])
+                want, ids, at = [], prompt, 0
+                for _ in range(n):
+                    logits = program(input_ids=ids, cache_position=torch.arange(
+                        at, at + ids.shape[1]))[:, -1]
+                    at += ids.shape[1]
+                    ids = logits.argmax(-1, keepdim=True)
+                    want.append(ids)
+            self.assert_tokens(torch.cat(want, 1), tokens[i], "prompt %d alone" % i)
+        # No drain: every group after the first two starts its prefill on
+        # stage 0 while another group's forwards are still running.
+        events = assert_valid_trace(self, trace)
+        events = events["traceEvents"] if isinstance(events, dict) else events
+        spans = {}
+        for e in events:
+            if e.get("name") == "F":
+                group = e["args"]["group"]
+                first, last = spans.get(group, (e["ts"], e["ts"]))
+                spans[group] = (min(first, e["ts"]), max(last, e["ts"]))
+        self.assertEqual(sorted(spans), list(range(10)))
+        for j in range(2, 10):
+            start = spans[j][0]
+            self.assertTrue(any(spans[k][0] < start < spans[k][1] for k in spans if k != j),
+                            "group %d started after every other group stopped: %s" % (j, spans))
 
     # -- sampling ------------------------------------------------------------
 
@@ -352,6 +437,9 @@ class GenerateTest(unittest.TestCase):
              ERR_NO_STATE, ()),
             ("no input", manifest, good, ERR_NO_INPUT, ("--token-input", "tokens")),
             ("vocabulary", manifest, prompts["vocab"], ERR_VOCAB, ()),
+            ("chunk, static", manifest, good, ERR_CHUNK_STATIC, ("--prefill-chunk", 3)),
+            ("chunk, limit", self.split("dec_llama_chunked", 2),
+             self.prompt("dec_llama_chunked", 8), ERR_CHUNK_LIMIT, ("--prefill-chunk", 33)),
         ]
         for what, m, prompt, message, extra, *n in cases:
             with self.subTest(what):

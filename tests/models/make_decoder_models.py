@@ -32,6 +32,13 @@ Models (b = 2 rows, so a prompt of B = M * b rows runs as M groups):
                  rank in (no reference tokens)
   dec_stateless  no state: an embedding and two Linear layers taking the
                  same keyword inputs (for the "no state" error)
+  dec_llama_chunked, dec_qwen2_chunked
+                 dec_llama's and dec_qwen2's models (the same weights)
+                 exported with a dynamic sequence dimension, as transformers
+                 exports a prefill program: input_ids [b, S] and
+                 cache_position [S], S in 1..L (chunked prefill); their
+                 references also hold "transformers": the tokens of
+                 transformers' own greedy generate() on the eager model
 
 For each NAME it writes into OUTDIR:
   NAME.pt2        torch.export.save of the exported program
@@ -129,29 +136,56 @@ class Stateless(nn.Module):
         return self.l2(torch.relu(self.l1(x)))
 
 
-# name: (arch, build, cache length L, reference tokens?)
+# name: (arch, build, cache length L, reference tokens?, dynamic sequence?)
 MODELS = {
-    "dec_llama": ("llama", lambda: llama(0.1), 32, True),
-    "dec_gpt2": ("gpt2", lambda: gpt2(0.2), 32, True),
-    "dec_qwen2": ("qwen2", lambda: qwen2(0.2), 32, True),
-    "dec_llama_long": ("llama", lambda: llama(0.1), 512, False),
-    "dec_stateless": ("stateless", Stateless, 32, False),
+    "dec_llama": ("llama", lambda: llama(0.1), 32, True, False),
+    "dec_gpt2": ("gpt2", lambda: gpt2(0.2), 32, True, False),
+    "dec_qwen2": ("qwen2", lambda: qwen2(0.2), 32, True, False),
+    "dec_llama_long": ("llama", lambda: llama(0.1), 512, False, False),
+    "dec_stateless": ("stateless", Stateless, 32, False, False),
+    "dec_llama_chunked": ("llama", lambda: llama(0.1), 32, True, True),
+    "dec_qwen2_chunked": ("qwen2", lambda: qwen2(0.2), 32, True, True),
 }
 
 
-def export(arch, model, cache_length):
+def configure(model, cache_length):
+    from transformers import GenerationConfig
+    model.generation_config = GenerationConfig(
+        use_cache=True, cache_implementation="static",
+        cache_config={"batch_size": BATCH, "max_cache_len": cache_length})
+
+
+def export(arch, model, cache_length, dynamic):
     ids = torch.zeros(BATCH, 1, dtype=torch.int64)
     position = torch.tensor([0], dtype=torch.int64)
     if arch == "stateless":
         return torch.export.export(model, (), {"input_ids": ids, "cache_position": position})
-    from transformers import GenerationConfig
     from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM
-    model.generation_config = GenerationConfig(
-        use_cache=True, cache_implementation="static",
-        cache_config={"batch_size": BATCH, "max_cache_len": cache_length})
+    configure(model, cache_length)
     exportable = TorchExportableModuleForDecoderOnlyLM(model, batch_size=BATCH,
                                                        max_cache_len=cache_length)
-    return exportable.export(input_ids=ids, cache_position=position)
+    if not dynamic:
+        return exportable.export(input_ids=ids, cache_position=position)
+    # transformers' prefill form: an example of 4 tokens, S dynamic in both.
+    seq = torch.export.Dim("seq", min=1, max=cache_length)
+    return exportable.export(input_ids=torch.zeros(BATCH, 4, dtype=torch.int64),
+                             cache_position=torch.arange(4),
+                             dynamic_shapes={"input_ids": {1: seq}, "cache_position": {0: seq}},
+                             strict=False)
+
+
+def transformers_greedy(model, prompt):
+    """transformers' own greedy generate() on the eager model, a group of b
+    rows at a time (its static cache holds b rows): int64 [ROWS, N]."""
+    out = []
+    with torch.no_grad():
+        for g in range(0, ROWS, BATCH):
+            rows = prompt[g:g + BATCH]
+            new = model.generate(rows, attention_mask=torch.ones_like(rows),
+                                 max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
+                                 do_sample=False, pad_token_id=0)
+            out.append(new[:, PROMPT_LENGTH:])
+    return torch.cat(out)
 
 
 # --- the Python reference ------------------------------------------------------
@@ -165,8 +199,9 @@ class Program:
         self.initial = {k: v.clone() for k, v in self.module.named_buffers()}
 
     def reset(self):
-        for k, v in self.module.named_buffers():
-            v.copy_(self.initial[k])
+        with torch.no_grad():
+            for k, v in self.module.named_buffers():
+                v.copy_(self.initial[k])
 
     def step(self, ids, position):
         with torch.no_grad():
@@ -250,7 +285,7 @@ def stamp() -> str:
 
 
 def make(outdir: str, name: str, spec, tag: str) -> bool:
-    arch, build, cache_length, refs = spec
+    arch, build, cache_length, refs, dynamic = spec
     base = os.path.join(outdir, name)
     if all(os.path.exists(base + s) for s in SUFFIXES):
         with open(base + ".stamp") as f:
@@ -258,7 +293,7 @@ def make(outdir: str, name: str, spec, tag: str) -> bool:
                 return False
     torch.manual_seed(0)
     model = build().eval()
-    ep = export(arch, model, cache_length)
+    ep = export(arch, model, cache_length, dynamic)
     prompt = torch.randint(0, VOCAB, (ROWS, PROMPT_LENGTH),
                            generator=torch.Generator().manual_seed(1))
     atomic(base + ".pt2", lambda p: torch.export.save(ep, p))
@@ -269,6 +304,8 @@ def make(outdir: str, name: str, spec, tag: str) -> bool:
             "min_margin": None, "sampling": None, "log_p_sample_is_greedy": None}
     if refs:
         meta.update(references(base + ".pt2", prompt))
+    if dynamic:
+        meta["transformers"] = transformers_greedy(model, prompt).tolist()
     else:
         meta["state"] = state_of(base + ".pt2")
     # One line a key: the token tables stay readable.

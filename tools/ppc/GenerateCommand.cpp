@@ -21,6 +21,7 @@
 #include "tools/ppc/RankProcess.h"
 #include "tools/ppc/RuntimeFlags.h"
 
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -33,7 +34,10 @@ namespace ppc {
 namespace {
 struct GenerateCommandOptions {
   std::string manifestPath, promptPath, outputPath;
-  int64_t maxNewTokens = 16;
+  /// One N for every prompt, or one per prompt of the list.
+  std::vector<int64_t> maxNewTokens{16};
+  int64_t prefillChunk = 0;
+  int slots = 0;
   SamplingOptions sampling;
   std::string tokenInput = "input_ids", positionInput = "cache_position";
   RuntimeFlags flags;
@@ -79,20 +83,31 @@ llvm::Expected<std::vector<at::Tensor>> loadPrompts(llvm::StringRef path) {
   return prompts;
 }
 
-/// Decodes every prompt: one with generate(), several submitted together
-/// and flushed, so that their groups are in flight at once. The tokens on
-/// the output rank, undefined elsewhere.
+/// Decodes every prompt, each for its --max-new-tokens: one with
+/// generate(), several submitted together and flushed, so that their
+/// groups share the slots. The tokens on the output rank, undefined
+/// elsewhere. Errors: a count of --max-new-tokens other than 1 or one per
+/// prompt; generate()'s and flush()'s.
 llvm::Expected<std::vector<at::Tensor>>
 decodeAll(Generator &generator, const std::vector<at::Tensor> &prompts,
-          int64_t newTokens) {
+          const std::vector<int64_t> &maxNewTokens) {
+  if (maxNewTokens.size() != 1 && maxNewTokens.size() != prompts.size())
+    return makeError(llvm::formatv("--max-new-tokens: {0} values for {1} "
+                                   "prompt{2}; give one, or one per prompt",
+                                   maxNewTokens.size(), prompts.size(),
+                                   prompts.size() == 1 ? "" : "s")
+                         .str());
+  auto newTokens = [&](size_t i) {
+    return maxNewTokens[maxNewTokens.size() == 1 ? 0 : i];
+  };
   if (prompts.size() == 1) {
-    auto tokens = generator.generate(prompts[0], newTokens);
+    auto tokens = generator.generate(prompts[0], newTokens(0));
     if (!tokens)
       return tokens.takeError();
     return std::vector<at::Tensor>{*tokens};
   }
   for (size_t i = 0; i < prompts.size(); ++i)
-    if (llvm::Error err = generator.submit(prompts[i], newTokens))
+    if (llvm::Error err = generator.submit(prompts[i], newTokens(i)))
       return withContext(std::move(err), "prompt " + std::to_string(i));
   if (llvm::Error err = generator.flush())
     return err;
@@ -119,7 +134,7 @@ llvm::Error writeResults(const GenerateCommandOptions &o,
       return err;
   if (!o.flags.quiet)
     llvm::errs() << "wrote " << o.outputPath << " (" << s.sequences
-                 << " sequences x " << s.newTokens << " new tokens, "
+                 << " sequences, " << s.generatedTokens << " new tokens, "
                  << formatSeconds(s.totalMs / 1000) << ", "
                  << formatRate(s.tokensPerSecond(), "tokens") << ")\n";
   return llvm::Error::success();
@@ -135,7 +150,12 @@ static void recordGenerateFlags(const GenerateCommandOptions &o,
     record.set("--microbatches", std::to_string(o.flags.microbatches));
   else
     record.setPresence("--microbatches", std::nullopt);
-  record.set("--max-new-tokens", std::to_string(o.maxNewTokens));
+  std::vector<std::string> counts;
+  for (int64_t n : o.maxNewTokens)
+    counts.push_back(std::to_string(n));
+  record.set("--max-new-tokens", llvm::join(counts, ","));
+  record.set("--prefill-chunk", std::to_string(o.prefillChunk));
+  record.set("--slots", std::to_string(o.slots));
   record.setNumber("--temperature", s.temperature);
   record.set("--top-k", std::to_string(s.topK));
   record.setNumber("--top-p", s.topP);
@@ -156,6 +176,8 @@ llvm::Expected<int> runGenerate(const GenerateCommandOptions &o) {
   options.sampling = o.sampling;
   options.tokenInput = o.tokenInput;
   options.positionInput = o.positionInput;
+  options.prefillChunk = o.prefillChunk;
+  options.slots = o.slots;
   recordGenerateFlags(o, options.run.agreement);
   if (llvm::Error err = guardOutputs(o, options.run))
     return err;
@@ -269,8 +291,26 @@ Command addGenerateCommand(CLI::App &parent) {
       ->required()
       ->check(pathOption());
   app->add_option("--max-new-tokens", o->maxNewTokens,
-                  "N: tokens to decode after each prompt")
-      ->capture_default_str()
+                  "N: tokens to decode after each prompt; with a list of "
+                  "prompts, one N for all or one per prompt (8,16,4)")
+      ->default_str("16")
+      ->delimiter(',')
+      ->transform(intInRange(1, kMaxMicrobatches));
+  app->add_option("--prefill-chunk", o->prefillChunk,
+                  "C: prompt tokens fed in one step. A program exported with "
+                  "a dynamic sequence dimension takes the prompt in chunks "
+                  "of C (default: as many as it takes, the whole prompt "
+                  "where it fits); one exported for one token a step takes "
+                  "C = 1")
+      ->default_str("the most the program takes")
+      ->transform(intInRange(1, kMaxMicrobatches));
+  app->add_option("--slots", o->slots,
+                  "K: groups of b sequences in flight at once (continuous "
+                  "batching). The prompts' groups queue; a group starts as "
+                  "soon as one of the K leaves, so prompts of any lengths and "
+                  "--max-new-tokens keep the stages busy without draining. "
+                  "Each slot holds one copy of the program's state")
+      ->default_str("every group at once")
       ->transform(intInRange(1, kMaxMicrobatches));
   addSamplingOptions(*app, o->sampling);
   app->add_option("--token-input", o->tokenInput,
@@ -281,9 +321,9 @@ Command addGenerateCommand(CLI::App &parent) {
       ->capture_default_str();
   o->flags.addTo(*app);
   app->get_option("--microbatches")
-      ->description("Groups of sequences in flight (default: B / b, the "
-                    "prompt's rows over the program's batch); the prompt must "
-                    "make exactly this many")
+      ->description("Groups of sequences the prompt makes (default: B / b, "
+                    "the prompt's rows over the program's batch); given, the "
+                    "prompt must make exactly this many")
       ->default_str("B / b");
   app->get_option("--print-schedule")
       ->description("Print this rank's schedule of the decode ('schedule: "
