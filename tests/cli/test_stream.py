@@ -7,7 +7,10 @@ queued, so the pipeline does not drain between batches.
 Streamed outputs must equal those of one execution per batch
 (--stream-window 0) bitwise, in order, with batches of different signatures
 mixed in a window, for a one-input and a two-input model, on 2, 3 and 4
-ranks, gpipe and 1f1b; the meta cache written by a streamed launch serves
+ranks, gpipe and 1f1b (where a test streams under both, one unstreamed run,
+gpipe's, is the base of both: inference runs every microbatch's forwards
+the same way under either, so their outputs are the same bits, which the
+comparison asserts); the meta cache written by a streamed launch serves
 the next; and the trace of a streamed launch shows batch b+1's first F on
 stage 0 starting before batch b's last F on the last stage, within a window
 and across windows.
@@ -63,37 +66,52 @@ class StreamTest(unittest.TestCase):
         self.assertEqual(sorted(counts), list(range(ranks)), r.stdout)
         return counts, parse_stats(r.stdout)
 
-    def compare(self, ranks, manifest, inp, *extra, windows=("4", "256"), batches=None):
-        """The outputs of `inp` with each --stream-window in `windows` equal
-        those of --stream-window 0, bitwise; returns them."""
+    def compare(self, ranks, manifest, inp, *extra, windows=("4", "256"), batches=None,
+                schedules=(None,)):
+        """The outputs of `inp` with each --stream-window in `windows`, under
+        each --schedule in `schedules` (None: the default), equal those of
+        --stream-window 0 under the first schedule, bitwise; returns the
+        latter's path."""
         ext = "" if os.path.isdir(inp) else ".pt"
         base = os.path.join(self.tmp, "base" + ext)
+
+        def schedule(s):
+            return ("--schedule", s) if s else ()
+
         counts, _ = self.ppc_run(ranks, manifest, inp, base, "--stream-window", 0,
-                             "--no-meta-cache", *extra)
+                                 "--no-meta-cache", *extra, *schedule(schedules[0]))
         if batches is not None:
             self.assertEqual(set(counts.values()), {batches})
-        for w in windows:
-            out = os.path.join(self.tmp, "w%s%s" % (w, ext))
-            got, _ = self.ppc_run(ranks, manifest, inp, out, "--stream-window", w,
-                              "--no-meta-cache", *extra)
-            self.assertEqual(got, counts)
-            if ext:
-                a, b = torch.load(base), torch.load(out)
-                if isinstance(a, list):
-                    self.assertIsInstance(b, list)
-                    self.assertEqual(len(a), len(b))
-                    for k, (x, y) in enumerate(zip(a, b)):
-                        with self.subTest(window=w, batch=k):
-                            assert_identical(self, x, y)
-                else:
-                    assert_identical(self, a, b)
-            else:
-                self.assertEqual(sorted(os.listdir(base)), sorted(os.listdir(out)))
-                for name in os.listdir(base):
-                    with self.subTest(window=w, file=name):
-                        assert_identical(self, torch.load(os.path.join(base, name)),
-                                         torch.load(os.path.join(out, name)))
+        for s, w in ((s, w) for s in schedules for w in windows):
+            with self.subTest(schedule=s, window=w):
+                self.compare_window(ranks, manifest, inp, base, counts, w,
+                                    *extra, *schedule(s))
         return base
+
+    def compare_window(self, ranks, manifest, inp, base, counts, w, *extra):
+        """compare()'s run with --stream-window W: the batch counts COUNTS
+        and the outputs of BASE, bitwise."""
+        ext = "" if os.path.isdir(inp) else ".pt"
+        out = os.path.join(self.tmp, "w%s%s" % (w, ext))
+        got, _ = self.ppc_run(ranks, manifest, inp, out, "--stream-window", w,
+                              "--no-meta-cache", *extra)
+        self.assertEqual(got, counts)
+        if ext:
+            a, b = torch.load(base), torch.load(out)
+            if isinstance(a, list):
+                self.assertIsInstance(b, list)
+                self.assertEqual(len(a), len(b))
+                for k, (x, y) in enumerate(zip(a, b)):
+                    with self.subTest(window=w, batch=k):
+                        assert_identical(self, x, y)
+            else:
+                assert_identical(self, a, b)
+        else:
+            self.assertEqual(sorted(os.listdir(base)), sorted(os.listdir(out)))
+            for name in os.listdir(base):
+                with self.subTest(window=w, file=name):
+                    assert_identical(self, torch.load(os.path.join(base, name)),
+                                     torch.load(os.path.join(out, name)))
 
     def mixed(self):
         """Six batches of three signatures (rows 5, 4, 3), in no order."""
@@ -103,46 +121,44 @@ class StreamTest(unittest.TestCase):
     # --- outputs ------------------------------------------------------------
 
     def test_list_of_mixed_signatures_2_ranks(self):
+        # gpipe; 1f1b (the default) streams the same six batches, and five
+        # more, in test_background_windows_over_many_batches.
         batches = self.mixed()
         inp = self.save(batches, "list.pt")
-        for schedule in ("gpipe", "1f1b"):
-            with self.subTest(schedule=schedule):
-                base = self.compare(2, self.mlp2, inp, "--microbatches", 2,
-                                    "--schedule", schedule, batches=6)
-                got = torch.load(base)
-                for b, g in zip(batches, got):
-                    assert_outputs_close(self, unsplit_output("mlp", b), g)
+        base = self.compare(2, self.mlp2, inp, "--microbatches", 2, batches=6,
+                            schedules=("gpipe",))
+        got = torch.load(base)
+        for b, g in zip(batches, got):
+            assert_outputs_close(self, unsplit_output("mlp", b), g)
 
     def test_four_stages_on_2_ranks(self):
         inp = self.save(self.mixed(), "list.pt")
-        for schedule in ("gpipe", "1f1b"):
-            with self.subTest(schedule=schedule):
-                # Windows of 1 (3 < M), 2 and all 6 batches.
-                self.compare(2, self.mlp4, inp, "--microbatches", 3, "--schedule", schedule,
-                             windows=("3", "7", "18"), batches=6)
+        # Windows of 1 (3 < M), 2 and all 6 batches.
+        self.compare(2, self.mlp4, inp, "--microbatches", 3, windows=("3", "7", "18"),
+                     batches=6, schedules=("gpipe", "1f1b"))
 
     def test_two_inputs_on_3_and_4_ranks(self):
         x, y = torch.load(model_path("two_io", ".input.pt"))
         batches = [(x, y), (x[:4] * 2, y[:4]), (x.flip(0), y.flip(0)), (x[:2], y[:2] + 1)]
         inp = self.save(batches, "list.pt")
-        for schedule in ("gpipe", "1f1b"):
-            with self.subTest(schedule=schedule):
-                base = self.compare(3, self.two_io3, inp, "--microbatches", 2,
-                                    "--schedule", schedule, batches=4)
-                for b, g in zip(batches, torch.load(base)):
-                    self.assertIsInstance(g, tuple)
-                    assert_outputs_close(self, unsplit_output("two_io", b), g)
+        base = self.compare(3, self.two_io3, inp, "--microbatches", 2, batches=4,
+                            schedules=("gpipe", "1f1b"))
+        for b, g in zip(batches, torch.load(base)):
+            self.assertIsInstance(g, tuple)
+            assert_outputs_close(self, unsplit_output("two_io", b), g)
         inp = self.save(self.mixed(), "mlp.pt")
         self.compare(4, self.mlp4, inp, "--microbatches", 2, windows=("6",), batches=6)
 
     def test_background_windows_over_many_batches(self):
         # 11 batches of three signatures in windows of 2 and 3 batches, each
         # run in the background while the next is queued, the last window
-        # partial (1 and 2 batches): bitwise the outputs of a window per
-        # batch, themselves run()'s (PipelineStreamTest.StreamedEqualsRunBitwise).
+        # partial (1 and 2 batches), and all 11 in one window: bitwise the
+        # outputs of a window per batch, themselves run()'s
+        # (PipelineStreamTest.StreamedEqualsRunBitwise). 1f1b, the default:
+        # the first six are test_list_of_mixed_signatures_2_ranks's batches.
         batches = (self.mixed() * 2)[:11]
         inp = self.save(batches, "many.pt")
-        base = self.compare(2, self.mlp2, inp, "--microbatches", 2, windows=("4", "6"),
+        base = self.compare(2, self.mlp2, inp, "--microbatches", 2, windows=("4", "6", "256"),
                             batches=11)
         for b, g in zip(batches, torch.load(base)):
             assert_outputs_close(self, unsplit_output("mlp", b), g)
