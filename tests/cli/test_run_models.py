@@ -37,6 +37,7 @@ class RunModelsTest(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory(prefix="ppc-run-models-")
         cls.results = []
+        cls.made = {}  # (name, batch): inputs()'s, made once per class
 
     @classmethod
     def tearDownClass(cls):
@@ -45,7 +46,13 @@ class RunModelsTest(unittest.TestCase):
         cls.tmp.cleanup()
 
     def inputs(self, name, batch):
-        """The model's input file with `batch` rows and the expected output."""
+        """The model's input file with `batch` rows and the expected output,
+        made (and the unsplit model run) once per model and batch."""
+        if (name, batch) not in self.made:
+            self.made[name, batch] = self.make_inputs(name, batch)
+        return self.made[name, batch]
+
+    def make_inputs(self, name, batch):
         if batch == 5:
             return model_path(name, ".input.pt"), expected_output(name)
         path = os.path.join(self.tmp.name, "%s.b%d.input.pt" % (name, batch))
