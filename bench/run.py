@@ -1453,6 +1453,19 @@ def generate_table(runs, traces, same, b, P, N, groups):
     return rows
 
 
+def bench_decode_race(cfg):
+    """Benchmark 42, in bench/decode_race.py (ppc's pt2 build: pt2_ppc())."""
+    import decode_race
+    decode_race.R = sys.modules[__name__]
+    global PPC
+    own = PPC
+    PPC = pt2_ppc()
+    try:
+        return decode_race.bench_decode_race(cfg)
+    finally:
+        PPC = own
+
+
 def bench_race(cfg, issue21=False, pytorch2=False):
     """Benchmarks 9, 21.5 and 33, in bench/race.py."""
     import race
@@ -1493,7 +1506,7 @@ FULL = {"wide_reps": 5, "wide_repeat": 4, "plain_cold": 1, "plain_reps": 2, "tin
                       "interleaved-zb", "zbv", "dualpipev"], "startup_reps": 4,
         "race_reps": 3, "race_repeat": 4, "partition_reps": 15, "blas_reps": 3,
         "blas_repeat": 20,
-        "gen_reps": 5, "gen_tokens": 32,
+        "gen_reps": 5, "gen_tokens": 32, "decode_race_reps": 3,
         "shm_sizes": [(64, 2000), (4 << 10, 1000), (64 << 10, 300), (1 << 20, 100),
                       (16 << 20, 20), (64 << 20, 8)]}
 QUICK = dict(FULL, wide_reps=2, wide_repeat=3, plain_reps=1, tiny_mb=256, tiny_reps=2,
@@ -1501,6 +1514,7 @@ QUICK = dict(FULL, wide_reps=2, wide_repeat=3, plain_reps=1, tiny_mb=256, tiny_r
                               (64 << 20, 4)],
              split_sizes=[256, 512, 1024], split_reps=2, train_steps=3, train_reps=1,
              startup_reps=2, race_reps=1, gen_reps=2, gen_tokens=16, race_repeat=3, partition_reps=7, blas_reps=2,
+             decode_race_reps=1,
              shm_sizes=[(64, 500), (4 << 10, 300), (64 << 10, 100), (1 << 20, 30),
                         (16 << 20, 8), (64 << 20, 4)])
 
@@ -1568,7 +1582,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer repetitions, smaller sizes")
     ap.add_argument("--only", help="comma-separated benchmark keys (1-10; issue #21: "
-                    "21.1, 21.3, 21.4, 21.5, 21.6, 21.c; issue #30: 30; issue #33: 33, 33.e, 33.dp); "
+                    "21.1, 21.3, 21.4, 21.5, 21.6, 21.c; issue #30: 30; issue #33: 33, 33.e, 33.dp; "
+                    "issue #42: 42); "
                     "default: all")
     ap.add_argument("--venv", help="the prefix of a Python with torch 2.x for benchmarks 9, "
                     "21.6 and 30 (PPC_RACE_VENV overrides it; default build/venv)")
@@ -1630,7 +1645,9 @@ def main():
             ("21.c", "an edge's values as one message", lambda: bench_coalesce(cfg)),
             ("33.dp", "data-parallel all-reduce overlapped with the backward",
              lambda: bench_overlap(cfg)),
-            ("30", "generate: pipelined decoding", lambda: bench_generate(cfg))]
+            ("30", "generate: pipelined decoding", lambda: bench_generate(cfg)),
+            ("42", "generate against transformers' generate()",
+             lambda: bench_decode_race(cfg))]
     for key, name, fn in plan:
         if only is not None and key not in only:
             continue
