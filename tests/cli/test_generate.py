@@ -79,6 +79,8 @@ ERR_NO_INPUT = ("the program has no input named 'tokens' (its inputs: input_ids,
 ERR_VOCAB = ("--prompt: token id 128 at row 1, position 3 is outside the vocabulary "
              "(0..127)")
 
+# --max-new-tokens 3,4 with one prompt.
+ERR_COUNTS = "--max-new-tokens: 2 values for 1 prompt; give one, or one per prompt"
 # --prefill-chunk 3 on dec_llama, exported for one token a step.
 ERR_CHUNK_STATIC = ("a prefill chunk of 3 tokens needs a program whose 'input_ids' and "
                     "'cache_position' have a dynamic sequence dimension; this one takes "
@@ -437,6 +439,7 @@ class GenerateTest(unittest.TestCase):
              ERR_NO_STATE, ()),
             ("no input", manifest, good, ERR_NO_INPUT, ("--token-input", "tokens")),
             ("vocabulary", manifest, prompts["vocab"], ERR_VOCAB, ()),
+            ("counts", manifest, good, ERR_COUNTS, (), "3,4"),
             ("chunk, static", manifest, good, ERR_CHUNK_STATIC, ("--prefill-chunk", 3)),
             ("chunk, limit", self.split("dec_llama_chunked", 2),
              self.prompt("dec_llama_chunked", 8), ERR_CHUNK_LIMIT, ("--prefill-chunk", 33)),
