@@ -198,6 +198,9 @@ struct ExecutorStep {
   /// Before F(s, m): lets the job bind what stage s keeps across
   /// microbatches (decoding: the state of m's group). Errors end the run.
   std::function<llvm::Error(int stage, int m)> beforeForward;
+  /// After F(s, m)'s stage has run, before its outputs are checked and
+  /// kept (decoding: the time of its forwards).
+  std::function<void(int stage, int m)> afterForward;
   /// Training: called once per stage of this rank, right after the last
   /// action of this run that writes the stage's parameter gradients (its
   /// last B or W in the rank's action list), so that the job can start

@@ -89,6 +89,8 @@ llvm::Error Executor::forward(const Action &a) {
   llvm::Expected<std::vector<c10::IValue>> &outputs = *ran;
   if (!outputs)
     return outputs.takeError();
+  if (step.afterForward)
+    step.afterForward(a.stage, m);
   MetaTable &table = (*step.tables)[step.signatures[m].text];
   for (size_t o = 0; o < outputs->size(); ++o) {
     int out = static_cast<int>(o);

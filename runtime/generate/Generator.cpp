@@ -22,6 +22,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 
@@ -111,12 +112,13 @@ std::string GenerateStats::line() const {
                        "slots={4} prompt_tokens={5} prefill_chunk={6} "
                        "new_tokens={7} first_token_ms={8:f3} step_ms={9:f3} "
                        "total_ms={10:f3} tokens_per_s={11:f1} "
-                       "messages_sent={12} cache_written={13} link={14}",
+                       "prefill_ms={12:f3} decode_ms={13:f3} bubble={14:f3} "
+                       "messages_sent={15} cache_written={16} link={17}",
                        rank, metaSourceName(metaSource), sequences, groups,
                        slots, promptTokens, prefillChunk, newTokens,
                        firstTokenMs, stepMs, totalMs, tokensPerSecond(),
-                       messagesSent, cacheWritten ? 1 : 0,
-                       link.empty() ? "none" : link)
+                       prefillMs, decodeMs, bubble, messagesSent,
+                       cacheWritten ? 1 : 0, link.empty() ? "none" : link)
              .str() +
          (weightsGiven ? " weight_bytes=" + std::to_string(weightBytes)
                        : std::string()) +
@@ -138,6 +140,9 @@ llvm::json::Value GenerateStats::json() const {
       {"step_ms", stepMs},
       {"total_ms", totalMs},
       {"tokens_per_second", tokensPerSecond()},
+      {"prefill_ms", prefillMs},
+      {"decode_ms", decodeMs},
+      {"bubble", bubble},
       {"messages_sent", messagesSent},
       {"cache_written", cacheWritten},
       {"link", link},
@@ -532,10 +537,20 @@ Generator::Impl::decode(const std::vector<Request> &requests,
   const int firstStage =
       ctx->stages().empty() ? -1 : ctx->stages().begin()->first;
   ExecutorStep step;
+  // Each forward's time, as prefill (a prompt chunk) or decode.
+  Clock::time_point forwardStart;
+  double prefillMs = 0, decodeMs = 0;
   step.beforeForward = [&](int stage, int m) {
     if (!collects && stage == firstStage && d.tokens->fed(m))
       d.groups[d.tokens->groupOf(m)].picks.push_back(Clock::now());
-    return bindSlot(stage, m, *d.tokens);
+    llvm::Error err = bindSlot(stage, m, *d.tokens);
+    forwardStart = Clock::now();
+    return err;
+  };
+  step.afterForward = [&](int, int m) {
+    double ms = toMilliseconds(Clock::now() - forwardStart);
+    (d.tokens->stepOf(m) < d.tokens->group(m).promptSteps ? prefillMs
+                                                          : decodeMs) += ms;
   };
   step.pick = [&](int m, std::vector<c10::IValue> outputs) {
     return pick(d, m, std::move(outputs));
@@ -553,7 +568,12 @@ Generator::Impl::decode(const std::vector<Request> &requests,
   auto done = ctx->execute(step);
   if (!done)
     return done.takeError();
+  double runMs = msSince(d.start);
   ctx->finishStep();
+  stats.prefillMs = prefillMs;
+  stats.decodeMs = decodeMs;
+  stats.bubble =
+      runMs > 0 ? std::clamp(1 - (prefillMs + decodeMs) / runMs, 0.0, 1.0) : 0;
   stats.metaSource = ctx->meta().source();
   stats.cacheWritten = ctx->meta().cacheWritten();
   stats.weightsGiven = ctx->options().weights.given();

@@ -91,6 +91,10 @@ struct GenerateStats {
   /// the first new token of the first group, the mean time between two
   /// picks of one group (a decode step's latency), and the whole call.
   double firstTokenMs = 0, stepMs = 0, totalMs = 0;
+  /// This rank's time in its stages' forwards of prompt chunks and of
+  /// decode steps, and the bubble: the share of the run (from its first
+  /// step to its last) in neither.
+  double prefillMs = 0, decodeMs = 0, bubble = 0;
   /// Checkpoint bytes this rank's stages read (--weights), when given.
   bool weightsGiven = false;
   uint64_t weightBytes = 0;
@@ -98,9 +102,9 @@ struct GenerateStats {
   double tokensPerSecond() const;
   /// "stats: rank=0 meta=inferred sequences=8 groups=4 slots=4
   /// prompt_tokens=5 prefill_chunk=5 new_tokens=6 first_token_ms=.. step_ms=..
-  /// total_ms=.. tokens_per_s=.. messages_sent=.. cache_written=1 link=shm",
-  /// then " weight_bytes=N" with --weights, and the process's memory as
-  /// RunStats::line() gives it
+  /// total_ms=.. tokens_per_s=.. prefill_ms=.. decode_ms=.. bubble=..
+  /// messages_sent=.. cache_written=1 link=shm", then " weight_bytes=N" with
+  /// --weights, and the process's memory as RunStats::line() gives it
   /// (" peak_rss_mb=.. rss_anon_mb=..")
   std::string line() const;
   /// The same fields as one JSON object (--stats-json), with "command":

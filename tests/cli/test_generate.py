@@ -20,8 +20,9 @@ A ppc built against LibTorch 2.x must:
     with a dynamic sequence dimension (LLaMA and Qwen2), split into 2 and 4
     stages: C = 1, 3 (chunks of 3 and 2) and the default (the whole prompt)
     give the tokens of token-by-token feeding and of transformers' own
-    greedy generate() (CHUNK_RUNS); a chunk the program cannot take is
-    refused (ERR_CHUNK_*);
+    greedy generate() (CHUNK_RUNS), and every rank's --stats says its time in
+    prefill and in decode forwards and its bubble; a chunk the program
+    cannot take is refused (ERR_CHUNK_*);
   - decode 10 prompts of different lengths and --max-new-tokens through 2
     slots (--slots 2, continuous batching), each giving the tokens it gives
     decoded alone by the unsplit program; the trace shows each later
@@ -113,6 +114,8 @@ SAMPLING = ("--temperature", "0.8", "--top-k", "20", "--top-p", "0.9")
 SAMPLING_RUNS = [(2, 2, 4), (2, 2, 1), (4, 4, 2), (4, 2, 4)]
 STATS = re.compile(r"stats: rank=(\d+) meta=(\w+) ")
 TIMES = re.compile(r" first_token_ms=([\d.]+) step_ms=([\d.]+) ")
+SHARES = re.compile(r" total_ms=([\d.]+) .* prefill_ms=([\d.]+) decode_ms=([\d.]+) "
+                    r"bubble=([\d.]+) ")
 CAUSE = re.compile(r"^error: rank (\d+) exited with status 2: (.*)$", re.M)
 
 
@@ -243,6 +246,15 @@ class GenerateTest(unittest.TestCase):
                                    "tokens of transformers' generate()")
                 # The default takes the whole prompt (P = 5) in one step.
                 self.assertIn(" prompt_tokens=5 prefill_chunk=%d " % (chunk or 5), r.stdout)
+                # Every rank runs prompt chunks and decode steps, and says
+                # how much of the run was neither (the bubble).
+                shares = [tuple(map(float, m.groups())) for m in SHARES.finditer(r.stdout)]
+                self.assertEqual(len(shares), 2, r.stdout)
+                for total, prefill, decode, bubble in shares:
+                    self.assertGreater(prefill, 0, r.stdout)
+                    self.assertGreater(decode, 0, r.stdout)
+                    self.assertLess(prefill + decode, total, r.stdout)
+                    self.assertTrue(0 <= bubble < 1, r.stdout)
 
     def test_slots_decode_each_prompt_as_alone_without_draining(self):
         name = "dec_llama_chunked"
