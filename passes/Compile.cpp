@@ -121,14 +121,11 @@ static void describeBoundaries(const PartitionPlan &plan,
     const torch::jit::Value *v = g.modelInputs()[i];
     modelInputIndex[v] = static_cast<int>(i);
     ModelInput in{valueName(v), *boundaryKind(v->type()), shapeOf(v), {}};
-    if (llvm::is_contained(in.shape, -1)) {
-      auto largest = format.largestShape(model, *v);
-      bool bounded = false;
-      for (size_t d = 0; largest && d < largest->size(); ++d)
-        bounded |= in.shape[d] == -1 && (*largest)[d] >= 1;
-      if (bounded)
-        in.maxShape = std::move(*largest);
-    }
+    // Recorded only where a dynamic dimension has a bound: elsewhere the
+    // largest shape is the shape itself.
+    auto largest = format.largestShape(model, *v);
+    if (largest && *largest != in.shape)
+      in.maxShape = std::move(*largest);
     m.modelInputs.push_back(std::move(in));
   }
   auto labels = valueLabels(g);

@@ -181,10 +181,10 @@ struct Generator::Impl {
     int request = 0;
     /// The group's first row in its request (the sampler's row numbers).
     int64_t firstRow = 0;
-    /// Its prompt rows [b, P], prompt tokens fed per prefill step, prefill
-    /// steps (chunks) and new tokens.
+    /// Its prompt rows [b, P], prompt tokens fed per prefill step (its
+    /// prompt steps are in the schedule, TokenReturn::Group) and new tokens.
     at::Tensor prompt;
-    int64_t chunk = 1, promptSteps = 1, newTokens = 1;
+    int64_t chunk = 1, newTokens = 1;
     /// On the collector's rank: its rows of the request's tokens, and the
     /// sampler's finished flags.
     at::Tensor out, finished;
@@ -223,7 +223,9 @@ struct Generator::Impl {
   std::vector<std::vector<c10::IValue>> microbatches(const Decode &d) const;
   llvm::Expected<at::Tensor> pick(Decode &d, int m,
                                   std::vector<c10::IValue> outputs);
-  void finishStats(const Decode &d);
+  /// The stats of a finished call but its time, messages and forwards'
+  /// shares (decode() has them).
+  void finishStats(const std::vector<Request> &requests, const Decode &d);
   /// Decodes `requests`: their groups queue for options.slots slots.
   llvm::Expected<std::vector<at::Tensor>>
   decode(const std::vector<Request> &requests, bool checkGroups);
@@ -363,7 +365,6 @@ Generator::Impl::plan(const std::vector<Request> &requests, bool checkGroups) {
       g.firstRow = row;
       g.prompt = r.prompt.narrow(0, row, d.batch);
       g.chunk = std::min(chunk, length);
-      g.promptSteps = (length + g.chunk - 1) / g.chunk;
       g.newTokens = r.newTokens;
       d.total += d.batch * r.newTokens;
       d.groups.push_back(std::move(g));
@@ -381,16 +382,17 @@ Generator::Impl::microbatches(const Decode &d) const {
   // replaced by the picked token) at position P + i.
   for (const auto &[group, s] : d.tokens->of) {
     const Group &g = d.groups[group];
+    int promptSteps = d.tokens->groups[group].promptSteps;
     int64_t length = g.prompt.size(1);
     std::vector<c10::IValue> inputs(ctx->manifest().modelInputs.size());
-    if (s < g.promptSteps) {
+    if (s < promptSteps) {
       int64_t begin = s * g.chunk, size = std::min(g.chunk, length - begin);
       inputs[tokenInput] = g.prompt.narrow(1, begin, size).clone();
       inputs[positionInput] = at::arange(begin, begin + size, at::kLong);
     } else {
       inputs[tokenInput] = placeholder.clone();
       inputs[positionInput] =
-          at::full({1}, length + s - g.promptSteps, at::kLong);
+          at::full({1}, length + s - promptSteps, at::kLong);
     }
     out.push_back(std::move(inputs));
   }
@@ -400,7 +402,7 @@ Generator::Impl::microbatches(const Decode &d) const {
 llvm::Expected<at::Tensor>
 Generator::Impl::pick(Decode &d, int m, std::vector<c10::IValue> outputs) {
   Group &g = d.groups[d.tokens->groupOf(m)];
-  int64_t token = d.tokens->stepOf(m) - (g.promptSteps - 1);
+  int64_t token = d.tokens->stepOf(m) - (d.tokens->group(m).promptSteps - 1);
   if (outputs.empty() || !outputs[0].isTensor())
     return makeError("the program's first output is not a tensor of logits");
   auto tokens = pickTokens(outputs[0].toTensor(), options.sampling, g.firstRow,
@@ -418,7 +420,25 @@ Generator::Impl::pick(Decode &d, int m, std::vector<c10::IValue> outputs) {
   return *tokens;
 }
 
-void Generator::Impl::finishStats(const Decode &d) {
+void Generator::Impl::finishStats(const std::vector<Request> &requests,
+                                  const Decode &d) {
+  stats.metaSource = ctx->meta().source();
+  stats.cacheWritten = ctx->meta().cacheWritten();
+  stats.weightsGiven = ctx->options().weights.given();
+  stats.weightBytes = ctx->weightBytesRead();
+  stats.link = ctx->transport().linksUsed();
+  stats.sequences = stats.promptTokens = stats.newTokens = 0;
+  for (const Request &r : requests) {
+    stats.sequences += r.prompt.size(0);
+    stats.promptTokens = std::max(stats.promptTokens, r.prompt.size(1));
+    stats.newTokens = std::max(stats.newTokens, r.newTokens);
+  }
+  stats.prefillChunk = 1;
+  for (const Group &g : d.groups)
+    stats.prefillChunk = std::max(stats.prefillChunk, g.chunk);
+  stats.groups = static_cast<int64_t>(d.groups.size());
+  stats.slots = d.tokens->slots;
+  stats.generatedTokens = d.total;
   std::optional<double> first;
   double steps = 0, stepMs = 0;
   for (const Group &g : d.groups) {
@@ -510,7 +530,8 @@ Generator::Impl::decode(const std::vector<Request> &requests,
   DecodeShape shape;
   for (const Group &g : d.groups)
     shape.groups.push_back(
-        {static_cast<int>(g.promptSteps), static_cast<int>(g.newTokens)});
+        {static_cast<int>((g.prompt.size(1) + g.chunk - 1) / g.chunk),
+         static_cast<int>(g.newTokens)});
   shape.slots = options.slots;
   shape.tokenInput = tokenInput;
   auto schedule = buildDecodeSchedule(ctx->manifest(), ctx->placement(), shape);
@@ -549,8 +570,7 @@ Generator::Impl::decode(const std::vector<Request> &requests,
   };
   step.afterForward = [&](int, int m) {
     double ms = toMilliseconds(Clock::now() - forwardStart);
-    (d.tokens->stepOf(m) < d.tokens->group(m).promptSteps ? prefillMs
-                                                          : decodeMs) += ms;
+    (d.tokens->fed(m) ? decodeMs : prefillMs) += ms;
   };
   step.pick = [&](int m, std::vector<c10::IValue> outputs) {
     return pick(d, m, std::move(outputs));
@@ -574,25 +594,8 @@ Generator::Impl::decode(const std::vector<Request> &requests,
   stats.decodeMs = decodeMs;
   stats.bubble =
       runMs > 0 ? std::clamp(1 - (prefillMs + decodeMs) / runMs, 0.0, 1.0) : 0;
-  stats.metaSource = ctx->meta().source();
-  stats.cacheWritten = ctx->meta().cacheWritten();
-  stats.weightsGiven = ctx->options().weights.given();
-  stats.weightBytes = ctx->weightBytesRead();
   stats.messagesSent = transport.messagesSent() - sentBefore;
-  stats.link = transport.linksUsed();
-  stats.sequences = stats.promptTokens = stats.newTokens = 0;
-  stats.prefillChunk = 1;
-  for (const Request &r : requests) {
-    stats.sequences += r.prompt.size(0);
-    stats.promptTokens = std::max(stats.promptTokens, r.prompt.size(1));
-    stats.newTokens = std::max(stats.newTokens, r.newTokens);
-  }
-  for (const Group &g : d.groups)
-    stats.prefillChunk = std::max(stats.prefillChunk, g.chunk);
-  stats.groups = static_cast<int64_t>(d.groups.size());
-  stats.slots = d.tokens->slots;
-  stats.generatedTokens = d.total;
-  finishStats(d);
+  finishStats(requests, d);
   stats.totalMs = msSince(start);
   if (!collects)
     return std::vector<at::Tensor>();

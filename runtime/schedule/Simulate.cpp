@@ -323,8 +323,7 @@ private:
 
   /// Decoding: whether a stage of rank r that reads the token input may
   /// run microbatch m, which reads the tokens picked from its group's
-  /// previous step: picked
-  /// on r (its OUT ran) or received.
+  /// previous step: picked on r (its OUT ran) or received.
   llvm::Error tokensReady(int r, const Action &a) {
     const std::optional<TokenReturn> &tokens = schedule.tokens;
     int n = placement.numStages(), m = a.microbatch;
