@@ -147,8 +147,8 @@ Executor::asLeaves(const c10::IValue &v, int m, int stage, int output,
 void Executor::record(const Action &a, int64_t startUs) {
   const ActionInfo &info = actionInfo(a.kind);
   TraceEvent e;
-  e.name = info.name.str();
-  e.category = info.category.str();
+  e.name = skipped ? "SKIP" : info.name.str();
+  e.category = skipped ? "other" : info.category.str();
   e.stage = a.stage;
   e.microbatch = a.microbatch;
   if (schedule.tokens && a.microbatch >= 0) {
@@ -197,6 +197,7 @@ llvm::Expected<ExecutorResult> Executor::run() {
   for (size_t i = 0; i < actions.size(); ++i) {
     const Action &a = actions[i];
     current = i;
+    skipped = false;
     int64_t startUs = step.trace ? TraceRecorder::nowUs() : 0;
     llvm::Error err = llvm::Error::success();
     switch (a.kind) {

@@ -22,11 +22,14 @@
 //                 of it (no second copy).
 //   OUT(m)        keeps microbatch m's model outputs (inference), or, when
 //                 decoding, hands them to ExecutorStep::pick.
-//   SEND_TOK(m)   decoding: sends the tokens picked from microbatch m to a
-//                 rank that reads the token input (Schedule::tokens).
-//   RECV_TOK(m)   receives them there; they become the token input of
-//                 microbatch m + groups (picked on the same rank, they do
-//                 so at OUT).
+//   SEND_TOK(m)   decoding: sends the tokens picked from microbatch m to
+//                 another rank (Schedule::tokens).
+//   RECV_TOK(m)   receives them there; on a rank that reads the token input
+//                 they become that input of the group's next microbatch
+//                 (picked on the same rank, they do so at OUT). On every
+//                 rank, tokens that all are ExecutorStep::endToken mark
+//                 that next microbatch as ended: its F is skipped (see
+//                 ExecutorStep::endToken).
 //   B(s, m)       the stage's backward: the gradients of its outputs (summed
 //                 over every consumer, plus the loss on the loss stage) go
 //                 back through its graph into its parameters' .grad and its
@@ -195,6 +198,17 @@ struct ExecutorStep {
   std::function<llvm::Expected<at::Tensor>(int m,
                                            std::vector<c10::IValue> outputs)>
       pick;
+  /// Decoding: the rows of each group (the size of a token return) and
+  /// the end-of-sequence token (-1: none). A microbatch fed tokens that all
+  /// are the end token belongs to a group whose rows all ended: each of its
+  /// F is skipped, unless the microbatch infers its signature's metadata.
+  /// A skipped F runs no stage and no hook; it keeps zeros in its outputs'
+  /// metadata, so that the schedule's messages still cross (receives
+  /// posted ahead stay matched) and OUT hands zeros to `pick`, which
+  /// must give the end token for rows that ended whatever their logits
+  /// (Sampler.h does). Traced as SKIP.
+  int64_t tokenRows = 0;
+  int64_t endToken = -1;
   /// Before F(s, m): lets the job bind what stage s keeps across
   /// microbatches (decoding: the state of m's group). Errors end the run.
   std::function<llvm::Error(int stage, int m)> beforeForward;
@@ -220,6 +234,8 @@ struct ExecutorResult {
   int64_t metaMessagesSent = 0;
   /// Time from the start until this rank finished all of microbatch 0.
   double firstOutputMs = 0;
+  /// Decoding: the forwards skipped because their group had ended.
+  int64_t skippedForwards = 0;
   /// Training: per stage of this rank, the most microbatches whose forward
   /// graph (with recompute: whose inputs) was held at once.
   std::map<int, int> peakActivations;

@@ -28,6 +28,8 @@ namespace ppc::exec_detail {
 /// and records (inferring) or checks the metadata of its outputs.
 llvm::Error Executor::forward(const Action &a) {
   const int m = a.microbatch;
+  if (skips(m))
+    return skipForward(a);
   const StageInfo &info = manifest.stages[a.stage];
   const bool recomputing = training && step.recompute;
   std::vector<c10::IValue> args;
@@ -139,6 +141,31 @@ llvm::Error Executor::forward(const Action &a) {
   return llvm::Error::success();
 }
 
+llvm::Error Executor::skipForward(const Action &a) {
+  const int m = a.microbatch;
+  const StageInfo &info = manifest.stages[a.stage];
+  for (size_t o = 0; o < info.outputs.size(); ++o) {
+    int out = static_cast<int>(o);
+    auto meta = metaFor(m, a.stage, out);
+    if (!meta)
+      return meta.takeError();
+    std::string what =
+        llvm::formatv("stage {0} output {1} of microbatch {2}", a.stage, o, m);
+    auto wire = allocateWire(**meta, plan.device, what);
+    if (!wire)
+      return wire.takeError();
+    for (at::Tensor &t : *wire)
+      t.zero_();
+    auto value = fromWire(std::move(*wire), **meta, what);
+    if (!value)
+      return value.takeError();
+    store(a.stage, out, m, std::move(*value));
+  }
+  skipped = true;
+  ++result.skippedForwards;
+  return llvm::Error::success();
+}
+
 /// OUT(m): keeps microbatch m's model outputs for concatenation.
 llvm::Error Executor::collectOutputs(const Action &a) {
   const int m = a.microbatch;
@@ -163,8 +190,10 @@ llvm::Error Executor::collectOutputs(const Action &a) {
     return picks.takeError();
   if (!tokens->returns(m))
     return llvm::Error::success();
-  // One SEND_TOK to each other rank that reads the tokens (Decode.h).
-  size_t sends = tokenReaderRanks(schedule, plan.rank).size();
+  if (llvm::Error err = noteReturned(m, *picks))
+    return err;
+  // One SEND_TOK to each other rank (Decode.h).
+  size_t sends = tokenReturnRanks(schedule).size();
   if (sends > 0)
     picked[m] = {*picks, static_cast<int>(sends)};
   bool readsHere = llvm::any_of(tokens->readers, [&](int k) {

@@ -172,17 +172,39 @@ llvm::Error Executor::sendTokens(const Action &a) {
 
 /// RECV_TOK(m): the tokens picked from microbatch m, from the collector.
 llvm::Error Executor::recvTokens(const Action &a) {
-  auto slot = tokenSlot(a.microbatch);
-  if (!slot)
-    return slot.takeError();
-  int64_t rows = (*slot)->toTensor().numel();
-  at::Tensor tokens = at::empty({rows}, at::kLong);
+  if (step.tokenRows < 1)
+    return makeError("internal error: a decode without its rows per group");
+  auto tokens = torchCall("cannot allocate the returned tokens", [&] {
+    return at::empty({step.tokenRows}, at::kLong);
+  });
+  if (!tokens)
+    return tokens.takeError();
   std::string what =
       llvm::formatv("the tokens of microbatch {0}", a.microbatch).str();
-  if (llvm::Error err = plan.transport->recv(tokens, a.peerRank,
+  if (llvm::Error err = plan.transport->recv(*tokens, a.peerRank,
                                              channelOf(schedule, a), what))
     return err;
-  return feedTokens(a.microbatch, tokens);
+  if (llvm::Error err = noteReturned(a.microbatch, *tokens))
+    return err;
+  bool readsHere = llvm::any_of(schedule.tokens->readers, [&](int k) {
+    return schedule.placement.rankOf(k) == plan.rank;
+  });
+  return readsHere ? feedTokens(a.microbatch, *tokens) : llvm::Error::success();
+}
+
+llvm::Error Executor::noteReturned(int m, const at::Tensor &tokens) {
+  if (step.endToken < 0)
+    return llvm::Error::success();
+  int next = schedule.tokens->next(m);
+  auto all = torchCall("cannot read the returned tokens", [&] {
+    return tokens.eq(step.endToken).all().item<bool>();
+  });
+  if (!all)
+    return all.takeError();
+  ended.resize(schedule.microbatches, 0);
+  if (next >= 0)
+    ended[next] = *all;
+  return llvm::Error::success();
 }
 
 /// SEND_F(e, m): the header on an inferring microbatch, then the values'

@@ -161,6 +161,19 @@ private:
   /// becoming it.
   llvm::Expected<c10::IValue *> tokenSlot(int m);
   llvm::Error feedTokens(int m, const at::Tensor &tokens);
+  /// Decoding: per microbatch, whether the tokens fed to it all are the
+  /// end token (ExecutorStep::endToken); `noteReturned` records that of
+  /// the group's step after m from the tokens picked from m.
+  std::vector<char> ended;
+  llvm::Error noteReturned(int m, const at::Tensor &tokens);
+  /// Whether F of microbatch m is skipped (its group ended).
+  bool skips(int m) const {
+    return static_cast<size_t>(m) < ended.size() && ended[m] && !inferring(m);
+  }
+  /// Whether the action run last was a skipped F (traced as SKIP).
+  bool skipped = false;
+  /// A skipped F(s, m): zeros in its outputs' metadata.
+  llvm::Error skipForward(const Action &a);
 
   // One handler per action kind.
   llvm::Error forward(const Action &a);

@@ -113,12 +113,14 @@ std::string GenerateStats::line() const {
                        "new_tokens={7} first_token_ms={8:f3} step_ms={9:f3} "
                        "total_ms={10:f3} tokens_per_s={11:f1} "
                        "prefill_ms={12:f3} decode_ms={13:f3} bubble={14:f3} "
-                       "messages_sent={15} cache_written={16} link={17}",
+                       "skipped_forwards={15} messages_sent={16} "
+                       "cache_written={17} link={18}",
                        rank, metaSourceName(metaSource), sequences, groups,
                        slots, promptTokens, prefillChunk, newTokens,
                        firstTokenMs, stepMs, totalMs, tokensPerSecond(),
-                       prefillMs, decodeMs, bubble, messagesSent,
-                       cacheWritten ? 1 : 0, link.empty() ? "none" : link)
+                       prefillMs, decodeMs, bubble, skippedForwards,
+                       messagesSent, cacheWritten ? 1 : 0,
+                       link.empty() ? "none" : link)
              .str() +
          (weightsGiven ? " weight_bytes=" + std::to_string(weightBytes)
                        : std::string()) +
@@ -143,6 +145,7 @@ llvm::json::Value GenerateStats::json() const {
       {"prefill_ms", prefillMs},
       {"decode_ms", decodeMs},
       {"bubble", bubble},
+      {"skipped_forwards", skippedForwards},
       {"messages_sent", messagesSent},
       {"cache_written", cacheWritten},
       {"link", link},
@@ -405,6 +408,9 @@ Generator::Impl::pick(Decode &d, int m, std::vector<c10::IValue> outputs) {
   int64_t token = d.tokens->stepOf(m) - (d.tokens->group(m).promptSteps - 1);
   if (outputs.empty() || !outputs[0].isTensor())
     return makeError("the program's first output is not a tensor of logits");
+  // A group whose rows all ended: its steps were skipped (zero logits), the
+  // sampler gives the end token, and no pick is timed.
+  bool ended = g.finished.defined() && g.finished.all().item<bool>();
   auto tokens = pickTokens(outputs[0].toTensor(), options.sampling, g.firstRow,
                            token, g.finished);
   if (!tokens)
@@ -413,7 +419,8 @@ Generator::Impl::pick(Decode &d, int m, std::vector<c10::IValue> outputs) {
         g.out.select(1, token).copy_(*tokens);
       }))
     return err;
-  g.picks.push_back(Clock::now());
+  if (!ended)
+    g.picks.push_back(Clock::now());
   d.picked += d.batch;
   if (options.progress)
     options.progress({d.picked, d.total, msSince(d.start)});
@@ -558,6 +565,8 @@ Generator::Impl::decode(const std::vector<Request> &requests,
   const int firstStage =
       ctx->stages().empty() ? -1 : ctx->stages().begin()->first;
   ExecutorStep step;
+  step.tokenRows = d.batch;
+  step.endToken = options.sampling.eosId;
   // Each forward's time, as prefill (a prompt chunk) or decode.
   Clock::time_point forwardStart;
   double prefillMs = 0, decodeMs = 0;
@@ -595,6 +604,7 @@ Generator::Impl::decode(const std::vector<Request> &requests,
   stats.bubble =
       runMs > 0 ? std::clamp(1 - (prefillMs + decodeMs) / runMs, 0.0, 1.0) : 0;
   stats.messagesSent = transport.messagesSent() - sentBefore;
+  stats.skippedForwards = done->skippedForwards;
   finishStats(requests, d);
   stats.totalMs = msSince(start);
   if (!collects)

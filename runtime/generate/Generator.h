@@ -95,6 +95,9 @@ struct GenerateStats {
   /// decode steps, and the bubble: the share of the run (from its first
   /// step to its last) in neither.
   double prefillMs = 0, decodeMs = 0, bubble = 0;
+  /// This rank's forwards not run because their group's rows had all
+  /// picked the end-of-sequence token (--eos-id).
+  int64_t skippedForwards = 0;
   /// Checkpoint bytes this rank's stages read (--weights), when given.
   bool weightsGiven = false;
   uint64_t weightBytes = 0;
@@ -103,7 +106,8 @@ struct GenerateStats {
   /// "stats: rank=0 meta=inferred sequences=8 groups=4 slots=4
   /// prompt_tokens=5 prefill_chunk=5 new_tokens=6 first_token_ms=.. step_ms=..
   /// total_ms=.. tokens_per_s=.. prefill_ms=.. decode_ms=.. bubble=..
-  /// messages_sent=.. cache_written=1 link=shm", then " weight_bytes=N" with
+  /// skipped_forwards=.. messages_sent=.. cache_written=1 link=shm", then "
+  /// weight_bytes=N" with
   /// --weights, and the process's memory as RunStats::line() gives it
   /// (" peak_rss_mb=.. rss_anon_mb=..")
   std::string line() const;

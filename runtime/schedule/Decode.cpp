@@ -35,7 +35,9 @@ std::vector<std::vector<int64_t>> startTimes(const Schedule &schedule,
       int64_t t = m > 0 && k < n ? time[k][m - 1] + 1 : 0;
       for (int e : index.in[k])
         t = std::max(t, time[schedule.edges[e].producer][m] + 1);
-      if (tokens.fed(m) && llvm::is_contained(tokens.readers, k))
+      // Every stage, not only the readers: each hears the tokens, which
+      // say whether the step runs at all (ended groups are skipped).
+      if (tokens.fed(m) && k < n)
         t = std::max(t, time[n][tokens.previous(m)]);
       time[k][m] = t;
     }
@@ -63,29 +65,26 @@ Orders computeOrders(const Schedule &schedule, const EdgeIndex &index) {
   return orders;
 }
 
-/// SEND_TOK after each returning OUT, to every other reader rank; RECV_TOK
-/// before the first F of a reader stage of a fed microbatch on such a rank.
+/// SEND_TOK after each returning OUT, to every other rank; RECV_TOK before
+/// the first F of a fed microbatch on each of those ranks.
 void addTokenReturn(Schedule &schedule) {
   const TokenReturn &tokens = *schedule.tokens;
   int n = schedule.placement.numStages();
   int collector = schedule.placement.rankOf(n);
-  std::vector<int> readers = tokenReaderRanks(schedule, collector);
+  std::vector<int> peers = tokenReturnRanks(schedule);
   for (size_t r = 0; r < schedule.ranks.size(); ++r) {
-    bool reads = llvm::is_contained(readers, static_cast<int>(r));
-    if (static_cast<int>(r) != collector && !reads)
-      continue;
+    bool hears = static_cast<int>(r) != collector;
     std::vector<Action> out;
     std::set<int> received;
     for (const Action &a : schedule.ranks[r]) {
       int m = a.microbatch;
-      bool readsHere = a.kind == ActionKind::Forward &&
-                       llvm::is_contained(tokens.readers, a.stage);
-      if (reads && readsHere && tokens.fed(m) && received.insert(m).second)
+      if (hears && a.kind == ActionKind::Forward && tokens.fed(m) &&
+          received.insert(m).second)
         out.push_back({ActionKind::RecvTokens, a.stage, tokens.previous(m), -1,
                        collector});
       out.push_back(a);
       if (a.kind == ActionKind::Output && tokens.returns(m))
-        for (int peer : readers)
+        for (int peer : peers)
           out.push_back({ActionKind::SendTokens, n, m, -1, peer});
     }
     schedule.ranks[r] = std::move(out);
@@ -161,12 +160,13 @@ DecodeShape DecodeShape::uniform(int groups, int promptSteps, int newTokens,
   return shape;
 }
 
-std::vector<int> tokenReaderRanks(const Schedule &schedule, int except) {
-  std::set<int> ranks;
-  for (int k : schedule.tokens->readers)
-    if (schedule.placement.rankOf(k) != except)
-      ranks.insert(schedule.placement.rankOf(k));
-  return {ranks.begin(), ranks.end()};
+std::vector<int> tokenReturnRanks(const Schedule &schedule) {
+  int collector = schedule.placement.outputRank();
+  std::vector<int> ranks;
+  for (int r = 0; r < schedule.placement.worldSize(); ++r)
+    if (r != collector)
+      ranks.push_back(r);
+  return ranks;
 }
 
 llvm::Expected<Schedule> buildDecodeSchedule(const Manifest &manifest,

@@ -16,19 +16,21 @@
 // slot, so a group's steps ascend and, with as many slots as groups of one
 // shape, microbatch m is step m / G of group m % G. The collector picks the
 // next tokens of a group's steps from its last prompt step on and returns
-// them to the ranks whose stages read the token input, which feed them to
-// the group's next step (SEND_TOK / RECV_TOK, Schedule::tokens). So a
-// group's next step waits for its own previous one only, and with at least
-// as many slots as stages the pipeline stays full: stage 0 runs one slot's
-// step while stage 1 runs another's.
+// them to every other rank (SEND_TOK / RECV_TOK, Schedule::tokens): the
+// ranks whose stages read the token input feed them to the group's next
+// step, and every rank sees from them when a group has ended (its rows all
+// picked the end-of-sequence token: ExecutorStep::endToken), whose later
+// steps it then skips. So a group's next step waits for its own previous
+// one only, and with at least as many slots as stages the pipeline stays
+// full: stage 0 runs one slot's step while stage 1 runs another's.
 //
 // The order: every F and OUT gets the time it starts in a unit-time model
 // (an F takes one unit; a stage runs its microbatches in order, after its
-// inputs' producers, and a reader of the token input after the collector's
-// pick of the same group's previous step); each rank runs its actions in
-// that order. Every dependency goes from an earlier time to a later one,
-// so the order is free of deadlock on any placement; simulateSchedule()
-// checks it like any other.
+// inputs' producers, and a step that reads picked tokens after the
+// collector's pick of the same group's previous step); each rank runs its
+// actions in that order. Every dependency goes from an earlier time to a
+// later one, so the order is free of deadlock on any placement;
+// simulateSchedule() checks it like any other.
 //
 //===----------------------------------------------------------------------===//
 #ifndef PPC_RUNTIME_SCHEDULE_DECODE_H
@@ -69,9 +71,9 @@ llvm::Expected<Schedule> buildDecodeSchedule(const Manifest &manifest,
                                              const Placement &placement,
                                              const DecodeShape &shape);
 
-/// The ranks of `schedule`'s token readers (TokenReturn::readers) other
-/// than `except`, ascending: where SEND_TOK goes from that rank.
-std::vector<int> tokenReaderRanks(const Schedule &schedule, int except);
+/// Every rank of `schedule` but the collector's, ascending: where the
+/// collector's SEND_TOKs go.
+std::vector<int> tokenReturnRanks(const Schedule &schedule);
 
 } // namespace ppc
 

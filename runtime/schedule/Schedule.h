@@ -114,9 +114,11 @@ struct Action {
 /// then one per picked token but the last. The collector picks the next
 /// token ids from the model outputs of a group's steps from its last prompt
 /// step on; those of a step before its last travel back (SEND_TOK /
-/// RECV_TOK) to every rank whose stages read model input `input`, as that
-/// input of the group's next step. A group runs on one slot (one copy of
-/// every stage's state); a slot runs its groups one after another.
+/// RECV_TOK) to every other rank: those whose stages read model input
+/// `input` feed them to the group's next step as that input, and every rank
+/// learns from them whether the group ended (ExecutorStep::endToken). A
+/// group runs on one slot (one copy of every stage's state); a slot runs
+/// its groups one after another.
 struct TokenReturn {
   int input = -1;
   /// The stages that read model input `input`, ascending.

@@ -27,7 +27,9 @@ public:
       : schedule(schedule), placement(schedule.placement), index(schedule),
         channels(schedule.channelCount()), ran(placement.numStages() + 1),
         grad(placement.numStages() + 1), received(schedule.channelCount()),
-        pc(placement.worldSize(), 0), waitingOn(schedule.channelCount(), -1) {}
+        pc(placement.worldSize(), 0), waitingOn(schedule.channelCount(), -1),
+        tokenQueues(placement.worldSize()), tokensHeard(placement.worldSize()),
+        waitingForTokens(placement.worldSize(), false) {}
 
   llvm::Error run() {
     if (schedule.training)
@@ -206,9 +208,22 @@ private:
         if (llvm::Error err = checkRanges(r, pc[r], a))
           return err;
       switch (a.kind) {
+      case ActionKind::RecvTokens:
+        if (tokenQueues[r].empty()) {
+          waitingForTokens[r] = true;
+          return llvm::Error::success();
+        }
+        if (tokenQueues[r].front() != a.microbatch)
+          return makeError(llvm::formatv("{0}: tokens arrive as mb={1} but "
+                                         "rank {2} expects mb={3}",
+                                         who(), tokenQueues[r].front(), r,
+                                         a.microbatch)
+                               .str());
+        tokenQueues[r].pop_front();
+        mark(tokensHeard[r], a.microbatch);
+        break;
       case ActionKind::RecvF:
-      case ActionKind::RecvB:
-      case ActionKind::RecvTokens: {
+      case ActionKind::RecvB: {
         int channel = channelOf(schedule, a);
         if (channels[channel].empty()) {
           waitingOn[channel] = r;
@@ -259,11 +274,6 @@ private:
 
   llvm::Error receive(int r, const Action &a, int channel) {
     std::deque<int> &ch = channels[channel];
-    if (ch.front() != a.microbatch && isTokenAction(a))
-      return makeError(llvm::formatv("{0}: tokens arrive as mb={1} but rank "
-                                     "{2} expects mb={3}",
-                                     who(), ch.front(), r, a.microbatch)
-                           .str());
     if (ch.front() != a.microbatch)
       return makeError(
           llvm::formatv(
@@ -290,6 +300,19 @@ private:
                         who(), a.str(schedule.edges), r,
                         a.kind == ActionKind::SendB ? "'s backward" : "")
               .str());
+    if (a.kind == ActionKind::SendTokens) {
+      int to = a.peerRank;
+      if (to < 0 || to >= placement.worldSize() || to == r)
+        return makeError(llvm::formatv("{0} sends {1} on rank {2} to rank {3}",
+                                       who(), a.str(schedule.edges), r, to)
+                             .str());
+      tokenQueues[to].push_back(a.microbatch);
+      if (waitingForTokens[to]) {
+        runnable.push_back(to);
+        waitingForTokens[to] = false;
+      }
+      return llvm::Error::success();
+    }
     int channel = channelOf(schedule, a);
     channels[channel].push_back(a.microbatch);
     if (waitingOn[channel] >= 0) {
@@ -327,13 +350,13 @@ private:
   llvm::Error tokensReady(int r, const Action &a) {
     const std::optional<TokenReturn> &tokens = schedule.tokens;
     int n = placement.numStages(), m = a.microbatch;
-    if (!tokens || a.kind != ActionKind::Forward || !tokens->fed(m) ||
-        !llvm::is_contained(tokens->readers, a.stage))
+    // Every stage hears the tokens before its F of a fed microbatch: they
+    // say whether the step runs (Decode.h).
+    if (!tokens || a.kind != ActionKind::Forward || !tokens->fed(m))
       return llvm::Error::success();
     int from = tokens->previous(m);
-    bool ready = placement.rankOf(n) == r
-                     ? has(ran[n], from)
-                     : has(received[schedule.channelCount() - 1], from);
+    bool ready = placement.rankOf(n) == r ? has(ran[n], from)
+                                          : has(tokensHeard[r], from);
     if (!ready)
       return makeError(llvm::formatv("{0} runs {1} on rank {2} before the "
                                      "tokens of mb={3}",
@@ -399,6 +422,12 @@ private:
         stuck += (stuck.empty() ? "" : "; ") + stuckAt(r);
     if (!stuck.empty())
       return makeError(who() + " deadlocks: " + stuck);
+    for (int r = 0; r < placement.worldSize(); ++r)
+      if (!tokenQueues[r].empty())
+        return makeError(llvm::formatv("{0}: rank {1} never receives the "
+                                       "tokens of mb={2}",
+                                       who(), r, tokenQueues[r].front())
+                             .str());
     int edges = static_cast<int>(schedule.edges.size());
     for (size_t c = 1; c < channels.size(); ++c) {
       if (channels[c].empty())
@@ -452,6 +481,13 @@ private:
   std::vector<size_t> pc;
   /// Per channel: the rank blocked receiving from it, or -1.
   std::vector<int> waitingOn;
+  /// The token channel goes from the collector to several ranks, which the
+  /// transport tells apart (tags per channel and peer): per receiving rank,
+  /// the microbatches whose tokens are in flight to it and those it heard,
+  /// and whether it is blocked on them.
+  std::vector<std::deque<int>> tokenQueues;
+  std::vector<std::vector<bool>> tokensHeard;
+  std::vector<bool> waitingForTokens;
 };
 } // namespace
 

@@ -27,6 +27,11 @@ A ppc built against LibTorch 2.x must:
     slots (--slots 2, continuous batching), each giving the tokens it gives
     decoded alone by the unsplit program; the trace shows each later
     group's prefill starting while another group still decodes (no drain);
+  - stop taking steps for a group whose rows all picked --eos-id: its
+    later steps are SKIP, not F, in the trace on every stage (4 stages on 4
+    ranks too, where the middle ranks neither read nor pick tokens), every
+    rank counts them in skipped_forwards=, and the tokens are the greedy
+    ones with eos after each row's first;
   - sample (SAMPLING) the same tokens for a seed whatever M and the
     placement (4 stages on 2 ranks too), row by row, tokens that differ
     from the greedy ones and from another seed's;
@@ -302,6 +307,52 @@ class GenerateTest(unittest.TestCase):
             start = spans[j][0]
             self.assertTrue(any(spans[k][0] < start < spans[k][1] for k in spans if k != j),
                             "group %d started after every other group stopped: %s" % (j, spans))
+
+    def test_groups_that_picked_eos_stop_taking_steps(self):
+        # dec_gpt2's greedy tokens of 8 rows (4 groups of 2) with --eos-id 21:
+        # group 2's rows both pick 21 first, group 0's by its 4th token;
+        # groups 1 and 3 always have a row that has not. On 2 stages on 2
+        # ranks, and on 4 stages on 4 ranks, where ranks 1 and 2 neither read
+        # the tokens nor pick them: every rank skips an ended group's steps.
+        name, eos, n = "dec_gpt2", 21, 6
+        greedy = decoders.greedy(self.models, name, 8)
+        prompt = self.prompt(name, 8)
+        steps = torch.load(prompt).shape[1]  # one prompt token a step
+        # A row's tokens after its first eos are eos.
+        seen = torch.cumsum((greedy == eos).int(), 1) > 0
+        want = torch.where(seen, torch.full_like(greedy, eos), greedy)
+        # Per group, the step from which it is skipped: after the pick of
+        # its last row's first eos (token i is picked at step P - 1 + i).
+        ended = {}
+        for j in range(4):
+            rows = seen[2 * j:2 * j + 2]
+            if bool(rows[:, -2].all()):
+                ended[j] = steps + max(int(row.nonzero()[0]) for row in rows)
+        self.assertEqual(ended, {0: steps + 3, 2: steps})
+        skipped = sum(steps + n - 1 - s for s in ended.values())
+        for stages in (2, 4):
+            with self.subTest(stages=stages):
+                trace = os.path.join(self.tmp, "trace-%d.json" % stages)
+                tokens, _, r = self.generate(self.split(name, stages), stages, prompt, n,
+                                             "--microbatches", 4, "--eos-id", eos,
+                                             "--trace", trace)
+                self.assert_tokens(want, tokens, "tokens with --eos-id %d" % eos)
+                self.assertEqual(re.findall(r" skipped_forwards=(\d+) ", r.stdout),
+                                 [str(skipped)] * stages, r.stdout)
+                events = assert_valid_trace(self, trace)
+                events = events["traceEvents"] if isinstance(events, dict) else events
+                ran, skips = {}, {}
+                for e in events:
+                    if e.get("name") in ("F", "SKIP"):
+                        a = e["args"]
+                        runs = ran if e["name"] == "F" else skips
+                        runs.setdefault((a["stage"], a["group"]), []).append(a["step"])
+                for stage in range(stages):
+                    for j in range(4):
+                        last = ended.get(j, steps + n - 1)
+                        self.assertEqual(ran[(stage, j)], list(range(last)), (stage, j))
+                        self.assertEqual(skips.get((stage, j), []),
+                                         list(range(last, steps + n - 1)), (stage, j))
 
     # -- sampling ------------------------------------------------------------
 

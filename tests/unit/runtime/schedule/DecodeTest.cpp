@@ -11,6 +11,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 namespace ppc {
 namespace {
 
@@ -81,6 +83,28 @@ TEST(DecodeTest, ReturnsTokensOnlyAcrossRanksAndOnlyWhenFed) {
   Schedule local = build(2, 1, "loop", DecodeShape::uniform(2, 3, 4, 0));
   EXPECT_EQ(count(local, ActionKind::SendTokens), 0);
   EXPECT_EQ(count(local, ActionKind::RecvTokens), 0);
+}
+
+TEST(DecodeTest, ReturnsTokensToEveryRankBeforeItRunsTheStepTheyFeed) {
+  // 4 stages on 4 ranks: ranks 1 and 2 neither read the token input nor
+  // pick, yet hear every returned token (so that each skips the steps of a
+  // group that ended), before their first F of the step it feeds.
+  Schedule s = build(4, 4, "loop", DecodeShape::uniform(2, 3, 4, 0));
+  EXPECT_EQ(count(s, ActionKind::SendTokens), 3 * 2 * 3);
+  const TokenReturn &tokens = *s.tokens;
+  for (int r = 0; r < 3; ++r) {
+    std::set<int> heard;
+    for (const Action &a : s.ranks[r]) {
+      if (a.kind == ActionKind::RecvTokens)
+        heard.insert(tokens.next(a.microbatch));
+      if (a.kind == ActionKind::Forward && tokens.fed(a.microbatch)) {
+        EXPECT_TRUE(heard.count(a.microbatch))
+            << "rank " << r << ": F of microbatch " << a.microbatch;
+      }
+    }
+    EXPECT_EQ(heard.size(), 2u * 3) << "rank " << r;
+  }
+  EXPECT_EQ(count(s, ActionKind::RecvTokens), 3 * 2 * 3);
 }
 
 TEST(DecodeTest, KeepsStageZeroBusyWithAsManyGroupsAsStages) {
