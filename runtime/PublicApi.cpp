@@ -202,6 +202,11 @@ ppc::GenerateOptions internalOptions(const GenerateOptions &o) {
   out.positionInput = o.positionInput;
   out.prefillChunk = o.prefillChunk;
   out.slots = o.slots;
+  if (o.onToken)
+    out.onToken = [onToken = o.onToken](const ppc::PickedToken &t) {
+      onToken({t.request, t.row, t.index, t.token,
+               finishReasonName(t.finish).str()});
+    };
   return out;
 }
 } // namespace
@@ -219,11 +224,21 @@ int Generator::outputRank() const { return impl_->outputRank(); }
 at::Tensor Generator::generate(const at::Tensor &prompt, int64_t newTokens) {
   return take(impl_->generate(prompt, newTokens));
 }
-void Generator::submit(const at::Tensor &prompt, int64_t newTokens) {
-  check(impl_->submit(prompt, newTokens));
+int64_t Generator::submit(const at::Tensor &prompt, int64_t newTokens,
+                          std::optional<Sampling> sampling) {
+  std::optional<ppc::SamplingOptions> own;
+  if (sampling) {
+    own = impl_->samplingOptions();
+    own->temperature = sampling->temperature;
+    own->topK = sampling->topK;
+    own->topP = sampling->topP;
+    own->seed = sampling->seed;
+  }
+  return take(impl_->submit(prompt, newTokens, own));
 }
 void Generator::flush() { check(impl_->flush()); }
 std::optional<at::Tensor> Generator::next() { return impl_->next(); }
+void Generator::cancel(int64_t request) { impl_->cancel(request); }
 void Generator::finish() { check(impl_->finish()); }
 
 GenerateStats Generator::stats() const {

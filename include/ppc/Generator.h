@@ -22,6 +22,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -31,6 +32,27 @@ class Generator;
 } // namespace ppc
 
 namespace ppc::api {
+
+/// One new token of one row, as soon as it is picked (GenerateOptions::
+/// onToken, on outputRank()).
+struct PickedToken {
+  /// The request (generate() and submit() number them from 0 in call
+  /// order), the row in its prompt, the token's index among the row's new
+  /// tokens, and the token.
+  int64_t request = 0, row = 0, index = 0, token = 0;
+  /// On the row's last token: "stop" (it is eosId) or "length" (the row
+  /// reached its new tokens); else empty.
+  std::string finishReason;
+};
+
+/// How one request's tokens are drawn (GenerateOptions' fields of the
+/// same names).
+struct Sampling {
+  double temperature = 0;
+  int64_t topK = 0;
+  double topP = 1.0;
+  uint64_t seed = 0;
+};
 
 /// How a decode runs; the fields mirror `ppc generate`'s flags.
 struct GenerateOptions {
@@ -63,6 +85,10 @@ struct GenerateOptions {
   /// groups of flush()'s prompts queue, and a group starts as soon as one
   /// leaves. 0: every group at once.
   int slots = 0;
+  /// Called on outputRank() for each new token of a row as soon as it is
+  /// picked, a row's tokens in order, on the thread that decodes; not
+  /// after a row's last token, nor for a cancelled request.
+  std::function<void(const PickedToken &)> onToken;
 };
 
 /// What one rank did in its last decode, as `ppc generate --stats` says.
@@ -103,13 +129,19 @@ public:
   at::Tensor generate(const at::Tensor &prompt, int64_t newTokens);
 
   /// Serving: every rank calls submit() and flush() in the same sequence;
-  /// next() is local. submit() queues a prompt (checked now); flush()
-  /// decodes the queued ones, those of one length and one newTokens
-  /// together; next() returns the tokens of the oldest flushed prompt not
-  /// returned yet (undefined off outputRank()), or nullopt.
-  void submit(const at::Tensor &prompt, int64_t newTokens);
+  /// next() and cancel() are local. submit() queues a prompt (checked now),
+  /// sampled as `sampling` says (default: the options'), and returns its
+  /// request number; flush() decodes the queued ones together, their
+  /// groups queued for the slots; next() returns the tokens of the oldest
+  /// flushed prompt not returned yet (undefined off outputRank()), or
+  /// nullopt. cancel() stops a request's rows at their next pick (onToken
+  /// hears no more of them; with an eosId, their groups' later steps are
+  /// skipped); it may be called from another thread during flush().
+  int64_t submit(const at::Tensor &prompt, int64_t newTokens,
+                 std::optional<Sampling> sampling = std::nullopt);
   void flush();
   std::optional<at::Tensor> next();
+  void cancel(int64_t request);
 
   /// Writes the trace if one is recorded, then waits for every rank.
   void finish();

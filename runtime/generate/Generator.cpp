@@ -13,10 +13,12 @@
 #include "lib/NumberRules.h"
 #include "runtime/exec/RankContext.h"
 #include "runtime/generate/Prompt.h"
+#include "runtime/link/Collectives.h"
 #include "runtime/platform/MemoryMeter.h"
 #include "runtime/schedule/Decode.h"
 
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/ScopeExit.h"
 #include "llvm/Support/FormatVariadic.h"
 
 #include <ATen/ATen.h>
@@ -25,6 +27,8 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <mutex>
+#include <set>
 
 namespace ppc {
 
@@ -103,6 +107,18 @@ ProgramLimits limitsOf(const Manifest &manifest, int tokenInput,
 
 } // namespace
 
+llvm::StringRef finishReasonName(FinishReason reason) {
+  switch (reason) {
+  case FinishReason::Stop:
+    return "stop";
+  case FinishReason::Length:
+    return "length";
+  case FinishReason::None:
+    break;
+  }
+  return "";
+}
+
 double GenerateStats::tokensPerSecond() const {
   return totalMs > 0 ? generatedTokens / (totalMs / 1000) : 0;
 }
@@ -174,11 +190,22 @@ struct Generator::Impl {
   };
   std::map<int, StageState> state;
 
-  /// One prompt of a call and its new tokens.
+  /// One prompt of a call, its new tokens, request number and sampling.
   struct Request {
     at::Tensor prompt;
     int64_t newTokens = 1;
+    int64_t id = 0;
+    SamplingOptions sampling;
   };
+  /// The next request number (PickedToken::request).
+  int64_t nextRequest = 0;
+  /// Requests cancel() stopped (any thread).
+  std::mutex cancelMutex;
+  std::set<int64_t> cancelled;
+  bool isCancelled(int64_t id) {
+    std::lock_guard<std::mutex> lock(cancelMutex);
+    return cancelled.count(id) > 0;
+  }
   /// One group of a call: b rows of one request.
   struct Group {
     int request = 0;
@@ -194,10 +221,14 @@ struct Generator::Impl {
     /// Its picks' times (on other ranks: its decode steps reaching the
     /// rank's first stage).
     std::vector<Clock::time_point> picks;
+    /// On the collector's rank: its request was cancelled (cancel()) and
+    /// its rows stopped.
+    bool cancelled = false;
   };
   /// The decode of one call.
   struct Decode {
     int64_t batch = 1;
+    const std::vector<Request> *requests = nullptr;
     std::vector<Group> groups;
     /// Per request, on the collector's rank: int64 [B, N].
     std::vector<at::Tensor> outs;
@@ -226,6 +257,11 @@ struct Generator::Impl {
   std::vector<std::vector<c10::IValue>> microbatches(const Decode &d) const;
   llvm::Expected<at::Tensor> pick(Decode &d, int m,
                                   std::vector<c10::IValue> outputs);
+  /// Tells options.onToken of group g's new tokens (int64 [b] on the CPU,
+  /// its rows' token `index`), but for the rows `ended` (bool [b]) before
+  /// this pick.
+  void tellTokens(const Request &r, const Group &g, int64_t index,
+                  const at::Tensor &tokens, const at::Tensor &ended) const;
   /// The stats of a finished call but its time, messages and forwards'
   /// shares (decode() has them).
   void finishStats(const std::vector<Request> &requests, const Decode &d);
@@ -353,6 +389,7 @@ llvm::Expected<int64_t> Generator::Impl::checkCall(const at::Tensor &prompt,
 llvm::Expected<Generator::Impl::Decode>
 Generator::Impl::plan(const std::vector<Request> &requests, bool checkGroups) {
   Decode d;
+  d.requests = &requests;
   int64_t chunk =
       options.prefillChunk > 0 ? options.prefillChunk : limits.prefill;
   for (size_t i = 0; i < requests.size(); ++i) {
@@ -408,23 +445,59 @@ Generator::Impl::pick(Decode &d, int m, std::vector<c10::IValue> outputs) {
   int64_t token = d.tokens->stepOf(m) - (d.tokens->group(m).promptSteps - 1);
   if (outputs.empty() || !outputs[0].isTensor())
     return makeError("the program's first output is not a tensor of logits");
+  const Request &r = (*d.requests)[g.request];
+  // A cancelled request's rows end now: with an end token the sampler
+  // gives it to them (and the ranks skip their group's later steps).
+  if (!g.cancelled && isCancelled(r.id)) {
+    g.cancelled = true;
+    if (r.sampling.eosId >= 0)
+      g.finished = at::ones({d.batch}, at::kBool);
+  }
   // A group whose rows all ended: its steps were skipped (zero logits), the
   // sampler gives the end token, and no pick is timed.
   bool ended = g.finished.defined() && g.finished.all().item<bool>();
-  auto tokens = pickTokens(outputs[0].toTensor(), options.sampling, g.firstRow,
-                           token, g.finished);
+  at::Tensor endedBefore = g.finished.defined()
+                               ? g.finished.clone()
+                               : at::zeros({d.batch}, at::kBool);
+  auto tokens = pickTokens(outputs[0].toTensor(), r.sampling, g.firstRow, token,
+                           g.finished);
   if (!tokens)
     return tokens.takeError();
+  if (g.cancelled && r.sampling.eosId < 0)
+    tokens->zero_();
   if (llvm::Error err = torchCall("cannot keep the picked tokens", [&] {
         g.out.select(1, token).copy_(*tokens);
       }))
     return err;
   if (!ended)
     g.picks.push_back(Clock::now());
+  if (options.onToken && !g.cancelled)
+    tellTokens(r, g, token, *tokens, endedBefore);
   d.picked += d.batch;
   if (options.progress)
     options.progress({d.picked, d.total, msSince(d.start)});
   return *tokens;
+}
+
+void Generator::Impl::tellTokens(const Request &r, const Group &g,
+                                 int64_t index, const at::Tensor &tokens,
+                                 const at::Tensor &ended) const {
+  const int64_t *picked = tokens.data_ptr<int64_t>();
+  const bool *before = ended.data_ptr<bool>();
+  for (int64_t row = 0; row < tokens.numel(); ++row) {
+    if (before[row])
+      continue;
+    PickedToken t;
+    t.request = r.id;
+    t.row = g.firstRow + row;
+    t.index = index;
+    t.token = picked[row];
+    if (r.sampling.eosId >= 0 && t.token == r.sampling.eosId)
+      t.finish = FinishReason::Stop;
+    else if (index + 1 == g.newTokens)
+      t.finish = FinishReason::Length;
+    options.onToken(t);
+  }
 }
 
 void Generator::Impl::finishStats(const std::vector<Request> &requests,
@@ -519,7 +592,9 @@ Generator::create(llvm::StringRef manifestPath, const LaunchEnv &env,
 
 llvm::Expected<at::Tensor> Generator::generate(const at::Tensor &prompt,
                                                int64_t newTokens) {
-  auto tokens = impl_->decode({{prompt, newTokens}}, /*checkGroups=*/true);
+  auto tokens = impl_->decode(
+      {{prompt, newTokens, impl_->nextRequest++, impl_->options.sampling}},
+      /*checkGroups=*/true);
   if (!tokens)
     return tokens.takeError();
   return tokens->empty() ? at::Tensor() : tokens->front();
@@ -530,6 +605,12 @@ Generator::Impl::decode(const std::vector<Request> &requests,
                         bool checkGroups) {
   Clock::time_point start = Clock::now();
   at::NoGradGuard noGrad;
+  // A cancel() of these requests means nothing once the call is over.
+  auto forgetCancels = llvm::make_scope_exit([&] {
+    std::lock_guard<std::mutex> lock(cancelMutex);
+    for (const Request &r : requests)
+      cancelled.erase(r.id);
+  });
   auto planned = plan(requests, checkGroups);
   if (!planned)
     return planned.takeError();
@@ -612,12 +693,25 @@ Generator::Impl::decode(const std::vector<Request> &requests,
   return std::move(d.outs);
 }
 
-llvm::Error Generator::submit(const at::Tensor &prompt, int64_t newTokens) {
+llvm::Expected<int64_t>
+Generator::submit(const at::Tensor &prompt, int64_t newTokens,
+                  std::optional<SamplingOptions> sampling) {
   auto checked = impl_->checkCall(prompt, newTokens, /*groups=*/false);
   if (!checked)
     return checked.takeError();
-  queue_.push_back({prompt, newTokens});
-  return llvm::Error::success();
+  const SamplingOptions &own = impl_->options.sampling;
+  if (sampling) {
+    if (llvm::Error err = checkSamplingOptions(*sampling, impl_->limits.vocab))
+      return err;
+    if (sampling->eosId != own.eosId)
+      return makeError(llvm::formatv("a request's eosId {0} differs from the "
+                                     "generator's {1}",
+                                     sampling->eosId, own.eosId)
+                           .str());
+  }
+  int64_t id = impl_->nextRequest++;
+  queue_.push_back({prompt, newTokens, id, sampling.value_or(own)});
+  return id;
 }
 
 llvm::Error Generator::flush() {
@@ -625,7 +719,7 @@ llvm::Error Generator::flush() {
     return llvm::Error::success();
   std::vector<Impl::Request> requests;
   for (Queued &q : queue_)
-    requests.push_back({std::move(q.prompt), q.newTokens});
+    requests.push_back({std::move(q.prompt), q.newTokens, q.id, q.sampling});
   queue_.clear();
   auto tokens = impl_->decode(requests, /*checkGroups=*/false);
   if (!tokens)
@@ -643,6 +737,16 @@ std::optional<at::Tensor> Generator::next() {
   return out;
 }
 
+llvm::Error Generator::share(std::string &bytes) {
+  return broadcastBytes(impl_->ctx->transport(), bytes, outputRank(),
+                        "the requests of a round");
+}
+
+void Generator::cancel(int64_t request) {
+  std::lock_guard<std::mutex> lock(impl_->cancelMutex);
+  impl_->cancelled.insert(request);
+}
+
 int Generator::rank() const { return impl_->ctx->rank(); }
 int Generator::outputRank() const {
   return impl_->ctx->placement().outputRank();
@@ -650,7 +754,16 @@ int Generator::outputRank() const {
 std::optional<int64_t> Generator::batchSize() const {
   return impl_->limits.batch;
 }
+std::optional<int64_t> Generator::vocabSize() const {
+  return impl_->limits.vocab;
+}
+std::optional<int64_t> Generator::cachePositions() const {
+  return impl_->limits.positions;
+}
 int64_t Generator::prefillLimit() const { return impl_->limits.prefill; }
+const SamplingOptions &Generator::samplingOptions() const {
+  return impl_->options.sampling;
+}
 const GenerateStats &Generator::stats() const { return impl_->stats; }
 void Generator::printSchedule(llvm::raw_ostream &os) const {
   ppc::printSchedule(impl_->last ? *impl_->last : impl_->ctx->schedule(),

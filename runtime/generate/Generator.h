@@ -46,6 +46,28 @@ struct GenerateProgress {
   double elapsedMs = 0;
 };
 
+/// Why a row's token was its last.
+enum class FinishReason {
+  None,
+  /// It is the end-of-sequence token (SamplingOptions::eosId).
+  Stop,
+  /// The row reached its request's new tokens.
+  Length,
+};
+/// "stop", "length"; "" for None.
+llvm::StringRef finishReasonName(FinishReason reason);
+
+/// One new token of one row, as soon as it is picked (on the collector's
+/// rank: GenerateOptions::onToken).
+struct PickedToken {
+  /// The request (Generator::generate() and submit() number them from 0 in
+  /// call order), the row in its prompt, the token's index among the row's
+  /// new tokens, and the token.
+  int64_t request = 0, row = 0, index = 0, token = 0;
+  /// Set on the row's last token.
+  FinishReason finish = FinishReason::None;
+};
+
 struct GenerateOptions {
   /// The rank options (timeout, link, meta cache, threads, trace, ...).
   /// run.microbatches is not used: the groups follow from the prompt.
@@ -71,6 +93,12 @@ struct GenerateOptions {
   int slots = 0;
   /// Called on the collector's rank after each pick.
   std::function<void(const GenerateProgress &)> progress;
+  /// Called on the collector's rank for each new token of a row as soon as
+  /// its group's step picked it, a row's tokens in order; never for a row
+  /// after its last token (a row that picked the end token, whose later
+  /// tokens are the end token again, or a cancelled request's rows). It
+  /// runs on the decoding thread: a slow callback slows the decode.
+  std::function<void(const PickedToken &)> onToken;
 };
 
 /// What one generate() call took, on this rank.
@@ -142,11 +170,19 @@ public:
                                       int64_t newTokens);
 
   /// Serving many prompts: every rank calls submit() and flush() in the
-  /// same sequence; next() is local.
+  /// same sequence; next() and cancel() are local.
   ///
-  /// Queues `prompt` (as generate() takes it) for `newTokens` tokens; the
-  /// checks run now. Errors: generate()'s checks, before anything is queued.
-  llvm::Error submit(const at::Tensor &prompt, int64_t newTokens);
+  /// Queues `prompt` (as generate() takes it) for `newTokens` tokens,
+  /// sampled with `sampling` (default: GenerateOptions::sampling), and
+  /// returns its request number (PickedToken::request); the checks run now.
+  /// Errors: generate()'s checks; sampling options out of range
+  /// (checkSamplingOptions, against the program's vocabulary), or an eosId
+  /// other than GenerateOptions::sampling's ("a request's eosId 3 differs
+  /// from the generator's 2": the ranks skip the steps of ended groups by
+  /// that one token), before anything is queued.
+  llvm::Expected<int64_t>
+  submit(const at::Tensor &prompt, int64_t newTokens,
+         std::optional<SamplingOptions> sampling = std::nullopt);
   /// Decodes the queued prompts together: their groups, whatever their
   /// prompt lengths and newTokens, queue in order for GenerateOptions::slots
   /// slots, so that a group starts as soon as a slot frees and the
@@ -157,17 +193,35 @@ public:
   /// [rows, newTokens] on the collector's rank, undefined elsewhere), or
   /// nullopt when none is ready.
   std::optional<at::Tensor> next();
+  /// Hands outputRank()'s `bytes` to every rank (at most 64 MiB), which
+  /// get them in `bytes`: a service that takes requests on one rank tells
+  /// the others what to submit. Every rank calls it in the same sequence
+  /// with its submit() and flush() calls. Errors: a lost rank (named), a
+  /// rank that waited the timeout for them.
+  llvm::Error share(std::string &bytes);
+  /// Stops the rows of request `request` (submitted or being decoded) at
+  /// their next pick: onToken hears of them no more, their tokens from
+  /// there on are the end token (0 without one), and, with an end token,
+  /// the rest of their groups' steps are skipped on every rank. Safe to call
+  /// from another thread while flush() runs; it acts on the collector's
+  /// rank, where the picks are. A request already finished is left alone.
+  void cancel(int64_t request);
 
   int rank() const;
   int outputRank() const;
-  /// The program's static batch (rows per group) and vocabulary, when the
-  /// manifest records them.
+  /// The program's static batch (rows per group), vocabulary and cache
+  /// positions (prompt plus new tokens at most this), when the manifest
+  /// records them.
   std::optional<int64_t> batchSize() const;
+  std::optional<int64_t> vocabSize() const;
+  std::optional<int64_t> cachePositions() const;
   /// The most prompt tokens one step may feed: 1 unless the token input's
   /// sequence dimension and the position input's length are dynamic, then
   /// the least of their recorded maxima and the cache's positions
   /// (INT64_MAX when none is recorded).
   int64_t prefillLimit() const;
+  /// GenerateOptions::sampling, what a request gets unless it says.
+  const SamplingOptions &samplingOptions() const;
   const GenerateStats &stats() const;
   /// Prints this rank's actions of the last call's schedule (before any
   /// call, of a one-token decode).
@@ -182,6 +236,8 @@ private:
   struct Queued {
     at::Tensor prompt;
     int64_t newTokens;
+    int64_t id;
+    SamplingOptions sampling;
   };
   std::vector<Queued> queue_;
   std::deque<at::Tensor> ready_;

@@ -31,7 +31,11 @@ A ppc built against LibTorch 2.x must:
     later steps are SKIP, not F, in the trace on every stage (4 stages on 4
     ranks too, where the middle ranks neither read nor pick tokens), every
     rank counts them in skipped_forwards=, and the tokens are the greedy
-    ones with eos after each row's first;
+    ones with eos after each row's first; --stream's lines stop at a row's
+    first eos, marked "stop";
+  - stream (--stream) each token as one JSON line as soon as it is picked,
+    through a pipe while the job still runs, each row's lines in order,
+    the tokens of --output;
   - sample (SAMPLING) the same tokens for a seed whatever M and the
     placement (4 stages on 2 ranks too), row by row, tokens that differ
     from the greedy ones and from another seed's;
@@ -122,6 +126,19 @@ TIMES = re.compile(r" first_token_ms=([\d.]+) step_ms=([\d.]+) ")
 SHARES = re.compile(r" total_ms=([\d.]+) .* prefill_ms=([\d.]+) decode_ms=([\d.]+) "
                     r"bubble=([\d.]+) ")
 CAUSE = re.compile(r"^error: rank (\d+) exited with status 2: (.*)$", re.M)
+
+
+def stream_lines(test, stdout, prefix):
+    """The --stream lines of STDOUT (after PREFIX, the launcher's), each a
+    JSON object of exactly its documented keys."""
+    lines = []
+    for line in stdout.splitlines():
+        if line.startswith(prefix + "{"):
+            t = json.loads(line[len(prefix):])
+            keys = {"request", "row", "index", "token"}
+            test.assertIn(set(t), (keys, keys | {"finish_reason"}), line)
+            lines.append(t)
+    return lines
 
 
 class GenerateTest(unittest.TestCase):
@@ -335,8 +352,20 @@ class GenerateTest(unittest.TestCase):
                 trace = os.path.join(self.tmp, "trace-%d.json" % stages)
                 tokens, _, r = self.generate(self.split(name, stages), stages, prompt, n,
                                              "--microbatches", 4, "--eos-id", eos,
-                                             "--trace", trace)
+                                             "--trace", trace, "--stream")
                 self.assert_tokens(want, tokens, "tokens with --eos-id %d" % eos)
+                # --stream: each row's tokens up to its first eos, that one
+                # marked "stop", a row without eos "length" at its last.
+                lines = stream_lines(self, r.stdout, "[rank %d] " % (stages - 1))
+                for row in range(8):
+                    got = [t for t in lines if t["row"] == row]
+                    first = seen[row].nonzero()
+                    count = int(first[0]) + 1 if len(first) else n
+                    self.assertEqual([t["index"] for t in got], list(range(count)), got)
+                    self.assertEqual([t["token"] for t in got], want[row, :count].tolist())
+                    self.assertEqual([t.get("finish_reason") for t in got],
+                                     [None] * (count - 1) +
+                                     ["stop" if len(first) else "length"], got)
                 self.assertEqual(re.findall(r" skipped_forwards=(\d+) ", r.stdout),
                                  [str(skipped)] * stages, r.stdout)
                 events = assert_valid_trace(self, trace)
@@ -353,6 +382,41 @@ class GenerateTest(unittest.TestCase):
                         self.assertEqual(ran[(stage, j)], list(range(last)), (stage, j))
                         self.assertEqual(skips.get((stage, j), []),
                                          list(range(last, steps + n - 1)), (stage, j))
+
+    def test_stream_prints_each_token_as_it_is_picked(self):
+        # A decode of 2 prompts (2 groups of 2 rows each) for 120 tokens on 2
+        # ranks: the last stage's rank prints each token's JSON line at once
+        # (the first arrives through the pipe while the job still runs),
+        # every row's lines in order, and they are --output's tokens.
+        name, n = "dec_llama_long", 120
+        prompt = torch.load(self.prompt(name, 8))
+        both = os.path.join(self.tmp, "two-prompts.pt")
+        torch.save([prompt[:4].clone(), prompt[4:].clone()], both)
+        out = os.path.join(self.tmp, "tokens.pt")
+        args = ["generate", self.split(name, 2), "--prompt", both, "--max-new-tokens", n,
+                "--output", out, "--stream", "--quiet", "--timeout", TIMEOUT]
+        port = free_port()
+        procs = [subprocess.Popen([PPC, *map(str, args)], env=rank_env(rank, 2, port),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for rank in range(2)]
+        self.addCleanup(lambda: [p.kill() for p in procs if p.poll() is None])
+        first = procs[1].stdout.readline()
+        running = procs[1].poll() is None and not os.path.exists(out)
+        rest = procs[1].stdout.read()
+        results = finish(procs, timeout=120)
+        for code, _, err in results:
+            self.assertEqual(code, 0, err)
+        self.assertTrue(first.startswith("{"), first + rest)
+        self.assertTrue(running, "the first token's line came after the decode ended")
+        self.assertEqual(results[0][1], "", "rank 0 prints no tokens")
+        lines = stream_lines(self, first + rest, "")
+        tokens = torch.load(out)
+        for request in range(2):
+            for row in range(4):
+                got = [t for t in lines if (t["request"], t["row"]) == (request, row)]
+                self.assertEqual([t["index"] for t in got], list(range(n)))
+                self.assertEqual([t["token"] for t in got], tokens[request][row].tolist())
+                self.assertEqual(got[-1].get("finish_reason"), "length")
 
     # -- sampling ------------------------------------------------------------
 

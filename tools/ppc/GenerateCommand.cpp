@@ -41,8 +41,22 @@ struct GenerateCommandOptions {
   SamplingOptions sampling;
   std::string tokenInput = "input_ids", positionInput = "cache_position";
   RuntimeFlags flags;
-  bool stats = false;
+  bool stats = false, stream = false;
 };
+
+/// --stream: one JSON line per new token of a row on stdout, flushed at
+/// once: {"request":0,"row":1,"index":0,"token":42}, with
+/// "finish_reason":"stop" or "length" on a row's last token.
+void printToken(const PickedToken &t) {
+  llvm::json::Object line{{"request", t.request},
+                          {"row", t.row},
+                          {"index", t.index},
+                          {"token", t.token}};
+  if (t.finish != FinishReason::None)
+    line["finish_reason"] = finishReasonName(t.finish);
+  llvm::outs() << llvm::json::Value(std::move(line)) << "\n";
+  llvm::outs().flush();
+}
 
 /// Claims the outputs against what the job reads. Errors: OutputGuard's.
 llvm::Error guardOutputs(const GenerateCommandOptions &o,
@@ -107,8 +121,8 @@ decodeAll(Generator &generator, const std::vector<at::Tensor> &prompts,
     return std::vector<at::Tensor>{*tokens};
   }
   for (size_t i = 0; i < prompts.size(); ++i)
-    if (llvm::Error err = generator.submit(prompts[i], newTokens(i)))
-      return withContext(std::move(err), "prompt " + std::to_string(i));
+    if (auto id = generator.submit(prompts[i], newTokens(i)); !id)
+      return withContext(id.takeError(), "prompt " + std::to_string(i));
   if (llvm::Error err = generator.flush())
     return err;
   std::vector<at::Tensor> out;
@@ -178,6 +192,8 @@ llvm::Expected<int> runGenerate(const GenerateCommandOptions &o) {
   options.positionInput = o.positionInput;
   options.prefillChunk = o.prefillChunk;
   options.slots = o.slots;
+  if (o.stream)
+    options.onToken = printToken;
   recordGenerateFlags(o, options.run.agreement);
   if (llvm::Error err = guardOutputs(o, options.run))
     return err;
@@ -331,6 +347,13 @@ Command addGenerateCommand(CLI::App &parent) {
   app->add_flag("--stats", o->stats,
                 "Print one 'stats: rank=R ...' line per rank: tokens/s, time "
                 "to the first token, the latency of a decode step");
+  app->add_flag("--stream", o->stream,
+                "On the last stage's rank, print each new token as soon as it "
+                "is picked, one JSON line each on stdout: {\"request\": the "
+                "prompt's index in --prompt's list (0 for one prompt), "
+                "\"row\", \"index\": the token's among the row's new ones, "
+                "\"token\"}, with \"finish_reason\": \"stop\" (--eos-id) or "
+                "\"length\" on a row's last; a row's lines come in order");
   return {app, [o] { return runGenerate(*o); }};
 }
 
