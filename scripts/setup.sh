@@ -5,7 +5,8 @@
 #
 # pytorch2 (the PyTorch 2.x configuration, scripts/quickstart.sh): the compilers and build tools,
 # LLVM 14 Support with FileCheck and lit (llvm-14-dev, llvm-14-tools), CLI11, GoogleTest, Google
-# Benchmark, nlohmann-json3-dev (which PyTorch's generated .pt2 schema types,
+# Benchmark, cpp-httplib and prometheus-cpp (ppc serve's HTTP and metrics, found by pkg-config
+# and CMake), nlohmann-json3-dev (which PyTorch's generated .pt2 schema types,
 # torch/csrc/utils/generated_serialization_types.h, include), libgloo-dev (Gloo's headers, which
 # c10d's ProcessGroupGloo.hpp includes: the wheel ships Gloo's library, not its headers) and
 # python3-venv for the venv that scripts/python.sh makes when no python3 here has torch 2.x.
@@ -20,6 +21,7 @@ config=${1:-all}
 common=(
   build-essential cmake ninja-build ccache git iproute2
   llvm-14-dev llvm-14-tools libcli11-dev googletest libgtest-dev libgmock-dev libbenchmark-dev
+  pkg-config libcpp-httplib-dev prometheus-cpp-dev
 )
 pytorch2=(python3-venv nlohmann-json3-dev libgloo-dev)
 system=(libtorch-dev libgloo-dev libopenblas0-pthread python3-torch python3-torchvision)
