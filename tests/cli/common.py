@@ -5,6 +5,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -138,8 +139,63 @@ def split(model, outdir, *args, at=None, once=False, env=None, binary=None):
         return Split(manifest, outdir, None)
     where = ("--split-at", ",".join(model_meta(model)["split_at"][str(at)])) if at else ()
     path = model if os.sep in model else model_path(model)
+    if at and not args and env is None and binary is None and os.sep not in model \
+            and os.environ.get("PPC_TEST_SPLIT_CACHE") != "0" \
+            and not (os.path.exists(outdir) and os.listdir(outdir)):
+        shutil.copytree(cached_split(path, where), outdir, dirs_exist_ok=True)
+        return Split(manifest, outdir, None)
     proc = ppc("split", path, "-o", outdir, *where, *args, env=env, binary=binary)
     return Split(manifest, outdir, proc)
+
+
+def cached_split(path, where):
+    """The folder of `ppc split PATH -o DIR WHERE...` (a test model at the
+    paths its NAME.json lists), split once per build of ppc and model file
+    for every test process of the suite: under BUILD/test-splits/ID/, ID
+    naming the ppc under test (its binary, its runtime library and `ppc
+    --version`), the entry named by the model file and WHERE. Callers copy
+    it (they may write beside the manifest). Splitting itself is tested by
+    test_split_models.py and the other test_split_*.py, which run ppc split
+    themselves; every other test reads a split as ppc writes it, the same
+    bytes from the cache as from its own ppc split (1 to 2 s each; the
+    suite asks for the same few dozen splits over and over). An entry
+    appears whole (a rename) or not at all; a test process making one that
+    another made first keeps the other's. A new build of ppc removes the
+    entries of the others. PPC_TEST_SPLIT_CACHE=0 turns the cache off
+    (split() runs ppc split each time)."""
+    def identity(*files):
+        h = hashlib.sha256()
+        for f in files:
+            st = os.stat(f)
+            h.update(("%s %d %d\n" % (os.path.realpath(f), st.st_size, st.st_mtime_ns)).encode())
+        return h
+
+    binary = os.path.realpath(PPC)
+    runtime = os.path.join(os.path.dirname(os.path.dirname(binary)), "lib", "libppc_runtime.so")
+    ident = identity(binary, *([runtime] if os.path.exists(runtime) else ()))
+    ident.update(version_text().encode())
+    base = os.path.join(BUILD, "test-splits")
+    root = os.path.join(base, ident.hexdigest()[:16])
+    if not os.path.isdir(root):
+        os.makedirs(root, exist_ok=True)
+        for other in os.listdir(base):  # entries of earlier builds
+            if os.path.join(base, other) != root:
+                shutil.rmtree(os.path.join(base, other), ignore_errors=True)
+    key = identity(path)
+    key.update("\0".join(where).encode())
+    entry = os.path.join(root, "%s.%s" % (os.path.basename(path), key.hexdigest()[:16]))
+    if not os.path.isdir(entry):
+        staging = tempfile.mkdtemp(prefix=".staging-", dir=root)
+        try:
+            ppc("split", path, "-o", os.path.join(staging, "split"), *where)
+            try:
+                os.rename(os.path.join(staging, "split"), entry)
+            except OSError:  # another test process made it first
+                if not os.path.isdir(entry):
+                    raise
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return entry
 
 
 def split_at(name, stages, outdir, *extra):
