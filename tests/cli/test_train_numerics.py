@@ -6,11 +6,16 @@ accumulation over the same microbatches). For the MLP (cross-entropy), resnet18
 (training-mode BatchNorm), the decoder with tied embeddings and the U-Net-like
 model (skip connections across stages), split in 2 and 4 stages:
   - every parameter's gradient matches (max abs diff <= 1e-5 of the largest
-    magnitude) after one step of gpipe, zb-h1 and interleaved-1f1b
-    (GRADIENT_CONFIGS), and 1f1b's after the last of the 20 SGD steps below
-    (their runs save it: the reference keeps its last step's gradients), so
-    1f1b needs no one-step run of its own (not the Adam runs': the noise
-    elements of without_noise() move late gradients apart);
+    magnitude) after the last of the 20 SGD steps below, with 1f1b (their
+    runs save it: the reference keeps its last step's gradients; not the
+    Adam runs': the noise elements of without_noise() move late gradients
+    apart), and the U-Net's after one step of gpipe, zb-h1 and
+    interleaved-1f1b (GRADIENT_CONFIGS). The other three models' gradients
+    under those schedules, at the same splits and tolerance, are checked by
+    test_train_schedules.py after each of its runs (with uneven microbatches
+    too: 5 rows in 4 for the MLP and the decoder), and the uneven weighting
+    of each model's microbatches here by its 1f1b runs, so their one-step
+    runs of those schedules (15 launches) would check nothing more;
   - after 20 SGD steps (momentum, weight decay) and 20 Adam steps (the
     reference's Adam rounds as LibTorch's C++ Adam does), with 1f1b, every
     loss matches within 1e-4 relative, and so does every saved parameter
@@ -36,6 +41,9 @@ from training import (LOSS, assert_gradients, losses_rel_diff, make_target,  # n
                       train, write_data)
 
 MODELS = ["mlp", "resnet18", "decoder", "unet"]
+# The models of the one-step gradient check: the ones test_train_schedules.py
+# does not train (see the module docstring).
+GRADIENT_MODELS = ["unet"]
 MICROBATCHES = 3
 # (stages, ranks, schedule) for the one-step gradient check. 1f1b (2 and 4
 # stages) is not here: check_training's SGD runs check its gradients after
@@ -194,7 +202,8 @@ def make_tests(name):
     def adam(self):
         self.check_training(name, "adam", "0.001")
 
-    setattr(TrainNumericsTest, "test_gradients_" + name, gradients)
+    if name in GRADIENT_MODELS:
+        setattr(TrainNumericsTest, "test_gradients_" + name, gradients)
     setattr(TrainNumericsTest, "test_sgd_20_steps_" + name, sgd)
     setattr(TrainNumericsTest, "test_adam_20_steps_" + name, adam)
 
