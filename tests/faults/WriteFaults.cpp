@@ -18,6 +18,12 @@
 //                         an rmdir, an fsync), before doing it, the process
 //                         raises PPC_FAULT_SIGNAL (default SIGKILL)
 //   PPC_FAULT_SIGNAL      KILL, TERM or INT
+//   PPC_FAULT_LOG         a path prefix: each counted operation appends a
+//                         line "N KIND PATH" (KIND: write, create, mkdir,
+//                         rename, unlink, rmdir or fsync) to PREFIX.RANK
+//                         (RANK from the environment, 0 without one), so a
+//                         test can tell which operations a kill would
+//                         interrupt alike (test_write_faults.py SaveKillTest)
 // Calls are forwarded to the next definition (dlsym RTLD_NEXT).
 //
 //===----------------------------------------------------------------------===//
@@ -104,12 +110,16 @@ bool under(const char *path) {
          (path[s.dirLength] == '/' || path[s.dirLength] == '\0');
 }
 
-bool fdUnder(int fd) {
+/// Whether file descriptor `fd`'s file lies under PPC_FAULT_DIR; its path
+/// goes to `target` (PATH_MAX bytes) when given.
+bool fdUnder(int fd, char *target = nullptr) {
   if (!settings().active)
     return false;
-  char link[64], target[PATH_MAX];
+  char link[64], own[PATH_MAX];
+  if (!target)
+    target = own;
   snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
-  ssize_t n = readlink(link, target, sizeof target - 1);
+  ssize_t n = readlink(link, target, PATH_MAX - 1);
   if (n <= 0)
     return false;
   target[n] = '\0';
@@ -117,10 +127,39 @@ bool fdUnder(int fd) {
   return target[0] == '/' && under(target);
 }
 
-/// Counts one operation; raises the signal at PPC_FAULT_KILL_AT.
-void operation() {
+/// Appends "N KIND PATH" to PPC_FAULT_LOG.RANK, when set (through the next
+/// definitions: the log lies outside PPC_FAULT_DIR, and is no operation).
+void logOperation(long long n, const char *kind, const char *path) {
+  const char *prefix = getenv("PPC_FAULT_LOG");
+  if (!prefix || !*prefix)
+    return;
+  const char *rank = getenv("RANK");
+  char name[PATH_MAX], line[PATH_MAX + 64];
+  if (snprintf(name, sizeof name, "%s.%s", prefix, rank ? rank : "0") >=
+      static_cast<int>(sizeof name))
+    return;
+  int length = snprintf(line, sizeof line, "%lld %s %s\n", n, kind, path);
+  if (length < 0)
+    return;
+  if (length >= static_cast<int>(sizeof line))
+    length = static_cast<int>(sizeof line) - 1;
+  using OpenAt = int (*)(int, const char *, int, ...);
+  static auto realOpenAt = reinterpret_cast<OpenAt>(dlsym(RTLD_NEXT, "openat"));
+  static auto realWrite = reinterpret_cast<ssize_t (*)(int, const void *, size_t)>(
+      dlsym(RTLD_NEXT, "write"));
+  int fd = realOpenAt(AT_FDCWD, name, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return;
+  (void)!realWrite(fd, line, static_cast<size_t>(length));
+  close(fd);
+}
+
+/// Counts one operation (KIND on PATH); raises the signal at
+/// PPC_FAULT_KILL_AT.
+void operation(const char *kind, const char *path) {
   const Settings &s = settings();
   long long n = ++operations;
+  logOperation(n, kind, path);
   if (s.killAt > 0 && n == s.killAt)
     raise(s.signal);
 }
@@ -148,9 +187,10 @@ extern "C" {
 
 ssize_t write(int fd, const void *buf, size_t n) {
   static auto real = next<ssize_t (*)(int, const void *, size_t)>("write");
-  if (!fdUnder(fd))
+  char path[PATH_MAX];
+  if (!fdUnder(fd, path))
     return real(fd, buf, n);
-  operation();
+  operation("write", path);
   ssize_t take = room(n);
   if (take < 0)
     return -1;
@@ -163,9 +203,10 @@ ssize_t write(int fd, const void *buf, size_t n) {
 ssize_t pwrite(int fd, const void *buf, size_t n, off_t offset) {
   static auto real =
       next<ssize_t (*)(int, const void *, size_t, off_t)>("pwrite");
-  if (!fdUnder(fd))
+  char path[PATH_MAX];
+  if (!fdUnder(fd, path))
     return real(fd, buf, n, offset);
-  operation();
+  operation("write", path);
   ssize_t take = room(n);
   if (take < 0)
     return -1;
@@ -200,7 +241,7 @@ ssize_t writev(int fd, const struct iovec *iov, int count) {
 static int openCommon(const char *, int dirfd, const char *path, int flags,
                       mode_t mode) {
   if ((flags & O_CREAT) && (dirfd == AT_FDCWD || path[0] == '/') && under(path))
-    operation();
+    operation("create", path);
   using OpenAt = int (*)(int, const char *, int, ...);
   static auto real = next<OpenAt>("openat");
   return real(dirfd, path, flags, mode);
@@ -233,14 +274,14 @@ int openat(int dirfd, const char *path, int flags, ...) {
 int mkdir(const char *path, mode_t mode) {
   static auto real = next<int (*)(const char *, mode_t)>("mkdir");
   if (under(path))
-    operation();
+    operation("mkdir", path);
   return real(path, mode);
 }
 
 int rename(const char *from, const char *to) {
   static auto real = next<int (*)(const char *, const char *)>("rename");
   if (under(from) || under(to))
-    operation();
+    operation("rename", to);
   return real(from, to);
 }
 
@@ -250,28 +291,29 @@ int renameat2(int fromDir, const char *from, int toDir, const char *to,
       next<int (*)(int, const char *, int, const char *, unsigned)>(
           "renameat2");
   if (under(from) || under(to))
-    operation();
+    operation("rename", to);
   return real(fromDir, from, toDir, to, flags);
 }
 
 int unlink(const char *path) {
   static auto real = next<int (*)(const char *)>("unlink");
   if (under(path))
-    operation();
+    operation("unlink", path);
   return real(path);
 }
 
 int rmdir(const char *path) {
   static auto real = next<int (*)(const char *)>("rmdir");
   if (under(path))
-    operation();
+    operation("rmdir", path);
   return real(path);
 }
 
 int fsync(int fd) {
   static auto real = next<int (*)(int)>("fsync");
-  if (fdUnder(fd))
-    operation();
+  char path[PATH_MAX];
+  if (fdUnder(fd, path))
+    operation("fsync", path);
   return real(fd);
 }
 
