@@ -1466,6 +1466,19 @@ def bench_decode_race(cfg):
         PPC = own
 
 
+def bench_serve(cfg):
+    """Benchmark 43, in bench/serve_race.py (ppc's pt2 build: pt2_ppc())."""
+    import serve_race
+    serve_race.R = sys.modules[__name__]
+    global PPC
+    own = PPC
+    PPC = pt2_ppc()
+    try:
+        return serve_race.bench_serve(cfg)
+    finally:
+        PPC = own
+
+
 def bench_race(cfg, issue21=False, pytorch2=False):
     """Benchmarks 9, 21.5 and 33, in bench/race.py."""
     import race
@@ -1583,7 +1596,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="fewer repetitions, smaller sizes")
     ap.add_argument("--only", help="comma-separated benchmark keys (1-10; issue #21: "
                     "21.1, 21.3, 21.4, 21.5, 21.6, 21.c; issue #30: 30; issue #33: 33, 33.e, 33.dp; "
-                    "issue #42: 42); "
+                    "issue #42: 42; issue #43: 43); "
                     "default: all")
     ap.add_argument("--venv", help="the prefix of a Python with torch 2.x for benchmarks 9, "
                     "21.6 and 30 (PPC_RACE_VENV overrides it; default build/venv)")
@@ -1647,7 +1660,9 @@ def main():
              lambda: bench_overlap(cfg)),
             ("30", "generate: pipelined decoding", lambda: bench_generate(cfg)),
             ("42", "generate against transformers' generate()",
-             lambda: bench_decode_race(cfg))]
+             lambda: bench_decode_race(cfg)),
+            ("43", "serve under concurrent clients against generate",
+             lambda: bench_serve(cfg))]
     for key, name, fn in plan:
         if only is not None and key not in only:
             continue

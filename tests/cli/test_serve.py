@@ -22,6 +22,7 @@ A ppc built against LibTorch 2.x must:
     it cancelled and show no slot in use;
   - report /metrics in Prometheus' text format (read strictly here) and
     never print the API key;
+  - warn in one line when it listens beyond loopback without a key;
   - on SIGTERM, answer the requests taken, then end every rank with status
     0; when a rank is SIGKILLed, answer open requests with a 503 naming it
     and exit non-zero.
@@ -96,7 +97,7 @@ class Service:
     def _read(self, stream, lines):
         for line in stream:
             lines.append(line)
-            m = re.match(r"serving on http://127\.0\.0\.1:(\d+)$", line.strip())
+            m = re.match(r"serving on http://[0-9.]+:(\d+)$", line.strip())
             if m:
                 self.port = int(m.group(1))
                 self.ready.set()
@@ -446,7 +447,8 @@ class ServeFaultsTest(SkippingTest):
         return threads, results
 
     def test_sigterm_answers_requests_taken_then_exits(self):
-        service = Service(self.manifest)
+        # On every address, without a key: warned about in one line.
+        service = Service(self.manifest, "--host", "0.0.0.0")
         self.addCleanup(service.kill)
         threads, results = self.start_requests(service, 3, 60)
         for p in service.procs:
@@ -460,6 +462,9 @@ class ServeFaultsTest(SkippingTest):
             self.assertEqual(status, 200, reply)
             self.assertEqual(len(reply["choices"][0]["token_ids"]), 60, reply)
         self.assertIn("ppc serve: stopping", service.text())
+        self.assertEqual([l for l in service.err[1] if l.startswith("warning:")],
+                         ["warning: serving on 0.0.0.0 without --api-key-file: anyone who "
+                          "reaches this port can use the model\n"])
 
     def test_killed_rank_gives_503_naming_it(self):
         service = Service(self.manifest)

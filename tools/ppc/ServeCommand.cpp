@@ -30,7 +30,7 @@ struct ServeCommandOptions {
   std::string manifestPath, apiKeyFile;
   serve::ServeOptions serve;
   int64_t prefillChunk = 0;
-  int slots = 0;
+  int slots = 0, gatherMs = 10;
   SamplingOptions sampling;
   std::string tokenInput = "input_ids", positionInput = "cache_position";
   RuntimeFlags flags;
@@ -95,6 +95,7 @@ llvm::Expected<int> runServe(ServeCommandOptions &o) {
     o.serve.apiKey = std::move(*key);
   }
   o.serve.slots = o.slots;
+  o.serve.gatherSeconds = o.gatherMs / 1000.0;
   serve::Service service(o.serve);
   options.onToken = [&service](const PickedToken &t) { service.onToken(t); };
   auto generator = Generator::create(o.manifestPath, *env, options);
@@ -153,6 +154,12 @@ Command addServeCommand(CLI::App &parent) {
                   "Requests that may wait for a round; more get 429")
       ->capture_default_str()
       ->transform(intInRange(1, kMaxMicrobatches));
+  app->add_option("--gather-ms", o->gatherMs,
+                  "Once a request waits, how long the next round waits for "
+                  "others to join it (requests sent together decode "
+                  "together)")
+      ->capture_default_str()
+      ->transform(intInRange(0, 60000));
   app->add_option("--max-tokens", o->serve.defaultMaxTokens,
                   "max_tokens of a request that does not say")
       ->capture_default_str()

@@ -430,6 +430,11 @@ Round Service::Impl::takeRound() {
                    std::chrono::milliseconds(
                        static_cast<int64_t>(options.idleRoundSeconds * 1000)),
                    [&] { return !waiting.empty() || gStopAsked; });
+  if (!waiting.empty() && !gStopAsked)
+    arrived.wait_for(lock,
+                     std::chrono::microseconds(
+                         static_cast<int64_t>(options.gatherSeconds * 1e6)),
+                     [] { return gStopAsked.load(); });
   if (gStopAsked && !stopping) {
     stopping = true;
     llvm::errs() << "ppc serve: stopping: answering the " << waiting.size()

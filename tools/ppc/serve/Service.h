@@ -12,7 +12,9 @@
 // so that the other ranks' waits never time out while the service idles.
 //
 // Requests that arrive during a round wait for the next one: a round is a
-// flush() of the generator, which takes no request once it has started.
+// flush() of the generator, which takes no request once it has started. A
+// round starts ServeOptions::gatherSeconds after the first request waits,
+// so that requests sent together decode together.
 //
 // SIGTERM or SIGINT on the serving rank stops taking requests (503), ends
 // the rounds once the requests taken are answered, and tells every rank to
@@ -51,6 +53,9 @@ struct ServeOptions {
   int slots = 0;
   /// The longest a round may wait for requests.
   double idleRoundSeconds = 1;
+  /// Once a request waits, how long the round waits for others to join
+  /// it (clients that send together then share groups).
+  double gatherSeconds = 0.01;
 };
 
 class Service {
