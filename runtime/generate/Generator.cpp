@@ -35,19 +35,42 @@ namespace ppc {
 namespace {
 using Clock = SteadyClock;
 
-/// The index of the model input named `name`. Errors: none has it.
-llvm::Expected<int> inputNamed(const Manifest &manifest,
-                               const std::string &name, llvm::StringRef flag) {
-  std::vector<std::string> names;
+/// The indices of the token and position inputs. Errors: every problem
+/// with the program's inputs in one message, so that a program that
+/// cannot decode says so at once rather than one missing input a run:
+/// "the program has no input named 'tokens' (--token-input); its inputs:
+/// input_ids, cache_position", "... takes 3 inputs; ppc generate feeds two,
+/// the token ids and the position (its inputs: a, b, c)".
+llvm::Expected<std::pair<int, int>>
+decodeInputs(const Manifest &manifest, const GenerateOptions &options) {
+  std::vector<std::string> names, missing;
+  int tokens = -1, position = -1;
   for (size_t i = 0; i < manifest.modelInputs.size(); ++i) {
-    if (manifest.modelInputs[i].name == name)
-      return static_cast<int>(i);
-    names.push_back(manifest.modelInputs[i].name);
+    const std::string &name = manifest.modelInputs[i].name;
+    names.push_back(name);
+    if (name == options.tokenInput)
+      tokens = static_cast<int>(i);
+    if (name == options.positionInput)
+      position = static_cast<int>(i);
   }
-  return makeError(llvm::formatv("the program has no input named '{0}' (its "
-                                 "inputs: {1}); name it with {2}",
-                                 name, llvm::join(names, ", "), flag)
-                       .str());
+  if (tokens < 0)
+    missing.push_back("'" + options.tokenInput + "' (--token-input)");
+  if (position < 0)
+    missing.push_back("'" + options.positionInput + "' (--position-input)");
+  std::vector<std::string> problems;
+  if (!missing.empty())
+    problems.push_back(
+        llvm::formatv("has no input named {0}", llvm::join(missing, " or "))
+            .str());
+  if (names.size() != 2 || (tokens >= 0 && tokens == position))
+    problems.push_back(llvm::formatv("takes {0} input{1}; ppc generate feeds "
+                                     "two, the token ids and the position",
+                                     names.size(), names.size() == 1 ? "" : "s")
+                           .str());
+  if (!problems.empty())
+    return makeError("the program " + llvm::join(problems, ", and ") +
+                     " (its inputs: " + llvm::join(names, ", ") + ")");
+  return std::make_pair(tokens, position);
 }
 
 /// "[2, 1]": a recorded shape, a dynamic dimension as "?".
@@ -545,32 +568,25 @@ Generator::create(llvm::StringRef manifestPath, const LaunchEnv &env,
   auto impl = std::make_unique<Impl>();
   auto planner = [&](const Manifest &manifest,
                      int worldSize) -> llvm::Expected<JobPlan> {
-    auto tokens = inputNamed(manifest, options.tokenInput, "--token-input");
-    if (!tokens)
-      return tokens.takeError();
-    auto position =
-        inputNamed(manifest, options.positionInput, "--position-input");
-    if (!position)
-      return position.takeError();
-    if (manifest.modelInputs.size() != 2 || *tokens == *position)
-      return makeError(llvm::formatv("the program takes {0} inputs; ppc "
-                                     "generate feeds two, the token ids "
-                                     "and the position",
-                                     manifest.modelInputs.size())
-                           .str());
+    // A program without a cache is no decoder, whatever its inputs: that
+    // first, then every problem with the inputs at once.
     if (llvm::none_of(manifest.stages,
                       [](const StageInfo &s) { return !s.state.empty(); }))
       return makeError("the program has no state (no buffer it writes in "
                        "place): ppc generate needs a program that keeps its "
                        "cache, exported as docs/generate.md shows");
-    impl->tokenInput = *tokens;
-    impl->positionInput = *position;
+    auto inputs = decodeInputs(manifest, options);
+    if (!inputs)
+      return inputs.takeError();
+    auto [tokens, position] = *inputs;
+    impl->tokenInput = tokens;
+    impl->positionInput = position;
     auto placement =
         Placement::create(static_cast<int>(manifest.stages.size()), worldSize);
     if (!placement)
       return placement.takeError();
     auto schedule = buildDecodeSchedule(manifest, *placement,
-                                        DecodeShape::uniform(1, 1, 1, *tokens));
+                                        DecodeShape::uniform(1, 1, 1, tokens));
     if (!schedule)
       return schedule.takeError();
     return JobPlan{std::move(*schedule), std::nullopt};

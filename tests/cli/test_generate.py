@@ -83,8 +83,12 @@ ERR_CACHE = ("the prompt's 5 tokens and 28 new ones need 33 positions; the progr
 ERR_NO_STATE = ("the program has no state (no buffer it writes in place): ppc generate "
                 "needs a program that keeps its cache, exported as docs/generate.md shows")
 # --token-input tokens on dec_llama.
-ERR_NO_INPUT = ("the program has no input named 'tokens' (its inputs: input_ids, "
-                "cache_position); name it with --token-input")
+ERR_NO_INPUT = ("the program has no input named 'tokens' (--token-input) (its inputs: "
+                "input_ids, cache_position)")
+# --token-input a --position-input b on dec_llama: both at once, not one
+# missing input a run.
+ERR_INPUTS = ("the program has no input named 'a' (--token-input) or 'b' "
+              "(--position-input) (its inputs: input_ids, cache_position)")
 # Token id 128 (the vocabulary is 0..127) at row 1, position 3 of 8 rows.
 ERR_VOCAB = ("--prompt: token id 128 at row 1, position 3 is outside the vocabulary "
              "(0..127)")
@@ -565,6 +569,11 @@ class GenerateTest(unittest.TestCase):
             ("no state", self.split("dec_stateless", 2), self.prompt("dec_stateless", 8),
              ERR_NO_STATE, ()),
             ("no input", manifest, good, ERR_NO_INPUT, ("--token-input", "tokens")),
+            ("no inputs", manifest, good, ERR_INPUTS,
+             ("--token-input", "a", "--position-input", "b")),
+            # The real reason first: a program without a cache is no decoder.
+            ("no state, no input", self.split("dec_stateless", 2),
+             self.prompt("dec_stateless", 8), ERR_NO_STATE, ("--token-input", "tokens")),
             ("vocabulary", manifest, prompts["vocab"], ERR_VOCAB, ()),
             ("counts", manifest, good, ERR_COUNTS, (), "3,4"),
             ("chunk, static", manifest, good, ERR_CHUNK_STATIC, ("--prefill-chunk", 3)),
