@@ -11,8 +11,8 @@ import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (ROOT, expect_error, free_port, main, model_path, ppc,  # noqa: E402
-                    rank_env, tmpdir)
+from common import (ROOT, class_tmpdir, expect_error, free_port, main,  # noqa: E402
+                    model_path, ppc, rank_env, tmpdir)
 
 FIXTURES = os.path.join(ROOT, "tests", "unit", "fixtures", "schedule")
 CELL = re.compile(r"^\d+[FBIW]\d+$")
@@ -44,8 +44,26 @@ def v_rank(stage, ranks):
 
 
 class ScheduleTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = class_tmpdir(cls)
+        cls.four_on_two = {}
+
     def expect_error(self, args, message=None):
         return expect_error(self, ["schedule", *args], message, quiet=True)
+
+    def four_stages_on_2_ranks(self, kind):
+        """`ppc schedule --schedule KIND --stages 4 --ranks 2 --microbatches 4
+        --csv FILE --csv-format compute_comms`, run once per class: its
+        output and FILE. test_compare reads its bubble and makespan,
+        test_compute_comms_csv its grid and FILE (one run of each kind, not
+        one per test)."""
+        if kind not in self.four_on_two:
+            path = os.path.join(self.tmp, kind + ".compute_comms.csv")
+            out = ppc("schedule", "--schedule", kind, "--stages", 4, "--ranks", 2,
+                      "--microbatches", 4, "--csv", path, "--csv-format", "compute_comms").stdout
+            self.four_on_two[kind] = out, path
+        return self.four_on_two[kind]
 
     def test_prints_one_row_per_rank(self):
         # (ppc starts in about a second: a few cases, each kind at least once.)
@@ -225,17 +243,16 @@ class ScheduleTest(unittest.TestCase):
 
     def test_compare(self):
         out = ppc("schedule", "--compare", "--stages", 4, "--ranks", 2,
-                  "--microbatches", 8).stdout
+                  "--microbatches", 4).stdout
         lines = out.splitlines()
-        self.assertEqual(lines[0], "4 stages on 2 ranks, 8 microbatches, unit costs F=1 I=1 W=1")
+        self.assertEqual(lines[0], "4 stages on 2 ranks, 4 microbatches, unit costs F=1 I=1 W=1")
         rows = {s.split()[0]: s.split()[1:] for s in lines[2:]}
         self.assertEqual(sorted(rows), sorted(ALL_KINDS))
         # Every schedule applies to 4 stages on 2 ranks; the V ones on the V.
         self.assertEqual({k: v[0] for k, v in rows.items()},
                          {k: "v" if k in V_KINDS else "loop" for k in ALL_KINDS})
         for kind in ALL_KINDS:
-            single = ppc("schedule", "--schedule", kind, "--stages", 4, "--ranks", 2,
-                         "--microbatches", 8).stdout
+            single, _ = self.four_stages_on_2_ranks(kind)
             bubble = re.match(r"bubble: ([\d.]+)% \(makespan (\d+),",
                               line(single, "bubble:")).groups()
             self.assertEqual((rows[kind][2], rows[kind][1]), (bubble[0] + "%", bubble[1]), kind)
@@ -258,13 +275,9 @@ class ScheduleTest(unittest.TestCase):
                           f"--stages 3 but manifest '{manifest}' has 2 stages")
 
     def test_compute_comms_csv(self):
-        d = tmpdir(self)
         for kind in ALL_KINDS:
             with self.subTest(kind=kind):
-                path = os.path.join(d, kind + ".csv")
-                out = ppc("schedule", "--schedule", kind, "--stages", 4, "--ranks", 2,
-                          "--microbatches", 4, "--csv", path,
-                          "--csv-format", "compute_comms").stdout
+                out, path = self.four_stages_on_2_ranks(kind)
                 with open(path, newline="") as f:
                     rows = list(csv.reader(f))
                 cells = [c for row in rows for c in row]
@@ -279,8 +292,7 @@ class ScheduleTest(unittest.TestCase):
         pytorch = os.path.join(FIXTURES, "pytorch_zbv_4s_2r_4mb.compute_comms.csv")
         theirs = ppc("schedule", "--from-csv", pytorch, "--stages", 4, "--ranks", 2,
                      "--microbatches", 4).stdout
-        ours = ppc("schedule", "--schedule", "zbv", "--stages", 4, "--ranks", 2,
-                   "--microbatches", 4).stdout
+        ours, _ = self.four_stages_on_2_ranks("zbv")
         self.assertEqual(grid_rows(theirs), grid_rows(ours))
 
     def test_v_placement(self):
