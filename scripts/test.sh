@@ -76,7 +76,7 @@ sanitize_build() {
     -DPPC_MODELS_DIR="$system_build/models" >/dev/null &&
     cmake --build "$sanitize_build" -j "$jobs" --target ppc ppc_unit_tests \
       fuzz_manifest fuzz_meta_cache fuzz_user_meta fuzz_meta_header fuzz_tensor_file fuzz_schedule_csv fuzz_trace \
-      fuzz_checkpoint fuzz_safetensors \
+      fuzz_checkpoint fuzz_safetensors fuzz_completion \
       make_header_seeds
 }
 
@@ -254,7 +254,7 @@ for stage in $stages; do
       step "fuzz regressions" fuzz_regressions
     elif step "fuzz seeds" cmake --build "$sanitize_build" --target fuzz_seeds; then
       for target in manifest:15000 meta_cache:20000 user_meta:100000 meta_header:100000 tensor_file:40000 \
-        schedule_csv:50000 trace:10000 checkpoint:6000 safetensors:30000; do
+        schedule_csv:50000 trace:10000 checkpoint:6000 safetensors:30000 completion:50000; do
         step "fuzz ${target%%:*}" fuzz_target "${target%%:*}" "${target##*:}"
       done
     fi

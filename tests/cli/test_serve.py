@@ -319,7 +319,9 @@ class ServeTest(SkippingTest):
     def test_bad_requests_get_their_status_and_a_json_error(self):
         s = self.service
         cases = [
-            ("malformed JSON", dict(raw="{"), 400, "the body is not JSON"),
+            ("malformed JSON", dict(raw="{"), 400, "the body is not valid JSON"),
+            ("nested too deep", dict(raw="[" * 3000), 400,
+             "the body nests deeper than 16 levels"),
             ("over --max-request-bytes", dict(raw=json.dumps({"prompt": [1] * 2000})), 413,
              "the body is over 4096 bytes (--max-request-bytes)"),
             ("no prompt", dict(body={"max_tokens": 2}), 400, "'prompt' is missing"),

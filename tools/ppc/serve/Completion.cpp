@@ -9,6 +9,7 @@
 
 #include "lib/Error.h"
 #include "lib/NumberRules.h"
+#include "lib/SafeRead.h"
 
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
@@ -20,6 +21,9 @@
 namespace ppc::serve {
 
 namespace {
+
+/// The deepest nesting of arrays and objects a body or a round may have.
+constexpr unsigned kMaxDepth = 16;
 
 llvm::Error fieldError(llvm::StringRef field, llvm::StringRef must) {
   return makeError(llvm::formatv("'{0}' must be {1}", field, must).str());
@@ -123,9 +127,11 @@ int64_t CompletionRequest::promptTokens() const {
 
 llvm::Expected<CompletionRequest> parseCompletion(llvm::StringRef body,
                                                   const RequestLimits &l) {
-  auto json = llvm::json::parse(body);
+  // Bounded: a body of nested brackets must not exhaust the stack of a
+  // recursive parse (a request needs depth 3).
+  auto json = parseJSONBounded(body, kMaxDepth, "the body");
   if (!json)
-    return makeError("the body is not JSON: " + toString(json.takeError()));
+    return json.takeError();
   const llvm::json::Object *o = json->getAsObject();
   if (!o)
     return makeError("the body is not a JSON object");
@@ -243,9 +249,9 @@ llvm::Expected<Round> readRound(llvm::StringRef bytes) {
   auto bad = [](llvm::StringRef what) {
     return makeError("round: " + what.str());
   };
-  auto json = llvm::json::parse(bytes);
+  auto json = parseJSONBounded(bytes, kMaxDepth, "round");
   if (!json)
-    return bad("not JSON: " + toString(json.takeError()));
+    return json.takeError();
   const llvm::json::Object *o = json->getAsObject();
   llvm::Optional<bool> stop;
   if (o)

@@ -56,7 +56,9 @@ TEST(CompletionTest, ReadsOpenAIFieldsAndKeepsTheServiceEos) {
 
 TEST(CompletionTest, RefusesEachBadBodyWithItsMessage) {
   EXPECT_EQ(error("{"),
-            "the body is not JSON: [1:1, byte=1]: Expected object key");
+            "the body is not valid JSON: [1:1, byte=1]: Expected object key");
+  EXPECT_EQ(error(std::string(100000, '[')),
+            "the body nests deeper than 16 levels");
   EXPECT_EQ(error("[1]"), "the body is not a JSON object");
   EXPECT_EQ(error("{}"), "'prompt' is missing");
   EXPECT_EQ(error(R"({"prompt": "hello"})"),
