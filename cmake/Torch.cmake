@@ -77,6 +77,23 @@ if(TORCH_CUDA_LIBRARIES)
   target_link_options(ppc_torch INTERFACE ${PPC_TORCH_LINK_OPTIONS})
 endif()
 
+# PyTorch's Caffe2/public/mkl.cmake gives caffe2::mkl the link directories
+# ${MKL_ROOT}/lib, .../lib/intel64, .../intel64_win and .../win-x64 even where MKL_ROOT is
+# empty (pytorch/pytorch#73008), so every binary's RUNPATH, the installed ones' too
+# (CMAKE_INSTALL_RPATH_USE_LINK_PATH), carried /lib/intel64_win. Keep the directories that
+# hold an MKL library.
+if(TARGET caffe2::mkl)
+  get_target_property(ppc_mkl_dirs caffe2::mkl INTERFACE_LINK_DIRECTORIES)
+  set(ppc_mkl_kept "")
+  foreach(dir IN LISTS ppc_mkl_dirs)
+    file(GLOB ppc_mkl_libs "${dir}/libmkl*")
+    if(ppc_mkl_libs)
+      list(APPEND ppc_mkl_kept "${dir}")
+    endif()
+  endforeach()
+  set_property(TARGET caffe2::mkl PROPERTY INTERFACE_LINK_DIRECTORIES "${ppc_mkl_kept}")
+endif()
+
 # Where installed binaries find this LibTorch's libraries at run time: a wheel's
 # site-packages/torch/lib goes into their RPATH (the libraries its CMake config links with
 # linker flags, libtorch_cuda.so among them, are not in CMake's link path, so

@@ -11,6 +11,7 @@ Env: PPC (the ppc binary), PPC_MODELS_DIR (generated models), PPC_BUILD_DIR
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -76,6 +77,12 @@ class InstallTest(unittest.TestCase):
         self.assertTrue(r.stdout.startswith("ppc 0.1.0\n"), r.stdout)
         r = run(["readelf", "-d", self.ppc])
         self.assertIn("[$ORIGIN/../lib", r.stdout)
+        # Every other entry is a directory that exists (PyTorch's MKL config
+        # once added /lib/intel64_win and /lib/win-x64).
+        (path,) = re.findall(r"R(?:UN)?PATH\)\s+Library r(?:un)?path: \[(.*)\]", r.stdout)
+        for entry in filter(None, path.split(":")):
+            if not entry.startswith("$ORIGIN"):
+                self.assertTrue(os.path.isdir(entry), "RUNPATH entry %s: %s" % (entry, path))
 
     def test_examples_build_without_llvm(self):
         """A CXX-only project configures (LLVM's package, which needs C, is not
