@@ -148,7 +148,7 @@ def split(model, outdir, *args, at=None, once=False, env=None, binary=None):
     return Split(manifest, outdir, proc)
 
 
-def cached_split(path, where):
+def cached_split(path, where, made=None):
     """The folder of `ppc split PATH -o DIR WHERE...` (a test model at the
     paths its NAME.json lists), split once per build of ppc and model file
     for every test process of the suite: under BUILD/test-splits/ID/, ID
@@ -162,7 +162,8 @@ def cached_split(path, where):
     appears whole (a rename) or not at all; a test process making one that
     another made first keeps the other's. A new build of ppc removes the
     entries of the others. PPC_TEST_SPLIT_CACHE=0 turns the cache off
-    (split() runs ppc split each time)."""
+    (split() runs ppc split each time). MADE: a folder that holds that
+    split already (publish_split()), copied in instead of splitting."""
     def identity(*files):
         h = hashlib.sha256()
         for f in files:
@@ -182,12 +183,15 @@ def cached_split(path, where):
             if os.path.join(base, other) != root:
                 shutil.rmtree(os.path.join(base, other), ignore_errors=True)
     key = identity(path)
-    key.update("\0".join(where).encode())
+    key.update("\0".join(map(str, where)).encode())
     entry = os.path.join(root, "%s.%s" % (os.path.basename(path), key.hexdigest()[:16]))
     if not os.path.isdir(entry):
         staging = tempfile.mkdtemp(prefix=".staging-", dir=root)
         try:
-            ppc("split", path, "-o", os.path.join(staging, "split"), *where)
+            if made:
+                shutil.copytree(made, os.path.join(staging, "split"))
+            else:
+                ppc("split", path, "-o", os.path.join(staging, "split"), *where)
             try:
                 os.rename(os.path.join(staging, "split"), entry)
             except OSError:  # another test process made it first
@@ -196,6 +200,14 @@ def cached_split(path, where):
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     return entry
+
+
+def publish_split(name, where, outdir):
+    """Gives cached_split() the split of test model NAME under OUTDIR, made
+    by `ppc split MODELS/NAME.pt -o OUTDIR WHERE...` (test_split_models.py,
+    after checking it), unless it holds that split already."""
+    if os.environ.get("PPC_TEST_SPLIT_CACHE") != "0":
+        cached_split(model_path(name), tuple(map(str, where)), made=outdir)
 
 
 def split_at(name, stages, outdir, *extra):
