@@ -13,6 +13,8 @@ equal, and `--stats` counts exactly the messages saved.
 
 Env: PPC (the ppc binary), PPC_MODELS_DIR (generated models).
 """
+# ctest: one entry: every test skips, or none, on the same condition
+# (setUp: the test models are not generated).
 import os
 import sys
 import unittest

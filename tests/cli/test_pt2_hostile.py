@@ -10,6 +10,8 @@ tests/cli/test_pt2.py).
 
 Env: PPC, PPC_BUILD_DIR, PPC_TORCH_PYTHON (tests/CMakeLists.txt).
 """
+# ctest: one entry: every test skips, or none, on the same two conditions
+# (Pt2Case.setUp: a LibTorch 1.x ppc, no PyTorch 2.x to export with).
 import json
 import os
 import struct

@@ -20,6 +20,8 @@ writes declared as buffer mutations). For each:
 
 Env: PPC, PPC_BUILD_DIR, PPC_TORCH_PYTHON (the PyTorch 2.x build).
 """
+# ctest: one entry: every test skips, or none, on the same two conditions
+# (models(): a LibTorch 1.x ppc, no PyTorch 2.x to export with).
 import os
 import sys
 import unittest
