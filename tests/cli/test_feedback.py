@@ -48,22 +48,6 @@ class StageCountTest(unittest.TestCase):
         self.assertIn("WORLD_SIZE, which must divide the stage count", ppc("run", "--help").stdout)
 
 
-class PythonScriptTest(unittest.TestCase):
-    def test_python_sh_prints_an_absolute_path(self):
-        # The tutorial keeps it in $python and uses it outside the checkout.
-        from common import ROOT, pytorch2_python
-        python = pytorch2_python()
-        if not os.access(python, os.X_OK):
-            self.skipTest("no PyTorch 2.x Python at %s" % python)
-        # Given as a path relative to the current directory, as a user may.
-        where = os.path.dirname(os.path.dirname(python))
-        r = subprocess.run([os.path.join(ROOT, "scripts", "python.sh"), "build"], cwd=where,
-                           env=dict(os.environ, PPC_PYTHON=os.path.relpath(python, where)),
-                           capture_output=True, text=True, timeout=120)
-        self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertEqual(r.stdout.splitlines()[-1], os.path.abspath(python))
-
-
 class SplitMlpTest(unittest.TestCase):
     """Tests over the mlp model split in 2 stages once per class, in a
     temporary directory removed after it (tmp, out, manifest)."""

@@ -180,5 +180,23 @@ class ConfigurationsTest(unittest.TestCase):
             self.assertFalse(os.path.exists(out), "split left %s behind" % out)
 
 
+class PythonScriptTest(unittest.TestCase):
+    # (From test_feedback.py, whose other tests never skip: there they share
+    # one process, tests/CMakeLists.txt.)
+    def test_python_sh_prints_an_absolute_path(self):
+        # The tutorial keeps it in $python and uses it outside the checkout.
+        from common import ROOT, pytorch2_python
+        python = pytorch2_python()
+        if not os.access(python, os.X_OK):
+            self.skipTest("no PyTorch 2.x Python at %s" % python)
+        # Given as a path relative to the current directory, as a user may.
+        where = os.path.dirname(os.path.dirname(python))
+        r = subprocess.run([os.path.join(ROOT, "scripts", "python.sh"), "build"], cwd=where,
+                           env=dict(os.environ, PPC_PYTHON=os.path.relpath(python, where)),
+                           capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.splitlines()[-1], os.path.abspath(python))
+
+
 if __name__ == "__main__":
     main()
