@@ -25,6 +25,9 @@ A ppc built against LibTorch 2.x must:
 
 Env: PPC, PPC_BUILD_DIR, PPC_TORCH_PYTHON (the PyTorch 2.x build).
 """
+# ctest: one entry: every test skips, or none, on the same three conditions
+# (setUp: a LibTorch 1.x ppc, no PyTorch 2.x Python, no transformers there),
+# checked once per process.
 import json
 import os
 import re

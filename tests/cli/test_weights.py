@@ -29,6 +29,11 @@ A ppc built against LibTorch 2.x must:
 
 Env: PPC, PPC_BUILD_DIR, PPC_TORCH_PYTHON (the PyTorch 2.x build).
 """
+# ctest: one entry: every test skips, or none, on the same three conditions
+# (WeightsTest.setUp: a LibTorch 1.x ppc, no PyTorch 2.x Python, no transformers,
+# accelerate or safetensors there), checked once per process: a ctest per test
+# paid for each the probe and the generator's check (5 to 8 s) on top of Python
+# and torch.
 import json
 import os
 import re
