@@ -58,8 +58,9 @@ struct Completion {
     std::string finish;
   };
   std::deque<Event> events;
-  /// Done: answered with `status` (200, or the error's) and `error`.
-  bool done = false, cancelled = false;
+  /// Done: answered with `status` (200, or the error's) and `error`, or
+  /// cancelled (its client went away).
+  bool done = false;
   int status = 200;
   std::string error;
   /// The generator's requests of its items.
@@ -193,7 +194,7 @@ void Service::Impl::finishRow(Completion &c, int64_t row,
 void Service::Impl::cancel(Completion &c) {
   if (c.done)
     return;
-  c.cancelled = c.done = true;
+  c.done = true;
   for (int64_t id : c.parts) {
     auto it = parts.find(id);
     if (it == parts.end())
