@@ -1,7 +1,8 @@
 //===- examples/generate.cpp - Pipelined decoding from C++ ----------------===//
 //
 // Run on every rank: ppc launch --nproc-per-node N -- generate MANIFEST
-// PROMPT.pt [NEW_TOKENS]. The last stage's rank prints each row's new
+// PROMPT.pt [NEW_TOKENS]. The last stage's rank prints each new token as
+// soon as it is picked ("picked ROW INDEX TOKEN"), then each row's new
 // tokens. docs/library.md builds it; docs/generate.md exports a decoder.
 //
 //===----------------------------------------------------------------------===//
@@ -17,7 +18,12 @@ int main(int argc, char **argv) try {
     std::cerr << "usage: generate MANIFEST PROMPT.pt [NEW_TOKENS]\n";
     return 2;
   }
-  ppc::api::Generator generator(argv[1]);
+  ppc::api::GenerateOptions options;
+  options.onToken = [](const ppc::api::PickedToken &t) {
+    std::cout << "picked " << t.row << " " << t.index << " " << t.token
+              << std::endl;
+  };
+  ppc::api::Generator generator(argv[1], options);
   at::Tensor prompt = ppc::api::loadInputs(argv[2]).at(0).toTensor();
   int newTokens = argc > 3 ? std::atoi(argv[3]) : 8;
   at::Tensor tokens = generator.generate(prompt, newTokens);

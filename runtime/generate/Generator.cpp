@@ -770,6 +770,9 @@ int Generator::outputRank() const {
 std::optional<int64_t> Generator::batchSize() const {
   return impl_->limits.batch;
 }
+int Generator::stageCount() const {
+  return static_cast<int>(impl_->ctx->manifest().stages.size());
+}
 std::optional<int64_t> Generator::vocabSize() const {
   return impl_->limits.vocab;
 }

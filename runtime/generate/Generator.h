@@ -213,6 +213,8 @@ public:
   /// positions (prompt plus new tokens at most this), when the manifest
   /// records them.
   std::optional<int64_t> batchSize() const;
+  /// The program's stages.
+  int stageCount() const;
   std::optional<int64_t> vocabSize() const;
   std::optional<int64_t> cachePositions() const;
   /// The most prompt tokens one step may feed: 1 unless the token input's

@@ -15,7 +15,8 @@ A ppc built against LibTorch 2.x must:
     with M = 1, 2 and 4 groups (B = M * b prompt rows), giving the greedy
     reference token for token (GREEDY_RUNS); one run fills the cache to
     its last position (P + N = L) and one leaves --microbatches to its
-    default (B / b);
+    default (B / b); with fewer groups than stages it suggests enough in
+    one note;
   - take the prompt in chunks (--prefill-chunk C) on the decoders exported
     with a dynamic sequence dimension (LLaMA and Qwen2), split into 2 and 4
     stages: C = 1, 3 (chunks of 3 and 2) and the default (the whole prompt)
@@ -249,8 +250,15 @@ class GenerateTest(unittest.TestCase):
                 meta = decoders.meta(self.models, name)
                 rows = m * meta["batch"]
                 extra = () if run == DEFAULT_M else ("--microbatches", m)
-                tokens, _, _ = self.generate(self.split(name, stages), ranks,
+                tokens, _, r = self.generate(self.split(name, stages), ranks,
                                              self.prompt(name, rows), n, *extra)
+                # Fewer groups than stages: the output rank suggests more.
+                note = ("note: %d group%s of sequences in flight on %d stages: each stage "
+                        "idles while the others work; at least %d groups (%d prompt rows of "
+                        "the program's batch %d) keep every stage busy" % (
+                            m, "" if m == 1 else "s", stages, stages, stages * meta["batch"],
+                            meta["batch"]))
+                self.assertEqual(note in r.stderr, m < stages, r.stderr)
                 self.assertLessEqual(meta["new_tokens"], n)
                 self.assert_tokens(decoders.greedy(self.models, name, rows),
                                    tokens[:, :meta["new_tokens"]], "greedy tokens")
@@ -500,8 +508,9 @@ class GenerateTest(unittest.TestCase):
         self.assert_tokens(want[4:], tokens[1], "second prompt")
 
     def test_example_program(self):
-        # examples/generate.cpp on the public API prints each row's tokens
-        # on the last stage's rank: the greedy reference.
+        # examples/generate.cpp on the public API prints each token as it is
+        # picked (its onToken) and then each row's tokens on the last stage's
+        # rank: the greedy reference.
         program = os.path.join(BUILD, "bin", "generate")
         if not os.access(program, os.X_OK):
             self.skipTest("examples are not built here (%s)" % program)
@@ -513,6 +522,14 @@ class GenerateTest(unittest.TestCase):
         lines = [l for l in r.stdout.splitlines() if " row " in l or l.startswith("row ")]
         self.assertEqual(lines, ["[rank 1] row %d: %s" % (i, " ".join(map(str, row.tolist())))
                                  for i, row in enumerate(want)], r.stdout)
+        # GenerateOptions::onToken heard every token as it was picked, before
+        # the rows were printed, each row's in order.
+        picked = [tuple(map(int, l.split()[3:])) for l in r.stdout.splitlines()
+                  if l.startswith("[rank 1] picked ")]
+        self.assertLess(r.stdout.rindex("] picked "), r.stdout.index("] row 0:"))
+        for row in range(4):
+            self.assertEqual([(i, t) for ro, i, t in picked if ro == row],
+                             list(enumerate(want[row].tolist())), r.stdout)
 
     # -- failures ------------------------------------------------------------
 

@@ -25,6 +25,7 @@
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <limits>
 #include <memory>
@@ -154,6 +155,24 @@ llvm::Error writeResults(const GenerateCommandOptions &o,
   return llvm::Error::success();
 }
 
+/// The note for a decode whose groups in flight (min(groups, slots)) are
+/// fewer than its stages: each stage then idles while the others work.
+/// "" when they are not.
+std::string groupsNote(const GenerateStats &s, int stages, int64_t batch) {
+  int64_t inFlight = std::min(s.groups, s.slots);
+  if (inFlight >= stages || stages < 2)
+    return "";
+  return llvm::formatv(
+             "note: {0} group{1} of sequences in flight on {2} stages: each "
+             "stage idles while the others work; at least {2} groups "
+             "({3} prompt rows of the program's batch {4}{5}) keep every "
+             "stage busy",
+             inFlight, inFlight == 1 ? "" : "s", stages, stages * batch, batch,
+             s.slots < s.groups ? ", and --slots " + std::to_string(stages)
+                                : std::string())
+      .str();
+}
+
 /// What every rank must have alike besides the runtime's own record
 /// (runtime/link/Agreement.h): the prompt and how tokens are picked.
 static void recordGenerateFlags(const GenerateCommandOptions &o,
@@ -222,9 +241,15 @@ llvm::Expected<int> runGenerate(const GenerateCommandOptions &o) {
   if (o.stats)
     llvm::outs() << (*generator)->stats().line() << "\n";
   llvm::outs().flush();
-  if (env->rank == (*generator)->outputRank())
+  if (env->rank == (*generator)->outputRank()) {
     if (llvm::Error err = writeResults(o, **generator, *tokens))
       return err;
+    std::string note =
+        groupsNote((*generator)->stats(), (*generator)->stageCount(),
+                   (*generator)->batchSize().value_or(1));
+    if (!note.empty() && !o.flags.quiet)
+      llvm::errs() << note << "\n";
+  }
   return 0;
 }
 
