@@ -38,9 +38,9 @@ using Clock = SteadyClock;
 /// The indices of the token and position inputs. Errors: every problem
 /// with the program's inputs in one message, so that a program that
 /// cannot decode says so at once rather than one missing input a run:
-/// "the program has no input named 'tokens' (--token-input); its inputs:
-/// input_ids, cache_position", "... takes 3 inputs; ppc generate feeds two,
-/// the token ids and the position (its inputs: a, b, c)".
+/// "the program has no input named 'tokens' (--token-input) (its inputs:
+/// input_ids, cache_position)", "the program takes 3 inputs; ppc generate
+/// feeds two, the token ids and the position (its inputs: a, b, c)".
 llvm::Expected<std::pair<int, int>>
 decodeInputs(const Manifest &manifest, const GenerateOptions &options) {
   std::vector<std::string> names, missing;
