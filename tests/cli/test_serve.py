@@ -22,6 +22,8 @@ A ppc built against LibTorch 2.x must:
     it cancelled and show no slot in use;
   - report /metrics in Prometheus' text format (read strictly here) and
     never print the API key;
+  - serve docs/serve.md's Python client, run as written with a tokenizer
+    of the model's ids: it prints the text of generate's tokens;
   - warn in one line when it listens beyond loopback without a key;
   - on SIGTERM, answer the requests taken, then end every rank with status
     0; when a rank is SIGKILLed, answer open requests with a 503 naming it
@@ -43,8 +45,8 @@ import unittest
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (BUILD, PPC, class_tmpdir, finish, free_port, launch,  # noqa: E402
-                    libtorch_major, main, pytorch2_python, rank_env, split)
+from common import (BUILD, PPC, class_tmpdir, free_port, launch,  # noqa: E402
+                    libtorch_major, main, pytorch2_python, rank_env, split, tmpdir)
 import decoders  # noqa: E402
 
 PT2_PYTHON = pytorch2_python()
@@ -413,7 +415,34 @@ class ServeTest(SkippingTest):
         self.assertNotIn(KEY, s.text())
 
 
+# A word-level tokenizer of the decoders' 128 ids ("w000" .. "w127", none a
+# prefix of another), saved as save_pretrained writes it: what docs/serve.md's
+# client loads. Then the text of ids: `TOKENIZER DIR ID ...` prints it.
+TOKENIZER = r"""
+import os, sys
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
+if not os.path.exists(sys.argv[1]):
+    tok = Tokenizer(models.WordLevel({"w%03d" % i: i for i in range(128)}, unk_token="w000"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.decoder = decoders.WordPiece()
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="w000").save_pretrained(sys.argv[1])
+tok = AutoTokenizer.from_pretrained(sys.argv[1])
+print(tok.decode([int(i) for i in sys.argv[2:]], skip_special_tokens=True))
+"""
+
+
+def docs_client():
+    """The Python block under docs/serve.md's "A Python client"."""
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs",
+                           "serve.md")) as f:
+        text = f.read()
+    return text.split("## A Python client", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+
+
 class ServeFaultsTest(SkippingTest):
+    """Tests that start a service of their own (no API key)."""
+
     @classmethod
     def setUpClass(cls):
         cls.reason = skip_reason()
@@ -467,6 +496,39 @@ class ServeFaultsTest(SkippingTest):
         self.assertEqual([l for l in service.err[1] if l.startswith("warning:")],
                          ["warning: serving on 0.0.0.0 without --api-key-file: anyone who "
                           "reaches this port can use the model\n"])
+
+    def test_docs_client_prints_the_text(self):
+        # docs/serve.md's client, as written, with a tokenizer of the model's
+        # ids: it streams a completion and prints the text of generate's
+        # tokens for the same prompt.
+        tmp = tmpdir(self)
+        tokenizer, client = os.path.join(tmp, "tokenizer"), os.path.join(tmp, "client.py")
+        with open(client, "w") as f:
+            f.write(docs_client())
+        prompt = prompt_rows()[:2]
+        path, out = os.path.join(tmp, "prompt.pt"), os.path.join(tmp, "tokens.pt")
+        torch.save(prompt.clone(), path)
+        r = launch(2, "generate", self.manifest, "--prompt", path, "--max-new-tokens", 64,
+                   "--output", out, "--timeout", TIMEOUT, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        texts = []
+        for ids in (prompt[0].tolist(), torch.load(out)[0].tolist()):
+            r = subprocess.run([PT2_PYTHON, "-c", TOKENIZER, tokenizer, *map(str, ids)],
+                               capture_output=True, text=True, timeout=120)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            texts.append(r.stdout.rstrip("\n"))
+        text, want = texts
+        self.assertEqual(len(text.split()), 5, text)
+        service = Service(self.manifest)
+        self.addCleanup(service.kill)
+        r = subprocess.run([PT2_PYTHON, client, tokenizer, text, str(service.port)],
+                           capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        # The text is redrawn on one line ("\r", which text mode reads as a
+        # line break) as tokens come: the last is the whole answer.
+        lines = r.stdout.splitlines()
+        self.assertGreater(len(lines), 1, r.stdout)
+        self.assertEqual(lines[-1], want)
 
     def test_killed_rank_gives_503_naming_it(self):
         service = Service(self.manifest)
