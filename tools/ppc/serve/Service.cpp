@@ -438,8 +438,8 @@ Round Service::Impl::takeRound() {
                      [] { return gStopAsked.load(); });
   if (gStopAsked && !stopping) {
     stopping = true;
-    llvm::errs() << "ppc serve: stopping: answering the " << waiting.size()
-                 << " request(s) taken, refusing new ones\n";
+    llvm::errs() << "ppc serve: stopping: answering the requests taken, "
+                    "refusing new ones\n";
   }
   Round round;
   taken.assign(waiting.begin(), waiting.end());
