@@ -193,6 +193,17 @@ std::string Pipeline::schedule() const { return scheduleOf(*impl_); }
 // Generator ----------------------------------------------------------------
 
 namespace {
+/// The runtime's token callback that calls `onToken` (none without one).
+std::function<void(const ppc::PickedToken &)>
+publicTokens(std::function<void(const PickedToken &)> onToken) {
+  if (!onToken)
+    return {};
+  return [onToken = std::move(onToken)](const ppc::PickedToken &t) {
+    onToken(
+        {t.request, t.row, t.index, t.token, finishReasonName(t.finish).str()});
+  };
+}
+
 ppc::GenerateOptions internalOptions(const GenerateOptions &o) {
   ppc::GenerateOptions out;
   out.run = internalOptions(o.run, true);
@@ -202,11 +213,7 @@ ppc::GenerateOptions internalOptions(const GenerateOptions &o) {
   out.positionInput = o.positionInput;
   out.prefillChunk = o.prefillChunk;
   out.slots = o.slots;
-  if (o.onToken)
-    out.onToken = [onToken = o.onToken](const ppc::PickedToken &t) {
-      onToken({t.request, t.row, t.index, t.token,
-               finishReasonName(t.finish).str()});
-    };
+  out.onToken = publicTokens(o.onToken);
   return out;
 }
 } // namespace
@@ -225,7 +232,8 @@ at::Tensor Generator::generate(const at::Tensor &prompt, int64_t newTokens) {
   return take(impl_->generate(prompt, newTokens));
 }
 int64_t Generator::submit(const at::Tensor &prompt, int64_t newTokens,
-                          std::optional<Sampling> sampling) {
+                          std::optional<Sampling> sampling,
+                          std::function<void(const PickedToken &)> onToken) {
   std::optional<ppc::SamplingOptions> own;
   if (sampling) {
     own = impl_->samplingOptions();
@@ -234,7 +242,8 @@ int64_t Generator::submit(const at::Tensor &prompt, int64_t newTokens,
     own->topP = sampling->topP;
     own->seed = sampling->seed;
   }
-  return take(impl_->submit(prompt, newTokens, own));
+  return take(
+      impl_->submit(prompt, newTokens, own, publicTokens(std::move(onToken))));
 }
 void Generator::flush() { check(impl_->flush()); }
 std::optional<at::Tensor> Generator::next() { return impl_->next(); }

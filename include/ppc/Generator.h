@@ -137,8 +137,11 @@ public:
   /// nullopt. cancel() stops a request's rows at their next pick (onToken
   /// hears no more of them; with an eosId, their groups' later steps are
   /// skipped); it may be called from another thread during flush().
+  /// `onToken`, when given, hears this request's tokens instead of
+  /// GenerateOptions::onToken.
   int64_t submit(const at::Tensor &prompt, int64_t newTokens,
-                 std::optional<Sampling> sampling = std::nullopt);
+                 std::optional<Sampling> sampling = std::nullopt,
+                 std::function<void(const PickedToken &)> onToken = {});
   void flush();
   std::optional<at::Tensor> next();
   void cancel(int64_t request);

@@ -219,6 +219,8 @@ struct Generator::Impl {
     int64_t newTokens = 1;
     int64_t id = 0;
     SamplingOptions sampling;
+    /// Its own token callback, else GenerateOptions::onToken.
+    std::function<void(const PickedToken &)> onToken;
   };
   /// The next request number (PickedToken::request).
   int64_t nextRequest = 0;
@@ -280,7 +282,8 @@ struct Generator::Impl {
   std::vector<std::vector<c10::IValue>> microbatches(const Decode &d) const;
   llvm::Expected<at::Tensor> pick(Decode &d, int m,
                                   std::vector<c10::IValue> outputs);
-  /// Tells options.onToken of group g's new tokens (int64 [b] on the CPU,
+  /// Tells r.onToken, else options.onToken, of group g's new tokens (int64
+  /// [b] on the CPU,
   /// its rows' token `index`), but for the rows `ended` (bool [b]) before
   /// this pick.
   void tellTokens(const Request &r, const Group &g, int64_t index,
@@ -494,7 +497,7 @@ Generator::Impl::pick(Decode &d, int m, std::vector<c10::IValue> outputs) {
     return err;
   if (!ended)
     g.picks.push_back(Clock::now());
-  if (options.onToken && !g.cancelled)
+  if ((r.onToken || options.onToken) && !g.cancelled)
     tellTokens(r, g, token, *tokens, endedBefore);
   d.picked += d.batch;
   if (options.progress)
@@ -519,7 +522,7 @@ void Generator::Impl::tellTokens(const Request &r, const Group &g,
       t.finish = FinishReason::Stop;
     else if (index + 1 == g.newTokens)
       t.finish = FinishReason::Length;
-    options.onToken(t);
+    (r.onToken ? r.onToken : options.onToken)(t);
   }
 }
 
@@ -609,7 +612,7 @@ Generator::create(llvm::StringRef manifestPath, const LaunchEnv &env,
 llvm::Expected<at::Tensor> Generator::generate(const at::Tensor &prompt,
                                                int64_t newTokens) {
   auto tokens = impl_->decode(
-      {{prompt, newTokens, impl_->nextRequest++, impl_->options.sampling}},
+      {{prompt, newTokens, impl_->nextRequest++, impl_->options.sampling, {}}},
       /*checkGroups=*/true);
   if (!tokens)
     return tokens.takeError();
@@ -711,7 +714,8 @@ Generator::Impl::decode(const std::vector<Request> &requests,
 
 llvm::Expected<int64_t>
 Generator::submit(const at::Tensor &prompt, int64_t newTokens,
-                  std::optional<SamplingOptions> sampling) {
+                  std::optional<SamplingOptions> sampling,
+                  std::function<void(const PickedToken &)> onToken) {
   auto checked = impl_->checkCall(prompt, newTokens, /*groups=*/false);
   if (!checked)
     return checked.takeError();
@@ -726,7 +730,8 @@ Generator::submit(const at::Tensor &prompt, int64_t newTokens,
                            .str());
   }
   int64_t id = impl_->nextRequest++;
-  queue_.push_back({prompt, newTokens, id, sampling.value_or(own)});
+  queue_.push_back(
+      {prompt, newTokens, id, sampling.value_or(own), std::move(onToken)});
   return id;
 }
 
@@ -735,7 +740,8 @@ llvm::Error Generator::flush() {
     return llvm::Error::success();
   std::vector<Impl::Request> requests;
   for (Queued &q : queue_)
-    requests.push_back({std::move(q.prompt), q.newTokens, q.id, q.sampling});
+    requests.push_back({std::move(q.prompt), q.newTokens, q.id, q.sampling,
+                        std::move(q.onToken)});
   queue_.clear();
   auto tokens = impl_->decode(requests, /*checkGroups=*/false);
   if (!tokens)

@@ -175,6 +175,8 @@ public:
   /// Queues `prompt` (as generate() takes it) for `newTokens` tokens,
   /// sampled with `sampling` (default: GenerateOptions::sampling), and
   /// returns its request number (PickedToken::request); the checks run now.
+  /// `onToken`, when given, hears this request's tokens instead of
+  /// GenerateOptions::onToken (on the collector's rank, as that one).
   /// Errors: generate()'s checks; sampling options out of range
   /// (checkSamplingOptions, against the program's vocabulary), or an eosId
   /// other than GenerateOptions::sampling's ("a request's eosId 3 differs
@@ -182,7 +184,8 @@ public:
   /// that one token), before anything is queued.
   llvm::Expected<int64_t>
   submit(const at::Tensor &prompt, int64_t newTokens,
-         std::optional<SamplingOptions> sampling = std::nullopt);
+         std::optional<SamplingOptions> sampling = std::nullopt,
+         std::function<void(const PickedToken &)> onToken = {});
   /// Decodes the queued prompts together: their groups, whatever their
   /// prompt lengths and newTokens, queue in order for GenerateOptions::slots
   /// slots, so that a group starts as soon as a slot frees and the
@@ -240,6 +243,7 @@ private:
     int64_t newTokens;
     int64_t id;
     SamplingOptions sampling;
+    std::function<void(const PickedToken &)> onToken;
   };
   std::vector<Queued> queue_;
   std::deque<at::Tensor> ready_;

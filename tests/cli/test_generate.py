@@ -509,27 +509,32 @@ class GenerateTest(unittest.TestCase):
 
     def test_example_program(self):
         # examples/generate.cpp on the public API prints each token as it is
-        # picked (its onToken) and then each row's tokens on the last stage's
-        # rank: the greedy reference.
+        # picked and then each row's tokens on the last stage's rank: the
+        # greedy reference. Its tokens come from GenerateOptions::onToken
+        # with generate(), and from the request's own callback with submit().
         program = os.path.join(BUILD, "bin", "generate")
         if not os.access(program, os.X_OK):
             self.skipTest("examples are not built here (%s)" % program)
         name = "dec_llama"
-        r = launch(2, self.split(name, 2), self.prompt(name, 4), 6, program=program,
-                   timeout=300)
-        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         want = decoders.greedy(self.models, name, 4)
-        lines = [l for l in r.stdout.splitlines() if " row " in l or l.startswith("row ")]
-        self.assertEqual(lines, ["[rank 1] row %d: %s" % (i, " ".join(map(str, row.tolist())))
-                                 for i, row in enumerate(want)], r.stdout)
-        # GenerateOptions::onToken heard every token as it was picked, before
-        # the rows were printed, each row's in order.
-        picked = [tuple(map(int, l.split()[3:])) for l in r.stdout.splitlines()
-                  if l.startswith("[rank 1] picked ")]
-        self.assertLess(r.stdout.rindex("] picked "), r.stdout.index("] row 0:"))
-        for row in range(4):
-            self.assertEqual([(i, t) for ro, i, t in picked if ro == row],
-                             list(enumerate(want[row].tolist())), r.stdout)
+        for mode in ((), ("submit",)):
+            with self.subTest(mode=mode):
+                r = launch(2, self.split(name, 2), self.prompt(name, 4), 6, *mode,
+                           program=program, timeout=300)
+                self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+                lines = [l for l in r.stdout.splitlines()
+                         if " row " in l or l.startswith("row ")]
+                self.assertEqual(lines, ["[rank 1] row %d: %s" % (
+                    i, " ".join(map(str, row.tolist()))) for i, row in enumerate(want)],
+                    r.stdout)
+                # Every token was heard as it was picked, before the rows
+                # were printed, each row's in order.
+                picked = [tuple(map(int, l.split()[3:])) for l in r.stdout.splitlines()
+                          if l.startswith("[rank 1] picked ")]
+                self.assertLess(r.stdout.rindex("] picked "), r.stdout.index("] row 0:"))
+                for row in range(4):
+                    self.assertEqual([(i, t) for ro, i, t in picked if ro == row],
+                                     list(enumerate(want[row].tolist())), r.stdout)
 
     # -- failures ------------------------------------------------------------
 
