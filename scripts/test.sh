@@ -126,7 +126,7 @@ torch.save((x, torch.arange(x.shape[0]) % 10), '$tmp/data.pt')" || rc=1
   return $rc
 }
 
-# fuzz_target NAME RUNS [BUILD]: RUNS inputs from seed 1 (CI's fixed budget, about 20 s each
+# fuzz_target NAME RUNS [BUILD]: RUNS inputs from seed 1 (CI's fixed budget, 3 to 15 s each
 # here), or PPC_FUZZ_SECONDS seconds from a random seed (exploration); BUILD is the fuzz build (build-sanitize/).
 fuzz_target() {
   local sanitize_build=${3:-$sanitize_build}
