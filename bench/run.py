@@ -1479,6 +1479,19 @@ def bench_serve(cfg):
         PPC = own
 
 
+def bench_threads(cfg):
+    """Benchmark 44.t, in bench/threads_load.py (ppc's pt2 build: pt2_ppc())."""
+    import threads_load
+    threads_load.R = sys.modules[__name__]
+    global PPC
+    own = PPC
+    PPC = pt2_ppc()
+    try:
+        return threads_load.bench_threads(cfg)
+    finally:
+        PPC = own
+
+
 def bench_race(cfg, issue21=False, pytorch2=False):
     """Benchmarks 9, 21.5 and 33, in bench/race.py."""
     import race
@@ -1596,7 +1609,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="fewer repetitions, smaller sizes")
     ap.add_argument("--only", help="comma-separated benchmark keys (1-10; issue #21: "
                     "21.1, 21.3, 21.4, 21.5, 21.6, 21.c; issue #30: 30; issue #33: 33, 33.e, 33.dp; "
-                    "issue #42: 42; issue #43: 43); "
+                    "issue #42: 42; issue #43: 43; issue #44: 44.t); "
                     "default: all")
     ap.add_argument("--venv", help="the prefix of a Python with torch 2.x for benchmarks 9, "
                     "21.6 and 30 (PPC_RACE_VENV overrides it; default build/venv)")
@@ -1662,7 +1675,9 @@ def main():
             ("42", "generate against transformers' generate()",
              lambda: bench_decode_race(cfg)),
             ("43", "serve under concurrent clients against generate",
-             lambda: bench_serve(cfg))]
+             lambda: bench_serve(cfg)),
+            ("44.t", "default threads against one thread, quiet and beside a busy core",
+             lambda: bench_threads(cfg))]
     for key, name, fn in plan:
         if only is not None and key not in only:
             continue
