@@ -145,9 +145,11 @@ void logOperation(long long n, const char *kind, const char *path) {
     length = static_cast<int>(sizeof line) - 1;
   using OpenAt = int (*)(int, const char *, int, ...);
   static auto realOpenAt = reinterpret_cast<OpenAt>(dlsym(RTLD_NEXT, "openat"));
-  static auto realWrite = reinterpret_cast<ssize_t (*)(int, const void *, size_t)>(
-      dlsym(RTLD_NEXT, "write"));
-  int fd = realOpenAt(AT_FDCWD, name, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  static auto realWrite =
+      reinterpret_cast<ssize_t (*)(int, const void *, size_t)>(
+          dlsym(RTLD_NEXT, "write"));
+  int fd = realOpenAt(AT_FDCWD, name, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
+                      0644);
   if (fd < 0)
     return;
   (void)!realWrite(fd, line, static_cast<size_t>(length));

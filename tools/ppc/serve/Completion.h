@@ -53,7 +53,8 @@ struct RequestLimits {
 
 /// Reads and checks a body; fields it does not know are ignored (OpenAI's
 /// clients send many). Errors, the message of a 400 reply: "the body is
-/// not valid JSON: ...", "the body nests deeper than 16 levels", "the body is not a JSON object", "'prompt' is missing",
+/// not valid JSON: ...", "the body nests deeper than 16 levels", "the body is
+/// not a JSON object", "'prompt' is missing",
 /// "'prompt' must be an array of token ids or an array of such arrays",
 /// "'prompt' has token id 500, outside the vocabulary 0..127", "the
 /// prompt's 30 tokens and 10 new ones need 40 positions; the cache holds
