@@ -190,16 +190,11 @@ llvm::Error Executor::collectOutputs(const Action &a) {
     return picks.takeError();
   if (!tokens->returns(m))
     return llvm::Error::success();
-  if (llvm::Error err = noteReturned(m, *picks))
-    return err;
   // One SEND_TOK to each other rank (Decode.h).
   size_t sends = tokenReturnRanks(schedule).size();
   if (sends > 0)
     picked[m] = {*picks, static_cast<int>(sends)};
-  bool readsHere = llvm::any_of(tokens->readers, [&](int k) {
-    return schedule.placement.rankOf(k) == plan.rank;
-  });
-  return readsHere ? feedTokens(m, *picks) : llvm::Error::success();
+  return heardTokens(m, *picks);
 }
 
 llvm::Expected<at::Tensor>

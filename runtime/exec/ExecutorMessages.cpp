@@ -184,27 +184,24 @@ llvm::Error Executor::recvTokens(const Action &a) {
   if (llvm::Error err = plan.transport->recv(*tokens, a.peerRank,
                                              channelOf(schedule, a), what))
     return err;
-  if (llvm::Error err = noteReturned(a.microbatch, *tokens))
-    return err;
+  return heardTokens(a.microbatch, *tokens);
+}
+
+llvm::Error Executor::heardTokens(int m, const at::Tensor &tokens) {
+  if (step.endToken >= 0) {
+    auto all = torchCall("cannot read the returned tokens", [&] {
+      return tokens.eq(step.endToken).all().item<bool>();
+    });
+    if (!all)
+      return all.takeError();
+    ended.resize(schedule.microbatches, 0);
+    if (int next = schedule.tokens->next(m); next >= 0)
+      ended[next] = *all;
+  }
   bool readsHere = llvm::any_of(schedule.tokens->readers, [&](int k) {
     return schedule.placement.rankOf(k) == plan.rank;
   });
-  return readsHere ? feedTokens(a.microbatch, *tokens) : llvm::Error::success();
-}
-
-llvm::Error Executor::noteReturned(int m, const at::Tensor &tokens) {
-  if (step.endToken < 0)
-    return llvm::Error::success();
-  int next = schedule.tokens->next(m);
-  auto all = torchCall("cannot read the returned tokens", [&] {
-    return tokens.eq(step.endToken).all().item<bool>();
-  });
-  if (!all)
-    return all.takeError();
-  ended.resize(schedule.microbatches, 0);
-  if (next >= 0)
-    ended[next] = *all;
-  return llvm::Error::success();
+  return readsHere ? feedTokens(m, tokens) : llvm::Error::success();
 }
 
 /// SEND_F(e, m): the header on an inferring microbatch, then the values'

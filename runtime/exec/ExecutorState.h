@@ -162,10 +162,12 @@ private:
   llvm::Expected<c10::IValue *> tokenSlot(int m);
   llvm::Error feedTokens(int m, const at::Tensor &tokens);
   /// Decoding: per microbatch, whether the tokens fed to it all are the
-  /// end token (ExecutorStep::endToken); `noteReturned` records that of
-  /// the group's step after m from the tokens picked from m.
+  /// end token (ExecutorStep::endToken).
   std::vector<char> ended;
-  llvm::Error noteReturned(int m, const at::Tensor &tokens);
+  /// This rank has the tokens picked from microbatch m (picked here or
+  /// received): records whether the group's next step ended, and feeds
+  /// them to that step where a stage of this rank reads them.
+  llvm::Error heardTokens(int m, const at::Tensor &tokens);
   /// Whether F of microbatch m is skipped (its group ended).
   bool skips(int m) const {
     return static_cast<size_t>(m) < ended.size() && ended[m] && !inferring(m);

@@ -482,9 +482,12 @@ Generator::Impl::pick(Decode &d, int m, std::vector<c10::IValue> outputs) {
   // A group whose rows all ended: its steps were skipped (zero logits), the
   // sampler gives the end token, and no pick is timed.
   bool ended = g.finished.defined() && g.finished.all().item<bool>();
-  at::Tensor endedBefore = g.finished.defined()
-                               ? g.finished.clone()
-                               : at::zeros({d.batch}, at::kBool);
+  // The rows that ended before this pick hear nothing of it.
+  bool tell = (r.onToken || options.onToken) && !g.cancelled;
+  at::Tensor endedBefore;
+  if (tell)
+    endedBefore = g.finished.defined() ? g.finished.clone()
+                                       : at::zeros({d.batch}, at::kBool);
   auto tokens = pickTokens(outputs[0].toTensor(), r.sampling, g.firstRow, token,
                            g.finished);
   if (!tokens)
@@ -497,7 +500,7 @@ Generator::Impl::pick(Decode &d, int m, std::vector<c10::IValue> outputs) {
     return err;
   if (!ended)
     g.picks.push_back(Clock::now());
-  if ((r.onToken || options.onToken) && !g.cancelled)
+  if (tell)
     tellTokens(r, g, token, *tokens, endedBefore);
   d.picked += d.batch;
   if (options.progress)
