@@ -344,4 +344,13 @@ makeArchiveReader(llvm::StringRef bytes) {
   return std::make_shared<BufferReadAdapter>(bytes);
 }
 
+bool sameSecret(llvm::StringRef given, llvm::StringRef expected) {
+  if (given.size() != expected.size())
+    return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < given.size(); ++i)
+    diff |= static_cast<unsigned char>(given[i] ^ expected[i]);
+  return diff == 0;
+}
+
 } // namespace ppc

@@ -6,7 +6,8 @@
 // only regular files are read (a FIFO would block, a device such as
 // /dev/zero would never end), the size is checked against a cap before any
 // allocation, and JSON nesting is bounded before llvm::json::parse, which
-// recurses once per level and overflows the stack on ~50,000 '['.
+// recurses once per level and overflows the stack on ~50,000 '['. Secrets
+// received are compared in constant time (sameSecret).
 //
 //===----------------------------------------------------------------------===//
 #ifndef PPC_LIB_SAFEREAD_H
@@ -156,6 +157,11 @@ llvm::Error checkZipInflation(llvm::StringRef bytes);
 /// untrusted file; the archive reader reports the short read.
 std::shared_ptr<caffe2::serialize::ReadAdapterInterface>
 makeArchiveReader(llvm::StringRef bytes);
+
+/// Whether a secret from outside (a MAC, an API key) equals the expected
+/// one, compared without an early exit, so that the time taken says nothing
+/// about how much of a forged one was right. Only the length may show.
+bool sameSecret(llvm::StringRef given, llvm::StringRef expected);
 
 } // namespace ppc
 

@@ -196,10 +196,20 @@ IntegerRule eosIdRule(std::optional<int64_t> vocab) {
   return IntegerRule(-1, vocab ? *vocab - 1 : kMaxOptionInt, "", "-1: none");
 }
 
+std::string temperatureProblem(double temperature) {
+  if (std::string problem = temperatureRule().problem(temperature);
+      !problem.empty())
+    return problem;
+  if (temperature > 0 && temperature < kMinTemperature)
+    return formatNumber(temperature) + " is not 0 or at least " +
+           formatNumber(kMinTemperature) + " (1 over the largest float)";
+  return "";
+}
+
 llvm::Error checkSamplingOptions(const SamplingOptions &options,
                                  std::optional<int64_t> vocab) {
-  if (llvm::Error err = checkOption(
-          "temperature", temperatureRule().problem(options.temperature)))
+  if (llvm::Error err =
+          checkOption("temperature", temperatureProblem(options.temperature)))
     return err;
   if (llvm::Error err = checkOption("topK", topKRule().problem(options.topK)))
     return err;

@@ -34,7 +34,9 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <limits>
 #include <optional>
+#include <string>
 
 namespace ppc {
 
@@ -63,11 +65,20 @@ IntegerRule topKRule();
 RealRule topPRule();
 IntegerRule eosIdRule(std::optional<int64_t> vocab = std::nullopt);
 
+/// The least temperature above 0: logits (float, at most FLT_MAX) divided
+/// by a smaller one can overflow even a double's range, and sampling would
+/// stop on infinite logits after the whole job had started.
+constexpr double kMinTemperature = 1.0 / std::numeric_limits<float>::max();
+/// "" when `temperature` keeps temperatureRule() and is 0 or at least
+/// kMinTemperature; else temperatureRule()'s problem, or "1e-308 is not 0
+/// or at least 2.938736052218037e-39 (1 over the largest float)".
+std::string temperatureProblem(double temperature);
+
 /// Checks `options`; with `vocab`, also that eosId is one of its tokens.
 /// Errors, an OptionError (lib/Error.h) naming the field: "temperature -1
-/// is not a finite number of at least 0", "topK -1 is not an integer in
-/// 0..2147483647 (0: all)", "topP 0 is not a number above 0 and at most 1",
-/// "eosId 128 is not an integer in -1..127 (-1: none)".
+/// is not a finite number of at least 0" (temperatureProblem), "topK -1 is not
+/// an integer in 0..2147483647 (0: all)", "topP 0 is not a number above 0 and
+/// at most 1", "eosId 128 is not an integer in -1..127 (-1: none)".
 llvm::Error checkSamplingOptions(const SamplingOptions &options,
                                  std::optional<int64_t> vocab = std::nullopt);
 

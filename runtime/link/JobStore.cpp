@@ -8,6 +8,7 @@
 #include "runtime/link/JobStore.h"
 
 #include "lib/Error.h"
+#include "lib/SafeRead.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
@@ -53,17 +54,6 @@ std::array<uint8_t, 32> hmacSha256(llvm::ArrayRef<uint8_t> key,
 namespace {
 constexpr llvm::StringLiteral kSealTag = "ppc-mac1 ";
 constexpr size_t kMacHex = 64;
-
-/// Compares without an early exit, so that the time taken says nothing
-/// about how much of a forged MAC was right.
-bool sameBytes(llvm::StringRef a, llvm::StringRef b) {
-  if (a.size() != b.size())
-    return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i)
-    diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
-}
 
 /// The MAC's input: lengths first, so that no two (token, session, key,
 /// value) tuples share one.
@@ -151,8 +141,8 @@ std::vector<uint8_t> JobStore::open(const std::string &key,
       text[headSize - 1] == ' ') {
     std::vector<uint8_t> value(stored.begin() + headSize, stored.end());
     auto mac = hmacSha256(secret_, macInput(jobToken_, session_, key, value));
-    if (sameBytes(text.substr(kSealTag.size(), kMacHex),
-                  llvm::toHex(mac, /*LowerCase=*/true)))
+    if (sameSecret(text.substr(kSealTag.size(), kMacHex),
+                   llvm::toHex(mac, /*LowerCase=*/true)))
       return value;
   }
   throw ForgedValueError("rendezvous key '" + printable(key) + "' at " +

@@ -16,6 +16,7 @@
 #include "lib/TensorIO.h"
 #include "runtime/generate/Generator.h"
 #include "runtime/train/Checkpoint.h"
+#include "tools/ppc/DecodeFlags.h"
 #include "tools/ppc/OptionChecks.h"
 #include "tools/ppc/Progress.h"
 #include "tools/ppc/RankProcess.h"
@@ -26,8 +27,6 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <limits>
 #include <memory>
 
 namespace ppc {
@@ -37,10 +36,7 @@ struct GenerateCommandOptions {
   std::string manifestPath, promptPath, outputPath;
   /// One N for every prompt, or one per prompt of the list.
   std::vector<int64_t> maxNewTokens{16};
-  int64_t prefillChunk = 0;
-  int slots = 0;
-  SamplingOptions sampling;
-  std::string tokenInput = "input_ids", positionInput = "cache_position";
+  DecodeFlags decode;
   RuntimeFlags flags;
   bool stats = false, stream = false;
 };
@@ -174,10 +170,10 @@ std::string groupsNote(const GenerateStats &s, int stages, int64_t batch) {
 }
 
 /// What every rank must have alike besides the runtime's own record
-/// (runtime/link/Agreement.h): the prompt and how tokens are picked.
+/// (runtime/link/Agreement.h) and DecodeFlags': the prompt, the groups
+/// and the new tokens.
 static void recordGenerateFlags(const GenerateCommandOptions &o,
                                 Agreement &record) {
-  const SamplingOptions &s = o.sampling;
   record.setFileDigest("--prompt", o.promptPath);
   if (o.flags.microbatchesGiven)
     record.set("--microbatches", std::to_string(o.flags.microbatches));
@@ -187,15 +183,6 @@ static void recordGenerateFlags(const GenerateCommandOptions &o,
   for (int64_t n : o.maxNewTokens)
     counts.push_back(std::to_string(n));
   record.set("--max-new-tokens", llvm::join(counts, ","));
-  record.set("--prefill-chunk", std::to_string(o.prefillChunk));
-  record.set("--slots", std::to_string(o.slots));
-  record.setNumber("--temperature", s.temperature);
-  record.set("--top-k", std::to_string(s.topK));
-  record.setNumber("--top-p", s.topP);
-  record.set("--seed", std::to_string(s.seed));
-  record.set("--eos-id", std::to_string(s.eosId));
-  record.set("--token-input", o.tokenInput);
-  record.set("--position-input", o.positionInput);
 }
 
 llvm::Expected<int> runGenerate(const GenerateCommandOptions &o) {
@@ -206,11 +193,7 @@ llvm::Expected<int> runGenerate(const GenerateCommandOptions &o) {
   if (llvm::Error err = o.flags.applyTo(options.run))
     return err;
   options.groups = o.flags.microbatchesGiven ? o.flags.microbatches : 0;
-  options.sampling = o.sampling;
-  options.tokenInput = o.tokenInput;
-  options.positionInput = o.positionInput;
-  options.prefillChunk = o.prefillChunk;
-  options.slots = o.slots;
+  o.decode.applyTo(options);
   if (o.stream)
     options.onToken = printToken;
   recordGenerateFlags(o, options.run.agreement);
@@ -253,52 +236,6 @@ llvm::Expected<int> runGenerate(const GenerateCommandOptions &o) {
   return 0;
 }
 
-/// The least temperature above 0: logits (float, at most FLT_MAX) divided by
-/// a smaller one can overflow even a double's range, and sampling would
-/// stop on infinite logits after the whole job had started.
-constexpr double kMinTemperature = 1.0 / std::numeric_limits<float>::max();
-
-/// --temperature: 0, or a finite number of at least kMinTemperature.
-CLI::Validator temperatureOption() {
-  CLI::Validator number = numberOption(temperatureRule());
-  return CLI::Validator(
-      [number](std::string &text) -> std::string {
-        std::string given = text;
-        if (std::string problem = number(text); !problem.empty())
-          return problem;
-        double value = std::strtod(text.c_str(), nullptr);
-        if (value > 0 && value < kMinTemperature)
-          return printable(given) + " is not 0 or at least " +
-                 formatNumber(kMinTemperature) + " (1 over the largest float)";
-        return "";
-      },
-      "0 or >=" + formatNumber(kMinTemperature));
-}
-
-void addSamplingOptions(CLI::App &app, SamplingOptions &s) {
-  app.add_option("--temperature", s.temperature,
-                 "Sample at this temperature (0, the default: greedy, the "
-                 "most likely token)")
-      ->capture_default_str()
-      ->transform(temperatureOption());
-  app.add_option("--top-k", s.topK,
-                 "Sample among the K most likely tokens (0: all)")
-      ->capture_default_str();
-  app.add_option("--top-p", s.topP,
-                 "Sample among the most likely tokens whose probabilities add "
-                 "up to P, in (0, 1]")
-      ->capture_default_str();
-  app.add_option("--seed", s.seed,
-                 "Seed of sampling: a sequence's tokens depend only on the "
-                 "seed, its row and its logits, whatever --microbatches, the "
-                 "stages or the ranks")
-      ->capture_default_str()
-      ->transform(seedOption());
-  app.add_option("--eos-id", s.eosId,
-                 "The token that ends a sequence: the rest of its row is this "
-                 "token (-1: none)")
-      ->capture_default_str();
-}
 } // namespace
 
 Command addGenerateCommand(CLI::App &parent) {
@@ -337,29 +274,7 @@ Command addGenerateCommand(CLI::App &parent) {
       ->default_str("16")
       ->delimiter(',')
       ->transform(intInRange(1, kMaxMicrobatches));
-  app->add_option("--prefill-chunk", o->prefillChunk,
-                  "C: prompt tokens fed in one step. A program exported with "
-                  "a dynamic sequence dimension takes the prompt in chunks "
-                  "of C (default: as many as it takes, the whole prompt "
-                  "where it fits); one exported for one token a step takes "
-                  "C = 1")
-      ->default_str("the most the program takes")
-      ->transform(intInRange(1, kMaxMicrobatches));
-  app->add_option("--slots", o->slots,
-                  "K: groups of b sequences in flight at once (continuous "
-                  "batching). The prompts' groups queue; a group starts as "
-                  "soon as one of the K leaves, so prompts of any lengths and "
-                  "--max-new-tokens keep the stages busy without draining. "
-                  "Each slot holds one copy of the program's state")
-      ->default_str("every group at once")
-      ->transform(intInRange(1, kMaxMicrobatches));
-  addSamplingOptions(*app, o->sampling);
-  app->add_option("--token-input", o->tokenInput,
-                  "The program input that takes the token ids")
-      ->capture_default_str();
-  app->add_option("--position-input", o->positionInput,
-                  "The program input that takes the position in the cache")
-      ->capture_default_str();
+  o->decode.addTo(*app);
   o->flags.addTo(*app);
   app->get_option("--microbatches")
       ->description("Groups of sequences the prompt makes (default: B / b, "

@@ -12,6 +12,7 @@
 #include "lib/FileUtil.h"
 #include "lib/NumberRules.h"
 #include "runtime/generate/Generator.h"
+#include "tools/ppc/DecodeFlags.h"
 #include "tools/ppc/OptionChecks.h"
 #include "tools/ppc/RankProcess.h"
 #include "tools/ppc/RuntimeFlags.h"
@@ -29,10 +30,8 @@ namespace {
 struct ServeCommandOptions {
   std::string manifestPath, apiKeyFile;
   serve::ServeOptions serve;
-  int64_t prefillChunk = 0;
-  int slots = 0, gatherMs = 10;
-  SamplingOptions sampling;
-  std::string tokenInput = "input_ids", positionInput = "cache_position";
+  int gatherMs = 10;
+  DecodeFlags decode;
   RuntimeFlags flags;
 };
 
@@ -61,20 +60,6 @@ bool isLoopback(llvm::StringRef host) {
   return host == "localhost" || host == "::1" || host.startswith("127.");
 }
 
-/// What every rank must have alike besides the runtime's own record.
-void recordServeFlags(const ServeCommandOptions &o, Agreement &record) {
-  const SamplingOptions &s = o.sampling;
-  record.set("--prefill-chunk", std::to_string(o.prefillChunk));
-  record.set("--slots", std::to_string(o.slots));
-  record.setNumber("--temperature", s.temperature);
-  record.set("--top-k", std::to_string(s.topK));
-  record.setNumber("--top-p", s.topP);
-  record.set("--seed", std::to_string(s.seed));
-  record.set("--eos-id", std::to_string(s.eosId));
-  record.set("--token-input", o.tokenInput);
-  record.set("--position-input", o.positionInput);
-}
-
 llvm::Expected<int> runServe(ServeCommandOptions &o) {
   auto env = startRank();
   if (!env)
@@ -82,19 +67,14 @@ llvm::Expected<int> runServe(ServeCommandOptions &o) {
   GenerateOptions options;
   if (llvm::Error err = o.flags.applyTo(options.run))
     return err;
-  options.sampling = o.sampling;
-  options.tokenInput = o.tokenInput;
-  options.positionInput = o.positionInput;
-  options.prefillChunk = o.prefillChunk;
-  options.slots = o.slots;
-  recordServeFlags(o, options.run.agreement);
+  o.decode.applyTo(options);
   if (!o.apiKeyFile.empty()) {
     auto key = readApiKey(o.apiKeyFile);
     if (!key)
       return key.takeError();
     o.serve.apiKey = std::move(*key);
   }
-  o.serve.slots = o.slots;
+  o.serve.slots = o.decode.slots;
   o.serve.gatherSeconds = o.gatherMs / 1000.0;
   serve::Service service(o.serve);
   options.onToken = [&service](const PickedToken &t) { service.onToken(t); };
@@ -124,8 +104,9 @@ Command addServeCommand(CLI::App &parent) {
       "generate) stay loaded; the last stage's rank listens on --host:--port "
       "and prints 'serving on http://HOST:PORT'. POST /v1/completions takes "
       "OpenAI's completion fields (prompt as token ids, max_tokens, "
-      "temperature, top_p, top_k, seed, stop_token_ids, stream) and answers "
-      "with token ids; GET /health; GET /metrics in Prometheus' text format. "
+      "temperature, top_p, top_k, seed, stop_token_ids, stream; the sampling "
+      "flags are their defaults) and answers with token ids; GET /health; GET "
+      "/metrics in Prometheus' text format. "
       "Requests are decoded in rounds: those that wait when a round starts "
       "decode together, their groups sharing --slots. SIGTERM (or Ctrl-C) "
       "stops taking requests, answers those taken, and ends every rank. "
@@ -160,35 +141,11 @@ Command addServeCommand(CLI::App &parent) {
                   "together)")
       ->capture_default_str()
       ->transform(intInRange(0, 60000));
-  app->add_option("--max-tokens", o->serve.defaultMaxTokens,
+  app->add_option("--max-tokens", o->serve.limits.defaultMaxTokens,
                   "max_tokens of a request that does not say")
       ->capture_default_str()
       ->transform(intInRange(1, kMaxMicrobatches));
-  app->add_option("--prefill-chunk", o->prefillChunk,
-                  "C: prompt tokens fed in one step (default: as many as "
-                  "the program takes)")
-      ->default_str("the most the program takes")
-      ->transform(intInRange(1, kMaxMicrobatches));
-  app->add_option("--slots", o->slots,
-                  "K: groups of b sequences in flight at once; a round's "
-                  "groups queue for them")
-      ->default_str("every group of a round at once")
-      ->transform(intInRange(1, kMaxMicrobatches));
-  app->add_option("--temperature", o->sampling.temperature,
-                  "The default of a request's temperature (0: greedy)")
-      ->capture_default_str()
-      ->transform(numberOption(temperatureRule()));
-  app->add_option("--eos-id", o->sampling.eosId,
-                  "The token that ends a sequence (-1: none); a finished "
-                  "group's steps are skipped, and a cancelled request's "
-                  "(a client gone) only with one")
-      ->capture_default_str();
-  app->add_option("--token-input", o->tokenInput,
-                  "The program input that takes the token ids")
-      ->capture_default_str();
-  app->add_option("--position-input", o->positionInput,
-                  "The program input that takes the position in the cache")
-      ->capture_default_str();
+  o->decode.addTo(*app);
   o->flags.addTo(*app);
   for (const char *unused : {"--microbatches", "--print-schedule", "--progress",
                              "--stats-json", "--trace"})

@@ -14,7 +14,6 @@
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 
-#include <cfloat>
 #include <map>
 #include <tuple>
 
@@ -147,8 +146,10 @@ llvm::Expected<CompletionRequest> parseCompletion(llvm::StringRef body,
   if (llvm::Error err =
           readNumber(*o, "temperature", temperatureRule(), s.temperature))
     return err;
-  if (s.temperature > 0 && s.temperature < 1.0 / FLT_MAX)
-    return fieldError("temperature", "0 or at least 1 over the largest float");
+  if (!temperatureProblem(s.temperature).empty())
+    return fieldError("temperature", "0 or at least " +
+                                         formatNumber(kMinTemperature) +
+                                         " (1 over the largest float)");
   if (llvm::Error err = readNumber(*o, "top_p", topPRule(), s.topP))
     return err;
   if (llvm::Error err = readInteger(*o, "top_k", topKRule(), s.topK))

@@ -12,6 +12,7 @@
 #include "tools/ppc/serve/Service.h"
 
 #include "lib/Error.h"
+#include "lib/SafeRead.h"
 #include "runtime/platform/Duration.h"
 #include "tools/ppc/serve/Metrics.h"
 
@@ -88,16 +89,6 @@ std::string text(const llvm::json::Value &v) {
   return os.str();
 }
 
-/// Compares keys of one length without stopping at the first difference.
-bool sameKey(llvm::StringRef a, llvm::StringRef b) {
-  if (a.size() != b.size())
-    return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i)
-    diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
-}
-
 at::Tensor promptTensor(const RoundItem &item) {
   int64_t rows = static_cast<int64_t>(item.prompt.size());
   int64_t length = static_cast<int64_t>(item.prompt[0].size());
@@ -114,7 +105,6 @@ struct Service::Impl {
   ServeOptions options;
   Metrics metrics;
   Generator *generator = nullptr;
-  RequestLimits limits;
   int64_t batch = 1;
 
   std::mutex mutex;
@@ -138,6 +128,9 @@ struct Service::Impl {
   /// tokens; once none of its rows does, its group's steps stop.
   void dropRow(int64_t id, Part &part, bool byGenerator);
   void cancel(Completion &c);
+  /// Answers `c`, unless it is done, with `status` and `message`.
+  void fail(Completion &c, int status, const std::string &message,
+            Outcome outcome);
   void failAll(const std::string &message);
 
   // HTTP.
@@ -212,23 +205,25 @@ void Service::Impl::cancel(Completion &c) {
   updateGauges();
 }
 
+void Service::Impl::fail(Completion &c, int status, const std::string &message,
+                         Outcome outcome) {
+  if (c.done)
+    return;
+  c.done = true;
+  c.status = status;
+  c.error = message;
+  metrics.countRequest(outcome);
+  c.changed.notify_all();
+}
+
 void Service::Impl::failAll(const std::string &message) {
-  auto fail = [&](Completion &c) {
-    if (c.done)
-      return;
-    c.done = true;
-    c.status = 503;
-    c.error = message;
-    metrics.countRequest(Outcome::Failed);
-    c.changed.notify_all();
-  };
   for (auto &[id, part] : parts)
     for (auto &[c, row] : part.rows)
-      fail(*c);
+      fail(*c, 503, message, Outcome::Failed);
   for (auto &c : taken)
-    fail(*c);
+    fail(*c, 503, message, Outcome::Failed);
   for (auto &c : waiting)
-    fail(*c);
+    fail(*c, 503, message, Outcome::Failed);
   taken.clear();
   waiting.clear();
   parts.clear();
@@ -284,7 +279,7 @@ bool Service::Impl::authorized(const httplib::Request &req,
     return true;
   std::string given = req.get_header_value("Authorization");
   if (llvm::StringRef(given).startswith("Bearer ") &&
-      sameKey(llvm::StringRef(given).drop_front(7), options.apiKey))
+      sameSecret(llvm::StringRef(given).drop_front(7), options.apiKey))
     return true;
   metrics.countRequest(Outcome::Unauthorized);
   res.set_header("WWW-Authenticate", "Bearer");
@@ -322,7 +317,7 @@ void Service::Impl::complete(const httplib::Request &req,
                              httplib::Response &res) {
   if (!authorized(req, res))
     return;
-  auto parsed = parseCompletion(req.body, limits);
+  auto parsed = parseCompletion(req.body, options.limits);
   if (!parsed) {
     metrics.countRequest(Outcome::BadRequest);
     reply(
@@ -479,16 +474,8 @@ llvm::Error Service::Impl::decode(Round &round, bool serving) {
     std::lock_guard<std::mutex> lock(mutex);
     if (!id) {
       std::string message = llvm::toString(id.takeError());
-      for (const auto &[request, row] : owners[k]) {
-        Completion &c = *byId[request];
-        if (c.done)
-          continue;
-        c.done = true;
-        c.status = 400;
-        c.error = message;
-        metrics.countRequest(Outcome::BadRequest);
-        c.changed.notify_all();
-      }
+      for (const auto &[request, row] : owners[k])
+        fail(*byId[request], 400, message, Outcome::BadRequest);
       continue;
     }
     Part &part = parts[*id];
@@ -522,17 +509,10 @@ llvm::Error Service::Impl::decode(Round &round, bool serving) {
   // Every row ends at its last token; a request still open now would wait
   // forever.
   for (auto &[id, part] : parts)
-    for (auto &[owner, row] : part.rows) {
-      Completion &c = *owner;
-      if (c.done)
-        continue;
-      c.done = true;
-      c.status = 500;
-      c.error = "internal error: the decode ended before the request's last "
-                "token";
-      metrics.countRequest(Outcome::Failed);
-      c.changed.notify_all();
-    }
+    for (auto &[owner, row] : part.rows)
+      fail(*owner, 500,
+           "internal error: the decode ended before the request's last token",
+           Outcome::Failed);
   parts.clear();
   updateGauges();
   return llvm::Error::success();
@@ -616,12 +596,10 @@ llvm::Error Service::run(Generator &g) {
   Impl &s = *impl_;
   s.generator = &g;
   s.batch = g.batchSize().value_or(1);
-  s.limits.vocab = g.vocabSize();
-  s.limits.positions = g.cachePositions();
-  s.limits.sampling = g.samplingOptions();
-  s.limits.maxSequences = s.options.maxSequences;
-  s.limits.defaultMaxTokens = s.options.defaultMaxTokens;
-  s.limits.maxTokens = s.options.maxTokens;
+  RequestLimits &limits = s.options.limits;
+  limits.vocab = g.vocabSize();
+  limits.positions = g.cachePositions();
+  limits.sampling = g.samplingOptions();
   // Every rank catches them: only the serving rank acts, the others wait
   // for its stop round.
   struct sigaction action = {};

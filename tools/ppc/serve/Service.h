@@ -46,8 +46,9 @@ struct ServeOptions {
   /// Bodies above this get 413; requests beyond this many waiting get 429.
   size_t maxRequestBytes = 1 << 20;
   int64_t maxQueue = 256;
-  /// Sequences per request, and max_tokens' default and most.
-  int64_t maxSequences = 64, defaultMaxTokens = 16, maxTokens = 65536;
+  /// What a request is checked against: its sequences and max_tokens here;
+  /// run() fills in the program's vocabulary, cache and sampling.
+  RequestLimits limits;
   /// Slots of the generator (0: every group at once), for the slots-in-use
   /// gauge.
   int slots = 0;

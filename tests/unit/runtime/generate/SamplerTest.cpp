@@ -288,6 +288,9 @@ TEST(SamplerTest, OptionErrorsNameTheField) {
             "temperature inf is not a finite number of at least 0");
   EXPECT_EQ(optionError(sampling(std::nan(""))),
             "temperature nan is not a finite number of at least 0");
+  EXPECT_EQ(optionError(sampling(1e-40)),
+            "temperature 1e-40 is not 0 or at least 2.938736052218037e-39 "
+            "(1 over the largest float)");
   EXPECT_EQ(optionError(sampling(1, -1)),
             "topK -1 is not an integer in 0..2147483647 (0: all)");
   EXPECT_EQ(optionError(sampling(1, 0, 0)),

@@ -78,6 +78,9 @@ TEST(CompletionTest, RefusesEachBadBodyWithItsMessage) {
             "'max_tokens' must be an integer in 1..65536");
   EXPECT_EQ(error(R"({"prompt": [1], "temperature": -1})"),
             "'temperature' must be a finite number of at least 0");
+  EXPECT_EQ(error(R"({"prompt": [1], "temperature": 1e-40})"),
+            "'temperature' must be 0 or at least 2.938736052218037e-39 (1 "
+            "over the largest float)");
   EXPECT_EQ(error(R"({"prompt": [1], "top_p": 0})"),
             "'top_p' must be a number above 0 and at most 1");
   EXPECT_EQ(error(R"({"prompt": [1], "stream": "yes"})"),
