@@ -105,13 +105,20 @@ print("peer: " + json.dumps(result))
 """
 
 
-def bench_decode_race(cfg):
-    venv = R.pytorch2_venv(cfg)
-    python = os.path.join(venv, "bin", "python")
+def make_programs(cfg, batches=BATCHES, shapes=SHAPES):
+    """Writes the prefill programs for `batches` and the prompts of `shapes`
+    into R.MODELS (MAKE; kept while this file is unchanged); returns the
+    PyTorch 2.x Python."""
+    python = os.path.join(R.pytorch2_venv(cfg), "bin", "python")
     with open(os.path.abspath(__file__)) as f:
         source = f.read()
-    R.sh([python, "-c", MAKE, R.ROOT, R.MODELS, CACHE, json.dumps(BATCHES),
-          json.dumps(SHAPES), PROMPTS, source], timeout=1200)
+    R.sh([python, "-c", MAKE, R.ROOT, R.MODELS, CACHE, json.dumps(batches),
+          json.dumps(shapes), PROMPTS, source], timeout=1200)
+    return python
+
+
+def bench_decode_race(cfg):
+    python = make_programs(cfg)
     manifests = {}
     for b in BATCHES:
         for stages in (1, 2):

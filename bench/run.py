@@ -1453,43 +1453,34 @@ def generate_table(runs, traces, same, b, P, N, groups):
     return rows
 
 
-def bench_decode_race(cfg):
-    """Benchmark 42, in bench/decode_race.py (ppc's pt2 build: pt2_ppc())."""
-    import decode_race
-    decode_race.R = sys.modules[__name__]
+def with_pt2_ppc(module_name, function, cfg):
+    """bench/MODULE_NAME.py's FUNCTION(cfg), with ppc's pt2 build as PPC
+    (pt2_ppc(): it reads .pt2 programs); the module gets this one as R."""
+    import importlib
+    module = importlib.import_module(module_name)
+    module.R = sys.modules[__name__]
     global PPC
     own = PPC
     PPC = pt2_ppc()
     try:
-        return decode_race.bench_decode_race(cfg)
+        return getattr(module, function)(cfg)
     finally:
         PPC = own
+
+
+def bench_decode_race(cfg):
+    """Benchmark 42, in bench/decode_race.py."""
+    return with_pt2_ppc("decode_race", "bench_decode_race", cfg)
 
 
 def bench_serve(cfg):
-    """Benchmark 43, in bench/serve_race.py (ppc's pt2 build: pt2_ppc())."""
-    import serve_race
-    serve_race.R = sys.modules[__name__]
-    global PPC
-    own = PPC
-    PPC = pt2_ppc()
-    try:
-        return serve_race.bench_serve(cfg)
-    finally:
-        PPC = own
+    """Benchmark 43, in bench/serve_race.py."""
+    return with_pt2_ppc("serve_race", "bench_serve", cfg)
 
 
 def bench_threads(cfg):
-    """Benchmark 44.t, in bench/threads_load.py (ppc's pt2 build: pt2_ppc())."""
-    import threads_load
-    threads_load.R = sys.modules[__name__]
-    global PPC
-    own = PPC
-    PPC = pt2_ppc()
-    try:
-        return threads_load.bench_threads(cfg)
-    finally:
-        PPC = own
+    """Benchmark 44.t, in bench/threads_load.py."""
+    return with_pt2_ppc("threads_load", "bench_threads", cfg)
 
 
 def bench_race(cfg, issue21=False, pytorch2=False):

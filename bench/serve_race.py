@@ -35,12 +35,8 @@ def percentile(values, q):
 
 
 def bench_serve(cfg):
-    venv = R.pytorch2_venv(cfg)
-    python = os.path.join(venv, "bin", "python")
-    with open(decode_race.__file__) as f:
-        source = f.read()
-    R.sh([python, "-c", decode_race.MAKE, R.ROOT, R.MODELS, decode_race.CACHE,
-          json.dumps([B]), json.dumps([[P, N]]), decode_race.PROMPTS, source], timeout=1200)
+    decode_race.R = R
+    python = decode_race.make_programs(cfg, [B], [[P, N]])
     manifest = R.split(os.path.join(R.MODELS, "prefill.b%d.pt2" % B),
                        os.path.join(R.WORK, "serve.b%d.2" % B), "--stages", 2)
     prompt_path = os.path.join(R.MODELS, "prefill.P%d.pt" % P)

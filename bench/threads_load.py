@@ -22,12 +22,8 @@ B, P, N = 8, 64, 32
 
 
 def bench_threads(cfg):
-    venv = R.pytorch2_venv(cfg)
-    python = os.path.join(venv, "bin", "python")
-    with open(decode_race.__file__) as f:
-        source = f.read()
-    R.sh([python, "-c", decode_race.MAKE, R.ROOT, R.MODELS, decode_race.CACHE,
-          json.dumps([B]), json.dumps([[P, N]]), decode_race.PROMPTS, source], timeout=1200)
+    decode_race.R = R
+    decode_race.make_programs(cfg, [B], [[P, N]])
     manifest = R.split(os.path.join(R.MODELS, "prefill.b%d.pt2" % B),
                        os.path.join(R.WORK, "threads.b%d.1" % B), "--stages", 1)
 

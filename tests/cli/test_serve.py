@@ -210,6 +210,16 @@ def parse_prometheus(text):
     return samples
 
 
+def split_decoder(tmp):
+    """The decoder's models made (cached) and split into 2 stages under TMP;
+    returns the manifest."""
+    r = decoders.generate(DECODER_MODELS, PT2_PYTHON)
+    if r.returncode != 0:
+        raise AssertionError("make_decoder_models.py:\n" + r.stdout + r.stderr)
+    return split(decoders.path(DECODER_MODELS, NAME), os.path.join(tmp, "split"),
+                 "--stages", 2).manifest
+
+
 def prompt_rows():
     return decoders.prompt(DECODER_MODELS, NAME)[:8]
 
@@ -231,13 +241,8 @@ class ServeTest(SkippingTest):
         cls.reason = skip_reason()
         if cls.reason:
             return
-        r = decoders.generate(DECODER_MODELS, PT2_PYTHON)
-        if r.returncode != 0:
-            raise AssertionError("make_decoder_models.py:\n" + r.stdout + r.stderr)
-        tmp = class_tmpdir(cls)
-        cls.tmp = tmp
-        cls.manifest = split(decoders.path(DECODER_MODELS, NAME), os.path.join(tmp, "split"),
-                             "--stages", 2).manifest
+        tmp = cls.tmp = class_tmpdir(cls)
+        cls.manifest = split_decoder(tmp)
         # The references: `ppc generate` on the same prompts, greedy and
         # sampled.
         cls.greedy = cls.generate(prompt_rows(), "greedy")
@@ -448,11 +453,7 @@ class ServeFaultsTest(SkippingTest):
         cls.reason = skip_reason()
         if cls.reason:
             return
-        r = decoders.generate(DECODER_MODELS, PT2_PYTHON)
-        if r.returncode != 0:
-            raise AssertionError("make_decoder_models.py:\n" + r.stdout + r.stderr)
-        cls.manifest = split(decoders.path(DECODER_MODELS, NAME),
-                             os.path.join(class_tmpdir(cls), "split"), "--stages", 2).manifest
+        cls.manifest = split_decoder(class_tmpdir(cls))
 
     def start_requests(self, service, count, max_tokens):
         """COUNT non-streamed requests in threads, once one token of the
