@@ -111,9 +111,46 @@ def model_path(name, suffix=".pt"):
     return os.path.join(MODELS, name + suffix)
 
 
-def model_meta(name):
-    with open(model_path(name, ".json")) as f:
+def model_meta(name, models=None):
+    """NAME.json of the test models, or of a generator's folder MODELS."""
+    with open(os.path.join(models or MODELS, name + ".json")) as f:
         return json.load(f)
+
+
+def read_bytes(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def save_tensor(folder, value, name):
+    """torch.save(VALUE) to FOLDER/NAME; returns the path."""
+    import torch
+    path = os.path.join(folder, name)
+    torch.save(value, path)
+    return path
+
+
+def tensor_meta(*sizes):
+    """One float32 tensor in docs/runtime.md's user metadata form; -1 is the
+    microbatch's row count, strides are left out (contiguous)."""
+    return {"kind": "Tensor", "tensors": [{"dtype": "float32", "sizes": list(sizes)}]}
+
+
+def child_pids(pid):
+    """The pids of PID's children (Linux /proc): the workers of a ppc launch."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()
+        if int(fields[1]) == pid:
+            found.append(int(entry))
+    return found
 
 
 class Split(typing.NamedTuple):
@@ -299,6 +336,36 @@ def class_tmpdir(cls):
     return d.name
 
 
+class ClassTmpTest(unittest.TestCase):
+    """A test class whose tests share one temporary folder, cls.tmp
+    (class_tmpdir()), made before the first and removed after the last."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.tmp = class_tmpdir(cls)
+
+    def tmp_path(self, *parts):
+        return os.path.join(self.tmp, *parts)
+
+
+class ReportingTest(ClassTmpTest):
+    """A ClassTmpTest whose tests add lines to cls.results (numbers worth
+    reading, e.g. how close a run came to its reference); they are printed
+    to stderr after the class's last test."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.results = []
+        cls.addClassCleanup(cls.print_results)
+
+    @classmethod
+    def print_results(cls):
+        for line in cls.results:
+            print(line, file=sys.stderr)
+
+
 def as_tuple(v):
     """A model output as a tuple (a single tensor becomes a 1-tuple)."""
     return tuple(v) if isinstance(v, (tuple, list)) else (v,)
@@ -319,6 +386,29 @@ def stamped(outdir, names, suffixes, tag):
         except OSError:
             return False
     return True
+
+
+def generator_up_to_date(generator, outdir, names, suffixes):
+    """Whether OUTDIR holds NAME+SUFFIX of every name and suffix with the
+    stamp this Python would write (the stamp() of GENERATOR, a
+    tests/models/make_*.py): running the generator would change nothing."""
+    sys.path.insert(0, os.path.dirname(generator))
+    import importlib
+    gen = importlib.import_module(os.path.splitext(os.path.basename(generator))[0])
+    return stamped(outdir, names, suffixes, gen.stamp())
+
+
+def run_generator(generator, outdir, names, suffixes, python=sys.executable, timeout=600):
+    """Runs GENERATOR (a tests/models/make_*.py, which caches: a model with a
+    current stamp is kept) into OUTDIR with PYTHON; skipped when PYTHON is
+    this one and generator_up_to_date() (starting it costs seconds).
+    Returns a CompletedProcess (the caller checks returncode)."""
+    # (abspath, not realpath: a venv's python is a link to the system one.)
+    if os.path.abspath(python) == os.path.abspath(sys.executable) and \
+            generator_up_to_date(generator, outdir, names, suffixes):
+        return subprocess.CompletedProcess([python, generator, outdir], 0, "up to date\n", "")
+    return subprocess.run([python, "-W", "ignore", generator, outdir], capture_output=True,
+                          text=True, timeout=timeout)
 
 
 def free_port():

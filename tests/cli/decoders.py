@@ -2,20 +2,22 @@
 decoders of tests/models/make_decoder_models.py, their reference tokens and
 prompts cut to a number of rows.
 
-  generate(outdir, python)   runs the generator (which caches: a model with a
+  make_decoder_models(outdir, python)
+                             runs the generator (which caches: a model with a
                              current stamp is kept); skipped when PYTHON is
                              this one and every model is up to date
   has_transformers(python)   whether PYTHON can import transformers
-  meta(models, name)         NAME.json: the program's batch b, cache length
+  common.model_meta(name, models)
+                             NAME.json: the program's batch b, cache length
                              L, vocabulary, prompt length P, new tokens N,
                              the reference tokens ("greedy", "reset")
-  prompt(models, name)       NAME.prompt.pt, int64 [8, P]
+  load_prompt(models, name)       NAME.prompt.pt, int64 [8, P]
   write_prompt(path, models, name, rows)
                              saves the first ROWS rows of NAME.prompt.pt to
                              PATH; returns them
   greedy(models, name, rows) the reference greedy tokens of the first ROWS
                              rows, int64 [ROWS, N]
-  transformers_greedy(models, name, rows)
+  transformers_greedy_tokens(models, name, rows)
                              the same from transformers' generate() (the
                              *_chunked models)
 
@@ -25,7 +27,6 @@ does; rows g*b .. g*b+b-1 are group g whatever the number of groups, so the
 first rows' tokens serve every M.
 """
 import functools
-import json
 import os
 import subprocess
 import sys
@@ -34,7 +35,7 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from common import ROOT, stamped  # noqa: E402
+from common import ROOT, model_meta, run_generator  # noqa: E402
 
 GENERATOR = os.path.join(ROOT, "tests", "models", "make_decoder_models.py")
 NAMES = ["dec_llama", "dec_gpt2", "dec_qwen2", "dec_llama_long", "dec_stateless",
@@ -42,14 +43,10 @@ NAMES = ["dec_llama", "dec_gpt2", "dec_qwen2", "dec_llama_long", "dec_stateless"
 SUFFIXES = (".pt2", ".prompt.pt", ".json")
 
 
-def _same_python(python):
-    # (abspath, not realpath: a venv's python is a link to the system one.)
-    return os.path.abspath(python) == os.path.abspath(sys.executable)
-
-
 @functools.lru_cache(maxsize=None)
 def has_transformers(python):
-    if _same_python(python):
+    # (abspath, not realpath: a venv's python is a link to the system one.)
+    if os.path.abspath(python) == os.path.abspath(sys.executable):
         try:
             import transformers  # noqa: F401
             return True
@@ -59,56 +56,39 @@ def has_transformers(python):
                           capture_output=True).returncode == 0
 
 
-def up_to_date(outdir):
-    """Whether OUTDIR holds every model with the stamp this Python would
-    write (make_decoder_models.stamp()): running the generator would change
-    nothing."""
-    sys.path.insert(0, os.path.dirname(GENERATOR))
-    import make_decoder_models as gen
-    return stamped(outdir, NAMES, SUFFIXES, gen.stamp())
-
-
-def generate(outdir, python=sys.executable, timeout=600):
+def make_decoder_models(outdir, python=sys.executable, timeout=600):
     """Runs the generator into OUTDIR with PYTHON; returns a
     CompletedProcess (the caller checks returncode)."""
-    if _same_python(python) and up_to_date(outdir):
-        return subprocess.CompletedProcess([python, GENERATOR, outdir], 0, "up to date\n", "")
-    return subprocess.run([python, "-W", "ignore", GENERATOR, outdir], capture_output=True,
-                          text=True, timeout=timeout)
+    return run_generator(GENERATOR, outdir, NAMES, SUFFIXES, python, timeout)
 
 
-def path(models, name, suffix=".pt2"):
+def model_file(models, name, suffix=".pt2"):
     return os.path.join(models, name + suffix)
 
 
-def meta(models, name):
-    with open(path(models, name, ".json")) as f:
-        return json.load(f)
-
-
-def prompt(models, name):
-    return torch.load(path(models, name, ".prompt.pt"))
+def load_prompt(models, name):
+    return torch.load(model_file(models, name, ".prompt.pt"))
 
 
 def write_prompt(out, models, name, rows):
     """Saves the first ROWS rows of NAME.prompt.pt to OUT; returns them."""
-    p = prompt(models, name)[:rows].clone()
+    p = load_prompt(models, name)[:rows].clone()
     torch.save(p, out)
     return p
 
 
 def greedy(models, name, rows):
     """The reference greedy tokens of the first ROWS rows, int64 [ROWS, N]."""
-    return torch.tensor(meta(models, name)["greedy"][:rows], dtype=torch.int64)
+    return torch.tensor(model_meta(name, models)["greedy"][:rows], dtype=torch.int64)
 
 
-def transformers_greedy(models, name, rows):
+def transformers_greedy_tokens(models, name, rows):
     """The tokens of transformers' own greedy generate() on the eager model
     (the models with a dynamic sequence dimension), int64 [ROWS, N]."""
-    return torch.tensor(meta(models, name)["transformers"][:rows], dtype=torch.int64)
+    return torch.tensor(model_meta(name, models)["transformers"][:rows], dtype=torch.int64)
 
 
-def reset(models, name, rows):
+def reset_state_tokens(models, name, rows):
     """The tokens of the first ROWS rows with the state reset before every
     step: what a decoder that lost its cache would give."""
-    return torch.tensor(meta(models, name)["reset"][:rows], dtype=torch.int64)
+    return torch.tensor(model_meta(name, models)["reset"][:rows], dtype=torch.int64)

@@ -4,19 +4,20 @@ Needs a torch with torch.export (2.x: the PyTorch 2.x configuration's Python,
 common.pytorch2_python()); importing this module under Debian's torch 1.13
 works, but the helpers that load programs fail there.
 
-  generate(outdir, python)   runs tests/models/make_pt2_models.py (which
+  make_pt2_models(outdir, python)
+                             runs tests/models/make_pt2_models.py (which
                              caches: a model with a current stamp is kept)
   load_module(path)          torch.export.load(path).module()
   chain_stages(dir, inputs)  runs the stage programs of DIR/manifest.json one
                              after another, as the manifest wires them, and
                              returns the model's output
-  write_data(path, models, name, loss) / make_target(...)
+  write_pt2_data(path, models, name, loss) / make_pt2_target(...)
                              `ppc train --data` files, as training.py's
   reference_pt2(...)         trains the unsplit exported program in Python as
                              `ppc train` trains (training.accumulate,
                              LibTorchAdam); returns (losses, params by FQN,
                              module)
-  stage_tensors(dir)         every parameter and buffer of the stage programs
+  pt2_stage_tensors(dir)         every parameter and buffer of the stage programs
                              of a manifest, by FQN
 
 On a program loaded back by torch.export.load, a tied weight (pt2_gpt's
@@ -36,46 +37,25 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from common import ROOT, stamped  # noqa: E402
+from common import ROOT, as_tuple, run_generator  # noqa: E402
 
 GENERATOR = os.path.join(ROOT, "tests", "models", "make_pt2_models.py")
 NAMES = ["pt2_cnn", "pt2_gpt", "pt2_unet", "pt2_two_io", "pt2_mlp", "pt2_state",
          "pt2_state_functional"]
 
 
-def up_to_date(outdir):
-    """Whether OUTDIR holds every model with the stamp this Python's torch
-    would write (make_pt2_models.stamp()), so running the generator would
-    change nothing."""
-    sys.path.insert(0, os.path.dirname(GENERATOR))
-    import make_pt2_models as gen
-    return stamped(outdir, NAMES, (".pt2", ".input.pt", ".output.pt", ".json"), gen.stamp())
-
-
-def generate(outdir, python=sys.executable, timeout=600):
+def make_pt2_models(outdir, python=sys.executable, timeout=600):
     """Runs the generator into OUTDIR with PYTHON (skipped when PYTHON is
     this one and the files are up to date: starting it costs seconds);
     returns a CompletedProcess (the caller checks returncode)."""
-    # (abspath, not realpath: a venv's python is a link to the system one.)
-    if os.path.abspath(python) == os.path.abspath(sys.executable) and up_to_date(outdir):
-        return subprocess.CompletedProcess([python, GENERATOR, outdir], 0, "up to date\n", "")
-    return subprocess.run([python, "-W", "ignore", GENERATOR, outdir], capture_output=True,
-                          text=True, timeout=timeout)
+    return run_generator(GENERATOR, outdir, NAMES, (".pt2", ".input.pt", ".output.pt", ".json"),
+                         python, timeout)
 
 
 def files(models, name):
     """{suffix: path} of model NAME in the generator's directory MODELS."""
     base = os.path.join(models, name)
     return {s: base + s for s in (".pt2", ".input.pt", ".output.pt", ".json")}
-
-
-def meta(models, name):
-    with open(os.path.join(models, name + ".json")) as f:
-        return json.load(f)
-
-
-def as_tuple(v):
-    return tuple(v) if isinstance(v, (tuple, list)) else (v,)
 
 
 def load_inputs(path):
@@ -128,7 +108,7 @@ def chain_stages(manifest_dir, inputs, grad=False, modules=None):
     return result if manifest["output_is_tuple"] else result[0]
 
 
-def stage_tensors(manifest_dir):
+def pt2_stage_tensors(manifest_dir):
     """Every parameter and buffer of the stage programs next to a manifest,
     by FQN: {fqn: [tensor per stage holding it]} (the stages keep the
     original model's names; a tied weight is held by each stage using it)."""
@@ -143,7 +123,7 @@ def stage_tensors(manifest_dir):
 
 # --- training ---------------------------------------------------------------
 
-def make_target(models, name, loss, loss_output=0, seed=0):
+def make_pt2_target(models, name, loss, loss_output=0, seed=0):
     """A fixed random target for output LOSS_OUTPUT of model NAME (its
     shape from NAME.output.pt): classes for cross_entropy, as
     training.make_target."""
@@ -156,11 +136,11 @@ def make_target(models, name, loss, loss_output=0, seed=0):
     return torch.randn(out.shape, generator=g)
 
 
-def write_data(path, models, name, loss, loss_output=0):
+def write_pt2_data(path, models, name, loss, loss_output=0):
     """Writes `ppc train --data` for NAME: one (input, target) pair, the
     input NAME.input.pt's; returns (inputs tuple, target)."""
     inputs = load_inputs(os.path.join(models, name + ".input.pt"))
-    target = make_target(models, name, loss, loss_output)
+    target = make_pt2_target(models, name, loss, loss_output)
     torch.save((inputs[0] if len(inputs) == 1 else inputs, target), path)
     return inputs, target
 
@@ -220,7 +200,7 @@ def trained_weights(saved_dir):
     a `ppc train --save` directory, checking that the copies of a tied
     weight agree bit for bit."""
     out = {}
-    for key, copies in stage_tensors(saved_dir).items():
+    for key, copies in pt2_stage_tensors(saved_dir).items():
         for c in copies[1:]:
             assert torch.equal(c, copies[0]), "%s: the stages' copies differ" % key
         out[key] = copies[0]
@@ -266,7 +246,7 @@ def check_helpers(models):
     for name in ("pt2_mlp", "pt2_gpt"):
         build, _, loss, _, _ = gen.MODELS[name]
         inputs = load_inputs(os.path.join(models, name + ".input.pt"))
-        target = make_target(models, name, loss)
+        target = make_pt2_target(models, name, loss)
         for opt, kw in (("sgd", dict(momentum=0.9, weight_decay=1e-4)), ("adam", {})):
             lr = 0.05 if opt == "sgd" else 1e-3
             for reverse in (False, True):
@@ -345,7 +325,7 @@ def check_helpers(models):
         assert isinstance(got, tuple) and len(got) == 2
         for a, b in zip(got, want):
             assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
-        held = stage_tensors(d)
+        held = pt2_stage_tensors(d)
         assert set(held) == {k for k, _ in eager.named_parameters()}, sorted(held)
         report.append("chain_stages: hand-made 2-stage pt2_two_io = pt2_two_io.output.pt; "
                       "stage_tensors holds every parameter once")

@@ -28,7 +28,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import PPC, finish, free_port, main, model_path, rank_env, start_ranks  # noqa: E402
-from training import split, write_data  # noqa: E402
+from training import split_under, write_data  # noqa: E402
 
 # Every failing case must end well before this (seconds).
 RANK_TIMEOUT = 60
@@ -89,8 +89,8 @@ class AgreementTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory(prefix="ppc-agree-")
-        cls.manifest = split(cls.tmp.name, "mlp", 2)
-        cls.manifest4 = split(cls.tmp.name, "mlp", 4)
+        cls.manifest = split_under(cls.tmp.name, "mlp", 2)
+        cls.manifest4 = split_under(cls.tmp.name, "mlp", 4)
         cls.data = os.path.join(cls.tmp.name, "data.pt")
         cls.inputs, cls.target = write_data(cls.data, "mlp", "cross_entropy")
         # The same shapes, another target.
@@ -104,7 +104,7 @@ class AgreementTest(unittest.TestCase):
     def path(self, name):
         return os.path.join(self.tmp.name, name)
 
-    def start(self, command, world, args, rank_args, rank_envs=None):
+    def start_ranks_timed(self, command, world, args, rank_args, rank_envs=None):
         """Starts `ppc COMMAND ARGS RANK_ARGS[r]` on each of WORLD ranks, with
         RANK_ENVS[r] added to rank r's environment; returns [(rc, out, err)]
         and the seconds they took."""
@@ -119,13 +119,14 @@ class AgreementTest(unittest.TestCase):
         results = finish(procs, timeout=RANK_TIMEOUT + 30)
         return results, time.monotonic() - began
 
-    def train(self, rank_args, world=2, manifest=None, args=()):
+    def train_with_rank_args(self, rank_args, world=2, manifest=None, args=()):
         """`ppc train` on WORLD ranks, each with --data DATA unless its
         RANK_ARGS give one."""
         rank_args = {r: ([] if "--data" in rank_args.get(r, []) else ["--data", self.data])
                      + rank_args.get(r, []) for r in range(world)}
-        return self.start("train", world,
-                          [manifest or self.manifest, "--loss", "cross_entropy", "--timeout",
+        return self.start_ranks_timed("train", world,
+                                      [manifest or self.manifest, "--loss", "cross_entropy",
+                                       "--timeout",
                            RANK_TIMEOUT, *args], rank_args)
 
     def assert_disagree(self, ran, line):
@@ -141,17 +142,18 @@ class AgreementTest(unittest.TestCase):
 
     def test_weight_decay(self):
         self.assert_disagree(
-            self.train({1: ["--weight-decay", "0.001"]}, args=("--optimizer", "adamw")),
+            self.train_with_rank_args({1: ["--weight-decay", "0.001"]}, args=("--optimizer",
+                                                                              "adamw")),
             "ranks disagree on --weight-decay: rank 0 has 0.01, rank 1 has 0.001")
 
     def test_microbatches(self):
         self.assert_disagree(
-            self.train({0: ["--microbatches", "2"], 1: ["--microbatches", "3"]}),
+            self.train_with_rank_args({0: ["--microbatches", "2"], 1: ["--microbatches", "3"]}),
             "ranks disagree on --microbatches: rank 0 has 2, rank 1 has 3")
 
     def test_eval_data_on_one_rank(self):
         self.assert_disagree(
-            self.train({1: ["--eval-data", self.data]}),
+            self.train_with_rank_args({1: ["--eval-data", self.data]}),
             "ranks disagree on --eval-data: rank 0 has none, rank 1 has " + digest(self.data))
 
     def test_data_parallel_on_some_ranks(self):
@@ -159,34 +161,35 @@ class AgreementTest(unittest.TestCase):
         # replicas of 2: their rank groups differ, and would never connect.
         dp = ["--data-parallel", "2"]
         self.assert_disagree(
-            self.train({2: dp, 3: dp}, world=4, manifest=self.manifest4),
+            self.train_with_rank_args({2: dp, 3: dp}, world=4, manifest=self.manifest4),
             "ranks disagree on --data-parallel: rank 0 has 1, rank 2 has 2")
 
     def test_data_of_other_contents(self):
         self.assert_disagree(
-            self.train({1: ["--data", self.other_data]}),
+            self.train_with_rank_args({1: ["--data", self.other_data]}),
             "ranks disagree on --data: rank 0 has %s, rank 1 has %s"
             % (digest(self.data), digest(self.other_data)))
 
     def test_same_contents_under_another_path_agree(self):
         copy = self.path("copy.pt")
         shutil.copyfile(self.data, copy)
-        results, _ = self.train({1: ["--data", copy]})
+        results, _ = self.train_with_rank_args({1: ["--data", copy]})
         for rank, (rc, out, err) in enumerate(results):
             self.assertEqual(rc, 0, "rank %d: %s" % (rank, err))
 
     def test_checkpoint_dir_on_one_rank_writes_nothing(self):
         checkpoints, saved = self.path("ck"), self.path("saved")
         self.assert_disagree(
-            self.train({0: ["--checkpoint-dir", checkpoints]}, args=("--save", saved)),
+            self.train_with_rank_args({0: ["--checkpoint-dir", checkpoints]}, args=("--save",
+                                                                                    saved)),
             "ranks disagree on --checkpoint-dir: rank 0 has %s, rank 1 has none"
             % checkpoints)
         self.assertFalse(os.path.exists(saved))
         self.assertEqual(os.listdir(checkpoints) if os.path.exists(checkpoints) else [], [])
 
     def run_ranks(self, output, rank_args, args=()):
-        return self.start("run", 2, [self.manifest, "--output", output, "--timeout",
-                                     RANK_TIMEOUT, *args], rank_args)
+        return self.start_ranks_timed("run", 2, [self.manifest, "--output", output, "--timeout",
+                                                 RANK_TIMEOUT, *args], rank_args)
 
     def test_run_inputs_of_other_contents(self):
         first, second = self.path("in0.pt"), self.path("in1.pt")
@@ -205,10 +208,11 @@ class AgreementTest(unittest.TestCase):
         # the `values` edge's ten wire tensors is its own message, where rank 0 sends one) stop
         # at the agreement with one line, over Gloo, where rank 1 used to abort in Gloo on a
         # receive of the wrong size.
-        manifest = split(self.tmp.name, "values", 2)
+        manifest = split_under(self.tmp.name, "values", 2)
         output = self.path("coalesce_out.pt")
         self.assert_disagree(
-            self.start("run", 2, [manifest, "--input", model_path("values", ".input.pt"),
+            self.start_ranks_timed("run", 2, [manifest, "--input", model_path("values",
+                                                                              ".input.pt"),
                                   "--output", output, "--link", "gloo", "--timeout",
                                   RANK_TIMEOUT], {}, rank_envs={1: {"PPC_COALESCE": "0"}}),
             "ranks disagree on PPC_COALESCE: rank 0 has 1, rank 1 has 0")

@@ -80,7 +80,7 @@ class BlasTest(unittest.TestCase):
         if self.best == GENERIC:
             self.skipTest("this CPU has no AVX: the generic kernel is its best")
 
-    def manifest(self, stages):
+    def mlp_manifest(self, stages):
         if not hasattr(self, "_manifests"):
             self._manifests = {}
         if stages not in self._manifests:
@@ -92,9 +92,9 @@ class BlasTest(unittest.TestCase):
                 self._manifests[stages] = split_at("mlp", stages, out)
         return self._manifests[stages]
 
-    def run_args(self, stages, *extra):
+    def mlp_run_args(self, stages, *extra):
         out = os.path.join(tmpdir(self), "out.pt")
-        return ["run", self.manifest(stages), "--input", model_path("mlp", ".input.pt"),
+        return ["run", self.mlp_manifest(stages), "--input", model_path("mlp", ".input.pt"),
                 "--output", out, "--stats", "--no-meta-cache", "--timeout", 60, *extra]
 
     def single_run(self, *extra, **env):
@@ -102,7 +102,7 @@ class BlasTest(unittest.TestCase):
         port = free_port()
         env = env_with(**env)
         env.update({k: v for k, v in rank_env(0, 1, port).items() if k in RANK_VARIABLES})
-        proc = subprocess.run([PPC, *map(str, self.run_args(1, *extra))], capture_output=True,
+        proc = subprocess.run([PPC, *map(str, self.mlp_run_args(1, *extra))], capture_output=True,
                               text=True, timeout=TIMEOUT, env=env)
         self.assertEqual(proc.returncode, 0, proc.stderr)
         return proc
@@ -153,7 +153,7 @@ class BlasTest(unittest.TestCase):
     def test_launch_gives_the_ranks_the_checked_kernel(self):
         self.need_capable_cpu()
         env = env_with(OPENBLAS_CORETYPE=GENERIC, PPC_TEST_BLAS_CORETYPE_IS_DEFAULT="1")
-        proc = launch(2, *self.run_args(2), env=env, timeout=TIMEOUT)
+        proc = launch(2, *self.mlp_run_args(2), env=env, timeout=TIMEOUT)
         self.assertEqual(proc.returncode, 0, proc.stderr)
         notes = LAUNCH_NOTE.findall(proc.stderr)
         self.assertEqual(notes, [(self.best, self.best)], proc.stderr)
@@ -162,7 +162,7 @@ class BlasTest(unittest.TestCase):
         self.assertNotIn("warning", proc.stderr)
         # Passed through to the ranks, --quiet silences the note too; the
         # ranks still get the kernel.
-        quiet = launch(2, *self.run_args(2, "--quiet"), env=env, timeout=TIMEOUT)
+        quiet = launch(2, *self.mlp_run_args(2, "--quiet"), env=env, timeout=TIMEOUT)
         self.assertEqual(quiet.returncode, 0, quiet.stderr)
         self.assertNotIn("note: OpenBLAS", quiet.stderr)
         self.assertEqual(set(self.stats_kernels(quiet.stdout).values()),
@@ -170,7 +170,7 @@ class BlasTest(unittest.TestCase):
 
     def test_launch_respects_the_users_kernel(self):
         self.need_capable_cpu()
-        proc = launch(2, *self.run_args(2), env=env_with(OPENBLAS_CORETYPE=GENERIC),
+        proc = launch(2, *self.mlp_run_args(2), env=env_with(OPENBLAS_CORETYPE=GENERIC),
                       timeout=TIMEOUT)
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertNotIn("note: OpenBLAS", proc.stderr)
@@ -182,7 +182,7 @@ class BlasTest(unittest.TestCase):
         self.need_capable_cpu()
         env = env_with(OPENBLAS_CORETYPE=GENERIC, PPC_TEST_BLAS_CORETYPE_IS_DEFAULT="1",
                        PPC_TEST_BLAS_CANDIDATE="Bogus")
-        proc = launch(2, *self.run_args(2), env=env, timeout=TIMEOUT)
+        proc = launch(2, *self.mlp_run_args(2), env=env, timeout=TIMEOUT)
         self.assertEqual(proc.returncode, 0, proc.stderr)
         warnings = LAUNCH_WARNING.findall(proc.stderr)
         self.assertEqual(len(warnings), 1, proc.stderr)
@@ -193,7 +193,7 @@ class BlasTest(unittest.TestCase):
         self.assertEqual(proc.stderr.count("warning:"), 1, proc.stderr)
         self.assertNotIn("note: OpenBLAS", proc.stderr)
         self.assertEqual(set(self.stats_kernels(proc.stdout).values()), {"openblas:" + GENERIC})
-        quiet = launch(2, *self.run_args(2, "--quiet"), env=env, timeout=TIMEOUT)
+        quiet = launch(2, *self.mlp_run_args(2, "--quiet"), env=env, timeout=TIMEOUT)
         self.assertEqual(quiet.returncode, 0, quiet.stderr)
         self.assertNotIn("warning", quiet.stderr)
 

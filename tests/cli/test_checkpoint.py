@@ -25,19 +25,19 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import (PPC, class_tmpdir, free_port, main, ppc,  # noqa: E402
                     rank_env, tmpdir)
-from training import STEP, reference, rel_diff, split, train, write_data  # noqa: E402
+from training import STEP, reference, rel_diff, split_under, train, write_data  # noqa: E402
 
 FAULTS = os.environ.get("PPC_WRITE_FAULTS", "")
 CKPT_FILES = {"checkpoint.json", "manifest.json", "stage_0.pt", "stage_1.pt",
               "optim.stage0.pt", "optim.stage1.pt", "rng.rank0.pt", "rng.rank1.pt"}
 
 
-def losses(run):
+def step_losses(run):
     """{global step: loss} of a run's "step N loss X" lines (exact text)."""
     return {int(m.group(1)): m.group(2) for m in STEP.finditer(run.proc.stdout)}
 
 
-def errors(text):
+def error_lines(text):
     return [line for line in text.splitlines() if "error: " in line]
 
 
@@ -49,14 +49,14 @@ def steps_in(directory):
 class CheckpointTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.manifest = split(class_tmpdir(cls), "mlp", 2)
+        cls.manifest = split_under(class_tmpdir(cls), "mlp", 2)
 
     def setUp(self):
         self.dir = tmpdir(self)
         self.data = os.path.join(self.dir, "data.pt")
         self.inputs, self.target = write_data(self.data, "mlp", "cross_entropy")
 
-    def train(self, steps, *args, env=None):
+    def train_checkpointed(self, steps, *args, env=None):
         """ENV: extra environment, for a run on shorter timeouts."""
         extra = ("--loss", "cross_entropy", "--no-meta-cache", "--quiet", "--steps", str(steps))
         timeouts = {} if env is None else dict(rank_timeout=60, timeout=120)
@@ -64,9 +64,9 @@ class CheckpointTest(unittest.TestCase):
 
     def ok(self, run):
         self.assertEqual(run.proc.returncode, 0, run.output)
-        return losses(run)
+        return step_losses(run)
 
-    def verify(self, step_dir):
+    def verify_checkpoint(self, step_dir):
         """Every file checkpoint.json lists has its sha256; returns the info."""
         with open(os.path.join(step_dir, "checkpoint.json")) as f:
             info = json.load(f)
@@ -83,12 +83,12 @@ class CheckpointTest(unittest.TestCase):
             with self.subTest(optimizer):
                 opts = ["--optimizer", optimizer, "--lr", "0.01", *more]
                 full_dir = os.path.join(self.dir, "full-" + optimizer)
-                full = self.ok(self.train(8, *opts, "--microbatches", "2",
-                                          "--checkpoint-dir", full_dir,
-                                          "--checkpoint-every", "2", "--keep", "2"))
+                full = self.ok(self.train_checkpointed(8, *opts, "--microbatches", "2",
+                                                       "--checkpoint-dir", full_dir,
+                                                       "--checkpoint-every", "2", "--keep", "2"))
                 # --keep 2: the two newest of steps 2, 4, 6, 8.
                 self.assertEqual(steps_in(full_dir), ["step-00000006", "step-00000008"])
-                info = self.verify(os.path.join(full_dir, "step-00000008"))
+                info = self.verify_checkpoint(os.path.join(full_dir, "step-00000008"))
                 self.assertEqual((info["step"], info["stages"], info["world_size"],
                                   info["optimizer"]["kind"]), (8, 2, 2, optimizer))
                 self.assertEqual(set(os.listdir(os.path.join(full_dir, "step-00000008"))),
@@ -100,20 +100,20 @@ class CheckpointTest(unittest.TestCase):
                     self.assertAlmostEqual(float(full[s]), ref[s - 1], delta=1e-5 * abs(ref[s - 1]))
 
                 part_dir = os.path.join(self.dir, "part-" + optimizer)
-                first = self.ok(self.train(4, *opts, "--microbatches", "2",
-                                           "--checkpoint-dir", part_dir))
+                first = self.ok(self.train_checkpointed(4, *opts, "--microbatches", "2",
+                                                        "--checkpoint-dir", part_dir))
                 self.assertEqual(first, {s: full[s] for s in range(1, 5)})
                 self.assertEqual(steps_in(part_dir), ["step-00000004"])
                 # Resumed into the same directory: steps 5..8 bitwise.
-                resumed = self.ok(self.train(8, *opts, "--microbatches", "2",
-                                             "--resume", part_dir,
-                                             "--checkpoint-dir", part_dir))
+                resumed = self.ok(self.train_checkpointed(8, *opts, "--microbatches", "2",
+                                                          "--resume", part_dir,
+                                                          "--checkpoint-dir", part_dir))
                 self.assertEqual(resumed, {s: full[s] for s in range(5, 9)})
                 self.assertEqual(steps_in(part_dir), ["step-00000004", "step-00000008"])
                 # The checkpoints of both runs hold the same bytes, but for
                 # the generators: each process starts with its own seed, and
                 # the resumed one has step 4's (no step draws from them).
-                a, b, c = (self.verify(os.path.join(d, "step-0000000%d" % s))["files"]
+                a, b, c = (self.verify_checkpoint(os.path.join(d, "step-0000000%d" % s))["files"]
                            for d, s in ((full_dir, 8), (part_dir, 8), (part_dir, 4)))
                 rng = {"rng.rank0.pt", "rng.rank1.pt"}
                 self.assertEqual({k: v for k, v in a.items() if k not in rng},
@@ -152,9 +152,11 @@ class CheckpointTest(unittest.TestCase):
         shutil.copytree(self.adam_dir, copy)
         shutil.rmtree(os.path.join(copy, "step-00000008"))
         opts = ["--optimizer", "adam", "--lr", "0.01", "--resume", copy]
-        gpipe = self.ok(self.train(8, *opts, "--microbatches", "2", "--schedule", "gpipe"))
+        gpipe = self.ok(self.train_checkpointed(8, *opts, "--microbatches", "2", "--schedule",
+                                                "gpipe"))
         self.assertEqual(gpipe, {s: self.adam_full[s] for s in range(5, 9)})
-        more = self.ok(self.train(8, *opts, "--microbatches", "4", "--schedule", "gpipe"))
+        more = self.ok(self.train_checkpointed(8, *opts, "--microbatches", "4", "--schedule",
+                                               "gpipe"))
         self.assertEqual(sorted(more), [5, 6, 7, 8])
         for s in range(5, 9):
             self.assertAlmostEqual(float(more[s]), float(self.adam_full[s]),
@@ -169,11 +171,11 @@ class CheckpointTest(unittest.TestCase):
             with self.subTest(name):
                 opts = [*opts, "--lr", "0.01", "--microbatches", "2"]
                 ck = os.path.join(self.dir, "ck-" + name)
-                full = self.ok(self.train(4, *opts, "--checkpoint-dir", ck,
-                                          "--checkpoint-every", "2"))
+                full = self.ok(self.train_checkpointed(4, *opts, "--checkpoint-dir", ck,
+                                                       "--checkpoint-every", "2"))
                 self.assertEqual(sorted(full), [1, 2, 3, 4])
                 self.assertEqual(steps_in(ck), ["step-00000002", "step-00000004"])
-                info = self.verify(os.path.join(ck, "step-00000002"))
+                info = self.verify_checkpoint(os.path.join(ck, "step-00000002"))
                 state = torch.load(os.path.join(ck, "step-00000002", "optim.stage0.pt"))
                 if name == "adamw":
                     self.assertEqual(info["optimizer"]["kind"], "adamw")
@@ -185,31 +187,32 @@ class CheckpointTest(unittest.TestCase):
                     self.assertTrue(state and all(k.endswith("#momentum_buffer")
                                                   for k in state))
                 shutil.rmtree(os.path.join(ck, "step-00000004"))
-                resumed = self.ok(self.train(4, *opts, "--resume", ck))
+                resumed = self.ok(self.train_checkpointed(4, *opts, "--resume", ck))
                 self.assertEqual(resumed, {s: full[s] for s in (3, 4)})
 
     def test_refusals(self):
         ck = os.path.join(self.dir, "ck")
-        self.ok(self.train(4, "--checkpoint-dir", ck, "--checkpoint-every", "2", "--keep", "5"))
+        self.ok(self.train_checkpointed(4, "--checkpoint-dir", ck, "--checkpoint-every", "2",
+                                        "--keep", "5"))
         self.assertEqual(steps_in(ck), ["step-00000002", "step-00000004"])
         newest = os.path.join(ck, "step-00000004")
 
         def refused(run, message):
             self.assertEqual(run.proc.returncode, 2, run.output)
             self.assertIn("error: " + message, run.proc.stderr)
-            for line in errors(run.proc.stderr):
+            for line in error_lines(run.proc.stderr):
                 self.assertIn(message, line)
 
         # Nothing left to train.
-        refused(self.train(4, "--resume", ck),
+        refused(self.train_checkpointed(4, "--resume", ck),
                 "--resume: the checkpoint '%s' is after step 4; --steps 4 leaves no step to "
                 "train" % newest)
         # Another optimizer.
-        refused(self.train(6, "--resume", ck, "--optimizer", "adam"),
+        refused(self.train_checkpointed(6, "--resume", ck, "--optimizer", "adam"),
                 "the checkpoint '%s' was trained with --optimizer sgd, this run with adam: "
                 "resume with the same optimizer" % newest)
         # Another number of stages.
-        three = split(self.dir, "mlp", 3)
+        three = split_under(self.dir, "mlp", 3)
         r = train(3, three, self.data, "--loss", "cross_entropy", "--steps", "6",
                   "--no-meta-cache", "--resume", ck)
         refused(r, "the checkpoint '%s' has 2 stages, the manifest 3" % newest)
@@ -252,7 +255,7 @@ class CheckpointTest(unittest.TestCase):
                     "--no-meta-cache", "--resume", ck)
         self.assertEqual(run.proc.returncode, 0, run.output)
         self.assertIn("resumed from %s (after step 4)" % newest, run.proc.stderr)
-        self.assertEqual(sorted(losses(run)), [5])
+        self.assertEqual(sorted(step_losses(run)), [5])
         shutil.rmtree(os.path.join(ck, "step-00000009.tmp-0-1-abcdef"))
         shutil.rmtree(os.path.join(ck, "step-00000007"))
 
@@ -267,12 +270,12 @@ class CheckpointTest(unittest.TestCase):
         message = ("the checkpoint '%s' is corrupt: '%s' does not match its sha256 in "
                    "checkpoint.json; the newest complete one is '%s': remove the corrupt one "
                    "to resume from it" % (newest, stage, os.path.join(ck, "step-00000002")))
-        refused(self.train(6, "--resume", ck), message)
+        refused(self.train_checkpointed(6, "--resume", ck), message)
         proc = ppc("join", ck, "-o", os.path.join(self.dir, "j.pt"), check=False)
         self.assertEqual(proc.returncode, 2)
         self.assertEqual(proc.stderr.strip(), "error: " + message)
 
-    def start(self, steps, ck, env=None, extra=()):
+    def start_train_ranks(self, steps, ck, env=None, extra=()):
         """The two ranks of `ppc train` as processes of their own."""
         port = free_port()
         args = [PPC, "train", self.manifest, "--data", self.data, "--loss", "cross_entropy",
@@ -282,7 +285,7 @@ class CheckpointTest(unittest.TestCase):
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                 for r in range(2)]
 
-    def wait(self, procs):
+    def communicate_all(self, procs):
         out = []
         for p in procs:
             o, e = p.communicate(timeout=60)
@@ -293,14 +296,15 @@ class CheckpointTest(unittest.TestCase):
         """Every step directory of `ck` is a whole checkpoint."""
         for name in steps_in(ck):
             if ".tmp-" not in name:
-                self.verify(os.path.join(ck, name))
+                self.verify_checkpoint(os.path.join(ck, name))
 
     def test_killed_rank(self):
-        full = self.ok(self.train(8, "--optimizer", "adam"))
+        full = self.ok(self.train_checkpointed(8, "--optimizer", "adam"))
         for victim in (0, 1):
             with self.subTest(victim=victim):
                 ck = os.path.join(self.dir, "killed%d" % victim)
-                procs = self.start(8, ck, {"PPC_TEST_CHECKPOINT_PAUSE": "5:%d" % victim},
+                procs = self.start_train_ranks(8, ck,
+                                               {"PPC_TEST_CHECKPOINT_PAUSE": "5:%d" % victim},
                                    ["--optimizer", "adam"])
                 # The victim has written its files of checkpoint 5 and waits.
                 deadline = time.time() + 60
@@ -312,15 +316,15 @@ class CheckpointTest(unittest.TestCase):
                 procs[victim].send_signal(signal.SIGKILL)
                 procs[victim].wait()
                 procs[1 - victim].send_signal(signal.SIGTERM)
-                results = self.wait(procs)
+                results = self.communicate_all(procs)
                 self.assertEqual(results[victim][0], -signal.SIGKILL)
                 self.assertNotEqual(results[1 - victim][0], 0)
                 self.assertEqual([d for d in steps_in(ck) if ".tmp-" not in d],
                                  ["step-0000000%d" % s for s in range(1, 5)])
                 self.assert_only_complete(ck)
-                run = self.train(8, "--optimizer", "adam", "--resume", ck,
-                                 "--checkpoint-dir", ck, "--checkpoint-every", "1",
-                                 "--keep", "100")
+                run = self.train_checkpointed(8, "--optimizer", "adam", "--resume", ck,
+                                              "--checkpoint-dir", ck, "--checkpoint-every", "1",
+                                              "--keep", "100")
                 self.assertEqual(self.ok(run), {s: full[s] for s in range(5, 9)})
                 # The killed run's staged directory is gone.
                 self.assertEqual(steps_in(ck), ["step-0000000%d" % s for s in range(1, 9)])
@@ -329,7 +333,7 @@ class CheckpointTest(unittest.TestCase):
         rng = random.Random(17)
         for attempt in range(1):
             ck = os.path.join(self.dir, "random%d" % attempt)
-            procs = self.start(8, ck, extra=["--optimizer", "adam"])
+            procs = self.start_train_ranks(8, ck, extra=["--optimizer", "adam"])
             deadline = time.time() + 60
             while not os.path.isdir(ck) or not steps_in(ck):
                 self.assertLess(time.time(), deadline)
@@ -339,13 +343,14 @@ class CheckpointTest(unittest.TestCase):
             procs[victim].send_signal(signal.SIGKILL)
             procs[victim].wait()
             procs[1 - victim].send_signal(signal.SIGTERM)
-            self.wait(procs)
+            self.communicate_all(procs)
             self.assert_only_complete(ck)
             done = [d for d in steps_in(ck) if ".tmp-" not in d]
             if not done or done[-1] == "step-00000008":
                 continue  # killed before the first or after the last
             k = int(done[-1][5:])
-            run = self.train(8, "--optimizer", "adam", "--resume", ck, "--checkpoint-dir", ck)
+            run = self.train_checkpointed(8, "--optimizer", "adam", "--resume", ck,
+                                          "--checkpoint-dir", ck)
             self.assertEqual(self.ok(run), {s: full[s] for s in range(k + 1, 9)})
             self.assertEqual([d for d in steps_in(ck) if ".tmp-" in d], [])
 
@@ -353,19 +358,19 @@ class CheckpointTest(unittest.TestCase):
         if not (FAULTS and os.path.exists(FAULTS)):
             self.skipTest("PPC_WRITE_FAULTS is not built")
         ck = os.path.join(self.dir, "ck")
-        self.ok(self.train(2, "--checkpoint-dir", ck))
-        before = self.verify(os.path.join(ck, "step-00000002"))
+        self.ok(self.train_checkpointed(2, "--checkpoint-dir", ck))
+        before = self.verify_checkpoint(os.path.join(ck, "step-00000002"))
         size = sum(os.path.getsize(p) for p in glob.glob(os.path.join(ck, "*", "*")))
         for fill in (0, size // 4):
             env = dict(LD_PRELOAD=FAULTS, PPC_FAULT_DIR=ck, PPC_FAULT_ENOSPC_AFTER=str(fill))
-            r = self.train(4, "--resume", ck, "--checkpoint-dir", ck, env=env)
+            r = self.train_checkpointed(4, "--resume", ck, "--checkpoint-dir", ck, env=env)
             self.assertEqual(r.returncode, 2, r.stderr)
             self.assertIn("No space left on device", r.stderr)
             for rank in range(2):
                 lines = [l for l in r.stderr.splitlines() if l.startswith("[rank %d] error: " % rank)]
                 self.assertLessEqual(len(lines), 1, r.stderr)
             self.assertEqual(os.listdir(ck), ["step-00000002"])
-            self.assertEqual(self.verify(os.path.join(ck, "step-00000002")), before)
+            self.assertEqual(self.verify_checkpoint(os.path.join(ck, "step-00000002")), before)
 
 
 if __name__ == "__main__":

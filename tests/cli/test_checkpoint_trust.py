@@ -25,7 +25,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import (MODELS, class_tmpdir, free_port, main, ppc,  # noqa: E402
                     rank_env, tmpdir)
-from training import split, train, write_data  # noqa: E402
+from training import split_under, train, write_data  # noqa: E402
 
 OPTS = ("--loss", "cross_entropy", "--no-meta-cache", "--quiet", "--optimizer", "adam",
         "--timeout", "60")
@@ -52,7 +52,7 @@ class CheckpointTrustTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         tmp = class_tmpdir(cls)
-        cls.manifest = split(tmp, "mlp", 2)
+        cls.manifest = split_under(tmp, "mlp", 2)
         cls.data = os.path.join(tmp, "data.pt")
         write_data(cls.data, "mlp", "cross_entropy")
         cls.pristine = os.path.join(tmp, "ck")
@@ -67,7 +67,7 @@ class CheckpointTrustTest(unittest.TestCase):
         self.newest = os.path.join(self.ck, "step-00000002")
         self.older = os.path.join(self.ck, "step-00000001")
 
-    def path(self, *names):
+    def newest_path(self, *names):
         return os.path.join(self.newest, *names)
 
     def rehash(self, step_dir, drop=()):
@@ -88,7 +88,7 @@ class CheckpointTrustTest(unittest.TestCase):
         return train(2, self.manifest, self.data, *OPTS, "--steps", "4", "--resume", self.ck,
                      *args, rank_timeout=None)
 
-    def refused(self, proc, message, before):
+    def assert_refused_unchanged(self, proc, message, before):
         """`proc` (a run or a join) exited 2 with `message` on every error
         line, and the directory is as it was (`before`)."""
         self.assertEqual(proc.returncode, 2, proc.stdout + proc.stderr)
@@ -104,7 +104,7 @@ class CheckpointTrustTest(unittest.TestCase):
                 % self.older)
 
     def test_checkpoint_json_nesting_and_step_range(self):
-        info = self.path("checkpoint.json")
+        info = self.newest_path("checkpoint.json")
         with open(info) as f:
             text = f.read()
         # Nested 700 deep in a field the reader does not know, as arrays
@@ -115,44 +115,48 @@ class CheckpointTrustTest(unittest.TestCase):
         before = tree(self.dir)
         message = ("checkpoint file '%s' nests deeper than 256 levels" % info
                    + self.corrupt_note())
-        self.refused(self.resume(), message, before)
-        self.refused(ppc("join", self.ck, "-o", os.path.join(self.dir, "j.pt"), check=False),
+        self.assert_refused_unchanged(self.resume(), message, before)
+        self.assert_refused_unchanged(ppc("join", self.ck, "-o", os.path.join(self.dir, "j.pt"),
+                                          check=False),
                      message, before)
         # A step one past the range of an int by 5.
         with open(info, "w") as f:
             f.write(text.replace('"step": 2', '"step": 2147483653', 1))
         before = tree(self.dir)
-        self.refused(self.resume(),
-                     "checkpoint file '%s' lacks step, batches_done, stages or world_size "
-                     "(integers from 0 to 2147483647)%s" % (info, self.corrupt_note()), before)
+        self.assert_refused_unchanged(
+            self.resume(), "checkpoint file '%s' lacks step, batches_done, stages or world_size "
+            "(integers from 0 to 2147483647)%s" % (info, self.corrupt_note()), before)
 
     def test_files_the_checkpoint_must_hold(self):
         # rng.rank1.pt and optim.stage0.pt gone from the directory and from
         # checkpoint.json: the manifest and the ranks say they belong.
         for name in ("rng.rank1.pt", "optim.stage0.pt"):
-            os.remove(self.path(name))
+            os.remove(self.newest_path(name))
         self.rehash(self.newest, drop=("rng.rank1.pt", "optim.stage0.pt"))
         before = tree(self.dir)
         message = ("the checkpoint '%s' is corrupt: '%s' is missing%s"
-                   % (self.newest, self.path("optim.stage0.pt"), self.corrupt_note()))
-        self.refused(self.resume(), message, before)
-        self.refused(ppc("join", self.ck, "-o", os.path.join(self.dir, "j.pt"), check=False),
+                   % (self.newest, self.newest_path("optim.stage0.pt"), self.corrupt_note()))
+        self.assert_refused_unchanged(self.resume(), message, before)
+        self.assert_refused_unchanged(ppc("join", self.ck, "-o", os.path.join(self.dir, "j.pt"),
+                                          check=False),
                      message, before)
 
     def optimizer_state_refused(self, stage, change, why):
         """Optimizer state of stage `stage` changed by `change` (rehashed)
         is refused by the rank that loads it, naming `why`."""
         name = "optim.stage%d.pt" % stage
-        state = torch.load(self.path(name))
+        state = torch.load(self.newest_path(name))
         change(state)
-        torch.save(state, self.path(name))
+        torch.save(state, self.newest_path(name))
         self.rehash(self.newest)
         before = tree(self.dir)
-        self.refused(self.resume(), "the checkpoint '%s' is corrupt: '%s'%s%s"
-                     % (self.newest, self.path(name), why, self.corrupt_note()), before)
+        self.assert_refused_unchanged(self.resume(), "the checkpoint '%s' is corrupt: '%s'%s%s"
+                                      % (self.newest, self.newest_path(name), why,
+                                         self.corrupt_note()), before)
 
     def test_optimizer_state_is_checked_not_converted(self):
-        key = [k for k in torch.load(self.path("optim.stage1.pt")) if k.endswith("#exp_avg_sq")][0]
+        key = [k for k in torch.load(self.newest_path("optim.stage1.pt"))
+               if k.endswith("#exp_avg_sq")][0]
 
         def double(state):
             state[key] = state[key].double()
@@ -160,7 +164,7 @@ class CheckpointTrustTest(unittest.TestCase):
                                      ": '%s' has dtype Double, its parameter Float" % key)
         shutil.rmtree(self.ck)
         shutil.copytree(self.pristine, self.ck, symlinks=True)
-        weight = [k for k, v in torch.load(self.path("optim.stage0.pt")).items()
+        weight = [k for k, v in torch.load(self.newest_path("optim.stage0.pt")).items()
                   if k.endswith("#exp_avg") and v.dim() == 2][0]
 
         def strided(state):
@@ -176,10 +180,10 @@ class CheckpointTrustTest(unittest.TestCase):
     def test_outputs_stay_outside_the_checkpoint(self):
         outside = os.path.join(self.dir, "out")
         os.mkdir(outside)
-        os.symlink(self.path("stage_0.pt"), os.path.join(outside, "trace.json"))
+        os.symlink(self.newest_path("stage_0.pt"), os.path.join(outside, "trace.json"))
         cases = [
-            ("--stats-json", self.path("checkpoint.json"), "is inside"),
-            ("--log-file", self.path("rng.rank1.pt"), "is inside"),
+            ("--stats-json", self.newest_path("checkpoint.json"), "is inside"),
+            ("--log-file", self.newest_path("rng.rank1.pt"), "is inside"),
             ("--trace", os.path.join(outside, "trace.json"), "is inside"),
             ("--save-grads", self.ck, "is inside"),
             ("--save", self.older, "is inside"),
@@ -200,16 +204,16 @@ class CheckpointTrustTest(unittest.TestCase):
                                         how, re.escape(self.ck)))
                 self.assertEqual(tree(self.dir), before)
         # ppc join of one checkpoint's manifest, -o onto its optimizer state.
-        target = self.path("optim.stage1.pt")
-        proc = ppc("join", self.path("manifest.json"), "-o", target, check=False)
+        target = self.newest_path("optim.stage1.pt")
+        proc = ppc("join", self.newest_path("manifest.json"), "-o", target, check=False)
         self.assertEqual(proc.returncode, 2, proc.stderr)
         self.assertEqual(proc.stderr.strip(),
                          "error: --output '%s' is inside the checkpoint '%s'; refusing to write "
                          "into a checkpoint" % (target, self.newest))
         self.assertEqual(tree(self.dir), before)
         # ppc run of that manifest, --trace onto its checkpoint.json.
-        target = self.path("checkpoint.json")
-        proc = ppc("run", self.path("manifest.json"), "--input",
+        target = self.newest_path("checkpoint.json")
+        proc = ppc("run", self.newest_path("manifest.json"), "--input",
                    os.path.join(MODELS, "mlp.input.pt"), "--output",
                    os.path.join(self.dir, "y.pt"), "--trace", target, check=False,
                    env=rank_env(0, 1, free_port()))

@@ -235,7 +235,7 @@ class TrainFeedbackTest(SplitMlpTest):
         cls.data = os.path.join(cls.tmp, "data.pt")
         write_data(cls.data, "mlp", "cross_entropy")
 
-    def train(self, *extra):
+    def train_three_steps(self, *extra):
         r = train(2, self.manifest, self.data, "--loss", "cross_entropy", "--steps", "3",
                   "--microbatches", "2", "--timeout", "60", *extra)
         self.assertEqual(r.returncode, 0, r.stderr)
@@ -244,7 +244,7 @@ class TrainFeedbackTest(SplitMlpTest):
     def test_step_lines_time_rate_and_time_left(self):
         stats = os.path.join(self.tmp, "train.json")
         save = os.path.join(self.tmp, "saved")
-        r = self.train("--stats-json", stats, "--save", save)
+        r = self.train_three_steps("--stats-json", stats, "--save", save)
         lines = [l for l in r.stdout.splitlines() if "loss" in l]
         self.assertEqual(len(lines), 3, r.stdout)
         self.assertRegex(lines[0], r"^\[rank 1\] step 1 loss \S+ \([\d.]+ s, [\d.]+ samples/s, "
@@ -264,7 +264,7 @@ class TrainFeedbackTest(SplitMlpTest):
         self.assertGreater(doc["samples_per_second"], 0)
 
     def test_quiet_keeps_the_losses_only(self):
-        r = self.train("--quiet")
+        r = self.train_three_steps("--quiet")
         self.assertEqual([l for l in r.stderr.splitlines() if "MASTER_PORT" not in l], [],
                          r.stderr)
         self.assertEqual(re.findall(r"step \d+ loss \S+$", r.stdout, re.M),

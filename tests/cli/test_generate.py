@@ -62,8 +62,8 @@ import warnings
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (BUILD, PPC, class_tmpdir, finish, free_port,  # noqa: E402
-                    launch, libtorch_major, main, pytorch2_python, rank_env, split, tmpdir)
+from common import (BUILD, PPC, class_tmpdir, finish, free_port, launch,  # noqa: E402
+                    libtorch_major, main, model_meta, pytorch2_python, rank_env, split, tmpdir)
 import decoders  # noqa: E402
 from trace_format import assert_valid_trace  # noqa: E402
 
@@ -165,30 +165,30 @@ class GenerateTest(unittest.TestCase):
             self.skipTest("%s has no transformers to export the decoders (the venv of "
                           "scripts/python.sh has it)" % PT2_PYTHON)
         if type(self).models is None:
-            r = decoders.generate(DECODER_MODELS, PT2_PYTHON)
+            r = decoders.make_decoder_models(DECODER_MODELS, PT2_PYTHON)
             self.assertEqual(r.returncode, 0, "make_decoder_models.py:\n" + r.stdout + r.stderr)
             type(self).models = DECODER_MODELS
 
     # -- helpers ---------------------------------------------------------
 
-    def split(self, name, stages):
+    def decoder_split(self, name, stages):
         """The manifest of NAME split into STAGES stages, split once per
         test class."""
         key = (name, stages)
         if key not in self.splits:
             out = os.path.join(class_tmpdir(type(self)), "%s_%d" % key)
-            self.splits[key] = split(decoders.path(self.models, name), out, "--stages",
+            self.splits[key] = split(decoders.model_file(self.models, name), out, "--stages",
                                      stages).manifest
         return self.splits[key]
 
-    def prompt(self, name, rows):
+    def prompt_file(self, name, rows):
         """A prompt file of the first ROWS rows of NAME.prompt.pt."""
         path = os.path.join(self.tmp, "%s.%d.prompt.pt" % (name, rows))
         if not os.path.exists(path):
             decoders.write_prompt(path, self.models, name, rows)
         return path
 
-    def generate(self, manifest, ranks, prompt, new_tokens, *extra):
+    def run_generate(self, manifest, ranks, prompt, new_tokens, *extra):
         """`ppc generate MANIFEST --prompt PROMPT --max-new-tokens N --stats`
         on RANKS ranks; checks it succeeded and every rank printed its
         stats. Returns (tokens, {rank: meta source}, process)."""
@@ -217,18 +217,18 @@ class GenerateTest(unittest.TestCase):
     def assert_tokens(self, want, got, what):
         self.assertTrue(torch.equal(want, got), "%s:\nwant %s\ngot  %s" % (what, want, got))
 
-    def snapshot(self, *dirs):
+    def mtimes(self, *dirs):
         return {d: sorted((f, os.stat(os.path.join(d, f)).st_mtime_ns) for f in os.listdir(d))
                 for d in dirs}
 
-    def expect_error(self, manifest, prompt, message, *extra, new_tokens=6):
+    def expect_generate_error(self, manifest, prompt, message, *extra, new_tokens=6):
         """A 2-rank `ppc generate` that fails with exit status 2: the
         launcher names one rank's error, MESSAGE; every rank's error line is
         MESSAGE or a consequence of another rank's; nothing is written (no
         output, no file beside the manifest or the prompt)."""
         out = os.path.join(self.tmp, "bad-tokens.pt")
         dirs = (os.path.dirname(manifest), self.tmp)
-        before = self.snapshot(*dirs)
+        before = self.mtimes(*dirs)
         r = launch(2, "generate", manifest, "--prompt", prompt, "--max-new-tokens", new_tokens,
                    "--output", out, "--timeout", TIMEOUT, *extra, timeout=120)
         self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
@@ -239,7 +239,7 @@ class GenerateTest(unittest.TestCase):
                 self.assertRegex(m.group(1), r"^lost rank \d+ \(", r.stderr)
         self.assertNotIn("stats:", r.stdout)
         self.assertFalse(os.path.exists(out))
-        self.assertEqual(self.snapshot(*dirs), before)
+        self.assertEqual(self.mtimes(*dirs), before)
 
     # -- greedy --------------------------------------------------------------
 
@@ -247,11 +247,11 @@ class GenerateTest(unittest.TestCase):
         for run in GREEDY_RUNS:
             name, stages, ranks, m, n = run
             with self.subTest(model=name, stages=stages, ranks=ranks, microbatches=m, tokens=n):
-                meta = decoders.meta(self.models, name)
+                meta = model_meta(name, self.models)
                 rows = m * meta["batch"]
                 extra = () if run == DEFAULT_M else ("--microbatches", m)
-                tokens, _, r = self.generate(self.split(name, stages), ranks,
-                                             self.prompt(name, rows), n, *extra)
+                tokens, _, r = self.run_generate(self.decoder_split(name, stages), ranks,
+                                                 self.prompt_file(name, rows), n, *extra)
                 # Fewer groups than stages: the output rank suggests more.
                 note = ("note: %d group%s of sequences in flight on %d stages: each stage "
                         "idles while the others work; at least %d groups (%d prompt rows of "
@@ -264,19 +264,20 @@ class GenerateTest(unittest.TestCase):
                                    tokens[:, :meta["new_tokens"]], "greedy tokens")
                 # The state matters: the tokens of a decoder that loses its
                 # cache every step differ.
-                self.assertFalse(torch.equal(decoders.reset(self.models, name, rows),
+                self.assertFalse(torch.equal(decoders.reset_state_tokens(self.models, name, rows),
                                              tokens[:, :meta["new_tokens"]]))
 
     def test_chunked_prefill_matches_token_by_token_and_transformers(self):
         for name, stages, chunk in CHUNK_RUNS:
             with self.subTest(model=name, stages=stages, chunk=chunk):
                 extra = () if chunk is None else ("--prefill-chunk", chunk)
-                tokens, _, r = self.generate(self.split(name, stages), 2,
-                                             self.prompt(name, 4), 6, "--microbatches", 2,
-                                             *extra)
+                tokens, _, r = self.run_generate(self.decoder_split(name, stages), 2,
+                                                 self.prompt_file(name, 4), 6, "--microbatches", 2,
+                                                 *extra)
                 self.assert_tokens(decoders.greedy(self.models, name, 4), tokens,
                                    "tokens of token-by-token feeding")
-                self.assert_tokens(decoders.transformers_greedy(self.models, name, 4), tokens,
+                self.assert_tokens(decoders.transformers_greedy_tokens(self.models, name, 4),
+                                   tokens,
                                    "tokens of transformers' generate()")
                 # The default takes the whole prompt (P = 5) in one step.
                 self.assertIn(" prompt_tokens=5 prefill_chunk=%d " % (chunk or 5), r.stdout)
@@ -298,7 +299,7 @@ class GenerateTest(unittest.TestCase):
         path = os.path.join(self.tmp, "ten-prompts.pt")
         torch.save(prompts, path)
         out, trace = (os.path.join(self.tmp, f) for f in ("tokens.pt", "trace.json"))
-        r = launch(2, "generate", self.split(name, 2), "--prompt", path, "--max-new-tokens",
+        r = launch(2, "generate", self.decoder_split(name, 2), "--prompt", path, "--max-new-tokens",
                    ",".join(map(str, counts)), "--slots", 2, "--prefill-chunk", 3,
                    "--output", out, "--trace", trace, "--stats", "--timeout", TIMEOUT,
                    timeout=300)
@@ -307,7 +308,7 @@ class GenerateTest(unittest.TestCase):
         tokens = torch.load(out)
         with warnings.catch_warnings():  # unlifting's notes on the cache's constants
             warnings.simplefilter("ignore")
-            program = torch.export.load(decoders.path(self.models, name)).module()
+            program = torch.export.load(decoders.model_file(self.models, name)).module()
         initial = {k: v.clone() for k, v in program.named_buffers()}
         for i, (prompt, n) in enumerate(zip(prompts, counts)):
             with torch.no_grad():
@@ -345,7 +346,7 @@ class GenerateTest(unittest.TestCase):
         # the tokens nor pick them: every rank skips an ended group's steps.
         name, eos, n = "dec_gpt2", 21, 6
         greedy = decoders.greedy(self.models, name, 8)
-        prompt = self.prompt(name, 8)
+        prompt = self.prompt_file(name, 8)
         steps = torch.load(prompt).shape[1]  # one prompt token a step
         # A row's tokens after its first eos are eos.
         seen = torch.cumsum((greedy == eos).int(), 1) > 0
@@ -362,7 +363,8 @@ class GenerateTest(unittest.TestCase):
         for stages in (2, 4):
             with self.subTest(stages=stages):
                 trace = os.path.join(self.tmp, "trace-%d.json" % stages)
-                tokens, _, r = self.generate(self.split(name, stages), stages, prompt, n,
+                tokens, _, r = self.run_generate(self.decoder_split(name, stages), stages, prompt,
+                                                 n,
                                              "--microbatches", 4, "--eos-id", eos,
                                              "--trace", trace, "--stream")
                 self.assert_tokens(want, tokens, "tokens with --eos-id %d" % eos)
@@ -401,11 +403,11 @@ class GenerateTest(unittest.TestCase):
         # (the first arrives through the pipe while the job still runs),
         # every row's lines in order, and they are --output's tokens.
         name, n = "dec_llama_long", 120
-        prompt = torch.load(self.prompt(name, 8))
+        prompt = torch.load(self.prompt_file(name, 8))
         both = os.path.join(self.tmp, "two-prompts.pt")
         torch.save([prompt[:4].clone(), prompt[4:].clone()], both)
         out = os.path.join(self.tmp, "tokens.pt")
-        args = ["generate", self.split(name, 2), "--prompt", both, "--max-new-tokens", n,
+        args = ["generate", self.decoder_split(name, 2), "--prompt", both, "--max-new-tokens", n,
                 "--output", out, "--stream", "--quiet", "--timeout", TIMEOUT]
         port = free_port()
         procs = [subprocess.Popen([PPC, *map(str, args)], env=rank_env(rank, 2, port),
@@ -434,8 +436,9 @@ class GenerateTest(unittest.TestCase):
 
     def sample(self, stages, ranks, m, seed=7):
         name = "dec_llama"
-        rows = m * decoders.meta(self.models, name)["batch"]
-        tokens, _, _ = self.generate(self.split(name, stages), ranks, self.prompt(name, rows), 6,
+        rows = m * model_meta(name, self.models)["batch"]
+        tokens, _, _ = self.run_generate(self.decoder_split(name, stages), ranks,
+                                         self.prompt_file(name, rows), 6,
                                      "--microbatches", m, *SAMPLING, "--seed", seed)
         self.assertTrue(bool(((tokens >= 0) & (tokens < 128)).all()), tokens)
         return tokens
@@ -456,15 +459,15 @@ class GenerateTest(unittest.TestCase):
 
     def test_second_run_uses_meta_cache(self):
         name = "dec_gpt2"
-        manifest = split(decoders.path(self.models, name), os.path.join(self.tmp, "split"),
+        manifest = split(decoders.model_file(self.models, name), os.path.join(self.tmp, "split"),
                          "--stages", 2).manifest
-        prompt = self.prompt(name, 4)
+        prompt = self.prompt_file(name, 4)
         want = decoders.greedy(self.models, name, 4)
-        first, sources, _ = self.generate(manifest, 2, prompt, 6, "--microbatches", 2)
+        first, sources, _ = self.run_generate(manifest, 2, prompt, 6, "--microbatches", 2)
         self.assertEqual(set(sources.values()), {"inferred"})
         trace = os.path.join(self.tmp, "trace.json")
-        second, sources, r = self.generate(manifest, 2, prompt, 6, "--microbatches", 2,
-                                           "--trace", trace)
+        second, sources, r = self.run_generate(manifest, 2, prompt, 6, "--microbatches", 2,
+                                               "--trace", trace)
         self.assertEqual(set(sources.values()), {"cache"}, r.stdout)
         self.assert_decode_trace(assert_valid_trace(self, trace), groups=2, steps=5 + 6 - 1)
         self.assertNotIn("warning", r.stderr)
@@ -493,11 +496,12 @@ class GenerateTest(unittest.TestCase):
         # Two prompts in one file are submitted together and flushed as one
         # decode of all their groups; --output is the list of their tokens.
         name = "dec_llama"
-        prompt = torch.load(self.prompt(name, 8))
+        prompt = torch.load(self.prompt_file(name, 8))
         both = os.path.join(self.tmp, "two-prompts.pt")
         torch.save([prompt[:4].clone(), prompt[4:].clone()], both)
         out = os.path.join(self.tmp, "tokens.pt")
-        r = launch(2, "generate", self.split(name, 2), "--prompt", both, "--max-new-tokens", 6,
+        r = launch(2, "generate", self.decoder_split(name, 2), "--prompt", both,
+                   "--max-new-tokens", 6,
                    "--output", out, "--stats", "--timeout", TIMEOUT, timeout=300)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertIn("groups=4 ", r.stdout)
@@ -519,7 +523,7 @@ class GenerateTest(unittest.TestCase):
         want = decoders.greedy(self.models, name, 4)
         for mode in ((), ("submit",)):
             with self.subTest(mode=mode):
-                r = launch(2, self.split(name, 2), self.prompt(name, 4), 6, *mode,
+                r = launch(2, self.decoder_split(name, 2), self.prompt_file(name, 4), 6, *mode,
                            program=program, timeout=300)
                 self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
                 lines = [l for l in r.stdout.splitlines()
@@ -542,9 +546,9 @@ class GenerateTest(unittest.TestCase):
         # A long decode (500 tokens of 4 groups on a cache of 512) with
         # rank 1, the last stage's, killed once it has picked the first
         # tokens: rank 0 names it within --timeout.
-        manifest = self.split("dec_llama_long", 2)
+        manifest = self.decoder_split("dec_llama_long", 2)
         out = os.path.join(self.tmp, "tokens.pt")
-        args = ["generate", manifest, "--prompt", self.prompt("dec_llama_long", 8),
+        args = ["generate", manifest, "--prompt", self.prompt_file("dec_llama_long", 8),
                 "--max-new-tokens", 500, "--output", out, "--microbatches", 4, "--progress",
                 "--no-meta-cache", "--timeout", 20]
         port = free_port()
@@ -570,8 +574,8 @@ class GenerateTest(unittest.TestCase):
         self.assertFalse(os.path.exists(out))
 
     def test_bad_inputs(self):
-        manifest = self.split("dec_llama", 2)
-        good = self.prompt("dec_llama", 8)
+        manifest = self.decoder_split("dec_llama", 2)
+        good = self.prompt_file("dec_llama", 8)
         prompts = {}
         for what, tensor in (("dtype", torch.zeros(2, 5)),
                              ("rank", torch.zeros(5, dtype=torch.int64)),
@@ -588,29 +592,30 @@ class GenerateTest(unittest.TestCase):
             ("rows", manifest, prompts["rows"], ERR_PROMPT_ROWS, ()),
             ("new tokens", manifest, good, ERR_NEW_TOKENS, (), 0),
             ("cache", manifest, good, ERR_CACHE, (), 28),
-            ("no state", self.split("dec_stateless", 2), self.prompt("dec_stateless", 8),
+            ("no state", self.decoder_split("dec_stateless", 2), self.prompt_file("dec_stateless",
+                                                                                  8),
              ERR_NO_STATE, ()),
             ("no input", manifest, good, ERR_NO_INPUT, ("--token-input", "tokens")),
             ("no inputs", manifest, good, ERR_INPUTS,
              ("--token-input", "a", "--position-input", "b")),
             # The real reason first: a program without a cache is no decoder.
-            ("no state, no input", self.split("dec_stateless", 2),
-             self.prompt("dec_stateless", 8), ERR_NO_STATE, ("--token-input", "tokens")),
+            ("no state, no input", self.decoder_split("dec_stateless", 2),
+             self.prompt_file("dec_stateless", 8), ERR_NO_STATE, ("--token-input", "tokens")),
             ("vocabulary", manifest, prompts["vocab"], ERR_VOCAB, ()),
             ("counts", manifest, good, ERR_COUNTS, (), "3,4"),
             ("chunk, static", manifest, good, ERR_CHUNK_STATIC, ("--prefill-chunk", 3)),
-            ("chunk, limit", self.split("dec_llama_chunked", 2),
-             self.prompt("dec_llama_chunked", 8), ERR_CHUNK_LIMIT, ("--prefill-chunk", 33)),
+            ("chunk, limit", self.decoder_split("dec_llama_chunked", 2),
+             self.prompt_file("dec_llama_chunked", 8), ERR_CHUNK_LIMIT, ("--prefill-chunk", 33)),
         ]
         for what, m, prompt, message, extra, *n in cases:
             with self.subTest(what):
-                self.expect_error(m, prompt, message, *extra, new_tokens=n[0] if n else 6)
+                self.expect_generate_error(m, prompt, message, *extra, new_tokens=n[0] if n else 6)
 
     def test_a_manifest_that_hides_state_is_refused(self):
         # Issue #45, class 4: without the check, a manifest without a stage's
         # state (or half of it) decoded with every group sharing one cache,
         # exit 0 and wrong tokens.
-        manifest = self.split("dec_llama", 2)
+        manifest = self.decoder_split("dec_llama", 2)
         with open(manifest) as f:
             whole = json.load(f)
         listed = [t["name"] for t in whole["stages"][1]["state"]]
@@ -632,8 +637,8 @@ class GenerateTest(unittest.TestCase):
                 message = ("stage 1's program writes %s in place, but the manifest lists its "
                            "state as %s: the manifest does not describe this stage (split "
                            "again)" % (quoted, shown))
-                self.expect_error(path, self.prompt("dec_llama", 4), message,
-                                  "--no-meta-cache")
+                self.expect_generate_error(path, self.prompt_file("dec_llama", 4), message,
+                                           "--no-meta-cache")
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import (PPC, assert_outputs_close, expected_output, free_port, launch,  # noqa: E402
                     main, model_path, parse_stats, rank_env, split_at, tmpdir)
-from training import reference, split, train, write_data  # noqa: E402
+from training import reference, split_under, train, write_data  # noqa: E402
 
 # The error of a ppc whose LibTorch has no CUDA (runtime/link/Transport.h,
 # checkCudaDevice).
@@ -216,7 +216,7 @@ class CudaTest(unittest.TestCase):
         self.need()
         data = os.path.join(self.tmp, "mlp.data.pt")
         inputs, target = write_data(data, "mlp", "cross_entropy")
-        manifest = split(self.tmp, "mlp", 2)
+        manifest = split_under(self.tmp, "mlp", 2)
         saved = os.path.join(self.tmp, "saved")
         run = train(1, manifest, data, "--loss", "cross_entropy", "--device", "cuda",
                     "--steps", "3", "--microbatches", "2", "--lr", "0.1", "--save", saved)

@@ -77,7 +77,7 @@ class HostileFilesTest(unittest.TestCase):
 
     # --- helpers ---------------------------------------------------------
 
-    def snapshot(self):
+    def user_files(self):
         """Names, kinds and bytes of every user file, to check nothing changed."""
         files = {}
         for root, dirs, names in os.walk(self.dir):
@@ -100,19 +100,20 @@ class HostileFilesTest(unittest.TestCase):
         with open(self.manifest, "w") as f:
             json.dump(m, f)
 
-    def expect(self, args, message):
+    def expect_refused_unchanged(self, args, message):
         """Runs ppc ARGS; expects exactly `error: MESSAGE` and exit 2."""
-        before = self.snapshot()
+        before = self.user_files()
         proc = ppc(*args, check=False, timeout=60)
         self.assertEqual((proc.returncode, proc.stderr), (2, f"error: {message}\n"), proc.stdout)
-        self.assertEqual(self.snapshot(), before)
+        self.assertEqual(self.user_files(), before)
         return proc
 
     def expect_everywhere(self, message, inspect=True):
         """The same one-line error through inspect, verify and a 2-rank run."""
         if inspect:
-            self.expect(["inspect", self.manifest], message)
-        self.expect(["verify", model_path("mlp"), self.manifest, "--input", self.input], message)
+            self.expect_refused_unchanged(["inspect", self.manifest], message)
+        self.expect_refused_unchanged(["verify", model_path("mlp"), self.manifest, "--input",
+                                       self.input], message)
         self.expect_run({0: message, 1: message})
 
     def expect_run(self, messages):
@@ -121,7 +122,7 @@ class HostileFilesTest(unittest.TestCase):
         line (the launcher may stop the others before they print), the
         launcher names a reader and its error, everything ends within the
         timeout, and no output or file is written."""
-        before = self.snapshot()
+        before = self.user_files()
         proc = launch(2, "run", self.manifest, "--input", self.input, "--output", self.output,
                       "--timeout", TIMEOUT, "--no-meta-cache", timeout=120)
         self.assertEqual(proc.returncode, 2, proc.stdout + proc.stderr)
@@ -144,7 +145,7 @@ class HostileFilesTest(unittest.TestCase):
         self.assertIn(failed[0], [f"error: rank {r} exited with status 2: {m}"
                                   for r, m in messages.items()], proc.stderr)
         self.assertFalse(os.path.exists(self.output))
-        self.assertEqual(self.snapshot(), before)
+        self.assertEqual(self.user_files(), before)
 
     # --- the manifest -----------------------------------------------------
 
@@ -223,7 +224,8 @@ class HostileFilesTest(unittest.TestCase):
             os.remove(stage)
             make(stage)
             message = f"stage 1 file '{stage}' is not a regular file ({kind})"
-            self.expect(["verify", model_path("mlp"), self.manifest, "--input", self.input],
+            self.expect_refused_unchanged(["verify", model_path("mlp"), self.manifest, "--input",
+                                           self.input],
                         message)
             self.expect_run({1: message})
 
@@ -250,7 +252,8 @@ class HostileFilesTest(unittest.TestCase):
         self.edit_manifest(lambda m: m["stages"][0].update(sha256=digest))
         message = (f"'{stage}': record {root}/extra/zeros inflates to {size} bytes, more than a "
                    f"{os.path.getsize(stage)}-byte archive may hold (67108864 in all)")
-        self.expect(["verify", model_path("mlp"), self.manifest, "--input", self.input], message)
+        self.expect_refused_unchanged(["verify", model_path("mlp"), self.manifest, "--input",
+                                       self.input], message)
         self.expect_run({0: message})
 
     def test_zip_size_marker_without_zip64_field(self):
@@ -260,13 +263,15 @@ class HostileFilesTest(unittest.TestCase):
         model = os.path.join(self.dir, "model.pt")
         shutil.copy(model_path("mlp"), model)
         record = mark_zip_size(model)
-        self.expect(["split", model, "--stages", "2", "-o", os.path.join(self.dir, "split")],
+        self.expect_refused_unchanged(["split", model, "--stages", "2", "-o",
+                                       os.path.join(self.dir, "split")],
                     f"'{model}': record {record} has the zip64 size marker 0xFFFFFFFF without "
                     "a zip64 field that holds its size")
         mark_zip_size(self.input)
         message = (f"input '{self.input}' is not a valid torch.save file: a record claims "
                    f"4294967295 bytes in a file of {os.path.getsize(self.input)}")
-        self.expect(["verify", model_path("mlp"), self.manifest, "--input", self.input], message)
+        self.expect_refused_unchanged(["verify", model_path("mlp"), self.manifest, "--input",
+                                       self.input], message)
         self.expect_run({0: message})
 
     # --- input files -------------------------------------------------------
@@ -290,12 +295,14 @@ class HostileFilesTest(unittest.TestCase):
         os.remove(self.input)
         os.mkfifo(self.input)
         message = f"input '{self.input}' is not a regular file (a FIFO)"
-        self.expect(["verify", model_path("mlp"), self.manifest, "--input", self.input], message)
+        self.expect_refused_unchanged(["verify", model_path("mlp"), self.manifest, "--input",
+                                       self.input], message)
         self.expect_run({0: message})
         os.remove(self.input)
         os.symlink("/dev/zero", self.input)
         message = f"input '{self.input}' is not a regular file (a character device)"
-        self.expect(["verify", model_path("mlp"), self.manifest, "--input", self.input], message)
+        self.expect_refused_unchanged(["verify", model_path("mlp"), self.manifest, "--input",
+                                       self.input], message)
         self.expect_run({0: message})
 
     def test_empty_list_of_prompts(self):
@@ -324,7 +331,8 @@ class HostileFilesTest(unittest.TestCase):
             message = (f"cannot read input '{self.input}': Tensor: sizes 5 64, strides 64 1, "
                        "storage offset 0 and itemsize 4 require a storage of at least 1280 "
                        "bytes, but storage only has 40 bytes")
-        self.expect(["verify", model_path("mlp"), self.manifest, "--input", self.input], message)
+        self.expect_refused_unchanged(["verify", model_path("mlp"), self.manifest, "--input",
+                                       self.input], message)
         self.expect_run({0: message})
 
     def test_negative_offset_and_overflowing_strides(self):
@@ -336,14 +344,16 @@ class HostileFilesTest(unittest.TestCase):
         negative = f"input '{self.input}' tensor 0 is malformed: its storage offset is negative"
         if libtorch_major() >= 2:  # LibTorch 2.x's unpickler refuses it first
             negative = f"cannot read input '{self.input}': Tensor: invalid storage offset -3"
-        self.expect(["verify", model_path("mlp"), self.manifest, "--input", self.input],
+        self.expect_refused_unchanged(["verify", model_path("mlp"), self.manifest, "--input",
+                                       self.input],
                     negative)
         torch.save(crafted_tensor(storage, 0, (2, 64), (2**62, 1)), self.input)
         message = f"input '{self.input}' tensor 0 is malformed: its sizes and strides overflow"
         if libtorch_major() >= 2:
             message = (f"cannot read input '{self.input}': Storage size calculation overflowed "
                        "with sizes=[2, 64] and strides=[4611686018427387904, 1]")
-        self.expect(["verify", model_path("mlp"), self.manifest, "--input", self.input], message)
+        self.expect_refused_unchanged(["verify", model_path("mlp"), self.manifest, "--input",
+                                       self.input], message)
         self.expect_run({0: message})
 
     def test_list_of_one_tensor_is_an_input(self):
@@ -368,7 +378,8 @@ class HostileFilesTest(unittest.TestCase):
             torch.save(value, self.input)
             message = (f"input '{self.input}' names 'x', which the model does not take (its "
                        "inputs: x.1)")
-            self.expect(["verify", model_path("mlp"), self.manifest, "--input", self.input],
+            self.expect_refused_unchanged(["verify", model_path("mlp"), self.manifest, "--input",
+                                           self.input],
                         message)
         self.expect_run({0: message})
 
@@ -378,7 +389,8 @@ class HostileFilesTest(unittest.TestCase):
         torch.save(torch.zeros(5, 63), self.input)
         # LibTorch 2.x names the operator that failed.
         op = "addmm: " if libtorch_major() >= 2 else ""
-        self.expect(["verify", model_path("mlp"), self.manifest, "--input", self.input],
+        self.expect_refused_unchanged(["verify", model_path("mlp"), self.manifest, "--input",
+                                       self.input],
                     f"stage 0 failed: {op}mat1 and mat2 shapes cannot be multiplied "
                     "(5x63 and 64x64)")
 

@@ -20,7 +20,7 @@ import unittest
 
 import torch
 
-from common import MODELS, run_pipeline, split, tmpdir
+from common import MODELS, read_bytes, run_pipeline, split, tmpdir
 
 RANKS = 2
 
@@ -30,11 +30,6 @@ def set_checksum(cache):
     tool that edits caches deliberately would."""
     compact = json.dumps(cache["entries"], sort_keys=True, separators=(",", ":"))
     cache["entries_sha256"] = hashlib.sha256(compact.encode()).hexdigest()
-
-
-def read_bytes(path):
-    with open(path, "rb") as f:
-        return f.read()
 
 
 class HostileMetaTest(unittest.TestCase):
@@ -47,7 +42,7 @@ class HostileMetaTest(unittest.TestCase):
         self.expected = torch.load(os.path.join(MODELS, "mlp.expected.pt"))
         self.out = os.path.join(self.tmp, "out.pt")
 
-    def run_pipeline(self, *extra, output=None):
+    def run_unchecked(self, *extra, output=None):
         """(process, {rank: meta source}) of a run, checked by the caller."""
         ran = run_pipeline(self, self.manifest, RANKS, self.input, output or self.out, *extra,
                            micro=2, rank_timeout=20, check=False, stale=self.out, timeout=120)
@@ -96,7 +91,7 @@ class HostileMetaTest(unittest.TestCase):
 
     def boundary(self):
         """The boundary value's metadata from a first (inferring) run."""
-        r, stats = self.run_pipeline()
+        r, stats = self.run_unchecked()
         self.assert_right_output(r)
         with open(self.caches()[0]) as f:
             cache = json.load(f)
@@ -116,7 +111,7 @@ class HostileMetaTest(unittest.TestCase):
         ]
         for meta, text in cases:
             with self.subTest(text=text):
-                r, _ = self.run_pipeline("--input-meta", self.write_user_meta(meta))
+                r, _ = self.run_unchecked("--input-meta", self.write_user_meta(meta))
                 self.assert_one_error(r, text)
 
     def test_hostile_cache_is_reinferred(self):
@@ -130,13 +125,13 @@ class HostileMetaTest(unittest.TestCase):
         for n, edit in enumerate(cases):
             with self.subTest(case=n):
                 self.edit_cache(self.caches()[1], edit)
-                r, stats = self.run_pipeline()
+                r, stats = self.run_unchecked()
                 self.assert_right_output(r)
                 self.assertIn("inferring shapes", r.stderr)
                 self.assertEqual(set(stats.values()), {"inferred"}, r.stdout)
         with open(self.caches()[1], "w") as f:
             f.write("[" * 50000 + "]" * 50000)
-        r, stats = self.run_pipeline()
+        r, stats = self.run_unchecked()
         self.assert_right_output(r)
         self.assertIn("nests deeper than 256 levels", r.stderr)
         self.assertEqual(set(stats.values()), {"inferred"}, r.stdout)
@@ -149,14 +144,14 @@ class HostileMetaTest(unittest.TestCase):
         # receiving 64 columns into a buffer of 63.
         self.edit_cache(files[1], lambda m: m["tensors"][0]["sizes"].__setitem__(
             1, meta["tensors"][0]["sizes"][1] - 1))
-        r, stats = self.run_pipeline()
+        r, stats = self.run_unchecked()
         self.assert_right_output(r)
         self.assertIn("disagree on stage 0 -> 1; inferring shapes", r.stderr)
         self.assertEqual(set(stats.values()), {"inferred"}, r.stdout)
         # Every rank rewrote its cache; the next run uses it again.
         self.assertEqual([json.loads(read_bytes(f)) for f in files],
                          [json.loads(g) for g in good])
-        r, stats = self.run_pipeline()
+        r, stats = self.run_unchecked()
         self.assert_right_output(r)
         self.assertEqual(set(stats.values()), {"cache"}, r.stdout)
 
@@ -168,7 +163,7 @@ class HostileMetaTest(unittest.TestCase):
         # An edit by hand (no new checksum): every rank infers.
         for f in files:
             self.edit_cache(f, wrong, checksum=False)
-        r, stats = self.run_pipeline()
+        r, stats = self.run_unchecked()
         self.assert_right_output(r)
         self.assertIn("entries do not match 'entries_sha256'", r.stderr)
         self.assertEqual(set(stats.values()), {"inferred"}, r.stdout)
@@ -176,10 +171,10 @@ class HostileMetaTest(unittest.TestCase):
         # stops it before any value is sent, and the next run infers.
         for f in files:
             self.edit_cache(f, wrong)
-        r, _ = self.run_pipeline()
+        r, _ = self.run_unchecked()
         self.assert_one_error(r, "stage 0 output 0")
         self.assertIn("is wrong; it was removed; run again to infer", r.stderr)
-        r, stats = self.run_pipeline()
+        r, stats = self.run_unchecked()
         self.assert_right_output(r)
         self.assertEqual(set(stats.values()), {"inferred"}, r.stdout)
 
@@ -196,7 +191,7 @@ class HostileMetaTest(unittest.TestCase):
                 before = read_bytes(path)
                 # The same file under another spelling counts too.
                 spelled = os.path.join(os.path.dirname(path), ".", os.path.basename(path))
-                r, _ = self.run_pipeline(output=spelled)
+                r, _ = self.run_unchecked(output=spelled)
                 self.assert_one_error(r, f"is {what}; refusing to overwrite it")
                 self.assertEqual(read_bytes(path), before)
 

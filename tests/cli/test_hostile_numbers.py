@@ -48,7 +48,7 @@ class NumericOptionsTest(unittest.TestCase):
     LAUNCH = ["launch", "--nproc-per-node", "2"]
     SCHEDULE = ["schedule", "--schedule", "1f1b", "--stages", "2", "--microbatches", "2"]
 
-    def expect(self, args, message):
+    def rejects(self, args, message):
         r = run_ppc(*args)
         self.assertEqual((r.returncode, r.stdout), (2, ""), r.stderr)
         self.assertEqual(r.stderr, "error: " + message + "\n")
@@ -88,7 +88,7 @@ class NumericOptionsTest(unittest.TestCase):
         ]
         for args, message in cases:
             with self.subTest(args=args):
-                self.expect(args, message + help_of(args))
+                self.rejects(args, message + help_of(args))
 
     def test_reals(self):
         cases = [
@@ -112,7 +112,7 @@ class NumericOptionsTest(unittest.TestCase):
         ]
         for args, message in cases:
             with self.subTest(args=args):
-                self.expect(args, message + help_of(args))
+                self.rejects(args, message + help_of(args))
 
     def test_durations(self):
         # Below 1 ms (which would round to 0 ms, "no timeout" to c10d), above
@@ -133,17 +133,18 @@ class NumericOptionsTest(unittest.TestCase):
         ]
         for args, message in cases:
             with self.subTest(args=args):
-                self.expect(args, message + help_of(args))
+                self.rejects(args, message + help_of(args))
 
     def test_schedule_costs(self):
-        self.expect(self.SCHEDULE + ["--costs", "1,1e999,1"],
-                    "--costs '1,1e999,1': 1e999 is not a number in 0..1e+30")
+        self.rejects(self.SCHEDULE + ["--costs", "1,1e999,1"],
+                     "--costs '1,1e999,1': 1e999 is not a number in 0..1e+30")
 
     def test_raw_bytes_are_escaped(self):
-        self.expect(self.TRAIN + ["--steps", "3\x1b[2J"],
-                    "--steps: '3\\x1b[2J' is not an integer in 1..2147483647" + help_of(self.TRAIN))
-        self.expect(self.SCHEDULE + ["--costs", "1,\x07,1"],
-                    "--costs '1,\\x07,1': '\\x07' is not a number in 0..1e+30")
+        self.rejects(self.TRAIN + ["--steps", "3\x1b[2J"],
+                     "--steps: '3\\x1b[2J' is not an integer in 1..2147483647"
+                     + help_of(self.TRAIN))
+        self.rejects(self.SCHEDULE + ["--costs", "1,\x07,1"],
+                     "--costs '1,\\x07,1': '\\x07' is not a number in 0..1e+30")
 
     def test_accepted_numbers_are_read_in_decimal(self):
         # A leading zero is no octal prefix: --stages 010 is ten stages, one
@@ -248,7 +249,7 @@ class MessagesTest(unittest.TestCase):
     def tearDownClass(cls):
         shutil.rmtree(cls.work, ignore_errors=True)
 
-    def train(self, *args, data=None):
+    def train_mlp2(self, *args, data=None):
         return train(2, self.mlp, data or self.data, "--loss", "cross_entropy", "--microbatches",
                      "2", "--timeout", "60", "--no-meta-cache", *args, timeout=300)
 
@@ -260,18 +261,18 @@ class MessagesTest(unittest.TestCase):
         self.assertEqual(len(errors), 1, r.stderr)
         return errors.pop()
 
-    def write(self, name, data):
+    def write_bytes(self, name, data):
         path = os.path.join(tmpdir(self), name)
         with open(path, "wb") as f:
             f.write(data)
         return path
 
     def test_schedule_csv_cells_are_escaped_and_the_file_named(self):
-        path = self.write("evil.csv", b"0F0,0F1,0B0,0B1\n1F0,\x1b]0;x\x07,1B0\n")
+        path = self.write_bytes("evil.csv", b"0F0,0F1,0B0,0B1\n1F0,\x1b]0;x\x07,1B0\n")
         message = ("error: schedule '%s' row 2 (rank 1), cell 2: '\\x1b]0;x\\x07' is not a "
                    "compute action like 0F1, 1B0, 0I3 or 0W3, nor a compute_comms action "
                    "like 1RECV_F0 or 0SEND_B2" % path)
-        r = self.train("--schedule-csv", path)
+        r = self.train_mlp2("--schedule-csv", path)
         self.assertEqual(self.one_error(r), message)
         self.assertNotIn("\x1b", r.stderr)
         self.assertNotIn("'--schedule-csv'", r.stderr)
@@ -280,7 +281,7 @@ class MessagesTest(unittest.TestCase):
 
     def test_unreadable_schedule_csv_is_named(self):
         path = os.path.join(tmpdir(self), "absent.csv")
-        error = self.one_error(self.train("--schedule-csv", path))
+        error = self.one_error(self.train_mlp2("--schedule-csv", path))
         self.assertIn("'%s'" % path, error)
         self.assertNotIn("'--schedule-csv'", error)
 
@@ -290,21 +291,21 @@ class MessagesTest(unittest.TestCase):
                 "--csv", plain)
         with open(plain, "rb") as f:
             rows = f.read().splitlines()
-        marked = self.write("marked.csv", b"\xef\xbb\xbf" + b"\r\n".join(rows) + b"\r\n")
+        marked = self.write_bytes("marked.csv", b"\xef\xbb\xbf" + b"\r\n".join(rows) + b"\r\n")
         want = run_ppc("schedule", "--from-csv", plain, "--stages", "2", "--microbatches", "2")
         got = run_ppc("schedule", "--from-csv", marked, "--stages", "2", "--microbatches", "2")
         self.assertEqual((want.returncode, got.returncode), (0, 0), want.stderr + got.stderr)
         # The same grid; only the file named on the first line differs.
         self.assertEqual(got.stdout.split("\n", 1)[1], want.stdout.split("\n", 1)[1])
         self.assertTrue(got.stdout.startswith("'%s': " % marked), got.stdout)
-        r = self.train("--schedule-csv", marked, "--steps", "1")
+        r = self.train_mlp2("--schedule-csv", marked, "--steps", "1")
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertIn("step 1 loss ", r.stdout)
 
     def test_empty_tuple_of_training_data(self):
         path = os.path.join(tmpdir(self), "empty.pt")
         torch.save((), path)
-        self.assertEqual(self.one_error(self.train(data=path)),
+        self.assertEqual(self.one_error(self.train_mlp2(data=path)),
                          "error: data '%s' is an empty tuple" % path)
 
     def test_join_names_the_difference(self):

@@ -38,7 +38,7 @@ class IgnoredRequestsTest(unittest.TestCase):
         cls.data = os.path.join(cls.tmp, "data.pt")
         write_data(cls.data, "mlp", "cross_entropy")
 
-    def train(self, *args):
+    def train_without_meta_cache(self, *args):
         return train(2, self.manifest, self.data, "--loss", "cross_entropy", "--no-meta-cache",
                      *args, rank_timeout=None, timeout=120)
 
@@ -74,7 +74,7 @@ class IgnoredRequestsTest(unittest.TestCase):
     def test_empty_schedule_csv_file(self):
         empty = os.path.join(self.tmp, "empty.csv")
         open(empty, "w").close()
-        r = self.train("--schedule-csv", empty)
+        r = self.train_without_meta_cache("--schedule-csv", empty)
         self.assertEqual(r.returncode, 2, r.stderr)
         self.assertNotIn("step 1", r.stdout)
         errors = rank_errors(r.stderr)

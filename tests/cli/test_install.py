@@ -20,10 +20,10 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import BUILD, ROOT, main, split  # noqa: E402
-from test_run_example import check_infer, check_training  # noqa: E402
+from test_run_example import check_example_training, check_infer  # noqa: E402
 
 
-def run(args, **kw):
+def run_captured(args, **kw):
     return subprocess.run(args, capture_output=True, text=True, timeout=600, **kw)
 
 
@@ -32,7 +32,7 @@ class InstallTest(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="ppc-install-")
         cls.prefix = os.path.join(cls.tmp, "prefix")
-        cls.installed = run(["cmake", "--install", BUILD, "--prefix", cls.prefix])
+        cls.installed = run_captured(["cmake", "--install", BUILD, "--prefix", cls.prefix])
         cls.ppc = os.path.join(cls.prefix, "bin", "ppc")
         # Nothing may reach the installed ppc or the examples through the
         # environment: no LD_LIBRARY_PATH, no LLVM or ppc include path.
@@ -40,12 +40,13 @@ class InstallTest(unittest.TestCase):
                    if k not in ("LD_LIBRARY_PATH", "CPATH", "CPLUS_INCLUDE_PATH")}
         cls.build = os.path.join(cls.tmp, "examples")
         launcher = ["-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"] if shutil.which("ccache") else []
-        cls.configured = run(["cmake", "-S", os.path.join(ROOT, "examples"), "-B", cls.build,
+        cls.configured = run_captured(["cmake", "-S", os.path.join(ROOT, "examples"), "-B",
+                                       cls.build,
                               "-G", "Ninja", "-DCMAKE_PREFIX_PATH=" + cls.prefix,
                               "-DCMAKE_BUILD_TYPE=Release", *launcher], env=cls.env)
         cls.built = None
         if cls.configured.returncode == 0:
-            cls.built = run(["cmake", "--build", cls.build, "-j2"], env=cls.env)
+            cls.built = run_captured(["cmake", "--build", cls.build, "-j2"], env=cls.env)
 
     @classmethod
     def tearDownClass(cls):
@@ -72,10 +73,10 @@ class InstallTest(unittest.TestCase):
         self.assertNotIn("LLVM_INCLUDE_DIRS", text)
 
     def test_installed_ppc_finds_its_library(self):
-        r = run([self.ppc, "--version"], env=self.env)
+        r = run_captured([self.ppc, "--version"], env=self.env)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertTrue(r.stdout.startswith("ppc 0.1.0\n"), r.stdout)
-        r = run(["readelf", "-d", self.ppc])
+        r = run_captured(["readelf", "-d", self.ppc])
         self.assertIn("[$ORIGIN/../lib", r.stdout)
         # Every other entry is a directory that exists (PyTorch's MKL config
         # once added /lib/intel64_win and /lib/win-x64).
@@ -104,8 +105,8 @@ class InstallTest(unittest.TestCase):
                          binary=self.ppc).manifest
         check_infer(self, self.ppc, os.path.join(self.build, "pipeline_infer"), manifest,
                     os.path.join(self.tmp, "out.pt"))
-        check_training(self, self.ppc, os.path.join(self.build, "train_pipeline"), manifest,
-                       self.tmp)
+        check_example_training(self, self.ppc, os.path.join(self.build, "train_pipeline"), manifest,
+                               self.tmp)
 
 
 if __name__ == "__main__":

@@ -20,8 +20,8 @@ import zlib
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (as_tuple, assert_outputs_close, file_sha256, load_manifest,  # noqa: E402
-                    main, model_path, ppc, split, tmpdir)
+from common import (as_tuple, assert_outputs_close, file_sha256, load_manifest, main,  # noqa: E402
+                    model_path, ppc, read_bytes, split, tmpdir)
 
 RTOL, ATOL = 1e-5, 1e-6
 SUMMARY = r"^joined (\d+) stages?: (\d+) parameters? and (\d+) buffers? into (.*)\n$"
@@ -97,11 +97,6 @@ def run_stages(outdir, manifest, inputs):
             outputs.append(module(*args))
     return tuple(inputs[r["model_input"]] if "model_input" in r
                  else outputs[r["stage"]][r["output"]] for r in manifest["outputs"])
-
-
-def read_bytes(path):
-    with open(path, "rb") as f:
-        return f.read()
 
 
 class JoinTest(unittest.TestCase):
@@ -243,7 +238,7 @@ class JoinErrorsTest(unittest.TestCase):
         shutil.copy(model_path(name), copy)
         return copy, split(copy, self.out, "--stages", 2).manifest
 
-    def assert_fails(self, manifest_path, pattern, output=None):
+    def assert_join_refused(self, manifest_path, pattern, output=None):
         """Runs ppc join, expecting one error line matching `pattern`, exit
         status 2, and no file added to or removed from the output's folder."""
         output = output or self.output
@@ -260,8 +255,8 @@ class JoinErrorsTest(unittest.TestCase):
         model, manifest_path = self.split_copy()
         train_stages(self.out)
         os.remove(model)
-        self.assert_fails(manifest_path, "the original model '%s' named by the manifest is "
-                          "missing$" % model)
+        self.assert_join_refused(manifest_path, "the original model '%s' named by the manifest is "
+                                 "missing$" % model)
 
     def test_original_changed(self):
         model, manifest_path = self.split_copy()
@@ -269,29 +264,33 @@ class JoinErrorsTest(unittest.TestCase):
         size = os.path.getsize(model)
         with open(model, "ab") as f:
             f.write(b"\0")
-        self.assert_fails(manifest_path, r"the original model '%s' does not match the "
-                          r"manifest \(%d bytes, the manifest says %d\); ppc join needs "
-                          r"the model the stages were split from$" % (model, size + 1, size))
+        self.assert_join_refused(manifest_path, r"the original model '%s' does not match the "
+                                 r"manifest \(%d bytes, the manifest says %d\); ppc join needs "
+                                 r"the model the stages were split from$" % (model, size + 1, size))
 
     def test_stage_changed_without_updating_the_manifest(self):
         manifest_path = split("mlp", self.out, "--stages", 2).manifest
         train_stages(self.out, update_manifest=False)
-        self.assert_fails(manifest_path, r"stage 0 file '[^']*stage_0.pt' does not match the "
+        self.assert_join_refused(manifest_path,
+                                 r"stage 0 file '[^']*stage_0.pt' does not match the "
                           r"manifest \(sha256 ")
 
     def test_output_is_the_manifest(self):
         manifest_path = split("mlp", self.out, "--stages", 2).manifest
         train_stages(self.out)
         before = read_bytes(manifest_path)
-        self.assert_fails(manifest_path, "the output '%s' is the manifest; refusing to "
-                          "overwrite it$" % manifest_path, output=manifest_path)
+        self.assert_join_refused(manifest_path, "the output '%s' is the manifest; refusing to "
+                                 "overwrite it$" % manifest_path, output=manifest_path)
         self.assertEqual(read_bytes(manifest_path), before)
 
     def test_output_is_a_stage_or_the_original(self):
         model, manifest_path = self.split_copy()
         stage = os.path.join(self.out, "stage_1.pt")
-        self.assert_fails(manifest_path, "the output '%s' is the file of stage 1; refusing to overwrite it$" % stage, output=stage)
-        self.assert_fails(manifest_path, "the output '%s' is the original model" % model,
+        self.assert_join_refused(
+            manifest_path,
+            "the output '%s' is the file of stage 1; refusing to overwrite it$" % stage,
+            output=stage)
+        self.assert_join_refused(manifest_path, "the output '%s' is the original model" % model,
                           output=model)
         ppc("verify", model, manifest_path, "--input", model_path("mlp", ".input.pt"))
 
@@ -305,9 +304,9 @@ class JoinErrorsTest(unittest.TestCase):
         # An earlier output stays as it was.
         with open(self.output, "wb") as f:
             f.write(b"earlier")
-        self.assert_fails(manifest_path, r"the copies of tied tensor 'embed.weight' differ: "
-                          r"stage 0 'embed.weight' != stage 1 'head.weight' "
-                          r"\(max abs diff 0\.5\)$")
+        self.assert_join_refused(manifest_path, r"the copies of tied tensor 'embed.weight' differ: "
+                                 r"stage 0 'embed.weight' != stage 1 'head.weight' "
+                                 r"\(max abs diff 0\.5\)$")
         self.assertEqual(read_bytes(self.output), b"earlier")
 
     def test_shape_differs_from_the_original(self):
@@ -325,7 +324,8 @@ class JoinErrorsTest(unittest.TestCase):
         manifest["stages"][1]["sha256"] = file_sha256(path)
         with open(manifest_path, "w") as f:
             json.dump(manifest, f)
-        self.assert_fails(manifest_path, r"stage 1 '%s' is Float \[3\]; the original model's "
+        self.assert_join_refused(manifest_path,
+                                 r"stage 1 '%s' is Float \[3\]; the original model's "
                           r"is Float \[%s\]$" % (key, ", ".join(map(str, value.shape))))
 
 

@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import PPC, free_port  # noqa: E402
 
 
-def launch(*args, env=None, timeout=20):
+def timed_launch(*args, env=None, timeout=20):
     """Runs `ppc launch ARGS...`; returns (exit code, stdout, stderr, seconds)."""
     start = time.monotonic()
     result = subprocess.run([PPC, "launch", *args], capture_output=True,
@@ -37,7 +37,7 @@ def pid_alive(pid):
 
 class LaunchTest(unittest.TestCase):
     def test_env_per_rank(self):
-        code, out, err, _ = launch(
+        code, out, err, _ = timed_launch(
             "--nproc-per-node", "3", "--",
             "sh", "-c", "echo $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE "
             "$GROUP_RANK $MASTER_ADDR $MASTER_PORT")
@@ -50,7 +50,7 @@ class LaunchTest(unittest.TestCase):
         self.assertEqual(err, "")
 
     def test_nnodes_and_node_rank(self):
-        code, out, err, _ = launch(
+        code, out, err, _ = timed_launch(
             "--nproc-per-node", "2", "--nnodes", "3", "--node-rank", "2",
             "--master-addr", "10.1.2.3", "--master-port", "1234", "--",
             "sh", "-c", "echo $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE "
@@ -64,7 +64,7 @@ class LaunchTest(unittest.TestCase):
     def test_inherits_environment_and_overrides_launch_variables(self):
         env = dict(os.environ, PPC_TEST_VALUE="kept", RANK="99",
                    WORLD_SIZE="99")
-        code, out, err, _ = launch(
+        code, out, err, _ = timed_launch(
             "--nproc-per-node", "2", "--",
             "sh", "-c", "echo $PPC_TEST_VALUE $RANK $WORLD_SIZE", env=env)
         self.assertEqual(code, 0, err)
@@ -72,13 +72,13 @@ class LaunchTest(unittest.TestCase):
                          ["[rank 0] kept 0 2", "[rank 1] kept 1 2"])
 
     def test_command_without_dashes(self):
-        code, out, err, _ = launch("--nproc-per-node", "1", "sh", "-c",
-                                   "echo $0 $1", "--timeout", "x")
+        code, out, err, _ = timed_launch("--nproc-per-node", "1", "sh", "-c",
+                                         "echo $0 $1", "--timeout", "x")
         self.assertEqual(code, 0, err)
         self.assertEqual(out, "[rank 0] --timeout x\n")
 
     def test_line_prefixes_per_stream(self):
-        code, out, err, _ = launch(
+        code, out, err, _ = timed_launch(
             "--nproc-per-node", "2", "--",
             "sh", "-c", "echo out $RANK; echo err $RANK >&2; printf 'no-eol'")
         self.assertEqual(code, 0, err)
@@ -94,8 +94,8 @@ class LaunchTest(unittest.TestCase):
                   "r = os.environ['RANK']\n"
                   "for i in range(3000):\n"
                   "    print(f'{r}:{i}:' + r * (i % 500))\n")
-        code, out, err, _ = launch("--nproc-per-node", "4", "--",
-                                   sys.executable, "-c", script)
+        code, out, err, _ = timed_launch("--nproc-per-node", "4", "--",
+                                         sys.executable, "-c", script)
         self.assertEqual(code, 0, err)
         lines = out.splitlines()
         self.assertEqual(len(lines), 4 * 3000)
@@ -117,8 +117,8 @@ class LaunchTest(unittest.TestCase):
                   "r = os.environ['RANK']\n"
                   "sys.stdout.write(r * 102400 + '\\n')\n"
                   "sys.stdout.write('z' * (3 << 20))\n")
-        code, out, err, _ = launch("--nproc-per-node", "2", "--",
-                                   sys.executable, "-c", script, timeout=60)
+        code, out, err, _ = timed_launch("--nproc-per-node", "2", "--",
+                                         sys.executable, "-c", script, timeout=60)
         self.assertEqual(code, 0, err)
         lines = out.splitlines()
         # Compare lengths and flags, not the lines: a failure must not print
@@ -149,8 +149,8 @@ class LaunchTest(unittest.TestCase):
                   "os.environ.get('PPC_JOB_TOKEN'))\n")
         tokens = set()
         for _ in range(2):
-            code, out, err, _ = launch("--nproc-per-node", "2", "--master-port", "0",
-                                       "--", sys.executable, "-c", script)
+            code, out, err, _ = timed_launch("--nproc-per-node", "2", "--master-port", "0",
+                                             "--", sys.executable, "-c", script)
             self.assertEqual(code, 0, err)
             lines = out.splitlines()
             per_rank = [[l for l in lines if l.startswith(f"[rank {r}] ")] for r in (0, 1)]
@@ -163,20 +163,20 @@ class LaunchTest(unittest.TestCase):
 
     def test_explicit_port_is_left_to_rank_0(self):
         port = free_port()
-        code, out, err, _ = launch("--nproc-per-node", "1", "--master-port", str(port),
-                                   "--", "sh", "-c",
-                                   "echo ${TORCHELASTIC_USE_AGENT_STORE:-rank0} $MASTER_PORT")
+        code, out, err, _ = timed_launch("--nproc-per-node", "1", "--master-port", str(port),
+                                         "--", "sh", "-c",
+                                         "echo ${TORCHELASTIC_USE_AGENT_STORE:-rank0} $MASTER_PORT")
         self.assertEqual((code, err), (0, ""))
         self.assertEqual(out, f"[rank 0] rank0 {port}\n")
 
     def test_stdin_is_dev_null(self):
-        code, out, err, elapsed = launch("--nproc-per-node", "2", "--", "cat")
+        code, out, err, elapsed = timed_launch("--nproc-per-node", "2", "--", "cat")
         self.assertEqual((code, out, err), (0, "", ""))
         self.assertLess(elapsed, 5)
 
     def test_failing_rank_stops_peers(self):
         with tempfile.TemporaryDirectory() as pids:
-            code, out, err, elapsed = launch(
+            code, out, err, elapsed = timed_launch(
                 "--nproc-per-node", "3", "--",
                 "sh", "-c",
                 f"echo $$ > {pids}/$RANK; "
@@ -191,7 +191,7 @@ class LaunchTest(unittest.TestCase):
                     self.assertFalse(pid_alive(int(f.read())), rank)
 
     def test_rank_killed_by_signal(self):
-        code, _, err, elapsed = launch(
+        code, _, err, elapsed = timed_launch(
             "--nproc-per-node", "2", "--",
             "sh", "-c", "if [ $RANK = 0 ]; then kill -KILL $$; fi; sleep 30")
         self.assertEqual(code, 2)
@@ -199,7 +199,7 @@ class LaunchTest(unittest.TestCase):
         self.assertEqual(err, "error: rank 0 killed by signal SIGKILL\n")
 
     def test_peer_ignoring_sigterm_is_killed_after_grace_period(self):
-        code, _, err, elapsed = launch(
+        code, _, err, elapsed = timed_launch(
             "--nproc-per-node", "2", "--grace-period", "0.5", "--",
             "sh", "-c",
             "if [ $RANK = 0 ]; then sleep 0.2; exit 1; fi; "
@@ -210,8 +210,8 @@ class LaunchTest(unittest.TestCase):
         self.assertEqual(err, "error: rank 0 exited with status 1\n")
 
     def test_timeout(self):
-        code, _, err, elapsed = launch("--nproc-per-node", "2", "--timeout",
-                                       "0.5", "--", "sleep", "30")
+        code, _, err, elapsed = timed_launch("--nproc-per-node", "2", "--timeout",
+                                             "0.5", "--", "sleep", "30")
         self.assertEqual(code, 2)
         self.assertLess(elapsed, 5)
         self.assertEqual(err, "error: timed out after 0.5 seconds\n")
@@ -253,8 +253,8 @@ class LaunchTest(unittest.TestCase):
         self.start_and_signal(signal.SIGINT, to_group=True)
 
     def test_master_port_zero_picks_a_free_port(self):
-        code, out, err, _ = launch("--nproc-per-node", "2", "--master-port",
-                                   "0", "--", "sh", "-c", "echo $MASTER_PORT")
+        code, out, err, _ = timed_launch("--nproc-per-node", "2", "--master-port",
+                                         "0", "--", "sh", "-c", "echo $MASTER_PORT")
         self.assertEqual(code, 0, err)
         m = re.fullmatch(r"note: using MASTER_PORT=(\d+)\n", err)
         self.assertIsNotNone(m, err)
@@ -264,8 +264,8 @@ class LaunchTest(unittest.TestCase):
                          [f"[rank 0] {port}", f"[rank 1] {port}"])
 
     def test_command_not_found(self):
-        code, out, err, _ = launch("--nproc-per-node", "2", "--",
-                                   "ppc-no-such-command", "x")
+        code, out, err, _ = timed_launch("--nproc-per-node", "2", "--",
+                                         "ppc-no-such-command", "x")
         self.assertEqual((code, out), (2, ""))
         self.assertEqual(
             err,
@@ -306,27 +306,28 @@ class LaunchTest(unittest.TestCase):
         ]
         for args, message in cases:
             with self.subTest(args=args):
-                code, out, err, _ = launch(*args)
+                code, out, err, _ = timed_launch(*args)
                 self.assertEqual((code, out, err), (2, "", message + "\n"))
 
     def test_torchrun_spellings(self):
         script = ["sh", "-c", "echo $RANK $WORLD_SIZE $GROUP_RANK $MASTER_ADDR $MASTER_PORT"]
-        code, out, err, _ = launch("--nproc_per_node=2", "--", *script)
+        code, out, err, _ = timed_launch("--nproc_per_node=2", "--", *script)
         self.assertEqual((code, err), (0, ""))
         self.assertEqual(sorted(out.splitlines()), ["[rank 0] 0 2 0 127.0.0.1 29500",
                                                     "[rank 1] 1 2 0 127.0.0.1 29500"])
-        code, out, err, _ = launch("--nproc_per_node", "1", "--nnodes=3", "--node_rank=2",
-                                   "--master_addr=10.1.2.3", "--master_port=1234", *script)
+        code, out, err, _ = timed_launch("--nproc_per_node", "1", "--nnodes=3", "--node_rank=2",
+                                         "--master_addr=10.1.2.3", "--master_port=1234", *script)
         self.assertEqual((code, err), (0, ""))
         self.assertEqual(out, "[rank 2] 2 3 2 10.1.2.3 1234\n")
-        code, out, err, _ = launch("--nproc_per_node=0", "--", "true")
+        code, out, err, _ = timed_launch("--nproc_per_node=0", "--", "true")
         self.assertEqual((code, out, err), (2, "", "error: --nproc-per-node: 0 is not an integer "
                                                    "in 1..1024, auto, cpu or gpu (see ppc launch "
                                                    "--help)\n"))
 
     def test_standalone_serves_the_store_on_a_free_port(self):
-        code, out, err, _ = launch("--standalone", "--nproc-per-node=2", "--", "sh", "-c",
-                                   "echo $MASTER_ADDR:$MASTER_PORT $TORCHELASTIC_USE_AGENT_STORE")
+        code, out, err, _ = timed_launch(
+            "--standalone", "--nproc-per-node=2", "--", "sh", "-c",
+            "echo $MASTER_ADDR:$MASTER_PORT $TORCHELASTIC_USE_AGENT_STORE")
         self.assertEqual(code, 0, err)
         m = re.fullmatch(r"note: using MASTER_PORT=(\d+)\n", err)
         self.assertIsNotNone(m, err)
@@ -338,8 +339,8 @@ class LaunchTest(unittest.TestCase):
                              (["--master_port", "1234"], "--master-port"),
                              (["--node_rank=0"], "--node-rank")):
             with self.subTest(option=option):
-                code, out, err, _ = launch("--standalone", "--nproc-per-node", "1", *option,
-                                           "--", "true")
+                code, out, err, _ = timed_launch("--standalone", "--nproc-per-node", "1", *option,
+                                                 "--", "true")
                 self.assertEqual((code, out, err), (2, "", f"error: {flag} excludes --standalone "
                                                            "(see ppc launch --help)\n"))
 
@@ -348,21 +349,21 @@ class LaunchTest(unittest.TestCase):
         # without one), auto gpu when there is one, else cpu.
         rank0_world = ["--", "sh", "-c", "if [ $RANK = 0 ]; then echo $WORLD_SIZE; fi"]
         cpus = os.cpu_count()
-        code, out, err, _ = launch("--nproc-per-node", "cpu", *rank0_world)
+        code, out, err, _ = timed_launch("--nproc-per-node", "cpu", *rank0_world)
         self.assertEqual((code, out, err), (0, f"[rank 0] {cpus}\n", ""))
         version = subprocess.run([PPC, "--version"], capture_output=True, text=True).stdout
         has_gpu = "CUDA: yes" in version and os.path.exists("/dev/nvidia0")
         if has_gpu:
             return
-        code, out, err, _ = launch("--nproc-per-node", "auto", *rank0_world)
+        code, out, err, _ = timed_launch("--nproc-per-node", "auto", *rank0_world)
         self.assertEqual((code, out, err), (0, f"[rank 0] {cpus}\n", ""))
-        code, out, err, _ = launch("--nproc-per-node", "gpu", *rank0_world)
+        code, out, err, _ = timed_launch("--nproc-per-node", "gpu", *rank0_world)
         self.assertEqual((code, out, err), (2, "", "error: --nproc-per-node gpu: this machine "
                                                    "has no GPU that this ppc's LibTorch can use "
                                                    "(CUDA is not available)\n"))
 
     def test_all_ranks_succeed(self):
-        code, _, err, _ = launch("--nproc-per-node", "4", "--", "true")
+        code, _, err, _ = timed_launch("--nproc-per-node", "4", "--", "true")
         self.assertEqual((code, err), (0, ""))
 
     def test_help_explains_every_option(self):

@@ -19,7 +19,7 @@ from common import ROOT, main, tmpdir  # noqa: E402
 CHECK = os.path.join(ROOT, "scripts", "check_layers.py")
 
 
-def check(root):
+def run_layer_check(root):
     return subprocess.run([sys.executable, CHECK, root], capture_output=True, text=True,
                           timeout=120)
 
@@ -41,13 +41,13 @@ class LayersTest(unittest.TestCase):
         with open(os.path.join(root, path), "a") as f:
             f.write(text)
 
-    def errors(self, root):
-        r = check(root)
+    def layer_errors(self, root):
+        r = run_layer_check(root)
         self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
         return r.stdout.splitlines()
 
     def test_the_tree_keeps_the_layers(self):
-        r = check(ROOT)
+        r = run_layer_check(ROOT)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertRegex(r.stdout, r"^check_layers: \d+ parts, \d+ edges, every include an "
                                    r"edge of the graph\n$")
@@ -57,7 +57,7 @@ class LayersTest(unittest.TestCase):
         with open(os.path.join(root, "runtime", "link", "Link.cpp")) as f:
             lines = len(f.read().splitlines())
         self.append(root, "runtime/link/Link.cpp", '#include "runtime/train/Trainer.h"\n')
-        self.assertEqual(self.errors(root), [
+        self.assertEqual(self.layer_errors(root), [
             'error: runtime/link/Link.cpp:%d: runtime/link includes '
             '"runtime/train/Trainer.h" (runtime/train), not an edge of the part graph in '
             'docs/architecture.md' % (lines + 1)])
@@ -71,7 +71,7 @@ class LayersTest(unittest.TestCase):
                             "runtime/schedule -> lib runtime/platform\n", 1)
         with open(doc, "w") as f:
             f.write(text)
-        self.assertEqual(self.errors(root), [
+        self.assertEqual(self.layer_errors(root), [
             "error: docs/architecture.md: the part graph's edge runtime/schedule -> "
             "runtime/platform is used by no #include"])
 
@@ -79,7 +79,7 @@ class LayersTest(unittest.TestCase):
         root = self.copy()
         self.append(root, "runtime/exec/Trace.cpp", 'static const char *x = getenv("X");\n'
                     + "\n" * 900)
-        errors = self.errors(root)
+        errors = self.layer_errors(root)
         self.assertEqual(len(errors), 2, errors)
         self.assertRegex(errors[0], r"^error: runtime/exec/Trace\.cpp has \d+ lines, over the "
                                     r"limit of 900$")

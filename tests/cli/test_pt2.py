@@ -42,9 +42,8 @@ import unittest
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (BUILD, assert_outputs_close, libtorch_major,  # noqa: E402
-                    load_manifest, main, ppc, pytorch2_python, run_pipeline, split,
-                    tmpdir)
+from common import (BUILD, assert_outputs_close, libtorch_major, load_manifest, main,  # noqa: E402
+                    model_meta, ppc, pytorch2_python, run_pipeline, split, tmpdir)
 import pt2  # noqa: E402
 import training  # noqa: E402
 
@@ -82,12 +81,12 @@ class Pt2Test(unittest.TestCase):
 
     # -- helpers ---------------------------------------------------------
 
-    def models(self):
+    def pt2_models(self):
         """Generates (or reuses) the .pt2 models; skips without a PyTorch 2.x."""
         if not os.access(PT2_PYTHON, os.X_OK):
             self.skipTest("no PyTorch 2.x to export the models: %s is missing "
                           "(scripts/python.sh build makes it)" % PT2_PYTHON)
-        r = pt2.generate(PT2_MODELS, PT2_PYTHON)
+        r = pt2.make_pt2_models(PT2_MODELS, PT2_PYTHON)
         self.assertEqual(r.returncode, 0, "make_pt2_models.py:\n" + r.stdout + r.stderr)
         return PT2_MODELS
 
@@ -100,9 +99,9 @@ class Pt2Test(unittest.TestCase):
             self.fail("test_pt2.py runs under torch %s, which has no torch.export: run it "
                       "with the PyTorch 2.x build's Python, PPC_TORCH_PYTHON "
                       "(tests/CMakeLists.txt runs every test under it)" % torch.__version__)
-        return self.models()
+        return self.pt2_models()
 
-    def split(self, models, name, out, *how):
+    def split_pt2_checked(self, models, name, out, *how):
         """`ppc split NAME.pt2 HOW... -o OUT`; checks the manifest and that
         every stage file is a torch.export program; returns the manifest."""
         manifest = split(pt2.files(models, name)[".pt2"], out, *how).load()
@@ -127,13 +126,13 @@ class Pt2Test(unittest.TestCase):
             assert_outputs_close(self, want, pt2.chain_stages(out, part), RTOL, ATOL)
         return worst
 
-    def verify(self, models, name, out):
+    def verify_pt2(self, models, name, out):
         f = pt2.files(models, name)
         r = ppc("verify", f[".pt2"], os.path.join(out, "manifest.json"), "--input",
                 f[".input.pt"], check=False)
         self.assertEqual(r.returncode, 0, "%s: verify:\n%s%s" % (out, r.stdout, r.stderr))
 
-    def run_pipeline(self, models, name, out, ranks, *extra, microbatches=MICROBATCHES):
+    def run_pt2(self, models, name, out, ranks, *extra, microbatches=MICROBATCHES):
         """ppc run on RANKS ranks; checks the output against NAME.output.pt;
         returns the --stats by rank."""
         f = pt2.files(models, name)
@@ -149,7 +148,7 @@ class Pt2Test(unittest.TestCase):
         if major >= 2:
             self.skipTest("only a ppc built against LibTorch 1.x refuses .pt2 programs; "
                           "this one has LibTorch %d" % major)
-        models = self.models()
+        models = self.pt2_models()
         for name in ("pt2_mlp", "pt2_gpt"):
             out = os.path.join(self.tmp, name)
             r = ppc("split", pt2.files(models, name)[".pt2"], "--stages", "2", "-o", out,
@@ -166,22 +165,22 @@ class Pt2Test(unittest.TestCase):
         for stages in (2, 3, 4):
             with self.subTest(stages=stages):
                 out = os.path.join(self.tmp, "split%d" % stages)
-                manifest = self.split(models, name, out, "--stages", stages)
+                manifest = self.split_pt2_checked(models, name, out, "--stages", stages)
                 self.assertEqual(len(manifest["stages"]), stages)
-                self.verify(models, name, out)
+                self.verify_pt2(models, name, out)
                 self.check_chain(models, name, out)
                 if stages == 3:
                     continue
                 # 2 stages on 2 ranks, 4 on 4; the first run infers the
                 # metadata and caches it, the second reads the cache.
-                first = self.run_pipeline(models, name, out, stages)
+                first = self.run_pt2(models, name, out, stages)
                 self.assertEqual({s[0] for s in first.values()}, {"inferred"}, first)
-                second = self.run_pipeline(models, name, out, stages)
+                second = self.run_pt2(models, name, out, stages)
                 self.assertEqual({s[0] for s in second.values()}, {"cache"}, second)
                 self.assertEqual(sum(int(s[1]) for s in second.values()), 0, second)
                 if stages == 2:  # microbatches of one row: the batch symbol's minimum
-                    self.run_pipeline(models, name, out, 2, "--no-meta-cache",
-                                      microbatches=10)
+                    self.run_pt2(models, name, out, 2, "--no-meta-cache",
+                                 microbatches=10)
 
     def test_cnn_splits_verifies_and_runs(self):
         self.check_split_verify_run("pt2_cnn")
@@ -197,11 +196,12 @@ class Pt2Test(unittest.TestCase):
 
     def test_gpt_split_at_module_paths(self):
         models = self.needs_libtorch_2()
-        cuts = pt2.meta(models, "pt2_gpt")["split_at"]
+        cuts = model_meta("pt2_gpt", models)["split_at"]
         for paths in (["blocks.1"], cuts["3"]):
             with self.subTest(paths=paths):
                 out = os.path.join(self.tmp, "at" + "_".join(paths))
-                manifest = self.split(models, "pt2_gpt", out, "--split-at", ",".join(paths))
+                manifest = self.split_pt2_checked(models, "pt2_gpt", out, "--split-at",
+                                                  ",".join(paths))
                 stages = manifest["stages"]
                 self.assertEqual(len(stages), len(paths) + 1)
                 self.assertEqual([s.get("begins_at") for s in stages[1:]], paths)
@@ -218,9 +218,9 @@ class Pt2Test(unittest.TestCase):
                 self.assertEqual({u[0] for u in tied[0]}, {0, len(stages) - 1}, tied)
                 self.assertLessEqual({u[1] for u in tied[0]}, {"emb.weight", "head.weight"},
                                      tied)
-                self.verify(models, "pt2_gpt", out)
+                self.verify_pt2(models, "pt2_gpt", out)
                 self.check_chain(models, "pt2_gpt", out)
-                self.run_pipeline(models, "pt2_gpt", out, len(stages), "--no-meta-cache")
+                self.run_pt2(models, "pt2_gpt", out, len(stages), "--no-meta-cache")
 
     def test_gpt_splits_with_every_cost_model(self):
         models = self.needs_libtorch_2()
@@ -229,29 +229,30 @@ class Pt2Test(unittest.TestCase):
                             ("profile", ("--example-input", example))):
             with self.subTest(cost=cost):
                 out = os.path.join(self.tmp, "cost_" + cost)
-                manifest = self.split(models, "pt2_gpt", out, "--stages", "3", "--cost", cost,
+                manifest = self.split_pt2_checked(models, "pt2_gpt", out, "--stages", "3",
+                                                  "--cost", cost,
                                       *extra)
                 self.assertEqual(len(manifest["stages"]), 3)
                 self.assertEqual(manifest["cost_model"], cost)
-                self.verify(models, "pt2_gpt", out)
+                self.verify_pt2(models, "pt2_gpt", out)
 
     # -- LibTorch 2.x: train and join -------------------------------------
 
     def train_setup(self, name):
         """(models, data path, inputs, target, loss) for NAME."""
         models = self.needs_libtorch_2()
-        loss = pt2.meta(models, name)["loss"]
+        loss = model_meta(name, models)["loss"]
         data = os.path.join(self.tmp, name + ".data.pt")
-        inputs, target = pt2.write_data(data, models, name, loss)
+        inputs, target = pt2.write_pt2_data(data, models, name, loss)
         return models, data, inputs, target, loss
 
     def split_cached(self, models, name, stages):
         out = os.path.join(self.tmp, "%s.%d" % (name, stages))
         if not os.path.exists(os.path.join(out, "manifest.json")):
-            self.split(models, name, out, "--stages", stages)
+            self.split_pt2_checked(models, name, out, "--stages", stages)
         return os.path.join(out, "manifest.json")
 
-    def train(self, ranks, manifest, data, loss, *args):
+    def train_pt2(self, ranks, manifest, data, loss, *args):
         run = training.train(ranks, manifest, data, "--loss", loss, "--steps", "20",
                              "--microbatches", MICROBATCHES, "--no-meta-cache", "--threads",
                              "1", *args)
@@ -259,7 +260,7 @@ class Pt2Test(unittest.TestCase):
         self.assertEqual(len(run.losses), 20, run.output)
         return run
 
-    def check_training(self, name, optimizer, configs):
+    def check_pt2_training(self, name, optimizer, configs):
         models, data, inputs, target, loss = self.train_setup(name)
         opt = dict(momentum=0.9, weight_decay=1e-4) if optimizer == "sgd" else {}
         lr = 0.05 if optimizer == "sgd" else 1e-3
@@ -271,8 +272,8 @@ class Pt2Test(unittest.TestCase):
         for schedule, stages, ranks in configs:
             with self.subTest(schedule=schedule, stages=stages):
                 manifest = self.split_cached(models, name, stages)
-                run = self.train(ranks, manifest, data, loss, "--schedule", schedule,
-                                 *(SGD if optimizer == "sgd" else ADAM))
+                run = self.train_pt2(ranks, manifest, data, loss, "--schedule", schedule,
+                                     *(SGD if optimizer == "sgd" else ADAM))
                 want = refs[schedule == "looped-bfs"]
                 worst = training.losses_rel_diff(run.losses, want)
                 self.assertLessEqual(worst, LOSS_TOL, "losses %s vs %s" % (run.losses, want))
@@ -281,16 +282,16 @@ class Pt2Test(unittest.TestCase):
                                           want[0], want[-1]), file=sys.stderr)
 
     def test_gpt_trains_with_every_schedule_sgd(self):
-        self.check_training("pt2_gpt", "sgd", CONFIGS)
+        self.check_pt2_training("pt2_gpt", "sgd", CONFIGS)
 
     def test_mlp_trains_with_every_schedule_sgd(self):
-        self.check_training("pt2_mlp", "sgd", CONFIGS)
+        self.check_pt2_training("pt2_mlp", "sgd", CONFIGS)
 
     def test_gpt_trains_adam(self):
-        self.check_training("pt2_gpt", "adam", ADAM_CONFIGS)
+        self.check_pt2_training("pt2_gpt", "adam", ADAM_CONFIGS)
 
     def test_mlp_trains_adam(self):
-        self.check_training("pt2_mlp", "adam", ADAM_CONFIGS)
+        self.check_pt2_training("pt2_mlp", "adam", ADAM_CONFIGS)
 
     def check_save_join(self, name, stages):
         models, data, inputs, target, loss = self.train_setup(name)
@@ -300,7 +301,7 @@ class Pt2Test(unittest.TestCase):
                                               weight_decay=1e-4)
         manifest = self.split_cached(models, name, stages)
         saved = os.path.join(self.tmp, "saved")
-        run = self.train(2, manifest, data, loss, "--schedule", "1f1b", *SGD, "--save", saved)
+        run = self.train_pt2(2, manifest, data, loss, "--schedule", "1f1b", *SGD, "--save", saved)
         self.assertLessEqual(training.losses_rel_diff(run.losses, losses), LOSS_TOL)
         # The ranks trained the weights where their mapped stage files hold them, in place
         # and copy-on-write: the files are as the split wrote them.

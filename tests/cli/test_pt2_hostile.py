@@ -54,7 +54,7 @@ class Pt2Case(unittest.TestCase):
         if not os.access(PT2_PYTHON, os.X_OK):
             self.skipTest("no PyTorch 2.x to export the model: %s is missing "
                           "(scripts/python.sh build makes it)" % PT2_PYTHON)
-        r = pt2.generate(PT2_MODELS, PT2_PYTHON)
+        r = pt2.make_pt2_models(PT2_MODELS, PT2_PYTHON)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.source = pt2.files(PT2_MODELS, "pt2_mlp")[".pt2"]
         self.tmp = tmpdir(self)

@@ -46,7 +46,7 @@ class Pt2StateTest(unittest.TestCase):
     def setUp(self):
         self.tmp = tmpdir(self)
 
-    def models(self):
+    def pt2_state_models(self):
         """Generates (or reuses) the .pt2 models; skips without LibTorch 2.x
         in ppc or torch 2.x here."""
         if libtorch_major() < 2:
@@ -57,7 +57,7 @@ class Pt2StateTest(unittest.TestCase):
         if int(torch.__version__.split(".")[0]) < 2:
             self.fail("run test_pt2_state.py with the PyTorch 2.x build's Python, "
                       "PPC_TORCH_PYTHON (torch %s has no torch.export)" % torch.__version__)
-        r = pt2.generate(PT2_MODELS, PT2_PYTHON)
+        r = pt2.make_pt2_models(PT2_MODELS, PT2_PYTHON)
         self.assertEqual(r.returncode, 0, "make_pt2_models.py:\n" + r.stdout + r.stderr)
         return PT2_MODELS
 
@@ -93,7 +93,7 @@ class Pt2StateTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
 
     def test_split_lists_state_per_stage(self):
-        models = self.models()
+        models = self.pt2_state_models()
         for name in MODELS:
             for stages in (2, 3):
                 with self.subTest(model=name, stages=stages):
@@ -102,7 +102,7 @@ class Pt2StateTest(unittest.TestCase):
                                      stages)
 
     def test_three_stages_one_block_each(self):
-        models = self.models()
+        models = self.pt2_state_models()
         for name in MODELS:
             with self.subTest(model=name):
                 out = os.path.join(self.tmp, name)
@@ -126,7 +126,7 @@ class Pt2StateTest(unittest.TestCase):
         # is one exact line. (`ppc verify` reads inputs as `ppc run` does;
         # `ppc run` itself splits every input along dim 0, which this
         # model's `pos` [1] has not.)
-        models = self.models()
+        models = self.pt2_state_models()
         files = pt2.files(models, "pt2_state")
         manifest = split(files[".pt2"], os.path.join(self.tmp, "kw"), "--stages", 2).manifest
         x, pos = torch.load(files[".input.pt"])
@@ -146,7 +146,7 @@ class Pt2StateTest(unittest.TestCase):
                      "input '%s' lacks model input 'pos'" % bad)
 
     def test_split_at_inside_state_is_an_error(self):
-        models = self.models()
+        models = self.pt2_state_models()
         for name in MODELS:
             for path, stages in (("blocks.1.query", (0, 1)), ("blocks.2.query", (1, 2))):
                 with self.subTest(model=name, path=path):

@@ -46,7 +46,7 @@ def stopped(pid):
         return False
 
 
-def snapshot(path):
+def bytes_and_mtime(path):
     """The bytes and modification time of `path`."""
     with open(path, "rb") as f:
         return f.read(), os.stat(path).st_mtime_ns
@@ -88,15 +88,15 @@ class RendezvousTrustTest(unittest.TestCase):
                 p.kill()
                 p.communicate()
 
-    def manifest(self, stages=3):
+    def split_mlp(self, stages=3):
         return split_at("mlp", stages, os.path.join(self.tmp, f"mlp{stages}"))
 
-    def run_args(self, manifest, *extra):
+    def rank_run_command(self, manifest, *extra):
         return [PPC, "run", manifest, "--input", model_path("mlp", ".input.pt"),
                 "--output", os.path.join(self.tmp, "out.pt"), "--timeout", str(TIMEOUT),
                 *extra]
 
-    def start(self, cmd, env):
+    def start_process(self, cmd, env):
         p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True)
         self.procs.append(p)
@@ -109,7 +109,7 @@ class RendezvousTrustTest(unittest.TestCase):
                           "protected by the job secret's MACs only (docs/security.md)")
         # Rank 0 serving the store, waiting for rank 1.
         port = free_port()
-        p = self.start(self.run_args(self.manifest(2)), rank_env(0, 2, port))
+        p = self.start_process(self.rank_run_command(self.split_mlp(2)), rank_env(0, 2, port))
         deadline = time.monotonic() + TIMEOUT
         while not listening(port) and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -117,8 +117,8 @@ class RendezvousTrustTest(unittest.TestCase):
         p.kill()
         p.communicate()
         # The launcher's store (--standalone).
-        launcher = self.start([PPC, "launch", "--standalone", "--nproc-per-node", "1", "--",
-                               "sleep", "3"], dict(os.environ))
+        launcher = self.start_process([PPC, "launch", "--standalone", "--nproc-per-node", "1", "--",
+                                       "sleep", "3"], dict(os.environ))
         line = launcher.stderr.readline()
         m = re.fullmatch(r"note: using MASTER_PORT=(\d+)\n", line)
         self.assertIsNotNone(m, line)
@@ -132,11 +132,11 @@ class RendezvousTrustTest(unittest.TestCase):
         port = free_port()
         store = dist.TCPStore("127.0.0.1", port, 1, True, datetime.timedelta(seconds=30),
                               wait_for_workers=False)
-        manifest = self.manifest(3)
+        manifest = self.split_mlp(3)
         crafted = os.path.join(self.tmp, "crafted.bin")
         with open(crafted, "wb") as f:
             f.write(b"PPCRING!" + bytes(range(256)) * 64)
-        before = snapshot(crafted)
+        before = bytes_and_mtime(crafted)
         holder = subprocess.Popen(["sh", "-c", f"exec sleep 60 3<>'{crafted}'"])
         self.procs.append(holder)
         ranks = []
@@ -144,8 +144,8 @@ class RendezvousTrustTest(unittest.TestCase):
             extra = {"TORCHELASTIC_USE_AGENT_STORE": "True"}
             if rank == 2:
                 extra["PPC_TEST_RENDEZVOUS_STOP"] = "group"
-            ranks.append(self.start(self.run_args(manifest, "--link", "shm"),
-                                    rank_env(rank, 3, port, **extra)))
+            ranks.append(self.start_process(self.rank_run_command(manifest, "--link", "shm"),
+                                            rank_env(rank, 3, port, **extra)))
         # Ranks 0 and 1 connect their process group; rank 2 stopped before.
         deadline = time.monotonic() + TIMEOUT
         while not stopped(ranks[2].pid) and time.monotonic() < deadline:
@@ -191,7 +191,7 @@ class RendezvousTrustTest(unittest.TestCase):
             m = FORGED.fullmatch(errors[0])
             self.assertIsNotNone(m, err)
             self.assertEqual(m.group(2), str(port))
-        self.assertEqual(snapshot(crafted), before)
+        self.assertEqual(bytes_and_mtime(crafted), before)
         self.assertFalse(os.path.exists(os.path.join(self.tmp, "out.pt")))
 
     def test_a_rank_replayed_from_an_earlier_job_with_the_same_secret_is_refused(self):
@@ -200,7 +200,7 @@ class RendezvousTrustTest(unittest.TestCase):
         # rank 1 (its nonce, agreement and progress records) into job B's
         # store and counts it, so that B's rank 0 meets a rank that never ran.
         import torch.distributed as dist
-        manifest = self.manifest(2)
+        manifest = self.split_mlp(2)
         agent = {"TORCHELASTIC_USE_AGENT_STORE": "True"}
 
         def store():
@@ -214,7 +214,8 @@ class RendezvousTrustTest(unittest.TestCase):
                     "--microbatches", str(micro)]
 
         port_a, store_a = store()
-        job_a = [self.start(args("a", 2), rank_env(r, 2, port_a, **agent)) for r in range(2)]
+        job_a = [self.start_process(args("a", 2), rank_env(r, 2, port_a,
+                                                           **agent)) for r in range(2)]
         for rc, _, err in finish(job_a, timeout=60):
             self.assertEqual(rc, 0, err)
         copied = {k: store_a.get(k) for k in ("ppc/nonce/1", "ppc/agree/1", "ppc/progress/1")}
@@ -222,7 +223,7 @@ class RendezvousTrustTest(unittest.TestCase):
         for key, value in copied.items():
             store_b.set(key, value)
         store_b.add("ppc/rank/1", 1)
-        rank0 = self.start(args("b", 4), rank_env(0, 2, port_b, **agent))
+        rank0 = self.start_process(args("b", 4), rank_env(0, 2, port_b, **agent))
         [(rc, _, err)] = finish([rank0], timeout=TIMEOUT * 4)
         self.assertEqual(rc, 2, err)
         errors = [line for line in err.splitlines() if line.startswith("error: ")]
@@ -241,8 +242,8 @@ class RendezvousTrustTest(unittest.TestCase):
                               wait_for_workers=False)
         store.set("ppc/nonce/1", b"0" * 64)
         store.add("ppc/rank/1", 1)
-        rank0 = self.start(self.run_args(self.manifest(2)),
-                           rank_env(0, 2, port, TORCHELASTIC_USE_AGENT_STORE="True"))
+        rank0 = self.start_process(self.rank_run_command(self.split_mlp(2)),
+                                   rank_env(0, 2, port, TORCHELASTIC_USE_AGENT_STORE="True"))
         deadline = time.monotonic() + TIMEOUT * 4
         while not has_key(store, "ppc/agree/0") and time.monotonic() < deadline:
             pass
@@ -254,7 +255,7 @@ class RendezvousTrustTest(unittest.TestCase):
 
     def test_without_a_secret_ranks_warn_and_refuse_shm(self):
         port = free_port()
-        manifest = self.manifest(2)
+        manifest = self.split_mlp(2)
         env = [rank_env(r, 2, port) for r in range(2)]
         for e in env:
             e.pop("PPC_JOB_SECRET", None)
@@ -262,7 +263,7 @@ class RendezvousTrustTest(unittest.TestCase):
                    f"rendezvous at 127.0.0.1:{port} can rewrite what the ranks exchange there, "
                    "and the shared-memory link is off; start the ranks with 'ppc launch', or "
                    "set the same PPC_JOB_SECRET on every rank (docs/security.md)")
-        procs = [self.start(self.run_args(manifest), e) for e in env]
+        procs = [self.start_process(self.rank_run_command(manifest), e) for e in env]
         for rc, _, err in finish(procs, timeout=60):
             self.assertEqual(rc, 0, err)
             self.assertEqual([l for l in err.splitlines() if l.startswith("warning: ")],
@@ -270,17 +271,19 @@ class RendezvousTrustTest(unittest.TestCase):
         refusal = ("error: --link shm needs PPC_JOB_SECRET: the shared-memory link trusts "
                    "only rendezvous values this job wrote; start the ranks with 'ppc launch', "
                    "or set the same PPC_JOB_SECRET on every rank (docs/security.md)\n")
-        procs = [self.start(self.run_args(manifest, "--link", "shm"), e) for e in env]
+        procs = [self.start_process(self.rank_run_command(manifest, "--link", "shm"),
+                                    e) for e in env]
         for rc, _, err in finish(procs, timeout=60):
             self.assertEqual((rc, err), (2, refusal))
 
     def test_a_rank_stopped_during_the_rendezvous_is_named(self):
         port = free_port()
-        manifest = self.manifest(3)
+        manifest = self.split_mlp(3)
         procs = []
         for rank in range(3):
             extra = {"PPC_TEST_RENDEZVOUS_STOP": "group"} if rank == 2 else {}
-            procs.append(self.start(self.run_args(manifest), rank_env(rank, 3, port, **extra)))
+            procs.append(self.start_process(self.rank_run_command(manifest),
+                                            rank_env(rank, 3, port, **extra)))
         results = finish(procs[:2], timeout=TIMEOUT * 4)
         self.assertTrue(stopped(procs[2].pid))
         os.kill(procs[2].pid, signal.SIGKILL)

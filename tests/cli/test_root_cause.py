@@ -20,7 +20,7 @@ import unittest
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import launch, main, split_at  # noqa: E402
+from common import launch, main, save_tensor, split_at  # noqa: E402
 
 CONSEQUENCE = re.compile(r"^\[rank (\d+)\] error: (.*lost rank (\d+) \(.*\)); a consequence: "
                          r"this rank stopped because of rank (\d+)$")
@@ -31,11 +31,6 @@ class RootCauseTest(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="ppc-root-cause-")
         cls.addClassCleanup(shutil.rmtree, cls.tmp)
-
-    def save(self, value, name):
-        path = os.path.join(self.tmp, name)
-        torch.save(value, path)
-        return path
 
     def run_failing(self, manifest, inp):
         """Runs MANIFEST on 3 ranks under ppc launch; returns its stderr lines
@@ -70,7 +65,8 @@ class RootCauseTest(unittest.TestCase):
         # The issue's case: resnet18 in 3 stages fed 2 channels instead of 3;
         # only stage 0 (rank 0) sees the mismatch, ranks 1 and 2 lose it.
         manifest = split_at("resnet18", 3, os.path.join(self.tmp, "resnet18"))
-        lines = self.run_failing(manifest, self.save(torch.randn(2, 2, 32, 32), "bad.pt"))
+        lines = self.run_failing(manifest, save_tensor(self.tmp, torch.randn(2, 2, 32, 32),
+                                                       "bad.pt"))
         self.assert_root_cause(lines, 0, r"^stage 0 failed: .*expected input\[.*to have 3 "
                                          r"channels, but got 2 channels instead")
 
@@ -79,7 +75,7 @@ class RootCauseTest(unittest.TestCase):
         # of the wrong width fails on rank 2 alone, after ranks 0 and 1 have
         # started; they lose rank 2.
         manifest = split_at("two_io", 3, os.path.join(self.tmp, "two_io"))
-        bad = self.save((torch.randn(4, 16), torch.randn(4, 7)), "bad_y.pt")
+        bad = save_tensor(self.tmp, (torch.randn(4, 16), torch.randn(4, 7)), "bad_y.pt")
         lines = self.run_failing(manifest, bad)
         self.assert_root_cause(lines, 2, r"^stage 2 failed: .*mat1 and mat2 shapes cannot be "
                                          r"multiplied")

@@ -21,8 +21,8 @@ import unittest
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (assert_identical, assert_outputs_close, launch, main,  # noqa: E402
-                    model_path, parse_stats, split_at, tmpdir, unsplit_output)
+from common import (assert_identical, assert_outputs_close, launch, main, model_path,  # noqa: E402
+                    parse_stats, save_tensor, split_at, tmpdir, unsplit_output)
 
 TIMEOUT = 10
 BATCHES = re.compile(r"stats: rank=(\d+) .* cache_written=\d(?: [a-z_]+=\S+)* batches=(\d+)$", re.M)
@@ -48,12 +48,7 @@ class RunBatchesTest(unittest.TestCase):
         self.tmp = tmpdir(self)
         self.x = torch.load(model_path("mlp", ".input.pt"))  # 5 x 64
 
-    def save(self, value, name):
-        path = os.path.join(self.tmp, name)
-        torch.save(value, path)
-        return path
-
-    def run_ok(self, manifest, inp, out, *extra, ranks=2):
+    def run_counting_batches(self, manifest, inp, out, *extra, ranks=2):
         """Runs `ppc run` with --stats and --no-meta-cache (every launch
         infers); checks that it succeeded on every rank. Returns (stats,
         batch counts, summed metadata messages)."""
@@ -93,7 +88,8 @@ class RunBatchesTest(unittest.TestCase):
     def test_list_of_batches_settles_metadata_once(self):
         batches = [self.x, self.x * 2, self.x.flip(0)]
         out = os.path.join(self.tmp, "out.pt")
-        stats, counts, meta = self.run_ok(self.mlp, self.save(batches, "list.pt"), out)
+        stats, counts, meta = self.run_counting_batches(self.mlp, save_tensor(self.tmp, batches,
+                                                                              "list.pt"), out)
         self.assertEqual(counts, {0: 3, 1: 3})
         got = torch.load(out)
         self.assertIsInstance(got, list)
@@ -103,7 +99,8 @@ class RunBatchesTest(unittest.TestCase):
 
         # One batch of the same shape sends as many metadata messages: the
         # second and third batches send none.
-        _, counts1, meta1 = self.run_ok(self.mlp, self.save(self.x, "one.pt"), out)
+        _, counts1, meta1 = self.run_counting_batches(self.mlp, save_tensor(self.tmp, self.x,
+                                                                            "one.pt"), out)
         self.assertEqual(counts1, {0: 1, 1: 1})
         self.assertGreater(meta1, 0)
         self.assertEqual(meta, meta1)
@@ -112,9 +109,10 @@ class RunBatchesTest(unittest.TestCase):
     def test_list_of_one_batch_needs_a_tuple(self):
         # [x] is one batch, as before (a tensor out); [(x,)] a list of one.
         out = os.path.join(self.tmp, "out.pt")
-        self.run_ok(self.mlp, self.save([self.x], "one.pt"), out)
+        self.run_counting_batches(self.mlp, save_tensor(self.tmp, [self.x], "one.pt"), out)
         self.assertIsInstance(torch.load(out), torch.Tensor)
-        _, counts, _ = self.run_ok(self.mlp, self.save([(self.x,)], "list.pt"), out)
+        _, counts, _ = self.run_counting_batches(self.mlp, save_tensor(self.tmp, [(self.x,)],
+                                                                       "list.pt"), out)
         self.assertEqual(counts, {0: 1, 1: 1})
         got = torch.load(out)
         self.assertIsInstance(got, list)
@@ -125,14 +123,16 @@ class RunBatchesTest(unittest.TestCase):
         # signature, whose metadata is inferred once.
         small = self.x[:3] + 1
         out = os.path.join(self.tmp, "out.pt")
-        _, _, meta2 = self.run_ok(self.mlp, self.save([self.x, small], "two.pt"), out)
+        _, _, meta2 = self.run_counting_batches(self.mlp, save_tensor(self.tmp, [self.x, small],
+                                                                      "two.pt"), out)
         got = torch.load(out)
         assert_outputs_close(self, unsplit_output("mlp", self.x), got[0])
         assert_outputs_close(self, unsplit_output("mlp", small), got[1])
-        _, _, meta1 = self.run_ok(self.mlp, self.save(self.x, "one.pt"), out)
+        _, _, meta1 = self.run_counting_batches(self.mlp, save_tensor(self.tmp, self.x, "one.pt"),
+                                                out)
         self.assertGreater(meta2, meta1)
-        _, counts, meta4 = self.run_ok(
-            self.mlp, self.save([self.x, small, small * 2, self.x * 3], "four.pt"), out)
+        _, counts, meta4 = self.run_counting_batches(
+            self.mlp, save_tensor(self.tmp, [self.x, small, small * 2, self.x * 3], "four.pt"), out)
         self.assertEqual(counts, {0: 4, 1: 4})
         self.assertEqual(meta4, meta2)
         got = torch.load(out)
@@ -143,7 +143,8 @@ class RunBatchesTest(unittest.TestCase):
         x, y = torch.load(model_path("two_io", ".input.pt"))
         batches = [(x, y), (x[:4] * 2, y[:4]), [x.flip(0), y.flip(0)]]
         out = os.path.join(self.tmp, "out.pt")
-        _, counts, _ = self.run_ok(self.two_io, self.save(batches, "list.pt"), out, ranks=3)
+        _, counts, _ = self.run_counting_batches(self.two_io, save_tensor(self.tmp, batches,
+                                                                          "list.pt"), out, ranks=3)
         self.assertEqual(counts, {0: 3, 1: 3, 2: 3})
         got = torch.load(out)
         self.assertEqual(len(got), 3)
@@ -151,7 +152,8 @@ class RunBatchesTest(unittest.TestCase):
             self.assertIsInstance(g, tuple)
             assert_outputs_close(self, unsplit_output("two_io", tuple(b)), g)
         # A list of two tensors is still one batch of a two-input model.
-        self.run_ok(self.two_io, self.save([x, y], "pair.pt"), out, ranks=3)
+        self.run_counting_batches(self.two_io, save_tensor(self.tmp, [x, y], "pair.pt"), out,
+                                  ranks=3)
         assert_outputs_close(self, unsplit_output("two_io", (x, y)), torch.load(out))
 
     # --- a directory of batch files ---------------------------------------
@@ -166,31 +168,31 @@ class RunBatchesTest(unittest.TestCase):
         torch.save(self.x[:1], os.path.join(inp, "skip.pth"))
         os.mkdir(os.path.join(inp, "d.pt"))
         out = os.path.join(self.tmp, "out", "nested")
-        _, counts, meta = self.run_ok(self.mlp, inp, out)
+        _, counts, meta = self.run_counting_batches(self.mlp, inp, out)
         self.assertEqual(counts, {0: 3, 1: 3})
         self.assertEqual(sorted(os.listdir(out)), ["a.pt", "b.pt", "c.pt"])
         for name, value in batches.items():
             assert_outputs_close(self, unsplit_output("mlp", value),
                                  torch.load(os.path.join(out, name)))
         # Into an existing directory; the same as the list form.
-        _, _, meta_list = self.run_ok(
-            self.mlp, self.save([batches[n] for n in sorted(batches)], "list.pt"),
+        _, _, meta_list = self.run_counting_batches(
+            self.mlp, save_tensor(self.tmp, [batches[n] for n in sorted(batches)], "list.pt"),
             os.path.join(self.tmp, "out.pt"))
         self.assertEqual(meta, meta_list)
-        self.run_ok(self.mlp, inp, out)
+        self.run_counting_batches(self.mlp, inp, out)
 
     # --- --repeat ----------------------------------------------------------
 
     def test_repeat(self):
-        inp = self.save(self.x, "x.pt")
+        inp = save_tensor(self.tmp, self.x, "x.pt")
         once, repeated = os.path.join(self.tmp, "once.pt"), os.path.join(self.tmp, "rep.pt")
-        _, _, meta1 = self.run_ok(self.mlp, inp, once)
-        stats, counts, meta5 = self.run_ok(self.mlp, inp, repeated, "--repeat", 5)
+        _, _, meta1 = self.run_counting_batches(self.mlp, inp, once)
+        stats, counts, meta5 = self.run_counting_batches(self.mlp, inp, repeated, "--repeat", 5)
         self.assertEqual(counts, {0: 5, 1: 5})
         self.assertEqual(meta5, meta1)
         assert_identical(self, torch.load(once), torch.load(repeated))
         # Rank 0 sends the batch's microbatches on every repetition.
-        single, _, _ = self.run_ok(self.mlp, inp, once)
+        single, _, _ = self.run_counting_batches(self.mlp, inp, once)
         self.assertGreater(int(stats[0][2]), int(single[0][2]))
 
     # --- errors ------------------------------------------------------------
@@ -213,12 +215,12 @@ class RunBatchesTest(unittest.TestCase):
         manifest_dir = os.path.dirname(self.mlp)
         self.run_fails(self.mlp, inp, manifest_dir, f"--output '{manifest_dir}' holds the "
                        f"manifest ('{self.mlp}'); refusing to overwrite it", failing=(0, 1))
-        file_out = self.save(self.x, "file.pt")
+        file_out = save_tensor(self.tmp, self.x, "file.pt")
         self.run_fails(self.mlp, inp, file_out, f"--output '{file_out}' is not a directory; "
                        f"the input '{inp}' is one", failing=(0, 1))
 
     def test_repeat_out_of_range(self):
-        inp = self.save(self.x, "x.pt")
+        inp = save_tensor(self.tmp, self.x, "x.pt")
         out = os.path.join(self.tmp, "out.pt")
         for n in (0, -1, 1000001):
             self.run_fails(self.mlp, inp, out, f"--repeat: {n} is not an integer in 1..1000000 "
@@ -226,17 +228,17 @@ class RunBatchesTest(unittest.TestCase):
 
     def test_bad_list_elements(self):
         out = os.path.join(self.tmp, "out.pt")
-        inp = self.save([(self.x,), "text"], "bad.pt")
+        inp = save_tensor(self.tmp, [(self.x,), "text"], "bad.pt")
         self.run_fails(self.mlp, inp, out, f"input '{inp}' batch 1 holds a String; expected a "
                        "tensor or a tuple/list of tensors")
-        inp = self.save([self.x, 3], "bad.pt")  # one input: a list of batches
+        inp = save_tensor(self.tmp, [self.x, 3], "bad.pt")  # one input: a list of batches
         self.run_fails(self.mlp, inp, out, f"input '{inp}' batch 1 holds a Int; expected a "
                        "tensor or a tuple/list of tensors")
-        inp = self.save([(self.x,), (self.x, 3)], "bad.pt")
+        inp = save_tensor(self.tmp, [(self.x,), (self.x, 3)], "bad.pt")
         self.run_fails(self.mlp, inp, out, f"input '{inp}' batch 1 holds a Int element; "
                        "expected only tensors")
         # Every batch is checked before the first runs.
-        inp = self.save([self.x, self.x[:1]], "bad.pt")
+        inp = save_tensor(self.tmp, [self.x, self.x[:1]], "bad.pt")
         self.run_fails(self.mlp, inp, out, f"input '{inp}' batch 1: --microbatches 2 exceeds "
                        "the batch size 1")
 

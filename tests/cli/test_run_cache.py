@@ -19,16 +19,10 @@ import unittest
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (assert_identical, expected_output, main, model_path,  # noqa: E402
-                    run_pipeline, split_at, tmpdir, unsplit_output)
+from common import (assert_identical, expected_output, main, model_path, run_pipeline,  # noqa: E402
+                    split_at, tensor_meta, tmpdir, unsplit_output)
 
 NAME = "two_io"
-
-
-def tensor_meta(*sizes):
-    """One float32 tensor in docs/runtime.md's user metadata form; -1 is the
-    microbatch's row count, strides are left out (contiguous)."""
-    return {"kind": "Tensor", "tensors": [{"dtype": "float32", "sizes": list(sizes)}]}
 
 
 # two_io (tests/models/make_models.py) split at c, b: stage 0 runs `a`
@@ -52,7 +46,7 @@ class RunCacheTest(unittest.TestCase):
         self.manifest = split_at(NAME, 3, self.out_dir)
         self.input = model_path(NAME, ".input.pt")
 
-    def run_pipeline(self, *extra, inp=None, ranks=3, ok=True, expected=None):
+    def run_cached(self, *extra, inp=None, ranks=3, ok=True, expected=None):
         """Runs the split on `ranks` ranks; when `ok`, checks it succeeded on
         every rank and that its output is the unsplit model's (`expected`,
         default NAME.expected.pt). Returns (process, stats, output)."""
@@ -70,7 +64,7 @@ class RunCacheTest(unittest.TestCase):
         return os.path.join(self.out_dir, "meta_cache.rank%dof3.json" % rank)
 
     def test_second_run_uses_cache(self):
-        r1, s1, out1 = self.run_pipeline()
+        r1, s1, out1 = self.run_cached()
         self.assertEqual(self.sources(s1), {"inferred"})
         self.assertGreater(self.meta_messages(s1), 0)
         # The normal first run: one note, from rank 0, and no warning.
@@ -81,23 +75,23 @@ class RunCacheTest(unittest.TestCase):
         files = sorted(glob.glob(os.path.join(self.out_dir, "meta_cache.rank*of3.json")))
         self.assertEqual(files, [self.cache_file(r) for r in range(3)])
 
-        r2, s2, out2 = self.run_pipeline()
+        r2, s2, out2 = self.run_cached()
         self.assertEqual(self.sources(s2), {"cache"})
         self.assertEqual(self.meta_messages(s2), 0)
         self.assertNotIn("warning", r2.stderr)
         assert_identical(self, out1, out2)
 
     def test_deleted_or_corrupt_cache_makes_all_ranks_infer(self):
-        self.run_pipeline()
+        self.run_cached()
         rank1 = self.cache_file(1)
         os.remove(rank1)
-        r, s, _ = self.run_pipeline()
+        r, s, _ = self.run_cached()
         self.assertEqual(self.sources(s), {"inferred"})
         # One file missing beside complete ones is not the normal path: that
         # rank warns.
         self.assertIn("[rank 1] warning: no meta cache at '%s'; inferring shapes" % rank1,
                       r.stderr)
-        _, s, _ = self.run_pipeline()
+        _, s, _ = self.run_cached()
         self.assertEqual(self.sources(s), {"cache"})
 
         with open(rank1, "r+b") as f:  # corrupt one byte in the middle
@@ -105,15 +99,15 @@ class RunCacheTest(unittest.TestCase):
             data[len(data) // 2] = ord("}")
             f.seek(0)
             f.write(data)
-        r, s, _ = self.run_pipeline()
+        r, s, _ = self.run_cached()
         self.assertEqual(self.sources(s), {"inferred"})
         self.assertRegex(r.stderr, r"warning: meta cache '.*rank1of3.json' is corrupt "
                                    r"\(.*\); inferring shapes")
-        _, s, _ = self.run_pipeline()
+        _, s, _ = self.run_cached()
         self.assertEqual(self.sources(s), {"cache"})
 
     def test_new_input_shape_adds_an_entry(self):
-        self.run_pipeline()
+        self.run_cached()
         with open(self.cache_file(0)) as f:
             self.assertEqual(len(json.load(f)["entries"]), 2)  # batch 5 in 3: rows 2, 2, 1
         x, y = torch.load(self.input)
@@ -121,35 +115,35 @@ class RunCacheTest(unittest.TestCase):
         bigger = os.path.join(self.tmp, "bigger.pt")
         torch.save(bigger_input, bigger)
         bigger_expected = unsplit_output(NAME, bigger_input)
-        _, s, _ = self.run_pipeline(inp=bigger, expected=bigger_expected)
+        _, s, _ = self.run_cached(inp=bigger, expected=bigger_expected)
         self.assertEqual(self.sources(s), {"inferred"})
         with open(self.cache_file(0)) as f:
             self.assertEqual(len(json.load(f)["entries"]), 4)
-        _, s, _ = self.run_pipeline()
+        _, s, _ = self.run_cached()
         self.assertEqual(self.sources(s), {"cache"})
-        _, s, _ = self.run_pipeline(inp=bigger, expected=bigger_expected)
+        _, s, _ = self.run_cached(inp=bigger, expected=bigger_expected)
         self.assertEqual(self.sources(s), {"cache"})
 
     def test_no_meta_cache_and_cache_dir(self):
-        _, s, _ = self.run_pipeline("--no-meta-cache")
+        _, s, _ = self.run_cached("--no-meta-cache")
         self.assertEqual(self.sources(s), {"inferred"})
         self.assertEqual({v[5] for v in s.values()}, {"0"})
         self.assertEqual(glob.glob(os.path.join(self.out_dir, "meta_cache*")), [])
         cache_dir = os.path.join(self.tmp, "cache")
-        self.run_pipeline("--meta-cache", cache_dir)
+        self.run_cached("--meta-cache", cache_dir)
         self.assertEqual(len(glob.glob(os.path.join(cache_dir, "meta_cache*"))), 3)
-        _, s, _ = self.run_pipeline("--meta-cache", cache_dir)
+        _, s, _ = self.run_cached("--meta-cache", cache_dir)
         self.assertEqual(self.sources(s), {"cache"})
 
     def test_stale_cache_after_manifest_change(self):
-        self.run_pipeline()
+        self.run_cached()
         # Any change to the manifest changes its hash.
         with open(self.manifest) as f:
             m = json.load(f)
         m["cost_model"] = m["cost_model"] + " "
         with open(self.manifest, "w") as f:
             json.dump(m, f)
-        r, s, _ = self.run_pipeline()
+        r, s, _ = self.run_cached()
         self.assertEqual(self.sources(s), {"inferred"})
         # Every rank's cache is outdated by the edit: routine, one note.
         self.assertIn("[rank 0] note: meta cache '%s' is stale (the manifest changed); "
@@ -170,7 +164,7 @@ class RunCacheTest(unittest.TestCase):
         path = os.path.join(self.tmp, "meta.json")
         with open(path, "w") as f:
             json.dump(USER_META, f)
-        _, s, _ = self.run_pipeline("--input-meta", path)
+        _, s, _ = self.run_cached("--input-meta", path)
         self.assertEqual(self.sources(s), {"user"})
         self.assertEqual(self.meta_messages(s), 0)
         self.assertEqual({v[5] for v in s.values()}, {"0"})  # no cache written
@@ -181,13 +175,13 @@ class RunCacheTest(unittest.TestCase):
         wrong["stages"][0]["outputs"][0]["tensors"][0]["sizes"] = [-1, 33]
         with open(path, "w") as f:
             json.dump(wrong, f)
-        r, _, _ = self.run_pipeline("--input-meta", path, ok=False)
+        r, _, _ = self.run_cached("--input-meta", path, ok=False)
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("[rank 0] error: stage 0 output 0 ('%s') of microbatch 0: "
                       "expected float32[2,33], got float32[2,32]\n" % ha, r.stdout + r.stderr)
 
     def test_print_schedule(self):
-        r, _, _ = self.run_pipeline("--print-schedule", "--schedule", "gpipe")
+        r, _, _ = self.run_cached("--print-schedule", "--schedule", "gpipe")
         lines = [l for l in r.stdout.splitlines() if "schedule: rank=1 " in l]
         self.assertIn("[rank 1] schedule: rank=1 0 RECV_F 0->1 mb=0 from=0", lines)
         self.assertTrue(any(" F stage=1 mb=2" in l for l in lines))

@@ -38,7 +38,7 @@ def check_infer(test, launcher, program, manifest, output):
     assert_outputs_close(test, expected, torch.load(output))
 
 
-def check_training(test, launcher, program, manifest, tmp):
+def check_example_training(test, launcher, program, manifest, tmp):
     """train_pipeline: 3 Adam steps on 2 ranks give the losses of the
     unsplit model trained in Python with the same microbatches."""
     from training import reference, write_data
@@ -69,10 +69,10 @@ class RunExampleTest(unittest.TestCase):
         check_infer(self, PPC, self.infer, self.manifest, os.path.join(self.tmp, "out.pt"))
 
     def test_training_example(self):
-        check_training(self, PPC, os.path.join(BUILD, "bin", "train_pipeline"),
-                       self.manifest, self.tmp)
+        check_example_training(self, PPC, os.path.join(BUILD, "bin", "train_pipeline"),
+                               self.manifest, self.tmp)
 
-    def one_rank(self, *args, env=None):
+    def run_example_rank(self, *args, env=None):
         """pipeline_infer run directly, as rank 0 of 1 unless `env` is given."""
         if env is None:
             env = dict(os.environ, RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
@@ -92,9 +92,9 @@ class RunExampleTest(unittest.TestCase):
              "error: microbatches 0 is not an integer in 1..65536\n"),
         ]
         for args, case_env, message in cases:
-            r = self.one_rank(*args, env=case_env)
+            r = self.run_example_rank(*args, env=case_env)
             self.assertEqual((r.returncode, r.stderr), (2, message), r.stdout)
-        r = self.one_rank()
+        r = self.run_example_rank()
         self.assertEqual(r.returncode, 2)
         self.assertIn("usage: pipeline_infer MANIFEST INPUT.pt", r.stderr)
 

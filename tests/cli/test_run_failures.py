@@ -37,7 +37,7 @@ def wait_listening(port, proc, limit=30):
     raise AssertionError(f"nothing listens on port {port}")
 
 
-def one_rank(rank, world, port, args, **extra):
+def start_rank(rank, world, port, args, **extra):
     """Starts `ppc run ARGS` as rank RANK of WORLD meeting at PORT."""
     return subprocess.Popen([PPC, "run", *map(str, args)],
                             env=rank_env(rank, world, port, **extra),
@@ -200,12 +200,12 @@ class RunFailuresTest(unittest.TestCase):
         # store no longer answers, which c10d alone would wait on forever.
         port = free_port()
         args = self.args(self.mlp, timeout="3")
-        rank0 = one_rank(0, 2, port, args)
+        rank0 = start_rank(0, 2, port, args)
         try:
             wait_listening(port, rank0)
             rank0.send_signal(signal.SIGSTOP)
             start = time.monotonic()
-            code, _, err = finish([one_rank(1, 2, port, args)], timeout=30)[0]
+            code, _, err = finish([start_rank(1, 2, port, args)], timeout=30)[0]
             elapsed = time.monotonic() - start
         finally:
             rank0.kill()
@@ -237,7 +237,7 @@ class RunFailuresTest(unittest.TestCase):
             with self.subTest(present=present):
                 port = free_port()
                 start = time.monotonic()
-                proc = one_rank(present, 2, port, self.args(self.mlp, timeout="3"))
+                proc = start_rank(present, 2, port, self.args(self.mlp, timeout="3"))
                 code, _, err = finish([proc], timeout=30)[0]
                 self.assertEqual(code, 2, err)
                 self.assertLess(time.monotonic() - start, 12)
@@ -249,7 +249,7 @@ class RunFailuresTest(unittest.TestCase):
         # end the rank with SIGPIPE before the peer's own error is seen: a
         # rank ignores SIGPIPE from its start (SigIgn in /proc holds it
         # while the rank waits for its peer).
-        proc = one_rank(1, 2, free_port(), self.args(self.mlp, timeout="20"))
+        proc = start_rank(1, 2, free_port(), self.args(self.mlp, timeout="20"))
         try:
             deadline = time.monotonic() + 15
             ignored = 0
@@ -265,7 +265,7 @@ class RunFailuresTest(unittest.TestCase):
 
     def test_verbose_shows_torch_diagnostics(self):
         port = free_port()
-        proc = one_rank(1, 2, port, self.args(self.mlp, timeout="2") + ["--verbose"])
+        proc = start_rank(1, 2, port, self.args(self.mlp, timeout="2") + ["--verbose"])
         code, _, err = finish([proc], timeout=30)[0]
         self.assertEqual(code, 2, err)
         self.assertIn("socket", err)
@@ -274,15 +274,15 @@ class RunFailuresTest(unittest.TestCase):
     def test_two_jobs_on_one_port_refuse_each_other(self):
         port = free_port()
         args_a = self.args(self.mlp, timeout="30")
-        a0 = one_rank(0, 2, port, args_a, PPC_JOB_TOKEN="job-a")
+        a0 = start_rank(0, 2, port, args_a, PPC_JOB_TOKEN="job-a")
         try:
             wait_listening(port, a0)
             out_b = os.path.join(self.tmp, "out_b.pt")
             args_b = self.args(self.mlp, timeout="5")
             args_b[args_b.index("--output") + 1] = out_b
             (b0, _, e0), (b1, _, e1) = finish(
-                [one_rank(r, 2, port, args_b, PPC_JOB_TOKEN="job-b") for r in (0, 1)])
-            a1 = one_rank(1, 2, port, args_a, PPC_JOB_TOKEN="job-a")
+                [start_rank(r, 2, port, args_b, PPC_JOB_TOKEN="job-b") for r in (0, 1)])
+            a1 = start_rank(1, 2, port, args_a, PPC_JOB_TOKEN="job-a")
             (c0, _, ea0), (c1, _, ea1) = finish([a0, a1])
         finally:
             a0.kill()
@@ -333,8 +333,8 @@ class RunFailuresTest(unittest.TestCase):
         /proc/PID/task: a thread that lives shorter than a sample interval
         (the store's, a connection's) is rarely seen twice."""
         port = free_port()
-        proc = one_rank(0, 1, port, self.args(self.resnet, self.big_input, "--microbatches",
-                                              "4", "--threads", threads))
+        proc = start_rank(0, 1, port, self.args(self.resnet, self.big_input, "--microbatches",
+                                                "4", "--threads", threads))
         most = [0]
 
         def sample():

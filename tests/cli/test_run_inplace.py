@@ -41,7 +41,7 @@ class RunInplaceTest(unittest.TestCase):
         # a generator that saved a written input could not hide a bug.
         self.expected = unsplit_output(NAME, torch.load(self.input))
 
-    def split(self, stages):
+    def split_marking_writes(self, stages):
         """The class's split into STAGES stages, after checking that it marks
         what stage `c` writes."""
         s = self.splits[stages]
@@ -64,7 +64,7 @@ class RunInplaceTest(unittest.TestCase):
 
     def test_stage_writing_its_inputs(self):
         for stages, ranks in ((2, 2), (3, 1), (4, 2), (4, 4)):
-            manifest = self.split(stages)
+            manifest = self.split_marking_writes(stages)
             for micro in (1, 3):
                 for schedule in ("1f1b", "gpipe"):
                     with self.subTest(stages=stages, ranks=ranks, microbatches=micro,
@@ -74,7 +74,8 @@ class RunInplaceTest(unittest.TestCase):
     def test_verify(self):
         for stages in (2, 3, 4):
             with self.subTest(stages=stages):
-                r = ppc("verify", model_path(NAME), self.split(stages), "--input", self.input)
+                r = ppc("verify", model_path(NAME), self.split_marking_writes(stages), "--input",
+                        self.input)
                 self.assertIn("verify: stages match the model", r.stdout)
                 self.assertEqual(file_sha256(self.input), self.input_sha)
 

@@ -22,14 +22,10 @@ import unittest
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (expected_output, finish, main, model_path, run_pipeline,  # noqa: E402
-                    split_at, start_ranks, tmpdir)
+from common import (expected_output, finish, main, model_path, run_pipeline, split_at,  # noqa: E402
+                    start_ranks, tensor_meta, tmpdir)
 
 NAME = "two_io"
-
-
-def tensor_meta(*sizes):
-    return {"kind": "Tensor", "tensors": [{"dtype": "float32", "sizes": list(sizes)}]}
 
 
 # two_io split at c, b (3 stages), written from the model in
@@ -54,7 +50,7 @@ class RunMetaTest(unittest.TestCase):
         self.input = model_path(NAME, ".input.pt")
         self.out = os.path.join(self.tmp, "out.pt")
 
-    def run_pipeline(self, *extra, ok=True):
+    def run_launched(self, *extra, ok=True):
         """(process, stats) of a run on 3 ranks that succeeds (output checked)
         or, unless OK, exits 2 without an output."""
         ran = run_pipeline(self, self.manifest, 3, self.input, self.out, *extra,
@@ -72,7 +68,7 @@ class RunMetaTest(unittest.TestCase):
         with open(self.manifest, "w") as f:
             json.dump(m, f, indent=1)
 
-    def start(self, rank_args, timeout="10"):
+    def run_unlaunched(self, rank_args, timeout="10"):
         """Runs 3 ranks without a launcher, rank R with its `rank_args[R]`;
         returns [(rc, stdout, stderr)] by rank."""
         args = [self.manifest, "--output", self.out, "--microbatches", "3",
@@ -83,7 +79,7 @@ class RunMetaTest(unittest.TestCase):
 
     def test_manifest_stage_meta(self):
         self.write_stage_meta(STAGE_META)
-        _, stats = self.run_pipeline()
+        _, stats = self.run_launched()
         self.assertEqual({s[0] for s in stats.values()}, {"user"})
         self.assertEqual(sum(int(s[1]) for s in stats.values()), 0)
         self.assertEqual(glob.glob(os.path.join(self.outdir, "meta_cache*")), [])
@@ -92,14 +88,14 @@ class RunMetaTest(unittest.TestCase):
         wrong = json.loads(json.dumps(STAGE_META))
         wrong[1]["outputs"][0]["tensors"][0]["sizes"] = [-1, 31]
         self.write_stage_meta(wrong)
-        r, _ = self.run_pipeline(ok=False)
+        r, _ = self.run_launched(ok=False)
         self.assertIn("[rank 1] error: stage 1 output 0 ('%s') of microbatch 0: "
                       "expected float32[2,31], got float32[2,32]\n"
                       % self.stages[1]["outputs"][0]["name"], r.stdout + r.stderr)
 
     def test_manifest_stage_meta_missing_on_a_stage(self):
         self.write_stage_meta([STAGE_META[0], None, STAGE_META[2]])
-        r, _ = self.run_pipeline(ok=False)
+        r, _ = self.run_launched(ok=False)
         # Rank 2 receives stage 1's output 0.
         self.assertIn("[rank 2] error: the manifest's stage meta has no metadata for "
                       "stage 1 output 0\n", r.stdout + r.stderr)
@@ -111,7 +107,7 @@ class RunMetaTest(unittest.TestCase):
         path = os.path.join(self.tmp, "meta.json")
         with open(path, "w") as f:
             json.dump({"stages": STAGE_META}, f)
-        _, stats = self.run_pipeline("--input-meta", path)
+        _, stats = self.run_launched("--input-meta", path)
         self.assertEqual({s[0] for s in stats.values()}, {"user"})
 
     # -- ranks that disagree ------------------------------------------------
@@ -121,7 +117,7 @@ class RunMetaTest(unittest.TestCase):
         with open(path, "w") as f:
             json.dump({"stages": STAGE_META}, f)
         inp = ["--input", self.input]
-        results = self.start({0: inp, 1: inp + ["--input-meta", path], 2: inp})
+        results = self.run_unlaunched({0: inp, 1: inp + ["--input-meta", path], 2: inp})
         # The start-up agreement (runtime/link/Agreement.h) finds it before any
         # metadata is settled, and every rank says the same line.
         for rank in (0, 1, 2):
@@ -138,8 +134,8 @@ class RunMetaTest(unittest.TestCase):
         x, y = torch.load(self.input)
         other = os.path.join(self.tmp, "other.pt")
         torch.save((torch.cat([x, x]), torch.cat([y, y])), other)
-        results = self.start({0: ["--input", self.input], 1: ["--input", self.input],
-                              2: ["--input", other]})
+        results = self.run_unlaunched({0: ["--input", self.input], 1: ["--input", self.input],
+                                       2: ["--input", other]})
         # The start-up agreement compares the input files' contents before any
         # signature is sent, and every rank says the same line (the signatures'
         # own check stays for library callers, which record no input digest).
@@ -158,7 +154,7 @@ class RunMetaTest(unittest.TestCase):
         not_a_dir = os.path.join(self.tmp, "file")
         with open(not_a_dir, "w") as f:
             f.write("not a directory\n")
-        r, stats = self.run_pipeline("--meta-cache", not_a_dir)
+        r, stats = self.run_launched("--meta-cache", not_a_dir)
         self.assertEqual({s[0] for s in stats.values()}, {"inferred"})
         self.assertEqual({s[5] for s in stats.values()}, {"0"})  # cache_written
         for rank in range(3):
@@ -173,7 +169,7 @@ class RunMetaTest(unittest.TestCase):
         blocked = os.path.join(cache, "meta_cache.rank1of3.json")
         os.makedirs(blocked)  # a directory where rank 1's file would go
         for _ in range(2):  # the second run infers again: rank 1 has no cache
-            r, stats = self.run_pipeline("--meta-cache", cache)
+            r, stats = self.run_launched("--meta-cache", cache)
             self.assertEqual({s[0] for s in stats.values()}, {"inferred"})
             self.assertEqual(stats[1][5], "0")
             self.assertIn("[rank 1] warning: meta cache '%s' is not a regular file "

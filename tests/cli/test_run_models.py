@@ -62,7 +62,7 @@ class RunModelsTest(unittest.TestCase):
         torch.save(inp, path)
         return path, unsplit_output(name, inp)
 
-    def check(self, name, stages, ranks, micro, batch, schedule):
+    def run_and_compare(self, name, stages, ranks, micro, batch, schedule):
         manifest = split(name, os.path.join(self.tmp.name, "%s.%d" % (name, stages)), at=stages,
                          once=True).manifest
         inp, expected = self.inputs(name, batch)
@@ -82,7 +82,7 @@ def make_test(name):
     def test(self):
         for cfg in CONFIGS:
             with self.subTest(config=cfg):
-                self.check(name, *cfg)
+                self.run_and_compare(name, *cfg)
     return test
 
 

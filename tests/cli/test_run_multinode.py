@@ -57,12 +57,12 @@ def store_mismatch(torchrun):
     the rendezvous store itself (TORCHELASTIC_USE_AGENT_STORE=True), and a
     2.x TCPStore server drops clients that skip the validation handshake,
     which LibTorch 1.x's client predates ("Connection reset by peer")."""
-    ppc_major = major_version(run([PPC, "--version"]).stdout, "LibTorch ")
+    ppc_major = major_version(run_step([PPC, "--version"]).stdout, "LibTorch ")
     with open(torchrun, "rb") as f:
         shebang = f.readline().decode(errors="replace")
     if not shebang.startswith("#!"):
         return None
-    r = run([shebang[2:].strip(), "-c", "import torch; print(torch.__version__)"], timeout=120)
+    r = run_step([shebang[2:].strip(), "-c", "import torch; print(torch.__version__)"], timeout=120)
     torchrun_major = major_version(r.stdout, "")
     if ppc_major is not None and torchrun_major is not None and \
             ppc_major < 2 <= torchrun_major:
@@ -72,7 +72,7 @@ def store_mismatch(torchrun):
     return None
 
 
-def run(cmd, timeout=STEP_TIMEOUT, **kw):
+def run_step(cmd, timeout=STEP_TIMEOUT, **kw):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
 
 
@@ -91,7 +91,7 @@ class MultiNodeTest(unittest.TestCase):
     def setUp(self):
         self.tmp = tmpdir(self)
 
-    def run_args(self, manifest, output):
+    def node_run_command(self, manifest, output):
         return [PPC, "run", manifest, "--input", os.path.abspath(model_path(NAME, ".input.pt")),
                 "--output", output, "--microbatches", "3", "--no-meta-cache",
                 "--timeout", "30"]
@@ -102,7 +102,7 @@ class MultiNodeTest(unittest.TestCase):
     # -- network namespaces ------------------------------------------------
 
     def ip(self, *args):
-        r = run(["ip", *args], timeout=15)
+        r = run_step(["ip", *args], timeout=15)
         self.assertEqual(r.returncode, 0, "ip %s: %s" % (" ".join(args), r.stderr))
 
     def make_namespaces(self):
@@ -111,21 +111,21 @@ class MultiNodeTest(unittest.TestCase):
             self.skipTest("network namespaces unavailable: no 'ip' (iproute2)")
         tag = "ppc-%d-%04x" % (os.getpid(), random.randrange(0x10000))
         ns_a, ns_b = tag + "-a", tag + "-b"
-        r = run(["ip", "netns", "add", ns_a], timeout=15)
+        r = run_step(["ip", "netns", "add", ns_a], timeout=15)
         if r.returncode != 0:
             self.skipTest("network namespaces unavailable: " + r.stderr.strip())
-        self.addCleanup(run, ["ip", "netns", "delete", ns_a], timeout=15)
-        r = run(["ip", "netns", "add", ns_b], timeout=15)
+        self.addCleanup(run_step, ["ip", "netns", "delete", ns_a], timeout=15)
+        r = run_step(["ip", "netns", "add", ns_b], timeout=15)
         if r.returncode != 0:
             self.skipTest("network namespaces unavailable: " + r.stderr.strip())
-        self.addCleanup(run, ["ip", "netns", "delete", ns_b], timeout=15)
+        self.addCleanup(run_step, ["ip", "netns", "delete", ns_b], timeout=15)
         # The veth ends are created directly inside the namespaces, so nothing
         # is added to the caller's namespace; deleting a namespace removes
         # its end and with it the pair.
         x = random.randrange(1, 255)
         addr_a, addr_b = "10.213.%d.1" % x, "10.213.%d.2" % x
-        r = run(["ip", "link", "add", "va", "netns", ns_a, "type", "veth",
-                 "peer", "name", "vb", "netns", ns_b], timeout=15)
+        r = run_step(["ip", "link", "add", "va", "netns", ns_a, "type", "veth",
+                      "peer", "name", "vb", "netns", ns_b], timeout=15)
         if r.returncode != 0:
             self.skipTest("network namespaces unavailable: veth: " + r.stderr.strip())
         for ns, dev, addr in ((ns_a, "va", addr_a), (ns_b, "vb", addr_b)):
@@ -133,7 +133,8 @@ class MultiNodeTest(unittest.TestCase):
             self.ip("-n", ns, "addr", "add", addr + "/24", "dev", dev)
             self.ip("-n", ns, "link", "set", dev, "up")
         # Wait until the link answers (veth carrier comes up asynchronously).
-        r = run(["ip", "netns", "exec", ns_b, "ping", "-c", "1", "-W", "5", addr_a], timeout=15) \
+        r = run_step(["ip", "netns", "exec", ns_b, "ping", "-c", "1", "-W", "5", addr_a],
+                     timeout=15) \
             if shutil.which("ping") else None
         if r is not None and r.returncode != 0:
             self.fail("no connectivity between namespaces: " + r.stdout + r.stderr)
@@ -145,7 +146,7 @@ class MultiNodeTest(unittest.TestCase):
 
         # Reference: one node, two ranks.
         single = os.path.join(self.tmp, "single.pt")
-        r = launch(2, *self.run_args(manifest, single)[1:], timeout=STEP_TIMEOUT,
+        r = launch(2, *self.node_run_command(manifest, single)[1:], timeout=STEP_TIMEOUT,
                    launcher=("--timeout", "40"))
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
 
@@ -157,7 +158,7 @@ class MultiNodeTest(unittest.TestCase):
             cmd = ["ip", "netns", "exec", ns, PPC, "launch", "--nnodes", "2",
                    "--node-rank", str(rank), "--nproc-per-node", "1",
                    "--master-addr", master, "--master-port", port, "--timeout", "40",
-                   "--"] + self.run_args(manifest, out)
+                   "--"] + self.node_run_command(manifest, out)
             procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE,
                                           stderr=subprocess.PIPE, text=True))
         results = [communicate(p, STEP_TIMEOUT) for p in procs]
@@ -178,7 +179,7 @@ class MultiNodeTest(unittest.TestCase):
                % pytorch2_python())
         if torchrun is not None:
             try:
-                r = run([torchrun, "--help"], timeout=30)
+                r = run_step([torchrun, "--help"], timeout=30)
                 why = None if r.returncode == 0 else \
                     "torchrun --help exited %d: %s" % (r.returncode, r.stderr.strip())
             except subprocess.TimeoutExpired:
@@ -187,9 +188,9 @@ class MultiNodeTest(unittest.TestCase):
             # --help alone is not enough: Debian's torchrun 1.13 parses its
             # options on Python 3.11 but fails before starting any worker.
             try:
-                r = run([torchrun, "--nproc_per_node", "1", "--master_port",
-                         str(random.randrange(20000, 40000)), "--no_python", "true"],
-                        timeout=30, start_new_session=True)
+                r = run_step([torchrun, "--nproc_per_node", "1", "--master_port",
+                              str(random.randrange(20000, 40000)), "--no_python", "true"],
+                             timeout=30, start_new_session=True)
                 if r.returncode != 0:
                     lines = r.stderr.strip().splitlines()
                     why = "a trivial 'torchrun --no_python true' exited %d: %s" % (
@@ -205,7 +206,7 @@ class MultiNodeTest(unittest.TestCase):
         manifest = split_at(NAME, 2, os.path.join(self.tmp, "split"))
         # Reference: the same run under ppc launch.
         single = os.path.join(self.tmp, "launch.pt")
-        r = launch(2, *self.run_args(manifest, single)[1:], timeout=STEP_TIMEOUT,
+        r = launch(2, *self.node_run_command(manifest, single)[1:], timeout=STEP_TIMEOUT,
                    launcher=("--timeout", "40"))
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         out = os.path.join(self.tmp, "torchrun.pt")
@@ -215,7 +216,7 @@ class MultiNodeTest(unittest.TestCase):
         # store on MASTER_PORT itself (TORCHELASTIC_USE_AGENT_STORE=True):
         # ppc's rank 0 must join it as a client, not fail to bind the port.
         p = subprocess.Popen([torchrun, "--nproc_per_node", "2", "--master_port", port,
-                              "--no_python"] + self.run_args(manifest, out),
+                              "--no_python"] + self.node_run_command(manifest, out),
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              start_new_session=True)
         try:

@@ -34,7 +34,7 @@ class RunValuesTest(unittest.TestCase):
     def setUp(self):
         self.tmp = tmpdir(self)
 
-    def split(self, stages):
+    def split_keeping_kinds(self, stages):
         """The class's split into STAGES stages, after checking that it keeps
         every kind as a boundary value; returns (manifest path, manifest)."""
         manifest, m = self.splits[stages].manifest, self.splits[stages].load()
@@ -50,7 +50,7 @@ class RunValuesTest(unittest.TestCase):
                              % kind.replace("[", r"\[").replace("]", r"\]"))
         return manifest, m
 
-    def run_pipeline(self, manifest, ranks, *extra, inp=None, expected=None, micro=3):
+    def run_checked(self, manifest, ranks, *extra, inp=None, expected=None, micro=3):
         ran = run_pipeline(self, manifest, ranks, inp or model_path(NAME, ".input.pt"),
                            os.path.join(self.tmp, "out.pt"), *extra, micro=micro,
                            expected=expected_output(NAME) if expected is None else expected)
@@ -59,34 +59,34 @@ class RunValuesTest(unittest.TestCase):
     def test_two_stages_on_two_ranks(self):
         # All six kinds cross the one cut, from rank 0 to rank 1, with rows
         # 2, 2, 1: the int and int[] differ between microbatches.
-        manifest, _ = self.split(2)
-        self.assertEqual(self.run_pipeline(manifest, 2), {"inferred"})
-        self.assertEqual(self.run_pipeline(manifest, 2), {"cache"})
-        self.assertEqual(self.run_pipeline(manifest, 2, "--schedule", "gpipe"), {"cache"})
+        manifest, _ = self.split_keeping_kinds(2)
+        self.assertEqual(self.run_checked(manifest, 2), {"inferred"})
+        self.assertEqual(self.run_checked(manifest, 2), {"cache"})
+        self.assertEqual(self.run_checked(manifest, 2, "--schedule", "gpipe"), {"cache"})
 
     def test_three_and_four_stages(self):
         # Skip edges: stage 0's values go straight to stages 1, 2 and 3.
         for stages, ranks in ((3, 3), (4, 4), (4, 2)):
             with self.subTest(stages=stages, ranks=ranks):
-                manifest, _ = self.split(stages)
-                self.assertEqual(self.run_pipeline(manifest, ranks, "--no-meta-cache"),
+                manifest, _ = self.split_keeping_kinds(stages)
+                self.assertEqual(self.run_checked(manifest, ranks, "--no-meta-cache"),
                                  {"inferred"})
 
     def test_one_microbatch_and_a_new_batch(self):
-        manifest, _ = self.split(3)
+        manifest, _ = self.split_keeping_kinds(3)
         x = torch.load(model_path(NAME, ".input.pt"))
         bigger = torch.cat([x, x.flip(0), x])  # 15 rows: 4 microbatches of 4, 4, 4, 3
         path = os.path.join(self.tmp, "bigger.pt")
         torch.save(bigger, path)
-        self.assertEqual(self.run_pipeline(manifest, 3, micro=1), {"inferred"})
-        self.assertEqual(self.run_pipeline(manifest, 3, inp=path, micro=4,
-                                           expected=unsplit_output(NAME, bigger)),
+        self.assertEqual(self.run_checked(manifest, 3, micro=1), {"inferred"})
+        self.assertEqual(self.run_checked(manifest, 3, inp=path, micro=4,
+                                         expected=unsplit_output(NAME, bigger)),
                          {"inferred"})
 
     def test_user_meta_for_every_kind(self):
         # Written by hand from the model: h = relu(enc(x)) is [rows, 12];
         # chunk(h, 3, 1) is three [rows, 4]; the pair is two [rows, 12].
-        manifest, m = self.split(2)
+        manifest, m = self.split_keeping_kinds(2)
         rows = lambda *rest: {"dtype": "float32", "sizes": [-1, *rest]}
         by_kind = {
             "int": {"kind": "int"},
@@ -105,7 +105,7 @@ class RunValuesTest(unittest.TestCase):
         path = os.path.join(self.tmp, "meta.json")
         with open(path, "w") as f:
             json.dump(user, f)
-        self.assertEqual(self.run_pipeline(manifest, 2, "--input-meta", path), {"user"})
+        self.assertEqual(self.run_checked(manifest, 2, "--input-meta", path), {"user"})
 
 
 if __name__ == "__main__":

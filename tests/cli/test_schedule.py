@@ -49,7 +49,7 @@ class ScheduleTest(unittest.TestCase):
         cls.tmp = class_tmpdir(cls)
         cls.four_on_two = {}
 
-    def expect_error(self, args, message=None):
+    def schedule_fails(self, args, message=None):
         return expect_error(self, ["schedule", *args], message, quiet=True)
 
     def four_stages_on_2_ranks(self, kind):
@@ -148,67 +148,67 @@ class ScheduleTest(unittest.TestCase):
                          "peak activations: stage0=3 stage1=1")
 
     def test_errors_are_one_line(self):
-        self.expect_error(["--schedule", "interleaved-1f1b", "--stages", 2, "--microbatches", 4],
-                          "interleaved-1f1b needs at least 2 stages per rank "
-                          "(2 stages on 2 ranks)")
-        self.expect_error(["--schedule", "1f1b", "--stages", 4, "--ranks", 3,
-                           "--microbatches", 4],
-                          "--stages 4 is not a multiple of --ranks 3 "
-                          "(stage k runs on rank k mod 3)")
-        self.expect_error(["--schedule", "1f1b", "--stages", 2, "--ranks", 4,
-                           "--microbatches", 4])
+        self.schedule_fails(["--schedule", "interleaved-1f1b", "--stages", 2, "--microbatches", 4],
+                            "interleaved-1f1b needs at least 2 stages per rank "
+                            "(2 stages on 2 ranks)")
+        self.schedule_fails(["--schedule", "1f1b", "--stages", 4, "--ranks", 3,
+                             "--microbatches", 4],
+                            "--stages 4 is not a multiple of --ranks 3 "
+                            "(stage k runs on rank k mod 3)")
+        self.schedule_fails(["--schedule", "1f1b", "--stages", 2, "--ranks", 4,
+                             "--microbatches", 4])
         for bad in ["0", "-1", "x", "100000"]:
-            self.expect_error(["--schedule", "1f1b", "--stages", 4, "--microbatches", bad])
-        self.expect_error(["--schedule", "zb", "--stages", 4, "--microbatches", 2],
-                          "--schedule: must be gpipe, 1f1b, interleaved-1f1b, zb-h1, "
-                          "looped-bfs, interleaved-zb, zbv or dualpipev "
-                          "(got 'zb') (see ppc schedule --help)")
-        self.expect_error(["--stages", 4, "--microbatches", 2],
-                          "ppc schedule takes one of --schedule NAME, --from-csv FILE and "
-                          "--compare")
-        self.expect_error(["--schedule", "1f1b", "--microbatches", 2],
-                          "ppc schedule needs --stages N or --manifest FILE")
-        self.expect_error(["--schedule", "zbv", "--stages", 4, "--ranks", 4,
-                           "--microbatches", 4],
-                          "zbv needs exactly 2 stages per rank (4 stages on 4 ranks)")
-        self.expect_error(["--schedule", "dualpipev", "--stages", 4, "--microbatches", 3],
-                          "dualpipev needs at least as many microbatches as stages (4), got 3")
+            self.schedule_fails(["--schedule", "1f1b", "--stages", 4, "--microbatches", bad])
+        self.schedule_fails(["--schedule", "zb", "--stages", 4, "--microbatches", 2],
+                            "--schedule: must be gpipe, 1f1b, interleaved-1f1b, zb-h1, "
+                            "looped-bfs, interleaved-zb, zbv or dualpipev "
+                            "(got 'zb') (see ppc schedule --help)")
+        self.schedule_fails(["--stages", 4, "--microbatches", 2],
+                            "ppc schedule takes one of --schedule NAME, --from-csv FILE and "
+                            "--compare")
+        self.schedule_fails(["--schedule", "1f1b", "--microbatches", 2],
+                            "ppc schedule needs --stages N or --manifest FILE")
+        self.schedule_fails(["--schedule", "zbv", "--stages", 4, "--ranks", 4,
+                             "--microbatches", 4],
+                            "zbv needs exactly 2 stages per rank (4 stages on 4 ranks)")
+        self.schedule_fails(["--schedule", "dualpipev", "--stages", 4, "--microbatches", 3],
+                            "dualpipev needs at least as many microbatches as stages (4), got 3")
 
     def test_bad_csv_files(self):
         deadlock = os.path.join(FIXTURES, "deadlock.csv")
-        self.expect_error(["--from-csv", deadlock, "--stages", 2, "--microbatches", 2],
-                          f"schedule '{deadlock}' deadlocks: rank 0 waits at 0B0 for the "
-                          "gradients of stage 0 -> 1 from rank 1; rank 1 waits at 1F1 for the "
-                          "outputs of stage 0 -> 1 from rank 0")
+        self.schedule_fails(["--from-csv", deadlock, "--stages", 2, "--microbatches", 2],
+                            f"schedule '{deadlock}' deadlocks: rank 0 waits at 0B0 for the "
+                            "gradients of stage 0 -> 1 from rank 1; rank 1 waits at 1F1 for the "
+                            "outputs of stage 0 -> 1 from rank 0")
         missing = os.path.join(FIXTURES, "missing.csv")
-        self.expect_error(["--from-csv", missing, "--stages", 2, "--microbatches", 2],
-                          f"schedule '{missing}' misses B stage=1 mb=1")
+        self.schedule_fails(["--from-csv", missing, "--stages", 2, "--microbatches", 2],
+                            f"schedule '{missing}' misses B stage=1 mb=1")
         d = tmpdir(self)
         bad = os.path.join(d, "bad.csv")
         with open(bad, "w", newline="") as f:
             f.write("0F0,0B0\r\n1F0,1B0,hello\r\n")
-        self.expect_error(["--from-csv", bad, "--stages", 2, "--microbatches", 1],
-                          f"schedule '{bad}' row 2 (rank 1), cell 3: 'hello' is not a compute "
-                          "action like 0F1, 1B0, 0I3 or 0W3, nor a compute_comms action like "
-                          "1RECV_F0 or 0SEND_B2")
-        self.expect_error(["--from-csv", os.path.join(d, "none.csv"), "--stages", 2,
-                           "--microbatches", 1])
-        self.expect_error(["--from-csv", d, "--stages", 2, "--microbatches", 1])
-        self.expect_error(["--from-csv", bad, "--schedule", "1f1b", "--stages", 2,
-                           "--microbatches", 1],
-                          "ppc schedule takes one of --schedule NAME, --from-csv FILE and "
-                          "--compare")
+        self.schedule_fails(["--from-csv", bad, "--stages", 2, "--microbatches", 1],
+                            f"schedule '{bad}' row 2 (rank 1), cell 3: 'hello' is not a compute "
+                            "action like 0F1, 1B0, 0I3 or 0W3, nor a compute_comms action like "
+                            "1RECV_F0 or 0SEND_B2")
+        self.schedule_fails(["--from-csv", os.path.join(d, "none.csv"), "--stages", 2,
+                             "--microbatches", 1])
+        self.schedule_fails(["--from-csv", d, "--stages", 2, "--microbatches", 1])
+        self.schedule_fails(["--from-csv", bad, "--schedule", "1f1b", "--stages", 2,
+                             "--microbatches", 1],
+                            "ppc schedule takes one of --schedule NAME, --from-csv FILE and "
+                            "--compare")
         # compute_comms: a send without its wait, a receive of nothing.
         with open(bad, "w", newline="") as f:
             f.write("0F0,0SEND_F0,0RECV_B0,0B0\r\n1RECV_F0,1F0,1B0,1SEND_B0,1WAIT_SEND_B0\r\n")
-        self.expect_error(["--from-csv", bad, "--stages", 2, "--microbatches", 1],
-                          f"schedule '{bad}' row 1 (rank 0): 0SEND_F0 has no 0WAIT_SEND_F0 "
-                          "after it")
+        self.schedule_fails(["--from-csv", bad, "--stages", 2, "--microbatches", 1],
+                            f"schedule '{bad}' row 1 (rank 0): 0SEND_F0 has no 0WAIT_SEND_F0 "
+                            "after it")
         with open(bad, "w", newline="") as f:
             f.write("0F0,0SEND_F0,0RECV_F0,0B0,0WAIT_SEND_F0\r\n1RECV_F0,1F0,1B0\r\n")
-        self.expect_error(["--from-csv", bad, "--stages", 2, "--microbatches", 1],
-                          f"schedule '{bad}' row 1 (rank 0), cell 3: 0RECV_F0: stage 0 "
-                          "receives no outputs from another rank")
+        self.schedule_fails(["--from-csv", bad, "--stages", 2, "--microbatches", 1],
+                            f"schedule '{bad}' row 1 (rank 0), cell 3: 0RECV_F0: stage 0 "
+                            "receives no outputs from another rank")
 
     def test_bubble_activations_and_messages(self):
         # 1f1b, 4 stages on 4 ranks, 8 microbatches: (p-1)/(m+p-1) = 3/11.
@@ -237,8 +237,8 @@ class ScheduleTest(unittest.TestCase):
                              (["1,-1,1"], "'1,-1,1': -1 is not a number in 0..1e+30"),
                              (["1,1,1"] * 3, "takes one")]:
             with self.subTest(bad=bad):
-                proc = self.expect_error(["--schedule", "1f1b", "--stages", 2,
-                                          "--microbatches", 2, "--costs", *bad])
+                proc = self.schedule_fails(["--schedule", "1f1b", "--stages", 2,
+                                            "--microbatches", 2, "--costs", *bad])
                 self.assertIn("--costs " + message, proc.stderr)
 
     def test_compare(self):
@@ -270,9 +270,9 @@ class ScheduleTest(unittest.TestCase):
         self.assertIn("zbv: 2 stages on 1 ranks", out)
         self.assertRegex(line(out, "bubble:"), r"the manifest's params stage costs \(estimates; "
                          r"ppc split --cost profile measures them\), I = W = F per stage\)$")
-        self.expect_error(["--schedule", "1f1b", "--manifest", manifest, "--stages", 3,
-                           "--microbatches", 2],
-                          f"--stages 3 but manifest '{manifest}' has 2 stages")
+        self.schedule_fails(["--schedule", "1f1b", "--manifest", manifest, "--stages", 3,
+                             "--microbatches", 2],
+                            f"--stages 3 but manifest '{manifest}' has 2 stages")
 
     def test_compute_comms_csv(self):
         for kind in ALL_KINDS:
@@ -318,31 +318,31 @@ class ScheduleTest(unittest.TestCase):
                              "--placement", "loop", "--microbatches", 3).stdout,
                          ppc("schedule", "--schedule", "1f1b", "--stages", 4, "--ranks", 2,
                              "--microbatches", 3).stdout)
-        self.expect_error(["--schedule", "interleaved-1f1b", "--stages", 4, "--ranks", 2,
-                           "--placement", "v", "--microbatches", 4],
-                          "interleaved-1f1b needs the loop placement, not placement v")
-        self.expect_error(["--schedule", "1f1b", "--stages", 4, "--ranks", 2,
-                           "--placement", "w", "--microbatches", 4])
-        self.expect_error(["--from-csv", path, "--placement", "v", "--stages", 4, "--ranks", 2,
-                           "--microbatches", 3],
-                          "ppc schedule --from-csv places the stages as the file does; it "
-                          "takes no --placement")
+        self.schedule_fails(["--schedule", "interleaved-1f1b", "--stages", 4, "--ranks", 2,
+                             "--placement", "v", "--microbatches", 4],
+                            "interleaved-1f1b needs the loop placement, not placement v")
+        self.schedule_fails(["--schedule", "1f1b", "--stages", 4, "--ranks", 2,
+                             "--placement", "w", "--microbatches", 4])
+        self.schedule_fails(["--from-csv", path, "--placement", "v", "--stages", 4, "--ranks", 2,
+                             "--microbatches", 3],
+                            "ppc schedule --from-csv places the stages as the file does; it "
+                            "takes no --placement")
         bad = os.path.join(d, "two_rows.csv")
         with open(bad, "w", newline="") as f:
             f.write("0F0,0B0,1F0\r\n1B0\r\n")
-        self.expect_error(["--from-csv", bad, "--stages", 2, "--microbatches", 1],
-                          f"schedule '{bad}' row 2 (rank 1), cell 1: stage 1 already runs on "
-                          "rank 0 (row 1)")
+        self.schedule_fails(["--from-csv", bad, "--stages", 2, "--microbatches", 1],
+                            f"schedule '{bad}' row 2 (rank 1), cell 1: stage 1 already runs on "
+                            "rank 0 (row 1)")
         help_text = ppc("schedule", "--help").stdout
         self.assertIn("--placement", help_text)
         self.assertIn("loop (stage k on rank k mod the rank count)", help_text)
 
     def test_csv_write_failures_leave_nothing(self):
         d = tmpdir(self)
-        self.expect_error(["--schedule", "1f1b", "--stages", 2, "--microbatches", 2,
-                           "--csv", os.path.join(d, "no", "such", "dir.csv")])
-        self.expect_error(["--schedule", "1f1b", "--stages", 2, "--microbatches", 2,
-                           "--csv", d])
+        self.schedule_fails(["--schedule", "1f1b", "--stages", 2, "--microbatches", 2,
+                             "--csv", os.path.join(d, "no", "such", "dir.csv")])
+        self.schedule_fails(["--schedule", "1f1b", "--stages", 2, "--microbatches", 2,
+                             "--csv", d])
         self.assertEqual(os.listdir(d), [])
 
     def test_run_refuses_training_schedules(self):

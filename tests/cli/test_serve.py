@@ -108,7 +108,7 @@ class Service:
     def text(self):
         return "".join("".join(x) for x in self.out + self.err)
 
-    def wait(self, timeout=120):
+    def wait_for_exit(self, timeout=120):
         codes = []
         for p in self.procs:
             try:
@@ -128,7 +128,7 @@ class Service:
             if p.poll() is None:
                 p.kill()
         if not self.procs[0].stdout.closed:
-            self.wait()
+            self.wait_for_exit()
 
     def request(self, method, path, body=None, key=KEY, raw=None):
         """(status, parsed JSON or text) of one request."""
@@ -213,15 +213,15 @@ def parse_prometheus(text):
 def split_decoder(tmp):
     """The decoder's models made (cached) and split into 2 stages under TMP;
     returns the manifest."""
-    r = decoders.generate(DECODER_MODELS, PT2_PYTHON)
+    r = decoders.make_decoder_models(DECODER_MODELS, PT2_PYTHON)
     if r.returncode != 0:
         raise AssertionError("make_decoder_models.py:\n" + r.stdout + r.stderr)
-    return split(decoders.path(DECODER_MODELS, NAME), os.path.join(tmp, "split"),
+    return split(decoders.model_file(DECODER_MODELS, NAME), os.path.join(tmp, "split"),
                  "--stages", 2).manifest
 
 
 def prompt_rows():
-    return decoders.prompt(DECODER_MODELS, NAME)[:8]
+    return decoders.load_prompt(DECODER_MODELS, NAME)[:8]
 
 
 class SkippingTest(unittest.TestCase):
@@ -245,9 +245,9 @@ class ServeTest(SkippingTest):
         cls.manifest = split_decoder(tmp)
         # The references: `ppc generate` on the same prompts, greedy and
         # sampled.
-        cls.greedy = cls.generate(prompt_rows(), "greedy")
-        cls.sampled = cls.generate(prompt_rows()[:2], "sampled", "--temperature", 0.8,
-                                   "--top-k", 20, "--seed", 5)
+        cls.greedy = cls.generate_reference(prompt_rows(), "greedy")
+        cls.sampled = cls.generate_reference(prompt_rows()[:2], "sampled", "--temperature", 0.8,
+                                             "--top-k", 20, "--seed", 5)
         keyfile = os.path.join(tmp, "key")
         with open(keyfile, "w") as f:
             f.write(KEY + "\n")
@@ -255,7 +255,7 @@ class ServeTest(SkippingTest):
                               "--max-request-bytes", 4096, "--eos-id", 0)
 
     @classmethod
-    def generate(cls, prompt, tag, *extra):
+    def generate_reference(cls, prompt, tag, *extra):
         path, out = (os.path.join(cls.tmp, "%s.%s.pt" % (tag, what)) for what in ("prompt", "out"))
         torch.save(prompt.clone(), path)
         r = launch(2, "generate", cls.manifest, "--prompt", path, "--max-new-tokens", N,
@@ -269,7 +269,7 @@ class ServeTest(SkippingTest):
         if cls.service:
             cls.service.kill()
 
-    def want(self, reference, row):
+    def reference_tokens(self, reference, row):
         """A row's reference tokens, up to and including its first eos (0)."""
         tokens = reference[row]
         return tokens[:tokens.index(0) + 1] if 0 in tokens else tokens
@@ -315,12 +315,13 @@ class ServeTest(SkippingTest):
         self.assertEqual(errors, [])
         for i in range(4):
             for r in range(2):
-                want = self.want(self.greedy, 2 * i + r)
+                want = self.reference_tokens(self.greedy, 2 * i + r)
                 self.assertEqual(results[i][0][r], want, "request %d row %d" % (i, r))
                 self.assertEqual(results[i][1][r], "stop" if want[-1] == 0 else "length")
-        self.assertEqual(results[4][0][0], self.want(self.greedy, 5))
+        self.assertEqual(results[4][0][0], self.reference_tokens(self.greedy, 5))
         for r in range(2):
-            self.assertEqual(results[5][0][r], self.want(self.sampled, r), "sampled row %d" % r)
+            self.assertEqual(results[5][0][r], self.reference_tokens(self.sampled, r),
+                             "sampled row %d" % r)
         self.assertNotEqual(results[5][0], results[0][0])
 
     def test_bad_requests_get_their_status_and_a_json_error(self):
@@ -348,7 +349,8 @@ class ServeTest(SkippingTest):
                 self.assertTrue(reply["error"]["message"].startswith(message), reply)
         status, reply = s.complete({"prompt": prompt_rows()[0].tolist(), "max_tokens": 3})
         self.assertEqual(status, 200, reply)
-        self.assertEqual(reply["choices"][0]["token_ids"], self.want(self.greedy, 0)[:3])
+        self.assertEqual(reply["choices"][0]["token_ids"], self.reference_tokens(self.greedy,
+                                                                                 0)[:3])
 
     def test_full_queue_gets_429(self):
         # One long stream holds a round; QUEUE requests wait (--max-queue);
@@ -487,7 +489,7 @@ class ServeFaultsTest(SkippingTest):
             p.send_signal(signal.SIGTERM)
         for t in threads:
             t.join(120)
-        codes = service.wait()
+        codes = service.wait_for_exit()
         self.assertEqual(codes, [0, 0], service.text())
         self.assertEqual(len(results), 3, results)
         for status, reply in results:
@@ -538,7 +540,7 @@ class ServeFaultsTest(SkippingTest):
         service.procs[0].send_signal(signal.SIGKILL)
         for t in threads:
             t.join(120)
-        codes = service.wait()
+        codes = service.wait_for_exit()
         self.assertNotEqual(codes[1], 0, service.text())
         self.assertEqual(len(results), 2, results)
         for status, reply in results:

@@ -28,7 +28,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import (PPC, assert_identical, finish, free_port, launch, main,  # noqa: E402
                     model_path, rank_env, split_at, start_ranks)
-from training import LOSS, split, train, write_data  # noqa: E402
+from training import LOSS, split_under, train, write_data  # noqa: E402
 
 LINK = re.compile(r"^(?:\[rank \d+\] )?stats: rank=(\d+) .* link=(\S+)", re.M)
 
@@ -52,7 +52,7 @@ class ShmLinkTest(unittest.TestCase):
     def tearDownClass(cls):
         cls.tmp.cleanup()
 
-    def manifest(self, name, stages):
+    def split_once(self, name, stages):
         key = (name, stages)
         if key not in self.dirs:
             out = os.path.join(self.tmp.name, "%s.%d" % key)
@@ -62,7 +62,7 @@ class ShmLinkTest(unittest.TestCase):
 
     def run_model(self, name, stages, ranks, link, *extra, env=None):
         out = os.path.join(self.tmp.name, "%s.%d.%d.%s.pt" % (name, stages, ranks, link))
-        proc = launch(ranks, "run", self.manifest(name, stages), "--input",
+        proc = launch(ranks, "run", self.split_once(name, stages), "--input",
                       model_path(name, ".input.pt"), "--output", out, "--link", link,
                       "--stats", "--no-meta-cache", *extra, env=env)
         self.assertEqual(proc.returncode, 0, proc.stderr)
@@ -82,7 +82,7 @@ class ShmLinkTest(unittest.TestCase):
                                  gloo_text)
 
     def test_train_losses_are_equal_over_shm_and_gloo(self):
-        manifest = split(self.tmp.name, "mlp", 4)
+        manifest = split_under(self.tmp.name, "mlp", 4)
         data = os.path.join(self.tmp.name, "mlp.data.pt")
         write_data(data, "mlp", LOSS["mlp"])
         runs = {}
@@ -102,7 +102,7 @@ class ShmLinkTest(unittest.TestCase):
         big = os.path.join(self.tmp.name, "big.pt")
         torch.manual_seed(0)
         torch.save(torch.randn(64, 3, 32, 32), big)
-        args = [self.manifest("resnet18", 2), "--input", big, "--output",
+        args = [self.split_once("resnet18", 2), "--input", big, "--output",
                 os.path.join(self.tmp.name, "killed.pt"), "--no-meta-cache", "--link", "shm",
                 "--microbatches", "8", "--repeat", "100000", "--timeout", "60",
                 "--print-schedule"]
@@ -123,7 +123,7 @@ class ShmLinkTest(unittest.TestCase):
         self.assertEqual(shm_listing() - before, set())
 
     def test_shm_across_hosts_is_refused_and_auto_uses_gloo(self):
-        manifest = self.manifest("mlp", 2)
+        manifest = self.split_once("mlp", 2)
         out = os.path.join(self.tmp.name, "hosts.pt")
         hosts = {0: {"PPC_HOST_ID": "host-a"}, 1: {"PPC_HOST_ID": "host-b"}}
         base = [manifest, "--input", model_path("mlp", ".input.pt"), "--output", out,
@@ -145,14 +145,14 @@ class ShmLinkTest(unittest.TestCase):
         self.assertEqual(links(text), {0: "gloo", 1: "gloo"})
         # --link wins over PPC_LINK.
         out = os.path.join(self.tmp.name, "env.pt")
-        proc = launch(2, "run", self.manifest("mlp", 2), "--input",
+        proc = launch(2, "run", self.split_once("mlp", 2), "--input",
                       model_path("mlp", ".input.pt"), "--output", out, "--stats",
                       "--link", "shm", env=env)
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertEqual(links(proc.stdout), {0: "shm", 1: "shm"})
 
     def test_bad_ppc_link_is_one_line(self):
-        proc = subprocess.run([PPC, "run", self.manifest("mlp", 2), "--input",
+        proc = subprocess.run([PPC, "run", self.split_once("mlp", 2), "--input",
                                model_path("mlp", ".input.pt"), "--output",
                                os.path.join(self.tmp.name, "bogus.pt")],
                               capture_output=True, text=True, timeout=60,

@@ -109,7 +109,7 @@ class SplitErrorsTest(unittest.TestCase):
                     "manifest.json; refusing to replace it")
         self.assertEqual(os.listdir(self.out), ["precious.txt"])
 
-    def snapshot(self, d):
+    def file_bytes(self, d):
         """Every file under `d` with its bytes."""
         files = {}
         for root, _, names in os.walk(d):
@@ -124,22 +124,22 @@ class SplitErrorsTest(unittest.TestCase):
         for name, text in [("manifest.json", "{}"), ("precious.txt", "keep me")]:
             with open(os.path.join(self.out, name), "w") as f:
                 f.write(text)
-        before = self.snapshot(self.out)
+        before = self.file_bytes(self.out)
         expect_error(self, ["split", model_path("mlp"), "-o", self.out, "--stages", 2],
                     f"output directory '{self.out}' holds a manifest.json that ppc cannot "
                     "read as a manifest; refusing to replace it")
-        self.assertEqual(self.snapshot(self.out), before)
+        self.assertEqual(self.file_bytes(self.out), before)
         self.assertEqual([n for n in os.listdir(self.dir) if n != "out"], [])
 
     def test_refuses_earlier_output_holding_other_files(self):
         ppc("split", model_path("mlp"), "-o", self.out, "--stages", 2)
         with open(os.path.join(self.out, "notes.txt"), "w") as f:
             f.write("keep me")
-        before = self.snapshot(self.out)
+        before = self.file_bytes(self.out)
         expect_error(self, ["split", model_path("mlp"), "-o", self.out, "--stages", 3],
                     f"output directory '{self.out}' holds 'notes.txt', which is not part of "
                     "the earlier ppc output there; refusing to replace it")
-        self.assertEqual(self.snapshot(self.out), before)
+        self.assertEqual(self.file_bytes(self.out), before)
         os.remove(os.path.join(self.out, "notes.txt"))
         os.makedirs(os.path.join(self.out, "stage_1.pt.d"))
         expect_error(self, ["split", model_path("mlp"), "-o", self.out, "--stages", 3],
@@ -173,11 +173,11 @@ class SplitErrorsTest(unittest.TestCase):
                 os.makedirs(where)
                 model = os.path.join(where, "mlp.pt")
                 shutil.copy(model_path("mlp"), model)
-                before = self.snapshot(self.out)
+                before = self.file_bytes(self.out)
                 expect_error(self, ["split", model, "-o", self.out, "--stages", 2],
                             f"output directory '{self.out}' holds the model ('{model}'); "
                             "refusing to overwrite it")
-                self.assertEqual(self.snapshot(self.out), before)
+                self.assertEqual(self.file_bytes(self.out), before)
                 shutil.rmtree(self.out)
         # Even an earlier ppc output that holds the model (copied in by hand).
         ppc("split", model_path("mlp"), "-o", self.out, "--stages", 2)

@@ -33,69 +33,70 @@ class SplitProfileErrorsTest(unittest.TestCase):
         self.dir = tmpdir(self)
         self.out = os.path.join(self.dir, "out")
 
-    def expect_error(self, args, message):
+    def split_fails(self, args, message):
         expect_error(self, ["split", *args], message)
         self.assertFalse(os.path.exists(self.out))
         self.assertEqual([n for n in os.listdir(self.dir) if ".tmp-" in n], [])
 
-    def mlp(self, *args):
+    def mlp_args(self, *args):
         return [model_path("mlp"), "-o", self.out, "--stages", 2, *args]
 
     def test_profile_needs_example_input(self):
-        self.expect_error(self.mlp("--cost", "profile"),
-                          "the profile cost model needs an example input (--example-input IN.pt)")
+        self.split_fails(self.mlp_args("--cost", "profile"),
+                         "the profile cost model needs an example input (--example-input IN.pt)")
 
     def test_example_input_needs_a_cost_model_that_runs_it(self):
         for cost in ([], ["--cost", "params"], ["--cost", "nodes"]):
             with self.subTest(cost=cost):
-                self.expect_error(self.mlp(*cost, "--example-input", model_path("mlp", ".input.pt")),
-                                  "--example-input is only used by --cost flops and --cost profile")
+                self.split_fails(self.mlp_args(*cost, "--example-input",
+                                               model_path("mlp", ".input.pt")),
+                                 "--example-input is only used by --cost flops and --cost profile")
 
     def test_memory_cap_needs_measured_activations(self):
-        self.expect_error(self.mlp("--max-stage-memory", "1M"),
-                          "--max-stage-memory needs --cost profile or flops, which measure "
-                          "activations on --example-input")
+        self.split_fails(self.mlp_args("--max-stage-memory", "1M"),
+                         "--max-stage-memory needs --cost profile or flops, which measure "
+                         "activations on --example-input")
 
     def test_memory_cap_must_be_a_byte_count(self):
         for bad in ["12X", "M", "-5", "1.5G", "", "0", "0K"]:
             with self.subTest(value=bad):
-                self.expect_error(self.mlp("--max-stage-memory", bad),
-                                  f"--max-stage-memory: '{bad}' is not a byte count above 0 (e.g. "
-                                  "1048576, 512M, 2G) (see ppc split --help)")
+                self.split_fails(self.mlp_args("--max-stage-memory", bad),
+                                 f"--max-stage-memory: '{bad}' is not a byte count above 0 (e.g. "
+                                 "1048576, 512M, 2G) (see ppc split --help)")
 
     def test_memory_cap_and_split_at_exclude_each_other(self):
-        self.expect_error([model_path("mlp"), "-o", self.out, "--split-at", "layers.4",
-                           "--max-stage-memory", "1M"],
-                          "--split-at excludes --max-stage-memory (see ppc split --help)")
+        self.split_fails([model_path("mlp"), "-o", self.out, "--split-at", "layers.4",
+                          "--max-stage-memory", "1M"],
+                         "--split-at excludes --max-stage-memory (see ppc split --help)")
 
     def test_example_input_with_the_wrong_number_of_inputs(self):
         path = model_path("two_io", ".input.pt")
-        self.expect_error(self.mlp("--cost", "profile", "--example-input", path),
-                          f"example input '{path}': the model takes 1 input, got 2")
+        self.split_fails(self.mlp_args("--cost", "profile", "--example-input", path),
+                         f"example input '{path}': the model takes 1 input, got 2")
 
     def test_example_input_of_the_wrong_shape(self):
         path = os.path.join(self.dir, "narrow.pt")
         torch.save(torch.randn(5, 8), path)
         # LibTorch 2.x names the operator that failed.
         op = "addmm: " if libtorch_major() >= 2 else ""
-        self.expect_error(self.mlp("--cost", "profile", "--example-input", path),
-                          f"cannot run the model on the example input: {op}mat1 and mat2 "
-                          "shapes cannot be multiplied (5x8 and 64x64)")
+        self.split_fails(self.mlp_args("--cost", "profile", "--example-input", path),
+                         f"cannot run the model on the example input: {op}mat1 and mat2 "
+                         "shapes cannot be multiplied (5x8 and 64x64)")
 
     def test_example_input_that_is_no_tensor(self):
         path = os.path.join(self.dir, "dict.pt")
         torch.save({"x": torch.randn(5, 64)}, path)
-        self.expect_error(self.mlp("--cost", "profile", "--example-input", path),
-                          f"input '{path}' holds a dict; expected a tensor or a tuple/list of "
-                          "tensors (one per model input)")
+        self.split_fails(self.mlp_args("--cost", "profile", "--example-input", path),
+                         f"input '{path}' holds a dict; expected a tensor or a tuple/list of "
+                         "tensors (one per model input)")
 
     def test_cap_below_one_item(self):
         # layers.0.0 is Linear(64, 64): 16640 bytes of weights and bias, plus
         # its [5, 64] float output (1280 bytes).
-        self.expect_error(self.mlp("--cost", "profile", "--example-input",
-                                   model_path("mlp", ".input.pt"), "--max-stage-memory", "1K"),
-                          "item 0 (aten::linear in layers.0.0) alone needs 17.5 KiB (17920 bytes), "
-                          "more than --max-stage-memory 1024")
+        self.split_fails(self.mlp_args("--cost", "profile", "--example-input",
+                                       model_path("mlp", ".input.pt"), "--max-stage-memory", "1K"),
+                         "item 0 (aten::linear in layers.0.0) alone needs 17.5 KiB (17920 bytes), "
+                         "more than --max-stage-memory 1024")
 
 
 class SplitProfileModelsTest(unittest.TestCase):

@@ -27,7 +27,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import (BUILD, assert_identical, assert_outputs_close, launch, main,  # noqa: E402
-                    model_path, parse_stats, split_at, tmpdir, unsplit_output)
+                    model_path, parse_stats, save_tensor, split_at, tmpdir, unsplit_output)
 from trace_format import assert_valid_trace  # noqa: E402
 
 BATCHES = re.compile(r"stats: rank=(\d+) .* cache_written=\d(?: [a-z_]+=\S+)* batches=(\d+)$", re.M)
@@ -50,11 +50,6 @@ class StreamTest(unittest.TestCase):
     def setUp(self):
         self.tmp = tmpdir(self)
         self.x = torch.load(model_path("mlp", ".input.pt"))  # 5 x 64
-
-    def save(self, value, name):
-        path = os.path.join(self.tmp, name)
-        torch.save(value, path)
-        return path
 
     def ppc_run(self, ranks, manifest, inp, out, *extra):
         """`ppc run` on `ranks` ranks with --stats; returns {rank: batches}
@@ -124,7 +119,7 @@ class StreamTest(unittest.TestCase):
         # gpipe; 1f1b (the default) streams the same six batches, and five
         # more, in test_background_windows_over_many_batches.
         batches = self.mixed()
-        inp = self.save(batches, "list.pt")
+        inp = save_tensor(self.tmp, batches, "list.pt")
         base = self.compare(2, self.mlp2, inp, "--microbatches", 2, batches=6,
                             schedules=("gpipe",))
         got = torch.load(base)
@@ -132,7 +127,7 @@ class StreamTest(unittest.TestCase):
             assert_outputs_close(self, unsplit_output("mlp", b), g)
 
     def test_four_stages_on_2_ranks(self):
-        inp = self.save(self.mixed(), "list.pt")
+        inp = save_tensor(self.tmp, self.mixed(), "list.pt")
         # Windows of 1 (3 < M), 2 and all 6 batches.
         self.compare(2, self.mlp4, inp, "--microbatches", 3, windows=("3", "7", "18"),
                      batches=6, schedules=("gpipe", "1f1b"))
@@ -140,13 +135,13 @@ class StreamTest(unittest.TestCase):
     def test_two_inputs_on_3_and_4_ranks(self):
         x, y = torch.load(model_path("two_io", ".input.pt"))
         batches = [(x, y), (x[:4] * 2, y[:4]), (x.flip(0), y.flip(0)), (x[:2], y[:2] + 1)]
-        inp = self.save(batches, "list.pt")
+        inp = save_tensor(self.tmp, batches, "list.pt")
         base = self.compare(3, self.two_io3, inp, "--microbatches", 2, batches=4,
                             schedules=("gpipe", "1f1b"))
         for b, g in zip(batches, torch.load(base)):
             self.assertIsInstance(g, tuple)
             assert_outputs_close(self, unsplit_output("two_io", b), g)
-        inp = self.save(self.mixed(), "mlp.pt")
+        inp = save_tensor(self.tmp, self.mixed(), "mlp.pt")
         self.compare(4, self.mlp4, inp, "--microbatches", 2, windows=("6",), batches=6)
 
     def test_background_windows_over_many_batches(self):
@@ -157,14 +152,14 @@ class StreamTest(unittest.TestCase):
         # (PipelineStreamTest.StreamedEqualsRunBitwise). 1f1b, the default:
         # the first six are test_list_of_mixed_signatures_2_ranks's batches.
         batches = (self.mixed() * 2)[:11]
-        inp = self.save(batches, "many.pt")
+        inp = save_tensor(self.tmp, batches, "many.pt")
         base = self.compare(2, self.mlp2, inp, "--microbatches", 2, windows=("4", "6", "256"),
                             batches=11)
         for b, g in zip(batches, torch.load(base)):
             assert_outputs_close(self, unsplit_output("mlp", b), g)
 
     def test_repeat(self):
-        inp = self.save(self.x, "x.pt")
+        inp = save_tensor(self.tmp, self.x, "x.pt")
         self.compare(2, self.mlp2, inp, "--microbatches", 2, "--repeat", 5,
                      windows=("4", "5", "256"), batches=5)
 
@@ -179,7 +174,7 @@ class StreamTest(unittest.TestCase):
     # --- metadata ------------------------------------------------------------
 
     def test_meta_cache_serves_a_second_streamed_run(self):
-        inp = self.save(self.mixed(), "list.pt")
+        inp = save_tensor(self.tmp, self.mixed(), "list.pt")
         cache = os.path.join(self.tmp, "cache")
         os.mkdir(cache)
         outs = []
@@ -202,7 +197,7 @@ class StreamTest(unittest.TestCase):
     # --- the trace -----------------------------------------------------------
 
     def trace_events(self, window, batches=4, *extra):
-        inp = self.save([self.x * (b + 1) for b in range(batches)], "list.pt")
+        inp = save_tensor(self.tmp, [self.x * (b + 1) for b in range(batches)], "list.pt")
         trace = os.path.join(self.tmp, "trace%s.json" % window)
         self.ppc_run(3, self.mlp3, inp, os.path.join(self.tmp, "o.pt"),
             "--microbatches", 2, "--schedule", "gpipe", "--no-meta-cache",
@@ -273,7 +268,8 @@ class StreamTest(unittest.TestCase):
         self.assertIn("[rank 0] streamed 5 batches in windows of 128", r.stdout)
         batches = [self.x[:5 - b % 2] * (b + 1) for b in range(5)]
         base = os.path.join(self.tmp, "base.pt")
-        self.ppc_run(2, self.mlp2, self.save(batches, "list.pt"), base, "--microbatches", 2,
+        self.ppc_run(2, self.mlp2, save_tensor(self.tmp, batches, "list.pt"), base,
+                     "--microbatches", 2,
                  "--stream-window", 0, "--no-meta-cache")
         for b, want in enumerate(torch.load(base)):
             with self.subTest(batch=b):
@@ -326,7 +322,7 @@ class StreamTest(unittest.TestCase):
                                  torch.load(os.path.join(out, name)))
 
     def test_a_list_of_one_batch_still_names_it(self):
-        inp = self.save([(torch.randn(5, 7),)], "one.pt")
+        inp = save_tensor(self.tmp, [(torch.randn(5, 7),)], "one.pt")
         r = launch(2, "run", self.mlp2, "--input", inp, "--output",
                    os.path.join(self.tmp, "o.pt"), "--microbatches", 2, "--no-meta-cache",
                    "--timeout", 10)

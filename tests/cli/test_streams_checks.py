@@ -29,7 +29,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import PPC, class_tmpdir, free_port, main, model_path, ppc, rank_env  # noqa: E402
-from training import split, train  # noqa: E402
+from training import split_under, train  # noqa: E402
 
 SCHEDULE = ["schedule", "--schedule", "1f1b", "--stages", "8", "--ranks", "8",
             "--microbatches", "512"]
@@ -47,7 +47,7 @@ class MlpCase(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = class_tmpdir(cls)
-        cls.manifest = split(cls.tmp, "mlp", 2)
+        cls.manifest = split_under(cls.tmp, "mlp", 2)
         cls.data = os.path.join(cls.tmp, "data.pt")
         torch.save(mlp_batch(), cls.data)
 

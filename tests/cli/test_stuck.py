@@ -28,8 +28,8 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (PPC, class_tmpdir, free_port, launch, main, model_path,  # noqa: E402
-                    rank_env, split_at, tmpdir)
+from common import (PPC, child_pids, class_tmpdir, free_port, launch, main,  # noqa: E402
+                    model_path, rank_env, split_at, tmpdir)
 from training import write_data  # noqa: E402
 
 RANK_TIMEOUT = 3
@@ -48,23 +48,6 @@ CLOSING = re.compile(
     r"^error: rank (\d+) is stuck \(stopped by a signal, state T\): rank (\d+) waited for it "
     r"(?:at (?:action \d+ of \d+ \(\w+ mb -?\d+ stage -?\d+\)|the final flush of \d+ actions)|"
     r"before a run of its schedule); (?:rank|ranks) ([\d, and]+) waits? for it$")
-
-
-def children(pid):
-    """The pids of PID's children (Linux /proc)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2:].split()
-        if int(fields[1]) == pid:
-            found.append(int(entry))
-    return found
 
 
 def rank_of(pid):
@@ -108,7 +91,7 @@ class StuckTest(unittest.TestCase):
         try:
             self.assertTrue(started.wait(60), "\n".join(lines))
             self.assertIsNone(proc.poll(), "\n".join(lines))
-            for pid in children(proc.pid):
+            for pid in child_pids(proc.pid):
                 if rank_of(pid) == STOPPED:
                     os.kill(pid, signal.SIGSTOP)
                     stopped.append(pid)

@@ -29,29 +29,13 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import PPC, main  # noqa: E402
+from common import PPC, child_pids, main  # noqa: E402
 
 CORES = len(os.sched_getaffinity(0))
 # What ppc launch gives each of 2 workers as OMP_NUM_THREADS (runtime/platform/Threads.h
 # defaultThreads; the launcher uses the same share).
 SHARE = max(1, CORES // 2)
 POOL_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS")
-
-
-def children(pid):
-    """The processes whose parent is PID (the workers of a ppc launch)."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            out.append(int(entry))
-    return out
 
 
 def thread_ticks(pid):
@@ -112,7 +96,7 @@ class ThreadsTest(unittest.TestCase):
     def tearDownClass(cls):
         cls.tmp.cleanup()
 
-    def launch(self, **env):
+    def launch_samples(self, **env):
         """Runs the model on 2 ranks with --threads 1 under ppc launch, with
         the pool variables removed from the environment but for `env`;
         returns the 2 ranks' Rank samples."""
@@ -126,7 +110,7 @@ class ThreadsTest(unittest.TestCase):
             env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         ranks = {}
         while proc.poll() is None:
-            for pid in children(proc.pid):
+            for pid in child_pids(proc.pid):
                 rank = ranks.setdefault(pid, Rank())
                 try:
                     ticks = thread_ticks(pid)
@@ -171,8 +155,8 @@ class ThreadsTest(unittest.TestCase):
         # start without ppc launch) makes it: OpenBLAS starts CORES - 1
         # helpers, and boundThreads must keep them idle.
         full = str(CORES)
-        bounded = self.launch(OMP_NUM_THREADS=full)
-        baseline = self.launch(OMP_NUM_THREADS=full, OPENBLAS_NUM_THREADS="1")
+        bounded = self.launch_samples(OMP_NUM_THREADS=full)
+        baseline = self.launch_samples(OMP_NUM_THREADS=full, OPENBLAS_NUM_THREADS="1")
         self.report("OMP_NUM_THREADS=%s" % full, bounded)
         self.report("OMP_NUM_THREADS=%s OPENBLAS_NUM_THREADS=1" % full, baseline)
         self.assertLessEqual(max(r.computing() for r in bounded),
@@ -187,8 +171,8 @@ class ThreadsTest(unittest.TestCase):
         # Nothing set: ppc launch gives each worker OMP_NUM_THREADS=SHARE, so
         # OpenBLAS starts SHARE - 1 helpers (none on 2 or 3 cores), all idle
         # under --threads 1.
-        default = self.launch()
-        baseline = self.launch(OPENBLAS_NUM_THREADS="1")
+        default = self.launch_samples()
+        baseline = self.launch_samples(OPENBLAS_NUM_THREADS="1")
         self.report("nothing set", default)
         self.report("OPENBLAS_NUM_THREADS=1", baseline)
         self.assertLessEqual(max(r.computing() for r in default),

@@ -183,7 +183,7 @@ def write_trace(test, trace, name="t.json"):
     return path
 
 
-def complete(trace):
+def complete_events(trace):
     return [e for e in (trace["traceEvents"] if isinstance(trace, dict) else trace)
             if e["ph"] == "X"]
 
@@ -258,7 +258,7 @@ class RangeTest(unittest.TestCase):
     def test_from_to_steps_draws_only_those_steps(self):
         trace = pipeline_trace("step", steps=4)
         path = write_trace(self, trace)
-        events = complete(trace)
+        events = complete_events(trace)
         spans = mark_spans(events, "step")
         root = self.plot(path, "--from", "step:2", "--to", "step:3")
         self.assert_boxes(root, events, spans[1][0], spans[2][1])
@@ -276,7 +276,7 @@ class RangeTest(unittest.TestCase):
     def test_from_a_time_and_from_a_step_to_the_end(self):
         trace = pipeline_trace("step", steps=4)
         path = write_trace(self, trace)
-        events = complete(trace)
+        events = complete_events(trace)
         origin = min(e["ts"] for e in events)
         end = max(e["ts"] + e["dur"] for e in events)
         root = self.plot(path, "--from", "12.5ms")
@@ -296,7 +296,7 @@ class RangeTest(unittest.TestCase):
     def test_markers_of_a_whole_training_plot(self):
         trace = pipeline_trace("step", steps=4)
         path = write_trace(self, trace)
-        events = complete(trace)
+        events = complete_events(trace)
         spans = mark_spans(events, "step")
         root = self.plot(path)
         origin = min(e["ts"] for e in events)
@@ -323,7 +323,7 @@ class RangeTest(unittest.TestCase):
         self.assertEqual(legend_text, ["F", "send/recv", "wait"])
         self.assertEqual(len(compute_boxes(root)), 2 * 2 * 2)
         # A range with only receives and sends in it lists only them.
-        events = complete(trace)
+        events = complete_events(trace)
         recv = next(e for e in events if e["name"] == "RECV_F" and e["args"]["microbatch"] == 0)
         origin = min(e["ts"] for e in events)
         f0 = next(e for e in events if e["name"] == "F" and e["pid"] == 0)
@@ -337,7 +337,7 @@ class RangeTest(unittest.TestCase):
     def test_width(self):
         trace = pipeline_trace("step", steps=2)
         path = write_trace(self, trace)
-        events = complete(trace)
+        events = complete_events(trace)
         root = self.plot(path, "--width", "800")
         self.assertEqual(root.get("width"), "800")
         self.assertTrue(root.get("viewBox").startswith("0 0 800 "))
@@ -401,7 +401,7 @@ class SkipStepsTest(unittest.TestCase):
     def test_skipping_the_warm_up(self):
         trace = pipeline_trace("step", steps=4)
         path = write_trace(self, trace)
-        events = complete(trace)
+        events = complete_events(trace)
         full = trace_cmd("summary", path)
         skipped = trace_cmd("summary", path, "--skip-steps", "1")
         for r in (full, skipped):
@@ -456,7 +456,7 @@ class StageTableTest(unittest.TestCase):
     def test_a_row_per_stage_matching_the_events(self):
         trace = pipeline_trace("step", steps=3)
         path = write_trace(self, trace)
-        events = complete(trace)
+        events = complete_events(trace)
         r = trace_cmd("summary", path)
         self.assertEqual((r.returncode, r.stderr), (0, ""))
         rows = stage_lines(r.stdout)
@@ -491,10 +491,10 @@ class RealRunTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        from training import split, train, write_data
+        from training import split_under, train, write_data
         cls.tmp = tempfile.TemporaryDirectory(prefix="ppc-trace-real-")
         d = cls.tmp.name
-        manifest = split(d, "mlp", 2)
+        manifest = split_under(d, "mlp", 2)
         cls.run_trace = os.path.join(d, "run.json")
         r = launch(2, "run", manifest, "--input", model_path("mlp", ".input.pt"),
                    "--output", os.path.join(d, "out.pt"), "--microbatches", 2, "--repeat", 3,
@@ -518,7 +518,7 @@ class RealRunTest(unittest.TestCase):
 
     def check_marks(self, path, kind, other):
         trace = assert_valid_trace(self, path)
-        events = complete(trace)
+        events = complete_events(trace)
         for rank in (0, 1):
             mine = sorted((e for e in events if e["pid"] == rank), key=lambda e: e["ts"])
             marks = [e for e in mine if e["name"] == kind]
@@ -653,19 +653,19 @@ class TraceErrorsTest(unittest.TestCase):
         self.assertEqual(r.stderr.count("\n"), 1, r.stderr)
         self.assertRegex(r.stderr, "^error: " + message)
 
-    def write(self, text):
+    def trace_file(self, text):
         path = os.path.join(tmpdir(self), "t.json")
         with open(path, "w") as f:
             f.write(text)
         return path
 
     def test_one_line_errors(self):
-        bad_dur = self.write('[{"ph": "X", "name": "F", "cat": "compute", "pid": 0, '
-                             '"tid": 0, "ts": 0, "dur": -3}]')
-        no_pid = self.write('{"traceEvents": [{"ph": "X", "name": "F", "cat": "compute", '
-                            '"tid": 0, "ts": 0, "dur": 3}]}')
+        bad_dur = self.trace_file('[{"ph": "X", "name": "F", "cat": "compute", "pid": 0, '
+                                  '"tid": 0, "ts": 0, "dur": -3}]')
+        no_pid = self.trace_file('{"traceEvents": [{"ph": "X", "name": "F", "cat": "compute", '
+                                 '"tid": 0, "ts": 0, "dur": 3}]}')
         cases = [
-            (["summary", self.write("not json")],
+            (["summary", self.trace_file("not json")],
              re.escape("trace '") + ".*' is not valid JSON: "),
             (["summary", bad_dur],
              re.escape("trace '%s': event 0: \"dur\" must be a number in [0, 1e+15] (got -3)"
@@ -688,7 +688,7 @@ class TraceErrorsTest(unittest.TestCase):
         out = os.path.join(d, "t.svg")
         with open(out, "w") as f:
             f.write("old")
-        r = trace_cmd("plot", self.write("[]"), "-o", out)
+        r = trace_cmd("plot", self.trace_file("[]"), "-o", out)
         self.assertEqual(r.returncode, 2)
         self.assertIn("has no complete events", r.stderr)
         with open(out) as f:

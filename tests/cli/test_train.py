@@ -17,7 +17,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import launch, main, model_path, ppc  # noqa: E402
 from trace_format import assert_valid_trace  # noqa: E402
-from training import (read_grads, reference, rel_diff, resolve, split,  # noqa: E402
+from training import (read_grads, reference, rel_diff, resolve, split_under,  # noqa: E402
                       stage_tensors, train, write_data)
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "unit",
@@ -38,11 +38,11 @@ class TrainTest(unittest.TestCase):
     def path(self, name):
         return os.path.join(self.tmp.name, name)
 
-    def mlp(self, stages, *args, ranks=2, data=None):
-        return train(ranks, split(self.tmp.name, "mlp", stages), data or self.mlp_data,
+    def train_mlp(self, stages, *args, ranks=2, data=None):
+        return train(ranks, split_under(self.tmp.name, "mlp", stages), data or self.mlp_data,
                      "--loss", "cross_entropy", *args)
 
-    def assert_fails(self, run, *needles):
+    def assert_run_failed(self, run, *needles):
         """A run that fails with one error line naming the problem."""
         self.assertNotEqual(run.proc.returncode, 0, run.output)
         errors = [l for l in run.output.splitlines() if "error:" in l]
@@ -55,8 +55,8 @@ class TrainTest(unittest.TestCase):
                            "sgd", 0.1)
         grads = self.path("grads.zb4")
         os.makedirs(grads)
-        run = self.mlp(4, "--schedule", "zb-h1", "--microbatches", "4", "--steps", "1",
-                       "--lr", "0.1", "--no-meta-cache", "--save-grads", grads, ranks=4)
+        run = self.train_mlp(4, "--schedule", "zb-h1", "--microbatches", "4", "--steps", "1",
+                             "--lr", "0.1", "--no-meta-cache", "--save-grads", grads, ranks=4)
         self.assertEqual(run.proc.returncode, 0, run.output)
         for path, g in read_grads(grads, 4).items():
             self.assertLessEqual(rel_diff(g, resolve(ref, path).grad), 1e-5, path)
@@ -69,7 +69,7 @@ class TrainTest(unittest.TestCase):
                 inputs, target = write_data(data, "two_io", "mse", loss_output=output)
                 losses, ref = reference("two_io", inputs, target, 5, 2, "mse", "sgd", 0.1,
                                         loss_output=output)
-                manifest = split(self.tmp.name, "two_io", 4)
+                manifest = split_under(self.tmp.name, "two_io", 4)
                 saved = self.path("two_io.saved.%d" % output)
                 run = train(2, manifest, data, "--loss", "mse", "--loss-output", output,
                             "--steps", "5", "--microbatches", "2", "--lr", "0.1",
@@ -88,9 +88,9 @@ class TrainTest(unittest.TestCase):
         for schedule, want in (("gpipe", {0: 6, 1: 6, 2: 6, 3: 6}),
                                ("1f1b", {0: 4, 1: 3, 2: 2, 3: 1})):
             with self.subTest(schedule=schedule):
-                run = self.mlp(4, "--schedule", schedule, "--microbatches", "6", "--steps",
-                               "2", "--stats", "--no-meta-cache", ranks=4,
-                               data=self.grown_data(12))
+                run = self.train_mlp(4, "--schedule", schedule, "--microbatches", "6", "--steps",
+                                     "2", "--stats", "--no-meta-cache", ranks=4,
+                                     data=self.grown_data(12))
                 self.assertEqual(run.proc.returncode, 0, run.output)
                 self.assertEqual(run.peaks(), want, run.output)
 
@@ -106,7 +106,7 @@ class TrainTest(unittest.TestCase):
         # The second identical run takes every rank's metadata, forward and
         # backward, from the cache: no metadata message, the same losses.
         out = self.path("cache")
-        shutil.copytree(os.path.dirname(split(self.tmp.name, "mlp", 4)), out)
+        shutil.copytree(os.path.dirname(split_under(self.tmp.name, "mlp", 4)), out)
         manifest = os.path.join(out, "manifest.json")
         runs = []
         for _ in range(2):
@@ -128,9 +128,9 @@ class TrainTest(unittest.TestCase):
         self.assertIn("meta=inferred", r.stdout)
 
     def test_schedule_csv(self):
-        manifest = split(self.tmp.name, "mlp", 2)
-        base = self.mlp(2, "--schedule", "1f1b", "--microbatches", "4", "--steps", "3",
-                        "--no-meta-cache")
+        manifest = split_under(self.tmp.name, "mlp", 2)
+        base = self.train_mlp(2, "--schedule", "1f1b", "--microbatches", "4", "--steps", "3",
+                              "--no-meta-cache")
         self.assertEqual(base.proc.returncode, 0, base.output)
         csv = self.path("1f1b.csv")
         ppc("schedule", "--schedule", "1f1b", "--stages", "2", "--microbatches", "4",
@@ -147,13 +147,13 @@ class TrainTest(unittest.TestCase):
                     self.assertLessEqual(abs(a - b), 1e-6 * abs(b))
         run = train(2, manifest, self.mlp_data, "--loss", "cross_entropy", "--schedule-csv",
                     os.path.join(FIXTURES, "deadlock.csv"), "--microbatches", "2")
-        self.assert_fails(run, "deadlocks: rank 0 waits at 0B0")
+        self.assert_run_failed(run, "deadlocks: rank 0 waits at 0B0")
 
     def test_v_placed_schedule_csv(self):
         # 4 stages on 2 ranks placed as a V (rank 0: 0 and 3, rank 1: 1 and 2)
         # by the CSV's rows train as the loop-placed 1f1b does.
-        base = self.mlp(4, "--schedule", "1f1b", "--microbatches", "4", "--steps", "3",
-                        "--no-meta-cache")
+        base = self.train_mlp(4, "--schedule", "1f1b", "--microbatches", "4", "--steps", "3",
+                              "--no-meta-cache")
         self.assertEqual(base.proc.returncode, 0, base.output)
         csv = self.path("1f1b.v.csv")
         ppc("schedule", "--schedule", "1f1b", "--stages", "4", "--ranks", "2",
@@ -162,7 +162,7 @@ class TrainTest(unittest.TestCase):
             rows = f.read().splitlines()
         self.assertEqual([sorted({c[0] for c in r.split(",")}) for r in rows],
                          [["0", "3"], ["1", "2"]])
-        run = train(2, split(self.tmp.name, "mlp", 4), self.mlp_data, "--loss",
+        run = train(2, split_under(self.tmp.name, "mlp", 4), self.mlp_data, "--loss",
                     "cross_entropy", "--schedule-csv", csv, "--microbatches", "4",
                     "--steps", "3", "--no-meta-cache")
         self.assertEqual(run.proc.returncode, 0, run.output)
@@ -171,10 +171,10 @@ class TrainTest(unittest.TestCase):
             self.assertLessEqual(abs(a - b), 1e-6 * abs(b))
 
     def test_save_and_join(self):
-        manifest = split(self.tmp.name, "mlp", 4)
+        manifest = split_under(self.tmp.name, "mlp", 4)
         saved = self.path("joined.saved")
-        run = self.mlp(4, "--steps", "5", "--microbatches", "3", "--lr", "0.1",
-                       "--no-meta-cache", "--save", saved)
+        run = self.train_mlp(4, "--steps", "5", "--microbatches", "3", "--lr", "0.1",
+                             "--no-meta-cache", "--save", saved)
         self.assertEqual(run.proc.returncode, 0, run.output)
         losses, ref = reference("mlp", self.mlp_inputs, self.mlp_target, 5, 3,
                                 "cross_entropy", "sgd", 0.1)
@@ -198,17 +198,17 @@ class TrainTest(unittest.TestCase):
                      "cross_entropy", "--steps", "1", "--no-meta-cache")
         self.assertEqual(more.proc.returncode, 0, more.output)
         # --save may not overwrite the stages being trained.
-        bad = self.mlp(4, "--steps", "1", "--no-meta-cache", "--save",
-                       os.path.dirname(manifest))
-        self.assert_fails(bad, f"--save '{os.path.dirname(manifest)}' holds the manifest "
-                          f"('{manifest}'); refusing to overwrite it")
+        bad = self.train_mlp(4, "--steps", "1", "--no-meta-cache", "--save",
+                             os.path.dirname(manifest))
+        self.assert_run_failed(bad, f"--save '{os.path.dirname(manifest)}' holds the manifest "
+                               f"('{manifest}'); refusing to overwrite it")
 
     def test_trace(self):
         # --trace: one Chrome trace from rank 0 with every rank's actions, a
         # flow per message; ppc trace summary reads it.
         trace = self.path("train.trace.json")
-        run = self.mlp(4, "--schedule", "zb-h1", "--microbatches", "3", "--steps", "2",
-                       "--no-meta-cache", "--trace", trace)
+        run = self.train_mlp(4, "--schedule", "zb-h1", "--microbatches", "3", "--steps", "2",
+                             "--no-meta-cache", "--trace", trace)
         self.assertEqual(run.proc.returncode, 0, run.output)
         assert_valid_trace(self, trace)
         import json
@@ -245,9 +245,9 @@ class TrainTest(unittest.TestCase):
         ]
         for data, loss, needles in cases:
             with self.subTest(data=os.path.basename(data)):
-                run = train(2, split(self.tmp.name, "mlp", 2), data, "--loss", loss,
+                run = train(2, split_under(self.tmp.name, "mlp", 2), data, "--loss", loss,
                             "--no-meta-cache", "--timeout", "20")
-                self.assert_fails(run, *needles)
+                self.assert_run_failed(run, *needles)
 
     def test_bad_options(self):
         cases = [
@@ -259,8 +259,8 @@ class TrainTest(unittest.TestCase):
         ]
         for args, needle in cases:
             with self.subTest(args=args):
-                run = self.mlp(2, *args)
-                self.assert_fails(run, needle)
+                run = self.train_mlp(2, *args)
+                self.assert_run_failed(run, needle)
 
 
 if __name__ == "__main__":

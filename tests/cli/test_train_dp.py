@@ -37,7 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import PPC, free_port, main, rank_env  # noqa: E402
 from trace_format import assert_valid_trace  # noqa: E402
 from training import (LOSS, STATS, read_grads, reference_dp, rel_diff,  # noqa: E402
-                      resolve, split, stage_tensors, train, write_data)
+                      resolve, split_under, stage_tensors, train, write_data)
 
 LOSS_TOL = 1e-5
 GRAD_TOL = 1e-5
@@ -95,7 +95,7 @@ class TrainDataParallelTest(unittest.TestCase):
         stats_json = self.path("stats.%s.json" % tag)
         os.makedirs(grads)
         extra = ("--trace", trace) if trace else ()
-        run = train(ranks, split(self.tmp.name, "mlp", 2), self.mlp_data, "--loss",
+        run = train(ranks, split_under(self.tmp.name, "mlp", 2), self.mlp_data, "--loss",
                     "cross_entropy", "--data-parallel", 2, "--schedule", schedule,
                     "--microbatches", microbatches, "--steps", steps, "--lr", lr,
                     "--no-meta-cache", "--stats", "--stats-json", stats_json,
@@ -143,7 +143,7 @@ class TrainDataParallelTest(unittest.TestCase):
         inputs, target = write_data(data, "resnet18", "mse")
         steps, lr = 3, 0.01
         want, _ = reference_dp("resnet18", inputs, target, steps, 2, 2, "mse", lr)
-        run = train(4, split(self.tmp.name, "resnet18", 2), data, "--loss", "mse",
+        run = train(4, split_under(self.tmp.name, "resnet18", 2), data, "--loss", "mse",
                     "--data-parallel", 2, "--microbatches", 2, "--steps", steps, "--lr", lr,
                     "--no-meta-cache", "--stats")
         self.assertEqual(run.proc.returncode, 0, run.output)
@@ -169,7 +169,7 @@ class TrainDataParallelTest(unittest.TestCase):
         grads, saved = self.path("grads." + tag), self.path("saved." + tag)
         stats_json, trace = self.path("stats.%s.json" % tag), self.path("trace.%s.json" % tag)
         os.makedirs(grads)
-        run = train(4, split(self.tmp.name, name, stages), data, "--loss", LOSS[name],
+        run = train(4, split_under(self.tmp.name, name, stages), data, "--loss", LOSS[name],
                     "--data-parallel", 2, "--schedule", schedule, "--microbatches", 2,
                     "--steps", steps, "--lr", 0.05, "--momentum", 0.9, "--no-meta-cache",
                     "--stats", "--stats-json", stats_json, "--save-grads", grads,
@@ -230,11 +230,11 @@ class TrainDataParallelTest(unittest.TestCase):
                     self.assertEqual(late, {(0, 0), (1, 3)})
 
     def test_errors(self):
-        run = train(2, split(self.tmp.name, "mlp", 2), self.mlp_data, "--loss",
+        run = train(2, split_under(self.tmp.name, "mlp", 2), self.mlp_data, "--loss",
                     "cross_entropy", "--data-parallel", 3)
         self.assertNotEqual(run.proc.returncode, 0)
         self.assertIn("error: --data-parallel 3 does not divide WORLD_SIZE 2", run.output)
-        run = train(2, split(self.tmp.name, "mlp", 2), self.mlp_data, "--loss",
+        run = train(2, split_under(self.tmp.name, "mlp", 2), self.mlp_data, "--loss",
                     "cross_entropy", "--data-parallel", 2, "--microbatches", 3)
         self.assertNotEqual(run.proc.returncode, 0)
         self.assertIn("error: --microbatches 3 exceeds the smallest replica's slice of the "
@@ -242,7 +242,7 @@ class TrainDataParallelTest(unittest.TestCase):
 
         # Rank 3 (replica 1, pipeline rank 1) dies mid-run: its pipeline peer
         # (rank 2) and its replica peer (rank 1) name it by its job rank.
-        args = [PPC, "train", split(self.tmp.name, "mlp", 2), "--data", self.mlp_data,
+        args = [PPC, "train", split_under(self.tmp.name, "mlp", 2), "--data", self.mlp_data,
                 "--loss", "cross_entropy", "--data-parallel", "2", "--steps", "1000000",
                 "--timeout", "5", "--print-schedule", "--no-meta-cache"]
         port = free_port()

@@ -13,7 +13,7 @@ the reason where ppc is built against LibTorch 1.x or no Python with
 transformers is found.
 
 A ppc built against LibTorch 2.x must:
-  - train both with causal_lm to transformers' `model(input_ids,
+  - train both with causal_lm to transformers' `lm_model(input_ids,
     labels=labels).loss` and SGD, 5 steps, on 2 and 4 ranks with 4
     microbatches of different token counts, and on 2 replicas with 2
     microbatches each;
@@ -48,7 +48,7 @@ MODELS = os.path.join(BUILD, "lm-models")
 TOL = 1e-5
 
 
-def model(name):
+def lm_model(name):
     return os.path.join(MODELS, name)
 
 
@@ -76,15 +76,15 @@ class TrainLanguageModelTest(unittest.TestCase):
         self.assertEqual(cls.made.returncode, 0,
                          "make_lm_models.py:\n" + cls.made.stdout + cls.made.stderr)
 
-    def want(self, name):
+    def transformers_result(self, name):
         """What transformers computed for NAME (make_lm_models.py)."""
-        with open(model(name + ".json")) as f:
+        with open(lm_model(name + ".json")) as f:
             return json.load(f)
 
-    def manifest(self, name, stages):
+    def split_pt2(self, name, stages):
         """NAME.pt2 split into STAGES stages under the test's folder (each test
         method may run in a process of its own, beside the others)."""
-        return split(model(name + ".pt2"), os.path.join(self.tmp, "%s%d" % (name, stages)),
+        return split(lm_model(name + ".pt2"), os.path.join(self.tmp, "%s%d" % (name, stages)),
                      "--stages", str(stages), once=True).manifest
 
     def assertLossesClose(self, got, want, output):
@@ -100,20 +100,20 @@ class TrainLanguageModelTest(unittest.TestCase):
         for name in ("llama", "gpt2"):  # gpt2: the head tied to the embedding
             for ranks in (2, 4):
                 with self.subTest(model=name, ranks=ranks):
-                    run = train(ranks, self.manifest(name, ranks), model("lm.data.pt"),
+                    run = train(ranks, self.split_pt2(name, ranks), lm_model("lm.data.pt"),
                                 "--loss", "causal_lm", "--steps", "5", "--lr", "0.2",
                                 "--microbatches", "4")
                     self.assertEqual(run.returncode, 0, run.output)
-                    self.assertLossesClose(run.losses, self.want(name)["causal_lm"],
+                    self.assertLossesClose(run.losses, self.transformers_result(name)["causal_lm"],
                                            run.output)
 
     def test_replicas_and_evaluation_average_over_every_token(self):
         # 2 replicas of 4 rows (47 and 19 tokens), each in 2 microbatches; the
         # evaluation set is the batch as 3 and 5 rows (26 and 22 tokens).
-        want = self.want("llama")
-        run = train(2, self.manifest("llama", 1), model("lm.data.pt"), "--loss", "causal_lm",
+        want = self.transformers_result("llama")
+        run = train(2, self.split_pt2("llama", 1), lm_model("lm.data.pt"), "--loss", "causal_lm",
                     "--steps", "5", "--lr", "0.2", "--microbatches", "2",
-                    "--data-parallel", "2", "--eval-data", model("lm.eval.pt"))
+                    "--data-parallel", "2", "--eval-data", lm_model("lm.eval.pt"))
         self.assertEqual(run.returncode, 0, run.output)
         self.assertLossesClose(run.losses, want["causal_lm"], run.output)
         evals = [float(x) for x in re.findall(r"eval loss (\S+) at step 5", run.stdout)]
@@ -121,14 +121,15 @@ class TrainLanguageModelTest(unittest.TestCase):
 
     def test_cross_entropy_scores_the_last_dimension_and_errors_are_one_line(self):
         # The input given by name, as transformers' batches name it.
-        input_ids, labels = torch.load(model("lm.data.pt"))
+        input_ids, labels = torch.load(lm_model("lm.data.pt"))
         by_name = os.path.join(self.tmp, "by_name.pt")
         torch.save(({"input_ids": input_ids}, labels), by_name)
-        manifest = self.manifest("llama", 1)
+        manifest = self.split_pt2("llama", 1)
         run = train(1, manifest, by_name, "--loss", "cross_entropy", "--steps", "1",
                     "--microbatches", "4")
         self.assertEqual(run.returncode, 0, run.output)
-        self.assertLossesClose(run.losses, [self.want("llama")["cross_entropy"]], run.output)
+        self.assertLossesClose(run.losses, [self.transformers_result("llama")["cross_entropy"]],
+                               run.output)
         cases = {
             "short": ((input_ids, labels[:, :5]), "causal_lm",
                       "cannot compute the causal_lm loss of microbatch 0: the output is "

@@ -31,7 +31,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import main, ppc  # noqa: E402
-from training import (LOSS, read_grads, reference, reference_bf16, split,  # noqa: E402
+from training import (LOSS, read_grads, reference, reference_bf16, split_under,  # noqa: E402
                       stage_tensors, train, write_data)
 
 # The largest relative loss difference allowed between ppc's bf16 training and
@@ -74,7 +74,7 @@ class TrainMemoryTest(unittest.TestCase):
     def path(self, *parts):
         return os.path.join(self.tmp.name, *parts)
 
-    def run_ok(self, *args, ranks=2):
+    def train_ok(self, *args, ranks=2):
         run = train(ranks, *args)
         self.assertEqual(run.proc.returncode, 0, run.output)
         return run
@@ -90,7 +90,7 @@ class TrainMemoryTest(unittest.TestCase):
             self.assertTrue(torch.equal(a[key], b[key]), "%s: %s differs" % (what, key))
 
     def test_recompute_is_bitwise_equal(self):
-        manifest = split(self.tmp.name, "mlp", 2)
+        manifest = split_under(self.tmp.name, "mlp", 2)
         data = self.path("mlp.data.pt")
         write_data(data, "mlp", LOSS["mlp"])
         for schedule in ("1f1b", "zb-h1"):
@@ -99,7 +99,7 @@ class TrainMemoryTest(unittest.TestCase):
                 for recompute in (False, True):
                     grads = self.grads_dir("mlp.%s.%d" % (schedule, recompute))
                     extra = ("--recompute",) if recompute else ()
-                    runs[recompute] = (self.run_ok(
+                    runs[recompute] = (self.train_ok(
                         manifest, data, "--loss", LOSS["mlp"], "--steps", "3",
                         "--microbatches", "3", "--schedule", schedule, "--no-meta-cache",
                         "--save-grads", grads, *extra), read_grads(grads, 2))
@@ -123,9 +123,9 @@ class TrainMemoryTest(unittest.TestCase):
             tag = "dropout_norm.%d" % recompute
             grads = self.grads_dir(tag)
             extra = ("--recompute",) if recompute else ()
-            run = self.run_ok(manifest, data, "--loss", "mse", "--steps", "3", "--seed", "7",
-                              "--microbatches", "3", "--schedule", "1f1b", "--no-meta-cache",
-                              "--save-grads", grads, "--save", self.path(tag + ".saved"), *extra)
+            run = self.train_ok(manifest, data, "--loss", "mse", "--steps", "3", "--seed", "7",
+                                "--microbatches", "3", "--schedule", "1f1b", "--no-meta-cache",
+                                "--save-grads", grads, "--save", self.path(tag + ".saved"), *extra)
             results[recompute] = (run.losses, read_grads(grads, 2),
                                   stage_tensors(self.path(tag + ".saved")))
         self.assertEqual(results[True][0], results[False][0])
@@ -143,7 +143,7 @@ class TrainMemoryTest(unittest.TestCase):
         self.assertNotAlmostEqual(results[False][0][0], eval_loss, places=4)
 
     def test_recompute_lowers_peak_bytes(self):
-        manifest = split(self.tmp.name, "mlp", 2)
+        manifest = split_under(self.tmp.name, "mlp", 2)
         data = self.path("mlp.wide.data.pt")
         g = torch.Generator().manual_seed(2)
         torch.save((torch.randn(256, 64, generator=g),
@@ -154,10 +154,10 @@ class TrainMemoryTest(unittest.TestCase):
             stats_json = self.path(tag + ".stats.json")
             gdir = self.grads_dir(tag)
             extra = ("--recompute",) if recompute else ()
-            run = self.run_ok(manifest, data, "--loss", "cross_entropy", "--steps", "3",
-                              "--microbatches", "4", "--schedule", "gpipe", "--no-meta-cache",
-                              "--stats", "--stats-json", stats_json, "--save-grads", gdir,
-                              *extra)
+            run = self.train_ok(manifest, data, "--loss", "cross_entropy", "--steps", "3",
+                                "--microbatches", "4", "--schedule", "gpipe", "--no-meta-cache",
+                                "--stats", "--stats-json", stats_json, "--save-grads", gdir,
+                                *extra)
             peaks[recompute] = {(int(r), int(s)): int(b)
                                 for r, s, b in PEAK.findall(run.proc.stdout)}
             self.assertEqual(sorted(peaks[recompute]),
@@ -179,14 +179,14 @@ class TrainMemoryTest(unittest.TestCase):
                                           100.0 * with_recompute / without)))
 
     def bf16_run(self, name, steps, lr, *extra):
-        manifest = split(self.tmp.name, name, 2)
+        manifest = split_under(self.tmp.name, name, 2)
         data = self.path(name + ".data.pt")
         inputs, target = write_data(data, name, LOSS[name])
         cache = self.path("cache." + name + "".join(extra))
         os.makedirs(cache, exist_ok=True)
-        run = self.run_ok(manifest, data, "--loss", LOSS[name], "--lr", lr, "--steps", steps,
-                          "--microbatches", "3", "--precision", "bf16", "--meta-cache", cache,
-                          *extra)
+        run = self.train_ok(manifest, data, "--loss", LOSS[name], "--lr", lr, "--steps", steps,
+                            "--microbatches", "3", "--precision", "bf16", "--meta-cache", cache,
+                            *extra)
         return run, cache, inputs, target
 
     def test_bf16_matches_autocast(self):
@@ -224,9 +224,9 @@ class TrainMemoryTest(unittest.TestCase):
                 again, _, _, _ = self.bf16_run(name, "3", lr, "--recompute")
                 self.assertEqual(again.losses, run.losses[:3])
         # An fp32 run beside the bf16 cache does not take its metadata.
-        fp32_run = self.run_ok(split(self.tmp.name, "mlp", 2), self.path("mlp.data.pt"),
-                               "--loss", LOSS["mlp"], "--lr", "0.05", "--steps", "1",
-                               "--microbatches", "3", "--meta-cache", self.path("cache.mlp"))
+        fp32_run = self.train_ok(split_under(self.tmp.name, "mlp", 2), self.path("mlp.data.pt"),
+                                 "--loss", LOSS["mlp"], "--lr", "0.05", "--steps", "1",
+                                 "--microbatches", "3", "--meta-cache", self.path("cache.mlp"))
         self.assertEqual(len(fp32_run.losses), 1)
 
     def test_bad_precision(self):

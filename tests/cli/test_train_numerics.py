@@ -37,7 +37,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import main  # noqa: E402
 from training import (LOSS, assert_gradients, losses_rel_diff, make_target,  # noqa: E402
-                      model_inputs, reference, rel_diff, resolve, split, stage_tensors,
+                      model_inputs, reference, rel_diff, resolve, split_under, stage_tensors,
                       train, write_data)
 
 MODELS = ["mlp", "resnet18", "decoder", "unet"]
@@ -86,7 +86,7 @@ class TrainNumericsTest(unittest.TestCase):
             print(line, file=sys.stderr)
         cls.tmp.cleanup()
 
-    def data(self, name):
+    def data_file(self, name):
         """NAME's data file, written once per class (write_data())."""
         path = os.path.join(self.tmp.name, name + ".data.pt")
         if not os.path.exists(path):
@@ -94,11 +94,11 @@ class TrainNumericsTest(unittest.TestCase):
         return path
 
     def check_gradients(self, name):
-        data = self.data(name)
+        data = self.data_file(name)
         _, ref = reference_once(name, 1, "sgd", 0.1)
         for stages, ranks, schedule in GRADIENT_CONFIGS:
             with self.subTest(stages=stages, schedule=schedule):
-                manifest = split(self.tmp.name, name, stages)
+                manifest = split_under(self.tmp.name, name, stages)
                 grads = os.path.join(self.tmp.name, "grads.%s.%d.%s" % (name, stages, schedule))
                 os.makedirs(grads, exist_ok=True)
                 run = train(ranks, manifest, data, "--loss", LOSS[name], "--lr", "0.1",
@@ -110,12 +110,12 @@ class TrainNumericsTest(unittest.TestCase):
                                     % (name, stages, ranks, schedule, worst))
 
     def check_training(self, name, optimizer, lr, *extra):
-        data = self.data(name)
+        data = self.data_file(name)
         kwargs = {"momentum": 0.9, "weight_decay": 1e-4} if optimizer == "sgd" else {}
         losses, ref = reference_once(name, 20, optimizer, float(lr), **kwargs)
         for stages in (2, 4):
             with self.subTest(stages=stages):
-                manifest = split(self.tmp.name, name, stages)
+                manifest = split_under(self.tmp.name, name, stages)
                 saved = os.path.join(self.tmp.name, "saved.%s.%d.%s" % (name, stages, optimizer))
                 grads = ()
                 if optimizer == "sgd":

@@ -42,7 +42,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import free_port, ppc, main, rank_env  # noqa: E402
 from common import model_path  # noqa: E402
 from training import (LOSS, LibTorchAdamW, assert_gradients, losses_rel_diff,  # noqa: E402
-                      make_target, model_inputs, reference_optim, schedule_lr, split,
+                      make_target, model_inputs, reference_optim, schedule_lr, split_under,
                       train, write_data)
 
 MICROBATCHES = 3
@@ -66,22 +66,22 @@ class TrainOptimTest(unittest.TestCase):
             print(line, file=sys.stderr)
         cls.tmp.cleanup()
 
-    def data(self, name):
+    def write_class_data(self, name):
         path = os.path.join(self.tmp.name, name + ".data.pt")
         return path, write_data(path, name, LOSS[name])
 
-    def check(self, name, stages, optimizer, lr, schedule, warmup, min_lr, clip,
-              momentum=0.0, weight_decay=None, quiet=False):
+    def check_optimizer(self, name, stages, optimizer, lr, schedule, warmup, min_lr, clip,
+                        momentum=0.0, weight_decay=None, quiet=False):
         """Trains NAME in STAGES stages on 2 ranks and checks it against the
         reference; returns the step lines' numbers."""
-        data, (inputs, target) = self.data(name)
+        data, (inputs, target) = self.write_class_data(name)
         losses, _, lrs, norms = reference_optim(
             name, inputs, target, STEPS, MICROBATCHES, LOSS[name], optimizer, lr,
             momentum=momentum, weight_decay=weight_decay, clip=clip, schedule=schedule,
             warmup=warmup, min_lr=min_lr)
         # Clipping must act, or the run tests only the norm.
         self.assertTrue(any(n > clip for n in norms), norms)
-        manifest = split(self.tmp.name, name, stages)
+        manifest = split_under(self.tmp.name, name, stages)
         log = os.path.join(self.tmp.name, "log.%s.%d.jsonl" % (name, stages))
         args = ["--loss", LOSS[name], "--optimizer", optimizer, "--lr", lr,
                 "--steps", STEPS, "--microbatches", MICROBATCHES, "--schedule", "1f1b",
@@ -131,20 +131,20 @@ class TrainOptimTest(unittest.TestCase):
 
     def test_sgd_cosine_clipped(self):
         """SGD with momentum and weight decay, cosine after 3 warm-up steps."""
-        self.check("mlp", 2, "sgd", 0.5, "cosine", 3, 0.01, 0.4, momentum=0.9,
-                   weight_decay=1e-3)
+        self.check_optimizer("mlp", 2, "sgd", 0.5, "cosine", 3, 0.01, 0.4, momentum=0.9,
+                             weight_decay=1e-3)
 
     def test_adamw_linear_clipped(self):
         """AdamW with torch.optim.AdamW's default decay (0.01, no
         --weight-decay), linear after 2 warm-up steps; --quiet keeps lr and
         grad_norm. (At lr 0.01 the norm grew to 190 and amplified the last
         bit of a reduction to 3e-5 by step 20: a test of chaos, not of ppc.)"""
-        self.check("mlp", 4, "adamw", 0.003, "linear", 2, 0.0003, 0.5, quiet=True)
+        self.check_optimizer("mlp", 4, "adamw", 0.003, "linear", 2, 0.0003, 0.5, quiet=True)
 
     def test_tied_constant_clipped(self):
         """The decoder's tied embedding counts once in the norm (its two
         copies, on stages 0 and 3, hold one summed gradient)."""
-        self.check("decoder", 4, "sgd", 0.05, "constant", 4, 0.0, 0.5)
+        self.check_optimizer("decoder", 4, "sgd", 0.05, "constant", 4, 0.0, 0.5)
 
     def test_reference_adamw_is_torch_adamw(self):
         """LibTorchAdamW, the references' AdamW, is torch.optim.AdamW with its
@@ -177,8 +177,8 @@ class TrainOptimTest(unittest.TestCase):
     def test_dry_run(self):
         """Every step's learning rate as the formula has it, with no launch
         (no RANK in the environment); one-line errors for bad values."""
-        manifest = split(self.tmp.name, "mlp", 2)
-        data, _ = self.data("mlp")
+        manifest = split_under(self.tmp.name, "mlp", 2)
+        data, _ = self.write_class_data("mlp")
         env = {k: v for k, v in os.environ.items()
                if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
         for schedule, warmup, min_lr, steps in (("cosine", 5, 0.0001, 37), ("linear", 0, 0.0, 9),
@@ -223,7 +223,7 @@ class TrainOptimTest(unittest.TestCase):
     def test_eval(self):
         """Evaluation in eval mode over the whole set, between steps."""
         name, steps = "resnet18", 3
-        data, (inputs, target) = self.data(name)
+        data, (inputs, target) = self.write_class_data(name)
         g = torch.Generator().manual_seed(7)
         x = model_inputs(name)[0]
         batches = [(x + 0.1 * torch.randn(x.shape, generator=g), make_target(name, "mse", seed=1)),
@@ -239,7 +239,7 @@ class TrainOptimTest(unittest.TestCase):
                 total = sum(torch.nn.functional.mse_loss(model(bx), bt).item() * bx.shape[0]
                             for bx, bt in batches)
             want[after] = total / sum(bx.shape[0] for bx, _ in batches)
-        manifest = split(self.tmp.name, name, 2)
+        manifest = split_under(self.tmp.name, name, 2)
         grads = os.path.join(self.tmp.name, "grads.eval")
         os.makedirs(grads, exist_ok=True)
         log = os.path.join(self.tmp.name, "log.eval.jsonl")
@@ -285,8 +285,8 @@ class TrainOptimTest(unittest.TestCase):
         (both from the same weights, summed in microbatch order), over an
         interleaved schedule (2 stages a rank, local and remote edges)."""
         name, steps = "mlp", 3
-        data, _ = self.data(name)
-        manifest = split(self.tmp.name, name, 4)
+        data, _ = self.write_class_data(name)
+        manifest = split_under(self.tmp.name, name, 4)
         cache = os.path.join(self.tmp.name, "meta-cache.eval-forward")
 
         def run_logged(tag):
@@ -327,8 +327,8 @@ class TrainOptimTest(unittest.TestCase):
 
     def test_log_file_guarded(self):
         """--log-file may not replace the manifest or the data."""
-        manifest = split(self.tmp.name, "mlp", 2)
-        data, _ = self.data("mlp")
+        manifest = split_under(self.tmp.name, "mlp", 2)
+        data, _ = self.write_class_data("mlp")
         env = rank_env(0, 1, free_port())
         for path, what in ((manifest, "the manifest"), (data, "the --data file")):
             with self.subTest(what=what):

@@ -41,7 +41,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import ROOT, main, model_path, ppc  # noqa: E402
 from training import (LOSS, SCHEDULE_CONFIGS as CONFIGS, assert_gradients,  # noqa: E402
-                      losses_rel_diff, reference, split, train, write_data)
+                      losses_rel_diff, reference, split_under, train, write_data)
 
 MICROBATCHES = 4
 STEPS = 6
@@ -68,7 +68,7 @@ class TrainSchedulesTest(unittest.TestCase):
         if not os.path.exists(model_path("mlp")):
             self.skipTest("the test models are not generated (ctest -R generate_models)")
 
-    def check(self, name):
+    def check_schedules(self, name):
         data = os.path.join(self.tmp.name, name + ".data.pt")
         inputs, target = write_data(data, name, LOSS[name])
         lr = SGD_LR.get(name, "0.05")
@@ -80,7 +80,7 @@ class TrainSchedulesTest(unittest.TestCase):
         for schedule, stages, ranks in CONFIGS:
             losses, model = refs[schedule == "looped-bfs"]
             with self.subTest(schedule=schedule, stages=stages):
-                manifest = split(self.tmp.name, name, stages)
+                manifest = split_under(self.tmp.name, name, stages)
                 grads = os.path.join(self.tmp.name, "grads.%s.%d.%s" % (name, stages, schedule))
                 os.makedirs(grads, exist_ok=True)
                 run = train(ranks, manifest, data, "--loss", LOSS[name], "--lr", lr,
@@ -98,15 +98,15 @@ class TrainSchedulesTest(unittest.TestCase):
                                        losses[0], losses[-1]))
 
     def test_mlp(self):
-        self.check("mlp")
+        self.check_schedules("mlp")
 
     def test_resnet18(self):
-        self.check("resnet18")
+        self.check_schedules("resnet18")
 
     def test_decoder(self):
-        self.check("decoder")
+        self.check_schedules("decoder")
 
-    def losses(self, manifest, data, ranks, *schedule):
+    def train_mlp_schedule(self, manifest, data, ranks, *schedule):
         run = train(ranks, manifest, data, "--loss", LOSS["mlp"], "--lr", "0.05",
                     "--momentum", "0.9", "--steps", "5", "--microbatches", MICROBATCHES,
                     "--no-meta-cache", "--threads", "1", "--stats", *schedule)
@@ -117,8 +117,8 @@ class TrainSchedulesTest(unittest.TestCase):
     def test_csv_schedules_train_as_generated(self):
         data = os.path.join(self.tmp.name, "mlp.csv.data.pt")
         write_data(data, "mlp", LOSS["mlp"])
-        two = split(self.tmp.name, "mlp", 2)
-        four = split(self.tmp.name, "mlp", 4)
+        two = split_under(self.tmp.name, "mlp", 2)
+        four = split_under(self.tmp.name, "mlp", 4)
         d = os.path.join(self.tmp.name, "csv")
         os.makedirs(d, exist_ok=True)
         # By hand: 1f1b on 2 stages and 4 microbatches, in both layouts.
@@ -133,35 +133,40 @@ class TrainSchedulesTest(unittest.TestCase):
                 ",".join("1RECV_F%d,1F%d,1B%d,1SEND_B%d" % (m, m, m, m) for m in range(4)), ",",
                 ",".join("1WAIT_SEND_B%d" % m for m in range(4)), "\r\n"]),
         }
-        want = self.losses(two, data, 2, "--schedule", "1f1b").losses
+        want = self.train_mlp_schedule(two, data, 2, "--schedule", "1f1b").losses
         for layout, text in hand.items():
             with self.subTest(layout=layout):
                 path = os.path.join(d, "hand.%s.csv" % layout)
                 with open(path, "w", newline="") as f:
                     f.write(text)
-                self.assertEqual(self.losses(two, data, 2, "--schedule-csv", path).losses, want)
+                self.assertEqual(self.train_mlp_schedule(two, data, 2, "--schedule-csv",
+                                                         path).losses, want)
         # PyTorch's ZBV order, as its generator writes it and as its runtime lowers it.
-        want = self.losses(four, data, 2, "--schedule", "zbv").losses
+        want = self.train_mlp_schedule(four, data, 2, "--schedule", "zbv").losses
         fixtures = os.path.join(ROOT, "tests", "unit", "fixtures", "schedule")
         for layout in ("compute_only", "compute_comms"):
             with self.subTest(pytorch=layout):
                 path = os.path.join(fixtures, "pytorch_zbv_4s_2r_4mb.%s.csv" % layout)
-                self.assertEqual(self.losses(four, data, 2, "--schedule-csv", path).losses, want)
+                self.assertEqual(self.train_mlp_schedule(four, data, 2, "--schedule-csv",
+                                                         path).losses, want)
 
     def test_auto_picks_and_keeps_the_cap(self):
         data = os.path.join(self.tmp.name, "mlp.auto.data.pt")
         write_data(data, "mlp", LOSS["mlp"])
-        four = split(self.tmp.name, "mlp", 4)
+        four = split_under(self.tmp.name, "mlp", 4)
         picked = {}
         for cap in (None, 5, 4):
             with self.subTest(cap=cap):
                 extra = ("--max-activations", str(cap)) if cap else ()
-                run = self.losses(four, data, 2, "--schedule", "auto", *extra)
+                run = self.train_mlp_schedule(four, data, 2, "--schedule", "auto", *extra)
                 notes = re.findall(r"note: --schedule auto picked ([\w-]+): simulated step "
-                                   r"\S+ \(bubble [\d.]+%, at most (\d+) microbatches' "
+                                   r"\S+ (\w+) \(bubble [\d.]+%, at most (\d+) microbatches' "
                                    r"activations per rank\) with (.*?); the others", run.output)
                 self.assertEqual(len(notes), 1, run.output)  # rank 0 only
-                kind, peak, costs = notes[0]
+                kind, unit, peak, costs = notes[0]
+                # The step is in the unit of the costs it was simulated with.
+                self.assertEqual(unit, "ns" if "profile" in costs else
+                                 "bytes" if "params" in costs else "units", costs)
                 picked[cap] = kind
                 if cap:
                     self.assertLessEqual(int(peak), cap)
@@ -171,8 +176,8 @@ class TrainSchedulesTest(unittest.TestCase):
                 per_rank = re.search(r"^peak activations per rank: (.*)$", out, re.M).group(1)
                 self.assertEqual(max(int(x.split("=")[1]) for x in per_rank.split()), int(peak))
                 # It trains like that schedule chosen by name.
-                self.assertEqual(run.losses, self.losses(four, data, 2, "--schedule",
-                                                         kind).losses)
+                self.assertEqual(run.losses, self.train_mlp_schedule(four, data, 2, "--schedule",
+                                                                     kind).losses)
         self.results.append("auto on mlp, 4 stages / 2 ranks, M=4: picked %s; with "
                             "--max-activations 5: %s; 4: %s" % (picked[None], picked[5],
                                                                  picked[4]))

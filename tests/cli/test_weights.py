@@ -67,7 +67,7 @@ ERR_NO_DATA = {"stage %d's weight '%s' holds no data (its program was exported w
 CAUSE = re.compile(r"^error: rank (\d+) exited with status 2: (.*)$", re.M)
 
 
-def model(name):
+def weight_model(name):
     return os.path.join(MODELS, name)
 
 
@@ -101,13 +101,13 @@ class WeightsTest(unittest.TestCase):
 
     # -- helpers -------------------------------------------------------------
 
-    def split(self, name, stages, *extra):
+    def split_weights_model(self, name, stages, *extra):
         """NAME.pt2 split into STAGES stages (once per class and arguments):
         (manifest path, split process or None)."""
         key = (name, stages) + extra
         if key not in self.splits:
             out = os.path.join(class_tmpdir(type(self)), "_".join(map(str, key)).replace("/", "_"))
-            s = split(model(name + ".pt2"), out, "--stages", stages, *extra)
+            s = split(weight_model(name + ".pt2"), out, "--stages", stages, *extra)
             self.splits[key] = (s.manifest, s.proc)
         return self.splits[key]
 
@@ -139,22 +139,22 @@ class WeightsTest(unittest.TestCase):
 
     def real_mlp(self):
         from safetensors.torch import load_file
-        return load_file(model("mlp.safetensors"))
+        return load_file(weight_model("mlp.safetensors"))
 
     def run_error(self, manifest, *extra):
         """A 2-rank `ppc run` that fails: the launcher's root-cause lines."""
         out = os.path.join(self.tmp, "refused.pt")
-        r = launch(2, "run", manifest, "--input", model("mlp.input.pt"), "--output", out,
+        r = launch(2, "run", manifest, "--input", weight_model("mlp.input.pt"), "--output", out,
                    "--timeout", TIMEOUT, *extra, timeout=120)
         self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
         self.assertFalse(os.path.exists(out))
         return [m.group(2) for m in CAUSE.finditer(r.stderr)]
 
-    def generate(self, manifest, ranks, name, *extra):
+    def generate_and_compare(self, manifest, ranks, name, *extra):
         out = os.path.join(self.tmp, "tokens.pt")
-        with open(model(name + ".json")) as f:
+        with open(weight_model(name + ".json")) as f:
             ref = json.load(f)
-        r = launch(ranks, "generate", manifest, "--prompt", model(name + ".prompt.pt"),
+        r = launch(ranks, "generate", manifest, "--prompt", weight_model(name + ".prompt.pt"),
                    "--max-new-tokens", len(ref["generate"][0]), "--output", out, "--stats",
                    "--timeout", TIMEOUT, *extra, timeout=300)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
@@ -163,7 +163,7 @@ class WeightsTest(unittest.TestCase):
     # -- programs without weights --------------------------------------------
 
     def test_split_of_a_program_without_weights_lists_each_stages_weights(self):
-        manifest, proc = self.split("mlp", 2)
+        manifest, proc = self.split_weights_model("mlp", 2)
         self.assertIn(NOTE_NO_WEIGHTS, proc.stderr)
         with open(manifest) as f:
             m = json.load(f)
@@ -179,27 +179,30 @@ class WeightsTest(unittest.TestCase):
             path = os.path.join(os.path.dirname(manifest), s["file"])
             self.assertLess(os.path.getsize(path), 64 * 1024)
         out = os.path.join(self.tmp, "profile")
-        proc = ppc("split", model("mlp.pt2"), "-o", out, "--stages", 2, "--cost", "profile",
-                   "--example-input", model("mlp.input.pt"), check=False)
+        proc = ppc("split", weight_model("mlp.pt2"), "-o", out, "--stages", 2, "--cost", "profile",
+                   "--example-input", weight_model("mlp.input.pt"), check=False)
         self.assertEqual((proc.returncode, proc.stderr),
                          (2, "error: %s\n" % (ERR_EXAMPLE % "profile")))
         self.assertFalse(os.path.exists(out))
         # With --weights the profile runs on the real weights.
         out = os.path.join(self.tmp, "profiled")
-        ppc("split", model("mlp.pt2"), "-o", out, "--stages", 2, "--cost", "profile",
-            "--example-input", model("mlp.input.pt"), "--weights", model("mlp.safetensors"))
+        ppc("split", weight_model("mlp.pt2"), "-o", out, "--stages", 2, "--cost", "profile",
+            "--example-input", weight_model("mlp.input.pt"), "--weights",
+            weight_model("mlp.safetensors"))
 
     def test_flops_of_a_program_without_weights_are_those_with_its_weights(self):
         # --cost flops runs a program without weights on the meta device:
         # the same counts, so the same partition, as with the real weights.
         example = os.path.join(self.tmp, "example.pt")
         torch.save((torch.zeros(2, 1, dtype=torch.int64), torch.tensor([0])), example)
-        for name, inputs, weights in (("mlp", model("mlp.input.pt"), model("mlp.safetensors")),
-                                      ("llama", example, model("llama"))):
+        for name, inputs, weights in (("mlp", weight_model("mlp.input.pt"),
+                                       weight_model("mlp.safetensors")),
+                                      ("llama", example, weight_model("llama"))):
             with self.subTest(model=name):
                 costs = []
                 for extra in ((), ("--weights", weights)):
-                    manifest, _ = self.split(name, 2, "--cost", "flops", "--example-input",
+                    manifest, _ = self.split_weights_model(name, 2, "--cost", "flops",
+                                                           "--example-input",
                                              inputs, *extra)
                     with open(manifest) as f:
                         m = json.load(f)
@@ -213,11 +216,11 @@ class WeightsTest(unittest.TestCase):
                 self.assertEqual(costs[0], costs[1])
 
     def test_run_reads_each_ranks_own_tensors_and_matches_the_model(self):
-        manifest, _ = self.split("mlp", 2)
-        ran = run_pipeline(self, manifest, 2, model("mlp.input.pt"),
+        manifest, _ = self.split_weights_model("mlp", 2)
+        ran = run_pipeline(self, manifest, 2, weight_model("mlp.input.pt"),
                            os.path.join(self.tmp, "out.pt"), "--weights",
-                           model("mlp.safetensors"), micro=2,
-                           expected=torch.load(model("mlp.expected.pt")))
+                           weight_model("mlp.safetensors"), micro=2,
+                           expected=torch.load(weight_model("mlp.expected.pt")))
         read = {int(m.group(1)): int(m.group(2)) for m in WEIGHT_BYTES.finditer(ran.proc.stdout)}
         self.assertEqual(read, dict(enumerate(self.stage_bytes(manifest))), ran.proc.stdout)
         causes = self.run_error(manifest)
@@ -225,44 +228,47 @@ class WeightsTest(unittest.TestCase):
         self.assertIn(causes[0], ERR_NO_DATA)
 
     def test_verify_and_split_with_weights(self):
-        manifest, _ = self.split("mlp", 2)
-        proc = ppc("verify", model("mlp.pt2"), manifest, "--input", model("mlp.input.pt"),
-                   "--weights", model("mlp.safetensors"))
+        manifest, _ = self.split_weights_model("mlp", 2)
+        proc = ppc("verify", weight_model("mlp.pt2"), manifest, "--input",
+                   weight_model("mlp.input.pt"),
+                   "--weights", weight_model("mlp.safetensors"))
         self.assertIn("verify: stages match the model", proc.stdout)
         # Stages that carry their weights run without --weights.
-        carried, proc = self.split("mlp", 2, "--weights", model("mlp.safetensors"))
+        carried, proc = self.split_weights_model("mlp", 2, "--weights",
+                                                 weight_model("mlp.safetensors"))
         self.assertIn("note: bound 6 tensors", proc.stderr)
         self.assertNotIn(NOTE_NO_WEIGHTS, proc.stderr)
-        run_pipeline(self, carried, 2, model("mlp.input.pt"), os.path.join(self.tmp, "o.pt"),
-                     micro=2, expected=torch.load(model("mlp.expected.pt")))
+        run_pipeline(self, carried, 2, weight_model("mlp.input.pt"), os.path.join(self.tmp, "o.pt"),
+                     micro=2, expected=torch.load(weight_model("mlp.expected.pt")))
 
     def test_train_from_a_checkpoint_matches_the_unsplit_losses_fp32_and_bf16(self):
         # docs/weights.md: fp32 to 1e-5; bf16 weights and gradients to 1e-2
         # relative (the microbatches' bf16 gradients are summed in bf16).
         for name, rel in (("mlp", 1e-5), ("mlp_bf16", 1e-2)):
             with self.subTest(name=name):
-                manifest, _ = self.split(name, 2)
-                r = launch(2, "train", manifest, "--data", model(name + ".data.pt"), "--loss",
+                manifest, _ = self.split_weights_model(name, 2)
+                r = launch(2, "train", manifest, "--data", weight_model(name + ".data.pt"),
+                           "--loss",
                            "mse", "--optimizer", "sgd", "--lr", "0.1", "--steps", 3,
                            "--microbatches", 2, "--no-meta-cache", "--timeout", TIMEOUT,
-                           "--weights", model(name + ".safetensors"), timeout=300)
+                           "--weights", weight_model(name + ".safetensors"), timeout=300)
                 self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
                 losses = [float(x) for x in re.findall(r"step \d+ loss (\S+)", r.stdout)]
-                with open(model(name + ".losses.json")) as f:
+                with open(weight_model(name + ".losses.json")) as f:
                     want = json.load(f)
                 self.assertEqual(len(losses), 3, r.stdout)
                 for got, expected in zip(losses, want):
                     self.assertAlmostEqual(got, expected, delta=rel * abs(expected))
 
     def test_bf16_program_runs_with_bf16_weights(self):
-        manifest, _ = self.split("mlp_bf16", 2)
+        manifest, _ = self.split_weights_model("mlp_bf16", 2)
         with open(manifest) as f:
             self.assertEqual({w["dtype"] for s in json.load(f)["stages"] for w in s["weights"]},
                              {"bfloat16"})
-        ran = run_pipeline(self, manifest, 2, model("mlp_bf16.input.pt"),
+        ran = run_pipeline(self, manifest, 2, weight_model("mlp_bf16.input.pt"),
                            os.path.join(self.tmp, "out.pt"), "--weights",
-                           model("mlp_bf16.safetensors"), micro=2, expected=None)
-        want = torch.load(model("mlp_bf16.expected.pt"))
+                           weight_model("mlp_bf16.safetensors"), micro=2, expected=None)
+        want = torch.load(weight_model("mlp_bf16.expected.pt"))
         self.assertEqual(ran.output.dtype, torch.bfloat16)
         # docs/weights.md: bf16 stages match the bf16 program to bf16's rounding.
         torch.testing.assert_close(ran.output.float(), want.float(), rtol=1.6e-2, atol=1e-2)
@@ -270,7 +276,7 @@ class WeightsTest(unittest.TestCase):
     # -- refusals --------------------------------------------------------------
 
     def test_each_bad_checkpoint_is_one_line(self):
-        manifest, _ = self.split("mlp", 2)
+        manifest, _ = self.split_weights_model("mlp", 2)
         real = self.real_mlp()
         path = os.path.join(self.tmp, "edited.safetensors")
         missing = dict(real)
@@ -295,9 +301,10 @@ class WeightsTest(unittest.TestCase):
                 self.assertIn(message, self.run_error(manifest, "--weights", path, *args))
         # --weights-extra ignore takes the checkpoint with a stray tensor.
         self.write_checkpoint(extra)
-        run_pipeline(self, manifest, 2, model("mlp.input.pt"), os.path.join(self.tmp, "o.pt"),
+        run_pipeline(self, manifest, 2, weight_model("mlp.input.pt"), os.path.join(self.tmp,
+                                                                                   "o.pt"),
                      "--weights", path, "--weights-extra", "ignore", micro=2,
-                     expected=torch.load(model("mlp.expected.pt")))
+                     expected=torch.load(weight_model("mlp.expected.pt")))
 
     # -- decoders from save_pretrained shards ------------------------------------
 
@@ -308,8 +315,9 @@ class WeightsTest(unittest.TestCase):
         manifests = []
         for stages in (2, 4):
             with self.subTest(stages=stages):
-                manifest, _ = self.split(name, stages)
-                got, want, r = self.generate(manifest, stages, name, "--weights", model(name))
+                manifest, _ = self.split_weights_model(name, stages)
+                got, want, r = self.generate_and_compare(manifest, stages, name, "--weights",
+                                                         weight_model(name))
                 self.assertTrue(torch.equal(got, want), "want %s\ngot  %s" % (want, got))
                 read = {int(m.group(1)): int(m.group(2))
                         for m in WEIGHT_BYTES.finditer(r.stdout)}
@@ -322,24 +330,24 @@ class WeightsTest(unittest.TestCase):
 
     def test_join_writes_shards_that_from_pretrained_reads_back(self):
         from transformers import LlamaForCausalLM
-        manifest, _ = self.split("llama", 2)
+        manifest, _ = self.split_weights_model("llama", 2)
         out = os.path.join(self.tmp, "joined")
         proc = ppc("join", manifest, "--format", "safetensors", "-o", out, "--weights",
-                   model("llama"), "--max-shard-size", "100K")
+                   weight_model("llama"), "--max-shard-size", "100K")
         self.assertRegex(proc.stdout, r"^joined 2 stages: 39 tensors \(\d+ bytes\) into \d+ "
                          r"shards in .* \(without the prefix 'model\.'\)\n$")
         with open(os.path.join(out, "model.safetensors.index.json")) as f:
             self.assertGreater(len(set(json.load(f)["weight_map"].values())), 1)
         import shutil
-        shutil.copy(os.path.join(model("llama"), "config.json"), out)
+        shutil.copy(os.path.join(weight_model("llama"), "config.json"), out)
         joined = LlamaForCausalLM.from_pretrained(out).state_dict()
-        real = LlamaForCausalLM.from_pretrained(model("llama")).state_dict()
+        real = LlamaForCausalLM.from_pretrained(weight_model("llama")).state_dict()
         self.assertEqual(sorted(joined), sorted(real))
         for name in real:
             self.assertTrue(torch.equal(joined[name], real[name]), name)
         # Nothing the user owns is overwritten: a second join into it is refused.
         again = ppc("join", manifest, "--format", "safetensors", "-o", out, "--weights",
-                    model("llama"), check=False)
+                    weight_model("llama"), check=False)
         self.assertEqual(again.returncode, 2, again.stderr)
         self.assertTrue(again.stderr.startswith("error: "), again.stderr)
 

@@ -102,7 +102,7 @@ class ConfigurationsTest(unittest.TestCase):
         if not ok(libtorch[0]):
             self.skipTest("%s; this ppc has LibTorch %d.%d.%d" % ((why,) + libtorch))
 
-    def check_split_verify_run(self, name):
+    def check_wheel_split_verify_run(self, name):
         self.needs_libtorch(lambda major: major >= 2, "needs a ppc built against LibTorch 2.x")
         models = self.models_2x()
         with open(os.path.join(models, name + ".json")) as f:
@@ -125,10 +125,10 @@ class ConfigurationsTest(unittest.TestCase):
                              torch.load(got))
 
     def test_sdpa_splits_verifies_and_runs(self):
-        self.check_split_verify_run("sdpa")
+        self.check_wheel_split_verify_run("sdpa")
 
     def test_rms_norm_splits_verifies_and_runs(self):
-        self.check_split_verify_run("rms_norm")
+        self.check_wheel_split_verify_run("rms_norm")
 
     def test_libtorch_2_reads_models_scripted_by_torch_1(self):
         """TorchScript files that an older torch saved (Debian's 1.13, when

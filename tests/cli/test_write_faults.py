@@ -34,7 +34,7 @@ from training import train, write_data  # noqa: E402
 FAULTS = os.environ.get("PPC_WRITE_FAULTS", "")
 
 
-def snapshot(root):
+def tree_digests(root):
     """{relative path: sha256 or 'dir'} of everything under `root`."""
     out = {}
     for dirpath, dirs, files in os.walk(root):
@@ -49,11 +49,11 @@ def snapshot(root):
 
 def temporaries(root):
     """Paths under `root` that look like a temporary ppc left behind."""
-    return [p for p in snapshot(root) if ".tmp" in os.path.basename(p)
+    return [p for p in tree_digests(root) if ".tmp" in os.path.basename(p)
             or ".old-" in os.path.basename(p) or os.path.basename(p) == ".ppc-staged"]
 
 
-def errors(text):
+def lines_starting_error(text):
     return [line for line in text.splitlines() if line.startswith("error:")]
 
 
@@ -89,52 +89,53 @@ class OutputGuardTest(unittest.TestCase):
         self.input = model_path("mlp", ".input.pt")
         self.data = os.path.join(self.dir, "data.pt")
 
-    def refused(self, proc, needle):
+    def assert_refused(self, proc, needle):
         """Exit 2 and one error line with `needle`: from ppc, or from each
         rank that reported (ppc launch prefixes "[rank R] ")."""
         self.assertEqual(proc.returncode, 2, proc.stdout + proc.stderr)
         ranks = [l for l in proc.stderr.splitlines() if re.match(r"\[rank \d+\] error: ", l)]
-        lines = ranks or errors(proc.stderr)
+        lines = ranks or lines_starting_error(proc.stderr)
         self.assertTrue(lines, proc.stderr)
         self.assertTrue(ranks or len(lines) == 1, proc.stderr)
         for line in lines:
             self.assertIn(needle, line)
 
     def assert_unchanged(self, before, root=None):
-        self.assertEqual(snapshot(root or self.dir), before)
+        self.assertEqual(tree_digests(root or self.dir), before)
 
     def test_run_outputs(self):
-        before = snapshot(self.dir)
+        before = tree_digests(self.dir)
         stage = os.path.join(self.out, "stage_1.pt")
         r = launch(2, "run", self.manifest, "--input", self.input, "--output",
                    os.path.join(self.dir, "o.pt"), "--trace", stage)
-        self.refused(r, f"--trace '{stage}' is the file of stage 1; refusing to overwrite it")
+        self.assert_refused(r,
+                            f"--trace '{stage}' is the file of stage 1; refusing to overwrite it")
         r = launch(2, "run", self.manifest, "--input", self.input, "--output", self.model)
-        self.refused(r, f"--output '{self.model}' is the model the manifest was split from")
+        self.assert_refused(r, f"--output '{self.model}' is the model the manifest was split from")
         meta = os.path.join(self.dir, "meta.json")
         with open(meta, "w") as f:
             f.write("{}")
-        before = snapshot(self.dir)
+        before = tree_digests(self.dir)
         r = launch(2, "run", self.manifest, "--input", self.input, "--input-meta", meta,
                    "--output", meta)
-        self.refused(r, f"--output '{meta}' is the --input-meta file")
+        self.assert_refused(r, f"--output '{meta}' is the --input-meta file")
         both = os.path.join(self.dir, "both.pt")
         r = launch(2, "run", self.manifest, "--input", self.input, "--output", both,
                    "--trace", both)
-        self.refused(r, f"--trace '{both}' is also --output; give each output its own path")
+        self.assert_refused(r, f"--trace '{both}' is also --output; give each output its own path")
         # A link to a kept file is the kept file.
         link = os.path.join(self.dir, "link.pt")
         os.symlink(self.input, link)
-        before = snapshot(self.dir)
+        before = tree_digests(self.dir)
         r = launch(2, "run", self.manifest, "--input", self.input, "--output",
                    os.path.join(self.dir, "x.pt"), "--trace", link)
-        self.refused(r, f"--trace '{link}' is the input file")
+        self.assert_refused(r, f"--trace '{link}' is the input file")
         self.assert_unchanged(before)
 
     def test_run_meta_cache_and_world(self):
         cache = os.path.join(self.out, "meta_cache.rank1of2.json")
         r = launch(2, "run", self.manifest, "--input", self.input, "--output", cache)
-        self.refused(r, f"--output '{cache}' is a meta cache file")
+        self.assert_refused(r, f"--output '{cache}' is a meta cache file")
         # An absurd WORLD_SIZE fails at once, before any work per rank.
         env = dict(os.environ, RANK="0", WORLD_SIZE="2000000000", LOCAL_RANK="0",
                    LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="1")
@@ -142,19 +143,20 @@ class OutputGuardTest(unittest.TestCase):
                             os.path.join(self.dir, "o.pt")], env=env, capture_output=True,
                            text=True, timeout=60)
         self.assertEqual(r.returncode, 2, r.stderr)
-        self.assertEqual(len(errors(r.stderr)), 1, r.stderr)
+        self.assertEqual(len(lines_starting_error(r.stderr)), 1, r.stderr)
         self.assertIn("2000000000", r.stderr)
 
     def test_train_outputs(self):
-        before = snapshot(self.dir)
+        before = tree_digests(self.dir)
         r = launch(2, "train", self.manifest, "--data", self.data, "--loss", "cross_entropy",
                    "--trace", self.data)
-        self.refused(r, f"--trace '{self.data}' is the --data file; refusing to overwrite it")
+        self.assert_refused(r,
+                            f"--trace '{self.data}' is the --data file; refusing to overwrite it")
         # --save-grads into a missing directory fails before the first step.
         missing = os.path.join(self.dir, "missing")
         r = launch(2, "train", self.manifest, "--data", self.data, "--loss", "cross_entropy",
                    "--save-grads", missing)
-        self.refused(r, f"--save-grads '{missing}' is not an existing directory")
+        self.assert_refused(r, f"--save-grads '{missing}' is not an existing directory")
         self.assertNotIn("step 1", r.stdout)
         self.assert_unchanged(before)
         # --save follows ppc split -o's rule: a user's directory is not replaced ...
@@ -163,50 +165,50 @@ class OutputGuardTest(unittest.TestCase):
         with open(os.path.join(user, "manifest.json"), "w") as f:
             f.write('{"mine": true}')
         shutil.copy(self.model, os.path.join(user, "stage_0.pt"))
-        before = snapshot(self.dir)
+        before = tree_digests(self.dir)
         r = launch(2, "train", self.manifest, "--data", self.data, "--loss", "cross_entropy",
                    "--save", user)
-        self.refused(r, f"--save '{user}' holds a manifest.json that ppc cannot read as a "
-                     "manifest; refusing to replace it")
+        self.assert_refused(r, f"--save '{user}' holds a manifest.json that ppc cannot read as a "
+                            "manifest; refusing to replace it")
         self.assertNotIn("step 1", r.stdout)
         # ... nor one holding what the run reads.
         holder = os.path.join(self.dir, "holder")
         os.mkdir(holder)
         data = os.path.join(holder, "stage_0.pt")
         shutil.copy(self.data, data)
-        before = snapshot(self.dir)
+        before = tree_digests(self.dir)
         r = launch(2, "train", self.manifest, "--data", data, "--loss", "cross_entropy",
                    "--save", holder)
-        self.refused(r, f"--save '{holder}' holds the --data file ('{data}'); refusing to "
-                     "overwrite it")
+        self.assert_refused(r, f"--save '{holder}' holds the --data file ('{data}'); refusing to "
+                            "overwrite it")
         self.assert_unchanged(before)
 
     def test_other_commands(self):
-        before = snapshot(self.dir)
+        before = tree_digests(self.dir)
         cache = os.path.join(self.out, "meta_cache.rank0of1.json")
         r = ppc("inspect", self.manifest, "--dot", cache, check=False)
-        self.refused(r, f"--dot '{cache}' is a meta cache file; refusing to overwrite it")
+        self.assert_refused(r, f"--dot '{cache}' is a meta cache file; refusing to overwrite it")
         r = ppc("inspect", self.manifest, "--dot", self.model, check=False)
-        self.refused(r, f"--dot '{self.model}' is the model the manifest was split from")
+        self.assert_refused(r, f"--dot '{self.model}' is the model the manifest was split from")
         csv = os.path.join(self.dir, "s.csv")
         ppc("schedule", "--schedule", "1f1b", "--stages", "2", "--microbatches", "2",
             "--csv", csv)
-        before = snapshot(self.dir)
+        before = tree_digests(self.dir)
         r = ppc("schedule", "--from-csv", csv, "--stages", "2", "--microbatches", "2",
                 "--csv", csv, check=False)
-        self.refused(r, f"--csv '{csv}' is the --from-csv file; refusing to overwrite it")
+        self.assert_refused(r, f"--csv '{csv}' is the --from-csv file; refusing to overwrite it")
         trace = os.path.join(self.dir, "t.json")
         r = launch(2, "run", self.manifest, "--input", self.input, "--output",
                    os.path.join(self.dir, "o.pt"), "--trace", trace)
         self.assertEqual(r.returncode, 0, r.stderr)
-        before = snapshot(self.dir)
+        before = tree_digests(self.dir)
         r = ppc("trace", "plot", trace, "-o", trace, check=False)
-        self.refused(r, f"--output '{trace}' is the trace; refusing to overwrite it")
+        self.assert_refused(r, f"--output '{trace}' is the trace; refusing to overwrite it")
         r = ppc("join", self.manifest, "-o", os.path.join(self.out, "stage_0.pt"), check=False)
-        self.refused(r, "is the file of stage 0; refusing to overwrite it")
+        self.assert_refused(r, "is the file of stage 0; refusing to overwrite it")
         r = ppc("split", self.model, "--stages", "2", "-o", self.dir, check=False)
-        self.refused(r, f"output directory '{self.dir}' holds the model ('{self.model}'); "
-                     "refusing to overwrite it")
+        self.assert_refused(r, f"output directory '{self.dir}' holds the model ('{self.model}'); "
+                            "refusing to overwrite it")
         self.assert_unchanged(before)
 
 
@@ -292,10 +294,10 @@ class DiskFullTest(unittest.TestCase):
                 # from its one run (the fills below still run each alone).
                 if name not in written:
                     names = next((n for n in together if name in n), (name,))
-                    earlier = snapshot(self.user)
+                    earlier = tree_digests(self.user)
                     first = self.execute(ranks, together.get(names, args), None)
                     self.assertEqual(first.returncode, 0, first.stderr)
-                    after = snapshot(self.user)
+                    after = tree_digests(self.user)
                     for n in names:
                         written[n] = sum(os.path.getsize(os.path.join(self.user, p))
                                          for p, h in after.items()
@@ -304,7 +306,7 @@ class DiskFullTest(unittest.TestCase):
                         self.assertGreater(written[n], 0, n)
                     if "run --trace" in names:
                         shutil.copy(os.path.join(self.user, "run.trace.json"), self.trace)
-                before = snapshot(self.user)
+                before = tree_digests(self.user)
                 # Each process fills its own disk: a rank writes its share.
                 # Full at once, after 1 byte (the first write cut short)
                 # and halfway (a later write of the many of split's and
@@ -320,7 +322,7 @@ class DiskFullTest(unittest.TestCase):
                     what = f"{name} with the disk full after {fill} bytes"
                     self.assertEqual(r.returncode, 2, (what, r.stderr))
                     if ranks == 1:
-                        self.assertEqual(len(errors(r.stderr)), 1, (what, r.stderr))
+                        self.assertEqual(len(lines_starting_error(r.stderr)), 1, (what, r.stderr))
                     else:
                         # One line from each rank that reports (the launcher
                         # adds its own last line).
@@ -330,7 +332,7 @@ class DiskFullTest(unittest.TestCase):
                             self.assertLessEqual(len(lines), 1, (what, r.stderr))
                     self.assertIn("No space left on device", r.stderr, what)
                     self.assertNotIn("terminate called", r.stderr, what)
-                    self.assertEqual(snapshot(self.user), before, what)
+                    self.assertEqual(tree_digests(self.user), before, what)
                     self.assertEqual(temporaries(self.dir), [], what)
 
 
@@ -353,9 +355,9 @@ class SaveKillTest(unittest.TestCase):
         self.saves = os.path.join(self.dir, "saves")
         os.mkdir(self.saves)
         self.save = os.path.join(self.saves, "saved")
-        self.joined = set()  # the snapshot()s of DIR that ppc join has read
+        self.joined = set()  # the tree_digests()s of DIR that ppc join has read
 
-    def train(self, steps, save, env=None):
+    def train_and_save(self, steps, save, env=None):
         return train(2, self.manifest, self.data, "--loss", "cross_entropy", "--no-meta-cache",
                      "--steps", str(steps), "--save", save, env=env, rank_timeout=None,
                      timeout=120)
@@ -367,7 +369,7 @@ class SaveKillTest(unittest.TestCase):
     def assert_whole(self, old, new, what):
         got = self.manifest_of(self.save)
         self.assertIn(got, (old, new), what)
-        files = snapshot(self.save)
+        files = tree_digests(self.save)
         self.assertEqual(files.keys(), {"manifest.json", "stage_0.pt", "stage_1.pt"}, what)
         # ppc join reads each distinct set of bytes once: most kills leave
         # DIR byte for byte as an earlier one did, which joined then.
@@ -405,12 +407,12 @@ class SaveKillTest(unittest.TestCase):
         # killed (training on the CPU is deterministic: the same bytes every
         # run), the second over the first, as each kill below saves, with
         # each rank's operations logged.
-        r = self.train(1, self.save)
+        r = self.train_and_save(1, self.save)
         self.assertEqual(r.returncode, 0, r.stderr)
         one = self.manifest_of(self.save)
         log = os.path.join(self.dir, "operations")
-        r = self.train(3, self.save, dict(LD_PRELOAD=FAULTS, PPC_FAULT_DIR=self.saves,
-                                          PPC_FAULT_LOG=log))
+        r = self.train_and_save(3, self.save, dict(LD_PRELOAD=FAULTS, PPC_FAULT_DIR=self.saves,
+                                                   PPC_FAULT_LOG=log))
         self.assertEqual(r.returncode, 0, r.stderr)
         three = self.manifest_of(self.save)
         self.assertNotEqual(one, three)
@@ -426,7 +428,7 @@ class SaveKillTest(unittest.TestCase):
                     env = dict(LD_PRELOAD=FAULTS, PPC_FAULT_DIR=self.saves,
                                PPC_FAULT_RANK=str(rank), PPC_FAULT_KILL_AT=str(at),
                                PPC_FAULT_SIGNAL=sig)
-                    r = self.train(steps, self.save, env)
+                    r = self.train_and_save(steps, self.save, env)
                     switched = self.assert_whole(old, new, what)
                     if sig == "TERM":
                         # A signal that can be handled leaves no temporary.
@@ -437,7 +439,7 @@ class SaveKillTest(unittest.TestCase):
                 else:
                     self.fail(f"rank {rank}'s save never completed")
         # What SIGKILL left (a staged directory) goes with the next save.
-        self.assertEqual(self.train(3, self.save).returncode, 0)
+        self.assertEqual(self.train_and_save(3, self.save).returncode, 0)
         self.assertEqual(temporaries(self.saves), [])
         mode = os.stat(self.save).st_mode & 0o777
         umask = os.umask(0)

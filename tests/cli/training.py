@@ -224,7 +224,7 @@ def train(ranks, manifest, data, *args, timeout=600, env=None, rank_timeout=120)
                           timeout=timeout, env=dict(os.environ, **env) if env else None))
 
 
-def split(tmp, name, stages):
+def split_under(tmp, name, stages):
     """Splits NAME into `stages` stages under `tmp` once; returns the manifest."""
     return common.split(name, os.path.join(tmp, "%s.%d" % (name, stages)), at=stages,
                         once=True).manifest
