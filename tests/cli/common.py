@@ -247,6 +247,14 @@ def publish_split(name, where, outdir):
         cached_split(model_path(name), tuple(map(str, where)), made=outdir)
 
 
+def class_splits(cls, name, stages=(2, 3, 4)):
+    """{N: Split} of test model NAME at the paths NAME.json lists for N
+    stages, for each N in STAGES, in a folder of test class CLS (from
+    setUpClass)."""
+    shared = class_tmpdir(cls)
+    return {n: split(name, os.path.join(shared, "s%d" % n), at=n) for n in stages}
+
+
 def split_at(name, stages, outdir, *extra):
     """Splits model NAME at the paths NAME.json lists for `stages` stages
     into `outdir`; returns the manifest's path. A failing split fails the test."""

@@ -30,7 +30,6 @@ by check_helpers()).
 """
 import json
 import os
-import subprocess
 import sys
 
 import torch

@@ -20,14 +20,13 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
-import unittest
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import PPC, finish, free_port, main, model_path, rank_env, start_ranks  # noqa: E402
+from common import (PPC, ClassTmpTest, finish, free_port, main, model_path, rank_env,  # noqa: E402
+                    start_ranks)
 from training import split_under, write_data  # noqa: E402
 
 # Every failing case must end well before this (seconds).
@@ -85,24 +84,17 @@ def digest(path):
     return "%s (xxh64 %016x, %d bytes)" % (path, xxh64(data), len(data))
 
 
-class AgreementTest(unittest.TestCase):
+class AgreementTest(ClassTmpTest):
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory(prefix="ppc-agree-")
-        cls.manifest = split_under(cls.tmp.name, "mlp", 2)
-        cls.manifest4 = split_under(cls.tmp.name, "mlp", 4)
-        cls.data = os.path.join(cls.tmp.name, "data.pt")
+        super().setUpClass()
+        cls.manifest = split_under(cls.tmp, "mlp", 2)
+        cls.manifest4 = split_under(cls.tmp, "mlp", 4)
+        cls.data = os.path.join(cls.tmp, "data.pt")
         cls.inputs, cls.target = write_data(cls.data, "mlp", "cross_entropy")
         # The same shapes, another target.
-        cls.other_data = os.path.join(cls.tmp.name, "other.pt")
+        cls.other_data = os.path.join(cls.tmp, "other.pt")
         torch.save((cls.inputs[0], cls.target.flip(0)), cls.other_data)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.tmp.cleanup()
-
-    def path(self, name):
-        return os.path.join(self.tmp.name, name)
 
     def start_ranks_timed(self, command, world, args, rank_args, rank_envs=None):
         """Starts `ppc COMMAND ARGS RANK_ARGS[r]` on each of WORLD ranks, with
@@ -171,14 +163,14 @@ class AgreementTest(unittest.TestCase):
             % (digest(self.data), digest(self.other_data)))
 
     def test_same_contents_under_another_path_agree(self):
-        copy = self.path("copy.pt")
+        copy = self.tmp_path("copy.pt")
         shutil.copyfile(self.data, copy)
         results, _ = self.train_with_rank_args({1: ["--data", copy]})
         for rank, (rc, out, err) in enumerate(results):
             self.assertEqual(rc, 0, "rank %d: %s" % (rank, err))
 
     def test_checkpoint_dir_on_one_rank_writes_nothing(self):
-        checkpoints, saved = self.path("ck"), self.path("saved")
+        checkpoints, saved = self.tmp_path("ck"), self.tmp_path("saved")
         self.assert_disagree(
             self.train_with_rank_args({0: ["--checkpoint-dir", checkpoints]}, args=("--save",
                                                                                     saved)),
@@ -192,11 +184,11 @@ class AgreementTest(unittest.TestCase):
                                                  RANK_TIMEOUT, *args], rank_args)
 
     def test_run_inputs_of_other_contents(self):
-        first, second = self.path("in0.pt"), self.path("in1.pt")
+        first, second = self.tmp_path("in0.pt"), self.tmp_path("in1.pt")
         x = torch.load(model_path("mlp", ".input.pt"))
         torch.save(x, first)
         torch.save(x.flip(0), second)
-        output = self.path("run_out.pt")
+        output = self.tmp_path("run_out.pt")
         self.assert_disagree(
             self.run_ranks(output, {0: ["--input", first], 1: ["--input", second]}),
             "ranks disagree on --input: rank 0 has %s, rank 1 has %s"
@@ -208,8 +200,8 @@ class AgreementTest(unittest.TestCase):
         # the `values` edge's ten wire tensors is its own message, where rank 0 sends one) stop
         # at the agreement with one line, over Gloo, where rank 1 used to abort in Gloo on a
         # receive of the wrong size.
-        manifest = split_under(self.tmp.name, "values", 2)
-        output = self.path("coalesce_out.pt")
+        manifest = split_under(self.tmp, "values", 2)
+        output = self.tmp_path("coalesce_out.pt")
         self.assert_disagree(
             self.start_ranks_timed("run", 2, [manifest, "--input", model_path("values",
                                                                               ".input.pt"),
@@ -219,7 +211,7 @@ class AgreementTest(unittest.TestCase):
         self.assertFalse(os.path.exists(output))
 
     def test_run_repeat(self):
-        output = self.path("repeat_out.pt")
+        output = self.tmp_path("repeat_out.pt")
         self.assert_disagree(
             self.run_ranks(output, {1: ["--repeat", "3"]},
                            args=("--input", model_path("mlp", ".input.pt"))),

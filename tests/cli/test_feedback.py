@@ -10,14 +10,13 @@ import pty
 import re
 import subprocess
 import sys
-import tempfile
 import unittest
 
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import (PPC, launch, main, model_path, ppc, rank_env, free_port,  # noqa: E402
-                    split_at, tmpdir)
+from common import (PPC, class_tmpdir, free_port, launch, main, model_path, ppc,  # noqa: E402
+                    rank_env, split_at, tmpdir)
 from training import STEP, train, write_data  # noqa: E402
 
 class HelpTest(unittest.TestCase):
@@ -54,9 +53,7 @@ class SplitMlpTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        d = tempfile.TemporaryDirectory(prefix="ppc-test-")
-        cls.addClassCleanup(d.cleanup)
-        cls.tmp = d.name
+        cls.tmp = class_tmpdir(cls)
         cls.out = os.path.join(cls.tmp, "mlp2")
         split_at("mlp", 2, cls.out)
         cls.manifest = os.path.join(cls.out, "manifest.json")

@@ -18,13 +18,13 @@ import os
 import shutil
 import stat
 import struct
-import tempfile
 import unittest
 import zipfile
 
 import torch
 
-from common import free_port, launch, libtorch_major, model_path, ppc, rank_env, tmpdir
+from common import (class_tmpdir, free_port, launch, libtorch_major, model_path, ppc, rank_env,
+                    tmpdir)
 
 TIMEOUT = 10  # --timeout of each run; a hostile file must never make a rank wait longer.
 
@@ -58,13 +58,8 @@ def mark_zip_size(path):
 class HostileFilesTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls._dir = tempfile.TemporaryDirectory(prefix="ppc-hostile-")
-        cls.split = os.path.join(cls._dir.name, "split")
+        cls.split = os.path.join(class_tmpdir(cls), "split")
         ppc("split", model_path("mlp"), "-o", cls.split, "--stages", 2)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls._dir.cleanup()
 
     def setUp(self):
         self.dir = tmpdir(self)

@@ -21,8 +21,8 @@ import unittest
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (PPC, assert_outputs_close, expected_output, launch, main,  # noqa: E402
-                    model_path, rank_env, free_port, split_at, tmpdir)
+from common import (PPC, assert_outputs_close, class_tmpdir, expected_output,  # noqa: E402
+                    free_port, launch, main, model_path, rank_env, split_at, tmpdir)
 from training import train, write_data  # noqa: E402
 
 def help_of(args):
@@ -238,16 +238,10 @@ class MessagesTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.work = os.path.join(os.environ.get("TMPDIR", "/tmp"),
-                                "ppc-hostile-numbers-%d" % os.getpid())
-        os.makedirs(cls.work, exist_ok=True)
+        cls.work = class_tmpdir(cls)
         cls.mlp = split_at("mlp", 2, os.path.join(cls.work, "mlp"))
         cls.data = os.path.join(cls.work, "mlp.data.pt")
         write_data(cls.data, "mlp", "cross_entropy")
-
-    @classmethod
-    def tearDownClass(cls):
-        shutil.rmtree(cls.work, ignore_errors=True)
 
     def train_mlp2(self, *args, data=None):
         return train(2, self.mlp, data or self.data, "--loss", "cross_entropy", "--microbatches",

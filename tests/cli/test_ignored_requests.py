@@ -11,13 +11,12 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 import unittest
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (PPC, finish, free_port, main, model_path, ppc,  # noqa: E402
+from common import (PPC, class_tmpdir, finish, free_port, main, model_path, ppc,  # noqa: E402
                     rank_env, split_at)
 from training import train, write_data  # noqa: E402
 
@@ -29,9 +28,7 @@ def rank_errors(text):
 class IgnoredRequestsTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.tmpdir = tempfile.TemporaryDirectory(prefix="ppc-test-")
-        cls.addClassCleanup(cls.tmpdir.cleanup)
-        cls.tmp = cls.tmpdir.name
+        cls.tmp = class_tmpdir(cls)
         cls.out = os.path.join(cls.tmp, "s")
         split_at("mlp", 2, cls.out)
         cls.manifest = os.path.join(cls.out, "manifest.json")

@@ -15,11 +15,10 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import BUILD, ROOT, main, split  # noqa: E402
+from common import BUILD, ROOT, class_tmpdir, main, split  # noqa: E402
 from test_run_example import check_example_training, check_infer  # noqa: E402
 
 
@@ -30,7 +29,7 @@ def run_captured(args, **kw):
 class InstallTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix="ppc-install-")
+        cls.tmp = class_tmpdir(cls)
         cls.prefix = os.path.join(cls.tmp, "prefix")
         cls.installed = run_captured(["cmake", "--install", BUILD, "--prefix", cls.prefix])
         cls.ppc = os.path.join(cls.prefix, "bin", "ppc")
@@ -47,10 +46,6 @@ class InstallTest(unittest.TestCase):
         cls.built = None
         if cls.configured.returncode == 0:
             cls.built = run_captured(["cmake", "--build", cls.build, "-j2"], env=cls.env)
-
-    @classmethod
-    def tearDownClass(cls):
-        shutil.rmtree(cls.tmp)
 
     def setUp(self):
         self.assertEqual(self.installed.returncode, 0,

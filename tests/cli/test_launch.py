@@ -10,12 +10,11 @@ import re
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import PPC, free_port  # noqa: E402
+from common import PPC, free_port, tmpdir  # noqa: E402
 
 
 def timed_launch(*args, env=None, timeout=20):
@@ -175,20 +174,20 @@ class LaunchTest(unittest.TestCase):
         self.assertLess(elapsed, 5)
 
     def test_failing_rank_stops_peers(self):
-        with tempfile.TemporaryDirectory() as pids:
-            code, out, err, elapsed = timed_launch(
-                "--nproc-per-node", "3", "--",
-                "sh", "-c",
-                f"echo $$ > {pids}/$RANK; "
-                "if [ $RANK = 1 ]; then sleep 0.2; echo failing; exit 3; fi; "
-                "exec sleep 30")
-            self.assertEqual(code, 2)
-            self.assertLess(elapsed, 5)
-            self.assertIn("[rank 1] failing\n", out)
-            self.assertEqual(err, "error: rank 1 exited with status 3\n")
-            for rank in range(3):
-                with open(os.path.join(pids, str(rank))) as f:
-                    self.assertFalse(pid_alive(int(f.read())), rank)
+        pids = tmpdir(self)
+        code, out, err, elapsed = timed_launch(
+            "--nproc-per-node", "3", "--",
+            "sh", "-c",
+            f"echo $$ > {pids}/$RANK; "
+            "if [ $RANK = 1 ]; then sleep 0.2; echo failing; exit 3; fi; "
+            "exec sleep 30")
+        self.assertEqual(code, 2)
+        self.assertLess(elapsed, 5)
+        self.assertIn("[rank 1] failing\n", out)
+        self.assertEqual(err, "error: rank 1 exited with status 3\n")
+        for rank in range(3):
+            with open(os.path.join(pids, str(rank))) as f:
+                self.assertFalse(pid_alive(int(f.read())), rank)
 
     def test_rank_killed_by_signal(self):
         code, _, err, elapsed = timed_launch(

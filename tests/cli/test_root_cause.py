@@ -12,15 +12,13 @@ Needs the test models (PPC_MODELS_DIR); about 15 s.
 
 import os
 import re
-import shutil
 import sys
-import tempfile
 import unittest
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import launch, main, save_tensor, split_at  # noqa: E402
+from common import class_tmpdir, launch, main, save_tensor, split_at  # noqa: E402
 
 CONSEQUENCE = re.compile(r"^\[rank (\d+)\] error: (.*lost rank (\d+) \(.*\)); a consequence: "
                          r"this rank stopped because of rank (\d+)$")
@@ -29,8 +27,7 @@ CONSEQUENCE = re.compile(r"^\[rank (\d+)\] error: (.*lost rank (\d+) \(.*\)); a 
 class RootCauseTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix="ppc-root-cause-")
-        cls.addClassCleanup(shutil.rmtree, cls.tmp)
+        cls.tmp = class_tmpdir(cls)
 
     def run_failing(self, manifest, inp):
         """Runs MANIFEST on 3 ranks under ppc launch; returns its stderr lines

@@ -14,15 +14,14 @@ Env: PPC (the ppc binary), PPC_MODELS_DIR (generated models).
 import os
 import re
 import sys
-import tempfile
 import time
 import unittest
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (assert_identical, assert_outputs_close, launch, main, model_path,  # noqa: E402
-                    parse_stats, save_tensor, split_at, tmpdir, unsplit_output)
+from common import (assert_identical, assert_outputs_close, class_tmpdir, launch,  # noqa: E402
+                    main, model_path, parse_stats, save_tensor, split_at, tmpdir, unsplit_output)
 
 TIMEOUT = 10
 BATCHES = re.compile(r"stats: rank=(\d+) .* cache_written=\d(?: [a-z_]+=\S+)* batches=(\d+)$", re.M)
@@ -36,13 +35,9 @@ def batch_counts(text):
 class RunBatchesTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.shared = tempfile.TemporaryDirectory(prefix="ppc-run-batches-")
-        cls.mlp = split_at("mlp", 2, os.path.join(cls.shared.name, "mlp"))
-        cls.two_io = split_at("two_io", 3, os.path.join(cls.shared.name, "two_io"))
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.shared.cleanup()
+        shared = class_tmpdir(cls)
+        cls.mlp = split_at("mlp", 2, os.path.join(shared, "mlp"))
+        cls.two_io = split_at("two_io", 3, os.path.join(shared, "two_io"))
 
     def setUp(self):
         self.tmp = tmpdir(self)

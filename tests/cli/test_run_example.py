@@ -9,15 +9,13 @@ Env: PPC (the ppc binary), PPC_MODELS_DIR (generated models), PPC_BUILD_DIR
 (the build tree: bin/pipeline_infer, bin/train_pipeline).
 """
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (BUILD, PPC, assert_outputs_close, expected_output, launch,  # noqa: E402
-                    main, model_path, split)
+from common import (BUILD, PPC, assert_outputs_close, class_tmpdir, expected_output,  # noqa: E402
+                    launch, main, model_path, split)
 
 
 def check_infer(test, launcher, program, manifest, output):
@@ -57,13 +55,9 @@ def check_example_training(test, launcher, program, manifest, tmp):
 class RunExampleTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix="ppc-run-example-")
+        cls.tmp = class_tmpdir(cls)
         cls.manifest = split("mlp", os.path.join(cls.tmp, "mlp"), "--stages", "2").manifest
         cls.infer = os.path.join(BUILD, "bin", "pipeline_infer")
-
-    @classmethod
-    def tearDownClass(cls):
-        shutil.rmtree(cls.tmp)
 
     def test_example_program(self):
         check_infer(self, PPC, self.infer, self.manifest, os.path.join(self.tmp, "out.pt"))

@@ -13,7 +13,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import unittest
@@ -21,8 +20,7 @@ import unittest
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (MODELS, PPC, finish, free_port, rank_env,  # noqa: E402
-                    start_ranks)
+from common import MODELS, PPC, class_tmpdir, finish, free_port, rank_env, start_ranks  # noqa: E402
 
 
 def wait_listening(port, proc, limit=30):
@@ -57,7 +55,7 @@ def never_reached(missing, port, seconds):
 class RunFailuresTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix="ppc-run-failures-")
+        cls.tmp = class_tmpdir(cls)
         cls.mlp = os.path.join(cls.tmp, "mlp")
         r = subprocess.run([PPC, "split", os.path.join(MODELS, "mlp.pt"), "-o", cls.mlp,
                             "--stages", "2"], capture_output=True, text=True)
@@ -69,10 +67,6 @@ class RunFailuresTest(unittest.TestCase):
         cls.big_input = os.path.join(cls.tmp, "big.pt")
         torch.manual_seed(0)
         torch.save(torch.randn(64, 3, 32, 32), cls.big_input)
-
-    @classmethod
-    def tearDownClass(cls):
-        shutil.rmtree(cls.tmp)
 
     def args(self, manifest_dir, inp=None, *extra, timeout="20"):
         return [os.path.join(manifest_dir, "manifest.json"), "--input",

@@ -21,8 +21,8 @@ import unittest
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (assert_outputs_close, class_tmpdir, file_sha256, launch,  # noqa: E402
-                    main, model_path, ppc, split, tmpdir, unsplit_output)
+from common import (assert_outputs_close, class_splits, file_sha256, launch, main,  # noqa: E402
+                    model_path, ppc, tmpdir, unsplit_output)
 
 NAME = "inplace"
 
@@ -30,8 +30,7 @@ NAME = "inplace"
 class RunInplaceTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        shared = class_tmpdir(cls)
-        cls.splits = {n: split(NAME, os.path.join(shared, "s%d" % n), at=n) for n in (2, 3, 4)}
+        cls.splits = class_splits(cls, NAME)
 
     def setUp(self):
         self.tmp = tmpdir(self)

@@ -12,14 +12,12 @@ Env: PPC (the ppc binary), PPC_MODELS_DIR (generated models).
 """
 import os
 import sys
-import tempfile
-import unittest
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (MODEL_NAMES, assert_outputs_close, expected_output, launch,  # noqa: E402
-                    main, model_path, split, unsplit_output)
+from common import (MODEL_NAMES, assert_outputs_close, expected_output, launch, main,  # noqa: E402
+                    model_path, ReportingTest, split, unsplit_output)
 
 # (stages, ranks, microbatches, batch, schedule)
 CONFIGS = [
@@ -32,18 +30,11 @@ CONFIGS = [
 ]
 
 
-class RunModelsTest(unittest.TestCase):
+class RunModelsTest(ReportingTest):
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory(prefix="ppc-run-models-")
-        cls.results = []
+        super().setUpClass()
         cls.made = {}  # (name, batch): inputs()'s, made once per class
-
-    @classmethod
-    def tearDownClass(cls):
-        for line in cls.results:
-            print(line, file=sys.stderr)
-        cls.tmp.cleanup()
 
     def inputs(self, name, batch):
         """The model's input file with `batch` rows and the expected output,
@@ -55,7 +46,7 @@ class RunModelsTest(unittest.TestCase):
     def make_inputs(self, name, batch):
         if batch == 5:
             return model_path(name, ".input.pt"), expected_output(name)
-        path = os.path.join(self.tmp.name, "%s.b%d.input.pt" % (name, batch))
+        path = os.path.join(self.tmp, "%s.b%d.input.pt" % (name, batch))
         inp = torch.load(model_path(name, ".input.pt"))
         grow = lambda t: torch.cat([t, t.flip(0)])[:batch]
         inp = tuple(grow(t) for t in inp) if isinstance(inp, tuple) else grow(inp)
@@ -63,10 +54,10 @@ class RunModelsTest(unittest.TestCase):
         return path, unsplit_output(name, inp)
 
     def run_and_compare(self, name, stages, ranks, micro, batch, schedule):
-        manifest = split(name, os.path.join(self.tmp.name, "%s.%d" % (name, stages)), at=stages,
+        manifest = split(name, os.path.join(self.tmp, "%s.%d" % (name, stages)), at=stages,
                          once=True).manifest
         inp, expected = self.inputs(name, batch)
-        out = os.path.join(self.tmp.name, "%s.out.pt" % name)
+        out = os.path.join(self.tmp, "%s.out.pt" % name)
         if os.path.exists(out):
             os.remove(out)
         r = launch(ranks, "run", manifest, "--input", inp, "--output", out,

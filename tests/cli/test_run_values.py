@@ -18,8 +18,8 @@ import unittest
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (class_tmpdir, expected_output, main, model_path, ppc,  # noqa: E402
-                    run_pipeline, split, tmpdir, unsplit_output)
+from common import (class_splits, expected_output, main, model_path, ppc,  # noqa: E402
+                    run_pipeline, tmpdir, unsplit_output)
 
 NAME = "values"
 KINDS = {"int", "float", "bool", "int[]", "Tensor[]", "Tuple[Tensor]"}
@@ -28,8 +28,7 @@ KINDS = {"int", "float", "bool", "int[]", "Tensor[]", "Tuple[Tensor]"}
 class RunValuesTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        shared = class_tmpdir(cls)
-        cls.splits = {n: split(NAME, os.path.join(shared, "s%d" % n), at=n) for n in (2, 3, 4)}
+        cls.splits = class_splits(cls, NAME)
 
     def setUp(self):
         self.tmp = tmpdir(self)

@@ -19,15 +19,14 @@ import re
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import unittest
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (PPC, assert_identical, finish, free_port, launch, main,  # noqa: E402
-                    model_path, rank_env, split_at, start_ranks)
+from common import (PPC, assert_identical, class_tmpdir, finish, free_port, launch,  # noqa: E402
+                    main, model_path, rank_env, split_at, start_ranks)
 from training import LOSS, split_under, train, write_data  # noqa: E402
 
 LINK = re.compile(r"^(?:\[rank \d+\] )?stats: rank=(\d+) .* link=(\S+)", re.M)
@@ -45,23 +44,19 @@ def shm_listing():
 class ShmLinkTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory(prefix="ppc-shm-link-")
+        cls.tmp = class_tmpdir(cls)
         cls.dirs = {}
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.tmp.cleanup()
 
     def split_once(self, name, stages):
         key = (name, stages)
         if key not in self.dirs:
-            out = os.path.join(self.tmp.name, "%s.%d" % key)
+            out = os.path.join(self.tmp, "%s.%d" % key)
             split_at(name, stages, out)
             self.dirs[key] = out
         return os.path.join(self.dirs[key], "manifest.json")
 
     def run_model(self, name, stages, ranks, link, *extra, env=None):
-        out = os.path.join(self.tmp.name, "%s.%d.%d.%s.pt" % (name, stages, ranks, link))
+        out = os.path.join(self.tmp, "%s.%d.%d.%s.pt" % (name, stages, ranks, link))
         proc = launch(ranks, "run", self.split_once(name, stages), "--input",
                       model_path(name, ".input.pt"), "--output", out, "--link", link,
                       "--stats", "--no-meta-cache", *extra, env=env)
@@ -82,8 +77,8 @@ class ShmLinkTest(unittest.TestCase):
                                  gloo_text)
 
     def test_train_losses_are_equal_over_shm_and_gloo(self):
-        manifest = split_under(self.tmp.name, "mlp", 4)
-        data = os.path.join(self.tmp.name, "mlp.data.pt")
+        manifest = split_under(self.tmp, "mlp", 4)
+        data = os.path.join(self.tmp, "mlp.data.pt")
         write_data(data, "mlp", LOSS["mlp"])
         runs = {}
         for link in ("shm", "gloo"):
@@ -99,11 +94,11 @@ class ShmLinkTest(unittest.TestCase):
 
     def test_killed_rank_mid_transfer_is_named_and_leaves_no_shm(self):
         before = shm_listing()
-        big = os.path.join(self.tmp.name, "big.pt")
+        big = os.path.join(self.tmp, "big.pt")
         torch.manual_seed(0)
         torch.save(torch.randn(64, 3, 32, 32), big)
         args = [self.split_once("resnet18", 2), "--input", big, "--output",
-                os.path.join(self.tmp.name, "killed.pt"), "--no-meta-cache", "--link", "shm",
+                os.path.join(self.tmp, "killed.pt"), "--no-meta-cache", "--link", "shm",
                 "--microbatches", "8", "--repeat", "100000", "--timeout", "60",
                 "--print-schedule"]
         procs = start_ranks(2, args)
@@ -124,7 +119,7 @@ class ShmLinkTest(unittest.TestCase):
 
     def test_shm_across_hosts_is_refused_and_auto_uses_gloo(self):
         manifest = self.split_once("mlp", 2)
-        out = os.path.join(self.tmp.name, "hosts.pt")
+        out = os.path.join(self.tmp, "hosts.pt")
         hosts = {0: {"PPC_HOST_ID": "host-a"}, 1: {"PPC_HOST_ID": "host-b"}}
         base = [manifest, "--input", model_path("mlp", ".input.pt"), "--output", out,
                 "--no-meta-cache", "--timeout", "30", "--stats"]
@@ -144,7 +139,7 @@ class ShmLinkTest(unittest.TestCase):
         _, text = self.run_model("mlp", 2, 2, "gloo", env=env)
         self.assertEqual(links(text), {0: "gloo", 1: "gloo"})
         # --link wins over PPC_LINK.
-        out = os.path.join(self.tmp.name, "env.pt")
+        out = os.path.join(self.tmp, "env.pt")
         proc = launch(2, "run", self.split_once("mlp", 2), "--input",
                       model_path("mlp", ".input.pt"), "--output", out, "--stats",
                       "--link", "shm", env=env)
@@ -154,7 +149,7 @@ class ShmLinkTest(unittest.TestCase):
     def test_bad_ppc_link_is_one_line(self):
         proc = subprocess.run([PPC, "run", self.split_once("mlp", 2), "--input",
                                model_path("mlp", ".input.pt"), "--output",
-                               os.path.join(self.tmp.name, "bogus.pt")],
+                               os.path.join(self.tmp, "bogus.pt")],
                               capture_output=True, text=True, timeout=60,
                               env=rank_env(0, 1, free_port(), PPC_LINK="bogus"))
         self.assertEqual(proc.returncode, 2)

@@ -20,14 +20,14 @@ Env: PPC (the ppc binary), PPC_MODELS_DIR (generated models).
 import os
 import re
 import sys
-import tempfile
 import unittest
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (BUILD, assert_identical, assert_outputs_close, launch, main,  # noqa: E402
-                    model_path, parse_stats, save_tensor, split_at, tmpdir, unsplit_output)
+from common import (BUILD, assert_identical, assert_outputs_close, class_tmpdir,  # noqa: E402
+                    launch, main, model_path, parse_stats, save_tensor, split_at, tmpdir,
+                    unsplit_output)
 from trace_format import assert_valid_trace  # noqa: E402
 
 BATCHES = re.compile(r"stats: rank=(\d+) .* cache_written=\d(?: [a-z_]+=\S+)* batches=(\d+)$", re.M)
@@ -36,16 +36,11 @@ BATCHES = re.compile(r"stats: rank=(\d+) .* cache_written=\d(?: [a-z_]+=\S+)* ba
 class StreamTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.shared = tempfile.TemporaryDirectory(prefix="ppc-stream-")
-        d = cls.shared.name
+        d = class_tmpdir(cls)
         cls.mlp2 = split_at("mlp", 2, os.path.join(d, "mlp2"))
         cls.mlp3 = split_at("mlp", 3, os.path.join(d, "mlp3"))
         cls.mlp4 = split_at("mlp", 4, os.path.join(d, "mlp4"))
         cls.two_io3 = split_at("two_io", 3, os.path.join(d, "two_io3"))
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.shared.cleanup()
 
     def setUp(self):
         self.tmp = tmpdir(self)

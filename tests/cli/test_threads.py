@@ -24,12 +24,11 @@ import collections
 import os
 import subprocess
 import sys
-import tempfile
 import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import PPC, child_pids, main  # noqa: E402
+from common import PPC, child_pids, class_tmpdir, main  # noqa: E402
 
 CORES = len(os.sched_getaffinity(0))
 # What ppc launch gives each of 2 workers as OMP_NUM_THREADS (runtime/platform/Threads.h
@@ -79,8 +78,7 @@ class ThreadsTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         import torch
-        cls.tmp = tempfile.TemporaryDirectory(prefix="ppc-threads-")
-        d = cls.tmp.name
+        d = cls.tmp = class_tmpdir(cls)
         torch.manual_seed(0)
         layers = [torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.ReLU())
                   for _ in range(16)]
@@ -92,17 +90,13 @@ class ThreadsTest(unittest.TestCase):
                             "--stages", "2"], capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stderr
 
-    @classmethod
-    def tearDownClass(cls):
-        cls.tmp.cleanup()
-
     def launch_samples(self, **env):
         """Runs the model on 2 ranks with --threads 1 under ppc launch, with
         the pool variables removed from the environment but for `env`;
         returns the 2 ranks' Rank samples."""
         environ = {k: v for k, v in os.environ.items() if k not in POOL_VARIABLES}
         environ.update(env)
-        out = os.path.join(self.tmp.name, "y.pt")
+        out = os.path.join(self.tmp, "y.pt")
         proc = subprocess.Popen(
             [PPC, "launch", "--nproc-per-node", "2", "--master-port", "0", "--timeout",
              "300", "--", PPC, "run", os.path.join(self.split, "manifest.json"), "--input",

@@ -18,15 +18,13 @@ each) into a temporary directory and bounds ppc's memory and the SVG's size.
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import unittest
 import xml.etree.ElementTree as ET
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import PPC, ROOT, launch, model_path, tmpdir  # noqa: E402
+from common import PPC, ROOT, class_tmpdir, launch, model_path, tmpdir  # noqa: E402
 from trace_format import assert_valid_trace, load_trace, trace_problems  # noqa: E402
 
 FIXTURES = os.path.join(ROOT, "tests", "unit", "fixtures", "trace")
@@ -492,8 +490,7 @@ class RealRunTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         from training import split_under, train, write_data
-        cls.tmp = tempfile.TemporaryDirectory(prefix="ppc-trace-real-")
-        d = cls.tmp.name
+        d = cls.tmp = class_tmpdir(cls)
         manifest = split_under(d, "mlp", 2)
         cls.run_trace = os.path.join(d, "run.json")
         r = launch(2, "run", manifest, "--input", model_path("mlp", ".input.pt"),
@@ -511,10 +508,6 @@ class RealRunTest(unittest.TestCase):
                   "--microbatches", 2, "--no-meta-cache", "--trace", cls.train_trace)
         if t.proc.returncode != 0:
             raise AssertionError(t.output)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.tmp.cleanup()
 
     def check_marks(self, path, kind, other):
         trace = assert_valid_trace(self, path)
@@ -769,16 +762,12 @@ class TraceLimitsTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.dir = tempfile.mkdtemp(prefix="ppc-trace-limits-")
+        cls.dir = class_tmpdir(cls)
         cls.dense = os.path.join(cls.dir, "dense.json")
         write_events(cls.dense, dense_event, MAX_TRACE_EVENTS)
         r, cls.base_rss = measured_trace_cmd("summary", SUMMARY)
         if r.returncode != 0:
             raise AssertionError(r.stderr)
-
-    @classmethod
-    def tearDownClass(cls):
-        shutil.rmtree(cls.dir)
 
     def test_five_million_events_are_refused_before_they_are_parsed(self):
         path = os.path.join(self.dir, "huge.json")

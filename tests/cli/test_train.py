@@ -9,37 +9,22 @@ Env: PPC (the ppc binary), PPC_MODELS_DIR (generated models).
 import os
 import shutil
 import sys
-import tempfile
-import unittest
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import launch, main, model_path, ppc  # noqa: E402
 from trace_format import assert_valid_trace  # noqa: E402
-from training import (read_grads, reference, rel_diff, resolve, split_under,  # noqa: E402
-                      stage_tensors, train, write_data)
+from training import (MlpDataTest, read_grads, reference, rel_diff, resolve,  # noqa: E402
+                      split_under, stage_tensors, train, write_data)
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "unit",
                         "fixtures", "schedule")
 
 
-class TrainTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory(prefix="ppc-train-cli-")
-        cls.mlp_data = os.path.join(cls.tmp.name, "mlp.data.pt")
-        cls.mlp_inputs, cls.mlp_target = write_data(cls.mlp_data, "mlp", "cross_entropy")
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.tmp.cleanup()
-
-    def path(self, name):
-        return os.path.join(self.tmp.name, name)
-
+class TrainTest(MlpDataTest):
     def train_mlp(self, stages, *args, ranks=2, data=None):
-        return train(ranks, split_under(self.tmp.name, "mlp", stages), data or self.mlp_data,
+        return train(ranks, split_under(self.tmp, "mlp", stages), data or self.mlp_data,
                      "--loss", "cross_entropy", *args)
 
     def assert_run_failed(self, run, *needles):
@@ -53,7 +38,7 @@ class TrainTest(unittest.TestCase):
     def test_zb_h1_four_ranks(self):
         _, ref = reference("mlp", self.mlp_inputs, self.mlp_target, 1, 4, "cross_entropy",
                            "sgd", 0.1)
-        grads = self.path("grads.zb4")
+        grads = self.tmp_path("grads.zb4")
         os.makedirs(grads)
         run = self.train_mlp(4, "--schedule", "zb-h1", "--microbatches", "4", "--steps", "1",
                              "--lr", "0.1", "--no-meta-cache", "--save-grads", grads, ranks=4)
@@ -65,12 +50,12 @@ class TrainTest(unittest.TestCase):
         # two_io returns (main, aux); --loss-output picks the one trained.
         for output in (0, 1):
             with self.subTest(loss_output=output):
-                data = self.path("two_io.%d.data.pt" % output)
+                data = self.tmp_path("two_io.%d.data.pt" % output)
                 inputs, target = write_data(data, "two_io", "mse", loss_output=output)
                 losses, ref = reference("two_io", inputs, target, 5, 2, "mse", "sgd", 0.1,
                                         loss_output=output)
-                manifest = split_under(self.tmp.name, "two_io", 4)
-                saved = self.path("two_io.saved.%d" % output)
+                manifest = split_under(self.tmp, "two_io", 4)
+                saved = self.tmp_path("two_io.saved.%d" % output)
                 run = train(2, manifest, data, "--loss", "mse", "--loss-output", output,
                             "--steps", "5", "--microbatches", "2", "--lr", "0.1",
                             "--no-meta-cache", "--save", saved)
@@ -95,7 +80,7 @@ class TrainTest(unittest.TestCase):
                 self.assertEqual(run.peaks(), want, run.output)
 
     def grown_data(self, rows):
-        path = self.path("mlp.%d.data.pt" % rows)
+        path = self.tmp_path("mlp.%d.data.pt" % rows)
         if not os.path.exists(path):
             x, y = self.mlp_inputs[0], self.mlp_target
             grow = lambda t: torch.cat([t] * (rows // t.shape[0] + 1))[:rows]
@@ -105,8 +90,8 @@ class TrainTest(unittest.TestCase):
     def test_meta_cache(self):
         # The second identical run takes every rank's metadata, forward and
         # backward, from the cache: no metadata message, the same losses.
-        out = self.path("cache")
-        shutil.copytree(os.path.dirname(split_under(self.tmp.name, "mlp", 4)), out)
+        out = self.tmp_path("cache")
+        shutil.copytree(os.path.dirname(split_under(self.tmp, "mlp", 4)), out)
         manifest = os.path.join(out, "manifest.json")
         runs = []
         for _ in range(2):
@@ -123,16 +108,16 @@ class TrainTest(unittest.TestCase):
         self.assertEqual(first.losses, second.losses)
         # An inference run beside it keeps its own entries.
         r = launch(2, "run", manifest, "--input", model_path("mlp", ".input.pt"),
-                   "--output", self.path("cache.out.pt"), "--stats")
+                   "--output", self.tmp_path("cache.out.pt"), "--stats")
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("meta=inferred", r.stdout)
 
     def test_schedule_csv(self):
-        manifest = split_under(self.tmp.name, "mlp", 2)
+        manifest = split_under(self.tmp, "mlp", 2)
         base = self.train_mlp(2, "--schedule", "1f1b", "--microbatches", "4", "--steps", "3",
                               "--no-meta-cache")
         self.assertEqual(base.proc.returncode, 0, base.output)
-        csv = self.path("1f1b.csv")
+        csv = self.tmp_path("1f1b.csv")
         ppc("schedule", "--schedule", "1f1b", "--stages", "2", "--microbatches", "4",
             "--csv", csv)
         # Ours, and one written by hand in PyTorch's _dump_csv layout.
@@ -155,14 +140,14 @@ class TrainTest(unittest.TestCase):
         base = self.train_mlp(4, "--schedule", "1f1b", "--microbatches", "4", "--steps", "3",
                               "--no-meta-cache")
         self.assertEqual(base.proc.returncode, 0, base.output)
-        csv = self.path("1f1b.v.csv")
+        csv = self.tmp_path("1f1b.v.csv")
         ppc("schedule", "--schedule", "1f1b", "--stages", "4", "--ranks", "2",
             "--placement", "v", "--microbatches", "4", "--csv", csv)
         with open(csv) as f:
             rows = f.read().splitlines()
         self.assertEqual([sorted({c[0] for c in r.split(",")}) for r in rows],
                          [["0", "3"], ["1", "2"]])
-        run = train(2, split_under(self.tmp.name, "mlp", 4), self.mlp_data, "--loss",
+        run = train(2, split_under(self.tmp, "mlp", 4), self.mlp_data, "--loss",
                     "cross_entropy", "--schedule-csv", csv, "--microbatches", "4",
                     "--steps", "3", "--no-meta-cache")
         self.assertEqual(run.proc.returncode, 0, run.output)
@@ -171,14 +156,14 @@ class TrainTest(unittest.TestCase):
             self.assertLessEqual(abs(a - b), 1e-6 * abs(b))
 
     def test_save_and_join(self):
-        manifest = split_under(self.tmp.name, "mlp", 4)
-        saved = self.path("joined.saved")
+        manifest = split_under(self.tmp, "mlp", 4)
+        saved = self.tmp_path("joined.saved")
         run = self.train_mlp(4, "--steps", "5", "--microbatches", "3", "--lr", "0.1",
                              "--no-meta-cache", "--save", saved)
         self.assertEqual(run.proc.returncode, 0, run.output)
         losses, ref = reference("mlp", self.mlp_inputs, self.mlp_target, 5, 3,
                                 "cross_entropy", "sgd", 0.1)
-        joined = self.path("trained.pt")
+        joined = self.tmp_path("trained.pt")
         ppc("join", os.path.join(saved, "manifest.json"), "-o", joined)
         model = torch.jit.load(joined)
         for name, value in model.state_dict().items():
@@ -186,7 +171,7 @@ class TrainTest(unittest.TestCase):
         # The joined model equals its stages run by ppc verify and by ppc run.
         ppc("verify", joined, os.path.join(saved, "manifest.json"), "--input",
             model_path("mlp", ".input.pt"))
-        out = self.path("joined.out.pt")
+        out = self.tmp_path("joined.out.pt")
         r = launch(2, "run", os.path.join(saved, "manifest.json"), "--input",
                    model_path("mlp", ".input.pt"), "--output", out)
         self.assertEqual(r.returncode, 0, r.stderr)
@@ -206,7 +191,7 @@ class TrainTest(unittest.TestCase):
     def test_trace(self):
         # --trace: one Chrome trace from rank 0 with every rank's actions, a
         # flow per message; ppc trace summary reads it.
-        trace = self.path("train.trace.json")
+        trace = self.tmp_path("train.trace.json")
         run = self.train_mlp(4, "--schedule", "zb-h1", "--microbatches", "3", "--steps", "2",
                              "--no-meta-cache", "--trace", trace)
         self.assertEqual(run.proc.returncode, 0, run.output)
@@ -224,19 +209,19 @@ class TrainTest(unittest.TestCase):
         self.assertIn("trace: rank=1", summary)
 
     def test_bad_data(self):
-        not_torch = self.path("not_torch.pt")
+        not_torch = self.tmp_path("not_torch.pt")
         with open(not_torch, "w") as f:
             f.write("hello")
-        wrong_rows = self.path("rows.pt")
+        wrong_rows = self.tmp_path("rows.pt")
         torch.save((self.mlp_inputs[0], self.mlp_target[:3]), wrong_rows)
-        two = self.path("two.pt")
+        two = self.tmp_path("two.pt")
         torch.save(((self.mlp_inputs[0], self.mlp_inputs[0]), self.mlp_target), two)
-        shape = self.path("shape.pt")
+        shape = self.tmp_path("shape.pt")
         torch.save((self.mlp_inputs[0], torch.randn(5, 3)), shape)
-        nan = self.path("nan.pt")
+        nan = self.tmp_path("nan.pt")
         torch.save((self.mlp_inputs[0] * float("nan"), self.mlp_target), nan)
         cases = [
-            (self.path("missing.pt"), "cross_entropy", ["cannot read data", "missing.pt"]),
+            (self.tmp_path("missing.pt"), "cross_entropy", ["cannot read data", "missing.pt"]),
             (not_torch, "cross_entropy", ["not_torch.pt"]),
             (wrong_rows, "cross_entropy", ["input 0 has 5 rows, the target 3"]),
             (two, "cross_entropy", ["the model takes 1 input, got 2"]),
@@ -245,7 +230,7 @@ class TrainTest(unittest.TestCase):
         ]
         for data, loss, needles in cases:
             with self.subTest(data=os.path.basename(data)):
-                run = train(2, split_under(self.tmp.name, "mlp", 2), data, "--loss", loss,
+                run = train(2, split_under(self.tmp, "mlp", 2), data, "--loss", loss,
                             "--no-meta-cache", "--timeout", "20")
                 self.assert_run_failed(run, *needles)
 

@@ -27,16 +27,14 @@ import re
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-import unittest
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import PPC, free_port, main, rank_env  # noqa: E402
 from trace_format import assert_valid_trace  # noqa: E402
-from training import (LOSS, STATS, read_grads, reference_dp, rel_diff,  # noqa: E402
+from training import (LOSS, STATS, MlpDataTest, read_grads, reference_dp, rel_diff,  # noqa: E402
                       resolve, split_under, stage_tensors, train, write_data)
 
 LOSS_TOL = 1e-5
@@ -46,20 +44,7 @@ DP_STATS = re.compile(r"stats: rank=(\d+) step=(\d+) .* replica=(\d+) "
                       r"allreduce_ms=([\d.]+) (?:peak_bytes=\d+ )?weights_sha=([0-9a-f]{16})")
 
 
-class TrainDataParallelTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory(prefix="ppc-train-dp-")
-        cls.mlp_data = os.path.join(cls.tmp.name, "mlp.data.pt")
-        cls.mlp_inputs, cls.mlp_target = write_data(cls.mlp_data, "mlp", "cross_entropy")
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.tmp.cleanup()
-
-    def path(self, name):
-        return os.path.join(self.tmp.name, name)
-
+class TrainDataParallelTest(MlpDataTest):
     def assert_replicas_agree(self, run, ranks, pipeline, steps):
         """Every step's weights_sha is the same on the replicas of each
         pipeline rank, and changes from step to step."""
@@ -91,11 +76,11 @@ class TrainDataParallelTest(unittest.TestCase):
         want, ref = reference_dp("mlp", self.mlp_inputs, self.mlp_target, steps, 2,
                                  microbatches, "cross_entropy", lr)
         tag = "%d.%s" % (ranks, schedule)
-        grads, saved = self.path("grads." + tag), self.path("saved." + tag)
-        stats_json = self.path("stats.%s.json" % tag)
+        grads, saved = self.tmp_path("grads." + tag), self.tmp_path("saved." + tag)
+        stats_json = self.tmp_path("stats.%s.json" % tag)
         os.makedirs(grads)
         extra = ("--trace", trace) if trace else ()
-        run = train(ranks, split_under(self.tmp.name, "mlp", 2), self.mlp_data, "--loss",
+        run = train(ranks, split_under(self.tmp, "mlp", 2), self.mlp_data, "--loss",
                     "cross_entropy", "--data-parallel", 2, "--schedule", schedule,
                     "--microbatches", microbatches, "--steps", steps, "--lr", lr,
                     "--no-meta-cache", "--stats", "--stats-json", stats_json,
@@ -123,7 +108,7 @@ class TrainDataParallelTest(unittest.TestCase):
     def test_mlp_two_stages_four_ranks(self):
         for schedule in ("gpipe", "1f1b"):
             with self.subTest(schedule=schedule):
-                trace = self.path("trace.%s.json" % schedule)
+                trace = self.tmp_path("trace.%s.json" % schedule)
                 self.check_mlp(4, schedule, trace=trace)
                 events = assert_valid_trace(self, trace)["traceEvents"]
                 complete = [e for e in events if e.get("ph") == "X"]
@@ -139,11 +124,11 @@ class TrainDataParallelTest(unittest.TestCase):
                 self.check_mlp(2, schedule)
 
     def test_resnet18_four_ranks(self):
-        data = self.path("resnet18.data.pt")
+        data = self.tmp_path("resnet18.data.pt")
         inputs, target = write_data(data, "resnet18", "mse")
         steps, lr = 3, 0.01
         want, _ = reference_dp("resnet18", inputs, target, steps, 2, 2, "mse", lr)
-        run = train(4, split_under(self.tmp.name, "resnet18", 2), data, "--loss", "mse",
+        run = train(4, split_under(self.tmp, "resnet18", 2), data, "--loss", "mse",
                     "--data-parallel", 2, "--microbatches", 2, "--steps", steps, "--lr", lr,
                     "--no-meta-cache", "--stats")
         self.assertEqual(run.proc.returncode, 0, run.output)
@@ -163,13 +148,14 @@ class TrainDataParallelTest(unittest.TestCase):
         --stats-json wrote them, {(rank, step): weights_sha}, saved tensors,
         gradient files' tensors, trace path)."""
         tag = "overlap.%s.%s.%d" % (name, schedule, overlap)
-        data = self.path("%s.data.pt" % name)
+        data = self.tmp_path("%s.data.pt" % name)
         if not os.path.exists(data):
             write_data(data, name, LOSS[name])
-        grads, saved = self.path("grads." + tag), self.path("saved." + tag)
-        stats_json, trace = self.path("stats.%s.json" % tag), self.path("trace.%s.json" % tag)
+        grads, saved = self.tmp_path("grads." + tag), self.tmp_path("saved." + tag)
+        stats_json, trace = (self.tmp_path("stats.%s.json" % tag),
+                             self.tmp_path("trace.%s.json" % tag))
         os.makedirs(grads)
-        run = train(4, split_under(self.tmp.name, name, stages), data, "--loss", LOSS[name],
+        run = train(4, split_under(self.tmp, name, stages), data, "--loss", LOSS[name],
                     "--data-parallel", 2, "--schedule", schedule, "--microbatches", 2,
                     "--steps", steps, "--lr", 0.05, "--momentum", 0.9, "--no-meta-cache",
                     "--stats", "--stats-json", stats_json, "--save-grads", grads,
@@ -230,11 +216,11 @@ class TrainDataParallelTest(unittest.TestCase):
                     self.assertEqual(late, {(0, 0), (1, 3)})
 
     def test_errors(self):
-        run = train(2, split_under(self.tmp.name, "mlp", 2), self.mlp_data, "--loss",
+        run = train(2, split_under(self.tmp, "mlp", 2), self.mlp_data, "--loss",
                     "cross_entropy", "--data-parallel", 3)
         self.assertNotEqual(run.proc.returncode, 0)
         self.assertIn("error: --data-parallel 3 does not divide WORLD_SIZE 2", run.output)
-        run = train(2, split_under(self.tmp.name, "mlp", 2), self.mlp_data, "--loss",
+        run = train(2, split_under(self.tmp, "mlp", 2), self.mlp_data, "--loss",
                     "cross_entropy", "--data-parallel", 2, "--microbatches", 3)
         self.assertNotEqual(run.proc.returncode, 0)
         self.assertIn("error: --microbatches 3 exceeds the smallest replica's slice of the "
@@ -242,7 +228,7 @@ class TrainDataParallelTest(unittest.TestCase):
 
         # Rank 3 (replica 1, pipeline rank 1) dies mid-run: its pipeline peer
         # (rank 2) and its replica peer (rank 1) name it by its job rank.
-        args = [PPC, "train", split_under(self.tmp.name, "mlp", 2), "--data", self.mlp_data,
+        args = [PPC, "train", split_under(self.tmp, "mlp", 2), "--data", self.mlp_data,
                 "--loss", "cross_entropy", "--data-parallel", "2", "--steps", "1000000",
                 "--timeout", "5", "--print-schedule", "--no-meta-cache"]
         port = free_port()

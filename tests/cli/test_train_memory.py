@@ -24,13 +24,11 @@ import json
 import os
 import re
 import sys
-import tempfile
-import unittest
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import main, ppc  # noqa: E402
+from common import main, ppc, ReportingTest  # noqa: E402
 from training import (LOSS, read_grads, reference, reference_bf16, split_under,  # noqa: E402
                       stage_tensors, train, write_data)
 
@@ -59,28 +57,14 @@ class DropoutNorm(torch.nn.Module):
         return self.head(x)
 
 
-class TrainMemoryTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory(prefix="ppc-train-memory-")
-        cls.results = []
-
-    @classmethod
-    def tearDownClass(cls):
-        for line in cls.results:
-            print(line, file=sys.stderr)
-        cls.tmp.cleanup()
-
-    def path(self, *parts):
-        return os.path.join(self.tmp.name, *parts)
-
+class TrainMemoryTest(ReportingTest):
     def train_ok(self, *args, ranks=2):
         run = train(ranks, *args)
         self.assertEqual(run.proc.returncode, 0, run.output)
         return run
 
     def grads_dir(self, tag):
-        d = self.path("grads." + tag)
+        d = self.tmp_path("grads." + tag)
         os.makedirs(d, exist_ok=True)
         return d
 
@@ -90,8 +74,8 @@ class TrainMemoryTest(unittest.TestCase):
             self.assertTrue(torch.equal(a[key], b[key]), "%s: %s differs" % (what, key))
 
     def test_recompute_is_bitwise_equal(self):
-        manifest = split_under(self.tmp.name, "mlp", 2)
-        data = self.path("mlp.data.pt")
+        manifest = split_under(self.tmp, "mlp", 2)
+        data = self.tmp_path("mlp.data.pt")
         write_data(data, "mlp", LOSS["mlp"])
         for schedule in ("1f1b", "zb-h1"):
             with self.subTest(schedule=schedule):
@@ -110,12 +94,12 @@ class TrainMemoryTest(unittest.TestCase):
         # Dropout and BatchNorm: the same masks, the running statistics moved
         # once per microbatch.
         model = torch.jit.script(DropoutNorm().eval())
-        model_file = self.path("dropout_norm.pt")
+        model_file = self.tmp_path("dropout_norm.pt")
         model.save(model_file)
-        out = self.path("dropout_norm.2")
+        out = self.tmp_path("dropout_norm.2")
         ppc("split", model_file, "-o", out, "--split-at", "layers.2")
         manifest = os.path.join(out, "manifest.json")
-        data = self.path("dropout_norm.data.pt")
+        data = self.tmp_path("dropout_norm.data.pt")
         g = torch.Generator().manual_seed(1)
         torch.save((torch.randn(12, 16, generator=g), torch.randn(12, 4, generator=g)), data)
         results = {}
@@ -125,9 +109,10 @@ class TrainMemoryTest(unittest.TestCase):
             extra = ("--recompute",) if recompute else ()
             run = self.train_ok(manifest, data, "--loss", "mse", "--steps", "3", "--seed", "7",
                                 "--microbatches", "3", "--schedule", "1f1b", "--no-meta-cache",
-                                "--save-grads", grads, "--save", self.path(tag + ".saved"), *extra)
+                                "--save-grads", grads, "--save", self.tmp_path(tag + ".saved"),
+                                *extra)
             results[recompute] = (run.losses, read_grads(grads, 2),
-                                  stage_tensors(self.path(tag + ".saved")))
+                                  stage_tensors(self.tmp_path(tag + ".saved")))
         self.assertEqual(results[True][0], results[False][0])
         self.assert_bitwise(results[True][1], results[False][1], "dropout_norm gradients")
         saved = {k: torch.stack([t.double() for t in v])
@@ -143,15 +128,15 @@ class TrainMemoryTest(unittest.TestCase):
         self.assertNotAlmostEqual(results[False][0][0], eval_loss, places=4)
 
     def test_recompute_lowers_peak_bytes(self):
-        manifest = split_under(self.tmp.name, "mlp", 2)
-        data = self.path("mlp.wide.data.pt")
+        manifest = split_under(self.tmp, "mlp", 2)
+        data = self.tmp_path("mlp.wide.data.pt")
         g = torch.Generator().manual_seed(2)
         torch.save((torch.randn(256, 64, generator=g),
                     torch.randint(0, 10, (256,), generator=g)), data)
         peaks, losses, grads = {}, {}, {}
         for recompute in (False, True):
             tag = "wide.%d" % recompute
-            stats_json = self.path(tag + ".stats.json")
+            stats_json = self.tmp_path(tag + ".stats.json")
             gdir = self.grads_dir(tag)
             extra = ("--recompute",) if recompute else ()
             run = self.train_ok(manifest, data, "--loss", "cross_entropy", "--steps", "3",
@@ -179,10 +164,10 @@ class TrainMemoryTest(unittest.TestCase):
                                           100.0 * with_recompute / without)))
 
     def bf16_run(self, name, steps, lr, *extra):
-        manifest = split_under(self.tmp.name, name, 2)
-        data = self.path(name + ".data.pt")
+        manifest = split_under(self.tmp, name, 2)
+        data = self.tmp_path(name + ".data.pt")
         inputs, target = write_data(data, name, LOSS[name])
-        cache = self.path("cache." + name + "".join(extra))
+        cache = self.tmp_path("cache." + name + "".join(extra))
         os.makedirs(cache, exist_ok=True)
         run = self.train_ok(manifest, data, "--loss", LOSS[name], "--lr", lr, "--steps", steps,
                             "--microbatches", "3", "--precision", "bf16", "--meta-cache", cache,
@@ -224,9 +209,9 @@ class TrainMemoryTest(unittest.TestCase):
                 again, _, _, _ = self.bf16_run(name, "3", lr, "--recompute")
                 self.assertEqual(again.losses, run.losses[:3])
         # An fp32 run beside the bf16 cache does not take its metadata.
-        fp32_run = self.train_ok(split_under(self.tmp.name, "mlp", 2), self.path("mlp.data.pt"),
+        fp32_run = self.train_ok(split_under(self.tmp, "mlp", 2), self.tmp_path("mlp.data.pt"),
                                  "--loss", LOSS["mlp"], "--lr", "0.05", "--steps", "1",
-                                 "--microbatches", "3", "--meta-cache", self.path("cache.mlp"))
+                                 "--microbatches", "3", "--meta-cache", self.tmp_path("cache.mlp"))
         self.assertEqual(len(fp32_run.losses), 1)
 
     def test_bad_precision(self):

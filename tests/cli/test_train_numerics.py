@@ -29,13 +29,11 @@ Env: PPC (the ppc binary), PPC_MODELS_DIR (generated models).
 import functools
 import os
 import sys
-import tempfile
-import unittest
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import main  # noqa: E402
+from common import main, ReportingTest  # noqa: E402
 from training import (LOSS, assert_gradients, losses_rel_diff, make_target,  # noqa: E402
                       model_inputs, reference, rel_diff, resolve, split_under, stage_tensors,
                       train, write_data)
@@ -74,21 +72,10 @@ def reference_once(name, steps, optimizer, lr, momentum=0.0, weight_decay=0.0):
                      momentum=momentum, weight_decay=weight_decay)
 
 
-class TrainNumericsTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory(prefix="ppc-train-")
-        cls.results = []
-
-    @classmethod
-    def tearDownClass(cls):
-        for line in cls.results:
-            print(line, file=sys.stderr)
-        cls.tmp.cleanup()
-
+class TrainNumericsTest(ReportingTest):
     def data_file(self, name):
         """NAME's data file, written once per class (write_data())."""
-        path = os.path.join(self.tmp.name, name + ".data.pt")
+        path = os.path.join(self.tmp, name + ".data.pt")
         if not os.path.exists(path):
             write_data(path, name, LOSS[name])
         return path
@@ -98,8 +85,8 @@ class TrainNumericsTest(unittest.TestCase):
         _, ref = reference_once(name, 1, "sgd", 0.1)
         for stages, ranks, schedule in GRADIENT_CONFIGS:
             with self.subTest(stages=stages, schedule=schedule):
-                manifest = split_under(self.tmp.name, name, stages)
-                grads = os.path.join(self.tmp.name, "grads.%s.%d.%s" % (name, stages, schedule))
+                manifest = split_under(self.tmp, name, stages)
+                grads = os.path.join(self.tmp, "grads.%s.%d.%s" % (name, stages, schedule))
                 os.makedirs(grads, exist_ok=True)
                 run = train(ranks, manifest, data, "--loss", LOSS[name], "--lr", "0.1",
                             "--steps", "1", "--microbatches", MICROBATCHES,
@@ -115,13 +102,13 @@ class TrainNumericsTest(unittest.TestCase):
         losses, ref = reference_once(name, 20, optimizer, float(lr), **kwargs)
         for stages in (2, 4):
             with self.subTest(stages=stages):
-                manifest = split_under(self.tmp.name, name, stages)
-                saved = os.path.join(self.tmp.name, "saved.%s.%d.%s" % (name, stages, optimizer))
+                manifest = split_under(self.tmp, name, stages)
+                saved = os.path.join(self.tmp, "saved.%s.%d.%s" % (name, stages, optimizer))
                 grads = ()
                 if optimizer == "sgd":
                     # The last step's gradients: the gradient check of
                     # TRAINING_SCHEDULE (see GRADIENT_CONFIGS).
-                    grads = os.path.join(self.tmp.name, "grads.%s.%d.%s"
+                    grads = os.path.join(self.tmp, "grads.%s.%d.%s"
                                          % (name, stages, TRAINING_SCHEDULE))
                     os.makedirs(grads, exist_ok=True)
                     grads = ("--save-grads", grads)

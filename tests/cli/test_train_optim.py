@@ -33,13 +33,11 @@ import math
 import os
 import re
 import sys
-import tempfile
-import unittest
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import free_port, ppc, main, rank_env  # noqa: E402
+from common import free_port, main, ppc, rank_env, ReportingTest  # noqa: E402
 from common import model_path  # noqa: E402
 from training import (LOSS, LibTorchAdamW, assert_gradients, losses_rel_diff,  # noqa: E402
                       make_target, model_inputs, reference_optim, schedule_lr, split_under,
@@ -54,20 +52,9 @@ TOL = 1e-5
 LINE = re.compile(r"step (\d+) loss (\S+)(?: lr (\S+))?(?: grad_norm (\S+))?")
 
 
-class TrainOptimTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory(prefix="ppc-train-optim-")
-        cls.results = []
-
-    @classmethod
-    def tearDownClass(cls):
-        for line in cls.results:
-            print(line, file=sys.stderr)
-        cls.tmp.cleanup()
-
+class TrainOptimTest(ReportingTest):
     def write_class_data(self, name):
-        path = os.path.join(self.tmp.name, name + ".data.pt")
+        path = os.path.join(self.tmp, name + ".data.pt")
         return path, write_data(path, name, LOSS[name])
 
     def check_optimizer(self, name, stages, optimizer, lr, schedule, warmup, min_lr, clip,
@@ -81,8 +68,8 @@ class TrainOptimTest(unittest.TestCase):
             warmup=warmup, min_lr=min_lr)
         # Clipping must act, or the run tests only the norm.
         self.assertTrue(any(n > clip for n in norms), norms)
-        manifest = split_under(self.tmp.name, name, stages)
-        log = os.path.join(self.tmp.name, "log.%s.%d.jsonl" % (name, stages))
+        manifest = split_under(self.tmp, name, stages)
+        log = os.path.join(self.tmp, "log.%s.%d.jsonl" % (name, stages))
         args = ["--loss", LOSS[name], "--optimizer", optimizer, "--lr", lr,
                 "--steps", STEPS, "--microbatches", MICROBATCHES, "--schedule", "1f1b",
                 "--no-meta-cache", "--lr-schedule", schedule, "--warmup-steps", warmup,
@@ -177,7 +164,7 @@ class TrainOptimTest(unittest.TestCase):
     def test_dry_run(self):
         """Every step's learning rate as the formula has it, with no launch
         (no RANK in the environment); one-line errors for bad values."""
-        manifest = split_under(self.tmp.name, "mlp", 2)
+        manifest = split_under(self.tmp, "mlp", 2)
         data, _ = self.write_class_data("mlp")
         env = {k: v for k, v in os.environ.items()
                if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
@@ -228,7 +215,7 @@ class TrainOptimTest(unittest.TestCase):
         x = model_inputs(name)[0]
         batches = [(x + 0.1 * torch.randn(x.shape, generator=g), make_target(name, "mse", seed=1)),
                    (x[:3].flip(0), make_target(name, "mse", seed=2)[:3])]
-        eval_data = os.path.join(self.tmp.name, "eval.pt")
+        eval_data = os.path.join(self.tmp, "eval.pt")
         torch.save(batches, eval_data)
         want = {}
         for after in (2, 3):
@@ -239,10 +226,10 @@ class TrainOptimTest(unittest.TestCase):
                 total = sum(torch.nn.functional.mse_loss(model(bx), bt).item() * bx.shape[0]
                             for bx, bt in batches)
             want[after] = total / sum(bx.shape[0] for bx, _ in batches)
-        manifest = split_under(self.tmp.name, name, 2)
-        grads = os.path.join(self.tmp.name, "grads.eval")
+        manifest = split_under(self.tmp, name, 2)
+        grads = os.path.join(self.tmp, "grads.eval")
         os.makedirs(grads, exist_ok=True)
-        log = os.path.join(self.tmp.name, "log.eval.jsonl")
+        log = os.path.join(self.tmp, "log.eval.jsonl")
         run = train(2, manifest, data, "--loss", "mse", "--lr", "0.01", "--momentum", "0.9",
                     "--steps", steps, "--microbatches", MICROBATCHES, "--no-meta-cache",
                     "--eval-data", eval_data, "--eval-every", "2", "--save-grads", grads,
@@ -286,11 +273,11 @@ class TrainOptimTest(unittest.TestCase):
         interleaved schedule (2 stages a rank, local and remote edges)."""
         name, steps = "mlp", 3
         data, _ = self.write_class_data(name)
-        manifest = split_under(self.tmp.name, name, 4)
-        cache = os.path.join(self.tmp.name, "meta-cache.eval-forward")
+        manifest = split_under(self.tmp, name, 4)
+        cache = os.path.join(self.tmp, "meta-cache.eval-forward")
 
         def run_logged(tag):
-            log = os.path.join(self.tmp.name, "log.eval-forward.%s.jsonl" % tag)
+            log = os.path.join(self.tmp, "log.eval-forward.%s.jsonl" % tag)
             run = train(2, manifest, data, "--loss", LOSS[name], "--lr", "0.05",
                         "--steps", steps, "--microbatches", MICROBATCHES,
                         "--schedule", "interleaved-1f1b", "--eval-data", data,
@@ -327,7 +314,7 @@ class TrainOptimTest(unittest.TestCase):
 
     def test_log_file_guarded(self):
         """--log-file may not replace the manifest or the data."""
-        manifest = split_under(self.tmp.name, "mlp", 2)
+        manifest = split_under(self.tmp, "mlp", 2)
         data, _ = self.write_class_data("mlp")
         env = rank_env(0, 1, free_port())
         for path, what in ((manifest, "the manifest"), (data, "the --data file")):

@@ -35,11 +35,9 @@ Env: PPC (the ppc binary), PPC_MODELS_DIR (generated models).
 import os
 import re
 import sys
-import tempfile
-import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import ROOT, main, model_path, ppc  # noqa: E402
+from common import ROOT, main, model_path, ppc, ReportingTest  # noqa: E402
 from training import (LOSS, SCHEDULE_CONFIGS as CONFIGS, assert_gradients,  # noqa: E402
                       losses_rel_diff, reference, split_under, train, write_data)
 
@@ -50,18 +48,7 @@ GRAD_TOL = 1e-5
 LOSS_TOL = 1e-5
 
 
-class TrainSchedulesTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory(prefix="ppc-train-schedules-")
-        cls.results = []
-
-    @classmethod
-    def tearDownClass(cls):
-        for line in cls.results:
-            print(line, file=sys.stderr)
-        cls.tmp.cleanup()
-
+class TrainSchedulesTest(ReportingTest):
     def setUp(self):
         # (A skip also makes ctest run each method as its own test, in
         # parallel: tests/CMakeLists.txt.)
@@ -69,7 +56,7 @@ class TrainSchedulesTest(unittest.TestCase):
             self.skipTest("the test models are not generated (ctest -R generate_models)")
 
     def check_schedules(self, name):
-        data = os.path.join(self.tmp.name, name + ".data.pt")
+        data = os.path.join(self.tmp, name + ".data.pt")
         inputs, target = write_data(data, name, LOSS[name])
         lr = SGD_LR.get(name, "0.05")
         refs = {}
@@ -80,8 +67,8 @@ class TrainSchedulesTest(unittest.TestCase):
         for schedule, stages, ranks in CONFIGS:
             losses, model = refs[schedule == "looped-bfs"]
             with self.subTest(schedule=schedule, stages=stages):
-                manifest = split_under(self.tmp.name, name, stages)
-                grads = os.path.join(self.tmp.name, "grads.%s.%d.%s" % (name, stages, schedule))
+                manifest = split_under(self.tmp, name, stages)
+                grads = os.path.join(self.tmp, "grads.%s.%d.%s" % (name, stages, schedule))
                 os.makedirs(grads, exist_ok=True)
                 run = train(ranks, manifest, data, "--loss", LOSS[name], "--lr", lr,
                             "--momentum", "0.9", "--weight-decay", "1e-4", "--steps", STEPS,
@@ -115,11 +102,11 @@ class TrainSchedulesTest(unittest.TestCase):
         return run
 
     def test_csv_schedules_train_as_generated(self):
-        data = os.path.join(self.tmp.name, "mlp.csv.data.pt")
+        data = os.path.join(self.tmp, "mlp.csv.data.pt")
         write_data(data, "mlp", LOSS["mlp"])
-        two = split_under(self.tmp.name, "mlp", 2)
-        four = split_under(self.tmp.name, "mlp", 4)
-        d = os.path.join(self.tmp.name, "csv")
+        two = split_under(self.tmp, "mlp", 2)
+        four = split_under(self.tmp, "mlp", 4)
+        d = os.path.join(self.tmp, "csv")
         os.makedirs(d, exist_ok=True)
         # By hand: 1f1b on 2 stages and 4 microbatches, in both layouts.
         hand = {
@@ -151,9 +138,9 @@ class TrainSchedulesTest(unittest.TestCase):
                                                          path).losses, want)
 
     def test_auto_picks_and_keeps_the_cap(self):
-        data = os.path.join(self.tmp.name, "mlp.auto.data.pt")
+        data = os.path.join(self.tmp, "mlp.auto.data.pt")
         write_data(data, "mlp", LOSS["mlp"])
-        four = split_under(self.tmp.name, "mlp", 4)
+        four = split_under(self.tmp, "mlp", 4)
         picked = {}
         for cap in (None, 5, 4):
             with self.subTest(cap=cap):

@@ -224,6 +224,17 @@ def train(ranks, manifest, data, *args, timeout=600, env=None, rank_timeout=120)
                           timeout=timeout, env=dict(os.environ, **env) if env else None))
 
 
+class MlpDataTest(common.ClassTmpTest):
+    """A ClassTmpTest whose tests train the mlp on one data file for
+    cross_entropy, written once: cls.mlp_data, its inputs and target."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.mlp_data = os.path.join(cls.tmp, "mlp.data.pt")
+        cls.mlp_inputs, cls.mlp_target = write_data(cls.mlp_data, "mlp", "cross_entropy")
+
+
 def split_under(tmp, name, stages):
     """Splits NAME into `stages` stages under `tmp` once; returns the manifest."""
     return common.split(name, os.path.join(tmp, "%s.%d" % (name, stages)), at=stages,
