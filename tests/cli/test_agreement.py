@@ -132,13 +132,13 @@ class AgreementTest(ClassTmpTest):
             self.assertNotIn("step", out)
         self.assertLess(seconds, FAST, "the ranks took %.1f s to disagree" % seconds)
 
-    def test_weight_decay(self):
+    def test_ranks_disagreeing_on_weight_decay_stop(self):
         self.assert_disagree(
             self.train_with_rank_args({1: ["--weight-decay", "0.001"]}, args=("--optimizer",
                                                                               "adamw")),
             "ranks disagree on --weight-decay: rank 0 has 0.01, rank 1 has 0.001")
 
-    def test_microbatches(self):
+    def test_ranks_disagreeing_on_microbatches_stop(self):
         self.assert_disagree(
             self.train_with_rank_args({0: ["--microbatches", "2"], 1: ["--microbatches", "3"]}),
             "ranks disagree on --microbatches: rank 0 has 2, rank 1 has 3")
@@ -195,7 +195,7 @@ class AgreementTest(ClassTmpTest):
             % (digest(first), digest(second)))
         self.assertFalse(os.path.exists(output))
 
-    def test_run_coalescing(self):
+    def test_ranks_with_other_message_layouts_stop_at_the_agreement(self):
         # Tests that ranks whose messages have other layouts (PPC_COALESCE=0 on rank 1: each of
         # the `values` edge's ten wire tensors is its own message, where rank 0 sends one) stop
         # at the agreement with one line, over Gloo, where rank 1 used to abort in Gloo on a
@@ -210,7 +210,7 @@ class AgreementTest(ClassTmpTest):
             "ranks disagree on PPC_COALESCE: rank 0 has 1, rank 1 has 0")
         self.assertFalse(os.path.exists(output))
 
-    def test_run_repeat(self):
+    def test_ranks_disagreeing_on_repeat_stop_without_output(self):
         output = self.tmp_path("repeat_out.pt")
         self.assert_disagree(
             self.run_ranks(output, {1: ["--repeat", "3"]},

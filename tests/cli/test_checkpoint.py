@@ -190,7 +190,7 @@ class CheckpointTest(unittest.TestCase):
                 resumed = self.ok(self.train_checkpointed(4, *opts, "--resume", ck))
                 self.assertEqual(resumed, {s: full[s] for s in (3, 4)})
 
-    def test_refusals(self):
+    def test_resume_from_an_unfit_checkpoint_is_refused(self):
         ck = os.path.join(self.dir, "ck")
         self.ok(self.train_checkpointed(4, "--checkpoint-dir", ck, "--checkpoint-every", "2",
                                         "--keep", "5"))
@@ -298,7 +298,7 @@ class CheckpointTest(unittest.TestCase):
             if ".tmp-" not in name:
                 self.verify_checkpoint(os.path.join(ck, name))
 
-    def test_killed_rank(self):
+    def test_rank_killed_mid_checkpoint_leaves_only_complete_ones(self):
         full = self.ok(self.train_checkpointed(8, "--optimizer", "adam"))
         for victim in (0, 1):
             with self.subTest(victim=victim):
@@ -354,7 +354,7 @@ class CheckpointTest(unittest.TestCase):
             self.assertEqual(self.ok(run), {s: full[s] for s in range(k + 1, 9)})
             self.assertEqual([d for d in steps_in(ck) if ".tmp-" in d], [])
 
-    def test_disk_full(self):
+    def test_disk_full_keeps_the_earlier_checkpoint(self):
         if not (FAULTS and os.path.exists(FAULTS)):
             self.skipTest("PPC_WRITE_FAULTS is not built")
         ck = os.path.join(self.dir, "ck")

@@ -189,7 +189,7 @@ class RunFeedbackTest(SplitMlpTest):
         self.assertEqual(bad.returncode, 2)
         self.assertIn("error: ", bad.stderr)
 
-    def test_stats_json(self):
+    def test_stats_json_records_the_runs_counts(self):
         path = os.path.join(self.tmp, "stats.json")
         r, out = self.run_mlp("--microbatches", "2", "--stats-json", path, "--stats")
         with open(path) as f:

@@ -511,7 +511,7 @@ class GenerateTest(unittest.TestCase):
         self.assert_tokens(want[:4], tokens[0], "first prompt")
         self.assert_tokens(want[4:], tokens[1], "second prompt")
 
-    def test_example_program(self):
+    def test_generate_example_prints_the_greedy_tokens(self):
         # examples/generate.cpp on the public API prints each token as it is
         # picked and then each row's tokens on the last stage's rank: the
         # greedy reference. Its tokens come from GenerateOptions::onToken
@@ -573,7 +573,7 @@ class GenerateTest(unittest.TestCase):
         self.assertTrue(errors[0].startswith("error: lost rank 1 ("), err)
         self.assertFalse(os.path.exists(out))
 
-    def test_bad_inputs(self):
+    def test_bad_prompts_are_refused_with_one_error(self):
         manifest = self.decoder_split("dec_llama", 2)
         good = self.prompt_file("dec_llama", 8)
         prompts = {}

@@ -150,7 +150,7 @@ class HostileFilesTest(unittest.TestCase):
         self.expect_everywhere(f"{self.manifest}: expected an integer from 0 to 2147483647 at "
                                "manifest.stages[1].inputs[0].source.stage")
 
-    def test_negative_count(self):
+    def test_negative_parameter_bytes_are_refused(self):
         self.edit_manifest(lambda m: m["stages"][0].update(parameter_bytes=-1))
         self.expect_everywhere(f"{self.manifest}: expected a non-negative integer at "
                                "manifest.stages[0].parameter_bytes")
@@ -160,12 +160,12 @@ class HostileFilesTest(unittest.TestCase):
         self.expect_everywhere(f"{self.manifest}: expected either 'model_input' or 'stage' and "
                                "'output', not both at manifest.stages[1].inputs[0].source")
 
-    def test_duplicate_consumers(self):
+    def test_consumer_listed_twice_is_refused(self):
         self.edit_manifest(lambda m: m["stages"][0]["outputs"][0].update(consumers=[1, 1]))
         self.expect_everywhere(f"{self.manifest}: manifest: stages[0].outputs[0] lists "
                                "consumer 1 twice")
 
-    def test_kind_mismatch(self):
+    def test_input_kind_unlike_its_producers_is_refused(self):
         self.edit_manifest(lambda m: m["stages"][1]["inputs"][0].update(type="int"))
         self.expect_everywhere(f"{self.manifest}: manifest: stages[1].inputs[0] is a int but "
                                "output 0 of stage 0 is a Tensor")
@@ -194,7 +194,7 @@ class HostileFilesTest(unittest.TestCase):
             f.write("[" * 50000)
         self.expect_everywhere(f"manifest '{self.manifest}' nests deeper than 256 levels")
 
-    def test_huge_manifest(self):
+    def test_oversized_manifest_is_refused_unread(self):
         # A sparse file: its size is checked before a byte is read.
         with open(self.manifest, "r+") as f:
             f.truncate(300 * 2**20)
@@ -362,7 +362,7 @@ class HostileFilesTest(unittest.TestCase):
         expected = torch.load(model_path("mlp", ".expected.pt"))
         torch.testing.assert_close(torch.load(self.output), expected)
 
-    def test_dict_input(self):
+    def test_dict_input_must_use_the_manifests_names(self):
         # A dict gives the inputs by the manifest's names (TorchScript's
         # argument names, "x.1" here); any other name is refused.
         x = torch.load(self.input)

@@ -55,7 +55,7 @@ class NumericOptionsTest(unittest.TestCase):
         self.assertNotIn("\x1b", r.stderr)
         self.assertLess(len(r.stderr), 160, r.stderr)
 
-    def test_counts(self):
+    def test_bad_integer_counts_are_refused(self):
         cases = [
             (self.RUN + ["--microbatches", "-3"],
              "--microbatches: -3 is not an integer in 1..65536"),
@@ -90,7 +90,7 @@ class NumericOptionsTest(unittest.TestCase):
             with self.subTest(args=args):
                 self.rejects(args, message + help_of(args))
 
-    def test_reals(self):
+    def test_bad_real_numbers_are_refused(self):
         cases = [
             (self.TRAIN + ["--momentum", "inf"],
              "--momentum: inf is not a finite number of at least 0"),
@@ -114,7 +114,7 @@ class NumericOptionsTest(unittest.TestCase):
             with self.subTest(args=args):
                 self.rejects(args, message + help_of(args))
 
-    def test_durations(self):
+    def test_timeouts_out_of_range_are_refused(self):
         # Below 1 ms (which would round to 0 ms, "no timeout" to c10d), above
         # 7 days, and no number at all; each named as given.
         cases = [
@@ -135,7 +135,7 @@ class NumericOptionsTest(unittest.TestCase):
             with self.subTest(args=args):
                 self.rejects(args, message + help_of(args))
 
-    def test_schedule_costs(self):
+    def test_overflowing_schedule_cost_is_refused(self):
         self.rejects(self.SCHEDULE + ["--costs", "1,1e999,1"],
                      "--costs '1,1e999,1': 1e999 is not a number in 0..1e+30")
 

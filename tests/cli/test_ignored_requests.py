@@ -39,7 +39,7 @@ class IgnoredRequestsTest(unittest.TestCase):
         return train(2, self.manifest, self.data, "--loss", "cross_entropy", "--no-meta-cache",
                      *args, rank_timeout=None, timeout=120)
 
-    def test_empty_paths(self):
+    def test_empty_path_options_are_refused(self):
         m, d, i = self.manifest, self.data, model_path("mlp", ".input.pt")
         o = os.path.join(self.tmp, "o.pt")
         train = ["train", m, "--data", d]

@@ -51,7 +51,7 @@ class InstallTest(unittest.TestCase):
         self.assertEqual(self.installed.returncode, 0,
                          self.installed.stdout + self.installed.stderr)
 
-    def test_layout(self):
+    def test_install_ships_only_the_public_headers(self):
         """Public headers under include/ppc/, the internal ones not at all."""
         include = os.path.join(self.prefix, "include")
         self.assertEqual(sorted(os.listdir(include)), ["ppc"])
@@ -94,7 +94,7 @@ class InstallTest(unittest.TestCase):
             self.assertNotIn("llvm", c["command"].lower(), c["command"])
             self.assertIn("-isystem " + os.path.join(self.prefix, "include"), c["command"])
 
-    def test_examples_run(self):
+    def test_installed_examples_build_and_run(self):
         self.assertEqual(self.built and self.built.returncode, 0, "examples not built")
         manifest = split("mlp", os.path.join(self.tmp, "mlp"), "--stages", "2", env=self.env,
                          binary=self.ppc).manifest

@@ -251,14 +251,14 @@ class JoinErrorsTest(unittest.TestCase):
                          "join left a file behind")
         return proc.stderr
 
-    def test_original_missing(self):
+    def test_join_refuses_a_missing_original_model(self):
         model, manifest_path = self.split_copy()
         train_stages(self.out)
         os.remove(model)
         self.assert_join_refused(manifest_path, "the original model '%s' named by the manifest is "
                                  "missing$" % model)
 
-    def test_original_changed(self):
+    def test_join_refuses_a_changed_original_model(self):
         model, manifest_path = self.split_copy()
         train_stages(self.out)
         size = os.path.getsize(model)

@@ -208,7 +208,7 @@ class LaunchTest(unittest.TestCase):
         self.assertLess(elapsed, 5)
         self.assertEqual(err, "error: rank 0 exited with status 1\n")
 
-    def test_timeout(self):
+    def test_timeout_stops_the_ranks_with_one_error(self):
         code, _, err, elapsed = timed_launch("--nproc-per-node", "2", "--timeout",
                                              "0.5", "--", "sleep", "30")
         self.assertEqual(code, 2)
@@ -271,7 +271,7 @@ class LaunchTest(unittest.TestCase):
             "error: cannot run 'ppc-no-such-command': No such file or "
             "directory\n")
 
-    def test_bad_arguments(self):
+    def test_bad_arguments_get_one_line_errors(self):
         cases = [
             (["--nproc-per-node", "0", "--", "true"],
              "error: --nproc-per-node: 0 is not an integer in 1..1024, auto, cpu "
@@ -308,7 +308,7 @@ class LaunchTest(unittest.TestCase):
                 code, out, err, _ = timed_launch(*args)
                 self.assertEqual((code, out, err), (2, "", message + "\n"))
 
-    def test_torchrun_spellings(self):
+    def test_torchrun_flag_spellings_are_accepted(self):
         script = ["sh", "-c", "echo $RANK $WORLD_SIZE $GROUP_RANK $MASTER_ADDR $MASTER_PORT"]
         code, out, err, _ = timed_launch("--nproc_per_node=2", "--", *script)
         self.assertEqual((code, err), (0, ""))

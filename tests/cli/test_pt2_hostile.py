@@ -85,7 +85,7 @@ class Pt2HostileTest(Pt2Case):
         path = self.rewrite("same", lambda name, data: data)
         ppc("split", path, "--stages", "2", "-o", os.path.join(self.tmp, "ok"))
 
-    def test_truncated_zip(self):
+    def test_truncated_archive_is_refused(self):
         path = os.path.join(self.tmp, "truncated.pt2")
         with open(self.source, "rb") as f, open(path, "wb") as g:
             g.write(f.read()[:3000])
@@ -103,7 +103,7 @@ class Pt2HostileTest(Pt2Case):
         self.expect_refused(path, ": weight 'layers.0.weight''s data data/weights/weight_0 "
                             "holds 1024 bytes, but its config (Float [32, 16]) needs 2048")
 
-    def test_unknown_operator(self):
+    def test_unknown_operator_is_refused(self):
         path = self.rewrite("unknown_op", edit_program(lambda p: first_node(p).__setitem__(
             "target", "torch.ops.aten.no_such_op.default")))
         self.expect_refused(path, ": node 'linear' (torch.ops.aten.no_such_op.default): is not "
@@ -145,7 +145,7 @@ class Pt2HostileTest(Pt2Case):
                             "(8.x, torch 2.x's); export it with a torch whose schema is 8.x"
                             % minor)
 
-    def test_undefined_value(self):
+    def test_use_of_an_undefined_value_is_refused(self):
         path = self.rewrite("undefined", edit_program(
             lambda p: first_node(p)["inputs"][0]["arg"].__setitem__(
                 "as_tensor", {"name": "nowhere"})))
@@ -158,7 +158,7 @@ class Pt2HostileTest(Pt2Case):
                             else data)
         self.expect_refused(path, ": models/model.json nests deeper than 256 levels")
 
-    def test_archive_version(self):
+    def test_unknown_archive_version_is_refused(self):
         path = self.rewrite("version", lambda name, data:
                             b"7" if name == "archive_version" else data)
         self.expect_refused(path, ": archive version '7' is not one ppc reads (0, as "

@@ -178,7 +178,7 @@ class RunBatchesTest(unittest.TestCase):
 
     # --- --repeat ----------------------------------------------------------
 
-    def test_repeat(self):
+    def test_repeat_runs_the_batch_again_with_the_same_output(self):
         inp = save_tensor(self.tmp, self.x, "x.pt")
         once, repeated = os.path.join(self.tmp, "once.pt"), os.path.join(self.tmp, "rep.pt")
         _, _, meta1 = self.run_counting_batches(self.mlp, inp, once)
@@ -192,7 +192,7 @@ class RunBatchesTest(unittest.TestCase):
 
     # --- errors ------------------------------------------------------------
 
-    def test_empty_directory(self):
+    def test_input_directory_without_pt_files_is_refused(self):
         inp = os.path.join(self.tmp, "in")
         os.mkdir(inp)
         torch.save(self.x, os.path.join(inp, "x.pth"))

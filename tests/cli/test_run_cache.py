@@ -159,7 +159,7 @@ class RunCacheTest(unittest.TestCase):
                          [[[1], []], [[2]], [[]]])
         return stages
 
-    def test_user_meta(self):
+    def test_user_meta_replaces_inference_and_the_cache(self):
         ha = self.check_manifest_shape()[0]["outputs"][0]["name"]
         path = os.path.join(self.tmp, "meta.json")
         with open(path, "w") as f:
@@ -180,7 +180,7 @@ class RunCacheTest(unittest.TestCase):
         self.assertIn("[rank 0] error: stage 0 output 0 ('%s') of microbatch 0: "
                       "expected float32[2,33], got float32[2,32]\n" % ha, r.stdout + r.stderr)
 
-    def test_print_schedule(self):
+    def test_print_schedule_lists_each_ranks_actions(self):
         r, _, _ = self.run_cached("--print-schedule", "--schedule", "gpipe")
         lines = [l for l in r.stdout.splitlines() if "schedule: rank=1 " in l]
         self.assertIn("[rank 1] schedule: rank=1 0 RECV_F 0->1 mb=0 from=0", lines)

@@ -59,10 +59,10 @@ class RunExampleTest(unittest.TestCase):
         cls.manifest = split("mlp", os.path.join(cls.tmp, "mlp"), "--stages", "2").manifest
         cls.infer = os.path.join(BUILD, "bin", "pipeline_infer")
 
-    def test_example_program(self):
+    def test_pipeline_infer_example_matches_the_unsplit_model(self):
         check_infer(self, PPC, self.infer, self.manifest, os.path.join(self.tmp, "out.pt"))
 
-    def test_training_example(self):
+    def test_train_pipeline_example_matches_python_losses(self):
         check_example_training(self, PPC, os.path.join(BUILD, "bin", "train_pipeline"),
                                self.manifest, self.tmp)
 

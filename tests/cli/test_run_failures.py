@@ -128,7 +128,7 @@ class RunFailuresTest(unittest.TestCase):
         self.assertEqual(c1, 2)
         self.assertTrue(self.one_line_error(e1).startswith("error: lost rank 0 ("), e1)
 
-    def test_unreadable_input(self):
+    def test_missing_input_fails_its_rank_and_is_named(self):
         missing = os.path.join(self.tmp, "nope.pt")
         (c0, _, e0), (c1, _, e1) = finish(start_ranks(2, self.args(self.mlp, missing)))
         self.assertEqual(c0, 2)
@@ -362,7 +362,7 @@ class RunFailuresTest(unittest.TestCase):
         self.assertLessEqual(four - one, 2 * 3 + 2, (one, four))
 
 
-    def test_schedule_names(self):
+    def test_unknown_schedule_names_are_refused(self):
         # The names come from the runtime's one table; an enum's number is
         # not a name.
         for name in ("bogus", "0"):

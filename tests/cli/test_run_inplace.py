@@ -70,7 +70,7 @@ class RunInplaceTest(unittest.TestCase):
                                       schedule=schedule):
                         self.check_run(manifest, ranks, micro, schedule)
 
-    def test_verify(self):
+    def test_verify_matches_and_leaves_the_input_unchanged(self):
         for stages in (2, 3, 4):
             with self.subTest(stages=stages):
                 r = ppc("verify", model_path(NAME), self.split_marking_writes(stages), "--input",

@@ -78,7 +78,7 @@ def make_test(name):
 
 
 for _name in MODEL_NAMES:
-    setattr(RunModelsTest, "test_" + _name, make_test(_name))
+    setattr(RunModelsTest, "test_%s_runs_like_the_unsplit_model" % _name, make_test(_name))
 
 if __name__ == "__main__":
     main()

@@ -173,7 +173,7 @@ class MultiNodeTest(unittest.TestCase):
 
     # -- torchrun ----------------------------------------------------------
 
-    def test_real_torchrun(self):
+    def test_ranks_start_under_a_real_torchrun(self):
         torchrun = find_torchrun()
         why = ("no torchrun next to %s (scripts/python.sh build) nor in PATH"
                % pytorch2_python())

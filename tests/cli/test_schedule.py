@@ -55,7 +55,7 @@ class ScheduleTest(unittest.TestCase):
     def four_stages_on_2_ranks(self, kind):
         """`ppc schedule --schedule KIND --stages 4 --ranks 2 --microbatches 4
         --csv FILE --csv-format compute_comms`, run once per class: its
-        output and FILE. test_compare reads its bubble and makespan,
+        output and FILE. test_compare_lists_every_schedule reads its bubble and makespan,
         test_compute_comms_csv its grid and FILE (one run of each kind, not
         one per test)."""
         if kind not in self.four_on_two:
@@ -96,7 +96,7 @@ class ScheduleTest(unittest.TestCase):
                             self.assertEqual(v_rank(stage, ranks) if kind in V_KINDS
                                              else stage % ranks, r, cell)
 
-    def test_peak_activations(self):
+    def test_peak_activations_per_stage_by_schedule(self):
         def peak(kind, stages, micro):
             out = ppc("schedule", "--schedule", kind, "--stages", stages,
                       "--microbatches", micro).stdout
@@ -241,7 +241,7 @@ class ScheduleTest(unittest.TestCase):
                                             "--microbatches", 2, "--costs", *bad])
                 self.assertIn("--costs " + message, proc.stderr)
 
-    def test_compare(self):
+    def test_compare_lists_every_schedule(self):
         out = ppc("schedule", "--compare", "--stages", 4, "--ranks", 2,
                   "--microbatches", 4).stdout
         lines = out.splitlines()
@@ -295,7 +295,7 @@ class ScheduleTest(unittest.TestCase):
         ours, _ = self.four_stages_on_2_ranks("zbv")
         self.assertEqual(grid_rows(theirs), grid_rows(ours))
 
-    def test_v_placement(self):
+    def test_v_placement_folds_the_stages_back(self):
         # --placement v puts stage k on rank k, then back from the last rank:
         # 4 stages on 2 ranks run 0 and 3 on rank 0, 1 and 2 on rank 1.
         d = tmpdir(self)

@@ -36,13 +36,13 @@ class SplitErrorsTest(unittest.TestCase):
         self.assertEqual(leftovers, [])
         self.assertFalse(os.path.exists(self.out))
 
-    def test_missing_model(self):
+    def test_missing_model_is_refused(self):
         missing = os.path.join(self.dir, "nope.pt")
         expect_error(self, ["split", missing, "-o", self.out, "--stages", 2],
                     f"cannot open '{missing}': No such file or directory")
         self.assert_nothing_written()
 
-    def test_corrupt_model(self):
+    def test_corrupt_zip_is_not_torchscript(self):
         corrupt = os.path.join(self.dir, "corrupt.pt")
         with open(model_path("mlp"), "rb") as f:
             data = bytearray(f.read())
@@ -53,7 +53,7 @@ class SplitErrorsTest(unittest.TestCase):
             f.write(data)
         self.expect_not_torchscript(corrupt)
 
-    def test_not_torchscript(self):
+    def test_tensor_file_is_not_torchscript(self):
         tensor_file = os.path.join(self.dir, "tensor.pt")
         torch.save(torch.zeros(3), tensor_file)
         self.expect_not_torchscript(tensor_file)
@@ -80,7 +80,7 @@ class SplitErrorsTest(unittest.TestCase):
                     "split path 'layers.0' begins at the model's first operation; stage 0 "
                     "would be empty")
 
-    def test_zero_stages(self):
+    def test_zero_stages_are_refused(self):
         expect_error(self, ["split", model_path("mlp"), "-o", self.out, "--stages", 0],
                     "--stages: 0 is not an integer in 1..2147483647 (see ppc split --help)")
         self.assertFalse(os.path.exists(self.out))
@@ -92,7 +92,7 @@ class SplitErrorsTest(unittest.TestCase):
                                       r"\d+ possible cut points \(\d+ nodes to place\)\n$")
         self.assertFalse(os.path.exists(self.out))
 
-    def test_unwritable_outdir(self):
+    def test_unwritable_output_directory_is_refused(self):
         blocker = os.path.join(self.dir, "file")
         open(blocker, "w").close()
         out = os.path.join(blocker, "out")
@@ -315,7 +315,7 @@ class VerifyAndInspectErrorsTest(unittest.TestCase):
         self.assertEqual(proc.stderr, f"error: input '{bad}' holds a Int element; expected only "
                                       "tensors\n")
 
-    def test_corrupt_manifest(self):
+    def test_corrupt_manifest_gets_one_error(self):
         with open(self.manifest) as f:
             text = f.read()
         with open(self.manifest, "w") as f:

@@ -5,7 +5,7 @@ tests/models/make_models.py, split into 2, 3 and 4 stages by --stages and by
     the stages in Python by following the manifest reproduces the output
     bitwise;
   - ppc verify matches the unsplit model bitwise (same ops, same order): in
-    test_models on one of the two splits of each model and stage count
+    test_every_model_splits_and_verifies on one of the two splits of each model and stage count
     (VERIFIED_BY: --stages for 2 and 4 stages, --split-at for 3), so that
     ppc verify runs every model, every stage count and both ways of
     splitting, while the Python run above checks the same bitwise match on
@@ -14,7 +14,7 @@ tests/models/make_models.py, split into 2, 3 and 4 stages by --stages and by
   - each stage's state_dict keys are a subset of the model's;
   - stage parameter+buffer bytes add up to the model's plus only tied copies.
 The tests that look at one split more closely (the tied embedding, the
-U-Net's skips, the cost models) reuse test_models' split when they ask for
+U-Net's skips, the cost models) reuse test_every_model_splits_and_verifies' split when they ask for
 the same one: check_split() splits and checks each (model, arguments) once.
 """
 import functools
@@ -78,7 +78,8 @@ def run_stages_in_python(outdir, manifest, inputs, modules=None):
             for r in manifest["outputs"]]
 
 
-# The way of splitting (of test_models) on which ppc verify runs, by stage count.
+# The way of splitting (of test_every_model_splits_and_verifies) on which ppc verify
+# runs, by stage count.
 VERIFIED_BY = {2: "--stages", 3: "--split-at", 4: "--stages"}
 
 
@@ -156,7 +157,7 @@ class SplitModelsTest(unittest.TestCase):
             publish_split(name, where, out)
         return manifest
 
-    def test_models(self):
+    def test_every_model_splits_and_verifies(self):
         for name in MODEL_NAMES:
             meta = model_meta(name)
             for n in (2, 3, 4):

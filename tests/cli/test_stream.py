@@ -153,7 +153,7 @@ class StreamTest(unittest.TestCase):
         for b, g in zip(batches, torch.load(base)):
             assert_outputs_close(self, unsplit_output("mlp", b), g)
 
-    def test_repeat(self):
+    def test_repeat_streams_every_batch_alike(self):
         inp = save_tensor(self.tmp, self.x, "x.pt")
         self.compare(2, self.mlp2, inp, "--microbatches", 2, "--repeat", 5,
                      windows=("4", "5", "256"), batches=5)

@@ -72,7 +72,7 @@ class StreamsTest(MlpCase):
         self.assertEqual(err, "")
         self.assertTrue(first.startswith("1f1b: 8 stages on 8 ranks"), first)
 
-    def test_stdout_full(self):
+    def test_full_stdout_is_an_error(self):
         with open("/dev/full", "w") as full:
             proc = subprocess.run([PPC, *SCHEDULE], stdout=full, stderr=subprocess.PIPE,
                                   text=True, timeout=60)
@@ -134,7 +134,7 @@ class ChecksTest(MlpCase):
         self.assertEqual((proc.returncode, proc.stdout), (2, ""), proc.stderr)
         return proc.stderr
 
-    def test_seed(self):
+    def test_bad_seeds_are_refused(self):
         rule = "is not an integer in 0..9223372036854775807"
         for command, value, shown in (("train", "-7", "-7"), ("train", "0x1F", "'0x1F'"),
                                       ("train", "3e19", "'3e19'"),
@@ -143,7 +143,7 @@ class ChecksTest(MlpCase):
                 self.assertEqual(self.error(command, self.manifest, "--seed", value),
                                  f"error: --seed: {shown} {rule} (see ppc {command} --help)\n")
 
-    def test_costs(self):
+    def test_out_of_range_costs_are_refused(self):
         for costs, problem in (("1e309,1,1", "1e309 is not"), ("1,inf,1", "inf is not"),
                                ("2,1,5e30", "5e30 is not")):
             with self.subTest(costs=costs):
@@ -151,7 +151,7 @@ class ChecksTest(MlpCase):
                                             "--costs", costs),
                                  f"error: --costs '{costs}': {problem} a number in 0..1e+30\n")
 
-    def test_predicted_cost(self):
+    def test_huge_predicted_cost_is_refused(self):
         manifest = os.path.join(self.tmp, "mlp.2", "manifest.json")
         with open(manifest) as f:
             doc = json.load(f)
@@ -164,7 +164,7 @@ class ChecksTest(MlpCase):
         self.assertEqual(self.error("schedule", "--schedule", "1f1b", "--ranks", "2",
                                     "--microbatches", "2", "--manifest", big), want)
 
-    def test_host_id(self):
+    def test_unprintable_host_id_is_refused(self):
         for host_id, shown in (("node\t7", "node\\x097"), ("a\rb", "a\\x0db")):
             with self.subTest(host_id=shown):
                 env = rank_env(0, 1, free_port(), PPC_HOST_ID=host_id)

@@ -137,7 +137,7 @@ class StuckTest(unittest.TestCase):
         self.assertEqual(waiting[int(closing.group(2))], STOPPED, text)
         self.assertEqual(closing.group(3), " and ".join(map(str, sorted(waiting))), text)
 
-    def test_inference(self):
+    def test_stuck_inference_is_diagnosed(self):
         rc, took, lines = self.stop_mid_run(
             ["run", self.manifest, "--input", model_path("mlp", ".input.pt"), "--output",
              os.path.join(self.tmp, "out.pt"), "--repeat", "1000000", "--microbatches", "5",
@@ -145,7 +145,7 @@ class StuckTest(unittest.TestCase):
         self.assert_stuck(rc, took, lines)
         self.assertFalse(os.path.exists(os.path.join(self.tmp, "out.pt")))
 
-    def test_training(self):
+    def test_stuck_training_is_diagnosed(self):
         rc, took, lines = self.stop_mid_run(
             ["train", self.manifest, "--data", self.data, "--loss", "cross_entropy", "--steps",
              "1000000", "--microbatches", "5", "--no-meta-cache"], r"step \d+ loss ")

@@ -9,7 +9,7 @@ one line.
 Needs a torch 2.x torchrun: $PPC_TORCHRUN, else the one next to the PyTorch
 2.x configuration's Python (common.pytorch2_python(), scripts/python.sh);
 skipped without one, and for a ppc built against LibTorch 2.x (whose pairing
-with torchrun test_run_multinode.py's test_real_torchrun checks).
+with torchrun test_run_multinode.py's test_ranks_start_under_a_real_torchrun checks).
 Run in build-system/: PPC=$PWD/bin/ppc PPC_MODELS_DIR=$PWD/models
 /usr/bin/python3 ../tests/cli/test_torchrun_store.py -v (about 10 s).
 """
@@ -39,7 +39,7 @@ class TorchrunStoreTest(unittest.TestCase):
                           "or set PPC_TORCHRUN)")
         if libtorch_major() >= 2:
             self.skipTest("this ppc is built against LibTorch 2.x: it pairs with torchrun "
-                          "(test_run_multinode.py, test_real_torchrun)")
+                          "(test_run_multinode.py, test_ranks_start_under_a_real_torchrun)")
         tmp = tmpdir(self)
         manifest = split_at("mlp", 2, os.path.join(tmp, "mlp"))
         out = os.path.join(tmp, "out.pt")

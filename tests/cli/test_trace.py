@@ -332,7 +332,7 @@ class RangeTest(unittest.TestCase):
         self.assertEqual(compute_boxes(root), [])
         self.assertEqual(legend_kinds(root), ["message"])
 
-    def test_width(self):
+    def test_width_scales_the_plot(self):
         trace = pipeline_trace("step", steps=2)
         path = write_trace(self, trace)
         events = complete_events(trace)
@@ -429,7 +429,7 @@ class SkipStepsTest(unittest.TestCase):
             self.assertEqual(row["f_ms"], "%.3f" % (f / 1000))
             self.assertEqual(row["forwards"], "6")
 
-    def test_bad_counts(self):
+    def test_bad_skip_step_counts_are_refused(self):
         path = write_trace(self, pipeline_trace("batch", steps=4))
         cases = [
             ([path, "--skip-steps", "4"],

@@ -67,7 +67,7 @@ class TrainTest(MlpDataTest):
                     for t in copies:
                         self.assertLessEqual(rel_diff(t, resolve(ref, path)), 1e-4, path)
 
-    def test_peak_activations(self):
+    def test_peak_activations_follow_the_schedule(self):
         # 4 stages on 4 ranks, 6 microbatches: GPipe holds all 6 on every
         # stage, 1F1B at most stages - index.
         for schedule, want in (("gpipe", {0: 6, 1: 6, 2: 6, 3: 6}),
@@ -87,7 +87,7 @@ class TrainTest(MlpDataTest):
             torch.save((grow(x), grow(y)), path)
         return path
 
-    def test_meta_cache(self):
+    def test_second_run_takes_its_meta_from_the_cache(self):
         # The second identical run takes every rank's metadata, forward and
         # backward, from the cache: no metadata message, the same losses.
         out = self.tmp_path("cache")
@@ -112,7 +112,7 @@ class TrainTest(MlpDataTest):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("meta=inferred", r.stdout)
 
-    def test_schedule_csv(self):
+    def test_schedule_csv_trains_like_its_schedule(self):
         manifest = split_under(self.tmp, "mlp", 2)
         base = self.train_mlp(2, "--schedule", "1f1b", "--microbatches", "4", "--steps", "3",
                               "--no-meta-cache")
@@ -188,7 +188,7 @@ class TrainTest(MlpDataTest):
         self.assert_run_failed(bad, f"--save '{os.path.dirname(manifest)}' holds the manifest "
                                f"('{manifest}'); refusing to overwrite it")
 
-    def test_trace(self):
+    def test_trace_records_every_ranks_actions(self):
         # --trace: one Chrome trace from rank 0 with every rank's actions, a
         # flow per message; ppc trace summary reads it.
         trace = self.tmp_path("train.trace.json")
@@ -208,7 +208,7 @@ class TrainTest(MlpDataTest):
         self.assertIn("trace: rank=0", summary)
         self.assertIn("trace: rank=1", summary)
 
-    def test_bad_data(self):
+    def test_bad_data_files_are_refused(self):
         not_torch = self.tmp_path("not_torch.pt")
         with open(not_torch, "w") as f:
             f.write("hello")
@@ -234,7 +234,7 @@ class TrainTest(MlpDataTest):
                             "--no-meta-cache", "--timeout", "20")
                 self.assert_run_failed(run, *needles)
 
-    def test_bad_options(self):
+    def test_bad_training_options_are_refused(self):
         cases = [
             (["--lr", "0"], "--lr: 0 is not a finite number above 0"),
             (["--steps", "0"], "--steps"),

@@ -215,7 +215,7 @@ class TrainDataParallelTest(MlpDataTest):
                             if e["cat"] == "wait"}
                     self.assertEqual(late, {(0, 0), (1, 3)})
 
-    def test_errors(self):
+    def test_bad_data_parallel_layouts_are_refused(self):
         run = train(2, split_under(self.tmp, "mlp", 2), self.mlp_data, "--loss",
                     "cross_entropy", "--data-parallel", 3)
         self.assertNotEqual(run.proc.returncode, 0)

@@ -214,7 +214,7 @@ class TrainMemoryTest(ReportingTest):
                                  "--microbatches", "3", "--meta-cache", self.tmp_path("cache.mlp"))
         self.assertEqual(len(fp32_run.losses), 1)
 
-    def test_bad_precision(self):
+    def test_unknown_precision_is_refused(self):
         proc = ppc("train", "manifest.json", "--data", "d.pt", "--precision", "fp16",
                    check=False)
         self.assertNotEqual(proc.returncode, 0)

@@ -190,7 +190,7 @@ def make_tests(name):
         self.check_training(name, "adam", "0.001")
 
     if name in GRADIENT_MODELS:
-        setattr(TrainNumericsTest, "test_gradients_" + name, gradients)
+        setattr(TrainNumericsTest, "test_gradients_match_the_reference_" + name, gradients)
     setattr(TrainNumericsTest, "test_sgd_20_steps_" + name, sgd)
     setattr(TrainNumericsTest, "test_adam_20_steps_" + name, adam)
 

@@ -161,7 +161,7 @@ class TrainOptimTest(ReportingTest):
         for path, p in a.items():
             self.assertTrue(torch.equal(p, b[path]), path)
 
-    def test_dry_run(self):
+    def test_dry_run_prints_each_steps_learning_rate(self):
         """Every step's learning rate as the formula has it, with no launch
         (no RANK in the environment); one-line errors for bad values."""
         manifest = split_under(self.tmp, "mlp", 2)
@@ -207,7 +207,7 @@ class TrainOptimTest(ReportingTest):
                 self.assertEqual(proc.stdout, "")
                 self.assertEqual(proc.stderr.strip(), message)
 
-    def test_eval(self):
+    def test_eval_runs_in_eval_mode_between_steps(self):
         """Evaluation in eval mode over the whole set, between steps."""
         name, steps = "resnet18", 3
         data, (inputs, target) = self.write_class_data(name)

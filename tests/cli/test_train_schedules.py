@@ -84,13 +84,13 @@ class TrainSchedulesTest(ReportingTest):
                                     % (name, schedule, stages, ranks, worst_grad, STEPS, worst,
                                        losses[0], losses[-1]))
 
-    def test_mlp(self):
+    def test_mlp_trains_alike_on_every_schedule(self):
         self.check_schedules("mlp")
 
-    def test_resnet18(self):
+    def test_resnet18_trains_alike_on_every_schedule(self):
         self.check_schedules("resnet18")
 
-    def test_decoder(self):
+    def test_decoder_trains_alike_on_every_schedule(self):
         self.check_schedules("decoder")
 
     def train_mlp_schedule(self, manifest, data, ranks, *schedule):

@@ -72,7 +72,7 @@ class ConfigurationsTest(unittest.TestCase):
     def setUp(self):
         self.tmp = tmpdir(self)
 
-    def test_version(self):
+    def test_version_names_the_pythons_torch(self):
         version, libtorch, cuda, nccl = ppc_version()
         with open(os.path.join(ROOT, "CMakeLists.txt")) as f:
             project = re.search(r"project\(ppc VERSION (\S+)", f.read()).group(1)

@@ -103,7 +103,7 @@ class OutputGuardTest(unittest.TestCase):
     def assert_unchanged(self, before, root=None):
         self.assertEqual(tree_digests(root or self.dir), before)
 
-    def test_run_outputs(self):
+    def test_run_refuses_outputs_over_its_inputs(self):
         before = tree_digests(self.dir)
         stage = os.path.join(self.out, "stage_1.pt")
         r = launch(2, "run", self.manifest, "--input", self.input, "--output",
@@ -146,7 +146,7 @@ class OutputGuardTest(unittest.TestCase):
         self.assertEqual(len(lines_starting_error(r.stderr)), 1, r.stderr)
         self.assertIn("2000000000", r.stderr)
 
-    def test_train_outputs(self):
+    def test_train_refuses_outputs_over_its_inputs(self):
         before = tree_digests(self.dir)
         r = launch(2, "train", self.manifest, "--data", self.data, "--loss", "cross_entropy",
                    "--trace", self.data)
@@ -183,7 +183,7 @@ class OutputGuardTest(unittest.TestCase):
                             "overwrite it")
         self.assert_unchanged(before)
 
-    def test_other_commands(self):
+    def test_other_commands_refuse_outputs_over_inputs(self):
         before = tree_digests(self.dir)
         cache = os.path.join(self.out, "meta_cache.rank0of1.json")
         r = ppc("inspect", self.manifest, "--dot", cache, check=False)
@@ -242,7 +242,7 @@ class DiskFullTest(unittest.TestCase):
     def commands(self):
         """{name: (ranks, arguments, what it writes: a path under the user's
         folder, or the start of the names it writes there)}, in the order
-        test_every_command runs them."""
+        test_disk_full_keeps_every_commands_earlier_output runs them."""
         u = lambda name: os.path.join(self.user, name)  # noqa: E731
         train = ["train", self.manifest, "--data", self.data, "--loss", "cross_entropy",
                  "--no-meta-cache", "--steps", "2"]
@@ -283,7 +283,7 @@ class DiskFullTest(unittest.TestCase):
                                   timeout=300)
         return launch(ranks, *args, env=env, timeout=300)
 
-    def test_every_command(self):
+    def test_disk_full_keeps_every_commands_earlier_output(self):
         commands = self.commands()
         together = self.first_runs()
         written = {}  # name: the bytes the command's run where nothing fails wrote
