@@ -62,6 +62,77 @@ static Array shapeToJSON(const std::vector<int64_t> &shape) {
   return out;
 }
 
+/// One stage's entry of the manifest's "stages".
+static Value stageToJSON(const StageInfo &s) {
+  Array ins, outs;
+  for (const StageInput &in : s.inputs) {
+    Object o{{"name", in.name},
+             {"type", kindName(in.kind)},
+             {"source", refToJSON(in.source)}};
+    if (in.mutated)
+      o["mutated"] = true;
+    ins.push_back(std::move(o));
+  }
+  for (const StageOutput &out : s.outputs) {
+    Array consumers;
+    for (int c : out.consumers)
+      consumers.push_back(c);
+    Object o{{"name", out.name},
+             {"type", kindName(out.kind)},
+             {"consumers", std::move(consumers)}};
+    if (!out.label.empty())
+      o["label"] = out.label;
+    if (!out.shape.empty())
+      o["shape"] = shapeToJSON(out.shape);
+    outs.push_back(std::move(o));
+  }
+  Object so{{"index", s.index},
+            {"file", s.file},
+            {"sha256", s.sha256},
+            {"parameter_count", s.parameterCount},
+            {"parameter_bytes", s.parameterBytes},
+            {"buffer_bytes", s.bufferBytes},
+            {"predicted_cost", s.predictedCost},
+            {"inputs", std::move(ins)},
+            {"outputs", std::move(outs)}};
+  if (!s.beginsAt.empty())
+    so["begins_at"] = s.beginsAt;
+  if (s.modules) {
+    Array modules;
+    for (const std::string &path : *s.modules)
+      modules.push_back(path);
+    so["modules"] = std::move(modules);
+  }
+  if (!s.state.empty()) {
+    Array state;
+    for (const StateTensor &t : s.state) {
+      Object o{{"name", t.name},
+               {"dtype", t.dtype},
+               {"shape", shapeToJSON(t.shape)}};
+      if (t.indexDim >= 0)
+        o["index_dim"] = t.indexDim;
+      state.push_back(std::move(o));
+    }
+    so["state"] = std::move(state);
+  }
+  if (s.weights) {
+    Array weights;
+    for (const StageWeight &w : *s.weights) {
+      Object o{{"name", w.name},
+               {"dtype", w.dtype},
+               {"shape", shapeToJSON(w.shape)},
+               {"parameter", w.isParameter}};
+      if (!w.tied.empty())
+        o["tied"] = Array(w.tied);
+      weights.push_back(std::move(o));
+    }
+    so["weights"] = std::move(weights);
+  }
+  if (s.meta)
+    so["meta"] = *s.meta;
+  return so;
+}
+
 Value Manifest::toJSON() const {
   Array inputs;
   for (const ModelInput &in : modelInputs) {
@@ -74,75 +145,8 @@ Value Manifest::toJSON() const {
   }
 
   Array stageArray;
-  for (const StageInfo &s : stages) {
-    Array ins, outs;
-    for (const StageInput &in : s.inputs) {
-      Object o{{"name", in.name},
-               {"type", kindName(in.kind)},
-               {"source", refToJSON(in.source)}};
-      if (in.mutated)
-        o["mutated"] = true;
-      ins.push_back(std::move(o));
-    }
-    for (const StageOutput &out : s.outputs) {
-      Array consumers;
-      for (int c : out.consumers)
-        consumers.push_back(c);
-      Object o{{"name", out.name},
-               {"type", kindName(out.kind)},
-               {"consumers", std::move(consumers)}};
-      if (!out.label.empty())
-        o["label"] = out.label;
-      if (!out.shape.empty())
-        o["shape"] = shapeToJSON(out.shape);
-      outs.push_back(std::move(o));
-    }
-    Object so{{"index", s.index},
-              {"file", s.file},
-              {"sha256", s.sha256},
-              {"parameter_count", s.parameterCount},
-              {"parameter_bytes", s.parameterBytes},
-              {"buffer_bytes", s.bufferBytes},
-              {"predicted_cost", s.predictedCost},
-              {"inputs", std::move(ins)},
-              {"outputs", std::move(outs)}};
-    if (!s.beginsAt.empty())
-      so["begins_at"] = s.beginsAt;
-    if (s.modules) {
-      Array modules;
-      for (const std::string &path : *s.modules)
-        modules.push_back(path);
-      so["modules"] = std::move(modules);
-    }
-    if (!s.state.empty()) {
-      Array state;
-      for (const StateTensor &t : s.state) {
-        Object o{{"name", t.name},
-                 {"dtype", t.dtype},
-                 {"shape", shapeToJSON(t.shape)}};
-        if (t.indexDim >= 0)
-          o["index_dim"] = t.indexDim;
-        state.push_back(std::move(o));
-      }
-      so["state"] = std::move(state);
-    }
-    if (s.weights) {
-      Array weights;
-      for (const StageWeight &w : *s.weights) {
-        Object o{{"name", w.name},
-                 {"dtype", w.dtype},
-                 {"shape", shapeToJSON(w.shape)},
-                 {"parameter", w.isParameter}};
-        if (!w.tied.empty())
-          o["tied"] = Array(w.tied);
-        weights.push_back(std::move(o));
-      }
-      so["weights"] = std::move(weights);
-    }
-    if (s.meta)
-      so["meta"] = *s.meta;
-    stageArray.push_back(std::move(so));
-  }
+  for (const StageInfo &s : stages)
+    stageArray.push_back(stageToJSON(s));
 
   Array outputs;
   for (const ValueRef &ref : modelOutputs)

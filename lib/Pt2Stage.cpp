@@ -126,17 +126,7 @@ public:
       outputSpecs.push_back(json{{"user_output", {{"arg", *arg}}}});
     }
 
-    json tensorValues = json::object(), symInts = json::object(),
-         symBools = json::object();
-    for (const std::string &name : named) {
-      for (auto [field, into] : {std::pair{"tensor_values", &tensorValues},
-                                 std::pair{"sym_int_values", &symInts},
-                                 std::pair{"sym_bool_values", &symBools}}) {
-        auto table = modelGraph.find(field);
-        if (table != modelGraph.end() && table->contains(name))
-          (*into)[name] = (*table)[name];
-      }
-    }
+    json tables = namedValueTables();
     json in = tupleSpec(2);
     in["children_spec"][0] = tupleSpec(argNames.size());
     in["children_spec"][1] = json{{"type", "builtins.dict"},
@@ -154,9 +144,9 @@ public:
            {{"inputs", inputs},
             {"outputs", outputs},
             {"nodes", nodes},
-            {"tensor_values", tensorValues},
-            {"sym_int_values", symInts},
-            {"sym_bool_values", symBools},
+            {"tensor_values", tables["tensor_values"]},
+            {"sym_int_values", tables["sym_int_values"]},
+            {"sym_bool_values", tables["sym_bool_values"]},
             {"is_single_tensor_return", false},
             {"custom_obj_values", json::object()},
             {"sym_float_values", json::object()}}},
@@ -175,6 +165,23 @@ public:
   }
 
 private:
+  /// The model graph's value tables (tensor, SymInt and SymBool values),
+  /// each kept to the values this stage names.
+  json namedValueTables() const {
+    json tables = json::object();
+    for (const char *field :
+         {"tensor_values", "sym_int_values", "sym_bool_values"}) {
+      json &into = tables[field] = json::object();
+      auto table = modelGraph.find(field);
+      if (table == modelGraph.end())
+        continue;
+      for (const std::string &name : named)
+        if (table->contains(name))
+          into[name] = (*table)[name];
+    }
+    return tables;
+  }
+
   llvm::Error fail(const llvm::Twine &what) {
     return makeError("stage " + std::to_string(index) + " " + what);
   }

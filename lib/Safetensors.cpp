@@ -565,16 +565,14 @@ std::string shardHeader(const std::vector<const WriteTensor *> &tensors,
   return out + text;
 }
 
-} // namespace
-
-llvm::Error
-writeCheckpoint(llvm::StringRef dir, const std::vector<WriteTensor> &tensors,
-                uint64_t maxShardBytes,
-                const std::map<std::string, std::string> &metadata) {
+/// Checks everything before the first byte is written: TENSORS' names,
+/// dtypes and sizes, and DIR (a directory without safetensors files, made
+/// when missing). Errors name DIR, as writeCheckpoint's.
+llvm::Error checkWrite(llvm::StringRef dir,
+                       const std::vector<WriteTensor> &tensors) {
   auto bad = [&](const llvm::Twine &why) {
     return makeError("cannot write checkpoint '" + dir + "': " + why);
   };
-  // Check everything before the first byte is written.
   llvm::StringSet<> names;
   for (const WriteTensor &t : tensors) {
     auto badTensor = [&](const llvm::Twine &why) {
@@ -613,6 +611,20 @@ writeCheckpoint(llvm::StringRef dir, const std::vector<WriteTensor> &tensors,
     return makeError("cannot create checkpoint directory '" + dir +
                      "': " + ec.message());
   }
+  return llvm::Error::success();
+}
+
+} // namespace
+
+llvm::Error
+writeCheckpoint(llvm::StringRef dir, const std::vector<WriteTensor> &tensors,
+                uint64_t maxShardBytes,
+                const std::map<std::string, std::string> &metadata) {
+  auto bad = [&](const llvm::Twine &why) {
+    return makeError("cannot write checkpoint '" + dir + "': " + why);
+  };
+  if (llvm::Error err = checkWrite(dir, tensors))
+    return err;
 
   // Shards as transformers cuts them: close the current shard when the next
   // tensor would take it past the limit, unless it is empty.

@@ -177,6 +177,34 @@ void Executor::record(const Action &a, int64_t startUs) {
   step.trace->add(std::move(e));
 }
 
+llvm::Error Executor::perform(const Action &a) {
+  switch (a.kind) {
+  case ActionKind::Forward:
+    return forward(a);
+  case ActionKind::SendF:
+    return sendForward(a);
+  case ActionKind::RecvF:
+    return recvForward(a);
+  case ActionKind::Output:
+    return collectOutputs(a);
+  case ActionKind::Backward:
+    return backward(a, /*inputsOnly=*/false);
+  case ActionKind::BackwardInput:
+    return backward(a, /*inputsOnly=*/true);
+  case ActionKind::BackwardWeight:
+    return backwardWeights(a);
+  case ActionKind::SendB:
+    return sendBackward(a);
+  case ActionKind::RecvB:
+    return recvBackward(a);
+  case ActionKind::SendTokens:
+    return sendTokens(a);
+  case ActionKind::RecvTokens:
+    return recvTokens(a);
+  }
+  return llvm::Error::success();
+}
+
 llvm::Expected<ExecutorResult> Executor::run() {
   Clock::time_point start = Clock::now();
   result.outputParts.resize(manifest.modelOutputs.size());
@@ -199,43 +227,7 @@ llvm::Expected<ExecutorResult> Executor::run() {
     current = i;
     skipped = false;
     int64_t startUs = step.trace ? TraceRecorder::nowUs() : 0;
-    llvm::Error err = llvm::Error::success();
-    switch (a.kind) {
-    case ActionKind::Forward:
-      err = forward(a);
-      break;
-    case ActionKind::SendF:
-      err = sendForward(a);
-      break;
-    case ActionKind::RecvF:
-      err = recvForward(a);
-      break;
-    case ActionKind::Output:
-      err = collectOutputs(a);
-      break;
-    case ActionKind::Backward:
-      err = backward(a, /*inputsOnly=*/false);
-      break;
-    case ActionKind::BackwardInput:
-      err = backward(a, /*inputsOnly=*/true);
-      break;
-    case ActionKind::BackwardWeight:
-      err = backwardWeights(a);
-      break;
-    case ActionKind::SendB:
-      err = sendBackward(a);
-      break;
-    case ActionKind::RecvB:
-      err = recvBackward(a);
-      break;
-    case ActionKind::SendTokens:
-      err = sendTokens(a);
-      break;
-    case ActionKind::RecvTokens:
-      err = recvTokens(a);
-      break;
-    }
-    if (err) {
+    if (llvm::Error err = perform(a)) {
       step.failedMicrobatch = a.microbatch;
       return located(std::move(err), i);
     }

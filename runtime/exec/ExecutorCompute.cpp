@@ -24,16 +24,15 @@
 
 namespace ppc::exec_detail {
 
-/// F(s, m): gathers the stage's inputs (applying the copy rule), runs it,
-/// and records (inferring) or checks the metadata of its outputs.
-llvm::Error Executor::forward(const Action &a) {
+/// F(s, m)'s arguments: the stage's inputs, taken from the model's
+/// microbatch or the values stored for it, cut from their producers'
+/// graphs when training (the leaves go to f.leaves, the inputs themselves
+/// to f.inputs when recomputing), with the copy rule applied.
+llvm::Expected<std::vector<c10::IValue>>
+Executor::forwardArguments(const Action &a, bool recomputing, SavedForward &f) {
   const int m = a.microbatch;
-  if (skips(m))
-    return skipForward(a);
   const StageInfo &info = manifest.stages[a.stage];
-  const bool recomputing = training && step.recompute;
   std::vector<c10::IValue> args;
-  SavedForward f;
   for (const StageInput &in : info.inputs) {
     c10::IValue v;
     bool otherUses = false;
@@ -63,6 +62,22 @@ llvm::Error Executor::forward(const Action &a) {
       return arg.takeError();
     args.push_back(std::move(*arg));
   }
+  return args;
+}
+
+/// F(s, m): gathers the stage's inputs (applying the copy rule), runs it,
+/// and records (inferring) or checks the metadata of its outputs.
+llvm::Error Executor::forward(const Action &a) {
+  const int m = a.microbatch;
+  if (skips(m))
+    return skipForward(a);
+  const StageInfo &info = manifest.stages[a.stage];
+  const bool recomputing = training && step.recompute;
+  SavedForward f;
+  auto gathered = forwardArguments(a, recomputing, f);
+  if (!gathered)
+    return gathered.takeError();
+  std::vector<c10::IValue> args = std::move(*gathered);
   if (recomputing) {
     auto state = torchCall("cannot read the random generator's state", [&] {
       at::Generator gen = at::globalContext().defaultGenerator(plan.device);

@@ -177,8 +177,12 @@ private:
   /// A skipped F(s, m): zeros in its outputs' metadata.
   llvm::Error skipForward(const Action &a);
 
+  /// Runs one action by its kind's handler.
+  llvm::Error perform(const Action &a);
   // One handler per action kind.
   llvm::Error forward(const Action &a);
+  llvm::Expected<std::vector<c10::IValue>>
+  forwardArguments(const Action &a, bool recomputing, SavedForward &f);
   llvm::Error sendTokens(const Action &a);
   llvm::Error recvTokens(const Action &a);
   llvm::Error sendForward(const Action &a);

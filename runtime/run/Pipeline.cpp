@@ -65,6 +65,10 @@ struct Pipeline::Impl {
   /// with the label of their batch.
   llvm::Expected<WindowStream::Window>
   runWindow(std::vector<WindowStream::Batch> &batches, bool labelled);
+  /// Batch b's model outputs, joined from the window's microbatches
+  /// b*M .. b*M+M-1 and on the CPU, on the output rank; none elsewhere.
+  llvm::Expected<std::vector<c10::IValue>>
+  batchOutputs(const ExecutorResult &done, size_t b);
   void recordBatchMarks(TraceRecorder &trace, size_t firstEvent,
                         int64_t startUs, size_t batches);
 };
@@ -118,6 +122,28 @@ void Pipeline::Impl::recordBatchMarks(TraceRecorder &trace, size_t firstEvent,
   }
   for (TraceEvent &mark : marks)
     trace.add(std::move(mark));
+}
+
+llvm::Expected<std::vector<c10::IValue>>
+Pipeline::Impl::batchOutputs(const ExecutorResult &done, size_t b) {
+  std::vector<c10::IValue> result;
+  if (ctx->rank() != ctx->placement().outputRank())
+    return result;
+  const Manifest &manifest = ctx->manifest();
+  for (size_t k = 0; k < done.outputParts.size(); ++k) {
+    const ValueRef &ref = manifest.modelOutputs[k];
+    llvm::ArrayRef<c10::IValue> parts(done.outputParts[k]);
+    auto joined =
+        concatMicrobatches(parts.slice(b * perBatch(), perBatch()),
+                           manifest.output(ref).kind, static_cast<int>(k));
+    if (!joined)
+      return joined.takeError();
+    result.push_back(std::move(*joined));
+  }
+  if (ctx->device().is_cpu())
+    return result;
+  // Outputs are written and returned on the CPU whatever ran them.
+  return valuesOnDevice(result, c10::kCPU, "the outputs");
 }
 
 llvm::Expected<WindowStream::Window>
@@ -184,29 +210,11 @@ Pipeline::Impl::runWindow(std::vector<WindowStream::Batch> &queue,
   // Model outputs on the output rank, batch by batch: batch b's are the
   // window's microbatches b*M .. b*M+M-1.
   WindowStream::Window window;
-  const Manifest &manifest = ctx->manifest();
-  bool collects = ctx->rank() == ctx->placement().outputRank();
   for (size_t b = 0; b < batches; ++b) {
-    std::vector<c10::IValue> result;
-    if (collects)
-      for (size_t k = 0; k < done->outputParts.size(); ++k) {
-        const ValueRef &ref = manifest.modelOutputs[k];
-        llvm::ArrayRef<c10::IValue> parts(done->outputParts[k]);
-        auto joined =
-            concatMicrobatches(parts.slice(b * perBatchCount, perBatchCount),
-                               manifest.output(ref).kind, static_cast<int>(k));
-        if (!joined)
-          return fail(joined.takeError(), b);
-        result.push_back(std::move(*joined));
-      }
-    if (!ctx->device().is_cpu()) {
-      // Outputs are written and returned on the CPU whatever ran them.
-      auto onCPU = valuesOnDevice(result, c10::kCPU, "the outputs");
-      if (!onCPU)
-        return fail(onCPU.takeError(), b);
-      result = std::move(*onCPU);
-    }
-    window.outputs.push_back(std::move(result));
+    auto result = batchOutputs(*done, b);
+    if (!result)
+      return fail(result.takeError(), b);
+    window.outputs.push_back(std::move(*result));
   }
   ctx->finishStep();
   if (step.trace) {

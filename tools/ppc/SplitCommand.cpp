@@ -40,6 +40,44 @@ static CLI::Validator costKindOption() {
       llvm::join(names, "|"));
 }
 
+/// What `ppc split` prints of `result`, written to `outDir`: the stages,
+/// the rank counts they run on, what each runs, then notes and warnings.
+static void printSplit(const CompileResult &result, const std::string &outDir) {
+  const Manifest *manifest = &result.manifest;
+  double total = 0;
+  for (const StageInfo &s : manifest->stages)
+    total += s.predictedCost;
+  llvm::outs() << llvm::formatv("wrote {0} stages to {1} (cost model: {2})\n",
+                                manifest->stages.size(), terminalText(outDir),
+                                manifest->costModel);
+  // Where the user picks the stage count, what it allows.
+  llvm::outs() << "  they run on "
+               << rankCountsText(static_cast<int>(manifest->stages.size()))
+               << " (stage k on rank k mod WORLD_SIZE)\n";
+  for (const StageInfo &s : manifest->stages)
+    llvm::outs() << llvm::formatv(
+        "  stage {0}: {1,5:f1}% of predicted cost, {2} parameters, "
+        "{3} inputs, {4} outputs{5}{6}\n",
+        s.index, total > 0 ? 100.0 * s.predictedCost / total : 0.0,
+        s.parameterCount, s.inputs.size(), s.outputs.size(),
+        result.stageMemory.empty()
+            ? std::string()
+            : llvm::formatv(", memory {0} ({1} bytes)",
+                            formatBytes(result.stageMemory[s.index]),
+                            result.stageMemory[s.index])
+                  .str(),
+        s.beginsAt.empty() ? ""
+                           : " (begins at " + terminalText(s.beginsAt) + ")");
+  for (const StageInfo &s : manifest->stages)
+    if (s.modules && !s.modules->empty())
+      llvm::outs() << llvm::formatv("  stage {0} runs {1}\n", s.index,
+                                    terminalText(describeModules(*s.modules)));
+  for (const std::string &note : result.notes)
+    llvm::errs() << "note: " << terminalText(note) << "\n";
+  for (const std::string &warning : result.warnings)
+    llvm::errs() << "warning: " << terminalText(warning) << "\n";
+}
+
 Command addSplitCommand(CLI::App &parent) {
   auto opts = std::make_shared<CompileOptions>();
   CLI::App *app = parent.add_subcommand(
@@ -115,43 +153,7 @@ Command addSplitCommand(CLI::App &parent) {
             auto result = compileModel(*opts);
             if (!result)
               return result.takeError();
-            const Manifest *manifest = &result->manifest;
-            double total = 0;
-            for (const StageInfo &s : manifest->stages)
-              total += s.predictedCost;
-            llvm::outs() << llvm::formatv(
-                "wrote {0} stages to {1} (cost model: {2})\n",
-                manifest->stages.size(), terminalText(opts->outDir),
-                manifest->costModel);
-            // Where the user picks the stage count, what it allows.
-            llvm::outs() << "  they run on "
-                         << rankCountsText(
-                                static_cast<int>(manifest->stages.size()))
-                         << " (stage k on rank k mod WORLD_SIZE)\n";
-            for (const StageInfo &s : manifest->stages)
-              llvm::outs() << llvm::formatv(
-                  "  stage {0}: {1,5:f1}% of predicted cost, {2} parameters, "
-                  "{3} inputs, {4} outputs{5}{6}\n",
-                  s.index, total > 0 ? 100.0 * s.predictedCost / total : 0.0,
-                  s.parameterCount, s.inputs.size(), s.outputs.size(),
-                  result->stageMemory.empty()
-                      ? std::string()
-                      : llvm::formatv(", memory {0} ({1} bytes)",
-                                      formatBytes(result->stageMemory[s.index]),
-                                      result->stageMemory[s.index])
-                            .str(),
-                  s.beginsAt.empty()
-                      ? ""
-                      : " (begins at " + terminalText(s.beginsAt) + ")");
-            for (const StageInfo &s : manifest->stages)
-              if (s.modules && !s.modules->empty())
-                llvm::outs()
-                    << llvm::formatv("  stage {0} runs {1}\n", s.index,
-                                     terminalText(describeModules(*s.modules)));
-            for (const std::string &note : result->notes)
-              llvm::errs() << "note: " << terminalText(note) << "\n";
-            for (const std::string &warning : result->warnings)
-              llvm::errs() << "warning: " << terminalText(warning) << "\n";
+            printSplit(*result, opts->outDir);
             return 0;
           }};
 }
