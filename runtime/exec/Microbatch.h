@@ -27,8 +27,9 @@ namespace ppc {
 /// input i of microbatch m, a view of inputs[i].
 /// Errors: "the model takes 2 inputs, got 1"; "input 1 is a int, not a
 /// tensor"; "input 0 has no batch dimension (it is a 0-dim tensor)";
-/// "model inputs have different batch sizes (5 and 4)"; "--microbatches 8
-/// exceeds the batch size 5"; "microbatches 0 is not an integer in 1..65536".
+/// "model inputs have different batch sizes (5 and 4)"; "microbatches 8
+/// exceeds the batch size 5"; "microbatches 0 is not an integer in
+/// 1..65536" (OptionErrors: the CLI names the flag instead).
 llvm::Expected<std::vector<std::vector<c10::IValue>>>
 splitMicrobatches(llvm::ArrayRef<c10::IValue> inputs, size_t expectedInputs,
                   int count);

@@ -11,6 +11,7 @@
 #include "lib/Error.h"
 #include "lib/ModelFormat.h"
 #include "lib/NumberRules.h"
+#include "lib/OptionName.h"
 #include "lib/WeightBinding.h"
 #include "runtime/exec/StatusRecord.h"
 #include "runtime/link/Collectives.h"
@@ -154,16 +155,20 @@ Agreement RankContext::agreement() const {
   record.setDefault("the wire format version",
                     std::to_string(kWireFormatVersion));
   record.setDefault("PPC_COALESCE", env_.coalesce ? "1" : "0");
-  record.setDefault("--microbatches", std::to_string(options_.microbatches));
-  record.setDefault("--schedule", scheduleName(options_.schedule));
-  record.setDefault("--precision", precisionName(options_.precision));
-  record.setDefault("--device", options_.device);
-  record.setDefault("--link", options_.link);
-  record.setDefault("--data-parallel", std::to_string(replicas()));
-  record.setDefault("--stream-window",
+  record.setDefault(optionName(Option::Microbatches),
+                    std::to_string(options_.microbatches));
+  record.setDefault(optionName(Option::Schedule),
+                    scheduleName(options_.schedule));
+  record.setDefault(optionName(Option::Precision),
+                    precisionName(options_.precision));
+  record.setDefault(optionName(Option::Device), options_.device);
+  record.setDefault(optionName(Option::Link), options_.link);
+  record.setDefault(optionName(Option::DataParallel),
+                    std::to_string(replicas()));
+  record.setDefault(optionName(Option::StreamWindow),
                     std::to_string(options_.streamMicrobatches));
-  if (!record.has("--input-meta"))
-    record.setFileDigest("--input-meta", options_.inputMetaPath);
+  if (!record.has(optionName(Option::InputMeta)))
+    record.setFileDigest(optionName(Option::InputMeta), options_.inputMetaPath);
   if (!record.has("the manifest"))
     record.set("the manifest", manifestSha256_,
                manifestPath_ + " (sha256 " +

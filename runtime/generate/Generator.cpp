@@ -11,6 +11,7 @@
 
 #include "lib/Error.h"
 #include "lib/NumberRules.h"
+#include "lib/OptionName.h"
 #include "runtime/exec/RankContext.h"
 #include "runtime/generate/Prompt.h"
 #include "runtime/link/Collectives.h"
@@ -54,9 +55,11 @@ decodeInputs(const Manifest &manifest, const GenerateOptions &options) {
       position = static_cast<int>(i);
   }
   if (tokens < 0)
-    missing.push_back("'" + options.tokenInput + "' (--token-input)");
+    missing.push_back("'" + options.tokenInput + "' (" +
+                      optionName(Option::TokenInput) + ")");
   if (position < 0)
-    missing.push_back("'" + options.positionInput + "' (--position-input)");
+    missing.push_back("'" + options.positionInput + "' (" +
+                      optionName(Option::PositionInput) + ")");
   std::vector<std::string> problems;
   if (!missing.empty())
     problems.push_back(
@@ -391,16 +394,17 @@ llvm::Expected<int64_t> Generator::Impl::checkCall(const at::Tensor &prompt,
       prompt.dim() == 2 && prompt.size(0) % options.groups == 0)
     batch = std::max<int64_t>(1, prompt.size(0) / options.groups);
   if (llvm::Error err = checkPrompt(prompt, batch))
-    return withContext(std::move(err), "--prompt");
+    return withContext(std::move(err), optionName(Option::Prompt));
   if (limits.vocab)
     if (llvm::Error err = checkTokenRange(prompt, *limits.vocab))
-      return withContext(std::move(err), "--prompt");
+      return withContext(std::move(err), optionName(Option::Prompt));
   int64_t made = prompt.size(0) / batch, length = prompt.size(1);
   if (groups && options.groups > 0 && made != options.groups)
     return makeError(
-        llvm::formatv("--microbatches {0} asks for {0} groups, but the "
+        llvm::formatv("{4} {0} asks for {0} groups, but the "
                       "prompt's {1} rows make {2} of the program's batch {3}",
-                      options.groups, prompt.size(0), made, batch)
+                      options.groups, prompt.size(0), made, batch,
+                      optionName(Option::Groups))
             .str());
   if (limits.positions && length + newTokens > *limits.positions)
     return makeError(llvm::formatv("the prompt's {0} tokens and {1} new ones "

@@ -3,7 +3,8 @@
 // The checks of a prompt before any decoding work: its dtype, rank and
 // size against the program's static batch, and its token ids against the
 // vocabulary. The messages name no flag or file: the caller adds that
-// context (withContext, lib/Error.h), e.g. "--prompt: " in `ppc generate`.
+// context (withContext, lib/Error.h), e.g. optionName(Option::Prompt)
+// (lib/OptionName.h).
 //
 //===----------------------------------------------------------------------===//
 #ifndef PPC_RUNTIME_GENERATE_PROMPT_H

@@ -10,7 +10,8 @@
 // instead of training on silently or waiting for a peer until the timeout.
 //
 // Who fills the record (each adds what only it can see, and the first to
-// record a name wins):
+// record a name wins). The runtime names its entries by optionName()
+// (lib/OptionName.h); below, as ppc's CLI names them:
 //   - the commands (tools/ppc/*Command.cpp): `ppc train` the digests of
 //     --data and --eval-data, --steps, --eval-every, --checkpoint-dir (given
 //     or not), --checkpoint-every, --resume and --save (given or not);
@@ -61,8 +62,8 @@ namespace ppc {
 
 /// One thing every rank must have alike.
 struct AgreementEntry {
-  /// What it is, as the error names it: a flag ("--lr") or a file ("the
-  /// manifest").
+  /// What it is, as the error names it: an option (optionName(),
+  /// lib/OptionName.h: "lr", or ppc's flag) or a file ("the manifest").
   std::string name;
   /// What is compared.
   std::string value;

@@ -35,8 +35,6 @@ llvm::Error readKnobs(llvm::function_ref<const char *(const char *)> get,
   const char *overlap = get("PPC_OVERLAP_ALLREDUCE");
   env.overlapAllReduce = !overlap || llvm::StringRef(overlap) != "0";
   env.blasWarned = get("PPC_BLAS_WARNED") != nullptr;
-  if (const char *stop = get("PPC_TEST_RENDEZVOUS_STOP"))
-    env.testStopAt = stop;
   if (const char *dir = get("PPC_STATUS_DIR"))
     env.statusDir = dir;
   if (const char *ifname = get("GLOO_SOCKET_IFNAME"))

@@ -56,10 +56,11 @@ struct LaunchEnv {
   /// PPC_BLAS_WARNED (set to anything): ppc launch warned about the ranks'
   /// BLAS kernel already, so the rank does not (warnAboutBlasKernel).
   bool blasWarned = false;
-  /// PPC_TEST_RENDEZVOUS_STOP=STEP (tests only): the rank stops itself
-  /// (SIGSTOP) as it enters rendezvous step STEP ("agree", "group"), as a
-  /// person or a debugger may stop it (tests/cli/test_rendezvous_trust.py).
-  std::string testStopAt;
+  /// Called as the rank enters each step of the rendezvous, with the
+  /// step's name as the store records it ("agree", "group"): a front end
+  /// may log it, or stop the rank there as a debugger would (ppc's tests
+  /// do, through tools/ppc/RankProcess.cpp). Not read from the environment.
+  std::function<void(llvm::StringRef step)> beforeRendezvousStep;
   /// GLOO_SOCKET_IFNAME: the interface(s) Gloo's pairs use (the first);
   /// empty: the local address that reaches MASTER_ADDR.
   std::string glooSocketIfname;

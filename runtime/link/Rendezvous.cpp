@@ -8,6 +8,7 @@
 #include "runtime/link/Rendezvous.h"
 
 #include "lib/Error.h"
+#include "lib/OptionName.h"
 #include "runtime/link/JobStore.h"
 #include "runtime/link/LaunchEnv.h"
 #include "runtime/link/Link.h"
@@ -28,7 +29,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <csignal>
 #include <cstdlib>
 #include <functional>
 #include <optional>
@@ -48,6 +48,10 @@ using Clock = std::chrono::steady_clock;
 
 /// The time left until `deadline`, at least 1 ms (0 means "no timeout" to
 /// c10d and Gloo).
+/// How long a bounded step may run past its deadline, so that the step's
+/// own timeouts, which say more, normally fire first.
+constexpr std::chrono::milliseconds kStepGrace(500);
+
 std::chrono::milliseconds remaining(Clock::time_point deadline) {
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
       deadline - Clock::now());
@@ -375,7 +379,8 @@ std::string rankKey(int rank) { return "ppc/rank/" + std::to_string(rank); }
 /// out can name a rank that stayed behind.
 enum class Step { Announced, Agree, Group, Connected };
 
-/// Each step's name in the store and in LaunchEnv::testStopAt, and its
+/// Each step's name in the store and to LaunchEnv::beforeRendezvousStep,
+/// and its
 /// words in errors, by Step.
 struct StepInfo {
   llvm::StringRef name, text;
@@ -394,12 +399,12 @@ std::string progressKey(int rank) {
   return "ppc/progress/" + std::to_string(rank);
 }
 
-/// Records that this rank enters `step`. A test may ask the rank to stop
-/// itself (SIGSTOP) just before, as a person or a debugger may stop it.
+/// Records that this rank enters `step`, after telling
+/// LaunchEnv::beforeRendezvousStep.
 void recordProgress(c10d::Store &store, const LaunchEnv &env, Step step) {
-  if (env.testStopAt == stepName(step))
-    std::raise(SIGSTOP);
   llvm::StringRef name = stepName(step);
+  if (env.beforeRendezvousStep)
+    env.beforeRendezvousStep(name);
   store.set(progressKey(env.rank),
             std::vector<uint8_t>(name.begin(), name.end()));
 }
@@ -446,6 +451,42 @@ Failure storeFailure(const LaunchEnv &env, bool serve, const std::string &where,
   if (!serve && cause.find("timed out") != std::string::npos)
     return storeSilence(env, timeout);
   return Failure::other("rendezvous at " + where + " failed (" + cause + ")");
+}
+
+/// Waits until every rank has counted itself in at the rendezvous; throws
+/// StepError naming the first rank missing at the deadline (or the store's
+/// host, when the store stops answering).
+void waitForEveryRank(c10d::Store &store, const LaunchEnv &env,
+                      const std::string &where,
+                      std::chrono::milliseconds timeout,
+                      Clock::time_point deadline) {
+  std::vector<std::string> keys;
+  for (int r = 0; r < env.worldSize; ++r)
+    keys.push_back(rankKey(r));
+  try {
+    store.wait(keys, remaining(deadline));
+  } catch (const std::exception &) {
+    std::vector<int> missing;
+    try {
+      for (int r = 0; r < env.worldSize; ++r)
+        if (!store.check({keys[r]}))
+          missing.push_back(r);
+    } catch (const std::exception &) {
+      // The store itself stopped answering (its host stopped): its "Socket
+      // Timeout" names nobody.
+      throw StepError{storeSilence(env, timeout)};
+    }
+    if (!missing.empty()) {
+      std::string others;
+      for (size_t i = 1; i < missing.size(); ++i)
+        others += (i == 1 ? "; rank " : ", ") + std::to_string(missing[i]);
+      throw StepError{Failure::lost(
+          missing[0],
+          llvm::formatv("never reached the rendezvous at {0} within {1} s{2}",
+                        where, secondsText(timeout),
+                        others.empty() ? "" : others + " neither"))};
+    }
+  }
 }
 
 /// Steps 1-4 of connectTransport(), on a thread of runBounded(): returns
@@ -508,33 +549,7 @@ c10::intrusive_ptr<c10d::Store> meetRanks(const LaunchEnv &env,
         "same job token uses this port (set PPC_JOB_TOKEN per job or give "
         "each job its own MASTER_PORT)",
         env.rank, where))};
-  std::vector<std::string> keys;
-  for (int r = 0; r < env.worldSize; ++r)
-    keys.push_back(rankKey(r));
-  try {
-    store->wait(keys, remaining(deadline));
-  } catch (const std::exception &) {
-    std::vector<int> missing;
-    try {
-      for (int r = 0; r < env.worldSize; ++r)
-        if (!store->check({keys[r]}))
-          missing.push_back(r);
-    } catch (const std::exception &) {
-      // The store itself stopped answering (its host stopped): its "Socket
-      // Timeout" names nobody.
-      throw StepError{storeSilence(env, timeout)};
-    }
-    if (!missing.empty()) {
-      std::string others;
-      for (size_t i = 1; i < missing.size(); ++i)
-        others += (i == 1 ? "; rank " : ", ") + std::to_string(missing[i]);
-      throw StepError{Failure::lost(
-          missing[0],
-          llvm::formatv("never reached the rendezvous at {0} within {1} s{2}",
-                        where, secondsText(timeout),
-                        others.empty() ? "" : others + " neither"))};
-    }
-  }
+  waitForEveryRank(*store, env, where, timeout, deadline);
   // From here on, every value a rank acts on is authenticated, and bound
   // to this job's nonces.
   c10::intrusive_ptr<c10d::Store> job = store;
@@ -636,37 +651,111 @@ glooDevice(const LaunchEnv &env, const std::string &where) {
                    [&] { return compat::makeGlooDeviceForHost(*address); });
 }
 
+/// Connects this rank's process group and links of `group` (the whole job
+/// when it lists no ranks), once every rank has met at `job`.
+llvm::Expected<std::unique_ptr<Transport>>
+connectGroup(const LaunchEnv &env, c10::intrusive_ptr<c10d::Store> job,
+             const RankGroup &group, DeviceKind device, LinkPolicy link,
+             std::chrono::milliseconds timeout, const std::string &failed,
+             const std::shared_ptr<::gloo::transport::Device> &glooDev) {
+  auto storeSilent = [&] { return storeSilence(env, timeout); };
+  // The whole job (no ranks listed) keeps the store's own prefix; a group
+  // gets one below it, so that its process group and links meet only
+  // its own ranks.
+  int rank = env.rank, worldSize = env.worldSize;
+  c10::intrusive_ptr<c10d::Store> groupStore =
+      compat::makePrefixStore("ppc/group/", job);
+  if (!group.ranks.empty()) {
+    auto at = llvm::find(group.ranks, env.rank);
+    if (at == group.ranks.end())
+      return makeError(llvm::formatv("internal error: rank {0} is not in "
+                                     "rank group '{1}'",
+                                     env.rank, group.name)
+                           .str());
+    rank = static_cast<int>(at - group.ranks.begin());
+    worldSize = static_cast<int>(group.ranks.size());
+    groupStore = compat::makePrefixStore(group.name + "/", groupStore);
+  }
+  // Every rank has arrived; connecting the group gets a timeout of its
+  // own. The Gloo group exists on every device: with CUDA it carries the
+  // CPU messages, and NCCL groups are connected per channel on first use.
+  Clock::time_point deadline = deadlineAfter(timeout);
+  auto recorded = runBounded<bool>(deadline, storeSilent, failed, [job, env] {
+    recordProgress(*job, env, Step::Group);
+    return true;
+  });
+  if (!recorded)
+    return recorded.takeError();
+  auto groupSilent = [&] {
+    return Failure::other(
+        llvm::formatv("{0} (connecting the process group{1} took over "
+                      "{2} s)",
+                      failed, group.name.empty() ? "" : " of " + group.name,
+                      secondsText(timeout)));
+  };
+  auto glooGroup = runBounded<c10::intrusive_ptr<compat::GlooGroup>>(
+      saturatingAdd(deadline, kStepGrace), groupSilent, failed,
+      [groupStore, rank, worldSize, timeout, dev = glooDev] {
+        return compat::makeGlooGroup(groupStore, rank, worldSize, timeout, dev);
+      });
+  if (!glooGroup) {
+    std::vector<int> ranks = group.ranks;
+    if (ranks.empty())
+      for (int r = 0; r < env.worldSize; ++r)
+        ranks.push_back(r);
+    llvm::Error named = nameRankBehind(env, job, ranks, Step::Group, timeout,
+                                       llvm::toString(glooGroup.takeError()));
+    waitForNamers(env, job, std::move(ranks), Step::Group);
+    return named;
+  }
+  LinkSetup setup;
+  setup.rank = rank;
+  setup.worldSize = worldSize;
+  setup.localRank = env.localRank;
+  setup.timeout = timeout;
+  setup.device = device;
+  setup.store = groupStore;
+  setup.glooGroup = *glooGroup;
+  setup.link = link;
+  setup.hostId = env.hostId;
+  setup.globalRanks = group.ranks;
+  return Transport::create(setup);
+}
+
 } // namespace
 
 llvm::Error checkCudaDevice(const LaunchEnv &env) {
-  std::string what = "--device cuda";
+  const std::string device = optionName(Option::Device);
+  const std::string what = device + " cuda";
   // A CPU-only LibTorch registers no CUDA device guard; a CUDA one does,
   // with or without a GPU.
   if (!c10::impl::hasDeviceGuardImpl(c10::kCUDA))
     return makeError(llvm::formatv("{0}: this ppc's LibTorch ({1}.{2}) is a "
                                    "CPU-only build, without CUDA; use "
-                                   "--device cpu, or a ppc built against a "
+                                   "{3} cpu, or a ppc built against a "
                                    "LibTorch with CUDA",
                                    what, compat::kTorchMajor,
-                                   compat::kTorchMinor)
+                                   compat::kTorchMinor, device)
                          .str());
 #ifndef PPC_HAVE_NCCL
   (void)env;
-  return makeError(what + ": this ppc was built without NCCL, which carries "
-                          "values between CUDA stages; use --device cpu, or "
-                          "rebuild ppc against a LibTorch with NCCL");
+  return makeError(what +
+                   ": this ppc was built without NCCL, which carries "
+                   "values between CUDA stages; use " +
+                   device +
+                   " cpu, or rebuild ppc against a LibTorch with NCCL");
 #else
   int64_t gpus = static_cast<int64_t>(torch::cuda::device_count());
   if (gpus == 0) {
     const std::optional<std::string> &visible = env.cudaVisibleDevices;
     return makeError(
-        llvm::formatv("{0}: rank {1} sees no GPU{2}; use "
-                      "--device cpu",
-                      what, env.rank,
+        llvm::formatv("{0}: rank {1} sees no GPU{2}; use {3} cpu", what,
+                      env.rank,
                       visible ? llvm::formatv(" (CUDA_VISIBLE_DEVICES='{0}')",
                                               printable(*visible))
                                     .str()
-                              : std::string())
+                              : std::string(),
+                      device)
             .str());
   }
   if (env.localWorldSize > gpus || env.localRank >= gpus)
@@ -674,9 +763,9 @@ llvm::Error checkCudaDevice(const LaunchEnv &env) {
         llvm::formatv("{0}: LOCAL_WORLD_SIZE={1} ranks on this machine need "
                       "a GPU each (rank {2} would use cuda:{3}), but it has "
                       "{4}; start at most {4} rank{5} per machine, or use "
-                      "--device cpu",
+                      "{6} cpu",
                       what, env.localWorldSize, env.rank, env.localRank, gpus,
-                      gpus == 1 ? "" : "s")
+                      gpus == 1 ? "" : "s", device)
             .str());
   return llvm::Error::success();
 #endif
@@ -707,7 +796,8 @@ connectGroupTransports(const LaunchEnv &env, DeviceKind device,
     // The shared-memory link opens what a peer's store values point at:
     // only authenticated values may say that.
     if (link == LinkPolicy::Shm)
-      return makeError("--link shm needs PPC_JOB_SECRET: the shared-memory "
+      return makeError(optionName(Option::Link) +
+                       " shm needs PPC_JOB_SECRET: the shared-memory "
                        "link trusts only rendezvous values this job wrote; "
                        "start the ranks with 'ppc launch', or set the same "
                        "PPC_JOB_SECRET on every rank (docs/security.md)");
@@ -724,13 +814,10 @@ connectGroupTransports(const LaunchEnv &env, DeviceKind device,
                       "(docs/security.md)\n";
     });
   }
-  // A little past the deadline, so that the steps' own timeouts, which say
-  // more, normally fire first.
-  constexpr std::chrono::milliseconds kGrace(500);
   Clock::time_point deadline = deadlineAfter(timeout);
   auto storeSilent = [&] { return storeSilence(env, timeout); };
   auto store = runBounded<c10::intrusive_ptr<c10d::Store>>(
-      saturatingAdd(deadline, kGrace), storeSilent, failed,
+      saturatingAdd(deadline, kStepGrace), storeSilent, failed,
       [env, timeout, deadline, agreement] {
         return meetRanks(env, timeout, deadline, agreement);
       });
@@ -743,68 +830,8 @@ connectGroupTransports(const LaunchEnv &env, DeviceKind device,
     return glooDev.takeError();
   std::vector<std::unique_ptr<Transport>> transports;
   for (const RankGroup &group : groups) {
-    // The whole job (no ranks listed) keeps the store's own prefix; a group
-    // gets one below it, so that its process group and links meet only
-    // its own ranks.
-    int rank = env.rank, worldSize = env.worldSize;
-    c10::intrusive_ptr<c10d::Store> groupStore =
-        compat::makePrefixStore("ppc/group/", job);
-    if (!group.ranks.empty()) {
-      auto at = llvm::find(group.ranks, env.rank);
-      if (at == group.ranks.end())
-        return makeError(llvm::formatv("internal error: rank {0} is not in "
-                                       "rank group '{1}'",
-                                       env.rank, group.name)
-                             .str());
-      rank = static_cast<int>(at - group.ranks.begin());
-      worldSize = static_cast<int>(group.ranks.size());
-      groupStore = compat::makePrefixStore(group.name + "/", groupStore);
-    }
-    // Every rank has arrived; connecting the group gets a timeout of its
-    // own. The Gloo group exists on every device: with CUDA it carries the
-    // CPU messages, and NCCL groups are connected per channel on first use.
-    deadline = deadlineAfter(timeout);
-    auto recorded = runBounded<bool>(deadline, storeSilent, failed, [job, env] {
-      recordProgress(*job, env, Step::Group);
-      return true;
-    });
-    if (!recorded)
-      return recorded.takeError();
-    auto groupSilent = [&] {
-      return Failure::other(
-          llvm::formatv("{0} (connecting the process group{1} took over "
-                        "{2} s)",
-                        failed, group.name.empty() ? "" : " of " + group.name,
-                        secondsText(timeout)));
-    };
-    auto glooGroup = runBounded<c10::intrusive_ptr<compat::GlooGroup>>(
-        saturatingAdd(deadline, kGrace), groupSilent, failed,
-        [groupStore, rank, worldSize, timeout, dev = *glooDev] {
-          return compat::makeGlooGroup(groupStore, rank, worldSize, timeout,
-                                       dev);
-        });
-    if (!glooGroup) {
-      std::vector<int> ranks = group.ranks;
-      if (ranks.empty())
-        for (int r = 0; r < env.worldSize; ++r)
-          ranks.push_back(r);
-      llvm::Error named = nameRankBehind(env, job, ranks, Step::Group, timeout,
-                                         llvm::toString(glooGroup.takeError()));
-      waitForNamers(env, job, std::move(ranks), Step::Group);
-      return named;
-    }
-    LinkSetup setup;
-    setup.rank = rank;
-    setup.worldSize = worldSize;
-    setup.localRank = env.localRank;
-    setup.timeout = timeout;
-    setup.device = device;
-    setup.store = groupStore;
-    setup.glooGroup = *glooGroup;
-    setup.link = link;
-    setup.hostId = env.hostId;
-    setup.globalRanks = group.ranks;
-    auto transport = Transport::create(setup);
+    auto transport =
+        connectGroup(env, job, group, device, link, timeout, failed, *glooDev);
     if (!transport)
       return transport.takeError();
     transports.push_back(std::move(*transport));

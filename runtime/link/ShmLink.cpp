@@ -42,6 +42,7 @@
 #include "runtime/platform/Duration.h"
 
 #include "lib/Error.h"
+#include "lib/OptionName.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -334,8 +335,9 @@ private:
         return lostRank(peer, "it exited, while waiting for " + what);
       }
       return makeError(llvm::formatv("the shared-memory link to rank {0} "
-                                     "failed ({1}); use --link gloo",
-                                     peer, llvm::toString(ring.takeError()))
+                                     "failed ({1}); use {2} gloo",
+                                     peer, llvm::toString(ring.takeError()),
+                                     optionName(Option::Link))
                            .str());
     }
     ring->header().opened.store(1);
@@ -550,9 +552,10 @@ llvm::Expected<std::unique_ptr<Link>> makeShmLink(const LinkSetup &setup) {
                         r)
               .str());
     if (info->policy != policy)
-      return makeError(llvm::formatv("--link differs between ranks: rank {0} "
+      return makeError(llvm::formatv("{4} differs between ranks: rank {0} "
                                      "has {1}, rank {2} has {3}",
-                                     setup.rank, policy, r, info->policy)
+                                     setup.rank, policy, r, info->policy,
+                                     optionName(Option::Link))
                            .str());
     peers[r] = std::move(*info);
   }
@@ -564,11 +567,11 @@ llvm::Expected<std::unique_ptr<Link>> makeShmLink(const LinkSetup &setup) {
     colocated[r] = r != setup.rank && peers[r].host == self.host;
     any |= colocated[r];
     if (r != setup.rank && !colocated[r] && setup.link == LinkPolicy::Shm)
-      return makeError(llvm::formatv("--link shm needs every rank on one "
+      return makeError(llvm::formatv("{2} shm needs every rank on one "
                                      "host, but rank {0} runs on another "
-                                     "host than rank {1}; use --link auto "
-                                     "or --link gloo",
-                                     r, setup.rank)
+                                     "host than rank {1}; use {2} auto "
+                                     "or {2} gloo",
+                                     r, setup.rank, optionName(Option::Link))
                            .str());
   }
   if (!any)

@@ -8,6 +8,7 @@
 
 #include "lib/Error.h"
 #include "lib/NumberRules.h"
+#include "lib/OptionName.h"
 #include "runtime/schedule/Build.h"
 
 #include "llvm/Support/FormatVariadic.h"
@@ -19,7 +20,7 @@ namespace ppc {
 llvm::Expected<ScheduleChoice>
 chooseSchedule(const Manifest &manifest, int worldSize, int microbatches,
                const std::vector<StageCost> &costs, llvm::StringRef costsFrom,
-               std::optional<int> maxActivations) {
+               std::optional<int> maxActivations, llvm::StringRef costUnit) {
   // What every kind would refuse alike is the caller's error, said once.
   int numStages = static_cast<int>(manifest.stages.size());
   if (llvm::Error err =
@@ -49,10 +50,10 @@ chooseSchedule(const Manifest &manifest, int worldSize, int microbatches,
       candidate.stats = *stats;
       int peak = peakOf(*stats);
       if (maxActivations && peak > *maxActivations)
-        candidate.refusal = llvm::formatv("{0} activations > --max-activations "
-                                          "{1}",
-                                          peak, *maxActivations)
-                                .str();
+        candidate.refusal =
+            llvm::formatv("{0} activations > {2} {1}", peak, *maxActivations,
+                          optionName(Option::MaxActivations))
+                .str();
       else if (!best ||
                stats->makespan < choice.candidates[*best].stats.makespan) {
         best = choice.candidates.size();
@@ -72,15 +73,17 @@ chooseSchedule(const Manifest &manifest, int worldSize, int microbatches,
                                 : "n/a (" + c.refusal + ")";
   }
   if (!best)
-    return makeError("--schedule auto: no schedule fits: " + others);
+    return makeError(optionName(Option::Schedule) +
+                     " auto: no schedule fits: " + others);
   const ScheduleCandidate &picked = choice.candidates[*best];
   choice.explanation =
-      llvm::formatv(
-          "--schedule auto picked {0}: simulated step {1} (bubble "
-          "{2:f1}%, at most {3} microbatches' activations per rank) "
-          "with {4}; the others (step, activations): {5}",
-          scheduleName(picked.kind), shortNumber(picked.stats.makespan),
-          100 * picked.stats.bubble, peakOf(picked.stats), costsFrom, others)
+      llvm::formatv("{6} auto picked {0}: simulated step {1} {7} (bubble "
+                    "{2:f1}%, at most {3} microbatches' activations per rank) "
+                    "with {4}; the others (step, activations): {5}",
+                    scheduleName(picked.kind),
+                    shortNumber(picked.stats.makespan),
+                    100 * picked.stats.bubble, peakOf(picked.stats), costsFrom,
+                    others, optionName(Option::Schedule), costUnit)
           .str();
   return choice;
 }

@@ -47,7 +47,9 @@ struct ScheduleChoice {
 /// kind is built on its own placement and simulated with `costs` (empty:
 /// unit costs; `costsFrom` says where they came from, for the
 /// explanation); a kind whose peak activations on some rank exceed
-/// `maxActivations` (microbatches, when given) is left out. Ties go to the
+/// `maxActivations` (microbatches, when given) is left out; the simulated
+/// steps are in `costUnit`, the costs' unit ("ns", "bytes"; "units" for
+/// unit costs). Ties go to the
 /// kind listed first in Schedules.def. Errors, said once for all kinds:
 /// boundaryEdges()'s, a microbatch count below 1, a stage count that is not
 /// a multiple of `worldSize`; and "no schedule fits" with each kind's
@@ -55,7 +57,8 @@ struct ScheduleChoice {
 llvm::Expected<ScheduleChoice>
 chooseSchedule(const Manifest &manifest, int worldSize, int microbatches,
                const std::vector<StageCost> &costs, llvm::StringRef costsFrom,
-               std::optional<int> maxActivations = std::nullopt);
+               std::optional<int> maxActivations = std::nullopt,
+               llvm::StringRef costUnit = "units");
 
 } // namespace ppc
 

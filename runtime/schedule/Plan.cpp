@@ -7,6 +7,7 @@
 #include "runtime/schedule/Plan.h"
 
 #include "lib/Error.h"
+#include "lib/OptionName.h"
 #include "runtime/schedule/AutoSchedule.h"
 #include "runtime/schedule/Build.h"
 #include "runtime/schedule/Placement.h"
@@ -18,8 +19,9 @@ namespace ppc {
 
 llvm::Error ScheduleRequest::check() const {
   if (autoSchedule && csv)
-    return makeError("--schedule auto picks a schedule; --schedule-csv gives "
-                     "one: use one of them");
+    return makeError(optionName(Option::Schedule) + " auto picks a schedule; " +
+                     optionName(Option::ScheduleCSV) +
+                     " gives one: use one of them");
   return llvm::Error::success();
 }
 
@@ -69,7 +71,8 @@ llvm::Expected<SchedulePlan> planSchedule(const Manifest &manifest,
   if (request.autoSchedule) {
     auto choice = chooseSchedule(
         manifest, worldSize, request.microbatches, manifestStageCosts(manifest),
-        manifestCostsSource(manifest), request.maxActivations);
+        manifestCostsSource(manifest), request.maxActivations,
+        manifestCostUnit(manifest));
     if (!choice)
       return choice.takeError();
     return SchedulePlan{std::move(choice->schedule),

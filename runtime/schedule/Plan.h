@@ -42,8 +42,9 @@ struct ScheduleRequest {
   std::optional<std::string> csv;
   std::string csvName;
 
-  /// Errors: `auto` with a CSV ("--schedule auto picks a schedule;
-  /// --schedule-csv gives one: use one of them").
+  /// Errors: `auto` with a CSV ("schedule auto picks a schedule;
+  /// scheduleCSVPath gives one: use one of them", options named by
+  /// optionName()).
   llvm::Error check() const;
 };
 

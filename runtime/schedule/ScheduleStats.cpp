@@ -7,6 +7,7 @@
 #include "runtime/schedule/ScheduleStats.h"
 
 #include "lib/Error.h"
+#include "lib/OptionName.h"
 #include "runtime/schedule/EdgeIndex.h"
 #include "runtime/schedule/UnitTimeline.h"
 
@@ -104,13 +105,28 @@ std::vector<StageCost> manifestStageCosts(const Manifest &manifest) {
   return predicted ? costs : std::vector<StageCost>{};
 }
 
+std::string manifestCostUnit(const Manifest &manifest) {
+  if (manifestStageCosts(manifest).empty())
+    return "units";
+  if (manifest.costModel == "params")
+    return "bytes";
+  if (manifest.costModel == "flops")
+    return "FLOPs";
+  if (manifest.costModel == "nodes")
+    return "operations";
+  if (manifest.costModel == "profile")
+    return "ns";
+  return "units";
+}
+
 std::string manifestCostsSource(const Manifest &manifest) {
   if (manifestStageCosts(manifest).empty())
     return "unit costs (the manifest predicts none)";
   if (manifest.costModel == "profile")
     return "the manifest's measured (profile) stage costs";
   return "the manifest's " + manifest.costModel +
-         " stage costs (estimates; ppc split --cost profile measures them)";
+         " stage costs (estimates; ppc split " + optionName(Option::Cost) +
+         " profile measures them)";
 }
 
 } // namespace ppc

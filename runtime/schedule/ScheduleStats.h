@@ -65,6 +65,10 @@ std::vector<StageCost> manifestStageCosts(const Manifest &manifest);
 /// stage costs", "the manifest's params stage costs (estimates; ppc split
 /// --cost profile measures them)".
 std::string manifestCostsSource(const Manifest &manifest);
+/// The unit of manifestStageCosts(): the cost model's ("bytes" for params,
+/// "FLOPs", "operations" for nodes, "ns" measured by profile), or "units"
+/// for unit costs.
+std::string manifestCostUnit(const Manifest &manifest);
 
 /// `x` with 4 significant digits as printf's %g prints it: "-1", "0.5",
 /// "9.657e+07"; how stats print a time or a cost in messages.

@@ -105,7 +105,8 @@ struct ChosenCheckpoint {
 /// with the highest step whose checkpoint.json loads (staged directories
 /// and step directories without one are ignored). `dir` may also be one
 /// step directory itself. Errors: `dir` is no directory; it holds no
-/// checkpoint ("--resume 'ck' holds no complete checkpoint"); the newest
+/// checkpoint ("OPTION 'ck' holds no complete checkpoint", OPTION being
+/// `option`); the newest
 /// one fails verifyCheckpoint: refused, not skipped, naming the file and
 /// the newest older one that verifies ("...; the newest complete one is
 /// 'ck/step-00000004': remove 'ck/step-00000008' to resume from it").
@@ -121,7 +122,7 @@ std::string olderCheckpointNote(llvm::StringRef dir, llvm::StringRef refused);
 
 /// Whether `dir`, a directory to write checkpoints into, holds only ppc's:
 /// step directories and their staged parts, each holding only checkpoint
-/// files. Errors, naming `option` and the entry: "--checkpoint-dir 'ck'
+/// files. Errors, naming `option` and the entry: "OPTION 'ck'
 /// holds 'notes.txt', which is not a ppc checkpoint; refusing to write
 /// checkpoints there". A missing `dir` is fine.
 llvm::Error checkCheckpointDirectory(llvm::StringRef dir,
@@ -153,13 +154,15 @@ struct CommandOutput {
 /// `source` (a manifest.json beside a checkpoint.json); nothing for any
 /// other file. Paths are compared on disk: by real path (a file not
 /// written yet by the real path of its directory), and an existing output
-/// file by its identity (a hard link). Errors, one line:
-///   "--log-file 'ck/step-00000004/checkpoint.json' is inside --resume
-///    'ck'; refusing to write into a checkpoint"
-///   "--save 'runs' holds --resume 'runs/ck'; refusing to write into a
+/// file by its identity (a hard link). Errors, one line, each output
+/// named by its CommandOutput::option and `source` by `what` (in `ppc
+/// train`, the flags: OUTPUT --log-file, --save or --trace; WHAT --resume):
+///   "OUTPUT 'ck/step-00000004/checkpoint.json' is inside WHAT 'ck';
+///    refusing to write into a checkpoint"
+///   "OUTPUT 'runs' holds WHAT 'runs/ck'; refusing to write into a
 ///    checkpoint"
-///   "--trace 't.json' is a link to 'ck/step-00000004/optim.stage0.pt' of
-///    --resume 'ck'; refusing to write into a checkpoint"
+///   "OUTPUT 't.json' is a link to 'ck/step-00000004/optim.stage0.pt' of
+///    WHAT 'ck'; refusing to write into a checkpoint"
 llvm::Error
 checkOutputsOutsideCheckpoints(llvm::StringRef source, llvm::StringRef what,
                                llvm::ArrayRef<CommandOutput> outputs);

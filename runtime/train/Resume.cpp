@@ -10,6 +10,7 @@
 
 #include "lib/Error.h"
 #include "lib/Manifest.h"
+#include "lib/OptionName.h"
 #include "lib/Stage.h"
 #include "runtime/exec/RankContext.h"
 #include "runtime/link/Collectives.h"
@@ -45,9 +46,9 @@ llvm::Error checkCheckpointFits(const TrainedPipeline &pipeline,
   OptimizerKind ours = pipeline.options.optimizer;
   if (info.optimizer != ours)
     return makeError("the checkpoint '" + path + "' was trained with " +
-                     "--optimizer " + optimizerName(info.optimizer) +
-                     ", this run with " + optimizerName(ours) +
-                     ": resume with the same optimizer");
+                     optionName(Option::Optimizer) + " " +
+                     optimizerName(info.optimizer) + ", this run with " +
+                     optimizerName(ours) + ": resume with the same optimizer");
   return llvm::Error::success();
 }
 
@@ -189,7 +190,7 @@ llvm::Expected<std::string> chooseCheckpoint(RankContext &ctx,
   const int rank = ctx.rank();
   std::string chosen;
   if (rank == 0) {
-    auto found = findNewestCheckpoint(dir, "--resume");
+    auto found = findNewestCheckpoint(dir, optionName(Option::Resume));
     chosen = found ? "ok " + found->path
                    : "error " + llvm::toString(found.takeError());
   }

@@ -10,6 +10,7 @@
 #include "lib/Error.h"
 #include "lib/FileUtil.h"
 #include "lib/Manifest.h"
+#include "lib/OptionName.h"
 #include "lib/OutputGuard.h"
 #include "lib/Stage.h"
 #include "runtime/exec/RankContext.h"
@@ -364,12 +365,13 @@ llvm::Error saveTrained(const TrainedPipeline &pipeline, llvm::StringRef dir) {
       OutputGuard guard;
       keepManifestFiles(guard, ctx.manifestPath(),
                         metaCacheDirOf(ctx.options(), ctx.manifestPath()));
-      if (llvm::Error err = guard.claimReplacedDirectory("--save", dir))
+      if (llvm::Error err =
+              guard.claimReplacedDirectory(optionName(Option::Save), dir))
         return err;
     }
     SaveExtras extras;
     extras.replaceable = [](llvm::StringRef d) {
-      return checkEarlierOutput(d, "--save");
+      return checkEarlierOutput(d, optionName(Option::Save));
     };
     return StagedSave(pipeline, extras).run(dir);
   });

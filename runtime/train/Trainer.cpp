@@ -12,6 +12,7 @@
 #include "lib/FileUtil.h"
 #include "lib/Manifest.h"
 #include "lib/NumberRules.h"
+#include "lib/OptionName.h"
 #include "lib/SafeRead.h"
 #include "lib/Stage.h"
 #include "lib/TensorIO.h"
@@ -105,6 +106,11 @@ struct Trainer::Impl {
   llvm::Error sumTiedGradients();
   /// Splits the target like the inputs; checks its rows.
   llvm::Error splitTarget(const at::Tensor &target, ExecutorStep &step);
+  /// Puts a step's batch in `step`: this replica's slice of `inputs` and
+  /// `target` (data parallel), on the stages' device, split into
+  /// microbatches.
+  llvm::Error placeBatch(const std::vector<c10::IValue> &inputs,
+                         const at::Tensor &target, ExecutorStep &step);
   /// What saving reads and resuming sets (Save.h).
   TrainedPipeline pipeline() {
     return {*ctx, savedTraining, optimizer.get(), options};
@@ -148,10 +154,10 @@ llvm::Error Trainer::Impl::sliceForReplica(std::vector<c10::IValue> &inputs,
   }
   auto slice = [&](const at::Tensor &t, const char *what) -> llvm::Error {
     if (t.size(0) < replicas)
-      return makeError(llvm::formatv("the {0} has {1} row{2}; --data-parallel "
-                                     "{3} needs at least one per replica",
+      return makeError(llvm::formatv("the {0} has {1} row{2}; {4} {3} needs "
+                                     "at least one per replica",
                                      what, t.size(0), t.size(0) == 1 ? "" : "s",
-                                     replicas)
+                                     replicas, optionName(Option::DataParallel))
                            .str());
     return llvm::Error::success();
   };
@@ -165,12 +171,13 @@ llvm::Error Trainer::Impl::sliceForReplica(std::vector<c10::IValue> &inputs,
     int64_t rows = input.toTensor().size(0), smallest = rows / replicas;
     int microbatches = ctx->options().microbatches;
     if (smallest < microbatches)
-      return makeError(
-          llvm::formatv("--microbatches {0} exceeds the smallest replica's "
-                        "slice of the batch ({1} of {2} rows over "
-                        "--data-parallel {3})",
-                        microbatches, smallest, rows, replicas)
-              .str());
+      return makeError(llvm::formatv("{4} {0} exceeds the smallest replica's "
+                                     "slice of the batch ({1} of {2} rows over "
+                                     "{5} {3})",
+                                     microbatches, smallest, rows, replicas,
+                                     optionName(Option::Microbatches),
+                                     optionName(Option::DataParallel))
+                           .str());
     input = at::tensor_split(input.toTensor(), replicas)[replica];
   }
   if (wholeTerms) {
@@ -354,8 +361,9 @@ static llvm::Error resolveLoss(const Manifest &manifest, LossSpec &loss) {
   if (kind != ValueKind::Tensor)
     return makeError(llvm::formatv("model output {0} is a {1}; the loss needs "
                                    "a Tensor (choose another with "
-                                   "--loss-output)",
-                                   loss.modelOutput, kindName(kind))
+                                   "{2})",
+                                   loss.modelOutput, kindName(kind),
+                                   optionName(Option::LossOutput))
                          .str());
   loss.stage = ref.stage;
   loss.output = ref.output;
@@ -363,39 +371,41 @@ static llvm::Error resolveLoss(const Manifest &manifest, LossSpec &loss) {
 }
 
 /// Adds what every rank must train alike to `record` (runtime/link/
-/// Agreement.h), under `ppc train`'s flag names, unless recorded already;
+/// Agreement.h), named by optionName(), unless recorded already;
 /// RankContext adds the run's options and the manifest.
 static void recordTrainOptions(const TrainOptions &options, Agreement &record) {
-  auto number = [&](llvm::StringRef name, double value) {
-    if (!record.has(name))
-      record.setNumber(name, value);
+  auto text = [&](Option option, llvm::StringRef value) {
+    record.setDefault(optionName(option), value);
   };
-  record.setDefault("--loss", lossName(options.loss));
-  record.setDefault("--loss-output", std::to_string(options.lossOutput));
-  record.setDefault("--ignore-index", std::to_string(options.ignoreIndex));
-  record.setDefault("--optimizer", optimizerName(options.optimizer));
-  number("--lr", options.lr);
-  number("--momentum", options.momentum);
-  number("--weight-decay", options.weightDecay);
-  number("--clip-grad-norm", options.clipGradNorm);
-  record.setDefault("--lr-schedule", lrScheduleName(options.lrSchedule.kind));
-  record.setDefault("--warmup-steps",
-                    std::to_string(options.lrSchedule.warmupSteps));
-  number("--min-lr", options.lrSchedule.minLr);
+  auto number = [&](Option option, double value) {
+    if (!record.has(optionName(option)))
+      record.setNumber(optionName(option), value);
+  };
+  auto optional = [&](Option option, const auto &value) {
+    if (!record.has(optionName(option)))
+      record.set(optionName(option), value ? std::to_string(*value) : "",
+                 value ? "" : "none");
+  };
+  text(Option::Loss, lossName(options.loss));
+  text(Option::LossOutput, std::to_string(options.lossOutput));
+  text(Option::IgnoreIndex, std::to_string(options.ignoreIndex));
+  text(Option::Optimizer, optimizerName(options.optimizer));
+  number(Option::Lr, options.lr);
+  number(Option::Momentum, options.momentum);
+  number(Option::WeightDecay, options.weightDecay);
+  number(Option::ClipGradNorm, options.clipGradNorm);
+  text(Option::LrSchedule, lrScheduleName(options.lrSchedule.kind));
+  text(Option::WarmupSteps, std::to_string(options.lrSchedule.warmupSteps));
+  number(Option::MinLr, options.lrSchedule.minLr);
   if (options.autoSchedule)
-    record.setDefault("--schedule", "auto");
-  if (!record.has("--max-activations"))
-    record.set("--max-activations",
-               options.maxActivations ? std::to_string(*options.maxActivations)
-                                      : "",
-               options.maxActivations ? "" : "none");
-  if (!record.has("--schedule-csv"))
-    record.setFileDigest("--schedule-csv", options.scheduleCSVPath);
-  record.setDefault("--data-parallel", std::to_string(options.dataParallel));
-  record.setDefault("--recompute", options.recompute ? "on" : "off");
-  if (!record.has("--seed"))
-    record.set("--seed", options.seed ? std::to_string(*options.seed) : "",
-               options.seed ? "" : "none");
+    text(Option::Schedule, "auto");
+  optional(Option::MaxActivations, options.maxActivations);
+  if (!record.has(optionName(Option::ScheduleCSV)))
+    record.setFileDigest(optionName(Option::ScheduleCSV),
+                         options.scheduleCSVPath);
+  text(Option::DataParallel, std::to_string(options.dataParallel));
+  text(Option::Recompute, options.recompute ? "on" : "off");
+  optional(Option::Seed, options.seed);
 }
 
 llvm::Expected<std::unique_ptr<Trainer>>
@@ -501,6 +511,34 @@ void Trainer::printSchedule(llvm::raw_ostream &os) const {
   ppc::printSchedule(impl_->ctx->schedule(), impl_->ctx->rank(), os);
 }
 
+llvm::Error Trainer::Impl::placeBatch(const std::vector<c10::IValue> &inputs,
+                                      const at::Tensor &target,
+                                      ExecutorStep &step) {
+  // Data parallel: this replica's slice of the batch.
+  std::vector<c10::IValue> sliced;
+  at::Tensor slicedTarget = target;
+  if (ctx->replicas() > 1) {
+    sliced = inputs;
+    if (llvm::Error err = sliceForReplica(sliced, slicedTarget))
+      return err;
+  }
+  const std::vector<c10::IValue> &batch = ctx->replicas() > 1 ? sliced : inputs;
+  // With --device cuda the batch and the target go where the stages are.
+  c10::Device device = ctx->device();
+  auto onDevice = valuesOnDevice(batch, device, "the inputs");
+  if (!onDevice)
+    return onDevice.takeError();
+  auto targetOnDevice =
+      torchCall("cannot move the target to " + device.str(), [&] {
+        return slicedTarget.defined() ? slicedTarget.to(device) : slicedTarget;
+      });
+  if (!targetOnDevice)
+    return targetOnDevice.takeError();
+  if (llvm::Error err = ctx->prepare(*onDevice, step))
+    return err;
+  return splitTarget(*targetOnDevice, step);
+}
+
 llvm::Expected<double> Trainer::step(const std::vector<c10::IValue> &inputs,
                                      const at::Tensor &target) {
   Impl &t = *impl_;
@@ -516,29 +554,7 @@ llvm::Expected<double> Trainer::step(const std::vector<c10::IValue> &inputs,
   MemoryMeter::resetPeak();
 
   ExecutorStep step;
-  // Data parallel: this replica's slice of the batch.
-  std::vector<c10::IValue> sliced;
-  at::Tensor slicedTarget = target;
-  if (ctx.replicas() > 1) {
-    sliced = inputs;
-    if (llvm::Error err = t.sliceForReplica(sliced, slicedTarget))
-      return err;
-  }
-  const std::vector<c10::IValue> &batch = ctx.replicas() > 1 ? sliced : inputs;
-  // With --device cuda the batch and the target go where the stages are.
-  c10::Device device = ctx.device();
-  auto onDevice = valuesOnDevice(batch, device, "the inputs");
-  if (!onDevice)
-    return onDevice.takeError();
-  auto targetOnDevice =
-      torchCall("cannot move the target to " + device.str(), [&] {
-        return slicedTarget.defined() ? slicedTarget.to(device) : slicedTarget;
-      });
-  if (!targetOnDevice)
-    return targetOnDevice.takeError();
-  if (llvm::Error err = ctx.prepare(*onDevice, step))
-    return err;
-  if (llvm::Error err = t.splitTarget(*targetOnDevice, step))
+  if (llvm::Error err = t.placeBatch(inputs, target, step))
     return err;
 #define PPC_EXECUTOR_OPTION(NAME)                                              \
   static_assert(                                                               \

@@ -163,8 +163,9 @@ public:
   /// shapes"); a NaN or infinite loss ("step 3: the loss is nan"). With
   /// replicas (TrainOptions::dataParallel), the loss returned is the whole
   /// batch's (on every replica's lossRank()), and: a batch of fewer rows
-  /// than replicas; "--microbatches 3 exceeds the smallest replica's slice
-  /// of the batch (2 of 5 rows over --data-parallel 2)".
+  /// than replicas; "microbatches 3 exceeds the smallest replica's slice
+  /// of the batch (2 of 5 rows over dataParallel 2)" (options named by
+  /// optionName(), lib/OptionName.h).
   llvm::Expected<double> step(const std::vector<c10::IValue> &inputs,
                               const at::Tensor &target);
 
@@ -202,7 +203,7 @@ public:
   /// replicas, replica 0's ranks write and the others wait for them). `ppc
   /// run`, `ppc train` and `ppc join` read the result. Errors (on every rank,
   /// the failing rank's own first): `dir` holds something the run reads
-  /// ("--save 'out' holds the manifest ('out/manifest.json'); refusing to
+  /// ("save 'out' holds the manifest ('out/manifest.json'); refusing to
   /// overwrite it", OutputGuard); an existing non-empty `dir` that is not
   /// an earlier ppc output (checkEarlierOutput); a rank that cannot see the
   /// staged directory or cannot write its files ("the save failed on rank

@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 #include "tools/ppc/RankProcess.h"
 
+#include <csignal>
 #include <cstdlib>
 
 #if defined(__GLIBC__)
@@ -24,11 +25,27 @@ void keepLargeBlocksInHeap() {
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
 #endif
 }
+
+/// A test hook: with PPC_TEST_RENDEZVOUS_STOP=STEP the rank stops itself
+/// (SIGSTOP) as it enters rendezvous step STEP ("agree", "group"), as a
+/// person or a debugger may stop it (tests/cli/test_rendezvous_trust.py).
+void stopAtRendezvousStepForTests(LaunchEnv &env) {
+  const char *stop = std::getenv("PPC_TEST_RENDEZVOUS_STOP");
+  if (!stop)
+    return;
+  env.beforeRendezvousStep = [at = std::string(stop)](llvm::StringRef step) {
+    if (step == at)
+      std::raise(SIGSTOP);
+  };
+}
 } // namespace
 
 llvm::Expected<LaunchEnv> startRank() {
   keepLargeBlocksInHeap();
-  return LaunchEnv::fromEnvironment();
+  auto env = LaunchEnv::fromEnvironment();
+  if (env)
+    stopAtRendezvousStepForTests(*env);
+  return env;
 }
 
 } // namespace ppc

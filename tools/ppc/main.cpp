@@ -7,6 +7,7 @@
 #include "tools/ppc/Commands.h"
 
 #include "lib/Error.h"
+#include "lib/OptionName.h"
 #include "runtime/link/Link.h"
 #include "runtime/platform/Blas.h"
 #include "runtime/platform/TorchCompat.h"
@@ -127,6 +128,8 @@ static int runCommand(ppc::Command &command) {
 int main(int argc, char **argv) {
   // Before anything opens a file or a socket (StdStreams.h).
   ppc::prepareStandardStreams();
+  // The runtime's messages and the ranks' agreement name options as flags.
+  ppc::nameOptions(ppc::OptionNaming::Flag);
   CLI::App app{
       "ppc: a pipeline-parallel compiler and runtime for PyTorch models "
       "(torch.export programs and TorchScript).\n\nCompile a model into "

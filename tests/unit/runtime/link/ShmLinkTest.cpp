@@ -253,8 +253,8 @@ TEST(ShmLinkTest, ShmPolicyRefusesARankOnAnotherHost) {
   auto link = makeShmLink(setup);
   ASSERT_FALSE(bool(link));
   EXPECT_EQ(llvm::toString(link.takeError()),
-            "--link shm needs every rank on one host, but rank 1 runs on "
-            "another host than rank 0; use --link auto or --link gloo");
+            "link shm needs every rank on one host, but rank 1 runs on "
+            "another host than rank 0; use link auto or link gloo");
 }
 
 TEST(ShmLinkTest, AutoPolicyLeavesAPeerOnAnotherHostToGloo) {

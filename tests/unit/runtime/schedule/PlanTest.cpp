@@ -85,14 +85,14 @@ TEST(PlanTest, AutoExplainsItsPick) {
   request.autoSchedule = true;
   request.microbatches = 4;
   SchedulePlan plan = planned(chain(4), 2, request);
-  EXPECT_EQ(plan.note.rfind("--schedule auto picked ", 0), 0u) << plan.note;
+  EXPECT_EQ(plan.note.rfind("schedule auto picked ", 0), 0u) << plan.note;
 }
 
 TEST(PlanTest, RefusesAutoWithACSV) {
   ScheduleRequest request;
   request.autoSchedule = true;
   request.csv = "";
-  const char *message = "--schedule auto picks a schedule; --schedule-csv "
+  const char *message = "schedule auto picks a schedule; scheduleCSVPath "
                         "gives one: use one of them";
   EXPECT_EQ(llvm::toString(request.check()), message);
   auto plan = planSchedule(chain(2), 2, request);

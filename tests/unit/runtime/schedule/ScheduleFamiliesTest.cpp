@@ -387,8 +387,8 @@ TEST(ScheduleFamiliesTest, AutoPicksTheShortestSimulatedStep) {
   ASSERT_TRUE(static_cast<bool>(unit)) << llvm::toString(unit.takeError());
   EXPECT_EQ(unit->schedule.kind, ScheduleKind::ZeroBubbleH1);
   EXPECT_EQ(unit->candidates.size(), std::size(kAllScheduleKinds));
-  EXPECT_EQ(unit->explanation.rfind("--schedule auto picked zb-h1: simulated "
-                                    "step 49 (bubble 2.0%, at most 8 "
+  EXPECT_EQ(unit->explanation.rfind("schedule auto picked zb-h1: simulated "
+                                    "step 49 units (bubble 2.0%, at most 8 "
                                     "microbatches' activations per rank) with "
                                     "unit costs; the others (step, "
                                     "activations): gpipe 51 (16), 1f1b 51 (6)",
@@ -422,8 +422,8 @@ TEST(ScheduleFamiliesTest, AutoPicksTheShortestSimulatedStep) {
   ASSERT_FALSE(static_cast<bool>(none));
   EXPECT_EQ(
       llvm::toString(none.takeError())
-          .rfind("--schedule auto: no schedule fits: gpipe n/a (16 activations "
-                 "> --max-activations 1), 1f1b n/a (6 activations",
+          .rfind("schedule auto: no schedule fits: gpipe n/a (16 activations "
+                 "> maxActivations 1), 1f1b n/a (6 activations",
                  0),
       0u);
   EXPECT_EQ(llvm::toString(chooseSchedule(m, 3, 8, {}, "x").takeError()),

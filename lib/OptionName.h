@@ -1,0 +1,39 @@
+//===- lib/OptionName.h - How messages name an option -----------*- C++ -*-===//
+//
+// The runtime names the options it reports on by their Option (one line
+// each in lib/Options.def), never by a flag: "microbatches 8 exceeds the
+// smallest replica's slice …" for a library user, and, once ppc's CLI has
+// called nameOptions(OptionNaming::Flag), "--microbatches 8 exceeds …" for
+// its user.
+// The ranks' agreement record (runtime/link/Agreement.h) names its entries
+// the same way, so every rank of a job must name them alike (they do: they
+// run one front end).
+//
+//===----------------------------------------------------------------------===//
+#ifndef PPC_LIB_OPTIONNAME_H
+#define PPC_LIB_OPTIONNAME_H
+
+#include <string>
+
+namespace ppc {
+
+enum class Option {
+#define PPC_OPTION(Id, Field, Flag) Id,
+#include "lib/Options.def"
+};
+
+/// How optionName() names options: by the field of the option structs
+/// (the default) or by ppc's flag.
+enum class OptionNaming { Field, Flag };
+
+/// How messages name `option`: its field ("dataParallel"), or with
+/// OptionNaming::Flag its flag ("--data-parallel").
+std::string optionName(Option option);
+
+/// Names every option `naming`'s way from now on, in every thread. ppc's
+/// CLI asks for flags before it runs a command (tools/ppc/main.cpp).
+void nameOptions(OptionNaming naming);
+
+} // namespace ppc
+
+#endif // PPC_LIB_OPTIONNAME_H
