@@ -15,7 +15,13 @@ Checked:
     knob is named outside runtime/link/LaunchEnv.{h,cpp}, where every knob is
     read;
   - no production source file (lib, passes, runtime, tools, include) is
-    over 900 lines.
+    over 900 lines;
+  - runtime/ names no flag: no string literal or comment quotes "--name"
+    (the runtime names options by optionName(), lib/OptionName.h);
+  - at most MAX_LONG_FUNCTIONS functions of the production tree are over
+    MAX_FUNCTION_LINES lines, from the line that starts a definition at
+    the left margin to its closing brace there (the pickle opcode switch
+    is one of them).
 Prints one `error:` line per violation and exits 1, or prints a summary and
 exits 0. tests/cli/test_layers.py runs it in CI.
 """
@@ -26,6 +32,15 @@ import sys
 PARTS_DIRS = ("lib", "passes", "runtime", "tools", "include")
 SOURCES = (".h", ".cpp", ".def", ".inc")
 MAX_LINES = 900
+MAX_FUNCTION_LINES = 100
+MAX_LONG_FUNCTIONS = 3
+FLAG_LITERAL = re.compile(r'"--[a-z]')
+STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'')
+# A definition's first line: at the left margin, not a preprocessor line,
+# comment, access label or type/namespace declaration.
+NOT_A_FUNCTION = re.compile(r"^(#|//|/\*|\*|namespace\b|class\b|struct\b|enum\b|union\b|"
+                            r"using\b|typedef\b|template\b|extern\b|static_assert\b|\}|\{|"
+                            r"public:|private:|protected:)")
 ENV_HOME = ("runtime/link/LaunchEnv.h", "runtime/link/LaunchEnv.cpp")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 GRAPH_BEGIN = "<!-- part graph: checked by scripts/check_layers.py -->"
@@ -69,15 +84,46 @@ def sources(root):
                     yield os.path.relpath(full, root).replace(os.sep, "/"), full
 
 
+def long_functions(path, lines):
+    """(where, name, length) of each function definition in `lines` over
+    MAX_FUNCTION_LINES lines, as clang-format lays them out: a definition
+    starts at the left margin (or two spaces in, a member defined in its
+    class) on a line that opens a parenthesis, and runs, by its braces, to
+    the brace that closes its body; lambdas count in their function."""
+    found, start, depth = [], None, 0
+    for number, line in enumerate(lines, 1):
+        code = STRING.sub('""', line.split("//", 1)[0])
+        if start is None:
+            m = re.match(r"^(  )?\S", line)
+            if not m or NOT_A_FUNCTION.match(line.strip()) or "(" not in code \
+                    or code.rstrip().endswith(";"):
+                continue
+            start, depth, opened = number, 0, False
+        elif not opened and code.rstrip().endswith(";") and depth == 0:
+            start = None  # a declaration over several lines
+            continue
+        depth += code.count("{") - code.count("}")
+        opened = opened or "{" in code
+        if opened and depth <= 0:
+            length = number - start + 1
+            if length > MAX_FUNCTION_LINES:
+                name = re.search(r"([\w:~]+)\s*\(", lines[start - 1])
+                found.append(("%s:%d" % (path, start), name.group(1) if name else "?", length))
+            start = None
+    return found
+
+
 def check(root):
     graph = read_graph(root)
-    errors, used = [], set()
+    errors, used, long_ones = [], set(), []
     for path, full in sources(root):
         source = part_of(path)
         with open(full, errors="replace") as f:
             lines = f.read().splitlines()
         if len(lines) > MAX_LINES and not path.endswith(".def"):
             errors.append("%s has %d lines, over the limit of %d" % (path, len(lines), MAX_LINES))
+        if path.endswith(".cpp"):
+            long_ones += long_functions(path, lines)
         for number, line in enumerate(lines, 1):
             where = "%s:%d" % (path, number)
             m = INCLUDE.match(line)
@@ -104,6 +150,14 @@ def check(root):
                 if "PPC_TEST_" in line:
                     errors.append("%s: names a PPC_TEST_ knob outside runtime/link/LaunchEnv" %
                                   where)
+            if path.startswith("runtime/") and FLAG_LITERAL.search(line):
+                errors.append("%s: names a flag in the runtime (name options by "
+                              "optionName(), lib/OptionName.h)" % where)
+    if len(long_ones) > MAX_LONG_FUNCTIONS:
+        for where, name, length in long_ones:
+            errors.append("%s: %s has %d lines; %d functions are over %d lines, more than the "
+                          "%d allowed" % (where, name, length, len(long_ones),
+                                          MAX_FUNCTION_LINES, MAX_LONG_FUNCTIONS))
     for source, targets in sorted(graph.items()):
         for target in sorted(targets):
             if (source, target) not in used:

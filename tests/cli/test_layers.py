@@ -2,8 +2,8 @@
 """Tests that the build holds the layers docs/architecture.md draws (issue
 #40): scripts/check_layers.py passes on the tree, and fails, naming the
 line, on a planted upward #include, on an edge the doc lists that nothing
-uses, on an environment read outside LaunchEnv, and on a file over 900
-lines.
+uses, on an environment read outside LaunchEnv, on a file over 900 lines,
+on a flag named in the runtime, and on a fourth function over 100 lines.
 
 Env: none (reads the checkout).
 """
@@ -85,6 +85,35 @@ class LayersTest(unittest.TestCase):
                                     r"limit of 900$")
         self.assertRegex(errors[1], r"^error: runtime/exec/Trace\.cpp:\d+: reads the "
                                     r"environment outside runtime/link/LaunchEnv")
+
+    def test_a_flag_named_in_the_runtime_fails(self):
+        root = self.copy()
+        with open(os.path.join(root, "runtime", "train", "Save.cpp")) as f:
+            lines = len(f.read().splitlines())
+        self.append(root, "runtime/train/Save.cpp",
+                    'static const char *kFlag = "--save";\n')
+        self.assertEqual(self.layer_errors(root), [
+            "error: runtime/train/Save.cpp:%d: names a flag in the runtime (name options by "
+            "optionName(), lib/OptionName.h)" % (lines + 1)])
+
+    def test_a_fourth_function_over_100_lines_fails(self):
+        root = self.copy()
+        with open(os.path.join(root, "lib", "Manifest.cpp")) as f:
+            lines = len(f.read().splitlines())
+        # Two functions of the tree are over 100 lines; two more make four.
+        body = "".join("  total += %d;\n" % i for i in range(100))
+        self.append(root, "lib/Manifest.cpp",
+                    "int longOne(int total) {\n%s  return total;\n}\n" % body
+                    + "static int\nlongTwo(int total) {\n%s  if (total) {\n  }\n"
+                      "  return total;\n}\n" % body)
+        errors = [e for e in self.layer_errors(root) if "functions are over" in e]
+        self.assertEqual(len(errors), 4, errors)
+        self.assertIn("error: lib/Manifest.cpp:%d: longOne has 103 lines; 4 functions are "
+                      "over 100 lines, more than the 3 allowed" % (lines + 1), errors)
+        # Counted from the line that names it (the return type on its own line
+        # above is not).
+        self.assertIn("error: lib/Manifest.cpp:%d: longTwo has 105 lines; 4 functions are "
+                      "over 100 lines, more than the 3 allowed" % (lines + 105), errors)
 
 
 if __name__ == "__main__":
