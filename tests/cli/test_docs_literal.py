@@ -116,6 +116,9 @@ MEASURED = [
     (re.compile(NUM + r"(?= ?(?:ms|s|MB|MiB|GB|samples/s|tokens/s)\b)"), "#"),
     (re.compile(r"\b(\w+_(?:ms|mb|s)|bubble)([= ])" + NUM), r"\1\2#"),
     (re.compile(NUM + "%"), "#%"),
+    # The time left shows once the steps after the first span a second:
+    # whether a line has one depends on the machine's speed.
+    (re.compile(r", # s left\)"), ")"),
     (re.compile(r"\(" + NUM + r" bytes"), "(# bytes"),
     (re.compile(r"sha256 [0-9a-f]+"), "sha256 #"),
     (re.compile(r"^model: \S*/"), "model: "),  # ppc inspect: the model's absolute path

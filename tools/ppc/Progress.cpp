@@ -28,8 +28,9 @@ double secondsBetween(ProgressClock::time_point from,
 void RateMeter::record(int64_t done, int64_t samples,
                        ProgressClock::time_point now) {
   samples_ = samples_ < 0 || samples < 0 ? -1 : samples_ + samples;
-  if (done <= 1 || done_ == 0) {
+  if (done_ == 0) {
     firstEnd_ = now;
+    firstDone_ = done;
     firstSamples_ = samples_;
   }
   done_ = done;
@@ -47,23 +48,22 @@ double RateMeter::elapsedSeconds() const {
 }
 
 std::optional<double> RateMeter::rate(int64_t sinceBase) const {
-  if (done_ == 0)
+  if (done_ <= firstDone_)
     return std::nullopt;
-  bool steady = done_ >= 2;
-  double seconds = secondsBetween(steady ? firstEnd_ : start_, last_);
-  if (!(seconds > 0))
+  double seconds = secondsBetween(firstEnd_, last_);
+  if (!(seconds >= kMinWindowSeconds))
     return std::nullopt;
   return static_cast<double>(sinceBase) / seconds;
 }
 
 std::optional<double> RateMeter::unitsPerSecond() const {
-  return rate(done_ >= 2 ? done_ - 1 : done_);
+  return rate(done_ - firstDone_);
 }
 
 std::optional<double> RateMeter::samplesPerSecond() const {
   if (samples_ < 0)
     return std::nullopt;
-  return rate(done_ >= 2 ? samples_ - firstSamples_ : samples_);
+  return rate(samples_ - firstSamples_);
 }
 
 std::optional<double> RateMeter::secondsLeft(int64_t total) const {

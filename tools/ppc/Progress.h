@@ -26,13 +26,19 @@ namespace ppc {
 
 using ProgressClock = std::chrono::steady_clock;
 
-/// Rates over units of work (batches, steps) that complete one after
-/// another. The first unit carries the start-up (rendezvous, shape
-/// inference), so once a second one is done the rates count from the end
-/// of the first: the steady state, which predicts the time left.
+/// Rates over units of work (batches, steps, tokens) that complete one
+/// after another, or several at once (a window's batches, a step's
+/// tokens). The first record() carries the start-up (rendezvous, shape
+/// inference), so the rates and the time left count from it: the steady
+/// state. They are measured only over at least kMinWindowSeconds, and
+/// nullopt until then: units that complete together give no rate, and the
+/// start-up alone gives no estimate.
 class RateMeter {
 public:
   explicit RateMeter(ProgressClock::time_point start) : start_(start) {}
+
+  /// The least time the steady rates are measured over.
+  static constexpr double kMinWindowSeconds = 1.0;
 
   /// Records that `done` units (counting from 1) are complete at `now`,
   /// the ones since the last record() holding `samples` samples (rows along
@@ -45,24 +51,26 @@ public:
 
   /// Seconds from the start to the last record().
   double elapsedSeconds() const;
-  /// Units and samples per second; nullopt before the first record() or
-  /// when no time has passed.
+  /// Units and samples per second since the first record(); nullopt until
+  /// units done after it span kMinWindowSeconds.
   std::optional<double> unitsPerSecond() const;
   std::optional<double> samplesPerSecond() const;
-  /// Seconds until `total` units are done at the current rate.
+  /// Seconds until `total` units are done at the steady rate; nullopt
+  /// while there is none.
   std::optional<double> secondsLeft(int64_t total) const;
   /// Samples per second over the whole run, start-up included (the figure
   /// of a closing line); nullopt when no time has passed.
   std::optional<double> overallSamplesPerSecond() const;
 
 private:
-  /// The rate base: the start, or the end of the first unit once a
-  /// second is done.
+  /// `sinceBase` per second of the steady window, or nullopt while it is
+  /// shorter than kMinWindowSeconds.
   std::optional<double> rate(int64_t sinceBase) const;
 
   ProgressClock::time_point start_, last_;
+  /// The first record(): the base of the steady rates.
   ProgressClock::time_point firstEnd_;
-  int64_t done_ = 0, samples_ = 0, firstSamples_ = 0;
+  int64_t done_ = 0, samples_ = 0, firstDone_ = 0, firstSamples_ = 0;
 };
 
 /// "0.042 s", "3.1 s", "2 min 5 s", "1 h 3 min": a duration for people.
@@ -101,7 +109,8 @@ public:
   const RateMeter &meter() const { return meter_; }
 
   /// "progress: batch 12/50 (24%), 3.21 batches/s, 41 samples/s, 11.8 s
-  /// left": the line shown after `done` units.
+  /// left": the line shown after `done` units (the rates and the time left
+  /// once RateMeter has them).
   std::string text(int64_t done) const;
 
 private:

@@ -143,12 +143,14 @@ llvm::json::Value statsJSON(const TrainCommandOptions &o, const LaunchEnv &env,
 }
 
 /// " (0.041 s, 780 samples/s, 3.2 s left)": the timing after a step's
-/// loss.
-std::string stepTiming(double seconds, const RateMeter &meter, int64_t step,
-                       int64_t steps) {
+/// loss: the step's time and its own rate (`rows` over `seconds`; none
+/// without rows), then the time left once the meter has a steady rate
+/// (which counts checkpoints and evaluations too).
+std::string stepTiming(double seconds, int64_t rows, const RateMeter &meter,
+                       int64_t step, int64_t steps) {
   std::string out = " (" + formatSeconds(seconds);
-  if (std::optional<double> rate = meter.samplesPerSecond())
-    out += ", " + formatRate(*rate, "samples");
+  if (rows >= 0 && seconds > 0)
+    out += ", " + formatRate(static_cast<double>(rows) / seconds, "samples");
   if (step < steps)
     if (std::optional<double> left = meter.secondsLeft(steps))
       out += ", " + formatSeconds(*left) + " left";
@@ -451,9 +453,10 @@ llvm::Error StepLoop::report(int s, double loss, double seconds, int64_t rows) {
       return err;
   llvm::outs() << "step " << s << " loss " << formatLoss(loss)
                << stepNumbers(record, showLr_)
-               << (o_.flags.quiet ? ""
-                                  : stepTiming(seconds, meter_, s - resumed_,
-                                               o_.steps - resumed_))
+               << (o_.flags.quiet
+                       ? ""
+                       : stepTiming(seconds, rows, meter_, s - resumed_,
+                                    o_.steps - resumed_))
                << "\n";
   return llvm::Error::success();
 }

@@ -1,8 +1,8 @@
 //===- tests/unit/tools/ProgressTest.cpp - Rates and the time left --------===//
 //
 // Tests RateMeter and the progress text of tools/ppc/Progress.h with
-// made-up times: the rates count from the end of the first unit (which
-// carries the start-up) once there is a second, and predict the time left.
+// made-up times: the rates count from the first record (which carries the
+// start-up), over at least a second, and predict the time left.
 //
 //===----------------------------------------------------------------------===//
 #include "tools/ppc/Progress.h"
@@ -26,9 +26,10 @@ ProgressClock::time_point at(double seconds) {
 TEST(ProgressTest, RatesCountFromTheEndOfTheFirstUnit) {
   RateMeter meter(at(0));
   EXPECT_FALSE(meter.unitsPerSecond());
-  meter.record(1, 8, at(2)); // 2 s of start-up
-  EXPECT_DOUBLE_EQ(*meter.unitsPerSecond(), 0.5);
-  EXPECT_DOUBLE_EQ(*meter.samplesPerSecond(), 4);
+  meter.record(1, 8, at(2)); // 2 s of start-up: no rate, no estimate
+  EXPECT_FALSE(meter.unitsPerSecond());
+  EXPECT_FALSE(meter.samplesPerSecond());
+  EXPECT_FALSE(meter.secondsLeft(10));
   meter.record(3, 16, at(3)); // then 2 units in 1 s
   EXPECT_DOUBLE_EQ(*meter.unitsPerSecond(), 2);
   EXPECT_DOUBLE_EQ(*meter.samplesPerSecond(), 16);
@@ -37,6 +38,25 @@ TEST(ProgressTest, RatesCountFromTheEndOfTheFirstUnit) {
   EXPECT_DOUBLE_EQ(meter.elapsedSeconds(), 3);
   EXPECT_DOUBLE_EQ(*meter.overallSamplesPerSecond(), 8);
   EXPECT_EQ(meter.samples(), 24);
+}
+
+// Tests that units completing together (a window's batches, written one
+// after another in microseconds) give no rate until the steady window spans
+// a second, instead of a rate of a hundred thousand batches a second.
+TEST(ProgressTest, UnitsDoneTogetherGiveNoRateUntilASecondPassed) {
+  RateMeter meter(at(0));
+  for (int done = 1; done <= 8; ++done)
+    meter.record(done, 5, at(1 + done * 1e-6));
+  EXPECT_FALSE(meter.unitsPerSecond());
+  EXPECT_FALSE(meter.samplesPerSecond());
+  EXPECT_FALSE(meter.secondsLeft(16));
+  // The next window's batches, 1.5 s later: 15 batches since the first.
+  for (int done = 9; done <= 16; ++done)
+    meter.record(done, 5, at(2.5 + done * 1e-6));
+  EXPECT_NEAR(*meter.unitsPerSecond(), 10, 1e-3);
+  EXPECT_NEAR(*meter.samplesPerSecond(), 50, 1e-3);
+  EXPECT_NEAR(*meter.secondsLeft(24), 0.8, 1e-3);
+  EXPECT_NEAR(*meter.overallSamplesPerSecond(), 32, 1e-3);
 }
 
 // Tests that unknown samples (an output without a batch dimension) leave
@@ -82,8 +102,7 @@ TEST(ProgressTest, LinesAtTheEdgesAndOnceASecond) {
   progress.update(4, 5, at(2.2));
   os.flush();
   EXPECT_EQ(text,
-            "progress: batch 1/4 (25%), 1.00 batches/s, 5.00 samples/s, "
-            "3.000 s left\n"
+            "progress: batch 1/4 (25%)\n"
             "progress: batch 3/4 (75%), 1.82 batches/s, 9.09 samples/s, "
             "0.550 s left\n"
             "progress: batch 4/4 (100%), 2.50 batches/s, 12.5 samples/s\n");
@@ -104,7 +123,6 @@ TEST(ProgressTest, OffAndRedraw) {
   redraw.update(2, -1, at(3));
   redraw.clear();
   os.flush();
-  EXPECT_EQ(text, "\rprogress: batch 1/2 (50%), 1.00 batches/s, 1.000 s left"
-                  "\x1b[K"
+  EXPECT_EQ(text, "\rprogress: batch 1/2 (50%)\x1b[K"
                   "\rprogress: batch 2/2 (100%), 0.50 batches/s\x1b[K\r\x1b[K");
 }
