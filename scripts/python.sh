@@ -9,10 +9,11 @@
 #   2. `python3` on PATH, when it imports torch 2.x: the torch you already have. (Debian's
 #      /usr/bin/python3 has torch 1.13: that is the system LibTorch configuration's Python.)
 #   3. A venv in BUILD_DIR/venv (Debian's python3 -m venv) with PyPI's newest torch, numpy,
-#      torchvision, transformers and accelerate: about 3 minutes and 5.7 GB the first time,
-#      skipped when it has them already. torchvision makes the example and test models;
-#      transformers exports the decoders of tests/cli/test_generate.py, and accelerate
-#      (init_empty_weights) those without weights of tests/cli/test_weights.py.
+#      torchvision, transformers, accelerate and timm: about 3 minutes and 5.7 GB the first
+#      time, skipped when it has them already. torchvision makes the example and test models;
+#      transformers exports the decoders of tests/cli/test_generate.py, accelerate
+#      (init_empty_weights) those without weights of tests/cli/test_weights.py, and timm the
+#      ViT of docs/export.md's recipe (tests/cli/test_docs_literal.py).
 #
 # Environment: PPC_WHEEL_TORCH, PPC_WHEEL_TRANSFORMERS (pip requirements, default the newest),
 # PPC_WHEEL_PIP_TIMEOUT (seconds pip may take in all, default 1200).
@@ -60,13 +61,13 @@ if [ -n "$major" ] && [ "$major" -ge 2 ]; then
 fi
 
 requirement=${PPC_WHEEL_TORCH:-torch}
-packages=("$requirement" numpy torchvision "${PPC_WHEEL_TRANSFORMERS:-transformers}" accelerate)
+packages=("$requirement" numpy torchvision "${PPC_WHEEL_TRANSFORMERS:-transformers}" accelerate timm)
 python=$venv/bin/python
 # The marker names the requirements the venv was made for; it is written last. One made for
 # other requirements (an older script's list) makes pip install what is missing.
 marker=$venv/.ppc-torch
 if [ -f "$marker" ] && [ "$(cat "$marker")" = "${packages[*]}" ] &&
-  "$python" -c 'import torch, numpy, torchvision, transformers, accelerate' 2>/dev/null; then
+  "$python" -c 'import torch, numpy, torchvision, transformers, accelerate, timm' 2>/dev/null; then
   echo "python.sh: $venv has ${packages[*]} already" >&2
   echo "$python"
   exit 0
