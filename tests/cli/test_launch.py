@@ -189,6 +189,38 @@ class LaunchTest(unittest.TestCase):
             with open(os.path.join(pids, str(rank))) as f:
                 self.assertFalse(pid_alive(int(f.read())), rank)
 
+    def test_an_error_every_rank_prints_shows_once(self):
+        # Ranks that check the same thing fail alike (issue #44): one rank's
+        # line is forwarded, a note names the others, and the launcher's last
+        # line gives the error again as the root cause.
+        code, _, err, _ = timed_launch(
+            "--nproc-per-node", "3", "--",
+            "sh", "-c", "echo 'error: --lr -1 is not above 0' >&2; "
+            "echo \"error: rank-specific $RANK\" >&2; sleep 1; exit 2")
+        self.assertEqual(code, 2)
+        lines = err.splitlines()
+        same = [l for l in lines if l.endswith("] error: --lr -1 is not above 0")]
+        self.assertEqual(len(same), 1, err)
+        # Lines that differ between ranks are each forwarded.
+        self.assertEqual(sorted(l for l in lines if l.startswith("[rank") and "specific" in l),
+                         ["[rank %d] error: rank-specific %d" % (r, r) for r in range(3)], err)
+        cause = re.match(r"^error: rank (\d) exited with status 2: rank-specific \1$", lines[-1])
+        self.assertTrue(cause, err)
+        # Each rank's last error line is its error: they all differ, so no note.
+        self.assertFalse([l for l in lines if l.startswith("note:")], err)
+        code, _, err, _ = timed_launch(
+            "--nproc-per-node", "3", "--",
+            "sh", "-c", "echo 'error: --lr -1 is not above 0' >&2; sleep 1; exit 2")
+        self.assertEqual(code, 2)
+        lines = err.splitlines()
+        self.assertEqual(len(lines), 3, err)
+        self.assertRegex(lines[0], r"^\[rank \d\] error: --lr -1 is not above 0$")
+        cause = re.match(r"^error: rank (\d) exited with status 2: --lr -1 is not above 0$",
+                         lines[2])
+        self.assertTrue(cause, err)
+        others = [str(r) for r in range(3) if r != int(cause.group(1))]
+        self.assertEqual(lines[1], "note: ranks %s and %s reported the same error" % tuple(others))
+
     def test_rank_killed_by_signal(self):
         code, _, err, elapsed = timed_launch(
             "--nproc-per-node", "2", "--",

@@ -17,6 +17,7 @@
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallString.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/Errno.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -164,13 +165,22 @@ struct ErrorLine {
   bool consequence = false;
 };
 
+/// The error lines the workers printed, by text (at most kMaxErrorLine
+/// bytes of it): the ranks that printed each, the first first. Only the
+/// first rank's line is forwarded; the launcher's last line names the
+/// others.
+using ErrorRanks = std::map<std::string, std::vector<int>>;
+
 /// The read end of one worker pipe (stdout or stderr) and its unfinished
-/// last line; `lastError`, when set, receives the stream's error lines.
+/// last line; `lastError`, when set, receives the stream's error lines, and
+/// `errorRanks` records them for worker `rank`.
 struct OutputStream {
   int fd = -1;
   int targetFd = -1;
   std::string pending;
   ErrorLine *lastError = nullptr;
+  ErrorRanks *errorRanks = nullptr;
+  int rank = -1;
 };
 
 struct Worker {
@@ -190,13 +200,21 @@ struct Worker {
 };
 
 /// Keeps `line` (one whole line, '\n' included) as the last error of
-/// `stream` when it is an "error: " line.
-void noteErrorLine(OutputStream &stream, llvm::StringRef line) {
+/// `stream` when it is an "error: " line, and says whether to forward it:
+/// not when another rank printed the same error first (every rank that
+/// checks the same thing fails alike; the error is printed once).
+bool noteErrorLine(OutputStream &stream, llvm::StringRef line) {
   if (!stream.lastError || !line.consume_front("error: "))
-    return;
+    return true;
   line = line.rtrim("\r\n");
   stream.lastError->consequence = isConsequenceLine(line);
   stream.lastError->text = line.take_front(kMaxErrorLine).str();
+  if (!stream.errorRanks)
+    return true;
+  std::vector<int> &ranks = (*stream.errorRanks)[stream.lastError->text];
+  if (!llvm::is_contained(ranks, stream.rank))
+    ranks.push_back(stream.rank);
+  return ranks.front() == stream.rank;
 }
 
 /// Writes the complete lines of `stream.pending`, each prefixed, in one
@@ -208,10 +226,11 @@ void emitLines(OutputStream &stream, const std::string &prefix, bool atEof) {
   for (size_t newline;
        (newline = stream.pending.find('\n', start)) != std::string::npos;
        start = newline + 1) {
+    if (!noteErrorLine(
+            stream, llvm::StringRef(stream.pending).slice(start, newline + 1)))
+      continue;
     chunk += prefix;
     chunk.append(stream.pending, start, newline + 1 - start);
-    noteErrorLine(stream,
-                  llvm::StringRef(stream.pending).slice(start, newline + 1));
   }
   for (; stream.pending.size() - start >= kMaxLine; start += kMaxLine) {
     chunk += prefix;
@@ -219,10 +238,12 @@ void emitLines(OutputStream &stream, const std::string &prefix, bool atEof) {
     chunk += '\n';
   }
   if (atEof && start < stream.pending.size()) {
-    chunk += prefix;
-    chunk.append(stream.pending, start, std::string::npos);
-    chunk += '\n';
-    noteErrorLine(stream, llvm::StringRef(stream.pending).drop_front(start));
+    if (noteErrorLine(stream,
+                      llvm::StringRef(stream.pending).drop_front(start))) {
+      chunk += prefix;
+      chunk.append(stream.pending, start, std::string::npos);
+      chunk += '\n';
+    }
     start = stream.pending.size();
   }
   stream.pending.erase(0, start);
@@ -355,14 +376,40 @@ public:
       return makeError(*failure);
     if (std::optional<std::string> stuck = stuckRank())
       return makeError(*stuck);
-    if (const Worker *cause = rootCause())
+    if (const Worker *cause = rootCause()) {
+      std::string same = sameErrorNote(*cause);
+      if (!same.empty())
+        llvm::errs() << same << "\n";
       return makeError(*cause->failure + (cause->error.text.empty()
                                               ? ""
                                               : ": " + cause->error.text));
+    }
     return llvm::Error::success();
   }
 
 private:
+  /// "note: ranks 1 and 2 reported the same error": the other ranks whose
+  /// error line was `cause`'s (not forwarded); empty when none.
+  std::string sameErrorNote(const Worker &cause) const {
+    auto found = errorRanks.find(cause.error.text);
+    if (found == errorRanks.end())
+      return "";
+    std::vector<int> ranks = found->second;
+    llvm::sort(ranks);
+    std::vector<std::string> others;
+    for (int rank : ranks)
+      if (rank != cause.rank)
+        others.push_back(std::to_string(rank));
+    if (others.empty())
+      return "";
+    std::string list = others.back();
+    if (others.size() > 1)
+      list =
+          llvm::join(llvm::ArrayRef(others).drop_back(), ", ") + " and " + list;
+    return (others.size() == 1 ? "note: rank " : "note: ranks ") + list +
+           " reported the same error";
+  }
+
   static Clock::duration toDuration(double seconds) {
     return durationFromSeconds<Clock::duration>(seconds);
   }
@@ -669,6 +716,8 @@ private:
     workers.push_back(std::move(worker));
     // `workers` holds every worker before any output is read.
     workers.back().err.lastError = &workers.back().error;
+    workers.back().err.errorRanks = &errorRanks;
+    workers.back().err.rank = workers.back().rank;
 
     // Every rank runs the same command, so the first one tells.
     if (int error = execError(pipes.exec[0]))
@@ -766,6 +815,8 @@ private:
   SignalPipe &signals;
   int devNull;
   std::vector<Worker> workers;
+  /// The workers' error lines, by text (noteErrorLine()).
+  ErrorRanks errorRanks;
   /// Indexes into `workers` of the failed ones, in the order seen.
   std::vector<size_t> exits;
   std::optional<std::string> failure;

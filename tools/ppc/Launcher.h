@@ -116,7 +116,9 @@ launchEnvironment(const LaunchOptions &options, int localRank);
 ///      options.stderrFd, each prefixed "[rank R] " and written whole; a
 ///      last line without '\n' is completed at exit, and a line longer than
 ///      1 MiB is split (each piece prefixed). The last stderr line of each
-///      worker that starts with "error: " is kept as its error.
+///      worker that starts with "error: " is kept as its error, and an
+///      error line that another rank printed first is not forwarded: ranks
+///      that check the same thing fail alike, and the error shows once.
 ///   3. On SIGINT/SIGTERM/SIGHUP to the launcher, the timeout, or a worker
 ///      that fails for a reason of its own, signals every running worker's
 ///      process group (SIGTERM, or the received signal), waits up to
@@ -138,7 +140,8 @@ launchEnvironment(const LaunchOptions &options, int localRank);
 ///   launcher signalled it), else the first failed worker:
 ///   "rank R exited with status S", "rank R killed by signal SIGxxx", each
 ///   followed by ": ERROR" (its error line without "error: ") when it
-///   printed one.
+///   printed one; when other ranks printed that line too, a line "note:
+///   ranks A and B reported the same error" comes before it.
 ///   Before that, a stuck job: when every failed worker only lost a peer,
 ///   the status records the ranks wrote (PPC_STATUS_DIR, a private
 ///   directory the launcher creates and removes; runtime/exec/Executor.h)
