@@ -1,0 +1,183 @@
+//===- tests/unit/runtime/train/TrainJob.h - A two-stage job to train -*- C++
+//-*-===//
+//
+// For unit tests of Trainer (runtime/train/Trainer.h) whose ranks run in
+// threads of one process, meeting over TCP on this host: a manifest of two
+// TorchScript stages with parameters, a = x @ w0 on stage 0 and
+// out = a @ w1 + b1 on stage 1 (x float32[N,3], out float32[N,2]), written
+// to a fresh directory that the fixture removes, and the same model unsplit
+// (reference()) to compare a step with.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PPC_TESTS_UNIT_RUNTIME_TRAIN_TRAINJOB_H
+#define PPC_TESTS_UNIT_RUNTIME_TRAIN_TRAINJOB_H
+
+#include "lib/FileUtil.h"
+#include "lib/Manifest.h"
+#include "runtime/train/Trainer.h"
+#include "tests/unit/runtime/FreePort.h"
+
+#include "llvm/ADT/SmallString.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <torch/script.h>
+
+#include <functional>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace ppc::testing {
+
+class TrainJob : public ::testing::Test {
+protected:
+  void SetUp() override {
+    ASSERT_FALSE(llvm::sys::fs::createUniqueDirectory("ppc-train-job", dir));
+    manifest.modelInputs.push_back({"x", ValueKind::Tensor, {}, {}});
+    for (int s = 0; s < 2; ++s) {
+      StageInfo info;
+      info.index = s;
+      info.file = "stage" + std::to_string(s) + ".pt";
+      torch::jit::Module m("Stage" + std::to_string(s));
+      if (s == 0) {
+        m.register_parameter("w0", initialW0().requires_grad_(true),
+                             /*is_buffer=*/false);
+        m.define("def forward(self, x: Tensor):\n"
+                 "    return (torch.matmul(x, self.w0),)\n");
+      } else {
+        m.register_parameter("w1", initialW1().requires_grad_(true), false);
+        m.register_parameter("b1", initialB1().requires_grad_(true), false);
+        m.define("def forward(self, a: Tensor):\n"
+                 "    return (torch.matmul(a, self.w1) + self.b1,)\n");
+      }
+      m.save(path(info.file));
+      auto sha = sha256File(path(info.file));
+      ASSERT_TRUE(static_cast<bool>(sha));
+      info.sha256 = *sha;
+      StageInput in;
+      in.name = s == 0 ? "x" : "a";
+      in.source =
+          s == 0 ? ValueRef::fromModelInput(0) : ValueRef::fromStage(0, 0);
+      info.inputs.push_back(in);
+      StageOutput out;
+      out.name = s == 0 ? "a" : "out";
+      if (s == 0)
+        out.consumers = {1};
+      info.outputs.push_back(out);
+      manifest.stages.push_back(info);
+    }
+    manifest.modelOutputs = {ValueRef::fromStage(1, 0)};
+    manifest.costModel = "nodes";
+    ASSERT_FALSE(static_cast<bool>(manifest.verify()));
+    ASSERT_FALSE(static_cast<bool>(manifest.save(path("manifest.json"))));
+  }
+  void TearDown() override { llvm::sys::fs::remove_directories(dir); }
+
+  std::string path(llvm::StringRef name) const {
+    llvm::SmallString<256> p(dir);
+    llvm::sys::path::append(p, name);
+    return std::string(p);
+  }
+
+  static at::Tensor initialW0() {
+    return at::arange(12, at::kFloat).reshape({3, 4}) / 8.0 - 0.5;
+  }
+  static at::Tensor initialW1() {
+    return at::arange(8, at::kFloat).reshape({4, 2}) / -4.0 + 1.0;
+  }
+  static at::Tensor initialB1() { return at::tensor({0.25f, -0.75f}); }
+
+  /// A batch of `rows` rows and its target.
+  static at::Tensor batch(int rows) {
+    return at::arange(rows * 3, at::kFloat).reshape({rows, 3}) / 4.0 - 1.0;
+  }
+  static at::Tensor target(int rows) {
+    return at::arange(rows * 2, at::kFloat).reshape({rows, 2}).cos();
+  }
+
+  /// The unsplit model's parameters (w0, w1, b1), requiring gradients.
+  struct Reference {
+    at::Tensor w0 = initialW0().requires_grad_(true);
+    at::Tensor w1 = initialW1().requires_grad_(true);
+    at::Tensor b1 = initialB1().requires_grad_(true);
+    std::vector<at::Tensor> params() const { return {w0, w1, b1}; }
+    at::Tensor forward(const at::Tensor &x) const {
+      return at::matmul(at::matmul(x, w0), w1) + b1;
+    }
+    /// The batch's mean squared error; its backward leaves the gradients.
+    at::Tensor lossBackward(const at::Tensor &x, const at::Tensor &t) const {
+      at::Tensor loss = at::mse_loss(forward(x), t);
+      loss.backward();
+      return loss.detach();
+    }
+  };
+
+  static TrainOptions options(int microbatches = 1) {
+    TrainOptions o;
+    o.run.microbatches = microbatches;
+    o.run.useMetaCache = false;
+    o.run.timeout = std::chrono::milliseconds(20000);
+    o.run.threads = 1;
+    o.lr = 0.1;
+    return o;
+  }
+
+  /// Creates a Trainer on each of `world` ranks, in threads, runs
+  /// `body(trainer, rank)` and finish(); returns each rank's first error
+  /// ("" when none). A create error is returned as "create: ...".
+  std::vector<std::string>
+  onRanks(int world, const TrainOptions &o,
+          const std::function<llvm::Error(Trainer &, int)> &body) {
+    int port = freePort();
+    std::vector<std::string> errors(world);
+    auto rank = [&](int r) {
+      LaunchEnv env;
+      env.rank = env.localRank = r;
+      env.worldSize = env.localWorldSize = world;
+      env.masterPort = port;
+      auto trainer = Trainer::create(path("manifest.json"), env, o);
+      if (!trainer) {
+        errors[r] = "create: " + llvm::toString(trainer.takeError());
+        return;
+      }
+      llvm::Error err = body(**trainer, r);
+      if (!err)
+        err = (*trainer)->finish();
+      if (err)
+        errors[r] = llvm::toString(std::move(err));
+    };
+    std::vector<std::thread> threads;
+    for (int r = 0; r < world; ++r)
+      threads.emplace_back(rank, r);
+    for (std::thread &t : threads)
+      t.join();
+    return errors;
+  }
+
+  /// The inputs of step() for `trainer`: the batch where it reads inputs.
+  static std::vector<c10::IValue> inputsFor(const Trainer &trainer,
+                                            const at::Tensor &x) {
+    if (!trainer.needsInputs())
+      return {};
+    return {x};
+  }
+
+  /// Each of this rank's parameters by name ("stage 1: w1"), cloned.
+  static std::map<std::string, at::Tensor> parametersOf(const Trainer &t) {
+    std::map<std::string, at::Tensor> out;
+    for (const auto &[name, value] : t.namedParameters())
+      out[name] = value.detach().clone();
+    return out;
+  }
+
+  llvm::SmallString<128> dir;
+  Manifest manifest;
+};
+
+} // namespace ppc::testing
+
+#endif // PPC_TESTS_UNIT_RUNTIME_TRAIN_TRAINJOB_H
