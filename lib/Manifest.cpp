@@ -133,6 +133,29 @@ static Value stageToJSON(const StageInfo &s) {
   return so;
 }
 
+Manifest Manifest::chain(int n) {
+  Manifest m;
+  m.modelInputs.push_back({"x", ValueKind::Tensor, {}, {}});
+  for (int s = 0; s < n; ++s) {
+    StageInfo info;
+    info.index = s;
+    info.file = "stage_" + std::to_string(s) + ".pt";
+    StageInput in;
+    in.name = "x";
+    in.source =
+        s == 0 ? ValueRef::fromModelInput(0) : ValueRef::fromStage(s - 1, 0);
+    info.inputs.push_back(in);
+    StageOutput out;
+    out.name = "y";
+    if (s + 1 < n)
+      out.consumers.push_back(s + 1);
+    info.outputs.push_back(out);
+    m.stages.push_back(info);
+  }
+  m.modelOutputs.push_back(ValueRef::fromStage(n - 1, 0));
+  return m;
+}
+
 Value Manifest::toJSON() const {
   Array inputs;
   for (const ModelInput &in : modelInputs) {

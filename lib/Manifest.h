@@ -265,6 +265,13 @@ struct Manifest {
   /// 0 is a int").
   llvm::Error verify() const;
 
+  /// A chain of `n` (at least 1) stages with no files behind them: stage
+  /// k's one Tensor input "x" is stage k-1's one Tensor output "y" (stage
+  /// 0's is model input "x"), and the last stage's is the model output. It
+  /// stands for any model split into `n` stages where only the stage graph
+  /// matters (`ppc schedule` without --manifest, tests).
+  static Manifest chain(int n);
+
   /// The output a reference names (must be a stage reference).
   const StageOutput &output(const ValueRef &ref) const {
     return stages[ref.stage].outputs[ref.output];

@@ -18,6 +18,7 @@
 #include "runtime/train/Checkpoint.h"
 #include "tools/ppc/DecodeFlags.h"
 #include "tools/ppc/OptionChecks.h"
+#include "tools/ppc/OutputClaims.h"
 #include "tools/ppc/Progress.h"
 #include "tools/ppc/RankProcess.h"
 #include "tools/ppc/RuntimeFlags.h"
@@ -62,20 +63,12 @@ llvm::Error guardOutputs(const GenerateCommandOptions &o,
   keepManifestFiles(guard, o.manifestPath, metaCacheDirOf(run, o.manifestPath));
   guard.keep(o.promptPath, "the prompt");
   // A manifest inside a training checkpoint: no output lands in it.
-  if (llvm::Error err = checkOutputsOutsideCheckpoints(
-          o.manifestPath, "the checkpoint",
-          {{"--output", o.outputPath},
-           {"--trace", o.flags.tracePath},
-           {"--stats-json", o.flags.statsJsonPath}}))
-    return err;
-  if (llvm::Error err = guard.claimFile("--output", o.outputPath))
-    return err;
-  if (!o.flags.tracePath.empty())
-    if (llvm::Error err = guard.claimFile("--trace", o.flags.tracePath))
-      return err;
-  if (!o.flags.statsJsonPath.empty())
-    return guard.claimFile("--stats-json", o.flags.statsJsonPath);
-  return llvm::Error::success();
+  OutputClaim output{"--output", o.outputPath};
+  output.required = true;
+  return claimOutputs(guard, {{o.manifestPath, "the checkpoint"}},
+                      {output,
+                       {"--trace", o.flags.tracePath},
+                       {"--stats-json", o.flags.statsJsonPath}});
 }
 
 /// The prompt file's tensors: one prompt, or several (a tuple or list).

@@ -16,6 +16,7 @@
 #include "runtime/exec/Microbatch.h"
 #include "runtime/platform/Duration.h"
 #include "runtime/train/Checkpoint.h"
+#include "tools/ppc/OutputClaims.h"
 
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringExtras.h"
@@ -66,24 +67,16 @@ llvm::Error checkOutputPaths(const RunFilesRequest &request,
   }
   guard.keep(options.inputMetaPath, "the --input-meta file");
   // A manifest inside a training checkpoint: no output lands in it.
-  std::vector<CommandOutput> outputs = {
-      {"--output", outputPath.str(), directory},
-      {"--trace", options.tracePath}};
-  for (const auto &[option, path] : request.extraOutputs)
+  OutputClaim output{"--output", outputPath.str(),
+                     directory ? OutputClaim::Kind::Directory
+                               : OutputClaim::Kind::File};
+  output.required = true;
+  std::vector<OutputClaim> outputs = {output, {"--trace", options.tracePath}};
+  for (const auto &[option, path] : request.extraOutputs) {
     outputs.push_back({std::string(option), std::string(path)});
-  if (llvm::Error err = checkOutputsOutsideCheckpoints(
-          manifestPath, "the checkpoint", outputs))
-    return err;
-  if (llvm::Error err = directory ? guard.claimDirectory("--output", outputPath)
-                                  : guard.claimFile("--output", outputPath))
-    return err;
-  if (!options.tracePath.empty())
-    if (llvm::Error err = guard.claimFile("--trace", options.tracePath))
-      return err;
-  for (const auto &[option, path] : request.extraOutputs)
-    if (llvm::Error err = guard.claimFile(option, path))
-      return err;
-  return llvm::Error::success();
+    outputs.back().required = true;
+  }
+  return claimOutputs(guard, {{manifestPath.str(), "the checkpoint"}}, outputs);
 }
 
 /// The samples of one batch's outputs: the rows of the first, or -1 when

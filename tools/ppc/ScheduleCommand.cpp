@@ -54,31 +54,6 @@ struct ScheduleOptions {
 constexpr int kMaxGridStages = 1024;
 constexpr int kMaxGridMicrobatches = 1024;
 
-/// A chain of `n` stages: stage k's single Tensor output feeds stage k+1,
-/// the last stage's is the model output.
-Manifest chainManifest(int n) {
-  Manifest m;
-  m.modelInputs.push_back({"x", ValueKind::Tensor, {}, {}});
-  for (int s = 0; s < n; ++s) {
-    StageInfo info;
-    info.index = s;
-    info.file = "stage_" + std::to_string(s) + ".pt";
-    StageInput in;
-    in.name = "x";
-    in.source =
-        s == 0 ? ValueRef::fromModelInput(0) : ValueRef::fromStage(s - 1, 0);
-    info.inputs.push_back(in);
-    StageOutput out;
-    out.name = "y";
-    if (s + 1 < n)
-      out.consumers.push_back(s + 1);
-    info.outputs.push_back(out);
-    m.stages.push_back(info);
-  }
-  m.modelOutputs.push_back(ValueRef::fromStage(n - 1, 0));
-  return m;
-}
-
 /// "loop (stage k on ...) or v (...)": the styles of Placement.cpp's
 /// registry with their help.
 std::string placementChoicesHelp() {
@@ -285,7 +260,7 @@ llvm::Expected<ScheduleJob> prepareJob(const ScheduleOptions &o) {
   if (!ranks)
     return ranks.takeError();
   job.ranks = *ranks;
-  job.graph = *manifest ? **manifest : chainManifest(job.stages);
+  job.graph = *manifest ? **manifest : Manifest::chain(job.stages);
   auto costs = stageCosts(o, *manifest, job.stages, job.described);
   if (!costs)
     return costs.takeError();

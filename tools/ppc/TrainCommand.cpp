@@ -19,6 +19,7 @@
 #include "runtime/train/Optimizer.h"
 #include "runtime/train/TrainData.h"
 #include "runtime/train/Trainer.h"
+#include "tools/ppc/OutputClaims.h"
 #include "tools/ppc/Progress.h"
 #include "tools/ppc/RankProcess.h"
 #include "tools/ppc/RuntimeFlags.h"
@@ -64,45 +65,26 @@ llvm::Error checkOutputPaths(const TrainCommandOptions &o,
   guard.keep(o.dataPath, "the --data file");
   guard.keep(o.scheduleCSVPath, "the --schedule-csv file");
   guard.keep(o.evalData, "the --eval-data file");
-  std::vector<CommandOutput> outputs = {
-      {"--save", o.savePath, true},
-      {"--save-grads", o.gradsDir.empty() ? "" : gradsPath(o.gradsDir, rank)},
-      {"--trace", o.flags.tracePath},
-      {"--log-file", o.logFile},
-      {"--stats-json", o.flags.statsJsonPath}};
-  for (auto [source, what] : {std::pair(o.resumeDir, "--resume"),
-                              std::pair(o.manifestPath, "the checkpoint")})
-    if (llvm::Error err = checkOutputsOutsideCheckpoints(source, what, outputs))
-      return err;
-  if (!o.savePath.empty()) {
-    if (llvm::Error err = guard.claimReplacedDirectory("--save", o.savePath))
-      return err;
-  }
-  if (!o.gradsDir.empty()) {
-    if (!llvm::sys::fs::is_directory(o.gradsDir))
-      return makeError("--save-grads '" + o.gradsDir +
-                       "' is not an existing directory");
-    if (llvm::Error err =
-            guard.claimFile("--save-grads", gradsPath(o.gradsDir, rank)))
-      return err;
-  }
-  if (!o.checkpointDir.empty()) {
-    if (llvm::Error err =
-            guard.claimDirectory("--checkpoint-dir", o.checkpointDir))
-      return err;
-    if (llvm::Error err =
-            checkCheckpointDirectory(o.checkpointDir, "--checkpoint-dir"))
-      return err;
-  }
-  if (!o.flags.tracePath.empty())
-    if (llvm::Error err = guard.claimFile("--trace", o.flags.tracePath))
-      return err;
-  if (!o.logFile.empty())
-    if (llvm::Error err = guard.claimFile("--log-file", o.logFile))
-      return err;
-  if (!o.flags.statsJsonPath.empty())
-    return guard.claimFile("--stats-json", o.flags.statsJsonPath);
-  return llvm::Error::success();
+  if (!o.gradsDir.empty() && !llvm::sys::fs::is_directory(o.gradsDir))
+    return makeError("--save-grads '" + o.gradsDir +
+                     "' is not an existing directory");
+  OutputClaim checkpoints{"--checkpoint-dir", o.checkpointDir,
+                          OutputClaim::Kind::Directory};
+  checkpoints.intoCheckpoints = true;
+  if (llvm::Error err = claimOutputs(
+          guard,
+          {{o.resumeDir, "--resume"}, {o.manifestPath, "the checkpoint"}},
+          {{"--save", o.savePath, OutputClaim::Kind::ReplacedDirectory},
+           {"--save-grads",
+            o.gradsDir.empty() ? "" : gradsPath(o.gradsDir, rank)},
+           checkpoints,
+           {"--trace", o.flags.tracePath},
+           {"--log-file", o.logFile},
+           {"--stats-json", o.flags.statsJsonPath}}))
+    return err;
+  if (o.checkpointDir.empty())
+    return llvm::Error::success();
+  return checkCheckpointDirectory(o.checkpointDir, "--checkpoint-dir");
 }
 
 /// The rows of a target (the samples of a step), or -1 without a batch

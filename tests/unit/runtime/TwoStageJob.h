@@ -2,8 +2,9 @@
 //
 // For unit tests of the library (runtime/run/Pipeline.h) whose ranks run in
 // threads of one process: a manifest of two TorchScript stages, a = x * 2
-// on stage 0 and b = a + 1 on stage 1, written to a fresh directory that
-// the fixture removes.
+// on stage 0 and b = a + 1 on stage 1 (or the modules a derived fixture's
+// stageModule() makes), written to a fresh directory that the fixture
+// removes.
 //
 //===----------------------------------------------------------------------===//
 #ifndef PPC_TESTS_UNIT_RUNTIME_TWOSTAGEJOB_H
@@ -28,18 +29,12 @@ class TwoStageJob : public ::testing::Test {
 protected:
   void SetUp() override {
     ASSERT_FALSE(llvm::sys::fs::createUniqueDirectory("ppc-two-stage", dir));
-    const char *code[] = {"def forward(self, x: Tensor):\n"
-                          "    return (x * 2.0,)\n",
-                          "def forward(self, a: Tensor):\n"
-                          "    return (a + 1.0,)\n"};
     manifest.modelInputs.push_back({"x", ValueKind::Tensor, {}, {}});
     for (int s = 0; s < 2; ++s) {
       StageInfo info;
       info.index = s;
       info.file = "stage" + std::to_string(s) + ".pt";
-      torch::jit::Module m("Stage");
-      m.define(code[s]);
-      m.save(path(info.file));
+      stageModule(s).save(path(info.file));
       auto sha = sha256File(path(info.file));
       ASSERT_TRUE(static_cast<bool>(sha));
       info.sha256 = *sha;
@@ -61,6 +56,18 @@ protected:
     ASSERT_FALSE(static_cast<bool>(manifest.save(path("manifest.json"))));
   }
   void TearDown() override { llvm::sys::fs::remove_directories(dir); }
+
+  /// Stage `s`'s module: takes one tensor (x, then a), returns a tuple of
+  /// one tensor (a, then b).
+  virtual torch::jit::Module stageModule(int s) const {
+    const char *code[] = {"def forward(self, x: Tensor):\n"
+                          "    return (x * 2.0,)\n",
+                          "def forward(self, a: Tensor):\n"
+                          "    return (a + 1.0,)\n"};
+    torch::jit::Module m("Stage");
+    m.define(code[s]);
+    return m;
+  }
 
   std::string path(llvm::StringRef name) const {
     llvm::SmallString<256> p(dir);

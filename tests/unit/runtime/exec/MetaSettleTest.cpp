@@ -30,26 +30,7 @@ using namespace ppc;
 namespace {
 /// Two stages in a chain: stage 0 (rank 0) reads the model input and hands
 /// its output 0 to stage 1 (rank 1), which returns the model output.
-Manifest chain() {
-  Manifest m;
-  m.modelInputs.push_back({"x", ValueKind::Tensor, {}, {}});
-  for (int s = 0; s < 2; ++s) {
-    StageInfo info;
-    info.index = s;
-    info.file = "stage_" + std::to_string(s) + ".pt";
-    StageInput in;
-    in.name = "x";
-    in.source =
-        s == 0 ? ValueRef::fromModelInput(0) : ValueRef::fromStage(0, 0);
-    info.inputs.push_back(in);
-    info.outputs.push_back({"y", ValueKind::Tensor, {}, "", {}});
-    if (s == 0)
-      info.outputs[0].consumers.push_back(1);
-    m.stages.push_back(info);
-  }
-  m.modelOutputs.push_back(ValueRef::fromStage(1, 0));
-  return m;
-}
+Manifest chain() { return Manifest::chain(2); }
 
 /// What one rank saw.
 struct RankResult {

@@ -23,23 +23,9 @@ namespace ppc::test {
 /// A chain of `n` stages (stage s takes output 0 of stage s-1), plus skip
 /// edges (from, to): stage `to` also takes output 1 of stage `from`.
 inline Manifest chain(int n, std::vector<std::pair<int, int>> skips = {}) {
-  Manifest m;
-  m.modelInputs.push_back({"x", ValueKind::Tensor, {}, {}});
-  for (int s = 0; s < n; ++s) {
-    StageInfo info;
-    info.index = s;
-    info.file = "stage_" + std::to_string(s) + ".pt";
-    StageInput in;
-    in.name = "x";
-    in.source =
-        s == 0 ? ValueRef::fromModelInput(0) : ValueRef::fromStage(s - 1, 0);
-    info.inputs.push_back(in);
-    info.outputs.push_back({"y", ValueKind::Tensor, {}, "", {}});
+  Manifest m = Manifest::chain(n);
+  for (StageInfo &info : m.stages)
     info.outputs.push_back({"skip", ValueKind::Tensor, {}, "", {}});
-    if (s + 1 < n)
-      info.outputs[0].consumers.push_back(s + 1);
-    m.stages.push_back(info);
-  }
   for (auto [from, to] : skips) {
     StageInput in;
     in.name = "skip";
@@ -47,7 +33,6 @@ inline Manifest chain(int n, std::vector<std::pair<int, int>> skips = {}) {
     m.stages[to].inputs.push_back(in);
     m.stages[from].outputs[1].consumers.push_back(to);
   }
-  m.modelOutputs.push_back(ValueRef::fromStage(n - 1, 0));
   return m;
 }
 

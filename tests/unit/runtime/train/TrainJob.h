@@ -1,12 +1,10 @@
-//===- tests/unit/runtime/train/TrainJob.h - A two-stage job to train -*- C++
-//-*-===//
+//===- tests/unit/runtime/train/TrainJob.h - A job to train ----*- C++ -*-===//
 //
 // For unit tests of Trainer (runtime/train/Trainer.h) whose ranks run in
 // threads of one process, meeting over TCP on this host: a manifest of two
-// TorchScript stages with parameters, a = x @ w0 on stage 0 and
-// out = a @ w1 + b1 on stage 1 (x float32[N,3], out float32[N,2]), written
-// to a fresh directory that the fixture removes, and the same model unsplit
-// (reference()) to compare a step with.
+// TorchScript stages with parameters (TwoStageJob's layout), a = x @ w0 on
+// stage 0 and b = a @ w1 + b1 on stage 1 (x float32[N,3], b float32[N,2]),
+// and the same model unsplit (Reference) to compare a step with.
 //
 //===----------------------------------------------------------------------===//
 #ifndef PPC_TESTS_UNIT_RUNTIME_TRAIN_TRAINJOB_H
@@ -16,6 +14,7 @@
 #include "lib/Manifest.h"
 #include "runtime/train/Trainer.h"
 #include "tests/unit/runtime/FreePort.h"
+#include "tests/unit/runtime/TwoStageJob.h"
 
 #include "llvm/ADT/SmallString.h"
 #include "llvm/Support/FileSystem.h"
@@ -33,54 +32,23 @@
 
 namespace ppc::testing {
 
-class TrainJob : public ::testing::Test {
+class TrainJob : public TwoStageJob {
 protected:
-  void SetUp() override {
-    ASSERT_FALSE(llvm::sys::fs::createUniqueDirectory("ppc-train-job", dir));
-    manifest.modelInputs.push_back({"x", ValueKind::Tensor, {}, {}});
-    for (int s = 0; s < 2; ++s) {
-      StageInfo info;
-      info.index = s;
-      info.file = "stage" + std::to_string(s) + ".pt";
-      torch::jit::Module m("Stage" + std::to_string(s));
-      if (s == 0) {
-        m.register_parameter("w0", initialW0().requires_grad_(true),
-                             /*is_buffer=*/false);
-        m.define("def forward(self, x: Tensor):\n"
-                 "    return (torch.matmul(x, self.w0),)\n");
-      } else {
-        m.register_parameter("w1", initialW1().requires_grad_(true), false);
-        m.register_parameter("b1", initialB1().requires_grad_(true), false);
-        m.define("def forward(self, a: Tensor):\n"
-                 "    return (torch.matmul(a, self.w1) + self.b1,)\n");
-      }
-      m.save(path(info.file));
-      auto sha = sha256File(path(info.file));
-      ASSERT_TRUE(static_cast<bool>(sha));
-      info.sha256 = *sha;
-      StageInput in;
-      in.name = s == 0 ? "x" : "a";
-      in.source =
-          s == 0 ? ValueRef::fromModelInput(0) : ValueRef::fromStage(0, 0);
-      info.inputs.push_back(in);
-      StageOutput out;
-      out.name = s == 0 ? "a" : "out";
-      if (s == 0)
-        out.consumers = {1};
-      info.outputs.push_back(out);
-      manifest.stages.push_back(info);
+  /// Stage 0: a = x @ w0; stage 1: b = a @ w1 + b1, with parameters.
+  torch::jit::Module stageModule(int s) const override {
+    torch::jit::Module m("Stage" + std::to_string(s));
+    if (s == 0) {
+      m.register_parameter("w0", initialW0().requires_grad_(true),
+                           /*is_buffer=*/false);
+      m.define("def forward(self, x: Tensor):\n"
+               "    return (torch.matmul(x, self.w0),)\n");
+    } else {
+      m.register_parameter("w1", initialW1().requires_grad_(true), false);
+      m.register_parameter("b1", initialB1().requires_grad_(true), false);
+      m.define("def forward(self, a: Tensor):\n"
+               "    return (torch.matmul(a, self.w1) + self.b1,)\n");
     }
-    manifest.modelOutputs = {ValueRef::fromStage(1, 0)};
-    manifest.costModel = "nodes";
-    ASSERT_FALSE(static_cast<bool>(manifest.verify()));
-    ASSERT_FALSE(static_cast<bool>(manifest.save(path("manifest.json"))));
-  }
-  void TearDown() override { llvm::sys::fs::remove_directories(dir); }
-
-  std::string path(llvm::StringRef name) const {
-    llvm::SmallString<256> p(dir);
-    llvm::sys::path::append(p, name);
-    return std::string(p);
+    return m;
   }
 
   static at::Tensor initialW0() {
@@ -173,9 +141,6 @@ protected:
       out[name] = value.detach().clone();
     return out;
   }
-
-  llvm::SmallString<128> dir;
-  Manifest manifest;
 };
 
 } // namespace ppc::testing
