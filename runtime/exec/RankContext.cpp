@@ -94,7 +94,7 @@ RankContext::create(llvm::StringRef manifestPath, const LaunchEnv &jobEnv,
   if (inputRootOf(ctx->manifest_, ctx->placement()) < 0)
     return makeError("manifest: no stage reads a model input");
   boundThreads(options.threads > 0 ? options.threads
-                                   : defaultThreads(env.localWorldSize));
+                                   : rankDefaultThreads(env.localWorldSize));
   warnAboutBlasKernel(ctx->warnings(), jobEnv.blasWarned);
   if (llvm::Error err = ctx->connect())
     return err;

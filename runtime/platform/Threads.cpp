@@ -10,7 +10,12 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <string>
 #include <thread>
 
 #include <dlfcn.h>
@@ -68,6 +73,60 @@ int availableCores() {
 
 int defaultThreads(int localWorldSize) {
   return std::max(1, availableCores() / std::max(1, localWorldSize));
+}
+
+std::optional<double> idleCores(std::chrono::milliseconds window) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  bool masked = sched_getaffinity(0, sizeof set, &set) == 0;
+  // Per CPU of the mask: (idle + iowait, total) jiffies.
+  auto sample = [&]() -> std::map<int, std::pair<uint64_t, uint64_t>> {
+    std::map<int, std::pair<uint64_t, uint64_t>> out;
+    std::ifstream stat("/proc/stat");
+    std::string line;
+    while (std::getline(stat, line)) {
+      int cpu = -1;
+      uint64_t v[8] = {};
+      if (std::sscanf(line.c_str(), "cpu%d %lu %lu %lu %lu %lu %lu %lu %lu",
+                      &cpu, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6],
+                      &v[7]) < 5 ||
+          cpu < 0 || (masked && cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &set)))
+        continue;
+      uint64_t total = 0;
+      for (uint64_t x : v)
+        total += x;
+      out[cpu] = {v[3] + v[4], total};
+    }
+    return out;
+  };
+  auto before = sample();
+  std::this_thread::sleep_for(window);
+  auto after = sample();
+  double idle = 0;
+  int counted = 0;
+  for (const auto &[cpu, was] : before) {
+    auto now = after.find(cpu);
+    if (now == after.end() || now->second.second <= was.second)
+      continue;
+    idle += static_cast<double>(now->second.first - was.first) /
+            static_cast<double>(now->second.second - was.second);
+    ++counted;
+  }
+  if (!counted)
+    return std::nullopt;
+  return idle;
+}
+
+int rankDefaultThreads(int localWorldSize) {
+  int threads = defaultThreads(localWorldSize);
+  if (threads <= 1)
+    return threads;
+  std::optional<double> idle = idleCores(std::chrono::milliseconds(60));
+  if (!idle)
+    return threads;
+  int share = static_cast<int>(
+      std::lround(*idle / static_cast<double>(std::max(1, localWorldSize))));
+  return std::clamp(share, 1, threads);
 }
 
 IntegerRule threadsRule() {

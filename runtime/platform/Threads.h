@@ -38,6 +38,9 @@
 
 #include "lib/NumberRules.h"
 
+#include <chrono>
+#include <optional>
+
 namespace ppc {
 
 /// The cores this process may run on: the size of its CPU affinity mask
@@ -49,6 +52,21 @@ int availableCores();
 /// machine: max(1, availableCores() / localWorldSize). A localWorldSize
 /// below 1 counts as 1.
 int defaultThreads(int localWorldSize);
+
+/// How many of this process's cores (availableCores()) no process keeps
+/// busy: the idle share of each one's time over `window`, from /proc/stat,
+/// summed. Nullopt where /proc/stat cannot be read or names none of them.
+std::optional<double> idleCores(std::chrono::milliseconds window);
+
+/// The threads of a rank that was given none: defaultThreads(), lowered
+/// to this rank's share of idleCores() (rounded, at least 1) when other
+/// processes keep cores busy as it starts. An intra-op thread whose core
+/// is taken makes every parallel region wait for it (beside one busy loop
+/// on the other core of 2, a decode step took 3.4 s with 2 threads against
+/// 1.9 s with 1; bench 44.t), so a rank takes only the cores it finds
+/// free. Samples the cores for 60 ms, and only when defaultThreads() is
+/// above 1.
+int rankDefaultThreads(int localWorldSize);
 
 /// What RunOptions::threads (ppc run --threads) takes: 0 for the default,
 /// else at most 4 threads per core (and at least 4 in all).

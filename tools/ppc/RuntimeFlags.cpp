@@ -52,7 +52,8 @@ void RuntimeFlags::addTo(CLI::App &app) {
                "Neither read nor write the meta cache");
   app.add_option("--threads", threads,
                  "Intra-op threads per rank, at most 4 per core (default: "
-                 "cores / LOCAL_WORLD_SIZE)")
+                 "cores / LOCAL_WORLD_SIZE, fewer when other processes keep "
+                 "cores busy as the rank starts)")
       ->transform(integerOption(threadsRule()));
   app.add_option("--trace", tracePath,
                  "Record every action of every rank and write a Chrome trace "
