@@ -269,7 +269,8 @@ class ScheduleTest(unittest.TestCase):
                   "--microbatches", 4).stdout
         self.assertIn("zbv: 2 stages on 1 ranks", out)
         self.assertRegex(line(out, "bubble:"), r"the manifest's params stage costs \(estimates; "
-                         r"ppc split --cost profile measures them\), I = W = F per stage\)$")
+                         r"ppc split --cost profile measures them\), in bytes, I = W = F per "
+                         r"stage\)$")
         self.schedule_fails(["--schedule", "1f1b", "--manifest", manifest, "--stages", 3,
                              "--microbatches", 2],
                             f"--stages 3 but manifest '{manifest}' has 2 stages")

@@ -59,6 +59,24 @@ def rank_of(pid):
     return None
 
 
+def watch_lines(stream, pattern):
+    """Reads STREAM's lines on a thread of its own. Returns (lines, started,
+    thread): the lines so far (without newlines), and an event set at the
+    first line that PATTERN (a regex) matches, or when the stream ends."""
+    lines, started = [], threading.Event()
+
+    def read():
+        for line in stream:
+            lines.append(line.rstrip("\n"))
+            if not started.is_set() and re.search(pattern, line):
+                started.set()
+        started.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    return lines, started, reader
+
+
 class StuckTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -76,18 +94,8 @@ class StuckTest(unittest.TestCase):
         # One stream: training's loss lines are on stdout.
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True)
-        lines, stopped = [], []
-        started = threading.Event()
-
-        def read():
-            for line in proc.stdout:
-                lines.append(line.rstrip("\n"))
-                if not started.is_set() and re.search(progress, line):
-                    started.set()
-            started.set()
-
-        reader = threading.Thread(target=read, daemon=True)
-        reader.start()
+        stopped = []
+        lines, started, reader = watch_lines(proc.stdout, progress)
         try:
             self.assertTrue(started.wait(60), "\n".join(lines))
             self.assertIsNone(proc.poll(), "\n".join(lines))
@@ -185,17 +193,7 @@ class StatusFilesTest(unittest.TestCase):
                                   stderr=subprocess.STDOUT, text=True)
                  for rank in range(3)]
         watched = procs[self.WATCHED]
-        lines, started = [], threading.Event()
-
-        def read():
-            for line in watched.stdout:
-                lines.append(line.rstrip("\n"))
-                if "progress: batch " in line:
-                    started.set()
-            started.set()
-
-        reader = threading.Thread(target=read, daemon=True)
-        reader.start()
+        lines, started, reader = watch_lines(watched.stdout, "progress: batch ")
         try:
             self.assertTrue(started.wait(60), "\n".join(lines))
             self.assertIsNone(watched.poll(), "\n".join(lines))

@@ -152,8 +152,8 @@ class TrainSchedulesTest(ReportingTest):
                 self.assertEqual(len(notes), 1, run.output)  # rank 0 only
                 kind, unit, peak, costs = notes[0]
                 # The step is in the unit of the costs it was simulated with.
-                self.assertEqual(unit, "ns" if "profile" in costs else
-                                 "bytes" if "params" in costs else "units", costs)
+                self.assertEqual(unit, "ns" if "measured (profile)" in costs else
+                                 "bytes" if "params stage costs" in costs else "units", costs)
                 picked[cap] = kind
                 if cap:
                     self.assertLessEqual(int(peak), cap)
