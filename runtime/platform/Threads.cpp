@@ -10,11 +10,12 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -75,41 +76,57 @@ int defaultThreads(int localWorldSize) {
   return std::max(1, availableCores() / std::max(1, localWorldSize));
 }
 
+std::map<int, CpuTime> parseCpuTimes(const std::string &text) {
+  std::map<int, CpuTime> out;
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    // "cpuN": the machine-wide "cpu" line has no number.
+    if (line.compare(0, 3, "cpu") != 0 || line.size() < 4 ||
+        !std::isdigit(static_cast<unsigned char>(line[3])))
+      continue;
+    std::istringstream fields(line.substr(3));
+    int cpu = -1;
+    fields >> cpu;
+    uint64_t value = 0, total = 0, idle = 0;
+    int count = 0;
+    // user nice system idle iowait irq softirq steal (guest and guest_nice
+    // are already in user and nice).
+    for (; count < 8 && fields >> value; ++count) {
+      total += value;
+      if (count == 3 || count == 4)
+        idle += value;
+    }
+    if (cpu >= 0 && count >= 4)
+      out[cpu] = {idle, total};
+  }
+  return out;
+}
+
 std::optional<double> idleCores(std::chrono::milliseconds window) {
   cpu_set_t set;
   CPU_ZERO(&set);
   bool masked = sched_getaffinity(0, sizeof set, &set) == 0;
-  // Per CPU of the mask: (idle + iowait, total) jiffies.
-  auto sample = [&]() -> std::map<int, std::pair<uint64_t, uint64_t>> {
-    std::map<int, std::pair<uint64_t, uint64_t>> out;
+  auto sample = [] {
     std::ifstream stat("/proc/stat");
-    std::string line;
-    while (std::getline(stat, line)) {
-      int cpu = -1;
-      uint64_t v[8] = {};
-      if (std::sscanf(line.c_str(), "cpu%d %lu %lu %lu %lu %lu %lu %lu %lu",
-                      &cpu, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6],
-                      &v[7]) < 5 ||
-          cpu < 0 || (masked && cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &set)))
-        continue;
-      uint64_t total = 0;
-      for (uint64_t x : v)
-        total += x;
-      out[cpu] = {v[3] + v[4], total};
-    }
-    return out;
+    std::ostringstream text;
+    text << stat.rdbuf();
+    return parseCpuTimes(text.str());
   };
-  auto before = sample();
+  std::map<int, CpuTime> before = sample();
   std::this_thread::sleep_for(window);
-  auto after = sample();
+  std::map<int, CpuTime> after = sample();
   double idle = 0;
   int counted = 0;
   for (const auto &[cpu, was] : before) {
-    auto now = after.find(cpu);
-    if (now == after.end() || now->second.second <= was.second)
+    if (masked && (cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &set)))
       continue;
-    idle += static_cast<double>(now->second.first - was.first) /
-            static_cast<double>(now->second.second - was.second);
+    auto now = after.find(cpu);
+    if (now == after.end() || now->second.total <= was.total ||
+        now->second.idle < was.idle)
+      continue;
+    idle += static_cast<double>(now->second.idle - was.idle) /
+            static_cast<double>(now->second.total - was.total);
     ++counted;
   }
   if (!counted)

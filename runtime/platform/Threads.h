@@ -39,7 +39,10 @@
 #include "lib/NumberRules.h"
 
 #include <chrono>
+#include <cstdint>
+#include <map>
 #include <optional>
+#include <string>
 
 namespace ppc {
 
@@ -52,6 +55,16 @@ int availableCores();
 /// machine: max(1, availableCores() / localWorldSize). A localWorldSize
 /// below 1 counts as 1.
 int defaultThreads(int localWorldSize);
+
+/// One CPU's time as /proc/stat counts it, in jiffies: idle (idle and
+/// iowait) and total.
+struct CpuTime {
+  uint64_t idle = 0, total = 0;
+};
+/// The per-CPU lines ("cpuN user nice system idle iowait ...") of
+/// /proc/stat's `text`, by N; the machine-wide "cpu" line and malformed
+/// lines are left out.
+std::map<int, CpuTime> parseCpuTimes(const std::string &text);
 
 /// How many of this process's cores (availableCores()) no process keeps
 /// busy: the idle share of each one's time over `window`, from /proc/stat,
