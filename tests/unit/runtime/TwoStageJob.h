@@ -12,6 +12,8 @@
 
 #include "lib/FileUtil.h"
 #include "lib/Manifest.h"
+#include "runtime/link/LaunchEnv.h"
+#include "tests/unit/runtime/FreePort.h"
 
 #include "llvm/ADT/SmallString.h"
 #include "llvm/Support/FileSystem.h"
@@ -20,7 +22,11 @@
 #include <gtest/gtest.h>
 #include <torch/script.h>
 
+#include <functional>
+#include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 namespace ppc::testing {
 
@@ -73,6 +79,43 @@ protected:
     llvm::SmallString<256> p(dir);
     llvm::sys::path::append(p, name);
     return std::string(p);
+  }
+
+  /// Runs the job's `world` ranks in threads of this process, meeting on
+  /// a free port: each makes its object with `create(manifest, env)`
+  /// (Pipeline::create, Trainer::create), runs `body(object, rank)`, then
+  /// finish(). Returns each rank's first error ("" when none), a create
+  /// error prefixed with `createPrefix`.
+  template <typename T, typename Create>
+  std::vector<std::string>
+  onRankThreads(int world, Create create,
+                const std::function<llvm::Error(T &, int)> &body,
+                const std::string &createPrefix = "") {
+    int port = freePort();
+    std::vector<std::string> errors(world);
+    auto rank = [&](int r) {
+      LaunchEnv env;
+      env.rank = env.localRank = r;
+      env.worldSize = env.localWorldSize = world;
+      env.masterPort = port;
+      llvm::Expected<std::unique_ptr<T>> made =
+          create(path("manifest.json"), env);
+      if (!made) {
+        errors[r] = createPrefix + llvm::toString(made.takeError());
+        return;
+      }
+      llvm::Error err = body(**made, r);
+      if (!err)
+        err = (*made)->finish();
+      if (err)
+        errors[r] = llvm::toString(std::move(err));
+    };
+    std::vector<std::thread> threads;
+    for (int r = 0; r < world; ++r)
+      threads.emplace_back(rank, r);
+    for (std::thread &t : threads)
+      t.join();
+    return errors;
   }
 
   llvm::SmallString<128> dir;

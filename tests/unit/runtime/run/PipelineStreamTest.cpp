@@ -52,30 +52,12 @@ protected:
   std::vector<std::string>
   onRanks(int world, const RunOptions &o,
           const std::function<llvm::Error(Pipeline &, int)> &body) {
-    int port = freePort();
-    std::vector<std::string> errors(world);
-    auto rank = [&](int r) {
-      LaunchEnv env;
-      env.rank = env.localRank = r;
-      env.worldSize = env.localWorldSize = world;
-      env.masterPort = port;
-      auto pipeline = Pipeline::create(path("manifest.json"), env, o);
-      if (!pipeline) {
-        errors[r] = llvm::toString(pipeline.takeError());
-        return;
-      }
-      llvm::Error err = body(**pipeline, r);
-      if (!err)
-        err = (*pipeline)->finish();
-      if (err)
-        errors[r] = llvm::toString(std::move(err));
-    };
-    std::vector<std::thread> threads;
-    for (int r = 0; r < world; ++r)
-      threads.emplace_back(rank, r);
-    for (std::thread &t : threads)
-      t.join();
-    return errors;
+    return onRankThreads<Pipeline>(
+        world,
+        [&](const std::string &manifest, const LaunchEnv &env) {
+          return Pipeline::create(manifest, env, o);
+        },
+        body);
   }
 
   /// Batch b: rows 4 + b % 3 (so signatures differ), values from b.

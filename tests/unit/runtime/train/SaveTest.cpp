@@ -59,14 +59,6 @@ protected:
     return m.attr(name).toTensor();
   }
 
-  std::mutex mu;
-  std::map<std::string, at::Tensor> trained;
-  void keepParameters(const Trainer &t) {
-    std::lock_guard<std::mutex> lock(mu);
-    for (auto &[name, value] : parametersOf(t))
-      trained[name] = value;
-  }
-
   const std::vector<std::string> jobFiles = {"manifest.json", "stage0.pt",
                                              "stage1.pt"};
 };

@@ -26,6 +26,7 @@
 
 #include <functional>
 #include <map>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -100,30 +101,12 @@ protected:
   std::vector<std::string>
   onRanks(int world, const TrainOptions &o,
           const std::function<llvm::Error(Trainer &, int)> &body) {
-    int port = freePort();
-    std::vector<std::string> errors(world);
-    auto rank = [&](int r) {
-      LaunchEnv env;
-      env.rank = env.localRank = r;
-      env.worldSize = env.localWorldSize = world;
-      env.masterPort = port;
-      auto trainer = Trainer::create(path("manifest.json"), env, o);
-      if (!trainer) {
-        errors[r] = "create: " + llvm::toString(trainer.takeError());
-        return;
-      }
-      llvm::Error err = body(**trainer, r);
-      if (!err)
-        err = (*trainer)->finish();
-      if (err)
-        errors[r] = llvm::toString(std::move(err));
-    };
-    std::vector<std::thread> threads;
-    for (int r = 0; r < world; ++r)
-      threads.emplace_back(rank, r);
-    for (std::thread &t : threads)
-      t.join();
-    return errors;
+    return onRankThreads<Trainer>(
+        world,
+        [&](const std::string &manifest, const LaunchEnv &env) {
+          return Trainer::create(manifest, env, o);
+        },
+        body, "create: ");
   }
 
   /// The inputs of step() for `trainer`: the batch where it reads inputs.
@@ -132,6 +115,15 @@ protected:
     if (!trainer.needsInputs())
       return {};
     return {x};
+  }
+
+  /// Every rank's parameters after a body that keeps them, merged.
+  std::mutex mu;
+  std::map<std::string, at::Tensor> trained;
+  void keepParameters(const Trainer &t) {
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto &[name, value] : parametersOf(t))
+      trained[name] = value;
   }
 
   /// Each of this rank's parameters by name ("stage 1: w1"), cloned.

@@ -61,15 +61,6 @@ protected:
             {"stage 1: w1", ref.w1.detach()},
             {"stage 1: b1", ref.b1.detach()}};
   }
-
-  /// Every rank's parameters after `body`, merged.
-  std::mutex mu;
-  std::map<std::string, at::Tensor> trained;
-  void keepParameters(const Trainer &t) {
-    std::lock_guard<std::mutex> lock(mu);
-    for (auto &[name, value] : parametersOf(t))
-      trained[name] = value;
-  }
 };
 
 /// Whether `a` and `b` agree to float32 rounding of a reordered sum.
