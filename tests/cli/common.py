@@ -331,6 +331,15 @@ def load_manifest(outdir):
         return json.load(f)
 
 
+def assert_rank_error(test, output, message, ranks):
+    """OUTPUT (a launch's stdout and stderr) holds MESSAGE as exactly one
+    rank's error line, from one of RANKS: ppc launch forwards an error that
+    several ranks print only from the rank that printed it first."""
+    lines = [l for l in output.splitlines() if l.endswith("] error: " + message)]
+    test.assertEqual(len(lines), 1, output)
+    test.assertIn(lines[0], ["[rank %d] error: %s" % (r, message) for r in ranks], output)
+
+
 def tmpdir(test):
     d = tempfile.TemporaryDirectory(prefix="ppc-test-")
     test.addCleanup(d.cleanup)
