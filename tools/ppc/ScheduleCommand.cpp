@@ -78,10 +78,10 @@ stageCosts(const ScheduleOptions &o, const std::optional<Manifest> &manifest,
   if (o.costs.empty()) {
     if (manifest)
       costs = manifestStageCosts(*manifest);
-    described = costs.empty() ? "unit costs F=1 I=1 W=1"
-                              : manifestCostsSource(*manifest) + ", in " +
-                                    manifestCostUnit(*manifest) +
-                                    ", I = W = F per stage";
+    described = costs.empty()
+                    ? "unit costs F=1 I=1 W=1"
+                    : manifestCostsSource(*manifest) + ", in " +
+                          manifestCostUnit(*manifest) + ", I = W = F per stage";
     return costs;
   }
   if (o.costs.size() != 1 && o.costs.size() != static_cast<size_t>(stages))
