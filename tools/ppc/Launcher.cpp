@@ -17,7 +17,6 @@
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallString.h"
-#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/Errno.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -394,20 +393,14 @@ private:
     auto found = errorRanks.find(cause.error.text);
     if (found == errorRanks.end())
       return "";
-    std::vector<int> ranks = found->second;
-    llvm::sort(ranks);
-    std::vector<std::string> others;
-    for (int rank : ranks)
-      if (rank != cause.rank)
-        others.push_back(std::to_string(rank));
+    std::vector<int> others;
+    llvm::copy_if(found->second, std::back_inserter(others),
+                  [&](int rank) { return rank != cause.rank; });
     if (others.empty())
       return "";
-    std::string list = others.back();
-    if (others.size() > 1)
-      list =
-          llvm::join(llvm::ArrayRef(others).drop_back(), ", ") + " and " + list;
-    return (others.size() == 1 ? "note: rank " : "note: ranks ") + list +
-           " reported the same error";
+    llvm::sort(others);
+    return (others.size() == 1 ? "note: rank " : "note: ranks ") +
+           rankList(others) + " reported the same error";
   }
 
   static Clock::duration toDuration(double seconds) {
