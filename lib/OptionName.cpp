@@ -30,4 +30,21 @@ void nameOptions(OptionNaming how) {
   naming.store(how, std::memory_order_relaxed);
 }
 
+std::string flagOfField(llvm::StringRef field) {
+  for (const Spelling &s : kSpellings)
+    if (field == s.field)
+      return std::string("--") + s.flag;
+  if (field.endswith("Seconds"))
+    field = field.drop_back(llvm::StringRef("Seconds").size());
+  std::string flag = "--";
+  for (char c : field) {
+    if (c >= 'A' && c <= 'Z') {
+      flag += '-';
+      c = static_cast<char>(c - 'A' + 'a');
+    }
+    flag += c;
+  }
+  return flag;
+}
+
 } // namespace ppc

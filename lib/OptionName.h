@@ -13,6 +13,8 @@
 #ifndef PPC_LIB_OPTIONNAME_H
 #define PPC_LIB_OPTIONNAME_H
 
+#include "llvm/ADT/StringRef.h"
+
 #include <string>
 
 namespace ppc {
@@ -33,6 +35,13 @@ std::string optionName(Option option);
 /// Names every option `naming`'s way from now on, in every thread. ppc's
 /// CLI asks for flags before it runs a command (tools/ppc/main.cpp).
 void nameOptions(OptionNaming naming);
+
+/// The flag of an option struct's field, as the CLI names an OptionError's
+/// (lib/Error.h): its Options.def line's when it has one
+/// ("streamMicrobatches": "--stream-window"), else the field in kebab case
+/// less a unit the flag leaves out ("weightDecay": "--weight-decay",
+/// "timeoutSeconds": "--timeout").
+std::string flagOfField(llvm::StringRef field);
 
 } // namespace ppc
 

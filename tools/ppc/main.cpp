@@ -35,22 +35,6 @@ static void printError(const std::string &message) {
   llvm::errs().flush();
 }
 
-/// The flag of an options struct's field: its name in kebab case
-/// ("weightDecay": "--weight-decay"), less a unit the flag leaves out.
-static std::string flagOf(llvm::StringRef field) {
-  if (field.endswith("Seconds"))
-    field = field.drop_back(llvm::StringRef("Seconds").size());
-  std::string flag = "--";
-  for (char c : field) {
-    if (c >= 'A' && c <= 'Z') {
-      flag += '-';
-      c = static_cast<char>(c - 'A' + 'a');
-    }
-    flag += c;
-  }
-  return flag;
-}
-
 /// The message of `err` as the command line says it: an option the
 /// library names by its field is named by its flag; a rank that stops only
 /// because it lost another says so (tools/ppc/Launcher.h, consequenceNote()),
@@ -59,8 +43,9 @@ static std::string cliMessage(llvm::Error err) {
   err = llvm::handleErrors(
       std::move(err),
       [](std::unique_ptr<ppc::OptionError> option) {
-        return ppc::makeError(option->context() + flagOf(option->field()) +
-                              " " + option->problem());
+        return ppc::makeError(option->context() +
+                              ppc::flagOfField(option->field()) + " " +
+                              option->problem());
       },
       [](std::unique_ptr<ppc::LostRankError> lost) {
         return ppc::makeError(lost->context() + lost->describe() +

@@ -2,7 +2,8 @@
 //
 // Tests that the runtime's messages name an option by its field for a
 // library user and by its flag once the CLI asks for flags (lib/OptionName.h),
-// and that a runtime error built with optionName() follows the naming.
+// that a runtime error built with optionName() follows the naming, and that
+// the CLI's flag of an OptionError's field comes from the same table.
 //
 //===----------------------------------------------------------------------===//
 
@@ -32,6 +33,13 @@ TEST(OptionNameTest, FieldsByDefaultFlagsWhenAsked) {
   EXPECT_EQ(optionName(Option::StreamWindow), "--stream-window");
   EXPECT_EQ(optionName(Option::Groups), "--microbatches");
   EXPECT_EQ(optionName(Option::Lr), "--lr");
+}
+
+TEST(OptionNameTest, AFieldsFlagIsItsLineOrItsKebabCase) {
+  EXPECT_EQ(flagOfField("streamMicrobatches"), "--stream-window");
+  EXPECT_EQ(flagOfField("dataParallel"), "--data-parallel");
+  EXPECT_EQ(flagOfField("maxNewTokens"), "--max-new-tokens");
+  EXPECT_EQ(flagOfField("timeoutSeconds"), "--timeout");
 }
 
 TEST(OptionNameTest, RuntimeErrorsFollowTheNaming) {
