@@ -72,10 +72,8 @@ llvm::Error checkOutputPaths(const RunFilesRequest &request,
                                : OutputClaim::Kind::File};
   output.required = true;
   std::vector<OutputClaim> outputs = {output, {"--trace", options.tracePath}};
-  for (const auto &[option, path] : request.extraOutputs) {
-    outputs.push_back({std::string(option), std::string(path)});
-    outputs.back().required = true;
-  }
+  for (const auto &[option, path] : request.extraOutputs)
+    outputs.push_back({option, path});
   return claimOutputs(guard, {{manifestPath.str(), "the checkpoint"}}, outputs);
 }
 
